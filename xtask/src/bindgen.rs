@@ -1,0 +1,206 @@
+//! `cargo xtask bindgen [--check]`: regenerate rocm-sys's committed bindings.
+//!
+//! The bindings are generated once, by a developer, and committed: building rocmforge never
+//! needs libclang or the HIP/CUDA headers. `--check` regenerates into memory and fails when the
+//! committed files differ, so a header or allowlist change cannot drift silently (CI runs it).
+
+use std::path::{Path, PathBuf};
+
+use crate::toolchain;
+use crate::{Result, workspace_root};
+
+/// One generated file: which header, which items, which loader struct.
+struct Binding {
+    /// Output file, relative to `crates/rocm-sys/src/`.
+    file: &'static str,
+    /// Wrapper header, relative to `crates/rocm-sys/wrapper/`.
+    header: &'static str,
+    /// Name of the generated libloading struct.
+    library: &'static str,
+    functions: &'static [&'static str],
+    /// Enums the driver returns or takes: generated as integer newtypes so an unknown value
+    /// from a newer driver is just another number, never undefined behaviour.
+    newtype_enums: &'static [&'static str],
+    types: &'static [&'static str],
+    vars: &'static [&'static str],
+}
+
+/// The HIP runtime API subset rocm-runtime uses. Device-wide synchronisation
+/// (`hipDeviceSynchronize`, `hipDeviceReset`) is deliberately absent: it cannot be called.
+const HIP: Binding = Binding {
+    file: "hip.rs",
+    header: "hip.h",
+    library: "HipLibrary",
+    functions: &[
+        "hipInit",
+        "hipDriverGetVersion",
+        "hipRuntimeGetVersion",
+        "hipGetDeviceCount",
+        "hipSetDevice",
+        "hipGetDevice",
+        "hipDeviceGetName",
+        "hipDeviceGetAttribute",
+        "hipDeviceTotalMem",
+        "hipMemGetInfo",
+        "hipGetErrorName",
+        "hipGetErrorString",
+        "hipStreamCreateWithFlags",
+        "hipStreamDestroy",
+        "hipStreamSynchronize",
+        "hipStreamQuery",
+        "hipStreamWaitEvent",
+        "hipMalloc",
+        "hipFree",
+        "hipMallocAsync",
+        "hipFreeAsync",
+        "hipMemcpyHtoDAsync",
+        "hipMemcpyDtoHAsync",
+        "hipMemcpyDtoDAsync",
+        "hipMemsetD8Async",
+        "hipMemsetD32Async",
+        "hipEventCreateWithFlags",
+        "hipEventDestroy",
+        "hipEventRecord",
+        "hipEventSynchronize",
+        "hipEventQuery",
+        "hipEventElapsedTime",
+        "hipModuleLoadData",
+        "hipModuleUnload",
+        "hipModuleGetFunction",
+        "hipModuleLaunchKernel",
+        "hipFuncGetAttribute",
+    ],
+    newtype_enums: &["hipError_t", "hipDeviceAttribute_t", "hipFunction_attribute"],
+    types: &[],
+    vars: &["hipStreamNonBlocking", "hipEventDefault", "hipEventDisableTiming"],
+};
+
+/// The CUDA driver API subset HIP maps to on NVIDIA. Names are the exported symbols
+/// (`cuMemAlloc_v2`, not the `cuMemAlloc` macro). `cuCtxSynchronize` is deliberately absent.
+const CUDA: Binding = Binding {
+    file: "cuda.rs",
+    header: "cuda.h",
+    library: "CudaLibrary",
+    functions: &[
+        "cuInit",
+        "cuDriverGetVersion",
+        "cuDeviceGetCount",
+        "cuDeviceGet",
+        "cuDeviceGetName",
+        "cuDeviceGetAttribute",
+        "cuDeviceTotalMem_v2",
+        "cuDevicePrimaryCtxRetain",
+        "cuDevicePrimaryCtxRelease_v2",
+        "cuCtxSetCurrent",
+        "cuCtxGetCurrent",
+        "cuMemGetInfo_v2",
+        "cuGetErrorName",
+        "cuGetErrorString",
+        "cuStreamCreate",
+        "cuStreamDestroy_v2",
+        "cuStreamSynchronize",
+        "cuStreamQuery",
+        "cuStreamWaitEvent",
+        "cuMemAlloc_v2",
+        "cuMemFree_v2",
+        "cuMemAllocAsync",
+        "cuMemFreeAsync",
+        "cuMemcpyHtoDAsync_v2",
+        "cuMemcpyDtoHAsync_v2",
+        "cuMemcpyDtoDAsync_v2",
+        "cuMemsetD8Async",
+        "cuMemsetD32Async",
+        "cuEventCreate",
+        "cuEventDestroy_v2",
+        "cuEventRecord",
+        "cuEventSynchronize",
+        "cuEventQuery",
+        "cuModuleLoadData",
+        "cuModuleUnload",
+        "cuModuleGetFunction",
+        "cuLaunchKernel",
+        "cuFuncGetAttribute",
+        "cuFuncSetAttribute",
+    ],
+    newtype_enums: &[
+        "cudaError_enum",
+        "CUdevice_attribute_enum",
+        "CUfunction_attribute_enum",
+        "CUstream_flags_enum",
+        "CUevent_flags_enum",
+    ],
+    types: &[],
+    vars: &[],
+};
+
+pub fn run(args: &[String]) -> Result<()> {
+    let check = match args {
+        [] => false,
+        [flag] if flag == "--check" => true,
+        _ => return Err("usage: cargo xtask bindgen [--check]".into()),
+    };
+    let root = workspace_root();
+    let sys = root.join("crates/rocm-sys");
+    let mut stale = Vec::new();
+    for binding in [&HIP, &CUDA] {
+        let include = match binding.header {
+            "hip.h" => toolchain::hip_include_dir(),
+            _ => toolchain::cuda_include_dir(),
+        }
+        .ok_or_else(|| {
+            format!("headers for {} not found: {}", binding.header, toolchain::install_hint(binding.header))
+        })?;
+        let text = generate(binding, &sys.join("wrapper").join(binding.header), &include)?;
+        let out = sys.join("src").join(binding.file);
+        if check {
+            let committed = std::fs::read_to_string(&out).unwrap_or_default();
+            if committed != text {
+                stale.push(out);
+            }
+        } else {
+            std::fs::write(&out, text).map_err(|e| format!("writing {}: {e}", out.display()))?;
+            println!("wrote {}", out.display());
+        }
+    }
+    if !stale.is_empty() {
+        let names: Vec<_> = stale.iter().map(|p| p.display().to_string()).collect();
+        return Err(format!(
+            "committed bindings differ from a fresh generation: {}; run `cargo xtask bindgen`",
+            names.join(", ")
+        )
+        .into());
+    }
+    if check {
+        println!("bindings are up to date");
+    }
+    Ok(())
+}
+
+fn generate(binding: &Binding, header: &Path, include: &PathBuf) -> Result<String> {
+    let mut builder = bindgen::Builder::default()
+        .header(header.to_string_lossy())
+        .clang_arg(format!("-I{}", include.display()))
+        .dynamic_library_name(binding.library)
+        .dynamic_link_require_all(true)
+        .layout_tests(false)
+        .derive_default(true)
+        .generate_comments(false)
+        .prepend_enum_name(false)
+        .raw_line("// Generated by `cargo xtask bindgen`; do not edit by hand.")
+        .raw_line("#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]")
+        .raw_line("#![allow(dead_code, unsafe_op_in_unsafe_fn, missing_debug_implementations, clippy::all, clippy::undocumented_unsafe_blocks)]");
+    for f in binding.functions {
+        builder = builder.allowlist_function(f);
+    }
+    for e in binding.newtype_enums {
+        builder = builder.newtype_enum(e);
+    }
+    for t in binding.types {
+        builder = builder.allowlist_type(t);
+    }
+    for v in binding.vars {
+        builder = builder.allowlist_var(v);
+    }
+    let bindings = builder.generate().map_err(|e| format!("bindgen failed on {}: {e}", header.display()))?;
+    Ok(bindings.to_string())
+}

@@ -1,0 +1,7 @@
+//! `cargo xtask lint` (stub).
+
+use crate::Result;
+
+pub fn run(_args: &[String]) -> Result<()> {
+    Err("not written yet".into())
+}

@@ -1,0 +1,56 @@
+//! rocmforge's task runner (`cargo xtask <task>`), in the xtask pattern: plain Rust instead of
+//! shell scripts, so every task runs the same way on every machine.
+
+mod bindgen;
+mod doctor;
+mod gpu;
+mod kernels;
+mod lint;
+mod toolchain;
+
+use std::path::PathBuf;
+
+pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+const USAGE: &str = "\
+usage: cargo xtask <task> [args]
+
+tasks:
+  doctor                        platform, devices, memory, guard budget, toolchains found
+  kernels [--platform P]        compile kernels/*.hip (P: amd, nvidia, all, auto; default auto)
+  gpu-test [--archive DIR] [-- nextest args]
+                                run the GPU suite under the nextest `gpu` profile
+  gpu-archive [--out DIR]       pack the GPU suite to run on another host (default .gpu/)
+  bindgen [--check]             regenerate rocm-sys bindings (or check they are current)
+  lint                          project rules: no device-wide synchronisation outside rocm-sys
+";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((task, rest)) = args.split_first() else {
+        eprint!("{USAGE}");
+        std::process::exit(2);
+    };
+    let result = match task.as_str() {
+        "doctor" => doctor::run(rest),
+        "kernels" => kernels::run(rest),
+        "gpu-test" => gpu::test(rest),
+        "gpu-archive" => gpu::archive(rest),
+        "bindgen" => bindgen::run(rest),
+        "lint" => lint::run(rest),
+        "help" | "--help" | "-h" => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        other => Err(format!("unknown task `{other}`\n{USAGE}").into()),
+    };
+    if let Err(e) = result {
+        eprintln!("xtask {task}: error: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// The workspace root: xtask's manifest lives one level below it.
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits inside the workspace").to_path_buf()
+}

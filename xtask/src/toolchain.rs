@@ -1,0 +1,96 @@
+//! Finding the GPU toolchains where people keep them: `PATH`, `ROCM_PATH`, `CUDA_HOME` /
+//! `CUDA_PATH`, the usual install prefixes, and NVIDIA's pip wheels (`nvidia-cuda-nvcc`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn env_dir(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+fn on_path(exe: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(exe)).find(|p| p.is_file())
+}
+
+/// ROCm install prefixes in the order they are tried.
+fn rocm_roots() -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = env_dir("ROCM_PATH").into_iter().collect();
+    roots.push(PathBuf::from("/opt/rocm"));
+    roots.push(PathBuf::from("/usr"));
+    roots
+}
+
+/// CUDA toolkit roots: env vars, `/usr/local/cuda`, then pip wheels (`nvidia/cu13`, `nvidia/cuda_nvcc`).
+fn cuda_roots() -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(|v| env_dir(v)).collect();
+    roots.push(PathBuf::from("/usr/local/cuda"));
+    for site in python_site_dirs() {
+        for sub in ["nvidia/cu13", "nvidia/cu12", "nvidia/cuda_nvcc", "nvidia/cuda_runtime"] {
+            roots.push(site.join(sub));
+        }
+    }
+    roots
+}
+
+/// The site-packages folders of `python3`, where `pip install nvidia-cuda-nvcc` puts nvcc.
+fn python_site_dirs() -> Vec<PathBuf> {
+    let script = "import site,sysconfig;print('\\n'.join(set(site.getsitepackages()+[site.getusersitepackages(),sysconfig.get_paths()['purelib']])))";
+    match Command::new("python3").args(["-c", script]).output() {
+        Ok(out) if out.status.success() => {
+            String::from_utf8_lossy(&out.stdout).lines().map(PathBuf::from).filter(|p| p.is_dir()).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+pub fn hipcc() -> Option<PathBuf> {
+    rocm_roots().into_iter().map(|r| r.join("bin/hipcc")).find(|p| p.is_file()).or_else(|| on_path("hipcc"))
+}
+
+pub fn nvcc() -> Option<PathBuf> {
+    on_path("nvcc").or_else(|| cuda_roots().into_iter().map(|r| r.join("bin/nvcc")).find(|p| p.is_file()))
+}
+
+pub fn hip_include_dir() -> Option<PathBuf> {
+    rocm_roots().into_iter().map(|r| r.join("include")).find(|d| d.join("hip/hip_runtime_api.h").is_file())
+}
+
+pub fn cuda_include_dir() -> Option<PathBuf> {
+    // nvcc's own toolkit first, so headers and compiler agree.
+    let from_nvcc = nvcc().and_then(|n| n.parent()?.parent().map(|r| r.join("include")));
+    from_nvcc
+        .into_iter()
+        .chain(cuda_roots().into_iter().map(|r| r.join("include")))
+        .find(|d| d.join("cuda.h").is_file())
+}
+
+/// How to get what is missing, named so a user can act on it.
+pub fn install_hint(what: &str) -> &'static str {
+    match what {
+        "hipcc" | "hip.h" => {
+            "install hipcc and libamdhip64-dev (Debian/Ubuntu: `apt-get install hipcc libamdhip64-dev`) or ROCm, and set ROCM_PATH if it is not in /opt/rocm"
+        }
+        "libclang" => "install libclang (Debian/Ubuntu: `apt-get install libclang-dev`)",
+        _ => {
+            "install the CUDA toolkit and set CUDA_HOME, or `pip install nvidia-cuda-nvcc==13.0.* nvidia-nvvm==13.0.* nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.0.*`"
+        }
+    }
+}
+
+/// First line of `tool --version`-like output, for `doctor`.
+pub fn version_line(tool: &Path, arg: &str) -> String {
+    match Command::new(tool).arg(arg).output() {
+        Ok(out) => {
+            let text =
+                String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+            text.lines()
+                .filter(|l| !l.trim().is_empty())
+                .find(|l| l.contains("release") || l.contains("version") || l.contains("HIP"))
+                .unwrap_or("(no version printed)")
+                .trim()
+                .to_string()
+        }
+        Err(e) => format!("(cannot run: {e})"),
+    }
+}
