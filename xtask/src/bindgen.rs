@@ -4,7 +4,7 @@
 //! needs libclang or the HIP/CUDA headers. `--check` regenerates into memory and fails when the
 //! committed files differ, so a header or allowlist change cannot drift silently (CI runs it).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::toolchain;
 use crate::{Result, workspace_root};
@@ -57,6 +57,7 @@ const HIP: Binding = Binding {
         "hipMemcpyDtoHAsync",
         "hipMemcpyDtoDAsync",
         "hipMemsetD8Async",
+        "hipMemsetD16Async",
         "hipMemsetD32Async",
         "hipEventCreateWithFlags",
         "hipEventDestroy",
@@ -109,6 +110,7 @@ const CUDA: Binding = Binding {
         "cuMemcpyDtoHAsync_v2",
         "cuMemcpyDtoDAsync_v2",
         "cuMemsetD8Async",
+        "cuMemsetD16Async",
         "cuMemsetD32Async",
         "cuEventCreate",
         "cuEventDestroy_v2",
@@ -129,7 +131,7 @@ const CUDA: Binding = Binding {
         "CUstream_flags_enum",
         "CUevent_flags_enum",
     ],
-    types: &[],
+    types: &["CUstream_flags_enum", "CUevent_flags_enum"],
     vars: &[],
 };
 
@@ -176,7 +178,7 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn generate(binding: &Binding, header: &Path, include: &PathBuf) -> Result<String> {
+fn generate(binding: &Binding, header: &Path, include: &Path) -> Result<String> {
     let mut builder = bindgen::Builder::default()
         .header(header.to_string_lossy())
         .clang_arg(format!("-I{}", include.display()))

@@ -1,1 +1,62 @@
-//! rocm-runtime
+//! rocmforge's safe GPU runtime.
+//!
+//! One API over two vendor stacks: AMD GPUs through the HIP runtime and NVIDIA GPUs through
+//! the CUDA driver API, chosen at run time (`ROCMFORGE_PLATFORM=auto|amd|nvidia`). This crate
+//! is the only place that knows which one is underneath.
+//!
+//! ```no_run
+//! use rocm_runtime::Backend;
+//! # fn main() -> rocm_runtime::Result<()> {
+//! let backend = Backend::open(0)?; // the process's backend for device 0
+//! let stream = backend.create_stream()?; // yours alone
+//! let x = stream.upload(&[1.0f32, 2.0, 3.0])?; // stream-ordered, charged to the ledger
+//! assert_eq!(x.to_vec()?, [1.0, 2.0, 3.0]);
+//! # Ok(()) }
+//! ```
+//!
+//! The rules it keeps (see `docs/architecture.md`):
+//! - Nothing waits for the whole device: only streams we own are synchronised.
+//! - Every allocation goes through the [`Ledger`]; the memory guard refuses requests past the
+//!   budget with an error that states requested, budget, in use, free and total bytes.
+//! - One [`Backend`] per device per process, `Send + Sync`; each user works on its own
+//!   [`Stream`], and a buffer is used on the stream it belongs to.
+
+mod backend;
+mod buffer;
+mod device;
+mod driver;
+mod error;
+mod event;
+mod launch;
+mod ledger;
+mod module;
+mod platform;
+mod stream;
+
+pub use backend::{Backend, DEFAULT_MEM_FRACTION, MEM_FRACTION_ENV, Platforms, detect};
+pub use buffer::{DeviceBuffer, DeviceCopy};
+pub use device::{DeviceInfo, MemoryInfo};
+pub use error::{Bytes, DriverError, Error, OverBudget, Result};
+pub use event::Event;
+pub use launch::{Launch, LaunchConfig};
+pub use ledger::{Account, Ledger, LiveAllocation};
+pub use module::{Function, Module};
+pub use platform::{PLATFORM_ENV, Platform, PlatformChoice};
+pub use stream::Stream;
+
+/// Half-precision element types, re-exported so users and kernels agree on them.
+pub use half::{bf16, f16};
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn backend_and_buffers_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<super::Backend>();
+        send_sync::<super::Stream>();
+        send_sync::<super::DeviceBuffer<f32>>();
+        send_sync::<super::Module>();
+        send_sync::<super::Function>();
+        send_sync::<super::Event>();
+    }
+}

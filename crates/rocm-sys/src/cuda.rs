@@ -44,6 +44,22 @@ pub struct CUstream_st {
     _unused: [u8; 0],
 }
 pub type CUstream = *mut CUstream_st;
+impl CUstream_flags_enum {
+    pub const CU_STREAM_DEFAULT: CUstream_flags_enum = CUstream_flags_enum(0);
+    pub const CU_STREAM_NON_BLOCKING: CUstream_flags_enum = CUstream_flags_enum(1);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUstream_flags_enum(pub ::std::os::raw::c_uint);
+impl CUevent_flags_enum {
+    pub const CU_EVENT_DEFAULT: CUevent_flags_enum = CUevent_flags_enum(0);
+    pub const CU_EVENT_BLOCKING_SYNC: CUevent_flags_enum = CUevent_flags_enum(1);
+    pub const CU_EVENT_DISABLE_TIMING: CUevent_flags_enum = CUevent_flags_enum(2);
+    pub const CU_EVENT_INTERPROCESS: CUevent_flags_enum = CUevent_flags_enum(4);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUevent_flags_enum(pub ::std::os::raw::c_uint);
 impl CUdevice_attribute_enum {
     pub const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: CUdevice_attribute_enum = CUdevice_attribute_enum(1);
     pub const CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: CUdevice_attribute_enum = CUdevice_attribute_enum(2);
@@ -512,6 +528,12 @@ pub struct CudaLibrary {
         N: usize,
         hStream: CUstream,
     ) -> CUresult,
+    pub cuMemsetD16Async: unsafe extern "C" fn(
+        dstDevice: CUdeviceptr,
+        us: ::std::os::raw::c_ushort,
+        N: usize,
+        hStream: CUstream,
+    ) -> CUresult,
     pub cuMemsetD32Async: unsafe extern "C" fn(
         dstDevice: CUdeviceptr,
         ui: ::std::os::raw::c_uint,
@@ -595,6 +617,7 @@ impl CudaLibrary {
         let cuMemcpyDtoHAsync_v2 = __library.get(b"cuMemcpyDtoHAsync_v2\0").map(|sym| *sym)?;
         let cuMemcpyDtoDAsync_v2 = __library.get(b"cuMemcpyDtoDAsync_v2\0").map(|sym| *sym)?;
         let cuMemsetD8Async = __library.get(b"cuMemsetD8Async\0").map(|sym| *sym)?;
+        let cuMemsetD16Async = __library.get(b"cuMemsetD16Async\0").map(|sym| *sym)?;
         let cuMemsetD32Async = __library.get(b"cuMemsetD32Async\0").map(|sym| *sym)?;
         let cuMemFreeAsync = __library.get(b"cuMemFreeAsync\0").map(|sym| *sym)?;
         let cuMemAllocAsync = __library.get(b"cuMemAllocAsync\0").map(|sym| *sym)?;
@@ -636,6 +659,7 @@ impl CudaLibrary {
             cuMemcpyDtoHAsync_v2,
             cuMemcpyDtoDAsync_v2,
             cuMemsetD8Async,
+            cuMemsetD16Async,
             cuMemsetD32Async,
             cuMemFreeAsync,
             cuMemAllocAsync,
@@ -773,6 +797,15 @@ impl CudaLibrary {
         hStream: CUstream,
     ) -> CUresult {
         (self.cuMemsetD8Async)(dstDevice, uc, N, hStream)
+    }
+    pub unsafe fn cuMemsetD16Async(
+        &self,
+        dstDevice: CUdeviceptr,
+        us: ::std::os::raw::c_ushort,
+        N: usize,
+        hStream: CUstream,
+    ) -> CUresult {
+        (self.cuMemsetD16Async)(dstDevice, us, N, hStream)
     }
     pub unsafe fn cuMemsetD32Async(
         &self,

@@ -339,6 +339,12 @@ pub struct HipLibrary {
         count: usize,
         stream: hipStream_t,
     ) -> hipError_t,
+    pub hipMemsetD16Async: unsafe extern "C" fn(
+        dest: hipDeviceptr_t,
+        value: ::std::os::raw::c_ushort,
+        count: usize,
+        stream: hipStream_t,
+    ) -> hipError_t,
     pub hipMemsetD32Async: unsafe extern "C" fn(
         dst: hipDeviceptr_t,
         value: ::std::os::raw::c_int,
@@ -417,6 +423,7 @@ impl HipLibrary {
         let hipMemcpyDtoHAsync = __library.get(b"hipMemcpyDtoHAsync\0").map(|sym| *sym)?;
         let hipMemcpyDtoDAsync = __library.get(b"hipMemcpyDtoDAsync\0").map(|sym| *sym)?;
         let hipMemsetD8Async = __library.get(b"hipMemsetD8Async\0").map(|sym| *sym)?;
+        let hipMemsetD16Async = __library.get(b"hipMemsetD16Async\0").map(|sym| *sym)?;
         let hipMemsetD32Async = __library.get(b"hipMemsetD32Async\0").map(|sym| *sym)?;
         let hipMemGetInfo = __library.get(b"hipMemGetInfo\0").map(|sym| *sym)?;
         let hipModuleUnload = __library.get(b"hipModuleUnload\0").map(|sym| *sym)?;
@@ -456,6 +463,7 @@ impl HipLibrary {
             hipMemcpyDtoHAsync,
             hipMemcpyDtoDAsync,
             hipMemsetD8Async,
+            hipMemsetD16Async,
             hipMemsetD32Async,
             hipMemGetInfo,
             hipModuleUnload,
@@ -615,6 +623,15 @@ impl HipLibrary {
         stream: hipStream_t,
     ) -> hipError_t {
         (self.hipMemsetD8Async)(dest, value, count, stream)
+    }
+    pub unsafe fn hipMemsetD16Async(
+        &self,
+        dest: hipDeviceptr_t,
+        value: ::std::os::raw::c_ushort,
+        count: usize,
+        stream: hipStream_t,
+    ) -> hipError_t {
+        (self.hipMemsetD16Async)(dest, value, count, stream)
     }
     pub unsafe fn hipMemsetD32Async(
         &self,

@@ -7,7 +7,7 @@ use crate::cuda::{CUevent, CUfunction, CUresult, CudaLibrary};
 use crate::hip::HipLibrary;
 
 /// A driver library could not be opened or lacks a symbol rocmforge needs.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{library} could not be loaded; tried: {}", format_tried(.tried))]
 pub struct LoadError {
     /// `"HIP runtime (libamdhip64)"` or `"CUDA driver (libcuda)"`.
@@ -143,8 +143,7 @@ mod tests {
             // SAFETY: never reached.
             unsafe { CudaLibrary::from_library(lib) }
         })
-        .err()
-        .expect("loading must fail");
+        .expect_err("loading must fail");
         let text = err.to_string();
         assert!(text.contains("/nonexistent/libnothing.so"), "{text}");
         assert_eq!(err.tried.len(), 1);
@@ -157,8 +156,7 @@ mod tests {
             // SAFETY: from_library only looks symbols up; it fails on the first missing one.
             unsafe { HipLibrary::from_library(lib) }
         })
-        .err()
-        .expect("loading must fail");
+        .expect_err("loading must fail");
         assert!(err.to_string().contains("hip"), "{err}");
     }
 

@@ -1,0 +1,232 @@
+//! The backend: one per device per process, shared through `Arc`, safe from any thread.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::device::{DeviceInfo, MemoryInfo};
+use crate::driver::{self, DeviceDriver, DriverVersions};
+use crate::error::{Error, Result};
+use crate::ledger::{Account, Ledger};
+use crate::module::Module;
+use crate::platform::{Platform, PlatformChoice};
+use crate::stream::Stream;
+
+/// Env var: the fraction of free device memory (at backend creation) the guard allows.
+pub const MEM_FRACTION_ENV: &str = "ROCMFORGE_MEM_FRACTION";
+/// The guard's default budget: this fraction of the memory free when the backend started.
+pub const DEFAULT_MEM_FRACTION: f64 = 0.7;
+
+/// The platform this process runs on and how many devices it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Platforms {
+    pub platform: Platform,
+    pub device_count: usize,
+}
+
+/// Finds the platform (per `ROCMFORGE_PLATFORM`) with at least one device. Checked once per
+/// process; never panics: no library, no driver or no device is an [`Error::NoDevice`] that
+/// says what each platform answered.
+pub fn detect() -> Result<Platforms> {
+    static DETECTED: OnceLock<Result<Platforms, String>> = OnceLock::new();
+    let detected = DETECTED.get_or_init(|| {
+        let choice = PlatformChoice::from_env().map_err(|e| e.to_string())?;
+        let mut reasons = Vec::new();
+        for &platform in choice.candidates() {
+            match driver::device_count(platform) {
+                Ok(0) => reasons.push(format!("{platform}: driver loaded but no device found")),
+                Ok(device_count) => return Ok(Platforms { platform, device_count }),
+                Err(e) => reasons.push(format!("{platform}: {e}")),
+            }
+        }
+        Err(reasons.join("; "))
+    });
+    detected.clone().map_err(Error::NoDevice)
+}
+
+/// Owns one device: its driver binding, its ledger and memory guard, its module cache.
+///
+/// There is one per device per process ([`Backend::open`] hands out the same one), so the
+/// guard's budget is the process's budget for that device. Work is done on [`Stream`]s, each
+/// owned by one user (a test, a thread); the backend itself holds no stream, so nothing in it
+/// can be shared wrongly between threads.
+pub struct Backend {
+    driver: Box<dyn DeviceDriver>,
+    info: DeviceInfo,
+    versions: DriverVersions,
+    ledger: Ledger,
+    free_at_start: u64,
+    modules: RwLock<HashMap<&'static str, Module>>,
+    next_stream_id: AtomicU64,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("device", &self.info.name)
+            .field("ordinal", &self.info.ordinal)
+            .field("platform", &self.info.platform)
+            .field("budget", &self.ledger.budget())
+            .finish()
+    }
+}
+
+impl Backend {
+    /// The process's backend for device `ordinal` of the detected platform, created on first use.
+    pub fn open(ordinal: usize) -> Result<Arc<Backend>> {
+        static BACKENDS: Mutex<Vec<(usize, Arc<Backend>)>> = Mutex::new(Vec::new());
+        let detected = detect()?;
+        if ordinal >= detected.device_count {
+            return Err(Error::DeviceOutOfRange { ordinal, count: detected.device_count });
+        }
+        let mut backends = BACKENDS.lock();
+        if let Some((_, backend)) = backends.iter().find(|(o, _)| *o == ordinal) {
+            return Ok(backend.clone());
+        }
+        let backend = Arc::new(Backend::create(detected.platform, ordinal)?);
+        backends.push((ordinal, backend.clone()));
+        Ok(backend)
+    }
+
+    fn create(platform: Platform, ordinal: usize) -> Result<Self> {
+        let _span = tracing::debug_span!("backend", %platform, ordinal).entered();
+        let fraction = mem_fraction_from_env()?;
+        let driver = driver::open(platform, ordinal)?;
+        let info = driver.info()?;
+        let versions = driver.versions();
+        let (free, _total) = driver.mem_info()?;
+        let budget = (free as f64 * fraction) as u64;
+        tracing::debug!(device = %info.name, arch = %info.arch, free, budget, "backend ready");
+        Ok(Backend {
+            driver,
+            info,
+            versions,
+            ledger: Ledger::new(budget),
+            free_at_start: free,
+            modules: RwLock::new(HashMap::new()),
+            next_stream_id: AtomicU64::new(1),
+        })
+    }
+
+    pub fn platform(&self) -> Platform {
+        self.info.platform
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The driver's version number (CUDA: 1000*major + 10*minor; HIP: its own encoding).
+    pub fn driver_version(&self) -> i32 {
+        self.versions.driver
+    }
+
+    /// The HIP runtime's version (AMD only).
+    pub fn runtime_version(&self) -> Option<i32> {
+        self.versions.runtime
+    }
+
+    /// Free and total device memory now, as the driver sees it (other processes included).
+    pub fn memory_info(&self) -> Result<MemoryInfo> {
+        let (free, total) = self.driver.mem_info()?;
+        Ok(MemoryInfo { free, total })
+    }
+
+    /// Device memory that was free when this backend was created (the budget's base).
+    pub fn free_at_start(&self) -> u64 {
+        self.free_at_start
+    }
+
+    /// The ledger: budget, bytes in use, live allocations, accounts.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Sets the guard's budget to `fraction` of the memory free when the backend started.
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
+        let fraction = check_fraction(fraction, "memory fraction")?;
+        self.ledger.set_budget((self.free_at_start as f64 * fraction) as u64);
+        Ok(())
+    }
+
+    /// A new stream of this device, owned by the caller; its allocations are charged to no account.
+    pub fn create_stream(self: &Arc<Self>) -> Result<Stream> {
+        Stream::new(self.clone(), None)
+    }
+
+    /// A new stream whose allocations are charged to `account` (see [`Ledger::open_account`]).
+    pub fn create_stream_for(self: &Arc<Self>, account: &Account) -> Result<Stream> {
+        if !account.ledger().same_as(&self.ledger) {
+            return Err(Error::InvalidArgument("the account belongs to another device's ledger".into()));
+        }
+        Stream::new(self.clone(), Some(account.clone()))
+    }
+
+    /// Loads a module (code object or fatbin) from an image.
+    pub fn load_module(self: &Arc<Self>, image: &[u8]) -> Result<Module> {
+        Module::load(self.clone(), image)
+    }
+
+    /// The module cached under `key`, loading it from `image()` the first time. Entries are
+    /// never replaced or removed, so a module handed out stays valid for the process.
+    pub fn cached_module(
+        self: &Arc<Self>,
+        key: &'static str,
+        image: impl FnOnce() -> Result<&'static [u8]>,
+    ) -> Result<Module> {
+        if let Some(module) = self.modules.read().get(key) {
+            return Ok(module.clone());
+        }
+        let mut modules = self.modules.write();
+        if let Some(module) = modules.get(key) {
+            return Ok(module.clone());
+        }
+        let module = self.load_module(image()?)?;
+        modules.insert(key, module.clone());
+        Ok(module)
+    }
+
+    pub(crate) fn driver(&self) -> &dyn DeviceDriver {
+        &*self.driver
+    }
+
+    pub(crate) fn next_stream_id(&self) -> u64 {
+        self.next_stream_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+fn check_fraction(fraction: f64, what: &str) -> Result<f64> {
+    if fraction.is_finite() && fraction > 0.0 && fraction <= 1.0 {
+        Ok(fraction)
+    } else {
+        Err(Error::InvalidArgument(format!("{what} {fraction}: must be in (0, 1]")))
+    }
+}
+
+fn mem_fraction_from_env() -> Result<f64> {
+    match std::env::var(MEM_FRACTION_ENV) {
+        Err(_) => Ok(DEFAULT_MEM_FRACTION),
+        Ok(text) => {
+            let value: f64 = text.trim().parse().map_err(|_| {
+                Error::InvalidArgument(format!("{MEM_FRACTION_ENV}={text}: expected a number in (0, 1]"))
+            })?;
+            check_fraction(value, MEM_FRACTION_ENV)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fractions_outside_zero_one_are_refused() {
+        assert!(check_fraction(0.7, "x").is_ok());
+        assert!(check_fraction(1.0, "x").is_ok());
+        for bad in [0.0, -0.1, 1.01, f64::NAN, f64::INFINITY] {
+            assert!(check_fraction(bad, "x").is_err(), "{bad}");
+        }
+    }
+}

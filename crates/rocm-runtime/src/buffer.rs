@@ -1,0 +1,223 @@
+//! Typed device buffers: owned, ordered on the stream that allocated them, freed on drop.
+
+use std::marker::PhantomData;
+use std::panic::Location;
+
+use crate::driver::DevicePtr;
+use crate::error::{Bytes, Error, Result};
+use crate::ledger::AllocationId;
+use crate::stream::Stream;
+
+/// Element types a device buffer may hold: plain data for which every bit pattern is a valid
+/// value (so reading back memory a kernel did not write is garbage, never undefined behaviour).
+pub trait DeviceCopy: bytemuck::Pod + Send + Sync {}
+impl<T: bytemuck::Pod + Send + Sync> DeviceCopy for T {}
+
+/// `len` elements of `T` in device memory, owned, belonging to one [`Stream`].
+///
+/// Every operation is queued on that stream, and dropping the buffer queues its free there
+/// too, so the memory is released only after the work already queued on it. Using a buffer
+/// from another stream is an error, except for copies, which order the two streams.
+pub struct DeviceBuffer<T: DeviceCopy> {
+    ptr: DevicePtr,
+    len: usize,
+    stream: Stream,
+    allocation: Option<AllocationId>,
+    _elements: PhantomData<T>,
+}
+
+impl<T: DeviceCopy> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("type", &std::any::type_name::<T>())
+            .field("len", &self.len)
+            .field("stream", &self.stream.id())
+            .finish()
+    }
+}
+
+impl<T: DeviceCopy> DeviceBuffer<T> {
+    pub(crate) fn alloc(stream: &Stream, len: usize, site: &'static Location<'static>) -> Result<Self> {
+        let bytes = len.checked_mul(size_of::<T>()).ok_or_else(|| {
+            Error::InvalidArgument(format!("{len} elements of {} overflow usize", std::any::type_name::<T>()))
+        })? as u64;
+        let mut buffer =
+            DeviceBuffer { ptr: 0, len, stream: stream.clone(), allocation: None, _elements: PhantomData };
+        if bytes == 0 {
+            return Ok(buffer);
+        }
+        let backend = stream.backend();
+        let _span = tracing::debug_span!("alloc", bytes, site = %site, stream = stream.id()).entered();
+        let ledger = backend.ledger();
+        let memory = || backend.memory_info().map(|m| (m.free, m.total)).unwrap_or((0, 0));
+        let id = ledger
+            .reserve(bytes, site, std::any::type_name::<T>(), stream.account(), memory)
+            .map_err(Error::OverBudget)?;
+        match backend.driver().alloc(bytes, stream.raw()) {
+            Ok(ptr) => {
+                buffer.ptr = ptr;
+                buffer.allocation = Some(id);
+                Ok(buffer)
+            }
+            Err(e) => {
+                ledger.release(id);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Size in bytes.
+    pub fn size_bytes(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// The stream this buffer belongs to.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// The device address (0 for an empty buffer), for interop and kernel arguments.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    fn check_len(&self, other: usize, what: &str) -> Result<()> {
+        if other == self.len {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "{what}: {other} elements given for a buffer of {} {}",
+                self.len,
+                std::any::type_name::<T>()
+            )))
+        }
+    }
+
+    /// Copies `src` into this buffer. Returns once `src` may be reused (the copy is complete).
+    pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
+        self.check_len(src.len(), "copy_from_host")?;
+        if self.len == 0 {
+            return Ok(());
+        }
+        let bytes = self.size_bytes();
+        let _span = tracing::trace_span!("copy_htod", bytes, stream = self.stream.id()).entered();
+        // SAFETY: the destination is this buffer's allocation of `bytes`; `src` holds `bytes`
+        // readable bytes and outlives the copy, because we wait for the stream before returning.
+        unsafe {
+            self.stream.backend().driver().copy_htod(
+                self.ptr,
+                src.as_ptr().cast(),
+                bytes,
+                self.stream.raw(),
+            )?;
+        }
+        self.stream.synchronize()
+    }
+
+    /// Copies this buffer into `dst`, waiting for the stream's queued work and the copy.
+    pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
+        self.check_len(dst.len(), "copy_to_host")?;
+        if self.len == 0 {
+            return Ok(());
+        }
+        let bytes = self.size_bytes();
+        let _span = tracing::trace_span!("copy_dtoh", bytes, stream = self.stream.id()).entered();
+        // SAFETY: `dst` has room for `bytes` and is borrowed until we return, after the stream
+        // (and so the copy) has completed.
+        unsafe {
+            self.stream.backend().driver().copy_dtoh(
+                dst.as_mut_ptr().cast(),
+                self.ptr,
+                bytes,
+                self.stream.raw(),
+            )?;
+        }
+        self.stream.synchronize()
+    }
+
+    /// This buffer's contents, read back to the host.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut out = vec![T::zeroed(); self.len];
+        self.copy_to_host(&mut out)?;
+        Ok(out)
+    }
+
+    /// Copies `src` (of any stream of the same device) into this buffer. When the streams
+    /// differ, each waits for the other's queued work, so neither buffer is reused or freed
+    /// while the copy runs.
+    pub fn copy_from_device(&mut self, src: &DeviceBuffer<T>) -> Result<()> {
+        self.check_len(src.len, "copy_from_device")?;
+        if !std::sync::Arc::ptr_eq(self.stream.backend(), src.stream.backend()) {
+            return Err(Error::InvalidArgument("device-to-device copy between two devices".into()));
+        }
+        if self.len == 0 {
+            return Ok(());
+        }
+        let bytes = self.size_bytes();
+        let _span = tracing::trace_span!("copy_dtod", bytes, stream = self.stream.id()).entered();
+        self.stream.join(&src.stream)?;
+        // SAFETY: both are live allocations of `bytes`; the join orders the copy after the
+        // source's queued work and orders the source's later work (its free) after the copy.
+        unsafe { self.stream.backend().driver().copy_dtod(self.ptr, src.ptr, bytes, self.stream.raw())? };
+        self.stream.join(&src.stream)
+    }
+
+    /// Sets every byte to `value` (0xFF poisons f32/f16/bf16 data with NaN).
+    pub fn fill_bytes(&mut self, value: u8) -> Result<()> {
+        if self.len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the range is this buffer's allocation.
+        unsafe {
+            self.stream.backend().driver().memset_d8(self.ptr, value, self.size_bytes(), self.stream.raw())
+        }
+    }
+
+    /// Fills the buffer with NaN-pattern bytes (0xFF), so a kernel that leaves an element
+    /// unwritten shows up in the comparison.
+    pub fn poison(&mut self) -> Result<()> {
+        self.fill_bytes(0xFF)
+    }
+
+    /// Sets every element to `value` (element types of 1, 2 or 4 bytes).
+    pub fn fill(&mut self, value: T) -> Result<()> {
+        if self.len == 0 {
+            return Ok(());
+        }
+        let driver = self.stream.backend().driver();
+        let bytes = bytemuck::bytes_of(&value);
+        let (ptr, len, stream) = (self.ptr, self.len, self.stream.raw());
+        // SAFETY: each range is this buffer's allocation, aligned for the element size.
+        unsafe {
+            match *bytes {
+                [b] => driver.memset_d8(ptr, b, len, stream),
+                [a, b] => driver.memset_d16(ptr, u16::from_ne_bytes([a, b]), len, stream),
+                [a, b, c, d] => driver.memset_d32(ptr, u32::from_ne_bytes([a, b, c, d]), len, stream),
+                _ => Err(Error::InvalidArgument(format!(
+                    "fill supports 1-, 2- and 4-byte elements, not {} ({})",
+                    std::any::type_name::<T>(),
+                    Bytes(size_of::<T>() as u64)
+                ))),
+            }
+        }
+    }
+}
+
+impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        let Some(id) = self.allocation.take() else { return };
+        let backend = self.stream.backend();
+        if let Err(e) = backend.driver().free(self.ptr, self.stream.raw()) {
+            tracing::error!(error = %e, bytes = self.size_bytes(), "freeing a device buffer failed");
+        }
+        backend.ledger().release(id);
+    }
+}

@@ -1,0 +1,36 @@
+//! What a device is: the facts read from it once, through attribute queries.
+
+use crate::platform::Platform;
+
+/// A device's fixed properties. Kernels size themselves from these (never from constants:
+/// the warp is 32 lanes on NVIDIA and 64 or 32 on AMD).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub platform: Platform,
+    pub name: String,
+    /// Compilation target: `sm_90`, `gfx90a`, ...
+    pub arch: String,
+    /// Streaming multiprocessors (NVIDIA) or compute units (AMD).
+    pub compute_units: u32,
+    pub warp_size: u32,
+    pub max_threads_per_block: u32,
+    pub max_grid: [u32; 3],
+    /// Shared memory (LDS) a block gets without opting in.
+    pub shared_mem_per_block: u32,
+    /// Shared memory a block may opt in to (equal to the above on AMD).
+    pub shared_mem_per_block_optin: u32,
+    pub l2_cache_bytes: u32,
+    pub total_memory: u64,
+    pub pci_bus_id: u32,
+    /// Whether allocations are stream-ordered (memory pools); otherwise frees wait for the
+    /// owning stream.
+    pub stream_ordered_memory: bool,
+}
+
+/// Device memory as the driver reports it at one moment (other processes included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryInfo {
+    pub free: u64,
+    pub total: u64,
+}

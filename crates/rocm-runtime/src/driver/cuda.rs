@@ -1,0 +1,434 @@
+//! NVIDIA: HIP's calls mapped onto the CUDA driver API (`libcuda.so.1`).
+//!
+//! Each backend retains the device's primary context (the one the CUDA runtime and PyTorch
+//! share) and makes it current on whichever thread calls in. Streams are created non-blocking,
+//! so they never wait on the legacy default stream; memory is stream-ordered
+//! (`cuMemAllocAsync`/`cuMemFreeAsync`) where the device supports memory pools.
+
+use std::ffi::{CString, c_void};
+use std::sync::OnceLock;
+
+use rocm_sys::cuda as sys;
+use rocm_sys::cuda::{CUdevice_attribute as Attr, CUresult};
+
+use super::{DeviceDriver, DevicePtr, DriverVersions, RawEvent, RawFunction, RawModule, RawStream, c_string};
+use crate::device::DeviceInfo;
+use crate::error::{DriverError, Error, Result};
+use crate::platform::Platform;
+
+/// The driver library, loaded and initialised once per process.
+struct Cuda {
+    lib: sys::CudaLibrary,
+    extras: rocm_sys::CudaExtras,
+}
+
+#[derive(Clone)]
+enum InitFailure {
+    Load(rocm_sys::LoadError),
+    Init(DriverError),
+}
+
+fn cuda() -> Result<&'static Cuda> {
+    static CUDA: OnceLock<Result<Cuda, InitFailure>> = OnceLock::new();
+    let state = CUDA.get_or_init(|| {
+        // SAFETY: loads the vendor's driver library; bindings match its cuda.h.
+        let (lib, extras) = unsafe { rocm_sys::load_cuda() }.map_err(InitFailure::Load)?;
+        let cuda = Cuda { lib, extras };
+        // SAFETY: cuInit takes flags (must be 0) and may be called from any thread.
+        let r = unsafe { cuda.lib.cuInit(0) };
+        cuda.check("cuInit", r).map_err(|e| match e {
+            Error::Driver(d) => InitFailure::Init(d),
+            _ => unreachable!("check only returns driver errors"),
+        })?;
+        Ok(cuda)
+    });
+    match state {
+        Ok(cuda) => Ok(cuda),
+        Err(InitFailure::Load(e)) => Err(Error::Load(e.clone())),
+        Err(InitFailure::Init(e)) => Err(Error::Driver(e.clone())),
+    }
+}
+
+impl Cuda {
+    fn check(&self, call: &'static str, result: CUresult) -> Result<()> {
+        if result == CUresult::CUDA_SUCCESS {
+            return Ok(());
+        }
+        let mut name = std::ptr::null();
+        let mut description = std::ptr::null();
+        // SAFETY: both calls write a pointer to a static string (or leave it null for an
+        // unknown code); the result codes of these two calls are irrelevant here.
+        let (name, description) = unsafe {
+            self.lib.cuGetErrorName(result, &mut name);
+            self.lib.cuGetErrorString(result, &mut description);
+            (c_string(name), c_string(description))
+        };
+        Err(Error::Driver(DriverError {
+            platform: Platform::Nvidia,
+            call,
+            code: result.0,
+            name,
+            description,
+        }))
+    }
+}
+
+/// Calls a driver function through the loaded library and checks its result.
+macro_rules! call {
+    ($cuda:expr, $f:ident($($arg:expr),* $(,)?)) => {{
+        let cuda: &Cuda = $cuda;
+        #[allow(unused_unsafe, clippy::macro_metavars_in_unsafe)]
+        // SAFETY: every use passes arguments valid for this entry point, as its caller states.
+        let r = unsafe { cuda.lib.$f($($arg),*) };
+        cuda.check(stringify!($f), r)
+    }};
+}
+
+pub(crate) fn device_count() -> Result<usize> {
+    let cuda = cuda()?;
+    let mut count = 0;
+    call!(cuda, cuDeviceGetCount(&mut count))?;
+    Ok(count.max(0) as usize)
+}
+
+#[derive(Debug)]
+pub(crate) struct CudaDevice {
+    cuda: &'static Cuda,
+    ordinal: usize,
+    device: sys::CUdevice,
+    context: ContextHandle,
+    memory_pools: bool,
+}
+
+impl std::fmt::Debug for Cuda {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("libcuda")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ContextHandle(sys::CUcontext);
+// SAFETY: a CUcontext may be made current on any thread; the driver synchronises its state.
+unsafe impl Send for ContextHandle {}
+// SAFETY: as above.
+unsafe impl Sync for ContextHandle {}
+
+impl CudaDevice {
+    pub(crate) fn open(ordinal: usize) -> Result<Self> {
+        let cuda = cuda()?;
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(Error::DeviceOutOfRange { ordinal, count });
+        }
+        let mut device = 0;
+        call!(cuda, cuDeviceGet(&mut device, ordinal as i32))?;
+        let mut context = std::ptr::null_mut();
+        call!(cuda, cuDevicePrimaryCtxRetain(&mut context, device))?;
+        let mut this =
+            CudaDevice { cuda, ordinal, device, context: ContextHandle(context), memory_pools: false };
+        this.memory_pools = this.attribute(Attr::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? != 0;
+        Ok(this)
+    }
+
+    fn lib(&self) -> &'static Cuda {
+        self.cuda
+    }
+
+    /// Makes this device's primary context current on the calling thread, if it is not.
+    fn bind(&self) -> Result<()> {
+        let mut current = std::ptr::null_mut();
+        call!(self.lib(), cuCtxGetCurrent(&mut current))?;
+        if current != self.context.0 {
+            call!(self.lib(), cuCtxSetCurrent(self.context.0))?;
+        }
+        Ok(())
+    }
+
+    fn attribute(&self, attr: Attr) -> Result<i32> {
+        let mut value = 0;
+        call!(self.lib(), cuDeviceGetAttribute(&mut value, attr, self.device))?;
+        Ok(value)
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        // Releasing the primary context only drops our reference; other users keep theirs.
+        let _ = call!(self.lib(), cuDevicePrimaryCtxRelease_v2(self.device));
+    }
+}
+
+impl DeviceDriver for CudaDevice {
+    fn info(&self) -> Result<DeviceInfo> {
+        let mut name = [0 as std::os::raw::c_char; 256];
+        call!(self.lib(), cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, self.device))?;
+        // SAFETY: the driver wrote a NUL-terminated name into the buffer.
+        let name = unsafe { c_string(name.as_ptr()) };
+        let mut total = 0usize;
+        call!(self.lib(), cuDeviceTotalMem_v2(&mut total, self.device))?;
+        let a = |attr| self.attribute(attr).map(|v| v.max(0) as u32);
+        let major = a(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = a(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        Ok(DeviceInfo {
+            ordinal: self.ordinal,
+            platform: Platform::Nvidia,
+            name,
+            arch: format!("sm_{major}{minor}"),
+            compute_units: a(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            warp_size: a(Attr::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
+            max_threads_per_block: a(Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            max_grid: [
+                a(Attr::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+                a(Attr::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+                a(Attr::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+            ],
+            shared_mem_per_block: a(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
+            shared_mem_per_block_optin: a(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            l2_cache_bytes: a(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?,
+            total_memory: total as u64,
+            pci_bus_id: a(Attr::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+            stream_ordered_memory: self.memory_pools,
+        })
+    }
+
+    fn versions(&self) -> DriverVersions {
+        let mut driver = 0;
+        let _ = call!(self.lib(), cuDriverGetVersion(&mut driver));
+        DriverVersions { driver, runtime: None }
+    }
+
+    fn mem_info(&self) -> Result<(u64, u64)> {
+        self.bind()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        call!(self.lib(), cuMemGetInfo_v2(&mut free, &mut total))?;
+        Ok((free as u64, total as u64))
+    }
+
+    fn stream_create(&self) -> Result<RawStream> {
+        self.bind()?;
+        let mut stream = std::ptr::null_mut();
+        let flags = sys::CUstream_flags_enum::CU_STREAM_NON_BLOCKING.0;
+        call!(self.lib(), cuStreamCreate(&mut stream, flags))?;
+        Ok(RawStream(stream.cast()))
+    }
+
+    fn stream_destroy(&self, stream: RawStream) -> Result<()> {
+        self.bind()?;
+        call!(self.lib(), cuStreamDestroy_v2(stream.0.cast()))
+    }
+
+    fn stream_synchronize(&self, stream: RawStream) -> Result<()> {
+        self.bind()?;
+        call!(self.lib(), cuStreamSynchronize(stream.0.cast()))
+    }
+
+    fn stream_is_idle(&self, stream: RawStream) -> Result<bool> {
+        self.bind()?;
+        // SAFETY: the stream handle is live (owned by the caller).
+        let r = unsafe { self.lib().lib.cuStreamQuery(stream.0.cast()) };
+        if r == CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        self.lib().check("cuStreamQuery", r).map(|()| true)
+    }
+
+    fn stream_wait_event(&self, stream: RawStream, event: RawEvent) -> Result<()> {
+        self.bind()?;
+        call!(self.lib(), cuStreamWaitEvent(stream.0.cast(), event.0.cast(), 0))
+    }
+
+    fn alloc(&self, bytes: u64, stream: RawStream) -> Result<DevicePtr> {
+        self.bind()?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        if self.memory_pools {
+            call!(self.lib(), cuMemAllocAsync(&mut ptr, bytes as usize, stream.0.cast()))?;
+        } else {
+            call!(self.lib(), cuMemAlloc_v2(&mut ptr, bytes as usize))?;
+        }
+        Ok(ptr)
+    }
+
+    fn free(&self, ptr: DevicePtr, stream: RawStream) -> Result<()> {
+        self.bind()?;
+        if self.memory_pools {
+            call!(self.lib(), cuMemFreeAsync(ptr, stream.0.cast()))
+        } else {
+            // Without pools a free is immediate: wait for the owning stream's work first.
+            self.stream_synchronize(stream)?;
+            call!(self.lib(), cuMemFree_v2(ptr))
+        }
+    }
+
+    unsafe fn copy_htod(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+        stream: RawStream,
+    ) -> Result<()> {
+        self.bind()?;
+        call!(self.lib(), cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, stream.0.cast()))
+    }
+
+    unsafe fn copy_dtoh(&self, dst: *mut u8, src: DevicePtr, bytes: usize, stream: RawStream) -> Result<()> {
+        self.bind()?;
+        call!(self.lib(), cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, stream.0.cast()))
+    }
+
+    unsafe fn copy_dtod(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        stream: RawStream,
+    ) -> Result<()> {
+        self.bind()?;
+        call!(self.lib(), cuMemcpyDtoDAsync_v2(dst, src, bytes, stream.0.cast()))
+    }
+
+    unsafe fn memset_d8(&self, dst: DevicePtr, value: u8, count: usize, stream: RawStream) -> Result<()> {
+        self.bind()?;
+        call!(self.lib(), cuMemsetD8Async(dst, value, count, stream.0.cast()))
+    }
+
+    unsafe fn memset_d16(&self, dst: DevicePtr, value: u16, count: usize, stream: RawStream) -> Result<()> {
+        self.bind()?;
+        call!(self.lib(), cuMemsetD16Async(dst, value, count, stream.0.cast()))
+    }
+
+    unsafe fn memset_d32(&self, dst: DevicePtr, value: u32, count: usize, stream: RawStream) -> Result<()> {
+        self.bind()?;
+        call!(self.lib(), cuMemsetD32Async(dst, value, count, stream.0.cast()))
+    }
+
+    fn event_create(&self, timing: bool) -> Result<RawEvent> {
+        self.bind()?;
+        let mut event = std::ptr::null_mut();
+        let flags = if timing {
+            sys::CUevent_flags_enum::CU_EVENT_DEFAULT.0
+        } else {
+            sys::CUevent_flags_enum::CU_EVENT_DISABLE_TIMING.0
+        };
+        call!(self.lib(), cuEventCreate(&mut event, flags))?;
+        Ok(RawEvent(event.cast()))
+    }
+
+    fn event_destroy(&self, event: RawEvent) -> Result<()> {
+        self.bind()?;
+        call!(self.lib(), cuEventDestroy_v2(event.0.cast()))
+    }
+
+    fn event_record(&self, event: RawEvent, stream: RawStream) -> Result<()> {
+        self.bind()?;
+        call!(self.lib(), cuEventRecord(event.0.cast(), stream.0.cast()))
+    }
+
+    fn event_synchronize(&self, event: RawEvent) -> Result<()> {
+        self.bind()?;
+        call!(self.lib(), cuEventSynchronize(event.0.cast()))
+    }
+
+    fn event_is_complete(&self, event: RawEvent) -> Result<bool> {
+        self.bind()?;
+        // SAFETY: the event handle is live (owned by the caller).
+        let r = unsafe { self.lib().lib.cuEventQuery(event.0.cast()) };
+        if r == CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        self.lib().check("cuEventQuery", r).map(|()| true)
+    }
+
+    fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32> {
+        self.bind()?;
+        let mut ms = 0.0f32;
+        // SAFETY: both handles are live timing events (owned by the caller).
+        let r = unsafe { (self.lib().extras.event_elapsed_time)(&mut ms, start.0.cast(), end.0.cast()) };
+        self.lib().check("cuEventElapsedTime", r)?;
+        Ok(ms)
+    }
+
+    fn module_load(&self, image: &[u8]) -> Result<RawModule> {
+        self.bind()?;
+        // The driver parses fatbin headers in place: hand it an 8-byte-aligned copy.
+        let mut aligned = vec![0u64; image.len().div_ceil(8) + 1];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..image.len()].copy_from_slice(image);
+        let mut module = std::ptr::null_mut();
+        call!(self.lib(), cuModuleLoadData(&mut module, aligned.as_ptr().cast()))?;
+        Ok(RawModule(module.cast()))
+    }
+
+    fn module_unload(&self, module: RawModule) -> Result<()> {
+        self.bind()?;
+        call!(self.lib(), cuModuleUnload(module.0.cast()))
+    }
+
+    fn module_function(&self, module: RawModule, name: &str) -> Result<RawFunction> {
+        self.bind()?;
+        let cname =
+            CString::new(name).map_err(|_| Error::InvalidArgument(format!("kernel name {name:?}")))?;
+        let mut function = std::ptr::null_mut();
+        call!(self.lib(), cuModuleGetFunction(&mut function, module.0.cast(), cname.as_ptr())).map_err(
+            |e| match e {
+                Error::Driver(source) => Error::FunctionNotFound { name: name.to_string(), source },
+                other => other,
+            },
+        )?;
+        Ok(RawFunction(function.cast()))
+    }
+
+    fn function_param_sizes(&self, function: RawFunction) -> Option<Vec<usize>> {
+        let get = self.lib().extras.func_get_param_info?;
+        let mut sizes = Vec::new();
+        // Parameters are numbered from 0; the first index past the end is an error.
+        for index in 0..4096 {
+            let (mut offset, mut size) = (0usize, 0usize);
+            // SAFETY: the function handle is live; out-pointers are valid.
+            let r = unsafe { get(function.0.cast(), index, &mut offset, &mut size) };
+            if r != CUresult::CUDA_SUCCESS {
+                break;
+            }
+            sizes.push(size);
+        }
+        Some(sizes)
+    }
+
+    fn function_max_threads(&self, function: RawFunction) -> Result<u32> {
+        let mut value = 0;
+        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
+        call!(self.lib(), cuFuncGetAttribute(&mut value, attr, function.0.cast()))?;
+        Ok(value.max(0) as u32)
+    }
+
+    fn function_set_max_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()> {
+        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        call!(self.lib(), cuFuncSetAttribute(function.0.cast(), attr, bytes as i32))
+    }
+
+    unsafe fn launch(
+        &self,
+        function: RawFunction,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem_bytes: u32,
+        stream: RawStream,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        self.bind()?;
+        call!(
+            self.lib(),
+            cuLaunchKernel(
+                function.0.cast(),
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                shared_mem_bytes,
+                stream.0.cast(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        )
+    }
+}

@@ -1,0 +1,154 @@
+//! The one seam between rocmforge and a vendor stack.
+//!
+//! [`DeviceDriver`] is a device-bound view of one vendor API, with raw handles in and out. Its
+//! two implementations ([`cuda`], [`hip`]) are the only code in the workspace that knows which
+//! platform is underneath; everything above them is written once. Every method binds the
+//! device (CUDA context / HIP device) to the calling thread first, so callers never do.
+//!
+//! Nothing here synchronises the device: only streams, events and (for allocation fallbacks)
+//! the stream an allocation belongs to.
+
+pub(crate) mod cuda;
+pub(crate) mod hip;
+
+use std::ffi::c_void;
+
+use crate::device::DeviceInfo;
+use crate::error::Result;
+use crate::platform::Platform;
+
+/// Declares a `Copy` handle around a raw driver pointer that may cross threads.
+macro_rules! raw_handle {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {$(
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub(crate) struct $name(pub(crate) *mut c_void);
+        // SAFETY: driver handles are opaque tokens that both APIs accept from any thread;
+        // the runtime orders their use through streams and owns their lifetime.
+        unsafe impl Send for $name {}
+        // SAFETY: as above; the driver serialises concurrent calls on one handle itself.
+        unsafe impl Sync for $name {}
+    )*};
+}
+raw_handle!(
+    /// `CUstream` / `hipStream_t`.
+    RawStream,
+    /// `CUevent` / `hipEvent_t`.
+    RawEvent,
+    /// `CUmodule` / `hipModule_t`.
+    RawModule,
+    /// `CUfunction` / `hipFunction_t`.
+    RawFunction,
+);
+
+/// A device address. Both platforms use a flat 64-bit device address space.
+pub(crate) type DevicePtr = u64;
+
+/// Device and driver facts the runtime reads once.
+#[derive(Debug, Clone)]
+pub(crate) struct DriverVersions {
+    pub driver: i32,
+    pub runtime: Option<i32>,
+}
+
+/// One device of one vendor stack. Implementations bind their device to the calling thread
+/// in every method, so any thread may call any method.
+pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
+    fn info(&self) -> Result<DeviceInfo>;
+    fn versions(&self) -> DriverVersions;
+    /// (free, total) bytes of device memory, as the driver sees them now.
+    fn mem_info(&self) -> Result<(u64, u64)>;
+
+    fn stream_create(&self) -> Result<RawStream>;
+    fn stream_destroy(&self, stream: RawStream) -> Result<()>;
+    fn stream_synchronize(&self, stream: RawStream) -> Result<()>;
+    /// `true` when all work queued on the stream has completed.
+    fn stream_is_idle(&self, stream: RawStream) -> Result<bool>;
+    fn stream_wait_event(&self, stream: RawStream, event: RawEvent) -> Result<()>;
+
+    /// Allocates `bytes` (> 0) ordered on `stream`.
+    fn alloc(&self, bytes: u64, stream: RawStream) -> Result<DevicePtr>;
+    /// Frees `ptr` once the work queued on `stream` before this call has completed.
+    fn free(&self, ptr: DevicePtr, stream: RawStream) -> Result<()>;
+
+    /// # Safety
+    /// `dst..dst+bytes` is device memory this process owns; `src..src+bytes` is readable host
+    /// memory that stays valid and unchanged until the stream has executed the copy.
+    unsafe fn copy_htod(&self, dst: DevicePtr, src: *const u8, bytes: usize, stream: RawStream)
+    -> Result<()>;
+    /// # Safety
+    /// As [`Self::copy_htod`], with `dst` writable host memory valid until the copy completes.
+    unsafe fn copy_dtoh(&self, dst: *mut u8, src: DevicePtr, bytes: usize, stream: RawStream) -> Result<()>;
+    /// # Safety
+    /// Both ranges are device memory this process owns.
+    unsafe fn copy_dtod(&self, dst: DevicePtr, src: DevicePtr, bytes: usize, stream: RawStream)
+    -> Result<()>;
+    /// # Safety
+    /// `dst..dst+count` is device memory this process owns.
+    unsafe fn memset_d8(&self, dst: DevicePtr, value: u8, count: usize, stream: RawStream) -> Result<()>;
+    /// # Safety
+    /// `dst..dst+2*count` is device memory this process owns, 2-byte aligned.
+    unsafe fn memset_d16(&self, dst: DevicePtr, value: u16, count: usize, stream: RawStream) -> Result<()>;
+    /// # Safety
+    /// `dst..dst+4*count` is device memory this process owns, 4-byte aligned.
+    unsafe fn memset_d32(&self, dst: DevicePtr, value: u32, count: usize, stream: RawStream) -> Result<()>;
+
+    fn event_create(&self, timing: bool) -> Result<RawEvent>;
+    fn event_destroy(&self, event: RawEvent) -> Result<()>;
+    fn event_record(&self, event: RawEvent, stream: RawStream) -> Result<()>;
+    fn event_synchronize(&self, event: RawEvent) -> Result<()>;
+    fn event_is_complete(&self, event: RawEvent) -> Result<bool>;
+    fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32>;
+
+    /// Loads a code object (AMD) or fatbin/cubin/PTX (NVIDIA) image.
+    fn module_load(&self, image: &[u8]) -> Result<RawModule>;
+    fn module_unload(&self, module: RawModule) -> Result<()>;
+    fn module_function(&self, module: RawModule, name: &str) -> Result<RawFunction>;
+    /// Byte sizes of the kernel's parameters, where the driver can tell (CUDA 12.4+).
+    fn function_param_sizes(&self, function: RawFunction) -> Option<Vec<usize>>;
+    /// The kernel's own limit on threads per block (register pressure can lower it).
+    fn function_max_threads(&self, function: RawFunction) -> Result<u32>;
+    /// Lets the kernel use `bytes` of dynamic shared memory (needed above 48 KiB on NVIDIA).
+    fn function_set_max_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()>;
+
+    /// # Safety
+    /// `params` points at one readable value per kernel parameter, of the parameter's type,
+    /// and the kernel's memory accesses stay inside allocations that outlive its execution.
+    unsafe fn launch(
+        &self,
+        function: RawFunction,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem_bytes: u32,
+        stream: RawStream,
+        params: &mut [*mut c_void],
+    ) -> Result<()>;
+}
+
+/// Opens device `ordinal` of `platform`.
+pub(crate) fn open(platform: Platform, ordinal: usize) -> Result<Box<dyn DeviceDriver>> {
+    match platform {
+        Platform::Nvidia => Ok(Box::new(cuda::CudaDevice::open(ordinal)?)),
+        Platform::Amd => Ok(Box::new(hip::HipDevice::open(ordinal)?)),
+    }
+}
+
+/// Number of devices `platform` reports (loading its library on first use).
+pub(crate) fn device_count(platform: Platform) -> Result<usize> {
+    match platform {
+        Platform::Nvidia => cuda::device_count(),
+        Platform::Amd => hip::device_count(),
+    }
+}
+
+/// Converts a NUL-terminated C string owned by the driver into a `String`.
+///
+/// # Safety
+/// `ptr` is null or points at a NUL-terminated string.
+pub(crate) unsafe fn c_string(ptr: *const std::os::raw::c_char) -> String {
+    if ptr.is_null() {
+        return String::from("(none)");
+    }
+    // SAFETY: per the contract.
+    unsafe { std::ffi::CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+}

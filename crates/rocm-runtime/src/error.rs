@@ -1,0 +1,128 @@
+//! The runtime's error type: every failure says which call failed and why, in the driver's words.
+
+use std::fmt;
+
+/// Which platform a driver error came from.
+pub use crate::platform::Platform;
+
+/// A failed driver call: the call, its numeric code and the driver's own name for the code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverError {
+    pub platform: Platform,
+    /// The entry point that failed, e.g. `cuMemAlloc_v2` or `hipModuleLoadData`.
+    pub call: &'static str,
+    pub code: u32,
+    /// The driver's name for the code (`CUDA_ERROR_OUT_OF_MEMORY`, `hipErrorInvalidValue`).
+    pub name: String,
+    /// The driver's description of the code.
+    pub description: String,
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed: {} ({}) [code {}]", self.call, self.name, self.description, self.code)
+    }
+}
+
+impl std::error::Error for DriverError {}
+
+/// The memory guard refused an allocation: it would take the ledger past its budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverBudget {
+    pub requested: u64,
+    pub budget: u64,
+    pub in_use: u64,
+    pub free: u64,
+    pub total: u64,
+}
+
+impl std::error::Error for OverBudget {}
+
+impl fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "allocation of {} refused by the memory guard: budget {}, in use {}, device free {}, device total {}",
+            Bytes(self.requested),
+            Bytes(self.budget),
+            Bytes(self.in_use),
+            Bytes(self.free),
+            Bytes(self.total)
+        )
+    }
+}
+
+/// Everything that can go wrong in the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Load(#[from] rocm_sys::LoadError),
+    #[error("{0}")]
+    Driver(DriverError),
+    #[error("{0}")]
+    OverBudget(OverBudget),
+    #[error("no GPU: {0}")]
+    NoDevice(String),
+    #[error("device {ordinal} does not exist ({count} device(s) found)")]
+    DeviceOutOfRange { ordinal: usize, count: usize },
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("launch of `{kernel}` has {got:?} argument byte sizes, the kernel takes {expected:?}")]
+    LaunchArguments { kernel: String, expected: Vec<usize>, got: Vec<usize> },
+    #[error(
+        "a buffer of stream {buffer_stream} was used on stream {stream}; use a buffer on the stream it belongs to"
+    )]
+    StreamMismatch { stream: u64, buffer_stream: u64 },
+    #[error("`{name}` not found in module: {source}")]
+    FunctionNotFound { name: String, source: DriverError },
+}
+
+impl Error {
+    /// The driver error inside, if this is one.
+    pub fn driver(&self) -> Option<&DriverError> {
+        match self {
+            Error::Driver(e) | Error::FunctionNotFound { source: e, .. } => Some(e),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A byte count printed with its binary-prefixed size, e.g. `1073741824 B (1.00 GiB)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Bytes(pub u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut value = self.0 as f64;
+        let mut unit = 0;
+        while value >= 1024.0 && unit < UNITS.len() - 1 {
+            value /= 1024.0;
+            unit += 1;
+        }
+        if unit == 0 {
+            write!(f, "{} B", self.0)
+        } else {
+            write!(f, "{} B ({value:.2} {})", self.0, UNITS[unit])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn over_budget_names_every_figure() {
+        let e =
+            OverBudget { requested: 3 << 30, budget: 2 << 30, in_use: 1024, free: 5 << 30, total: 8 << 30 };
+        let text = Error::OverBudget(e).to_string();
+        for needle in
+            ["3.00 GiB", "budget 2147483648 B", "in use 1024 B", "free 5368709120", "total 8589934592"]
+        {
+            assert!(text.contains(needle), "`{needle}` missing from: {text}");
+        }
+    }
+}

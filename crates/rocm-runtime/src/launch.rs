@@ -1,0 +1,207 @@
+//! The typed launch builder: arguments collected with their sizes, checked, then launched.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use crate::buffer::{DeviceBuffer, DeviceCopy};
+use crate::error::{Error, Result};
+use crate::module::Function;
+use crate::stream::Stream;
+
+/// Grid, block and dynamic shared memory of one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// One-dimensional: `block` threads a block and enough blocks to cover `elements`, capped
+    /// at `max_blocks` (kernels use grid-stride loops, so fewer blocks still cover everything).
+    pub fn linear(elements: usize, block: u32, max_blocks: u32) -> Self {
+        let blocks = elements.div_ceil(block.max(1) as usize).clamp(1, max_blocks.max(1) as usize) as u32;
+        LaunchConfig { grid: [blocks, 1, 1], block: [block, 1, 1], shared_mem_bytes: 0 }
+    }
+
+    fn threads_per_block(&self) -> u64 {
+        self.block.iter().map(|&b| b as u64).product()
+    }
+}
+
+/// One kernel argument's bytes, kept in 8-byte-aligned storage that does not move while the
+/// argument list grows (the driver reads each through a pointer).
+struct ArgValue {
+    storage: Box<[u64]>,
+    size: usize,
+}
+
+/// A kernel launch being assembled; made by [`Stream::launch`].
+///
+/// Arguments are added in the kernel's parameter order. Buffers must belong to the launching
+/// stream, which is what makes their use safe after the launch returns: their frees are
+/// queued behind the kernel on the same stream. Errors are held until [`Launch::launch`].
+#[must_use = "a launch does nothing until `launch` is called"]
+pub struct Launch<'a> {
+    stream: &'a Stream,
+    function: &'a Function,
+    args: Vec<ArgValue>,
+    error: Option<Error>,
+}
+
+impl std::fmt::Debug for Launch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launch")
+            .field("kernel", &self.function.name())
+            .field("args", &self.args.len())
+            .finish()
+    }
+}
+
+impl<'a> Launch<'a> {
+    pub(crate) fn new(stream: &'a Stream, function: &'a Function) -> Self {
+        let error = (!Arc::ptr_eq(stream.backend(), function.backend()))
+            .then(|| Error::InvalidArgument(format!("`{}` was loaded on another device", function.name())));
+        Launch { stream, function, args: Vec::new(), error }
+    }
+
+    fn push_bytes(&mut self, bytes: &[u8]) {
+        let mut storage = vec![0u64; bytes.len().div_ceil(8).max(1)].into_boxed_slice();
+        bytemuck::cast_slice_mut::<u64, u8>(&mut storage)[..bytes.len()].copy_from_slice(bytes);
+        self.args.push(ArgValue { storage, size: bytes.len() });
+    }
+
+    /// A by-value argument: a scalar or a `#[repr(C)]` plain-data struct.
+    pub fn arg<A: bytemuck::Pod>(mut self, value: A) -> Self {
+        self.push_bytes(bytemuck::bytes_of(&value));
+        self
+    }
+
+    fn push_buffer<T: DeviceCopy>(&mut self, buffer: &DeviceBuffer<T>) {
+        if self.error.is_none() {
+            self.error = self.stream.check_owns(buffer.stream()).err();
+        }
+        self.push_bytes(&buffer.device_ptr().to_ne_bytes());
+    }
+
+    /// A buffer the kernel only reads.
+    pub fn buffer<T: DeviceCopy>(mut self, buffer: &'a DeviceBuffer<T>) -> Self {
+        self.push_buffer(buffer);
+        self
+    }
+
+    /// A buffer the kernel writes.
+    pub fn buffer_mut<T: DeviceCopy>(mut self, buffer: &'a mut DeviceBuffer<T>) -> Self {
+        self.push_buffer(buffer);
+        self
+    }
+
+    /// Checks the configuration and the arguments, then queues the kernel on the stream.
+    ///
+    /// # Safety
+    /// The arguments must match the kernel's parameters in type and order (sizes are checked
+    /// where the driver reports them), and the kernel must access memory only inside the
+    /// buffers passed to it, for the sizes they have: the caller vouches for the kernel's
+    /// indexing. The typed launchers in `rocm-kernels` are the safe way to call this.
+    pub unsafe fn launch(self, config: LaunchConfig) -> Result<()> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let function = self.function;
+        let info = self.stream.backend().info();
+        check_config(
+            &config,
+            info.max_grid,
+            function.max_threads_per_block(),
+            info.shared_mem_per_block_optin,
+        )
+        .map_err(|why| Error::InvalidArgument(format!("launch of `{}`: {why}", function.name())))?;
+        if let Some(expected) = function.param_sizes() {
+            let got: Vec<usize> = self.args.iter().map(|a| a.size).collect();
+            if got != expected {
+                return Err(Error::LaunchArguments {
+                    kernel: function.name().to_string(),
+                    expected: expected.to_vec(),
+                    got,
+                });
+            }
+        }
+        let driver = self.stream.backend().driver();
+        if config.shared_mem_bytes > info.shared_mem_per_block {
+            driver.function_set_max_dynamic_shared(function.raw(), config.shared_mem_bytes)?;
+        }
+        let mut params: Vec<*mut c_void> =
+            self.args.iter().map(|a| a.storage.as_ptr() as *mut c_void).collect();
+        let _span = tracing::trace_span!(
+            "launch",
+            kernel = function.name(),
+            grid = ?config.grid,
+            block = ?config.block,
+            stream = self.stream.id()
+        )
+        .entered();
+        // SAFETY: `params` holds one pointer per argument into storage alive for this call
+        // (the driver copies the values at launch); the rest is the caller's contract.
+        unsafe {
+            driver.launch(
+                function.raw(),
+                config.grid,
+                config.block,
+                config.shared_mem_bytes,
+                self.stream.raw(),
+                &mut params,
+            )
+        }
+    }
+}
+
+fn check_config(
+    config: &LaunchConfig,
+    max_grid: [u32; 3],
+    max_threads: u32,
+    max_shared: u32,
+) -> Result<(), String> {
+    if config.grid.contains(&0) || config.block.contains(&0) {
+        return Err(format!("empty grid {:?} or block {:?}", config.grid, config.block));
+    }
+    if let Some(axis) = (0..3).find(|&i| config.grid[i] > max_grid[i]) {
+        return Err(format!("grid {:?} exceeds the device's {:?} on axis {axis}", config.grid, max_grid));
+    }
+    if config.threads_per_block() > max_threads as u64 {
+        return Err(format!("block {:?} exceeds the kernel's {max_threads} threads", config.block));
+    }
+    if config.shared_mem_bytes > max_shared {
+        return Err(format!(
+            "{} bytes of shared memory exceed the device's {max_shared}",
+            config.shared_mem_bytes
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linear_configs_cover_and_cap() {
+        assert_eq!(LaunchConfig::linear(1000, 256, 1024).grid, [4, 1, 1]);
+        assert_eq!(LaunchConfig::linear(0, 256, 1024).grid, [1, 1, 1]);
+        assert_eq!(LaunchConfig::linear(usize::MAX, 256, 4096).grid, [4096, 1, 1]);
+    }
+
+    #[test]
+    fn configs_beyond_the_limits_are_refused() {
+        let ok = LaunchConfig { grid: [10, 1, 1], block: [256, 1, 1], shared_mem_bytes: 0 };
+        let grid = [i32::MAX as u32, 65535, 65535];
+        assert!(check_config(&ok, grid, 1024, 48 << 10).is_ok());
+        let big_block = LaunchConfig { block: [1024, 2, 1], ..ok };
+        assert!(check_config(&big_block, grid, 1024, 48 << 10).unwrap_err().contains("threads"));
+        let empty = LaunchConfig { grid: [0, 1, 1], ..ok };
+        assert!(check_config(&empty, grid, 1024, 48 << 10).is_err());
+        let tall = LaunchConfig { grid: [1, 70000, 1], ..ok };
+        assert!(check_config(&tall, grid, 1024, 48 << 10).unwrap_err().contains("axis 1"));
+        let shared = LaunchConfig { shared_mem_bytes: 1 << 20, ..ok };
+        assert!(check_config(&shared, grid, 1024, 48 << 10).is_err());
+    }
+}

@@ -1,0 +1,156 @@
+//! Owned streams: the unit of ordering, and the only thing rocmforge ever waits on.
+
+use std::panic::Location;
+use std::sync::Arc;
+
+use crate::backend::Backend;
+use crate::buffer::{DeviceBuffer, DeviceCopy};
+use crate::driver::RawStream;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::launch::Launch;
+use crate::ledger::Account;
+use crate::module::Function;
+
+/// A stream this process created and owns. Cloning shares it; the driver stream is destroyed
+/// when the last clone and the last buffer allocated on it are gone.
+///
+/// Streams are non-blocking: they never wait for the legacy default stream, and
+/// [`Stream::synchronize`] waits for this stream's work only, never for the whole device (where
+/// another program, a desktop compositor say, may be running).
+#[derive(Clone)]
+pub struct Stream {
+    inner: Arc<StreamInner>,
+}
+
+struct StreamInner {
+    backend: Arc<Backend>,
+    raw: RawStream,
+    id: u64,
+    account: Option<Account>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream")
+            .field("id", &self.inner.id)
+            .field("device", &self.inner.backend.info().ordinal)
+            .field("account", &self.inner.account.as_ref().map(|a| a.name()))
+            .finish()
+    }
+}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        // The driver lets queued work finish before it releases the stream.
+        if let Err(e) = self.backend.driver().stream_destroy(self.raw) {
+            tracing::error!(stream = self.id, error = %e, "destroying a stream failed");
+        }
+    }
+}
+
+impl Stream {
+    pub(crate) fn new(backend: Arc<Backend>, account: Option<Account>) -> Result<Self> {
+        let raw = backend.driver().stream_create()?;
+        let id = backend.next_stream_id();
+        Ok(Stream { inner: Arc::new(StreamInner { backend, raw, id, account }) })
+    }
+
+    pub fn backend(&self) -> &Arc<Backend> {
+        &self.inner.backend
+    }
+
+    /// A number that identifies this stream within its backend.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The account this stream's allocations are charged to.
+    pub fn account(&self) -> Option<&Account> {
+        self.inner.account.as_ref()
+    }
+
+    pub(crate) fn raw(&self) -> RawStream {
+        self.inner.raw
+    }
+
+    /// Whether `other` is this same stream.
+    pub fn same_as(&self, other: &Stream) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Blocks until all work queued on this stream has completed. Other streams, ours or
+    /// anyone's, are not waited for.
+    pub fn synchronize(&self) -> Result<()> {
+        let _span = tracing::trace_span!("stream_synchronize", stream = self.id()).entered();
+        self.inner.backend.driver().stream_synchronize(self.raw())
+    }
+
+    /// `true` when all queued work has completed (does not block).
+    pub fn is_idle(&self) -> Result<bool> {
+        self.inner.backend.driver().stream_is_idle(self.raw())
+    }
+
+    /// Allocates `len` elements, uninitialised, ordered on this stream and charged to its
+    /// account. Fails with [`Error::OverBudget`] when the memory guard refuses.
+    #[track_caller]
+    pub fn alloc<T: DeviceCopy>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        DeviceBuffer::alloc(self, len, Location::caller())
+    }
+
+    /// Allocates `len` elements set to zero bytes.
+    #[track_caller]
+    pub fn alloc_zeroed<T: DeviceCopy>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        let mut buffer = DeviceBuffer::alloc(self, len, Location::caller())?;
+        buffer.fill_bytes(0)?;
+        Ok(buffer)
+    }
+
+    /// Allocates a buffer holding a copy of `data`.
+    #[track_caller]
+    pub fn upload<T: DeviceCopy>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        let mut buffer = DeviceBuffer::alloc(self, data.len(), Location::caller())?;
+        buffer.copy_from_host(data)?;
+        Ok(buffer)
+    }
+
+    /// Records a timing event at this point of the stream.
+    pub fn record_event(&self) -> Result<Event> {
+        let event = Event::new(self.inner.backend.clone(), true)?;
+        event.record(self)?;
+        Ok(event)
+    }
+
+    /// Makes later work on this stream wait until `event` has completed.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        event.check_backend(&self.inner.backend)?;
+        self.inner.backend.driver().stream_wait_event(self.raw(), event.raw())
+    }
+
+    /// Makes later work on each stream wait for the work queued so far on the other.
+    pub(crate) fn join(&self, other: &Stream) -> Result<()> {
+        if self.same_as(other) {
+            return Ok(());
+        }
+        let mine = Event::new(self.inner.backend.clone(), false)?;
+        let theirs = Event::new(self.inner.backend.clone(), false)?;
+        mine.record(self)?;
+        theirs.record(other)?;
+        other.wait_event(&mine)?;
+        self.wait_event(&theirs)
+    }
+
+    /// Starts a kernel launch on this stream; see [`Launch`].
+    pub fn launch<'a>(&'a self, function: &'a Function) -> Launch<'a> {
+        Launch::new(self, function)
+    }
+
+    /// Fails unless `buffer_stream` is this stream.
+    pub(crate) fn check_owns(&self, buffer_stream: &Stream) -> Result<()> {
+        if self.same_as(buffer_stream) {
+            Ok(())
+        } else {
+            Err(Error::StreamMismatch { stream: self.id(), buffer_stream: buffer_stream.id() })
+        }
+    }
+}
