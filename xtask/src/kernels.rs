@@ -1,7 +1,733 @@
-//! `cargo xtask kernels` (stub).
+//! `cargo xtask kernels [--platform amd|nvidia|all|auto]`: compile every `kernels/*.hip` into one
+//! code object per platform, which `rocm-kernels` embeds at build time.
+//!
+//! - NVIDIA: `nvcc -x cu --fatbin`, SASS for each SM arch plus PTX for the newest, so newer GPUs
+//!   JIT the PTX. `<out>/nvidia/<stem>.fatbin`.
+//! - AMD: `hipcc --genco`, one offload bundle holding a code object per gfx target the installed
+//!   hipcc supports. `<out>/amd/<stem>.hsaco`.
+//!
+//! `<out>` is `$ROCMFORGE_KERNELS_DIR` (relative paths are taken from the workspace root, as
+//! `rocm-kernels`' build script does) or `<workspace>/target/kernels`. Warnings are errors on both
+//! compilers: the same source must be clean everywhere. A kernel is rebuilt when its source or any
+//! header in `kernels/include` is newer than its object, or when the compiler, flags or target
+//! list changed since the last build (recorded in `<out>/<platform>/.build-stamp`).
 
-use crate::Result;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Instant, SystemTime};
 
-pub fn run(_args: &[String]) -> Result<()> {
-    Err("not written yet".into())
+use crate::{Result, toolchain};
+
+const USAGE: &str = "usage: cargo xtask kernels [--platform amd|nvidia|all|auto]
+
+  auto (default)  every platform whose compiler is installed; an error if there is none
+  all             both platforms; an error names what to install for a missing compiler
+  amd | nvidia    that platform only
+
+environment:
+  ROCMFORGE_KERNELS_DIR   output folder (default <workspace>/target/kernels)
+  ROCMFORGE_NVIDIA_ARCHS  SM archs, e.g. \"80,90\" (default 80,90; SASS for each, PTX for the newest)
+  ROCMFORGE_AMD_ARCHS     gfx targets, e.g. \"gfx90a,gfx1030\" (default: those of gfx908, gfx90a,
+                          gfx940, gfx942, gfx1030, gfx1100 the installed hipcc accepts)
+";
+
+/// SM archs built when `ROCMFORGE_NVIDIA_ARCHS` is not set: Ampere and Hopper.
+const DEFAULT_NVIDIA_ARCHS: &[&str] = &["80", "90"];
+
+/// gfx targets tried when `ROCMFORGE_AMD_ARCHS` is not set: CDNA 1-3 and RDNA 2-3. Each is probed,
+/// since older hipcc releases reject the newer ones.
+const AMD_ARCH_CANDIDATES: &[&str] = &["gfx908", "gfx90a", "gfx940", "gfx942", "gfx1030", "gfx1100"];
+
+const NVCC_FLAGS: &[&str] = &["-x", "cu", "--fatbin", "-O3", "-std=c++17", "-Werror", "all-warnings"];
+const HIPCC_FLAGS: &[&str] = &["--genco", "-O3", "-std=c++17", "-Wall", "-Werror"];
+
+/// A GPU platform kernels are compiled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KernelPlatform {
+    /// AMD GPUs, through hipcc.
+    Amd,
+    /// NVIDIA GPUs, through nvcc.
+    Nvidia,
+}
+
+impl KernelPlatform {
+    /// Every platform, in build order.
+    pub const ALL: [KernelPlatform; 2] = [KernelPlatform::Amd, KernelPlatform::Nvidia];
+
+    /// The name used on the command line and as the output subfolder.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelPlatform::Amd => "amd",
+            KernelPlatform::Nvidia => "nvidia",
+        }
+    }
+
+    /// Extension of the code objects built for this platform.
+    pub fn object_extension(self) -> &'static str {
+        match self {
+            KernelPlatform::Amd => "hsaco",
+            KernelPlatform::Nvidia => "fatbin",
+        }
+    }
+
+    fn compiler_name(self) -> &'static str {
+        match self {
+            KernelPlatform::Amd => "hipcc",
+            KernelPlatform::Nvidia => "nvcc",
+        }
+    }
+
+    /// The compiler for this platform, if one is installed.
+    pub fn compiler(self) -> Option<PathBuf> {
+        match self {
+            KernelPlatform::Amd => toolchain::hipcc(),
+            KernelPlatform::Nvidia => toolchain::nvcc(),
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        KernelPlatform::ALL.into_iter().find(|p| p.name() == s)
+    }
+
+    fn missing_compiler(self) -> String {
+        format!(
+            "{} kernels need {}, which was not found: {}",
+            self.name(),
+            self.compiler_name(),
+            toolchain::install_hint(self.compiler_name())
+        )
+    }
+}
+
+impl fmt::Display for KernelPlatform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// Which platforms the command line asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Selection {
+    Auto,
+    All,
+    Only(KernelPlatform),
+}
+
+/// `None` means `--help` was asked for.
+fn parse_args(args: &[String]) -> Result<Option<Selection>> {
+    let mut selection = Selection::Auto;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let value = match arg.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--platform" => it.next().ok_or("--platform needs a value: amd, nvidia, all or auto")?.as_str(),
+            other => match other.strip_prefix("--platform=") {
+                Some(v) => v,
+                None => return Err(format!("unknown argument `{other}`\n{USAGE}").into()),
+            },
+        };
+        selection = match value {
+            "auto" => Selection::Auto,
+            "all" => Selection::All,
+            v => Selection::Only(
+                KernelPlatform::parse(v)
+                    .ok_or_else(|| format!("unknown platform `{v}`: expected amd, nvidia, all or auto"))?,
+            ),
+        };
+    }
+    Ok(Some(selection))
+}
+
+/// The platforms to build for `selection`, given those whose compiler is installed.
+fn resolve(selection: Selection, available: &[KernelPlatform]) -> Result<Vec<KernelPlatform>> {
+    let wanted: Vec<KernelPlatform> = match selection {
+        Selection::Auto => {
+            if available.is_empty() {
+                let hints: Vec<String> = KernelPlatform::ALL.iter().map(|p| p.missing_compiler()).collect();
+                return Err(format!("no kernel compiler found.\n  {}", hints.join("\n  ")).into());
+            }
+            return Ok(available.to_vec());
+        }
+        Selection::All => KernelPlatform::ALL.to_vec(),
+        Selection::Only(p) => vec![p],
+    };
+    let missing: Vec<String> =
+        wanted.iter().filter(|p| !available.contains(p)).map(|p| p.missing_compiler()).collect();
+    if !missing.is_empty() {
+        return Err(missing.join("\n").into());
+    }
+    Ok(wanted)
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let Some(selection) = parse_args(args)? else {
+        print!("{USAGE}");
+        return Ok(());
+    };
+    build(&resolve(selection, &available_platforms())?)
+}
+
+/// The platforms whose compiler is installed on this machine.
+pub fn available_platforms() -> Vec<KernelPlatform> {
+    KernelPlatform::ALL.into_iter().filter(|p| p.compiler().is_some()).collect()
+}
+
+/// Where code objects go: `$ROCMFORGE_KERNELS_DIR` (relative to the workspace root) or
+/// `<workspace>/target/kernels`.
+pub fn output_dir() -> PathBuf {
+    let root = crate::workspace_root();
+    match std::env::var_os("ROCMFORGE_KERNELS_DIR").filter(|v| !v.is_empty()) {
+        Some(dir) => root.join(dir),
+        None => root.join("target").join("kernels"),
+    }
+}
+
+/// Path of the code object built from `kernels/<stem>.hip` for `platform`.
+pub fn object_path(platform: KernelPlatform, stem: &str) -> PathBuf {
+    output_dir().join(platform.name()).join(format!("{stem}.{}", platform.object_extension()))
+}
+
+/// Kernel sources (`kernels/*.hip`), sorted.
+fn sources(kernels_dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(kernels_dir).map_err(|e| format!("{}: {e}", kernels_dir.display()))? {
+        let path = entry?.path();
+        if path.is_file() && path.extension().is_some_and(|e| e == "hip") {
+            let stem = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .ok_or_else(|| format!("{}: kernel file names must be UTF-8 identifiers", path.display()))?;
+            out.push((stem.to_string(), path.clone()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn mtime(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// Newest modification time of any file under `dir` (headers every kernel depends on).
+fn newest_under(dir: &Path) -> Option<SystemTime> {
+    let mut newest = mtime(dir);
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let t = if path.is_dir() { newest_under(&path) } else { mtime(&path) };
+        newest = newest.max(t);
+    }
+    newest
+}
+
+/// An object is current when it exists and is newer than everything it was compiled from.
+fn is_up_to_date(object: Option<SystemTime>, inputs: &[Option<SystemTime>]) -> bool {
+    match object {
+        Some(obj) => inputs.iter().all(|t| t.is_some_and(|t| t < obj)),
+        None => false,
+    }
+}
+
+/// Parses a comma- or space-separated list.
+fn split_list(list: &str) -> Vec<&str> {
+    list.split(|c: char| c == ',' || c.is_whitespace()).filter(|s| !s.is_empty()).collect()
+}
+
+/// An SM arch (`80`, `sm_90`, `compute_90a`): two or three digits and an optional letter suffix.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct SmArch {
+    number: u32,
+    suffix: String,
+}
+
+impl fmt::Display for SmArch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.number, self.suffix)
+    }
+}
+
+fn parse_nvidia_archs(list: &str) -> Result<Vec<SmArch>> {
+    let mut archs = Vec::new();
+    for token in split_list(list) {
+        let bare = token.strip_prefix("sm_").or_else(|| token.strip_prefix("compute_")).unwrap_or(token);
+        let digits_end = bare.find(|c: char| !c.is_ascii_digit()).unwrap_or(bare.len());
+        let (digits, suffix) = bare.split_at(digits_end);
+        let valid = (2..=3).contains(&digits.len())
+            && suffix.len() <= 1
+            && suffix.chars().all(|c| c.is_ascii_lowercase());
+        if !valid {
+            return Err(format!("`{token}` is not an SM arch (expected e.g. 80, 90, sm_90a)").into());
+        }
+        archs.push(SmArch { number: digits.parse()?, suffix: suffix.to_string() });
+    }
+    if archs.is_empty() {
+        return Err("no SM arch given".into());
+    }
+    archs.sort();
+    archs.dedup();
+    Ok(archs)
+}
+
+/// `-gencode` flags: SASS for every arch, plus PTX for the newest arch-neutral one (arch-specific
+/// `a`/`f` PTX does not run on later GPUs), so GPUs newer than the list still load the fatbin.
+fn nvidia_gencode_args(archs: &[SmArch]) -> Vec<String> {
+    let mut args = Vec::new();
+    for a in archs {
+        args.push("-gencode".to_string());
+        args.push(format!("arch=compute_{a},code=sm_{a}"));
+    }
+    if let Some(ptx) = archs.iter().rev().find(|a| a.suffix.is_empty()).or(archs.last()) {
+        args.push("-gencode".to_string());
+        args.push(format!("arch=compute_{ptx},code=compute_{ptx}"));
+    }
+    args
+}
+
+/// A gfx target ID: `gfx` + hex digits, then optional `:feature+` / `:feature-` parts.
+fn parse_amd_archs(list: &str) -> Result<Vec<String>> {
+    let mut archs: Vec<String> = Vec::new();
+    for token in split_list(list) {
+        let mut parts = token.split(':');
+        let processor = parts.next().unwrap_or_default();
+        let proc_ok = processor.strip_prefix("gfx").is_some_and(|n| {
+            !n.is_empty() && n.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        });
+        let features_ok = parts.all(|f| {
+            f.len() > 1
+                && (f.ends_with('+') || f.ends_with('-'))
+                && f[..f.len() - 1].chars().all(|c| c.is_ascii_lowercase())
+        });
+        if !proc_ok || !features_ok {
+            return Err(format!(
+                "`{token}` is not a gfx target (expected e.g. gfx90a, gfx1030, gfx90a:xnack-)"
+            )
+            .into());
+        }
+        if !archs.iter().any(|a| a == token) {
+            archs.push(token.to_string());
+        }
+    }
+    if archs.is_empty() {
+        return Err("no gfx target given".into());
+    }
+    Ok(archs)
+}
+
+/// The `--offload-arch` targets among `candidates` that this hipcc accepts, found by compiling an
+/// empty kernel for each (in parallel) into a scratch folder.
+fn probe_amd_archs(hipcc: &Path, candidates: &[&str]) -> Result<Vec<String>> {
+    let scratch = std::env::temp_dir().join(format!("rocmforge-hipcc-probe-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let source = scratch.join("probe.hip");
+    std::fs::write(&source, "__global__ void rf_probe() {}\n")?;
+    let accepted: Vec<bool> = std::thread::scope(|s| {
+        let handles: Vec<_> = candidates
+            .iter()
+            .map(|arch| {
+                let (source, scratch) = (&source, &scratch);
+                s.spawn(move || {
+                    Command::new(hipcc)
+                        .env("HIP_PLATFORM", "amd")
+                        .arg("--genco")
+                        .arg(format!("--offload-arch={arch}"))
+                        .arg("-o")
+                        .arg(scratch.join(format!("{arch}.hsaco")))
+                        .arg(source)
+                        .output()
+                        .is_ok_and(|o| o.status.success())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(false)).collect()
+    });
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(candidates.iter().zip(accepted).filter(|(_, ok)| *ok).map(|(a, _)| a.to_string()).collect())
+}
+
+/// How the target list is chosen, recorded in the stamp so a change rebuilds everything.
+enum ArchSpec {
+    Nvidia(Vec<SmArch>),
+    AmdListed(Vec<String>),
+    AmdProbe,
+}
+
+fn arch_spec(platform: KernelPlatform) -> Result<ArchSpec> {
+    let var = match platform {
+        KernelPlatform::Amd => "ROCMFORGE_AMD_ARCHS",
+        KernelPlatform::Nvidia => "ROCMFORGE_NVIDIA_ARCHS",
+    };
+    let value = std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+    let in_var = |e: Box<dyn std::error::Error>| format!("{var}: {e}");
+    Ok(match (platform, value) {
+        (KernelPlatform::Nvidia, Some(v)) => ArchSpec::Nvidia(parse_nvidia_archs(&v).map_err(in_var)?),
+        (KernelPlatform::Nvidia, None) => {
+            ArchSpec::Nvidia(parse_nvidia_archs(&DEFAULT_NVIDIA_ARCHS.join(","))?)
+        }
+        (KernelPlatform::Amd, Some(v)) => ArchSpec::AmdListed(parse_amd_archs(&v).map_err(in_var)?),
+        (KernelPlatform::Amd, None) => ArchSpec::AmdProbe,
+    })
+}
+
+impl ArchSpec {
+    fn describe(&self) -> String {
+        match self {
+            ArchSpec::Nvidia(archs) => nvidia_gencode_args(archs).join(" "),
+            ArchSpec::AmdListed(archs) => format!("listed: {}", archs.join(",")),
+            ArchSpec::AmdProbe => format!("probed among: {}", AMD_ARCH_CANDIDATES.join(",")),
+        }
+    }
+
+    /// The compiler's target flags (probing hipcc if the list was not given).
+    fn target_args(&self, compiler: &Path) -> Result<(Vec<String>, String)> {
+        let amd = |archs: &[String]| {
+            (archs.iter().map(|a| format!("--offload-arch={a}")).collect(), archs.join(", "))
+        };
+        Ok(match self {
+            ArchSpec::Nvidia(archs) => {
+                let names: Vec<String> = archs.iter().map(|a| format!("sm_{a}")).collect();
+                (nvidia_gencode_args(archs), names.join(", ") + " (+ PTX)")
+            }
+            ArchSpec::AmdListed(archs) => amd(archs),
+            ArchSpec::AmdProbe => {
+                let archs = probe_amd_archs(compiler, AMD_ARCH_CANDIDATES)?;
+                if archs.is_empty() {
+                    return Err(format!(
+                        "{} accepts none of the gfx targets {}; set ROCMFORGE_AMD_ARCHS to the ones it supports",
+                        compiler.display(),
+                        AMD_ARCH_CANDIDATES.join(", ")
+                    )
+                    .into());
+                }
+                amd(&archs)
+            }
+        })
+    }
+}
+
+/// What the objects of one platform were built with: the compiler (path and modification time,
+/// so an upgrade in place counts), the flags and the target list.
+fn stamp_text(platform: KernelPlatform, compiler: &Path, spec: &ArchSpec) -> String {
+    let compiler_time = std::fs::canonicalize(compiler)
+        .ok()
+        .and_then(|c| mtime(&c))
+        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    let flags = match platform {
+        KernelPlatform::Amd => HIPCC_FLAGS,
+        KernelPlatform::Nvidia => NVCC_FLAGS,
+    };
+    format!(
+        "compiler: {} (modified {compiler_time})\nflags: {}\ntargets: {}\n",
+        compiler.display(),
+        flags.join(" "),
+        spec.describe()
+    )
+}
+
+/// One kernel to compile for one platform.
+struct Job {
+    platform: KernelPlatform,
+    stem: String,
+    program: PathBuf,
+    args: Vec<String>,
+    object: PathBuf,
+}
+
+impl Job {
+    fn command_line(&self) -> String {
+        let quote = |s: &str| {
+            if s.is_empty() || s.contains(|c: char| c.is_whitespace() || "\"'$\\".contains(c)) {
+                format!("'{}'", s.replace('\'', r"'\''"))
+            } else {
+                s.to_string()
+            }
+        };
+        let mut line = quote(&self.program.to_string_lossy());
+        for a in &self.args {
+            line.push(' ');
+            line.push_str(&quote(a));
+        }
+        line
+    }
+
+    /// Compiles into a temporary file renamed into place on success, so a failed or interrupted
+    /// compile never leaves an object that looks up to date.
+    fn run(&self, root: &Path) -> std::result::Result<(u64, String), String> {
+        let tmp = self.object.with_extension(format!("{}.tmp", self.platform.object_extension()));
+        let mut cmd = Command::new(&self.program);
+        cmd.current_dir(root).args(&self.args).arg("-o").arg(&tmp);
+        if self.platform == KernelPlatform::Amd {
+            cmd.env("HIP_PLATFORM", "amd");
+        }
+        let output = cmd.output().map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
+        let text =
+            String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(format!(
+                "{}\n$ {} -o {}\n{}",
+                output.status,
+                self.command_line(),
+                tmp.display(),
+                text.trim_end()
+            ));
+        }
+        std::fs::rename(&tmp, &self.object).map_err(|e| format!("{}: {e}", self.object.display()))?;
+        let size = std::fs::metadata(&self.object).map(|m| m.len()).unwrap_or(0);
+        Ok((size, text))
+    }
+}
+
+fn display_path(path: &Path, root: &Path) -> String {
+    path.strip_prefix(root).unwrap_or(path).display().to_string()
+}
+
+/// Compiles every `kernels/*.hip` for each of `platforms`, skipping objects that are up to date.
+/// Prints one line per kernel per platform; on a compile failure prints the compiler's output and
+/// returns an error once every other kernel has been tried.
+pub fn build(platforms: &[KernelPlatform]) -> Result<()> {
+    if platforms.is_empty() {
+        return Err("no platform to build kernels for".into());
+    }
+    let root = crate::workspace_root();
+    let kernels_dir = root.join("kernels");
+    let include_dir = kernels_dir.join("include");
+    let sources = sources(&kernels_dir)?;
+    if sources.is_empty() {
+        return Err(format!("no kernel sources in {}", kernels_dir.display()).into());
+    }
+    let headers_time = newest_under(&include_dir);
+    let out_dir = output_dir();
+
+    let mut jobs = Vec::new();
+    // Platforms whose stamp is written once all of their jobs succeed.
+    let mut stamps: Vec<(KernelPlatform, PathBuf, String)> = Vec::new();
+    for &platform in platforms {
+        let compiler = platform.compiler().ok_or_else(|| platform.missing_compiler())?;
+        let spec = arch_spec(platform)?;
+        let dir = out_dir.join(platform.name());
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        remove_stale(&dir, platform, &sources, &root)?;
+
+        let stamp_path = dir.join(".build-stamp");
+        let stamp = stamp_text(platform, &compiler, &spec);
+        let stamp_current = std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp);
+        let mut pending = Vec::new();
+        for (stem, source) in &sources {
+            let object = object_path(platform, stem);
+            if stamp_current && is_up_to_date(mtime(&object), &[mtime(source), headers_time]) {
+                println!("kernels: {platform:<6} {stem:<24} up to date    {}", display_path(&object, &root));
+            } else {
+                pending.push((stem, source, object));
+            }
+        }
+        if pending.is_empty() {
+            continue;
+        }
+        let (target_args, targets) = spec.target_args(&compiler)?;
+        println!("kernels: {platform:<6} {} targets: {targets}", compiler.display());
+        let flags = match platform {
+            KernelPlatform::Amd => HIPCC_FLAGS,
+            KernelPlatform::Nvidia => NVCC_FLAGS,
+        };
+        for (stem, source, object) in pending {
+            let mut args: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+            args.push("-I".into());
+            args.push(display_path(&include_dir, &root));
+            args.extend(target_args.iter().cloned());
+            args.push(display_path(source, &root));
+            jobs.push(Job { platform, stem: stem.clone(), program: compiler.clone(), args, object });
+        }
+        stamps.push((platform, stamp_path, stamp));
+    }
+
+    let failures = run_jobs(&jobs, &root);
+    for (platform, stamp_path, stamp) in stamps {
+        if !failures.iter().any(|(p, _)| *p == platform) {
+            std::fs::write(&stamp_path, stamp).map_err(|e| format!("{}: {e}", stamp_path.display()))?;
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        let names: Vec<String> = failures.iter().map(|(p, s)| format!("{p}/{s}")).collect();
+        Err(format!("{} kernel(s) failed to compile: {}", failures.len(), names.join(", ")).into())
+    }
+}
+
+/// Runs the compiles on every core; returns the (platform, kernel) pairs that failed.
+fn run_jobs(jobs: &[Job], root: &Path) -> Vec<(KernelPlatform, String)> {
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len().max(1));
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| {
+                while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let start = Instant::now();
+                    let (platform, stem) = (job.platform, &job.stem);
+                    match job.run(root) {
+                        Ok((size, text)) => {
+                            let secs = start.elapsed().as_secs_f64();
+                            let mut line = format!(
+                                "kernels: {platform:<6} {stem:<24} built {secs:5.1} s {} ({size} bytes)",
+                                display_path(&job.object, root)
+                            );
+                            if !text.trim().is_empty() {
+                                line = format!("{line}\n{}", text.trim_end());
+                            }
+                            println!("{line}");
+                        }
+                        Err(e) => {
+                            eprintln!("kernels: {platform:<6} {stem:<24} FAILED: {e}");
+                            failures.lock().unwrap_or_else(|p| p.into_inner()).push((platform, stem.clone()));
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let mut failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());
+    failures.sort();
+    failures
+}
+
+/// Removes objects whose source is gone and temporaries of interrupted compiles, so nothing stale
+/// gets embedded.
+fn remove_stale(
+    dir: &Path,
+    platform: KernelPlatform,
+    sources: &[(String, PathBuf)],
+    root: &Path,
+) -> Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let is_tmp = name.ends_with(".tmp");
+        let orphan = path.extension().is_some_and(|e| e == platform.object_extension())
+            && !sources.iter().any(|(stem, _)| path.file_stem().is_some_and(|s| s == stem.as_str()));
+        if path.is_file() && (is_tmp || orphan) {
+            std::fs::remove_file(&path)?;
+            println!("kernels: {platform:<6} removed stale {}", display_path(&path, root));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn platform_flag_forms() {
+        assert_eq!(parse_args(&args(&[])).unwrap(), Some(Selection::Auto));
+        assert_eq!(
+            parse_args(&args(&["--platform", "amd"])).unwrap(),
+            Some(Selection::Only(KernelPlatform::Amd))
+        );
+        assert_eq!(
+            parse_args(&args(&["--platform=nvidia"])).unwrap(),
+            Some(Selection::Only(KernelPlatform::Nvidia))
+        );
+        assert_eq!(parse_args(&args(&["--platform", "all"])).unwrap(), Some(Selection::All));
+        assert_eq!(
+            parse_args(&args(&["--platform", "all", "--platform", "auto"])).unwrap(),
+            Some(Selection::Auto)
+        );
+        assert_eq!(parse_args(&args(&["--help"])).unwrap(), None);
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        assert!(parse_args(&args(&["--platform"])).is_err());
+        assert!(parse_args(&args(&["--platform", "intel"])).is_err());
+        assert!(parse_args(&args(&["--platfrom=amd"])).is_err());
+        assert!(parse_args(&args(&["amd"])).is_err());
+    }
+
+    #[test]
+    fn auto_takes_what_is_installed() {
+        use KernelPlatform::*;
+        assert_eq!(resolve(Selection::Auto, &[Nvidia]).unwrap(), vec![Nvidia]);
+        assert_eq!(resolve(Selection::Auto, &[Amd, Nvidia]).unwrap(), vec![Amd, Nvidia]);
+        let err = resolve(Selection::Auto, &[]).unwrap_err().to_string();
+        assert!(err.contains("hipcc") && err.contains("nvcc"), "{err}");
+    }
+
+    #[test]
+    fn explicit_platform_needs_its_compiler() {
+        use KernelPlatform::*;
+        assert_eq!(resolve(Selection::Only(Amd), &[Amd]).unwrap(), vec![Amd]);
+        assert_eq!(resolve(Selection::All, &[Amd, Nvidia]).unwrap(), vec![Amd, Nvidia]);
+        let err = resolve(Selection::All, &[Amd]).unwrap_err().to_string();
+        assert!(err.contains("nvcc") && !err.contains("hipcc"), "{err}");
+        let err = resolve(Selection::Only(Amd), &[Nvidia]).unwrap_err().to_string();
+        assert!(err.contains("hipcc") && err.contains("install"), "{err}");
+    }
+
+    #[test]
+    fn nvidia_arch_list() {
+        let archs = parse_nvidia_archs("90, sm_80,compute_90 86").unwrap();
+        let names: Vec<String> = archs.iter().map(|a| a.to_string()).collect();
+        assert_eq!(names, ["80", "86", "90"]);
+        assert_eq!(
+            parse_nvidia_archs("90a,100").unwrap().iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            ["90a", "100"]
+        );
+        for bad in ["", " , ", "8", "sm80", "gfx90a", "90ab", "1000", "90A"] {
+            assert!(parse_nvidia_archs(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn default_gencode_is_sass_for_each_and_ptx_for_the_newest() {
+        let archs = parse_nvidia_archs(&DEFAULT_NVIDIA_ARCHS.join(",")).unwrap();
+        assert_eq!(
+            nvidia_gencode_args(&archs).join(" "),
+            [
+                "-gencode arch=compute_80,code=sm_80",
+                "-gencode arch=compute_90,code=sm_90",
+                "-gencode arch=compute_90,code=compute_90"
+            ]
+            .join(" ")
+        );
+        // Arch-specific PTX does not run on later GPUs: the PTX comes from the newest plain arch.
+        let archs = parse_nvidia_archs("80,90a").unwrap();
+        assert!(nvidia_gencode_args(&archs).join(" ").ends_with("arch=compute_80,code=compute_80"));
+    }
+
+    #[test]
+    fn amd_arch_list() {
+        assert_eq!(parse_amd_archs("gfx90a, gfx1030 gfx90a").unwrap(), ["gfx90a", "gfx1030"]);
+        assert_eq!(parse_amd_archs("gfx90a:xnack-:sramecc+").unwrap(), ["gfx90a:xnack-:sramecc+"]);
+        for bad in ["", "gfx", "sm_80", "90", "gfx90a:xnack", "gfx90a:+", "GFX90A", "gfx90z"] {
+            assert!(parse_amd_archs(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn staleness() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(is_up_to_date(Some(t1), &[Some(t0), Some(t0)]));
+        assert!(!is_up_to_date(Some(t1), &[Some(t0), Some(t1)]), "a header as new as the object");
+        assert!(!is_up_to_date(Some(t0), &[Some(t1)]));
+        assert!(!is_up_to_date(None, &[Some(t0)]), "object missing");
+        assert!(!is_up_to_date(Some(t1), &[None]), "input unreadable");
+    }
+
+    #[test]
+    fn sources_are_the_hip_files_sorted() {
+        let found = sources(&crate::workspace_root().join("kernels")).unwrap();
+        let stems: Vec<&str> = found.iter().map(|(s, _)| s.as_str()).collect();
+        assert!(stems.contains(&"axpy") && stems.contains(&"fill"), "{stems:?}");
+        assert!(stems.windows(2).all(|w| w[0] < w[1]));
+    }
 }

@@ -1,0 +1,156 @@
+// rocmforge.h: the one portability header every kernels/*.hip source includes.
+//
+// The same source is compiled by hipcc for AMD GPUs and by `nvcc -x cu` for NVIDIA GPUs.
+// HIP's own NVIDIA headers wrap the CUDA runtime and do not build against current CUDA, so on
+// NVIDIA this header maps the handful of HIP-isms the kernels use straight onto CUDA instead.
+// Kernels use only what is defined here (plus builtins common to both: threadIdx, blockIdx,
+// blockDim, gridDim, __syncthreads, __shared__), which keeps the platform split in one file.
+//
+// Platform-specific fast paths (MFMA/WMMA on AMD, mma.sync/wgmma on NVIDIA) go behind
+// `#if RF_PLATFORM_AMD` / `#if RF_PLATFORM_NVIDIA` with a portable fallback that always compiles.
+
+#ifndef ROCMFORGE_H
+#define ROCMFORGE_H
+
+// clang in HIP mode defines __HIP__; check it first because clang's CUDA mode also defines
+// __CUDACC__.
+#if defined(__HIP__)
+#define RF_PLATFORM_AMD 1
+#define RF_PLATFORM_NVIDIA 0
+#include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
+#elif defined(__CUDACC__)
+#define RF_PLATFORM_AMD 0
+#define RF_PLATFORM_NVIDIA 1
+#include <cuda_runtime.h>
+// cuda_fp16.h includes CCCL's <nv/target>, a separate package in NVIDIA's pip wheels: say so
+// instead of failing deep inside the CUDA headers.
+#if defined(__has_include)
+#if !__has_include(<nv/target>)
+#error "rocmforge.h: cuda_fp16.h needs CCCL's <nv/target>: install the toolkit's CCCL (pip: nvidia-cuda-cccl)"
+#endif
+#endif
+#include <cuda_fp16.h>
+#else
+#error "rocmforge.h: compile with hipcc (AMD) or nvcc -x cu (NVIDIA)"
+#endif
+
+// Kernels are looked up by name (hipModuleGetFunction / cuModuleGetFunction): no C++ mangling.
+#define RF_KERNEL extern "C" __global__
+
+// Small device helpers are always inlined; both compilers spell it __forceinline__.
+#define RF_DEVICE __device__ __forceinline__
+
+// ---------------------------------------------------------------------------------------------
+// Warps / wavefronts
+// ---------------------------------------------------------------------------------------------
+
+// Threads per warp (NVIDIA: 32) or wavefront (AMD: 64 on CDNA, 32 or 64 on RDNA). Always ask,
+// never assume: the same source runs on both widths.
+RF_DEVICE int rf_warp_size() { return warpSize; }
+
+// Lane index of this thread inside its warp/wavefront (assumes 1-D blocks, as all our kernels use).
+RF_DEVICE int rf_lane_id() { return (int)(threadIdx.x % (unsigned int)warpSize); }
+
+// Butterfly exchange with lane (lane ^ lane_mask). CUDA requires the _sync form with a member mask;
+// all lanes participate in our reductions. HIP has no masks: its wavefront executes as a whole.
+RF_DEVICE float rf_shfl_xor(float v, int lane_mask) {
+#if RF_PLATFORM_NVIDIA
+    return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+#else
+    return __shfl_xor(v, lane_mask);
+#endif
+}
+
+RF_DEVICE int rf_shfl_xor(int v, int lane_mask) {
+#if RF_PLATFORM_NVIDIA
+    return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+#else
+    return __shfl_xor(v, lane_mask);
+#endif
+}
+
+// Value from lane (lane + delta); lanes past the end of the warp get their own value back.
+RF_DEVICE float rf_shfl_down(float v, unsigned int delta) {
+#if RF_PLATFORM_NVIDIA
+    return __shfl_down_sync(0xffffffffu, v, delta);
+#else
+    return __shfl_down(v, delta);
+#endif
+}
+
+RF_DEVICE int rf_shfl_down(int v, unsigned int delta) {
+#if RF_PLATFORM_NVIDIA
+    return __shfl_down_sync(0xffffffffu, v, delta);
+#else
+    return __shfl_down(v, delta);
+#endif
+}
+
+// Sum over the whole warp/wavefront; every lane gets the result. The loop bound is the runtime
+// width, so one source serves 32- and 64-wide hardware.
+RF_DEVICE float rf_warp_sum(float v) {
+    for (int mask = rf_warp_size() / 2; mask > 0; mask /= 2) {
+        v += rf_shfl_xor(v, mask);
+    }
+    return v;
+}
+
+// Maximum over the whole warp/wavefront; every lane gets the result.
+RF_DEVICE float rf_warp_max(float v) {
+    for (int mask = rf_warp_size() / 2; mask > 0; mask /= 2) {
+        v = fmaxf(v, rf_shfl_xor(v, mask));
+    }
+    return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Indexing. 64-bit throughout: blockIdx.x * blockDim.x overflows 32 bits for tensors with more
+// than 2^32 elements, and a grid-stride loop needs 64-bit arithmetic to terminate for any n.
+// ---------------------------------------------------------------------------------------------
+
+typedef unsigned long long rf_u64;
+
+// Global index of this thread in a 1-D grid.
+RF_DEVICE rf_u64 rf_global_thread_id() {
+    return (rf_u64)blockIdx.x * (rf_u64)blockDim.x + (rf_u64)threadIdx.x;
+}
+
+// Total threads in a 1-D grid: the step of a grid-stride loop.
+RF_DEVICE rf_u64 rf_grid_stride() { return (rf_u64)gridDim.x * (rf_u64)blockDim.x; }
+
+// Visits every i in [0, n) exactly once across the grid, whatever the launch size:
+//     RF_GRID_STRIDE_LOOP(i, n) { out[i] = ...; }
+#define RF_GRID_STRIDE_LOOP(i, n) \
+    for (rf_u64 i = rf_global_thread_id(), rf_stride_##i = rf_grid_stride(); i < (rf_u64)(n); i += rf_stride_##i)
+
+// ---------------------------------------------------------------------------------------------
+// f16: IEEE binary16 as __half (hip_fp16.h / cuda_fp16.h); both convert round-to-nearest-even.
+// ---------------------------------------------------------------------------------------------
+
+RF_DEVICE float rf_half_to_float(__half h) { return __half2float(h); }
+RF_DEVICE __half rf_float_to_half(float f) { return __float2half(f); }
+
+// ---------------------------------------------------------------------------------------------
+// bf16: stored as raw bits in an unsigned short. The vendor bf16 types differ between HIP versions
+// and CUDA (and HIP's older one truncates), so the conversions are written here once and give the
+// same bits on both platforms and in the Rust CPU references (`half::bf16`).
+// ---------------------------------------------------------------------------------------------
+
+typedef unsigned short rf_bf16;
+
+// Exact: a bf16 is the top half of an f32.
+RF_DEVICE float rf_bf16_to_float(rf_bf16 b) { return __uint_as_float((unsigned int)b << 16); }
+
+// Round to nearest, ties to even. NaN stays NaN (quieted, sign kept): rounding could otherwise
+// carry a NaN whose payload sits in the low bits into infinity. Overflow rounds to infinity.
+RF_DEVICE rf_bf16 rf_float_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return (rf_bf16)((u >> 16) | 0x0040u);
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (rf_bf16)(u >> 16);
+}
+
+#endif // ROCMFORGE_H
