@@ -1,7 +1,103 @@
-//! `cargo xtask doctor` (stub).
+//! `cargo xtask doctor`: what this machine offers rocmforge, and what is missing with how to
+//! get it. Never fails for a missing GPU or toolchain: it reports them.
+
+use rocm_runtime::{Backend, Bytes, PLATFORM_ENV};
 
 use crate::Result;
+use crate::kernels::{self, KernelPlatform};
+use crate::toolchain;
 
-pub fn run(_args: &[String]) -> Result<()> {
-    Err("not written yet".into())
+pub fn run(args: &[String]) -> Result<()> {
+    if !args.is_empty() {
+        return Err("usage: cargo xtask doctor".into());
+    }
+    println!("rocmforge doctor");
+    let choice = std::env::var(PLATFORM_ENV).unwrap_or_else(|_| "auto".into());
+    println!("{PLATFORM_ENV}: {choice}");
+    report_devices();
+    report_toolchains();
+    report_kernels();
+    Ok(())
+}
+
+fn report_devices() {
+    let detected = match rocm_runtime::detect() {
+        Ok(d) => d,
+        Err(e) => {
+            println!("devices: none ({e})");
+            return;
+        }
+    };
+    println!("platform: {} ({} device(s))", detected.platform, detected.device_count);
+    for ordinal in 0..detected.device_count {
+        let backend = match Backend::open(ordinal) {
+            Ok(b) => b,
+            Err(e) => {
+                println!("device {ordinal}: cannot open: {e}");
+                continue;
+            }
+        };
+        let i = backend.info();
+        println!("device {ordinal}: {} ({}), pci bus {}", i.name, i.arch, i.pci_bus_id);
+        println!(
+            "  compute units {}, warp {}, max threads/block {}, shared memory/block {} ({} opt-in), L2 {}",
+            i.compute_units,
+            i.warp_size,
+            i.max_threads_per_block,
+            Bytes(i.shared_mem_per_block as u64),
+            Bytes(i.shared_mem_per_block_optin as u64),
+            Bytes(i.l2_cache_bytes as u64)
+        );
+        let runtime = backend.runtime_version().map(|v| format!(", runtime {v}")).unwrap_or_default();
+        println!(
+            "  driver {}{runtime}, stream-ordered memory: {}",
+            backend.driver_version(),
+            i.stream_ordered_memory
+        );
+        match backend.memory_info() {
+            Ok(m) => println!("  memory: free {}, total {}", Bytes(m.free), Bytes(m.total)),
+            Err(e) => println!("  memory: unknown ({e})"),
+        }
+        let budget = backend.ledger().budget();
+        let share = 100.0 * budget as f64 / backend.free_at_start().max(1) as f64;
+        println!("  memory guard budget: {} ({share:.0}% of free at start)", Bytes(budget));
+    }
+}
+
+fn report_toolchains() {
+    match toolchain::hipcc() {
+        Some(p) => println!("hipcc: {} ({})", p.display(), toolchain::version_line(&p, "--version")),
+        None => println!("hipcc: not found: {}", toolchain::install_hint("hipcc")),
+    }
+    match toolchain::nvcc() {
+        Some(p) => println!("nvcc: {} ({})", p.display(), toolchain::version_line(&p, "--version")),
+        None => println!("nvcc: not found: {}", toolchain::install_hint("nvcc")),
+    }
+    let show = |dir: Option<std::path::PathBuf>| dir.map_or("not found".into(), |p| p.display().to_string());
+    println!(
+        "headers for bindgen: hip {}, cuda {}",
+        show(toolchain::hip_include_dir()),
+        show(toolchain::cuda_include_dir())
+    );
+}
+
+fn report_kernels() {
+    println!("kernel objects in {}:", kernels::output_dir().display());
+    for platform in KernelPlatform::ALL {
+        let dir = kernels::output_dir().join(platform.name());
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == platform.object_extension()))
+            .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .collect();
+        names.sort();
+        if names.is_empty() {
+            println!("  {platform}: none built (cargo xtask kernels --platform {platform})");
+        } else {
+            println!("  {platform}: {}", names.join(", "));
+        }
+    }
 }
