@@ -40,6 +40,7 @@ fn main() {
         "/// Keeps an embedded object on a 64-byte boundary, since loaders read headers in place."
     )
     .unwrap();
+    writeln!(code, "#[allow(dead_code)] // unused when no kernel is built").unwrap();
     writeln!(code, "#[repr(C, align(64))]").unwrap();
     writeln!(code, "struct Aligned<B: ?Sized>(B);").unwrap();
     for (table, sub, ext) in PLATFORMS {

@@ -1,11 +1,702 @@
-//! `cargo xtask gpu-test` and `gpu-archive` (stub).
+//! `cargo xtask gpu-test` and `cargo xtask gpu-archive`.
+//!
+//! - `gpu-test` builds the kernels for the platform of this machine and runs the workspace's tests
+//!   under the nextest `gpu` profile with `ROCMFORGE_REQUIRE_GPU=1`, so a missing GPU is a failure
+//!   and never a run that passes by skipping everything.
+//! - `gpu-archive` packs what a GPU host without cargo needs into one folder: a nextest archive
+//!   (test binaries with their kernels embedded), the nextest binary and a lean build of xtask.
+//!   `DIR/xtask gpu-test --archive DIR`, run from the root of a checkout, runs it there.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use crate::Result;
+use crate::kernels::{self, KernelPlatform};
 
-pub fn test(_args: &[String]) -> Result<()> {
-    Err("not written yet".into())
+/// The nextest archive inside the folder `gpu-archive` writes.
+const ARCHIVE_FILE: &str = "rocmforge-gpu.tar.zst";
+/// What a remote GPU host accepts in one transfer.
+const SIZE_LIMIT: u64 = 60 * 1024 * 1024;
+/// The cargo profile GPU suites are built with (workspace `Cargo.toml`: optimised, stripped).
+const CARGO_PROFILE: &str = "gpu";
+/// The nextest profile and test group GPU tests run under (`.config/nextest.toml`).
+const NEXTEST_PROFILE: &str = "gpu";
+const TEST_GROUP: &str = "gpu";
+const NEXTEST_CONFIG: &str = ".config/nextest.toml";
+
+const TEST_USAGE: &str = "usage: cargo xtask gpu-test [--archive DIR] [--gpus N] [-- nextest args]";
+const ARCHIVE_USAGE: &str = "usage: cargo xtask gpu-archive [--out DIR]";
+
+// ---------------------------------------------------------------------------------------------
+// gpu-test
+
+#[derive(Debug, Default, PartialEq)]
+struct TestArgs {
+    archive: Option<PathBuf>,
+    gpus: Option<usize>,
+    nextest: Vec<String>,
 }
 
-pub fn archive(_args: &[String]) -> Result<()> {
-    Err("not written yet".into())
+fn parse_test_args(args: &[String]) -> Result<TestArgs> {
+    let mut out = TestArgs::default();
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        if arg == "--" {
+            out.nextest = rest.cloned().collect();
+            break;
+        } else if let Some(dir) = option_value(arg, "--archive", &mut rest)? {
+            out.archive = Some(PathBuf::from(dir));
+        } else if let Some(n) = option_value(arg, "--gpus", &mut rest)? {
+            out.gpus = Some(parse_gpus(&n).map_err(|e| format!("--gpus: {e}"))?);
+        } else {
+            return Err(format!("unexpected argument `{arg}`\n{TEST_USAGE}").into());
+        }
+    }
+    Ok(out)
+}
+
+pub fn test(args: &[String]) -> Result<()> {
+    let args = parse_test_args(args)?;
+    match &args.archive {
+        None => test_here(&args),
+        Some(dir) => test_archive(dir, &args),
+    }
+}
+
+/// Builds this machine's kernels and runs the suite with cargo.
+fn test_here(args: &TestArgs) -> Result<()> {
+    let gpu = detect_gpu().map_err(|why| why.to_string())?;
+    let root = crate::workspace_root();
+    println!("gpu-test: {} GPU platform, {} device(s)", gpu.platform_name(), gpu.devices);
+    kernels::build(&[gpu.platform()])?;
+
+    let gpus = gpu_count(args.gpus, Some(&gpu));
+    let mut cmd = Command::new(cargo());
+    cmd.current_dir(&root)
+        .args(["nextest", "run", "--workspace", "--cargo-profile", CARGO_PROFILE])
+        .args(["--profile", NEXTEST_PROFILE]);
+    let config = add_group_config(&mut cmd, &root, gpus)?;
+    cmd.args(&args.nextest).env("ROCMFORGE_REQUIRE_GPU", "1").env("ROCMFORGE_PLATFORM", gpu.platform_name());
+    run_nextest(cmd, config)
+}
+
+/// Runs a suite packed by `gpu-archive`, without cargo. The checkout root is the current folder.
+fn test_archive(dir: &Path, args: &TestArgs) -> Result<()> {
+    let root = std::env::current_dir()?;
+    if !root.join(NEXTEST_CONFIG).is_file() || !root.join("Cargo.toml").is_file() {
+        return Err(format!(
+            "run `gpu-test --archive` from the root of the rocmforge checkout (the folder holding \
+             Cargo.toml and {NEXTEST_CONFIG}); {} is not it",
+            root.display()
+        )
+        .into());
+    }
+    let dir = root.join(dir);
+    let nextest = dir.join("cargo-nextest");
+    let archive = dir.join(ARCHIVE_FILE);
+    for needed in [&nextest, &archive] {
+        if !needed.is_file() {
+            return Err(format!(
+                "{} is missing: make the folder with `cargo xtask gpu-archive` and copy all of it",
+                needed.display()
+            )
+            .into());
+        }
+    }
+
+    let gpu = detect_gpu();
+    match &gpu {
+        Ok(gpu) => println!("gpu-test: {} GPU platform, {} device(s)", gpu.platform_name(), gpu.devices),
+        // Run anyway: under ROCMFORGE_REQUIRE_GPU=1 every GPU test then fails and says why.
+        Err(why) => eprintln!("gpu-test: {why}\ngpu-test: running the suite anyway; its GPU tests will fail"),
+    }
+    let gpus = gpu_count(args.gpus, gpu.as_ref().ok());
+
+    let mut cmd = Command::new(&nextest);
+    cmd.current_dir(&root)
+        .args(["nextest", "run", "--archive-file"])
+        .arg(&archive)
+        .arg("--workspace-remap")
+        .arg(&root)
+        .args(["--profile", NEXTEST_PROFILE]);
+    let config = add_group_config(&mut cmd, &root, gpus)?;
+    cmd.args(&args.nextest).env("ROCMFORGE_REQUIRE_GPU", "1");
+    if let (Ok(gpu), None) = (&gpu, std::env::var_os("ROCMFORGE_PLATFORM")) {
+        cmd.env("ROCMFORGE_PLATFORM", gpu.platform_name());
+    }
+    run_nextest(cmd, config)
+}
+
+/// Runs nextest and, when it fails, exits with its status. `config` (generated) is removed after.
+fn run_nextest(mut cmd: Command, config: Option<PathBuf>) -> Result<()> {
+    println!("+ {}", shown(&cmd));
+    let status = cmd.status();
+    if let Some(config) = config {
+        let _ = fs::remove_file(config);
+    }
+    let status = status.map_err(|e| format!("cannot run {}: {e}", cmd.get_program().to_string_lossy()))?;
+    if !status.success() {
+        std::process::exit(status.code().unwrap_or(1));
+    }
+    Ok(())
+}
+
+/// With more than one GPU, nextest gets a copy of the repository config whose `gpu` test group
+/// runs `gpus` tests at once, so each test group slot (`NEXTEST_TEST_GROUP_SLOT`) is a device.
+///
+/// `--config-file` replaces `.config/nextest.toml` rather than layering on it, hence a full copy.
+/// `--tool-config-file` cannot do this: tool configs rank below the repository config, and may
+/// only define test groups of their own (`@tool:` names).
+fn add_group_config(cmd: &mut Command, root: &Path, gpus: usize) -> Result<Option<PathBuf>> {
+    println!("gpu-test: the `{TEST_GROUP}` test group runs {gpus} test(s) at once");
+    if gpus <= 1 {
+        return Ok(None);
+    }
+    let config = root.join(NEXTEST_CONFIG);
+    let text = fs::read_to_string(&config).map_err(|e| format!("cannot read {}: {e}", config.display()))?;
+    let patched = set_group_max_threads(&text, TEST_GROUP, gpus)
+        .ok_or_else(|| format!("{} has no `max-threads` in [test-groups.{TEST_GROUP}]", config.display()))?;
+    let path = std::env::temp_dir().join(format!("rocmforge-nextest-{gpus}gpus-{}.toml", std::process::id()));
+    fs::write(&path, patched).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    cmd.arg("--config-file").arg(&path);
+    Ok(Some(path))
+}
+
+/// `text` with `max-threads` of `[test-groups.<group>]` set to `n`; `None` if it has none.
+fn set_group_max_threads(text: &str, group: &str, n: usize) -> Option<String> {
+    let header = format!("[test-groups.{group}]");
+    let (mut in_group, mut done) = (false, false);
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('[') {
+            in_group = trimmed.split('#').next().map(str::trim) == Some(header.as_str());
+        }
+        let is_key = trimmed.strip_prefix("max-threads").is_some_and(|r| r.trim_start().starts_with('='));
+        if in_group && !done && is_key {
+            out.push_str(&format!("max-threads = {n}"));
+            done = true;
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    done.then_some(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The GPU of this machine
+
+/// The two driver layers rocmforge runs on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Driver {
+    /// The CUDA driver API (`libcuda`): NVIDIA.
+    Cuda,
+    /// The HIP runtime (`libamdhip64`): AMD.
+    Hip,
+}
+
+/// A driver that loaded and reported devices.
+#[derive(Debug)]
+struct LocalGpu {
+    driver: Driver,
+    devices: usize,
+}
+
+impl LocalGpu {
+    fn platform(&self) -> KernelPlatform {
+        match self.driver {
+            Driver::Cuda => KernelPlatform::Nvidia,
+            Driver::Hip => KernelPlatform::Amd,
+        }
+    }
+
+    /// The name `ROCMFORGE_PLATFORM` uses.
+    fn platform_name(&self) -> &'static str {
+        self.platform().name()
+    }
+}
+
+/// Why no GPU can be used here: every driver tried, with what went wrong.
+#[derive(Debug)]
+struct NoGpu {
+    /// At least one driver library loaded (but reported no device).
+    any_loaded: bool,
+    tried: Vec<String>,
+}
+
+impl std::fmt::Display for NoGpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.any_loaded { "no GPU" } else { "no GPU driver" };
+        write!(f, "{what} found on this machine (tried the drivers below):")?;
+        for t in &self.tried {
+            write!(f, "\n  - {t}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The platform to test: `ROCMFORGE_PLATFORM` (amd|nvidia) if set, else the first driver that
+/// loads and reports a device, in the order of rocm-runtime's `auto`: AMD (the primary
+/// platform), then NVIDIA. The tests are then pinned to that platform.
+fn detect_gpu() -> std::result::Result<LocalGpu, NoGpu> {
+    let wanted = std::env::var("ROCMFORGE_PLATFORM").unwrap_or_default();
+    let order: &[Driver] = match wanted.trim().to_ascii_lowercase().as_str() {
+        "amd" | "hip" | "rocm" => &[Driver::Hip],
+        "nvidia" | "cuda" => &[Driver::Cuda],
+        "" | "auto" => &[Driver::Hip, Driver::Cuda],
+        other => {
+            return Err(NoGpu {
+                any_loaded: false,
+                tried: vec![format!("ROCMFORGE_PLATFORM={other} is not one of auto, amd, nvidia")],
+            });
+        }
+    };
+    let mut no = NoGpu { any_loaded: false, tried: Vec::new() };
+    for &driver in order {
+        let probed = match driver {
+            Driver::Hip => probe_hip(),
+            Driver::Cuda => probe_cuda(),
+        };
+        match probed {
+            Probe::Devices(devices) => return Ok(LocalGpu { driver, devices }),
+            Probe::NoDevice(why) => {
+                no.any_loaded = true;
+                no.tried.push(why);
+            }
+            Probe::NotLoaded(why) => no.tried.push(why),
+        }
+    }
+    Err(no)
+}
+
+enum Probe {
+    Devices(usize),
+    NoDevice(String),
+    NotLoaded(String),
+}
+
+fn probe_cuda() -> Probe {
+    use rocm_sys::cuda::CUresult;
+    // SAFETY: opens the CUDA driver under its vendor names (or the path the user set in
+    // ROCMFORGE_CUDA_LIBRARY) with symbols bound from cuda.h, as `load_cuda` requires.
+    let lib = match unsafe { rocm_sys::load_cuda() } {
+        Ok((lib, _extras)) => lib,
+        Err(e) => return Probe::NotLoaded(e.to_string()),
+    };
+    // SAFETY: cuInit takes flags only (0 is the one valid value).
+    let mut result = unsafe { lib.cuInit(0) };
+    let mut count = 0;
+    if result == CUresult::CUDA_SUCCESS {
+        // SAFETY: `count` is a valid out-pointer for the duration of the call.
+        result = unsafe { lib.cuDeviceGetCount(&mut count) };
+    }
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: `name` is a valid out-pointer; the driver sets it to a static string or leaves it.
+    let named = unsafe { lib.cuGetErrorName(result, &mut name) } == CUresult::CUDA_SUCCESS;
+    // SAFETY: on success the driver returned a NUL-terminated static string.
+    let name = if named && !name.is_null() { unsafe { c_text(name) } } else { String::new() };
+    // The driver stays loaded for the life of the process: unloading an initialised driver
+    // from under its own threads is not safe.
+    std::mem::forget(lib);
+    match result {
+        r if r == CUresult::CUDA_SUCCESS && count > 0 => Probe::Devices(count as usize),
+        r => Probe::NoDevice(format!(
+            "CUDA driver (libcuda) loaded, but it reports no device ({name} {}, count {count})",
+            r.0
+        )),
+    }
+}
+
+fn probe_hip() -> Probe {
+    use rocm_sys::hip::hipError_t;
+    // SAFETY: opens the HIP runtime under its vendor names (or ROCMFORGE_HIP_LIBRARY) with
+    // symbols bound from hip_runtime_api.h, as `load_hip` requires.
+    let lib = match unsafe { rocm_sys::load_hip() } {
+        Ok(lib) => lib,
+        Err(e) => return Probe::NotLoaded(e.to_string()),
+    };
+    let mut count = 0;
+    // SAFETY: `count` is a valid out-pointer for the duration of the call.
+    let result = unsafe { lib.hipGetDeviceCount(&mut count) };
+    // SAFETY: hipGetErrorName takes any code and returns a static string (or null).
+    let name = unsafe { lib.hipGetErrorName(result) };
+    // SAFETY: a non-null name is a NUL-terminated static string.
+    let name = if name.is_null() { String::new() } else { unsafe { c_text(name) } };
+    // As for CUDA: never unload an initialised runtime.
+    std::mem::forget(lib);
+    match result {
+        r if r == hipError_t::hipSuccess && count > 0 => Probe::Devices(count as usize),
+        r => Probe::NoDevice(format!(
+            "HIP runtime (libamdhip64) loaded, but it reports no device ({name} {}, count {count})",
+            r.0
+        )),
+    }
+}
+
+/// # Safety
+/// `ptr` points to a NUL-terminated string.
+unsafe fn c_text(ptr: *const std::ffi::c_char) -> String {
+    // SAFETY: the caller's contract.
+    unsafe { std::ffi::CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+}
+
+/// How many GPU tests run at once: `--gpus N`, else `ROCMFORGE_GPUS`, else the devices the driver
+/// reports (which honours CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES, the same numbering the
+/// tests see), else `nvidia-smi -L` or the AMD GPUs under /sys, else 1.
+fn gpu_count(explicit: Option<usize>, gpu: Option<&LocalGpu>) -> usize {
+    if let Some(n) = explicit {
+        return n;
+    }
+    if let Ok(text) = std::env::var("ROCMFORGE_GPUS") {
+        match parse_gpus(&text) {
+            Ok(n) => return n,
+            Err(e) => eprintln!("gpu-test: ignoring ROCMFORGE_GPUS: {e}"),
+        }
+    }
+    if let Some(gpu) = gpu {
+        return gpu.devices;
+    }
+    count_nvidia_smi().or_else(count_amd_sysfs).unwrap_or(1)
+}
+
+fn parse_gpus(text: &str) -> std::result::Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("`{text}` is not a positive number of GPUs")),
+    }
+}
+
+fn count_nvidia_smi() -> Option<usize> {
+    let out = Command::new("nvidia-smi").arg("-L").output().ok().filter(|o| o.status.success())?;
+    let n = String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with("GPU ")).count();
+    (n > 0).then_some(n)
+}
+
+/// AMD GPUs as the kernel driver lists them: KFD topology nodes with SIMDs (CPU nodes have none).
+fn count_amd_sysfs() -> Option<usize> {
+    let nodes = fs::read_dir("/sys/class/kfd/kfd/topology/nodes").ok()?;
+    let n = nodes
+        .filter_map(|node| fs::read_to_string(node.ok()?.path().join("properties")).ok())
+        .filter(|props| {
+            props.lines().any(|l| {
+                l.strip_prefix("simd_count").and_then(|v| v.trim().parse::<u64>().ok()).is_some_and(|v| v > 0)
+            })
+        })
+        .count();
+    (n > 0).then_some(n)
+}
+
+// ---------------------------------------------------------------------------------------------
+// gpu-archive
+
+fn parse_archive_args(args: &[String]) -> Result<Option<PathBuf>> {
+    let mut out = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match option_value(arg, "--out", &mut rest)? {
+            Some(dir) => out = Some(PathBuf::from(dir)),
+            None => return Err(format!("unexpected argument `{arg}`\n{ARCHIVE_USAGE}").into()),
+        }
+    }
+    Ok(out)
+}
+
+pub fn archive(args: &[String]) -> Result<()> {
+    let root = crate::workspace_root();
+    let out = match parse_archive_args(args)? {
+        Some(dir) => std::env::current_dir()?.join(dir),
+        None => root.join(".gpu"),
+    };
+    fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let nextest = find_nextest()?;
+
+    // (a) Kernels for every platform whose compiler is here; the test binaries embed them.
+    let platforms = kernels::available_platforms();
+    if platforms.is_empty() {
+        return Err("no kernel compiler found (hipcc for AMD, nvcc for NVIDIA): an archive without \
+                    kernels cannot test a GPU; `cargo xtask doctor` says what to install"
+            .into());
+    }
+    let names: Vec<_> = platforms.iter().map(|p| p.name()).collect();
+    println!("gpu-archive: building kernels for {}", names.join(" and "));
+    kernels::build(&platforms)?;
+
+    // (b) The nextest archive of the workspace's tests.
+    let archive = out.join(ARCHIVE_FILE);
+    for stale in [ARCHIVE_FILE, "cargo-nextest", "xtask", "README.txt"] {
+        let _ = fs::remove_file(out.join(stale));
+    }
+    let mut cmd = Command::new(cargo());
+    cmd.current_dir(&root)
+        .args(["nextest", "archive", "--workspace", "--cargo-profile", CARGO_PROFILE, "--archive-file"])
+        .arg(&archive);
+    run_checked(cmd)?;
+
+    // (c) The nextest binary, and xtask built lean (the dev build that runs now is ~50 MB).
+    let mut cmd = Command::new(cargo());
+    cmd.current_dir(&root).args(["build", "--quiet", "--package", "xtask", "--profile", CARGO_PROFILE]);
+    run_checked(cmd)?;
+    let xtask = target_dir(&root)?.join(CARGO_PROFILE).join(format!("xtask{}", std::env::consts::EXE_SUFFIX));
+    copy_exe(&nextest, &out.join("cargo-nextest"))?;
+    copy_exe(&xtask, &out.join("xtask"))?;
+
+    // (d) How to run it.
+    let shown_dir = out.strip_prefix(&root).unwrap_or(&out).display().to_string();
+    fs::write(out.join("README.txt"), readme(&shown_dir, &names, &root))?;
+
+    // (e) What it weighs.
+    check_size(&out, &archive)
+}
+
+fn readme(dir: &str, platforms: &[&str], root: &Path) -> String {
+    let commit = git(root, &["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty = git(root, &["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    let dirty = if dirty { " (with uncommitted changes)" } else { "" };
+    format!(
+        "rocmforge GPU test suite, packed by `cargo xtask gpu-archive`.\n\
+         \n\
+         Built from commit {commit}{dirty}, with kernels for: {platforms}.\n\
+         \n\
+         {ARCHIVE_FILE}  nextest archive of the workspace's tests (cargo profile `{CARGO_PROFILE}`,\n\
+         {pad}  kernels embedded in the test binaries)\n\
+         cargo-nextest          the nextest that made the archive\n\
+         xtask                  rocmforge's task runner\n\
+         \n\
+         On the GPU host, from the root of a checkout of the same commit (the folder holding\n\
+         Cargo.toml and .config/nextest.toml), with this folder copied to {dir}/; no cargo needed:\n\
+         \n\
+         \x20   {dir}/xtask gpu-test --archive {dir}\n\
+         \n\
+         It runs the suite under the nextest `{NEXTEST_PROFILE}` profile with ROCMFORGE_REQUIRE_GPU=1: a GPU\n\
+         test that finds no GPU fails. Options: --gpus N (GPU tests run at once; default\n\
+         ROCMFORGE_GPUS, else the devices the driver reports); nextest arguments after `--`, e.g.\n\
+         \n\
+         \x20   {dir}/xtask gpu-test --archive {dir} -- -E 'binary(/^gpu_/)'\n",
+        platforms = platforms.join(", "),
+        pad = " ".repeat(ARCHIVE_FILE.len()),
+    )
+}
+
+/// Prints the folder's files and total; fails over [`SIZE_LIMIT`], naming the largest.
+fn check_size(out: &Path, archive: &Path) -> Result<()> {
+    let mut files: Vec<(u64, String)> = Vec::new();
+    for entry in fs::read_dir(out)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        let size = if meta.is_dir() { dir_size(&entry.path()) } else { meta.len() };
+        files.push((size, entry.file_name().to_string_lossy().into_owned()));
+    }
+    files.sort_by(|a, b| b.cmp(a));
+    let total: u64 = files.iter().map(|f| f.0).sum();
+    println!("gpu-archive: {}", out.display());
+    for (size, name) in &files {
+        println!("  {:>9}  {name}", mib(*size));
+    }
+    println!("  {:>9}  total (limit {})", mib(total), mib(SIZE_LIMIT));
+    if total <= SIZE_LIMIT {
+        println!("gpu-archive: done; on the GPU host run what {}/README.txt says", out.display());
+        return Ok(());
+    }
+    let largest: Vec<String> = files.iter().take(3).map(|(s, n)| format!("{n} ({})", mib(*s))).collect();
+    let mut msg = format!(
+        "{} weighs {}, over the {} a GPU host accepts; largest: {}",
+        out.display(),
+        mib(total),
+        mib(SIZE_LIMIT),
+        largest.join(", ")
+    );
+    let members = largest_archive_members(archive, 5);
+    if !members.is_empty() {
+        msg.push_str(&format!("; largest in {ARCHIVE_FILE} (uncompressed): {}", members.join(", ")));
+    }
+    Err(msg.into())
+}
+
+fn dir_size(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// The largest members of the archive, best effort (needs GNU tar with zstd).
+fn largest_archive_members(archive: &Path, n: usize) -> Vec<String> {
+    let Ok(out) = Command::new("tar").arg("--zstd").arg("-tvf").arg(archive).output() else {
+        return Vec::new();
+    };
+    let mut members: Vec<(u64, String)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            Some((cols.get(2)?.parse().ok()?, cols.last()?.to_string()))
+        })
+        .collect();
+    members.sort_by(|a, b| b.cmp(a));
+    members.into_iter().take(n).map(|(s, name)| format!("{name} ({})", mib(s))).collect()
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// cargo-nextest as cargo would find it: on PATH, next to cargo, or in `$CARGO_HOME/bin`.
+fn find_nextest() -> Result<PathBuf> {
+    let exe = format!("cargo-nextest{}", std::env::consts::EXE_SUFFIX);
+    let mut dirs: Vec<PathBuf> =
+        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    if let Some(dir) =
+        std::env::var_os("CARGO").and_then(|c| PathBuf::from(c).parent().map(Path::to_path_buf))
+    {
+        dirs.push(dir);
+    }
+    if let Some(home) = std::env::var_os("CARGO_HOME") {
+        dirs.push(PathBuf::from(home).join("bin"));
+    } else if let Some(home) = std::env::var_os("HOME") {
+        dirs.push(PathBuf::from(home).join(".cargo/bin"));
+    }
+    dirs.into_iter().map(|d| d.join(&exe)).find(|p| p.is_file()).ok_or_else(|| {
+        "cargo-nextest not found (PATH, next to cargo, $CARGO_HOME/bin): `cargo install cargo-nextest --locked`"
+            .into()
+    })
+}
+
+/// Copies an executable; strips the copy's symbols when `strip` is at hand (size only).
+fn copy_exe(from: &Path, to: &Path) -> Result<()> {
+    fs::copy(from, to).map_err(|e| format!("cannot copy {} to {}: {e}", from.display(), to.display()))?;
+    let _ = Command::new("strip").arg(to).output();
+    Ok(())
+}
+
+/// The cargo target folder, as cargo resolves it (CARGO_TARGET_DIR, config, `<root>/target`).
+fn target_dir(root: &Path) -> Result<PathBuf> {
+    let out = Command::new(cargo())
+        .current_dir(root)
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    let json = String::from_utf8_lossy(&out.stdout);
+    let key = "\"target_directory\":\"";
+    let start = json.find(key).ok_or("cargo metadata printed no target_directory")? + key.len();
+    let end = json[start..].find('"').ok_or("cargo metadata: unterminated target_directory")? + start;
+    Ok(PathBuf::from(json[start..end].replace("\\\\", "\\")))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers
+
+/// The value of `--name VALUE` or `--name=VALUE` when `arg` is that option, else `None`.
+fn option_value(arg: &str, name: &str, rest: &mut std::slice::Iter<'_, String>) -> Result<Option<String>> {
+    if arg == name {
+        return rest.next().cloned().map(Some).ok_or_else(|| format!("{name} needs a value").into());
+    }
+    Ok(arg.strip_prefix(name).and_then(|r| r.strip_prefix('=')).map(str::to_owned))
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+fn run_checked(mut cmd: Command) -> Result<()> {
+    println!("+ {}", shown(&cmd));
+    let status =
+        cmd.status().map_err(|e| format!("cannot run {}: {e}", cmd.get_program().to_string_lossy()))?;
+    if !status.success() {
+        return Err(format!("`{}` failed ({status})", shown(&cmd)).into());
+    }
+    Ok(())
+}
+
+fn git(root: &Path, args: &[&str]) -> Option<String> {
+    let out =
+        Command::new("git").current_dir(root).args(args).output().ok().filter(|o| o.status.success())?;
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// A command as a shell line, for the log.
+fn shown(cmd: &Command) -> String {
+    let mut line = String::new();
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            line.push_str(&format!("{}={} ", k.to_string_lossy(), v.to_string_lossy()));
+        }
+    }
+    line.push_str(&cmd.get_program().to_string_lossy());
+    for arg in cmd.get_args() {
+        let arg = arg.to_string_lossy();
+        if arg.is_empty() || arg.contains(|c: char| c.is_whitespace() || "'\"()|&;<>$*?".contains(c)) {
+            line.push_str(&format!(" '{}'", arg.replace('\'', r"'\''")));
+        } else {
+            line.push(' ');
+            line.push_str(&arg);
+        }
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn test_args_take_archive_gpus_and_pass_the_rest_through() {
+        let args =
+            parse_test_args(&strings(&["--archive", ".gpu", "--gpus=2", "--", "-E", "--gpus"])).unwrap();
+        assert_eq!(
+            args,
+            TestArgs { archive: Some(".gpu".into()), gpus: Some(2), nextest: strings(&["-E", "--gpus"]) }
+        );
+        assert_eq!(parse_test_args(&[]).unwrap(), TestArgs::default());
+    }
+
+    #[test]
+    fn bad_test_args_are_errors() {
+        assert!(parse_test_args(&strings(&["--gpus", "0"])).is_err());
+        assert!(parse_test_args(&strings(&["--gpus"])).is_err());
+        assert!(parse_test_args(&strings(&["--archives", "x"])).is_err());
+        assert!(parse_archive_args(&strings(&["x"])).is_err());
+        assert_eq!(parse_archive_args(&strings(&["--out", "d"])).unwrap(), Some(PathBuf::from("d")));
+    }
+
+    #[test]
+    fn max_threads_is_set_in_the_named_group_only() {
+        let text = "[test-groups.other]\nmax-threads = 1\n\n[test-groups.gpu] # GPUs\nmax-threads = 1\n";
+        let patched = set_group_max_threads(text, "gpu", 4).unwrap();
+        assert_eq!(
+            patched,
+            "[test-groups.other]\nmax-threads = 1\n\n[test-groups.gpu] # GPUs\nmax-threads = 4\n"
+        );
+        assert!(set_group_max_threads("[test-groups.other]\nmax-threads = 1\n", "gpu", 2).is_none());
+    }
+
+    #[test]
+    fn the_repository_config_has_a_gpu_group_to_patch() {
+        // At run time, not `env!`: nextest points CARGO_MANIFEST_DIR at the remapped checkout
+        // when the test runs from an archive on another host.
+        let xtask_dir = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from);
+        let root =
+            xtask_dir.and_then(|d| d.parent().map(Path::to_path_buf)).unwrap_or_else(crate::workspace_root);
+        let config = root.join(NEXTEST_CONFIG);
+        let text = fs::read_to_string(config).unwrap();
+        let patched = set_group_max_threads(&text, TEST_GROUP, 3).expect("[test-groups.gpu] max-threads");
+        assert!(patched.contains("max-threads = 3"));
+    }
+
+    #[test]
+    fn commands_are_shown_quoted() {
+        let mut cmd = Command::new("nextest");
+        cmd.args(["run", "-E", "binary(/^gpu_/)"]).env("A", "1");
+        assert_eq!(shown(&cmd), "A=1 nextest run -E 'binary(/^gpu_/)'");
+    }
 }

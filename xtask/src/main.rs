@@ -18,7 +18,7 @@ usage: cargo xtask <task> [args]
 tasks:
   doctor                        platform, devices, memory, guard budget, toolchains found
   kernels [--platform P]        compile kernels/*.hip (P: amd, nvidia, all, auto; default auto)
-  gpu-test [--archive DIR] [-- nextest args]
+  gpu-test [--archive DIR] [--gpus N] [-- nextest args]
                                 run the GPU suite under the nextest `gpu` profile
   gpu-archive [--out DIR]       pack the GPU suite to run on another host (default .gpu/)
   bindgen [--check]             regenerate rocm-sys bindings (or check they are current)
@@ -50,7 +50,16 @@ fn main() {
     }
 }
 
-/// The workspace root: xtask's manifest lives one level below it.
+/// The workspace root: xtask's manifest lives one level below it. Read at run time where
+/// cargo (or nextest, remapping an archive) says where that is; an archived xtask binary run on
+/// another host falls back to the checkout it is started from.
 pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits inside the workspace").to_path_buf()
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.join("Cargo.toml").is_file())
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    match manifest_dir.parent() {
+        Some(root) if root.join("Cargo.toml").is_file() => root.to_path_buf(),
+        _ => std::env::current_dir().expect("the current directory is readable"),
+    }
 }

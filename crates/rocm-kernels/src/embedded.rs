@@ -68,7 +68,11 @@ mod tests {
             assert_eq!(get(name).map(<[u8]>::as_ptr), Some(bytes.as_ptr()));
         }
         // Everything built (as of this test binary's build) is embedded, byte for byte. Objects
-        // rebuilt after that would rerun the build script on the next cargo build.
+        // rebuilt after that would rerun the build script on the next cargo build. On a host
+        // that runs an archived suite the build folder is not there; the checks above stand.
+        if !Path::new(KERNELS_DIR).join(sub).is_dir() {
+            return;
+        }
         let disk = on_disk(sub, ext);
         let embedded: Vec<(String, Vec<u8>)> =
             table.iter().map(|(n, b)| (n.to_string(), b.to_vec())).collect();

@@ -12,9 +12,11 @@
 //! device-wide synchronisation calls (`hipDeviceSynchronize`, `hipDeviceReset`,
 //! `cuCtxSynchronize`) are not bound at all: see `docs/architecture.md`.
 
-#[path = "cuda.rs"]
+// Generated files are kept exactly as bindgen writes them, so `cargo xtask bindgen --check`
+// can compare byte for byte: rustfmt leaves them alone.
+#[rustfmt::skip]
 pub mod cuda;
-#[path = "hip.rs"]
+#[rustfmt::skip]
 pub mod hip;
 mod load;
 

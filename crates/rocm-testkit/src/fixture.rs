@@ -30,7 +30,8 @@ pub fn require_gpu() -> bool {
 /// (so with one slot per GPU each concurrent test process gets its own device), else 0;
 /// wrapped around the device count.
 fn device_ordinal(count: usize) -> Result<usize, GpuUnavailable> {
-    let pick = |var: &str| std::env::var(var).ok().map(|v| (var.to_string(), v));
+    // nextest sets the slot to `none` for tests outside any test group.
+    let pick = |var: &str| std::env::var(var).ok().filter(|v| v != "none").map(|v| (var.to_string(), v));
     let Some((var, text)) = pick(DEVICE_ENV).or_else(|| pick("NEXTEST_TEST_GROUP_SLOT")) else {
         return Ok(0);
     };
