@@ -153,4 +153,22 @@ RF_DEVICE rf_bf16 rf_float_to_bf16(float f) {
     return (rf_bf16)(u >> 16);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Storage types: kernels are written once as templates over the element type T (float, __half
+// or rf_bf16), load to float, compute in float, and store back. RF_FOR_EACH_DTYPE(X) expands
+// X(suffix, type) for each, to instantiate `extern "C"` entry points named `..._f32`, `..._f16`,
+// `..._bf16` (the Rust side's `Dtype::NAME`).
+// ---------------------------------------------------------------------------------------------
+
+RF_DEVICE float rf_to_float(float v) { return v; }
+RF_DEVICE float rf_to_float(__half v) { return rf_half_to_float(v); }
+RF_DEVICE float rf_to_float(rf_bf16 v) { return rf_bf16_to_float(v); }
+
+template <typename T> RF_DEVICE T rf_from_float(float v);
+template <> RF_DEVICE float rf_from_float<float>(float v) { return v; }
+template <> RF_DEVICE __half rf_from_float<__half>(float v) { return rf_float_to_half(v); }
+template <> RF_DEVICE rf_bf16 rf_from_float<rf_bf16>(float v) { return rf_float_to_bf16(v); }
+
+#define RF_FOR_EACH_DTYPE(X) X(f32, float) X(f16, __half) X(bf16, rf_bf16)
+
 #endif // ROCMFORGE_H

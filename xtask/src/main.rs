@@ -1,6 +1,7 @@
 //! rocmforge's task runner (`cargo xtask <task>`), in the xtask pattern: plain Rust instead of
 //! shell scripts, so every task runs the same way on every machine.
 
+mod bench;
 mod bindgen;
 mod doctor;
 mod gpu;
@@ -21,6 +22,7 @@ tasks:
   gpu-test [--archive DIR] [--gpus N] [-- nextest args]
                                 run the GPU suite under the nextest `gpu` profile
   gpu-archive [--out DIR]       pack the GPU suite to run on another host (default .gpu/)
+  bench [FILTER...]             time kernels on the GPU: GB/s or TFLOP/s against measured copy bandwidth
   bindgen [--check]             regenerate rocm-sys bindings (or check they are current)
   lint                          project rules: no device-wide synchronisation outside rocm-sys
 ";
@@ -36,6 +38,7 @@ fn main() {
         "kernels" => kernels::run(rest),
         "gpu-test" => gpu::test(rest),
         "gpu-archive" => gpu::archive(rest),
+        "bench" => bench::run(rest),
         "bindgen" => bindgen::run(rest),
         "lint" => lint::run(rest),
         "help" | "--help" | "-h" => {

@@ -7,9 +7,16 @@
 //! objects are embedded ([`embedded`]), so test binaries and archives carry their kernels.
 
 pub mod axpy;
+pub mod causal_mask;
+mod dtype;
 pub mod embedded;
 mod error;
 pub mod fill;
 mod loader;
+pub mod rmsnorm;
+pub mod rope;
+pub mod softmax;
+pub mod swiglu;
 
+pub use dtype::{Dtype, kernel_name};
 pub use error::{KernelError, Result};

@@ -19,6 +19,20 @@ pub(crate) fn kernel(stream: &Stream, module: &'static str, function: &str) -> R
     Ok(loaded.function(function)?)
 }
 
+/// One block per row: `rows` blocks (2-D grid when there are more than the x limit allows),
+/// `block` threads each, rounded to whole warps and capped at the kernel's limit. Kernels
+/// recover the row as `blockIdx.y * gridDim.x + blockIdx.x` and skip rows past the end.
+#[allow(dead_code)] // until the row kernels (rmsnorm, softmax) use it
+pub(crate) fn row_per_block(stream: &Stream, function: &Function, rows: usize, block: u32) -> LaunchConfig {
+    let info = stream.backend().info();
+    let warp = info.warp_size.max(1);
+    let block = block.min(function.max_threads_per_block()).max(warp) / warp * warp;
+    let max_x = info.max_grid[0].clamp(1, 65_535) as usize;
+    let x = rows.clamp(1, max_x);
+    let y = rows.div_ceil(x).max(1) as u32;
+    LaunchConfig { grid: [x as u32, y, 1], block: [block, 1, 1], shared_mem_bytes: 0 }
+}
+
 /// A one-dimensional grid for a grid-stride kernel over `elements`: `block` threads a block,
 /// enough blocks to cover the elements, at most a few waves of blocks per compute unit.
 pub(crate) fn grid_stride(stream: &Stream, function: &Function, elements: usize) -> LaunchConfig {

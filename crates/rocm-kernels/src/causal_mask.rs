@@ -1,0 +1,1 @@
+//! `causal_mask` (`kernels/causal_mask.hip`): not written yet.

@@ -1,0 +1,1 @@
+//! `rmsnorm` (`kernels/rmsnorm.hip`): not written yet.

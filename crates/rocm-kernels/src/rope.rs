@@ -1,0 +1,1 @@
+//! `rope` (`kernels/rope.hip`): not written yet.

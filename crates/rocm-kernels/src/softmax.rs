@@ -1,0 +1,1 @@
+//! `softmax` (`kernels/softmax.hip`): not written yet.

@@ -1,0 +1,1 @@
+//! `swiglu` (`kernels/swiglu.hip`): not written yet.

@@ -1,0 +1,22 @@
+//! The ceiling for memory-bound kernels: a device-to-device copy of 1 GiB, counting the bytes
+//! read plus the bytes written.
+
+use super::{Bench, Row};
+use crate::Result;
+
+pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
+    let n = 1usize << 30;
+    // Random bytes, never a constant: some memory systems compress uniform data.
+    let host: Vec<u8> = (0..n / 8).flat_map(|_| b.rng.next_u64().to_le_bytes()).collect();
+    let src = b.stream.upload(&host)?;
+    let mut dst = b.stream.alloc::<u8>(n)?;
+    let ms = b.time(|| Ok(dst.copy_from_device(&src)?))?;
+    Ok(vec![Row {
+        kernel: "copy".into(),
+        dtype: "u8",
+        shape: "1 GiB".into(),
+        ms,
+        bytes: 2 * n as u64,
+        flops: None,
+    }])
+}

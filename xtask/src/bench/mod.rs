@@ -1,0 +1,136 @@
+//! `cargo xtask bench [FILTER...]`: kernel speed on the local GPU, as a table.
+//!
+//! Each kernel family has a module here named like its kernel (`bench/rmsnorm.rs` for
+//! `kernels/rmsnorm.hip`) returning [`Row`]s. Every row states the minimal traffic (each input
+//! read once, each output written once) or the flops, the median time, and the GB/s as a
+//! fraction of the device-to-device copy bandwidth measured in the same run (`copy` row). Times
+//! are device events around each launch, after warm-up, median of many; inputs are random and
+//! several times the L2 size. Speed is measured here, never asserted in tests.
+
+mod causal_mask;
+mod copy;
+mod rmsnorm;
+mod rope;
+mod softmax;
+mod swiglu;
+
+use std::sync::Arc;
+
+use rocm_runtime::{Backend, Stream};
+use rocm_testkit::Rng;
+
+use crate::Result;
+
+/// One measured configuration.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub kernel: String,
+    pub dtype: &'static str,
+    pub shape: String,
+    /// Median milliseconds per launch.
+    pub ms: f64,
+    /// Minimal bytes moved (each input read once, each output written once).
+    pub bytes: u64,
+    /// Floating-point operations, for compute-bound kernels.
+    pub flops: Option<f64>,
+}
+
+impl Row {
+    pub fn gbps(&self) -> f64 {
+        self.bytes as f64 / (self.ms * 1e6)
+    }
+}
+
+/// What a family's benchmark gets: the device, its own stream, seeded data.
+pub struct Bench {
+    pub backend: Arc<Backend>,
+    pub stream: Stream,
+    pub rng: Rng,
+    /// Timed launches per configuration (after warm-up).
+    pub iters: usize,
+}
+
+impl Bench {
+    /// Median milliseconds of `launch`, timed with device events around each call.
+    pub fn time(&self, mut launch: impl FnMut() -> Result<()>) -> Result<f64> {
+        for _ in 0..3 {
+            launch()?;
+        }
+        self.stream.synchronize()?;
+        let mut times = Vec::with_capacity(self.iters);
+        for _ in 0..self.iters {
+            let start = self.stream.record_event()?;
+            launch()?;
+            let end = self.stream.record_event()?;
+            times.push(end.elapsed_ms_since(&start)? as f64);
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
+    }
+}
+
+type Family = fn(&mut Bench) -> Result<Vec<Row>>;
+
+/// Every benchmark, in the order the table prints them. `copy` first: the others are judged
+/// against it.
+const FAMILIES: &[(&str, Family)] = &[
+    ("copy", copy::run),
+    ("rmsnorm", rmsnorm::run),
+    ("softmax", softmax::run),
+    ("swiglu", swiglu::run),
+    ("rope", rope::run),
+    ("causal_mask", causal_mask::run),
+];
+
+pub fn run(args: &[String]) -> Result<()> {
+    let mut filters = Vec::new();
+    let mut iters = 50;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--iters" => iters = it.next().and_then(|v| v.parse().ok()).ok_or("--iters takes a number")?,
+            "--list" => {
+                FAMILIES.iter().for_each(|(name, _)| println!("{name}"));
+                return Ok(());
+            }
+            f if f.starts_with('-') => return Err(format!("unknown option {f}").into()),
+            f => filters.push(f.to_string()),
+        }
+    }
+    let backend = Backend::open(0).map_err(|e| format!("no GPU to benchmark on: {e}"))?;
+    let stream = backend.create_stream()?;
+    let mut bench = Bench { backend, stream, rng: Rng::new(0xbe4c), iters: iters.max(1) };
+    let info = bench.backend.info();
+    println!("device: {} ({}), {} compute units", info.name, info.arch, info.compute_units);
+    let mut rows = Vec::new();
+    for (name, family) in FAMILIES {
+        let wanted =
+            *name == "copy" || filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()));
+        if wanted {
+            rows.extend(family(&mut bench)?);
+        }
+    }
+    print_table(&rows);
+    Ok(())
+}
+
+fn print_table(rows: &[Row]) {
+    let copy = rows.iter().find(|r| r.kernel == "copy").map(Row::gbps).unwrap_or(f64::NAN);
+    println!(
+        "{:<28} {:<5} {:<24} {:>10} {:>9} {:>8} {:>9}",
+        "kernel", "dtype", "shape", "time(us)", "GB/s", "of copy", "TFLOP/s"
+    );
+    for r in rows {
+        let tflops = r.flops.map(|f| format!("{:.1}", f / (r.ms * 1e9))).unwrap_or_default();
+        println!(
+            "{:<28} {:<5} {:<24} {:>10.1} {:>9.0} {:>8.2} {:>9}",
+            r.kernel,
+            r.dtype,
+            r.shape,
+            r.ms * 1e3,
+            r.gbps(),
+            r.gbps() / copy,
+            tflops
+        );
+    }
+}
