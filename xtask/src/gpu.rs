@@ -11,6 +11,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use rocm_runtime::Platform;
+
 use crate::Result;
 use crate::kernels::{self, KernelPlatform};
 
@@ -25,7 +27,7 @@ const NEXTEST_PROFILE: &str = "gpu";
 const TEST_GROUP: &str = "gpu";
 const NEXTEST_CONFIG: &str = ".config/nextest.toml";
 
-const TEST_USAGE: &str = "usage: cargo xtask gpu-test [--archive DIR] [--gpus N] [-- nextest args]";
+const TEST_USAGE: &str = "usage: cargo xtask gpu-test [--archive DIR] [--gpus N] [--sanitize[=memcheck,racecheck,synccheck]] [-- nextest args]";
 const ARCHIVE_USAGE: &str = "usage: cargo xtask gpu-archive [--out DIR]";
 
 // ---------------------------------------------------------------------------------------------
@@ -35,8 +37,13 @@ const ARCHIVE_USAGE: &str = "usage: cargo xtask gpu-archive [--out DIR]";
 struct TestArgs {
     archive: Option<PathBuf>,
     gpus: Option<usize>,
+    /// `--sanitize[=TOOLS]`: the vendor checkers to run the GPU tests under.
+    sanitize: Vec<String>,
     nextest: Vec<String>,
 }
+
+/// compute-sanitizer's tools `--sanitize` runs by default.
+const SANITIZERS: [&str; 3] = ["memcheck", "racecheck", "synccheck"];
 
 fn parse_test_args(args: &[String]) -> Result<TestArgs> {
     let mut out = TestArgs::default();
@@ -47,6 +54,16 @@ fn parse_test_args(args: &[String]) -> Result<TestArgs> {
             break;
         } else if let Some(dir) = option_value(arg, "--archive", &mut rest)? {
             out.archive = Some(PathBuf::from(dir));
+        } else if arg == "--sanitize" {
+            out.sanitize = SANITIZERS.iter().map(|t| t.to_string()).collect();
+        } else if let Some(tools) = arg.strip_prefix("--sanitize=") {
+            out.sanitize =
+                tools.split(',').map(str::trim).filter(|t| !t.is_empty()).map(String::from).collect();
+            if let Some(bad) = out.sanitize.iter().find(|t| !SANITIZERS.contains(&t.as_str())) {
+                return Err(
+                    format!("--sanitize: unknown tool `{bad}` (tools: {})", SANITIZERS.join(", ")).into()
+                );
+            }
         } else if let Some(n) = option_value(arg, "--gpus", &mut rest)? {
             out.gpus = Some(parse_gpus(&n).map_err(|e| format!("--gpus: {e}"))?);
         } else {
@@ -72,13 +89,16 @@ fn test_here(args: &TestArgs) -> Result<()> {
     kernels::build(&[gpu.platform()])?;
 
     let gpus = gpu_count(args.gpus, Some(&gpu));
-    let mut cmd = Command::new(cargo());
-    cmd.current_dir(&root)
-        .args(["nextest", "run", "--workspace", "--cargo-profile", CARGO_PROFILE])
-        .args(["--profile", NEXTEST_PROFILE]);
-    let config = add_group_config(&mut cmd, &root, gpus)?;
-    cmd.args(&args.nextest).env("ROCMFORGE_REQUIRE_GPU", "1").env("ROCMFORGE_PLATFORM", gpu.platform_name());
-    run_nextest(cmd, config)
+    let platform = gpu.platform;
+    run_suite(args, platform, || {
+        let mut cmd = Command::new(cargo());
+        cmd.current_dir(&root)
+            .args(["nextest", "run", "--workspace", "--cargo-profile", CARGO_PROFILE])
+            .args(["--profile", NEXTEST_PROFILE]);
+        let config = add_group_config(&mut cmd, &root, gpus)?;
+        cmd.env("ROCMFORGE_REQUIRE_GPU", "1").env("ROCMFORGE_PLATFORM", gpu.platform_name());
+        Ok((cmd, config))
+    })
 }
 
 /// Runs a suite packed by `gpu-archive`, without cargo. The checkout root is the current folder.
@@ -112,34 +132,101 @@ fn test_archive(dir: &Path, args: &TestArgs) -> Result<()> {
         Err(why) => eprintln!("gpu-test: {why}\ngpu-test: running the suite anyway; its GPU tests will fail"),
     }
     let gpus = gpu_count(args.gpus, gpu.as_ref().ok());
-
-    let mut cmd = Command::new(&nextest);
-    cmd.current_dir(&root)
-        .args(["nextest", "run", "--archive-file"])
-        .arg(&archive)
-        .arg("--workspace-remap")
-        .arg(&root)
-        .args(["--profile", NEXTEST_PROFILE]);
-    let config = add_group_config(&mut cmd, &root, gpus)?;
-    cmd.args(&args.nextest).env("ROCMFORGE_REQUIRE_GPU", "1");
-    if let (Ok(gpu), None) = (&gpu, std::env::var_os("ROCMFORGE_PLATFORM")) {
-        cmd.env("ROCMFORGE_PLATFORM", gpu.platform_name());
-    }
-    run_nextest(cmd, config)
+    let platform = gpu.as_ref().map(|g| g.platform).unwrap_or(Platform::Nvidia);
+    run_suite(args, platform, || {
+        let mut cmd = Command::new(&nextest);
+        cmd.current_dir(&root)
+            .args(["nextest", "run", "--archive-file"])
+            .arg(&archive)
+            .arg("--workspace-remap")
+            .arg(&root)
+            .args(["--profile", NEXTEST_PROFILE]);
+        let config = add_group_config(&mut cmd, &root, gpus)?;
+        cmd.env("ROCMFORGE_REQUIRE_GPU", "1");
+        if let (Ok(gpu), None) = (&gpu, std::env::var_os("ROCMFORGE_PLATFORM")) {
+            cmd.env("ROCMFORGE_PLATFORM", gpu.platform_name());
+        }
+        Ok((cmd, config))
+    })
 }
 
-/// Runs nextest and, when it fails, exits with its status. `config` (generated) is removed after.
-fn run_nextest(mut cmd: Command, config: Option<PathBuf>) -> Result<()> {
+/// Runs the suite once, or once per sanitizer tool (GPU tests only, each test binary started
+/// under the checker through nextest's target runner). Exits with nextest's status on failure.
+fn run_suite(
+    args: &TestArgs,
+    platform: Platform,
+    make: impl Fn() -> Result<(Command, Option<PathBuf>)>,
+) -> Result<()> {
+    if args.sanitize.is_empty() {
+        let (mut cmd, config) = make()?;
+        cmd.args(&args.nextest);
+        let code = run_nextest(cmd, config)?;
+        if code != 0 {
+            std::process::exit(code);
+        }
+        return Ok(());
+    }
+    let checker = sanitizer(platform)?;
+    let mut failed = Vec::new();
+    for tool in &args.sanitize {
+        let (mut cmd, config) = make()?;
+        // The runtime checks every API result itself (and probes kernel parameters until the
+        // driver says no), so API errors are not reports; memory and ordering errors are.
+        let runner = format!(
+            "{} --tool {tool} --error-exitcode 99 --report-api-errors no{}",
+            checker.display(),
+            if tool == "memcheck" { " --leak-check full" } else { "" }
+        );
+        cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", runner)
+            .args(["-E", "binary(/^gpu_/)"])
+            .args(&args.nextest);
+        println!("gpu-test: sanitizer {tool}");
+        if run_nextest(cmd, config)? != 0 {
+            failed.push(tool.clone());
+        }
+    }
+    if failed.is_empty() {
+        println!("gpu-test: sanitizers clean: {}", args.sanitize.join(", "));
+        Ok(())
+    } else {
+        Err(format!("the GPU suite failed under: {}", failed.join(", ")).into())
+    }
+}
+
+/// The platform's memory and race checker.
+fn sanitizer(platform: Platform) -> Result<PathBuf> {
+    match platform {
+        Platform::Nvidia => {
+            let roots = ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(std::env::var_os).map(PathBuf::from);
+            std::env::var_os("PATH")
+                .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+                .unwrap_or_default()
+                .into_iter()
+                .chain(roots.chain([PathBuf::from("/usr/local/cuda")]).map(|r| r.join("bin")))
+                .map(|d| d.join("compute-sanitizer"))
+                .find(|p| p.is_file())
+                .ok_or_else(|| {
+                    "compute-sanitizer not found (it ships with the CUDA toolkit; set CUDA_HOME)".into()
+                })
+        }
+        // ROCm's checker is an address-sanitizer build of the kernels and the runtime (ROCm 5.7+,
+        // `-fsanitize=address -shared-libasan`, xnack on); hipcc 5.2, the one rocmforge builds
+        // with in CI, cannot make one.
+        Platform::Amd => {
+            Err("--sanitize on AMD needs an address-sanitizer build (ROCm 5.7+), not available yet".into())
+        }
+    }
+}
+
+/// Runs nextest and returns its exit code. `config` (generated) is removed after.
+fn run_nextest(mut cmd: Command, config: Option<PathBuf>) -> Result<i32> {
     println!("+ {}", shown(&cmd));
     let status = cmd.status();
     if let Some(config) = config {
         let _ = fs::remove_file(config);
     }
     let status = status.map_err(|e| format!("cannot run {}: {e}", cmd.get_program().to_string_lossy()))?;
-    if !status.success() {
-        std::process::exit(status.code().unwrap_or(1));
-    }
-    Ok(())
+    Ok(status.code().unwrap_or(1))
 }
 
 /// With more than one GPU, nextest gets a copy of the repository config whose `gpu` test group
@@ -188,158 +275,33 @@ fn set_group_max_threads(text: &str, group: &str, n: usize) -> Option<String> {
 // ---------------------------------------------------------------------------------------------
 // The GPU of this machine
 
-/// The two driver layers rocmforge runs on.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Driver {
-    /// The CUDA driver API (`libcuda`): NVIDIA.
-    Cuda,
-    /// The HIP runtime (`libamdhip64`): AMD.
-    Hip,
-}
-
-/// A driver that loaded and reported devices.
+/// The platform this machine's GPUs are on, as the runtime finds them.
 #[derive(Debug)]
 struct LocalGpu {
-    driver: Driver,
+    platform: Platform,
     devices: usize,
 }
 
 impl LocalGpu {
     fn platform(&self) -> KernelPlatform {
-        match self.driver {
-            Driver::Cuda => KernelPlatform::Nvidia,
-            Driver::Hip => KernelPlatform::Amd,
+        match self.platform {
+            Platform::Nvidia => KernelPlatform::Nvidia,
+            Platform::Amd => KernelPlatform::Amd,
         }
     }
 
     /// The name `ROCMFORGE_PLATFORM` uses.
     fn platform_name(&self) -> &'static str {
-        self.platform().name()
+        self.platform.name()
     }
 }
 
-/// Why no GPU can be used here: every driver tried, with what went wrong.
-#[derive(Debug)]
-struct NoGpu {
-    /// At least one driver library loaded (but reported no device).
-    any_loaded: bool,
-    tried: Vec<String>,
-}
-
-impl std::fmt::Display for NoGpu {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let what = if self.any_loaded { "no GPU" } else { "no GPU driver" };
-        write!(f, "{what} found on this machine (tried the drivers below):")?;
-        for t in &self.tried {
-            write!(f, "\n  - {t}")?;
-        }
-        Ok(())
-    }
-}
-
-/// The platform to test: `ROCMFORGE_PLATFORM` (amd|nvidia) if set, else the first driver that
-/// loads and reports a device, in the order of rocm-runtime's `auto`: AMD (the primary
-/// platform), then NVIDIA. The tests are then pinned to that platform.
-fn detect_gpu() -> std::result::Result<LocalGpu, NoGpu> {
-    let wanted = std::env::var("ROCMFORGE_PLATFORM").unwrap_or_default();
-    let order: &[Driver] = match wanted.trim().to_ascii_lowercase().as_str() {
-        "amd" | "hip" | "rocm" => &[Driver::Hip],
-        "nvidia" | "cuda" => &[Driver::Cuda],
-        "" | "auto" => &[Driver::Hip, Driver::Cuda],
-        other => {
-            return Err(NoGpu {
-                any_loaded: false,
-                tried: vec![format!("ROCMFORGE_PLATFORM={other} is not one of auto, amd, nvidia")],
-            });
-        }
-    };
-    let mut no = NoGpu { any_loaded: false, tried: Vec::new() };
-    for &driver in order {
-        let probed = match driver {
-            Driver::Hip => probe_hip(),
-            Driver::Cuda => probe_cuda(),
-        };
-        match probed {
-            Probe::Devices(devices) => return Ok(LocalGpu { driver, devices }),
-            Probe::NoDevice(why) => {
-                no.any_loaded = true;
-                no.tried.push(why);
-            }
-            Probe::NotLoaded(why) => no.tried.push(why),
-        }
-    }
-    Err(no)
-}
-
-enum Probe {
-    Devices(usize),
-    NoDevice(String),
-    NotLoaded(String),
-}
-
-fn probe_cuda() -> Probe {
-    use rocm_sys::cuda::CUresult;
-    // SAFETY: opens the CUDA driver under its vendor names (or the path the user set in
-    // ROCMFORGE_CUDA_LIBRARY) with symbols bound from cuda.h, as `load_cuda` requires.
-    let lib = match unsafe { rocm_sys::load_cuda() } {
-        Ok((lib, _extras)) => lib,
-        Err(e) => return Probe::NotLoaded(e.to_string()),
-    };
-    // SAFETY: cuInit takes flags only (0 is the one valid value).
-    let mut result = unsafe { lib.cuInit(0) };
-    let mut count = 0;
-    if result == CUresult::CUDA_SUCCESS {
-        // SAFETY: `count` is a valid out-pointer for the duration of the call.
-        result = unsafe { lib.cuDeviceGetCount(&mut count) };
-    }
-    let mut name: *const std::ffi::c_char = std::ptr::null();
-    // SAFETY: `name` is a valid out-pointer; the driver sets it to a static string or leaves it.
-    let named = unsafe { lib.cuGetErrorName(result, &mut name) } == CUresult::CUDA_SUCCESS;
-    // SAFETY: on success the driver returned a NUL-terminated static string.
-    let name = if named && !name.is_null() { unsafe { c_text(name) } } else { String::new() };
-    // The driver stays loaded for the life of the process: unloading an initialised driver
-    // from under its own threads is not safe.
-    std::mem::forget(lib);
-    match result {
-        r if r == CUresult::CUDA_SUCCESS && count > 0 => Probe::Devices(count as usize),
-        r => Probe::NoDevice(format!(
-            "CUDA driver (libcuda) loaded, but it reports no device ({name} {}, count {count})",
-            r.0
-        )),
-    }
-}
-
-fn probe_hip() -> Probe {
-    use rocm_sys::hip::hipError_t;
-    // SAFETY: opens the HIP runtime under its vendor names (or ROCMFORGE_HIP_LIBRARY) with
-    // symbols bound from hip_runtime_api.h, as `load_hip` requires.
-    let lib = match unsafe { rocm_sys::load_hip() } {
-        Ok(lib) => lib,
-        Err(e) => return Probe::NotLoaded(e.to_string()),
-    };
-    let mut count = 0;
-    // SAFETY: `count` is a valid out-pointer for the duration of the call.
-    let result = unsafe { lib.hipGetDeviceCount(&mut count) };
-    // SAFETY: hipGetErrorName takes any code and returns a static string (or null).
-    let name = unsafe { lib.hipGetErrorName(result) };
-    // SAFETY: a non-null name is a NUL-terminated static string.
-    let name = if name.is_null() { String::new() } else { unsafe { c_text(name) } };
-    // As for CUDA: never unload an initialised runtime.
-    std::mem::forget(lib);
-    match result {
-        r if r == hipError_t::hipSuccess && count > 0 => Probe::Devices(count as usize),
-        r => Probe::NoDevice(format!(
-            "HIP runtime (libamdhip64) loaded, but it reports no device ({name} {}, count {count})",
-            r.0
-        )),
-    }
-}
-
-/// # Safety
-/// `ptr` points to a NUL-terminated string.
-unsafe fn c_text(ptr: *const std::ffi::c_char) -> String {
-    // SAFETY: the caller's contract.
-    unsafe { std::ffi::CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+/// The platform to test, found the way the tests will find it (`rocm_runtime::detect`:
+/// `ROCMFORGE_PLATFORM`, else AMD, then NVIDIA); the tests are then pinned to it.
+fn detect_gpu() -> std::result::Result<LocalGpu, String> {
+    rocm_runtime::detect()
+        .map(|found| LocalGpu { platform: found.platform, devices: found.device_count })
+        .map_err(|e| format!("no usable GPU on this machine: {e}"))
 }
 
 /// How many GPU tests run at once: `--gpus N`, else `ROCMFORGE_GPUS`, else the devices the driver
@@ -655,9 +617,21 @@ mod tests {
             parse_test_args(&strings(&["--archive", ".gpu", "--gpus=2", "--", "-E", "--gpus"])).unwrap();
         assert_eq!(
             args,
-            TestArgs { archive: Some(".gpu".into()), gpus: Some(2), nextest: strings(&["-E", "--gpus"]) }
+            TestArgs {
+                archive: Some(".gpu".into()),
+                gpus: Some(2),
+                sanitize: Vec::new(),
+                nextest: strings(&["-E", "--gpus"])
+            }
         );
         assert_eq!(parse_test_args(&[]).unwrap(), TestArgs::default());
+    }
+
+    #[test]
+    fn sanitize_takes_all_tools_or_a_list() {
+        assert_eq!(parse_test_args(&strings(&["--sanitize"])).unwrap().sanitize, SANITIZERS);
+        assert_eq!(parse_test_args(&strings(&["--sanitize=racecheck"])).unwrap().sanitize, ["racecheck"]);
+        assert!(parse_test_args(&strings(&["--sanitize=valgrind"])).is_err());
     }
 
     #[test]

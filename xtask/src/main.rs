@@ -19,8 +19,9 @@ usage: cargo xtask <task> [args]
 tasks:
   doctor                        platform, devices, memory, guard budget, toolchains found
   kernels [--platform P]        compile kernels/*.hip (P: amd, nvidia, all, auto; default auto)
-  gpu-test [--archive DIR] [--gpus N] [-- nextest args]
+  gpu-test [--archive DIR] [--gpus N] [--sanitize[=TOOLS]] [-- nextest args]
                                 run the GPU suite under the nextest `gpu` profile
+                                (--sanitize: under compute-sanitizer memcheck, racecheck, synccheck)
   gpu-archive [--out DIR]       pack the GPU suite to run on another host (default .gpu/)
   bench [FILTER...]             time kernels on the GPU: GB/s or TFLOP/s against measured copy bandwidth
   bindgen [--check]             regenerate rocm-sys bindings (or check they are current)
