@@ -16,6 +16,7 @@ mod loader;
 pub mod rmsnorm;
 pub mod rope;
 pub mod softmax;
+pub mod spin;
 pub mod swiglu;
 
 pub use dtype::{Dtype, kernel_name};
