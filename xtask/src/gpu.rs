@@ -167,30 +167,73 @@ fn run_suite(
         return Ok(());
     }
     let checker = sanitizer(platform)?;
+    let logs = std::env::temp_dir().join(format!("rocmforge-sanitizer-{}", std::process::id()));
     let mut failed = Vec::new();
     for tool in &args.sanitize {
+        let _ = fs::remove_dir_all(&logs);
+        fs::create_dir_all(&logs)?;
         let (mut cmd, config) = make()?;
         // The runtime checks every API result itself (and probes kernel parameters until the
         // driver says no), so API errors are not reports; memory and ordering errors are.
+        // Listing tests makes no CUDA call, hence --require-cuda-init no; the reports go to log
+        // files so the test list nextest reads on stdout stays clean.
         let runner = format!(
-            "{} --tool {tool} --error-exitcode 99 --report-api-errors no{}",
+            "{} --tool {tool} --error-exitcode 99 --report-api-errors no --require-cuda-init no \
+             --log-file {}/%p.log{}",
             checker.display(),
+            logs.display(),
             if tool == "memcheck" { " --leak-check full" } else { "" }
         );
         cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", runner)
+            .env(rocm_testkit::SANITIZER_ENV, tool)
             .args(["-E", "binary(/^gpu_/)"])
             .args(&args.nextest);
         println!("gpu-test: sanitizer {tool}");
-        if run_nextest(cmd, config)? != 0 {
+        let code = run_nextest(cmd, config)?;
+        let (processes, errors) = summarise_sanitizer_logs(&logs)?;
+        println!("gpu-test: {tool}: {processes} test process(es) checked, {errors} error(s) reported");
+        if code != 0 || errors != 0 {
             failed.push(tool.clone());
         }
     }
+    let _ = fs::remove_dir_all(&logs);
     if failed.is_empty() {
         println!("gpu-test: sanitizers clean: {}", args.sanitize.join(", "));
         Ok(())
     } else {
         Err(format!("the GPU suite failed under: {}", failed.join(", ")).into())
     }
+}
+
+/// Counts the checked processes in a folder of compute-sanitizer logs and the errors their
+/// summaries report, printing every log that reports any.
+fn summarise_sanitizer_logs(dir: &Path) -> Result<(usize, u64)> {
+    let (mut processes, mut errors) = (0, 0);
+    for entry in fs::read_dir(dir)? {
+        let text = fs::read_to_string(entry?.path())?;
+        let reported = sanitizer_errors(&text);
+        // Processes that never initialised CUDA (test listing) write no summary.
+        if text.contains("SUMMARY") {
+            processes += 1;
+        }
+        if reported > 0 {
+            println!("{text}");
+        }
+        errors += reported;
+    }
+    Ok((processes, errors))
+}
+
+/// The error count in a compute-sanitizer log: `ERROR SUMMARY: N errors` (memcheck, synccheck)
+/// or `RACECHECK SUMMARY: ... (N errors, M warnings)`.
+fn sanitizer_errors(log: &str) -> u64 {
+    log.lines()
+        .filter(|l| l.contains("SUMMARY"))
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split(|c: char| c.is_whitespace() || c == '(' || c == ',').collect();
+            words.windows(2).find(|w| w[1].starts_with("error")).and_then(|w| w[0].parse::<u64>().ok())
+        })
+        .sum()
 }
 
 /// The platform's memory and race checker.
@@ -625,6 +668,15 @@ mod tests {
             }
         );
         assert_eq!(parse_test_args(&[]).unwrap(), TestArgs::default());
+    }
+
+    #[test]
+    fn sanitizer_summaries_are_counted() {
+        assert_eq!(sanitizer_errors("========= ERROR SUMMARY: 0 errors\n"), 0);
+        assert_eq!(sanitizer_errors("========= ERROR SUMMARY: 3 errors\n"), 3);
+        assert_eq!(sanitizer_errors("========= ERROR SUMMARY: 1 error\n"), 1);
+        assert_eq!(sanitizer_errors("RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)"), 2);
+        assert_eq!(sanitizer_errors("no summary at all"), 0);
     }
 
     #[test]

@@ -8,6 +8,16 @@ use rocm_runtime::Backend;
 /// run can never pass by skipping everything.
 pub const REQUIRE_GPU_ENV: &str = "ROCMFORGE_REQUIRE_GPU";
 
+/// Set (to the tool's name) by `cargo xtask gpu-test --sanitize` while tests run under a
+/// memory or race checker, where every launch costs orders of magnitude more.
+pub const SANITIZER_ENV: &str = "ROCMFORGE_SANITIZER";
+
+/// The checker this process runs under, if any: stress tests use it to scale their repetitions
+/// down (the checker is there for what each launch does, not for how many there are).
+pub fn sanitizer() -> Option<String> {
+    std::env::var(SANITIZER_ENV).ok().filter(|t| !t.is_empty())
+}
+
 /// Env var choosing the device for this process (overrides the nextest slot).
 pub const DEVICE_ENV: &str = "ROCMFORGE_DEVICE";
 

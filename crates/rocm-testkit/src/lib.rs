@@ -18,7 +18,7 @@ mod random;
 mod scope;
 
 pub use compare::{Comparison, Tolerance, assert_close, compare, max_abs_diff, relative_l2};
-pub use fixture::{GpuUnavailable, REQUIRE_GPU_ENV, gpu_backend, require_gpu};
+pub use fixture::{GpuUnavailable, REQUIRE_GPU_ENV, SANITIZER_ENV, gpu_backend, require_gpu, sanitizer};
 pub use random::Rng;
 pub use scope::{GpuTest, LeakReport};
 
