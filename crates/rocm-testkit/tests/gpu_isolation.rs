@@ -11,6 +11,7 @@ use rocm_testkit::{Rng, gpu_test};
 const SPIN_CYCLES: u64 = 1_000_000_000;
 
 #[test]
+#[serial_test::parallel]
 fn a_long_kernel_on_another_stream_does_not_delay_our_synchronisation() {
     let gpu = gpu_test!();
     // The stand-in for another program: a stream this test does not synchronise.
@@ -35,7 +36,10 @@ fn a_long_kernel_on_another_stream_does_not_delay_our_synchronisation() {
     assert!(spin_reference(SPIN_CYCLES, spun), "spun {spun} cycles, asked for {SPIN_CYCLES}");
 }
 
+/// Needs the whole budget to itself: `serial` keeps the other tests of this process (marked
+/// `parallel`) from running while it holds most of it.
 #[test]
+#[serial_test::serial]
 fn with_most_of_the_budget_taken_the_guard_refuses_cleanly() {
     let gpu = gpu_test!();
     let ledger = gpu.backend().ledger();
