@@ -11,7 +11,10 @@ use std::sync::OnceLock;
 use rocm_sys::cuda as sys;
 use rocm_sys::cuda::{CUdevice_attribute as Attr, CUresult};
 
-use super::{DeviceDriver, DevicePtr, DriverVersions, RawEvent, RawFunction, RawModule, RawStream, c_string};
+use super::{
+    DeviceDriver, DevicePtr, DriverVersions, InitFailure, RawEvent, RawFunction, RawModule, RawStream,
+    aligned_image, c_string, function_not_found, load_once,
+};
 use crate::device::DeviceInfo;
 use crate::error::{DriverError, Error, Result};
 use crate::platform::Platform;
@@ -22,31 +25,18 @@ struct Cuda {
     extras: rocm_sys::CudaExtras,
 }
 
-#[derive(Clone)]
-enum InitFailure {
-    Load(rocm_sys::LoadError),
-    Init(DriverError),
-}
-
 fn cuda() -> Result<&'static Cuda> {
     static CUDA: OnceLock<Result<Cuda, InitFailure>> = OnceLock::new();
-    let state = CUDA.get_or_init(|| {
+    load_once(
+        &CUDA,
         // SAFETY: loads the vendor's driver library; bindings match its cuda.h.
-        let (lib, extras) = unsafe { rocm_sys::load_cuda() }.map_err(InitFailure::Load)?;
-        let cuda = Cuda { lib, extras };
-        // SAFETY: cuInit takes flags (must be 0) and may be called from any thread.
-        let r = unsafe { cuda.lib.cuInit(0) };
-        cuda.check("cuInit", r).map_err(|e| match e {
-            Error::Driver(d) => InitFailure::Init(d),
-            _ => unreachable!("check only returns driver errors"),
-        })?;
-        Ok(cuda)
-    });
-    match state {
-        Ok(cuda) => Ok(cuda),
-        Err(InitFailure::Load(e)) => Err(Error::Load(e.clone())),
-        Err(InitFailure::Init(e)) => Err(Error::Driver(e.clone())),
-    }
+        || unsafe { rocm_sys::load_cuda() }.map(|(lib, extras)| Cuda { lib, extras }),
+        |cuda: &Cuda| {
+            // SAFETY: cuInit takes flags (must be 0) and may be called from any thread.
+            let r = unsafe { cuda.lib.cuInit(0) };
+            cuda.check("cuInit", r)
+        },
+    )
 }
 
 impl Cuda {
@@ -349,9 +339,7 @@ impl DeviceDriver for CudaDevice {
 
     fn module_load(&self, image: &[u8]) -> Result<RawModule> {
         self.bind()?;
-        // The driver parses fatbin headers in place: hand it an 8-byte-aligned copy.
-        let mut aligned = vec![0u64; image.len().div_ceil(8) + 1];
-        bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..image.len()].copy_from_slice(image);
+        let aligned = aligned_image(image);
         let mut module = std::ptr::null_mut();
         call!(self.lib(), cuModuleLoadData(&mut module, aligned.as_ptr().cast()))?;
         Ok(RawModule(module.cast()))
@@ -367,12 +355,8 @@ impl DeviceDriver for CudaDevice {
         let cname =
             CString::new(name).map_err(|_| Error::InvalidArgument(format!("kernel name {name:?}")))?;
         let mut function = std::ptr::null_mut();
-        call!(self.lib(), cuModuleGetFunction(&mut function, module.0.cast(), cname.as_ptr())).map_err(
-            |e| match e {
-                Error::Driver(source) => Error::FunctionNotFound { name: name.to_string(), source },
-                other => other,
-            },
-        )?;
+        call!(self.lib(), cuModuleGetFunction(&mut function, module.0.cast(), cname.as_ptr()))
+            .map_err(|e| function_not_found(name, e))?;
         Ok(RawFunction(function.cast()))
     }
 

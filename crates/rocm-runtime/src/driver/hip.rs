@@ -10,7 +10,10 @@ use std::sync::OnceLock;
 use rocm_sys::hip as sys;
 use rocm_sys::hip::{hipDeviceAttribute_t as Attr, hipError_t};
 
-use super::{DeviceDriver, DevicePtr, DriverVersions, RawEvent, RawFunction, RawModule, RawStream, c_string};
+use super::{
+    DeviceDriver, DevicePtr, DriverVersions, InitFailure, RawEvent, RawFunction, RawModule, RawStream,
+    aligned_image, c_string, function_not_found, load_once,
+};
 use crate::device::DeviceInfo;
 use crate::error::{DriverError, Error, Result};
 use crate::platform::Platform;
@@ -25,31 +28,18 @@ impl std::fmt::Debug for Hip {
     }
 }
 
-#[derive(Clone)]
-enum InitFailure {
-    Load(rocm_sys::LoadError),
-    Init(DriverError),
-}
-
 fn hip() -> Result<&'static Hip> {
     static HIP: OnceLock<Result<Hip, InitFailure>> = OnceLock::new();
-    let state = HIP.get_or_init(|| {
+    load_once(
+        &HIP,
         // SAFETY: loads the vendor's runtime library; bindings match its headers.
-        let lib = unsafe { rocm_sys::load_hip() }.map_err(InitFailure::Load)?;
-        let hip = Hip { lib };
-        // SAFETY: hipInit takes flags (must be 0).
-        let r = unsafe { hip.lib.hipInit(0) };
-        hip.check("hipInit", r).map_err(|e| match e {
-            Error::Driver(d) => InitFailure::Init(d),
-            _ => unreachable!("check only returns driver errors"),
-        })?;
-        Ok(hip)
-    });
-    match state {
-        Ok(hip) => Ok(hip),
-        Err(InitFailure::Load(e)) => Err(Error::Load(e.clone())),
-        Err(InitFailure::Init(e)) => Err(Error::Driver(e.clone())),
-    }
+        || unsafe { rocm_sys::load_hip() }.map(|lib| Hip { lib }),
+        |hip: &Hip| {
+            // SAFETY: hipInit takes flags (must be 0).
+            let r = unsafe { hip.lib.hipInit(0) };
+            hip.check("hipInit", r)
+        },
+    )
 }
 
 impl Hip {
@@ -312,9 +302,7 @@ impl DeviceDriver for HipDevice {
 
     fn module_load(&self, image: &[u8]) -> Result<RawModule> {
         self.bind()?;
-        // Code-object bundles are parsed in place: hand the runtime an 8-byte-aligned copy.
-        let mut aligned = vec![0u64; image.len().div_ceil(8) + 1];
-        bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..image.len()].copy_from_slice(image);
+        let aligned = aligned_image(image);
         let mut module = std::ptr::null_mut();
         call!(self.hip, hipModuleLoadData(&mut module, aligned.as_ptr().cast()))?;
         Ok(RawModule(module.cast()))
@@ -330,12 +318,8 @@ impl DeviceDriver for HipDevice {
         let cname =
             CString::new(name).map_err(|_| Error::InvalidArgument(format!("kernel name {name:?}")))?;
         let mut function = std::ptr::null_mut();
-        call!(self.hip, hipModuleGetFunction(&mut function, module.0.cast(), cname.as_ptr())).map_err(
-            |e| match e {
-                Error::Driver(source) => Error::FunctionNotFound { name: name.to_string(), source },
-                other => other,
-            },
-        )?;
+        call!(self.hip, hipModuleGetFunction(&mut function, module.0.cast(), cname.as_ptr()))
+            .map_err(|e| function_not_found(name, e))?;
         Ok(RawFunction(function.cast()))
     }
 

@@ -12,9 +12,10 @@ pub(crate) mod cuda;
 pub(crate) mod hip;
 
 use std::ffi::c_void;
+use std::sync::OnceLock;
 
 use crate::device::DeviceInfo;
-use crate::error::Result;
+use crate::error::{DriverError, Error, Result};
 use crate::platform::Platform;
 
 /// Declares a `Copy` handle around a raw driver pointer that may cross threads.
@@ -151,4 +152,49 @@ pub(crate) unsafe fn c_string(ptr: *const std::os::raw::c_char) -> String {
     }
     // SAFETY: per the contract.
     unsafe { std::ffi::CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+}
+
+/// Why a vendor library is unusable in this process; kept so every later call reports it.
+#[derive(Clone)]
+pub(crate) enum InitFailure {
+    Load(rocm_sys::LoadError),
+    Init(DriverError),
+}
+
+/// Loads a vendor library and initialises it, once per process: later calls get the same
+/// library, or the same failure as a fresh [`Error`].
+pub(crate) fn load_once<T>(
+    cell: &'static OnceLock<Result<T, InitFailure>>,
+    load: impl FnOnce() -> Result<T, rocm_sys::LoadError>,
+    init: impl FnOnce(&T) -> Result<()>,
+) -> Result<&'static T> {
+    let state = cell.get_or_init(|| {
+        let lib = load().map_err(InitFailure::Load)?;
+        match init(&lib) {
+            Ok(()) => Ok(lib),
+            Err(Error::Driver(e)) => Err(InitFailure::Init(e)),
+            Err(other) => unreachable!("initialisation fails only with driver errors: {other}"),
+        }
+    });
+    match state {
+        Ok(lib) => Ok(lib),
+        Err(InitFailure::Load(e)) => Err(Error::Load(e.clone())),
+        Err(InitFailure::Init(e)) => Err(Error::Driver(e.clone())),
+    }
+}
+
+/// A copy of a code-object image in 8-byte-aligned memory: both drivers parse fatbin and
+/// offload-bundle headers in place, and `include_bytes!` data has no alignment.
+pub(crate) fn aligned_image(image: &[u8]) -> Vec<u64> {
+    let mut aligned = vec![0u64; image.len().div_ceil(8) + 1];
+    bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..image.len()].copy_from_slice(image);
+    aligned
+}
+
+/// A failed function lookup, named.
+pub(crate) fn function_not_found(name: &str, error: Error) -> Error {
+    match error {
+        Error::Driver(source) => Error::FunctionNotFound { name: name.to_string(), source },
+        other => other,
+    }
 }
