@@ -171,4 +171,106 @@ template <> RF_DEVICE rf_bf16 rf_from_float<rf_bf16>(float v) { return rf_float_
 
 #define RF_FOR_EACH_DTYPE(X) X(f32, float) X(f16, __half) X(bf16, rf_bf16)
 
+// ---------------------------------------------------------------------------------------------
+// 16-byte vectors (rmsnorm, swiglu, causal_mask). Memory-bound kernels move data as uint4: 16
+// bytes, 4 f32 or 8 f16/bf16, one 128-bit load or store per thread on both platforms. Only on
+// 16-byte-aligned addresses: check the base pointers and row strides first (rf_is_aligned16)
+// and keep a scalar path for everything else.
+// ---------------------------------------------------------------------------------------------
+
+RF_DEVICE bool rf_is_aligned16(const void* p) { return ((rf_u64)p & 15ull) == 0; }
+
+RF_DEVICE uint4 rf_load16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+RF_DEVICE void rf_store16(void* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
+
+// The 16-bit storage types as raw bit patterns (little-endian: element 2k is the low half of
+// 32-bit word k of a vector).
+template <typename T> RF_DEVICE float rf_bits16_to_float(unsigned int bits);
+template <> RF_DEVICE float rf_bits16_to_float<__half>(unsigned int bits) {
+    return __half2float(__ushort_as_half((unsigned short)bits));
+}
+template <> RF_DEVICE float rf_bits16_to_float<rf_bf16>(unsigned int bits) {
+    return rf_bf16_to_float((rf_bf16)bits);
+}
+template <typename T> RF_DEVICE unsigned int rf_float_to_bits16(float f);
+template <> RF_DEVICE unsigned int rf_float_to_bits16<__half>(float f) {
+    return (unsigned int)__half_as_ushort(__float2half(f));
+}
+template <> RF_DEVICE unsigned int rf_float_to_bits16<rf_bf16>(float f) {
+    return (unsigned int)rf_float_to_bf16(f);
+}
+
+// rf_pack16<T>: N elements of T in 16 bytes. unpack(v, f) widens them to f[0..N) in memory
+// order; pack(f) rounds f[0..N) to T exactly as rf_from_float<T> does and packs them.
+template <typename T> struct rf_pack16;
+
+template <> struct rf_pack16<float> {
+    static constexpr int N = 4;
+    static RF_DEVICE void unpack(uint4 v, float* f) {
+        f[0] = __uint_as_float(v.x);
+        f[1] = __uint_as_float(v.y);
+        f[2] = __uint_as_float(v.z);
+        f[3] = __uint_as_float(v.w);
+    }
+    static RF_DEVICE uint4 pack(const float* f) {
+        uint4 v;
+        v.x = __float_as_uint(f[0]);
+        v.y = __float_as_uint(f[1]);
+        v.z = __float_as_uint(f[2]);
+        v.w = __float_as_uint(f[3]);
+        return v;
+    }
+};
+
+template <typename T> struct rf_pack16_half_width {
+    static constexpr int N = 8;
+    static RF_DEVICE void unpack_word(unsigned int w, float* f) {
+        f[0] = rf_bits16_to_float<T>(w & 0xffffu);
+        f[1] = rf_bits16_to_float<T>(w >> 16);
+    }
+    static RF_DEVICE unsigned int pack_word(const float* f) {
+        return rf_float_to_bits16<T>(f[0]) | (rf_float_to_bits16<T>(f[1]) << 16);
+    }
+    static RF_DEVICE void unpack(uint4 v, float* f) {
+        unpack_word(v.x, f);
+        unpack_word(v.y, f + 2);
+        unpack_word(v.z, f + 4);
+        unpack_word(v.w, f + 6);
+    }
+    static RF_DEVICE uint4 pack(const float* f) {
+        uint4 v;
+        v.x = pack_word(f);
+        v.y = pack_word(f + 2);
+        v.z = pack_word(f + 4);
+        v.w = pack_word(f + 6);
+        return v;
+    }
+};
+template <> struct rf_pack16<__half> : rf_pack16_half_width<__half> {};
+template <> struct rf_pack16<rf_bf16> : rf_pack16_half_width<rf_bf16> {};
+
+// Load/store of V consecutive elements as floats: V = rf_pack16<T>::N through one 16-byte access
+// (the address must be 16-byte aligned), V = 1 through a plain scalar access. Kernels pick one
+// at run time from the alignment of their pointers and strides. load_raw + unpack split a load,
+// so that many loads can be in flight in few registers before any is widened.
+template <typename T, bool VECTOR> struct rf_access;
+
+template <typename T> struct rf_access<T, true> {
+    static constexpr int V = rf_pack16<T>::N;
+    typedef uint4 Raw;
+    static RF_DEVICE Raw load_raw(const T* p) { return rf_load16(p); }
+    static RF_DEVICE void unpack(Raw r, float* f) { rf_pack16<T>::unpack(r, f); }
+    static RF_DEVICE void load(const T* p, float* f) { rf_pack16<T>::unpack(rf_load16(p), f); }
+    static RF_DEVICE void store(T* p, const float* f) { rf_store16(p, rf_pack16<T>::pack(f)); }
+};
+
+template <typename T> struct rf_access<T, false> {
+    static constexpr int V = 1;
+    typedef T Raw;
+    static RF_DEVICE Raw load_raw(const T* p) { return *p; }
+    static RF_DEVICE void unpack(Raw r, float* f) { f[0] = rf_to_float(r); }
+    static RF_DEVICE void load(const T* p, float* f) { f[0] = rf_to_float(*p); }
+    static RF_DEVICE void store(T* p, const float* f) { *p = rf_from_float<T>(f[0]); }
+};
+
 #endif // ROCMFORGE_H

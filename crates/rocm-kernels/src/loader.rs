@@ -22,7 +22,6 @@ pub(crate) fn kernel(stream: &Stream, module: &'static str, function: &str) -> R
 /// One block per row: `rows` blocks (2-D grid when there are more than the x limit allows),
 /// `block` threads each, rounded to whole warps and capped at the kernel's limit. Kernels
 /// recover the row as `blockIdx.y * gridDim.x + blockIdx.x` and skip rows past the end.
-#[allow(dead_code)] // until the row kernels (rmsnorm, softmax) use it
 pub(crate) fn row_per_block(stream: &Stream, function: &Function, rows: usize, block: u32) -> LaunchConfig {
     let info = stream.backend().info();
     let warp = info.warp_size.max(1);
