@@ -1,1 +1,638 @@
-//! `rope` (`kernels/rope.hip`): not written yet.
+//! `rope` (`kernels/rope.hip`): rotary position embedding, in place on Q and K.
+//!
+//! Q is `[tokens, q_heads, head_dim]` and K `[tokens, k_heads, head_dim]`, each with its own
+//! head count and token stride ([`RopeTensor`]); both turn by the same positions, one `i32` per
+//! token in a device buffer. A pair of elements `(a, b)` of a head turns by the angle
+//! `theta = (position / scaling_factor) * inv_freq[i]`:
+//!
+//! ```text
+//! (a, b) -> (a cos(theta) - b sin(theta),  b cos(theta) + a sin(theta))
+//! inv_freq[i] = base^(-2i / d)          (d: the rotated dimension, i < d / 2)
+//! ```
+//!
+//! The variants ([`RopeStyle`]) choose the pairs, `d` and the base:
+//!
+//! | style | pairs | d | base |
+//! |---|---|---|---|
+//! | `NeoX { rotary_dim }` (GPT-NeoX, Llama, "rotate_half") | `(i, i + d/2)` | `rotary_dim` | `theta_base` |
+//! | `GptJ { rotary_dim }` | `(2i, 2i + 1)` | `rotary_dim` | `theta_base` |
+//! | `Glm { rope_ratio }` (GLM-4, ChatGLM2/3) | `(2i, 2i + 1)` | `head_dim / 2` | `theta_base * rope_ratio` |
+//! | `ChatGlm2d` (ChatGLM-6B) | first half: `(i, i + d/2)` by `positions`; second half (offset `head_dim/2`): `(i, i + d/2)` by `block_positions` | `head_dim / 2` each | `theta_base` |
+//!
+//! A `rotary_dim` below `head_dim` is partial rotary: elements from `rotary_dim` on (from
+//! `head_dim / 2` on for GLM) pass through, neither read nor written.
+//!
+//! **Scaling** is linear position interpolation: the position is divided by `scaling_factor`
+//! (1 = none; Code Llama / "linear" `rope_scaling` use e.g. 4).
+//!
+//! **Positions** are `i32`; valid ones are `0 <= p < max_position` (`max_position` defaults to
+//! 2^31, i.e. every non-negative `i32`). The launcher cannot see device data without waiting for
+//! it, so an invalid position is not an `Err`: the kernel writes NaN into every rotated element
+//! of that token (Q and K), which makes the mistake loud downstream. The reference does the same.
+//!
+//! **Accuracy**: `inv_freq` is computed on the host in f64 (and divided by `scaling_factor`
+//! there), the kernel forms `p * inv_freq` and reduces it modulo 2*pi in f64, then takes f32
+//! `sincosf` of the reduced angle. The angle is within about 1.2e-7 rad of the exact one for
+//! every valid position (the f32 rounding of the reduced angle dominates; at p = 1e5 the f64
+//! product carries 1e-11), and cos/sin within a few 1e-7: outputs are within a few f32 ulps of
+//! the exact rotation of the stored inputs. This is tighter than implementations that form the
+//! angle in f32 (HF, vLLM caches), whose angle error grows to ~1e-2 rad at position 1e5.
+//!
+//! [`rope_reference`] is the f64 CPU reference of one tensor.
+
+use rocm_runtime::{DeviceBuffer, LaunchConfig, Stream};
+
+use crate::dtype::{Dtype, kernel_name};
+use crate::error::{KernelError, Result, ensure};
+use crate::loader;
+
+const KERNEL: &str = "rope";
+
+/// Pairs of one rotated segment the kernel's frequency table holds (`MAX_PAIRS` in the kernel):
+/// `rotary_dim <= 512`, and `head_dim <= 1024` for the ChatGLM 2D form.
+pub const MAX_PAIRS: usize = 256;
+
+/// Threads a block at most; a token with more work items loops.
+const MAX_BLOCK: usize = 512;
+
+/// Which pairs rotate, and over which dimension (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RopeStyle {
+    /// Half-split pairs `(i, i + rotary_dim/2)` over the first `rotary_dim` elements.
+    NeoX { rotary_dim: usize },
+    /// Interleaved pairs `(2i, 2i + 1)` over the first `rotary_dim` elements.
+    GptJ { rotary_dim: usize },
+    /// GLM-4 / ChatGLM2-3: interleaved pairs over the first `head_dim / 2` elements, base
+    /// `theta_base * rope_ratio`.
+    Glm { rope_ratio: f32 },
+    /// ChatGLM-6B: NeoX pairs over each half of the head (dimension `head_dim / 2` each), the
+    /// first half by `positions`, the second by `block_positions`.
+    ChatGlm2d,
+}
+
+/// A RoPE: the style, the head size, the base, the linear scaling and the valid positions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rope {
+    pub style: RopeStyle,
+    pub head_dim: usize,
+    /// The frequency base (10000 for most models).
+    pub theta_base: f32,
+    /// Linear position scaling: positions are divided by it (1 = none).
+    pub scaling_factor: f32,
+    /// Positions at or past this (and negative ones) are invalid: NaN in the rotated elements.
+    pub max_position: Option<u32>,
+}
+
+/// The rotated segments of a head, as the kernel sees them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Layout {
+    /// Elements of one segment (`d`).
+    seg_dim: usize,
+    /// 1, or 2 for ChatGLM 2D (the second starting at `seg_dim`).
+    segments: usize,
+    interleaved: bool,
+    /// The frequency base (with `rope_ratio` applied).
+    base: f64,
+}
+
+impl Rope {
+    /// `style` on heads of `head_dim`, base 10000, no scaling, every non-negative position valid.
+    pub fn new(style: RopeStyle, head_dim: usize) -> Self {
+        Rope { style, head_dim, theta_base: 10_000.0, scaling_factor: 1.0, max_position: None }
+    }
+
+    /// Full NeoX / Llama rotary (`rotary_dim = head_dim`), base 10000.
+    pub fn neox(head_dim: usize) -> Self {
+        Rope::new(RopeStyle::NeoX { rotary_dim: head_dim }, head_dim)
+    }
+
+    pub fn with_theta_base(self, theta_base: f32) -> Self {
+        Rope { theta_base, ..self }
+    }
+
+    pub fn with_scaling_factor(self, scaling_factor: f32) -> Self {
+        Rope { scaling_factor, ..self }
+    }
+
+    pub fn with_max_position(self, max_position: u32) -> Self {
+        Rope { max_position: Some(max_position), ..self }
+    }
+
+    /// Checks the configuration and returns the kernel's view of it.
+    fn layout(&self) -> Result<Layout> {
+        let hd = self.head_dim;
+        ensure(hd > 0 && hd.is_multiple_of(2), KERNEL, || {
+            format!("head_dim must be even and positive, got {hd}")
+        })?;
+        ensure(self.theta_base.is_finite() && self.theta_base > 0.0, KERNEL, || {
+            format!("theta_base must be positive and finite, got {}", self.theta_base)
+        })?;
+        ensure(self.scaling_factor.is_finite() && self.scaling_factor > 0.0, KERNEL, || {
+            format!("scaling_factor must be positive and finite, got {}", self.scaling_factor)
+        })?;
+        let base = self.theta_base as f64;
+        let layout = match self.style {
+            RopeStyle::NeoX { rotary_dim } | RopeStyle::GptJ { rotary_dim } => {
+                ensure(rotary_dim > 0 && rotary_dim.is_multiple_of(2) && rotary_dim <= hd, KERNEL, || {
+                    format!("rotary_dim must be even, positive and at most head_dim = {hd}, got {rotary_dim}")
+                })?;
+                let interleaved = matches!(self.style, RopeStyle::GptJ { .. });
+                Layout { seg_dim: rotary_dim, segments: 1, interleaved, base }
+            }
+            RopeStyle::Glm { rope_ratio } => {
+                ensure(rope_ratio.is_finite() && rope_ratio > 0.0, KERNEL, || {
+                    format!("rope_ratio must be positive and finite, got {rope_ratio}")
+                })?;
+                ensure(hd.is_multiple_of(4), KERNEL, || {
+                    format!("GLM RoPE needs head_dim a multiple of 4, got {hd}")
+                })?;
+                Layout { seg_dim: hd / 2, segments: 1, interleaved: true, base: base * rope_ratio as f64 }
+            }
+            RopeStyle::ChatGlm2d => {
+                ensure(hd.is_multiple_of(4), KERNEL, || {
+                    format!("ChatGLM 2D RoPE needs head_dim a multiple of 4, got {hd}")
+                })?;
+                Layout { seg_dim: hd / 2, segments: 2, interleaved: false, base }
+            }
+        };
+        ensure(layout.seg_dim / 2 <= MAX_PAIRS, KERNEL, || {
+            format!("{} rotated pairs per segment exceed the kernel's {MAX_PAIRS}", layout.seg_dim / 2)
+        })?;
+        ensure(layout.base.is_finite(), KERNEL, || "theta_base * rope_ratio overflows".into())?;
+        Ok(layout)
+    }
+
+    /// `inv_freq[i] / scaling_factor` for the kernel's table, in f64.
+    fn freqs(&self, layout: &Layout) -> [f64; MAX_PAIRS] {
+        let mut table = [0.0f64; MAX_PAIRS];
+        for (i, f) in table.iter_mut().take(layout.seg_dim / 2).enumerate() {
+            *f = inv_freq(layout.base, i, layout.seg_dim) / self.scaling_factor as f64;
+        }
+        table
+    }
+
+    /// `max_position` as the kernel takes it (2^31 when unset).
+    fn max_position(&self) -> i64 {
+        self.max_position.map_or(1i64 << 31, i64::from)
+    }
+
+    /// Applies the RoPE in place to `q` and, if given, `k`, at `positions` (one per token;
+    /// `block_positions` too for [`RopeStyle::ChatGlm2d`], and only then). Queued on `q`'s
+    /// stream; every buffer must belong to it.
+    pub fn run<T: Dtype>(
+        &self,
+        q: RopeTensor<'_, T>,
+        k: Option<RopeTensor<'_, T>>,
+        positions: &DeviceBuffer<i32>,
+        block_positions: Option<&DeviceBuffer<i32>>,
+    ) -> Result<()> {
+        let layout = self.layout()?;
+        let tokens = positions.len();
+        self.check_positions(tokens, block_positions.map(|b| b.len()))?;
+        let q_stride = q.check(self, "q", tokens)?;
+        let k_stride = match &k {
+            Some(k) => k.check(self, "k", tokens)?,
+            None => 0,
+        };
+        let k_heads = k.as_ref().map_or(0, |k| k.heads);
+        check_heads(self.head_dim, q.heads, k_heads)?;
+        if tokens == 0 || q.heads + k_heads == 0 {
+            return Ok(());
+        }
+        let stream = q.buffer.stream().clone();
+        let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_rope"))?;
+        let n = 16 / size_of::<T>();
+        let k_ptr = k.as_ref().map(|k| k.buffer.device_ptr());
+        let vectorized = vectorizable(&layout, self.head_dim, n, q.buffer.device_ptr(), q_stride)
+            && k_ptr.is_none_or(|p| vectorizable(&layout, self.head_dim, n, p, k_stride));
+        let config = config(&stream, &kernel, &layout, q.heads + k_heads, tokens, vectorized, n);
+        let freqs = self.freqs(&layout);
+        // SAFETY: rf_rope_<T>(T* q, T* k, const int* pos, const int* block_pos, u64 tokens,
+        // u64 q_heads, u64 k_heads, u64 q_stride, u64 k_stride, u32 head_dim, u32 seg_dim,
+        // u32 segments, int interleaved, int vectorized, i64 max_pos, Freqs) reads pos[t] (and
+        // block_pos[t] when segments == 2) for t < tokens, and reads and writes, for h < heads,
+        // element e < segments * seg_dim <= head_dim of q[t * q_stride + h * head_dim + e] (and
+        // of k likewise): `check` proved those inside q and k, and `check_positions` the
+        // position buffers. It reads freqs.inv_freq[i] for i < seg_dim / 2 <= MAX_PAIRS. q and
+        // k are distinct mutable borrows; the builder checks every buffer's stream. With
+        // `vectorized`, 16-byte accesses are aligned (checked by `vectorizable`).
+        unsafe {
+            let launch = stream.launch(&kernel).buffer_mut(q.buffer);
+            let launch = match k {
+                Some(k) => launch.buffer_mut(k.buffer),
+                None => launch.arg(0u64),
+            };
+            let launch = launch.buffer(positions);
+            let launch = match block_positions {
+                Some(b) => launch.buffer(b),
+                None => launch.arg(0u64),
+            };
+            launch
+                .arg(tokens as u64)
+                .arg(q.heads as u64)
+                .arg(k_heads as u64)
+                .arg(q_stride as u64)
+                .arg(k_stride as u64)
+                .arg(self.head_dim as u32)
+                .arg(layout.seg_dim as u32)
+                .arg(layout.segments as u32)
+                .arg(layout.interleaved as i32)
+                .arg(vectorized as i32)
+                .arg(self.max_position())
+                .arg(freqs)
+                .launch(config)?
+        };
+        Ok(())
+    }
+
+    fn check_positions(&self, tokens: usize, block_positions: Option<usize>) -> Result<()> {
+        match (self.style, block_positions) {
+            (RopeStyle::ChatGlm2d, Some(len)) => ensure(len == tokens, KERNEL, || {
+                format!("block_positions has {len} entries, positions {tokens}")
+            }),
+            (RopeStyle::ChatGlm2d, None) => Err(KernelError::Shape {
+                kernel: KERNEL,
+                message: "ChatGLM 2D RoPE needs block_positions".into(),
+            }),
+            (_, Some(_)) => Err(KernelError::Shape {
+                kernel: KERNEL,
+                message: "block_positions are only used by the ChatGLM 2D style".into(),
+            }),
+            (_, None) => Ok(()),
+        }
+    }
+}
+
+/// `(q_heads + k_heads) * head_dim` must fit the kernel's 32-bit work-item count.
+fn check_heads(head_dim: usize, q_heads: usize, k_heads: usize) -> Result<()> {
+    let elements = q_heads.checked_add(k_heads).and_then(|h| h.checked_mul(head_dim));
+    ensure(elements.is_some_and(|e| e <= i32::MAX as usize), KERNEL, || {
+        format!("{q_heads} + {k_heads} heads of {head_dim} exceed 2^31 - 1 elements a token")
+    })
+}
+
+/// Whether the kernel may use 16-byte accesses on a tensor: the base pointer 16-byte aligned,
+/// every head start (token stride, head_dim) and every group of `n` pairs (two vectors of `n`
+/// elements: `a` and `b` halves for NeoX, consecutive for interleaved pairs) a whole number of
+/// vectors.
+fn vectorizable(layout: &Layout, head_dim: usize, n: usize, ptr: u64, token_stride: usize) -> bool {
+    let half = layout.seg_dim / 2;
+    let groups =
+        if layout.interleaved { layout.seg_dim.is_multiple_of(2 * n) } else { half.is_multiple_of(n) };
+    groups
+        && ptr.is_multiple_of(16)
+        && token_stride.is_multiple_of(n)
+        && head_dim.is_multiple_of(n)
+        && layout.seg_dim.is_multiple_of(n)
+}
+
+/// One block per token; the threads cover the token's work items (groups of pairs over all
+/// heads), balanced over as few rounds of at most `MAX_BLOCK` threads as needed.
+fn config(
+    stream: &Stream,
+    kernel: &rocm_runtime::Function,
+    layout: &Layout,
+    heads: usize,
+    tokens: usize,
+    vectorized: bool,
+    n: usize,
+) -> LaunchConfig {
+    let pairs_per_item = if vectorized { n } else { 1 };
+    let items = heads * layout.segments * (layout.seg_dim / 2 / pairs_per_item);
+    let warp = stream.backend().info().warp_size.max(1) as usize;
+    let rounds = items.div_ceil(MAX_BLOCK).max(1);
+    let block = items.div_ceil(rounds).div_ceil(warp).saturating_mul(warp).clamp(warp, MAX_BLOCK.max(warp));
+    loader::row_per_block(stream, kernel, tokens, block as u32)
+}
+
+/// `base^(-2i / d)` in f64.
+fn inv_freq(base: f64, i: usize, d: usize) -> f64 {
+    base.powf(-((2 * i) as f64) / d as f64)
+}
+
+/// Q or K for [`Rope::run`]: a buffer of `[tokens, heads, head_dim]`, token `t` starting at
+/// `t * token_stride` (default `heads * head_dim`, contiguous). A larger stride describes a head
+/// range of a wider tensor, e.g. the Q and K heads of a packed QKV buffer (as one tensor of
+/// `q_heads + k_heads` heads with the QKV row as stride, leaving V alone).
+#[derive(Debug)]
+pub struct RopeTensor<'a, T: Dtype> {
+    pub buffer: &'a mut DeviceBuffer<T>,
+    pub heads: usize,
+    pub token_stride: Option<usize>,
+}
+
+impl<'a, T: Dtype> RopeTensor<'a, T> {
+    pub fn new(buffer: &'a mut DeviceBuffer<T>, heads: usize) -> Self {
+        RopeTensor { buffer, heads, token_stride: None }
+    }
+
+    pub fn with_token_stride(self, token_stride: usize) -> Self {
+        RopeTensor { token_stride: Some(token_stride), ..self }
+    }
+
+    /// Checks the stride and length for `tokens` tokens; returns the stride.
+    fn check(&self, rope: &Rope, name: &str, tokens: usize) -> Result<usize> {
+        check_tensor(rope.head_dim, name, self.buffer.len(), self.heads, self.token_stride, tokens)
+    }
+}
+
+/// The token stride of a `[tokens, heads, head_dim]` tensor of `len` elements, checked.
+fn check_tensor(
+    head_dim: usize,
+    name: &str,
+    len: usize,
+    heads: usize,
+    token_stride: Option<usize>,
+    tokens: usize,
+) -> Result<usize> {
+    let row = heads.checked_mul(head_dim).ok_or_else(|| KernelError::Shape {
+        kernel: KERNEL,
+        message: format!("{name}: {heads} heads of {head_dim} overflow usize"),
+    })?;
+    let stride = token_stride.unwrap_or(row);
+    ensure(stride >= row, KERNEL, || {
+        format!("{name}: token stride {stride} is less than {heads} heads x {head_dim}")
+    })?;
+    let need = match tokens {
+        0 => Some(0),
+        t => (t - 1).checked_mul(stride).and_then(|v| v.checked_add(row)),
+    };
+    match token_stride {
+        // Contiguous: exactly the tensor.
+        None => ensure(need == Some(len), KERNEL, || {
+            format!("{name} has {len} elements, expected {tokens} tokens x {heads} heads x {head_dim}")
+        })?,
+        Some(_) => ensure(need.is_some_and(|need| len >= need), KERNEL, || {
+            format!("{name} holds {len} elements; {tokens} tokens at stride {stride} need {need:?}")
+        })?,
+    }
+    Ok(stride)
+}
+
+/// `q` and `k` rotated in place at `positions`, for contiguous tensors (see [`Rope::run`]).
+pub fn rope_in_place<T: Dtype>(
+    rope: &Rope,
+    q: &mut DeviceBuffer<T>,
+    q_heads: usize,
+    k: &mut DeviceBuffer<T>,
+    k_heads: usize,
+    positions: &DeviceBuffer<i32>,
+    block_positions: Option<&DeviceBuffer<i32>>,
+) -> Result<()> {
+    rope.run(RopeTensor::new(q, q_heads), Some(RopeTensor::new(k, k_heads)), positions, block_positions)
+}
+
+/// CPU reference of [`Rope::run`] on one tensor (Q or K) in f64: `x` holds the stored values
+/// (as f32) of `[tokens, heads, head_dim]` at `token_stride` (default contiguous); the result
+/// has the same layout, with pass-through elements (and gaps between tokens) copied. Invalid
+/// positions give NaN in the rotated elements, as the kernel does. Panics on a configuration
+/// the launcher refuses.
+pub fn rope_reference(
+    rope: &Rope,
+    x: &[f32],
+    heads: usize,
+    token_stride: Option<usize>,
+    positions: &[i32],
+    block_positions: Option<&[i32]>,
+) -> Vec<f64> {
+    let layout = rope.layout().expect("rope reference: invalid configuration");
+    let tokens = positions.len();
+    rope.check_positions(tokens, block_positions.map(|b| b.len())).expect("rope reference: positions");
+    let stride = check_tensor(rope.head_dim, "x", x.len(), heads, token_stride, tokens)
+        .expect("rope reference: tensor shape");
+    let mut out: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+    let half = layout.seg_dim / 2;
+    let max = rope.max_position();
+    for (t, &position) in positions.iter().enumerate() {
+        for seg in 0..layout.segments {
+            let p = if seg == 0 { position } else { block_positions.expect("checked")[t] };
+            let valid = p >= 0 && (p as i64) < max;
+            let scaled = p as f64 / rope.scaling_factor as f64;
+            for h in 0..heads {
+                let start = t * stride + h * rope.head_dim + seg * layout.seg_dim;
+                for i in 0..half {
+                    let (ia, ib) = if layout.interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
+                    let (a, b) = (x[start + ia] as f64, x[start + ib] as f64);
+                    let (ra, rb) = if valid {
+                        let (s, c) = (scaled * inv_freq(layout.base, i, layout.seg_dim)).sin_cos();
+                        (a * c - b * s, b * c + a * s)
+                    } else {
+                        (f64::NAN, f64::NAN)
+                    };
+                    out[start + ia] = ra;
+                    out[start + ib] = rb;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(got: &[f64], want: &[f64]) {
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!((g - w).abs() < 1e-12, "element {i}: got {g}, want {w} (all: {got:?})");
+        }
+    }
+
+    // Angles used below. Position 1, base 10000:
+    //   d = 4: inv_freq = [1, 10000^(-1/2) = 0.01]        -> angles 1, 0.01
+    //   d = 2: inv_freq = [1]                              -> angle 1
+    //   d = 8: inv_freq = [1, 0.1, 0.01, 0.001]
+    // cos 1 = 0.5403023058681398, sin 1 = 0.8414709848078965
+    // cos 0.01 = 0.9999500004166653, sin 0.01 = 0.009999833334166664
+    const C1: f64 = 0.5403023058681398;
+    const S1: f64 = 0.8414709848078965;
+    const C01: f64 = 0.9999500004166653;
+    const S01: f64 = 0.009999833334166664;
+    /// [1, 2, 3, 4] at position 1, head_dim 4, base 10000, NeoX and GPT-J pairs.
+    const NEOX_1234: [f64; 4] =
+        [-1.9841106485555495, 1.959900667496664, 2.4623779024123156, 4.019799668334994];
+    const GPTJ_1234: [f64; 4] =
+        [-1.1426396637476532, 1.922075596544176, 2.9598506679133294, 4.029799501669161];
+
+    #[test]
+    fn neox_pairs_are_half_split() {
+        // head_dim 4, x = [1, 2, 3, 4]: pairs (x0, x2) by angle 1, (x1, x3) by angle 0.01.
+        let y = rope_reference(&Rope::neox(4), &[1.0, 2.0, 3.0, 4.0], 1, None, &[1], None);
+        let want = [
+            1.0 * C1 - 3.0 * S1,   // 0.5403023 - 2.5244130 = -1.9841106
+            2.0 * C01 - 4.0 * S01, // 1.9999000 - 0.0399993 =  1.9599007
+            3.0 * C1 + 1.0 * S1,   // 1.6209069 + 0.8414710 =  2.4623779
+            4.0 * C01 + 2.0 * S01, // 3.9998000 + 0.0199997 =  4.0197997
+        ];
+        close(&y, &want);
+        close(&y, &NEOX_1234);
+    }
+
+    #[test]
+    fn gptj_pairs_are_interleaved() {
+        // head_dim 4, x = [1, 2, 3, 4]: pairs (x0, x1) by angle 1, (x2, x3) by angle 0.01.
+        let y = rope_reference(
+            &Rope::new(RopeStyle::GptJ { rotary_dim: 4 }, 4),
+            &[1.0, 2.0, 3.0, 4.0],
+            1,
+            None,
+            &[1],
+            None,
+        );
+        let want = [
+            1.0 * C1 - 2.0 * S1,   // 0.5403023 - 1.6829420 = -1.1426397
+            2.0 * C1 + 1.0 * S1,   // 1.0806046 + 0.8414710 =  1.9220756
+            3.0 * C01 - 4.0 * S01, // 2.9998500 - 0.0399993 =  2.9598507
+            4.0 * C01 + 3.0 * S01, // 3.9998000 + 0.0299995 =  4.0297995
+        ];
+        close(&y, &want);
+        close(&y, &GPTJ_1234);
+    }
+
+    #[test]
+    fn position_zero_is_the_identity_and_position_two_doubles_the_angle() {
+        let x = [1.0, 2.0, 3.0, 4.0];
+        let y = rope_reference(&Rope::neox(4), &x, 1, None, &[0], None);
+        close(&y, &[1.0, 2.0, 3.0, 4.0]);
+        // Position 2, scaling factor 2: the same as position 1.
+        let scaled = rope_reference(&Rope::neox(4).with_scaling_factor(2.0), &x, 1, None, &[2], None);
+        let plain = rope_reference(&Rope::neox(4), &x, 1, None, &[1], None);
+        close(&scaled, &plain);
+    }
+
+    #[test]
+    fn partial_rotary_passes_the_rest_through() {
+        // head_dim 6, rotary_dim 4 (NeoX): elements 4 and 5 pass through; two heads, two tokens.
+        let rope = Rope::new(RopeStyle::NeoX { rotary_dim: 4 }, 6);
+        let head = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let x: Vec<f32> = head.repeat(4);
+        let y = rope_reference(&rope, &x, 2, None, &[1, 0], None);
+        let rotated = [NEOX_1234[0], NEOX_1234[1], NEOX_1234[2], NEOX_1234[3], 5.0, 6.0];
+        let identity = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        close(&y, &[rotated, rotated, identity, identity].concat());
+        // GPT-J with rotary_dim 2 of 4: only (x0, x1) turns, by inv_freq[0] = 1.
+        let y = rope_reference(
+            &Rope::new(RopeStyle::GptJ { rotary_dim: 2 }, 4),
+            &[1.0, 2.0, 3.0, 4.0],
+            1,
+            None,
+            &[1],
+            None,
+        );
+        close(&y, &[1.0 * C1 - 2.0 * S1, 2.0 * C1 + 1.0 * S1, 3.0, 4.0]);
+    }
+
+    #[test]
+    fn glm_rotates_interleaved_pairs_of_the_first_half_with_a_scaled_base() {
+        // head_dim 8: d = 4, pairs (x0, x1), (x2, x3); base 100 * rope_ratio 100 = 10000, so the
+        // angles at position 1 are 1 and 0.01; x4..x7 pass through.
+        let rope = Rope::new(RopeStyle::Glm { rope_ratio: 100.0 }, 8).with_theta_base(100.0);
+        let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+        let y = rope_reference(&rope, &x, 1, None, &[1], None);
+        close(&y, &[GPTJ_1234.as_slice(), &[5.0, 6.0, 7.0, 8.0]].concat());
+    }
+
+    #[test]
+    fn chatglm_2d_rotates_each_half_by_its_own_position() {
+        // head_dim 8: halves of 4, each NeoX with d = 4 (angles p * [1, 0.01]). The first half
+        // turns by position 1, the second by block position 0 (identity), then swapped.
+        let rope = Rope::new(RopeStyle::ChatGlm2d, 8);
+        let x = [1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0];
+        let y = rope_reference(&rope, &x, 1, None, &[1], Some(&[0]));
+        close(&y, &[NEOX_1234, [1.0, 2.0, 3.0, 4.0]].concat());
+        let y = rope_reference(&rope, &x, 1, None, &[0], Some(&[1]));
+        close(&y, &[[1.0, 2.0, 3.0, 4.0], NEOX_1234].concat());
+    }
+
+    #[test]
+    fn a_large_position_is_the_exact_angle() {
+        // head_dim 2: one pair, inv_freq 1: the angle is the position itself.
+        let p = 100_000;
+        let y = rope_reference(&Rope::neox(2), &[1.0, 0.0], 1, None, &[p], None);
+        close(&y, &[(p as f64).cos(), (p as f64).sin()]);
+        close(&y, &[-0.9993608074382124, 0.03574879797201651]);
+        // A rotation keeps the norm.
+        assert!((y[0] * y[0] + y[1] * y[1] - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn invalid_positions_give_nan() {
+        let rope = Rope::new(RopeStyle::NeoX { rotary_dim: 2 }, 4).with_max_position(8);
+        let x = [1.0, 2.0, 3.0, 4.0].repeat(3);
+        let y = rope_reference(&rope, &x, 1, None, &[-1, 8, 7], None);
+        // Rotated elements (0 and 1) are NaN for the first two tokens; 2 and 3 pass through.
+        assert!(y[0].is_nan() && y[1].is_nan() && y[4].is_nan() && y[5].is_nan());
+        close(&[y[2], y[3], y[6], y[7]], &[3.0, 4.0, 3.0, 4.0]);
+        assert!(y[8..].iter().all(|v| v.is_finite()));
+        // Without a maximum, any non-negative position is valid; negative ones never are.
+        let y = rope_reference(&Rope::neox(2), &[1.0, 0.0, 1.0, 0.0], 1, None, &[i32::MAX, -5], None);
+        assert!(y[0].is_finite() && y[1].is_finite() && y[2].is_nan() && y[3].is_nan());
+    }
+
+    #[test]
+    fn strided_tokens_leave_the_gaps_alone() {
+        // Two tokens of one head of 2 at stride 3: element 2 is a gap.
+        let y = rope_reference(&Rope::neox(2), &[1.0, 0.0, 9.0, 1.0, 0.0], 1, Some(3), &[1, 0], None);
+        close(&y, &[C1, S1, 9.0, 1.0, 0.0]);
+    }
+
+    fn refused(rope: Rope) -> String {
+        match rope.layout() {
+            Err(KernelError::Shape { kernel: "rope", message }) => message,
+            other => panic!("expected a shape error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        assert!(refused(Rope::neox(7)).contains("head_dim"));
+        assert!(refused(Rope::new(RopeStyle::NeoX { rotary_dim: 3 }, 8)).contains("rotary_dim"));
+        assert!(refused(Rope::new(RopeStyle::GptJ { rotary_dim: 10 }, 8)).contains("rotary_dim"));
+        assert!(refused(Rope::new(RopeStyle::NeoX { rotary_dim: 0 }, 8)).contains("rotary_dim"));
+        assert!(refused(Rope::new(RopeStyle::Glm { rope_ratio: 1.0 }, 6)).contains("multiple of 4"));
+        assert!(refused(Rope::new(RopeStyle::Glm { rope_ratio: -1.0 }, 8)).contains("rope_ratio"));
+        assert!(refused(Rope::new(RopeStyle::ChatGlm2d, 10)).contains("multiple of 4"));
+        assert!(refused(Rope::neox(1024)).contains("pairs"));
+        assert!(Rope::new(RopeStyle::ChatGlm2d, 1024).layout().is_ok());
+        assert!(refused(Rope::neox(8).with_theta_base(0.0)).contains("theta_base"));
+        assert!(refused(Rope::neox(8).with_scaling_factor(f32::INFINITY)).contains("scaling_factor"));
+        let rope = Rope::neox(8);
+        assert!(rope.check_positions(3, Some(3)).is_err(), "block positions without the 2D style");
+        let glm2d = Rope::new(RopeStyle::ChatGlm2d, 8);
+        assert!(glm2d.check_positions(3, None).is_err());
+        assert!(glm2d.check_positions(3, Some(2)).is_err());
+        assert!(glm2d.check_positions(3, Some(3)).is_ok());
+        // Tensors: exact length when contiguous, enough for the stride otherwise.
+        assert_eq!(check_tensor(8, "q", 48, 2, None, 3).unwrap(), 16);
+        assert!(check_tensor(8, "q", 47, 2, None, 3).is_err());
+        assert!(check_tensor(8, "q", 49, 2, None, 3).is_err());
+        assert_eq!(check_tensor(8, "q", 56, 2, Some(20), 3).unwrap(), 20);
+        assert!(check_tensor(8, "q", 55, 2, Some(20), 3).is_err());
+        assert!(check_tensor(8, "q", 100, 2, Some(15), 3).is_err());
+        assert!(check_heads(128, usize::MAX, 1).is_err());
+        assert!(check_heads(128, 1 << 24, 0).is_err());
+        assert!(check_heads(128, 32, 8).is_ok());
+    }
+
+    #[test]
+    fn vector_access_needs_aligned_groups() {
+        let neox = Rope::neox(128).layout().unwrap();
+        assert!(vectorizable(&neox, 128, 8, 0, 128 * 40));
+        assert!(!vectorizable(&neox, 128, 8, 8, 128 * 40), "unaligned base");
+        assert!(!vectorizable(&neox, 128, 8, 0, 128 * 40 + 4), "unaligned token stride");
+        let partial = Rope::new(RopeStyle::NeoX { rotary_dim: 24 }, 128).layout().unwrap();
+        assert!(!vectorizable(&partial, 128, 8, 0, 128), "12 pairs are not whole vectors of 8");
+        assert!(vectorizable(&partial, 128, 4, 0, 128));
+        let glm = Rope::new(RopeStyle::Glm { rope_ratio: 1.0 }, 128).layout().unwrap();
+        assert!(vectorizable(&glm, 128, 8, 0, 128));
+        // Interleaved groups are two consecutive vectors: 24 elements hold three vectors of 8
+        // but not a whole number of groups of 16.
+        let gptj = Rope::new(RopeStyle::GptJ { rotary_dim: 24 }, 128).layout().unwrap();
+        assert!(!vectorizable(&gptj, 128, 8, 0, 128));
+        assert!(vectorizable(&gptj, 128, 4, 0, 128));
+        let small = Rope::new(RopeStyle::ChatGlm2d, 16).layout().unwrap();
+        assert!(!vectorizable(&small, 16, 8, 0, 16), "4 pairs per half");
+        assert!(vectorizable(&small, 16, 4, 0, 16));
+    }
+}
