@@ -7,19 +7,31 @@
 // ones mask whole rows. Storage f32, f16 or bf16 (<dt>); `fill` (usually -inf) is rounded to it.
 //
 // Speed: write-only and memory-bound. In row i the masked columns are one contiguous range
-// [i + offset + 1, seq_k), so each block owns one (row, column chunk) pair (blockIdx.x walks the
-// rows, blockIdx.y the chunks, both grid-stride) and writes its share of that range with 16-byte
-// stores: a scalar head up to the first 16-byte boundary, whole vectors, a scalar tail. Blocks
-// whose chunk lies left of the range have nothing to do and leave at once.
+// [i + offset + 1, seq_k). The work is cut into items, a (row, column chunk) pair each (`chunk`
+// columns, from the host: the whole row when there are many rows), and each *warp* takes one
+// item at a time, walking the items grid-stride: it writes its share of the masked range with
+// 16-byte stores (a scalar head up to the first 16-byte boundary, whole vectors, a scalar tail),
+// then moves on. v1 gave every row a block of its own, most of whose threads stored one vector
+// or none before the block exited: the per-block cost, not the stores, set its speed. Items
+// left of the masked range cost a warp a few integer instructions.
 
 #include "rocmforge.h"
 
-// 16-byte stores per thread per chunk: a chunk is blockDim.x * RF_MASK_UNROLL * N elements.
-#define RF_MASK_UNROLL 4
+// (q, r) = (a / b, a % b); 32-bit division when both fit.
+RF_DEVICE void rf_mask_divmod(rf_u64 a, rf_u64 b, rf_u64* q, rf_u64* r) {
+    if (((a | b) >> 32) == 0) {
+        const unsigned int q32 = (unsigned int)a / (unsigned int)b;
+        *q = q32;
+        *r = a - (rf_u64)q32 * b;
+    } else {
+        *q = a / b;
+        *r = a - *q * b;
+    }
+}
 
 template <typename T>
 RF_DEVICE void rf_causal_mask(T* scores, rf_u64 batch, rf_u64 seq_q, rf_u64 seq_k, rf_u64 batch_stride,
-                              rf_u64 row_stride, long long offset, float fill) {
+                              rf_u64 row_stride, rf_u64 chunk, long long offset, float fill) {
     constexpr int N = rf_pack16<T>::N;
     const T fill_one = rf_from_float<T>(fill);
     float fill_vec[N];
@@ -28,59 +40,62 @@ RF_DEVICE void rf_causal_mask(T* scores, rf_u64 batch, rf_u64 seq_q, rf_u64 seq_
         fill_vec[e] = fill;
     }
     const uint4 fill_packed = rf_pack16<T>::pack(fill_vec);
-    const unsigned int t = threadIdx.x;
-    const unsigned int block = blockDim.x;
-    const rf_u64 chunk = (rf_u64)block * RF_MASK_UNROLL * N;
-    const rf_u64 rows = batch * seq_q;
-    for (rf_u64 r = blockIdx.x; r < rows; r += gridDim.x) {
-        const rf_u64 b = r / seq_q;
-        const rf_u64 i = r - b * seq_q;
+    const unsigned int warp = (unsigned int)rf_warp_size();
+    const unsigned int lane = threadIdx.x % warp;
+    const rf_u64 warps_per_block = blockDim.x / warp;
+    const rf_u64 chunks_per_row = (seq_k + chunk - 1) / chunk;
+    const rf_u64 items = batch * seq_q * chunks_per_row;
+    const rf_u64 step = (rf_u64)gridDim.x * warps_per_block;
+    for (rf_u64 item = (rf_u64)blockIdx.x * warps_per_block + threadIdx.x / warp; item < items; item += step) {
+        rf_u64 r;
+        rf_u64 c;
+        rf_mask_divmod(item, chunks_per_row, &r, &c);
+        rf_u64 b;
+        rf_u64 i;
+        rf_mask_divmod(r, seq_q, &b, &i);
         // First masked column: i + offset + 1, clamped to [0, seq_k]. The host clamps offset to
         // [-seq_q, seq_k], so this cannot overflow.
         const long long first = (long long)i + offset + 1;
         const rf_u64 start = first <= 0 ? 0 : ((rf_u64)first >= seq_k ? seq_k : (rf_u64)first);
-        if (start >= seq_k) {
-            continue;
+        const rf_u64 chunk_lo = c * chunk;
+        const rf_u64 chunk_hi = chunk_lo + chunk < seq_k ? chunk_lo + chunk : seq_k;
+        const rf_u64 lo = chunk_lo > start ? chunk_lo : start;
+        if (lo >= chunk_hi) {
+            continue;  // uniform across the warp: the item is left of the masked range
         }
-        T* row = scores + b * batch_stride + i * row_stride;
-        for (rf_u64 c = blockIdx.y; c * chunk < seq_k; c += gridDim.y) {
-            const rf_u64 chunk_end = c * chunk + chunk;
-            const rf_u64 lo = c * chunk > start ? c * chunk : start;
-            const rf_u64 hi = chunk_end < seq_k ? chunk_end : seq_k;
-            if (lo >= hi) {
-                continue;
-            }
-            T* p = row + lo;
-            const rf_u64 n = hi - lo;
-            // Elements before the first 16-byte boundary (all of them if p is not even
-            // element-aligned, which a valid T* always is).
-            const rf_u64 addr = (rf_u64)p;
-            rf_u64 head = addr % sizeof(T) == 0 ? ((16 - (addr & 15)) & 15) / sizeof(T) : n;
-            head = head < n ? head : n;
-            const rf_u64 nvec = (n - head) / N;
-            const rf_u64 tail = n - head - nvec * N;
-            if (t < head) {
-                p[t] = fill_one;
-            }
-            T* vp = p + head;
-            for (rf_u64 v = t; v < nvec; v += block) {
-                rf_store16(vp + v * N, fill_packed);
-            }
-            if (t < tail) {
-                vp[nvec * N + t] = fill_one;
-            }
+        T* p = scores + b * batch_stride + i * row_stride + lo;
+        const rf_u64 n = chunk_hi - lo;
+        // Elements before the first 16-byte boundary (all of them if p is not even
+        // element-aligned, which a valid T* always is).
+        const rf_u64 addr = (rf_u64)p;
+        rf_u64 head = addr % sizeof(T) == 0 ? ((16 - (addr & 15)) & 15) / sizeof(T) : n;
+        head = head < n ? head : n;
+        const rf_u64 nvec = (n - head) / N;
+        const rf_u64 tail = n - head - nvec * N;
+        // head and tail are below N <= 8 elements, and a warp has at least 32 lanes.
+        if (lane < head) {
+            p[lane] = fill_one;
+        }
+        T* vp = p + head;
+#pragma unroll 4
+        for (rf_u64 v = lane; v < nvec; v += warp) {
+            rf_store16(vp + v * N, fill_packed);
+        }
+        if (lane < tail) {
+            vp[nvec * N + lane] = fill_one;
         }
     }
 }
 
-// Entry point. batch, seq_q, seq_k >= 1; the host launcher checks that every row lies inside the
-// buffer and that rows do not overlap, and clamps offset to [-seq_q, seq_k] (which changes no
-// result).
+// Entry point. batch, seq_q, seq_k, chunk >= 1, batch * seq_q * ceil(seq_k / chunk) < 2^64; a
+// 1-D grid of any size whose blocks are whole warps. The host launcher checks that every row lies
+// inside the buffer and that rows do not overlap, and clamps offset to [-seq_q, seq_k] (which
+// changes no result).
 #define RF_CAUSAL_MASK_ENTRY(suffix, T)                                                                   \
     RF_KERNEL void rf_causal_mask_##suffix(T* scores, rf_u64 batch, rf_u64 seq_q, rf_u64 seq_k,            \
-                                           rf_u64 batch_stride, rf_u64 row_stride, long long offset,      \
-                                           float fill) {                                                   \
-        rf_causal_mask<T>(scores, batch, seq_q, seq_k, batch_stride, row_stride, offset, fill);           \
+                                           rf_u64 batch_stride, rf_u64 row_stride, rf_u64 chunk,          \
+                                           long long offset, float fill) {                                 \
+        rf_causal_mask<T>(scores, batch, seq_q, seq_k, batch_stride, row_stride, chunk, offset, fill);    \
     }
 
 RF_FOR_EACH_DTYPE(RF_CAUSAL_MASK_ENTRY)

@@ -169,20 +169,190 @@ RF_DEVICE void rf_rms_rows(const T* x, T* residual, const T* weight, T* out, rf_
     }
 }
 
-// Picks the 16-byte path when every pointer is 16-byte aligned and every row stride a whole
-// number of vectors (so every row starts aligned), the scalar path otherwise.
+// ---------------------------------------------------------------------------------------------
+// Warp path (v2): one warp per row, for rows of up to RF_RMS_WARP_CACHE accesses per lane (16
+// vectors: 128 f16/bf16 or 64 f32 elements a lane, so 4096 f16 columns on a 32-wide warp and
+// 8192 on a 64-wide wavefront; RF_RMS_WARP_CACHE scalars a lane on the scalar path). The row
+// stays in registers as raw 16-byte vectors (64 registers), the sum of squares is a shuffle
+// reduction over the warp, there is no barrier and no shared memory, and each lane has all 16
+// of its loads (32 with the residual) in flight at once. Warps walk rows grid-stride. A row
+// longer than the cache (only if a caller launched this kernel for one) is streamed by the warp
+// in two passes, correct but slow.
+// ---------------------------------------------------------------------------------------------
+
+#define RF_RMS_WARP_CACHE 16
+
+template <typename T, bool RESIDUAL, bool VECTOR>
+RF_DEVICE void rf_rms_warp_rows(const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride,
+                                rf_u64 residual_stride, rf_u64 out_stride, rf_u64 rows, unsigned int cols,
+                                float eps) {
+    typedef rf_access<T, VECTOR> A;
+    constexpr int V = A::V;
+    constexpr int K = RF_RMS_WARP_CACHE;
+    const unsigned int warp = (unsigned int)rf_warp_size();
+    const unsigned int lane = threadIdx.x % warp;
+    const unsigned int nv = cols / (unsigned int)V;         // whole vectors in a row
+    const unsigned int tail = cols - nv * (unsigned int)V;  // elements after them (< V <= 8 < warp)
+    const bool cached = (rf_u64)nv <= (rf_u64)K * warp;
+    const float inv_cols = 1.0f / (float)cols;
+    const rf_u64 warps_per_block = blockDim.x / warp;
+    const rf_u64 step = (rf_u64)gridDim.x * warps_per_block;
+    for (rf_u64 row = (rf_u64)blockIdx.x * warps_per_block + threadIdx.x / warp; row < rows; row += step) {
+        const T* xr = x + row * x_stride;
+        T* rr = RESIDUAL ? residual + row * residual_stride : nullptr;
+        T* orow = out + row * out_stride;
+        float sumsq = 0.0f;
+        float ct = 0.0f;
+        const rf_u64 jt = (rf_u64)nv * V + lane;  // this lane's tail element, if lane < tail
+        if (cached) {
+            typename A::Raw c[K];
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                const unsigned int i = lane + (unsigned int)k * warp;
+                if (i < nv) {
+                    c[k] = A::load_raw(xr + (rf_u64)i * V);
+                }
+            }
+            if (lane < tail) {
+                ct = rf_to_float(xr[jt]);
+            }
+            if (RESIDUAL) {
+                typename A::Raw r[K];
+#pragma unroll
+                for (int k = 0; k < K; ++k) {
+                    const unsigned int i = lane + (unsigned int)k * warp;
+                    if (i < nv) {
+                        r[k] = A::load_raw(rr + (rf_u64)i * V);
+                    }
+                }
+                float rt = 0.0f;
+                if (lane < tail) {
+                    rt = rf_to_float(rr[jt]);
+                }
+#pragma unroll
+                for (int k = 0; k < K; ++k) {
+                    const unsigned int i = lane + (unsigned int)k * warp;
+                    if (i < nv) {
+                        float xv[V];
+                        float rv[V];
+                        A::unpack(c[k], xv);
+                        A::unpack(r[k], rv);
+#pragma unroll
+                        for (int e = 0; e < V; ++e) {
+                            xv[e] = xv[e] + rv[e];
+                        }
+                        c[k] = A::pack(xv);  // round_T(x + residual), exactly as v1 stores it
+                        A::store_raw(rr + (rf_u64)i * V, c[k]);
+                    }
+                }
+                if (lane < tail) {
+                    ct = rf_rms_round<T>(ct + rt);
+                    rr[jt] = rf_from_float<T>(ct);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                const unsigned int i = lane + (unsigned int)k * warp;
+                if (i < nv) {
+                    float v[V];
+                    A::unpack(c[k], v);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        sumsq = fmaf(v[e], v[e], sumsq);
+                    }
+                }
+            }
+            if (lane < tail) {
+                sumsq = fmaf(ct, ct, sumsq);
+            }
+            const float scale = rsqrtf(rf_warp_sum(sumsq) * inv_cols + eps);
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                const unsigned int i = lane + (unsigned int)k * warp;
+                if (i < nv) {
+                    float v[V];
+                    float w[V];
+                    A::unpack(c[k], v);
+                    A::load(weight + (rf_u64)i * V, w);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        v[e] = v[e] * scale * w[e];
+                    }
+                    A::store(orow + (rf_u64)i * V, v);
+                }
+            }
+            if (lane < tail) {
+                orow[jt] = rf_from_float<T>(ct * scale * rf_to_float(weight[jt]));
+            }
+        } else {
+            // Streaming: as the block path's, with the warp in place of the block.
+            for (unsigned int i = lane; i < nv; i += warp) {
+                float v[V];
+                A::load(xr + (rf_u64)i * V, v);
+                if (RESIDUAL) {
+                    float r[V];
+                    A::load(rr + (rf_u64)i * V, r);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        v[e] = rf_rms_round<T>(v[e] + r[e]);
+                    }
+                    A::store(rr + (rf_u64)i * V, v);
+                }
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    sumsq = fmaf(v[e], v[e], sumsq);
+                }
+            }
+            if (lane < tail) {
+                float v = rf_to_float(xr[jt]);
+                if (RESIDUAL) {
+                    v = rf_rms_round<T>(v + rf_to_float(rr[jt]));
+                    rr[jt] = rf_from_float<T>(v);
+                }
+                sumsq = fmaf(v, v, sumsq);
+            }
+            const float scale = rsqrtf(rf_warp_sum(sumsq) * inv_cols + eps);
+            const T* src = RESIDUAL ? rr : xr;
+            for (unsigned int i = lane; i < nv; i += warp) {
+                float v[V];
+                float w[V];
+                A::load(src + (rf_u64)i * V, v);
+                A::load(weight + (rf_u64)i * V, w);
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    v[e] = v[e] * scale * w[e];
+                }
+                A::store(orow + (rf_u64)i * V, v);
+            }
+            if (lane < tail) {
+                orow[jt] = rf_from_float<T>(rf_to_float(src[jt]) * scale * rf_to_float(weight[jt]));
+            }
+        }
+    }
+}
+
+// The 16-byte path when every pointer is 16-byte aligned and every row stride a whole number of
+// vectors (so every row starts aligned), the scalar path otherwise. The host mirrors this test
+// (`vectorised` in rmsnorm.rs) to size the launch.
 template <typename T, bool RESIDUAL>
-RF_DEVICE void rf_rmsnorm(const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride,
-                          rf_u64 residual_stride, rf_u64 out_stride, rf_u64 rows, unsigned int cols,
-                          float eps) {
-    __shared__ float scratch[2][RF_RMS_MAX_WARPS];
+RF_DEVICE bool rf_rms_vector(const T* x, const T* residual, const T* weight, const T* out, rf_u64 x_stride,
+                             rf_u64 residual_stride, rf_u64 out_stride, unsigned int cols) {
     constexpr rf_u64 N = (rf_u64)rf_pack16<T>::N;
     bool vector = cols >= N && rf_is_aligned16(x) && rf_is_aligned16(weight) && rf_is_aligned16(out) &&
                   x_stride % N == 0 && out_stride % N == 0;
     if (RESIDUAL) {
         vector = vector && rf_is_aligned16(residual) && residual_stride % N == 0;
     }
-    if (vector) {
+    return vector;
+}
+
+// Block path: one block per row.
+template <typename T, bool RESIDUAL>
+RF_DEVICE void rf_rmsnorm(const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride,
+                          rf_u64 residual_stride, rf_u64 out_stride, rf_u64 rows, unsigned int cols,
+                          float eps) {
+    __shared__ float scratch[2][RF_RMS_MAX_WARPS];
+    if (rf_rms_vector<T, RESIDUAL>(x, residual, weight, out, x_stride, residual_stride, out_stride, cols)) {
         rf_rms_rows<T, RESIDUAL, true>(x, residual, weight, out, x_stride, residual_stride, out_stride,
                                        rows, cols, eps, scratch);
     } else {
@@ -191,20 +361,48 @@ RF_DEVICE void rf_rmsnorm(const T* x, T* residual, const T* weight, T* out, rf_u
     }
 }
 
+// Warp path: one warp per row.
+template <typename T, bool RESIDUAL>
+RF_DEVICE void rf_rmsnorm_warp(const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride,
+                               rf_u64 residual_stride, rf_u64 out_stride, rf_u64 rows, unsigned int cols,
+                               float eps) {
+    if (rf_rms_vector<T, RESIDUAL>(x, residual, weight, out, x_stride, residual_stride, out_stride, cols)) {
+        rf_rms_warp_rows<T, RESIDUAL, true>(x, residual, weight, out, x_stride, residual_stride, out_stride,
+                                            rows, cols, eps);
+    } else {
+        rf_rms_warp_rows<T, RESIDUAL, false>(x, residual, weight, out, x_stride, residual_stride, out_stride,
+                                             rows, cols, eps);
+    }
+}
+
 // Entry points. Strides and `rows` are in elements / rows (64-bit); 1 <= cols < 2^31; the host
 // launcher checks that every row lies inside its buffer and that blockDim.x is a multiple of the
-// warp width (at most 1024).
+// warp width (at most 1024 on the block path, 256 on the warp path). Block path: rows walked by
+// blocks (blockIdx.y * gridDim.x + blockIdx.x). Warp path (`_warp_`): a 1-D grid, rows walked by
+// warps, for rows the warp's register cache holds.
 #define RF_RMSNORM_ENTRIES(suffix, T)                                                                  \
-    RF_KERNEL __launch_bounds__(1024) void rf_rmsnorm_##suffix(const T* x, const T* weight, T* out, rf_u64 x_stride,            \
-                                       rf_u64 out_stride, rf_u64 rows, unsigned int cols, float eps) { \
+    RF_KERNEL __launch_bounds__(1024) void rf_rmsnorm_##suffix(const T* x, const T* weight, T* out,     \
+                                                               rf_u64 x_stride, rf_u64 out_stride,     \
+                                                               rf_u64 rows, unsigned int cols, float eps) { \
         rf_rmsnorm<T, false>(x, nullptr, weight, out, x_stride, 0, out_stride, rows, cols, eps);        \
     }                                                                                                  \
-    RF_KERNEL __launch_bounds__(1024) void rf_rmsnorm_residual_##suffix(const T* x, T* residual, const T* weight, T* out,       \
-                                                rf_u64 x_stride, rf_u64 residual_stride,               \
-                                                rf_u64 out_stride, rf_u64 rows, unsigned int cols,     \
-                                                float eps) {                                           \
+    RF_KERNEL __launch_bounds__(1024) void rf_rmsnorm_residual_##suffix(                               \
+        const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride, rf_u64 residual_stride,     \
+        rf_u64 out_stride, rf_u64 rows, unsigned int cols, float eps) {                                \
         rf_rmsnorm<T, true>(x, residual, weight, out, x_stride, residual_stride, out_stride, rows, cols, \
                             eps);                                                                      \
+    }                                                                                                  \
+    RF_KERNEL __launch_bounds__(256, 2) void rf_rmsnorm_warp_##suffix(const T* x, const T* weight, T* out, \
+                                                                   rf_u64 x_stride, rf_u64 out_stride, \
+                                                                   rf_u64 rows, unsigned int cols,     \
+                                                                   float eps) {                        \
+        rf_rmsnorm_warp<T, false>(x, nullptr, weight, out, x_stride, 0, out_stride, rows, cols, eps);   \
+    }                                                                                                  \
+    RF_KERNEL __launch_bounds__(256) void rf_rmsnorm_residual_warp_##suffix(                           \
+        const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride, rf_u64 residual_stride,     \
+        rf_u64 out_stride, rf_u64 rows, unsigned int cols, float eps) {                                \
+        rf_rmsnorm_warp<T, true>(x, residual, weight, out, x_stride, residual_stride, out_stride, rows, \
+                                 cols, eps);                                                           \
     }
 
 RF_FOR_EACH_DTYPE(RF_RMSNORM_ENTRIES)

@@ -252,7 +252,8 @@ template <> struct rf_pack16<rf_bf16> : rf_pack16_half_width<rf_bf16> {};
 // Load/store of V consecutive elements as floats: V = rf_pack16<T>::N through one 16-byte access
 // (the address must be 16-byte aligned), V = 1 through a plain scalar access. Kernels pick one
 // at run time from the alignment of their pointers and strides. load_raw + unpack split a load,
-// so that many loads can be in flight in few registers before any is widened.
+// so that many loads can be in flight in few registers before any is widened; pack +
+// store_raw split a store the same way (pack rounds as store does).
 template <typename T, bool VECTOR> struct rf_access;
 
 template <typename T> struct rf_access<T, true> {
@@ -262,6 +263,8 @@ template <typename T> struct rf_access<T, true> {
     static RF_DEVICE void unpack(Raw r, float* f) { rf_pack16<T>::unpack(r, f); }
     static RF_DEVICE void load(const T* p, float* f) { rf_pack16<T>::unpack(rf_load16(p), f); }
     static RF_DEVICE void store(T* p, const float* f) { rf_store16(p, rf_pack16<T>::pack(f)); }
+    static RF_DEVICE Raw pack(const float* f) { return rf_pack16<T>::pack(f); }
+    static RF_DEVICE void store_raw(T* p, Raw r) { rf_store16(p, r); }
 };
 
 template <typename T> struct rf_access<T, false> {
@@ -271,6 +274,8 @@ template <typename T> struct rf_access<T, false> {
     static RF_DEVICE void unpack(Raw r, float* f) { f[0] = rf_to_float(r); }
     static RF_DEVICE void load(const T* p, float* f) { f[0] = rf_to_float(*p); }
     static RF_DEVICE void store(T* p, const float* f) { *p = rf_from_float<T>(f[0]); }
+    static RF_DEVICE Raw pack(const float* f) { return rf_from_float<T>(f[0]); }
+    static RF_DEVICE void store_raw(T* p, Raw r) { *p = r; }
 };
 
 #endif // ROCMFORGE_H

@@ -15,9 +15,23 @@ use crate::loader;
 
 const KERNEL: &str = "causal_mask";
 
-/// Threads per block and 16-byte stores per thread per chunk (`RF_MASK_UNROLL`).
+/// Threads per block (whole warps), and blocks per compute unit of the grid: the kernel's warps
+/// walk their (row, column chunk) items grid-stride, a few items each.
 const BLOCK: usize = 256;
-const UNROLL: usize = 4;
+const BLOCKS_PER_CU: usize = 32;
+
+/// Columns of one work item (one warp's job): the whole row when there are at least as many rows
+/// as warps in the largest grid, otherwise the row split evenly into chunks of
+/// whole warps of 16-byte vectors (`warp_vector` elements), so that a few long rows (decode
+/// with a long KV cache and a negative offset) still spread over the whole device.
+fn item_columns(rows: usize, seq_k: usize, warp_vector: usize, grid_warps: usize) -> usize {
+    let wanted = grid_warps;
+    if rows >= wanted || seq_k <= warp_vector {
+        return seq_k.max(1);
+    }
+    let chunks = wanted.div_ceil(rows.max(1));
+    seq_k.div_ceil(chunks).next_multiple_of(warp_vector.max(1)).min(seq_k).max(1)
+}
 
 /// Shape, layout, offset and fill value of a causal mask.
 ///
@@ -170,18 +184,26 @@ impl CausalMask {
         let info = stream.backend().info();
         let warp = info.warp_size.max(1) as usize;
         let block = (BLOCK.min(kernel.max_threads_per_block() as usize).max(warp) / warp * warp).max(1);
-        let chunk = block * UNROLL * (16 / size_of::<T>());
-        let grid_x = rows.clamp(1, info.max_grid[0].max(1) as usize);
-        let grid_y = self.seq_k.div_ceil(chunk).clamp(1, info.max_grid[1].clamp(1, 65_535) as usize);
-        let config = LaunchConfig {
-            grid: [grid_x as u32, grid_y as u32, 1],
-            block: [block as u32, 1, 1],
-            shared_mem_bytes: 0,
-        };
+        let warps_per_block = block / warp;
+        let cus = info.compute_units.max(1) as usize;
+        let chunk = item_columns(
+            rows,
+            self.seq_k,
+            warp * (16 / size_of::<T>()),
+            cus * BLOCKS_PER_CU * warps_per_block,
+        );
+        let items = rows.saturating_mul(self.seq_k.div_ceil(chunk));
+        let grid = items
+            .div_ceil(warps_per_block)
+            .clamp(1, cus * BLOCKS_PER_CU)
+            .min(info.max_grid[0].max(1) as usize);
+        let config =
+            LaunchConfig { grid: [grid as u32, 1, 1], block: [block as u32, 1, 1], shared_mem_bytes: 0 };
         // SAFETY: rf_causal_mask_<T>(T* scores, u64 batch, u64 seq_q, u64 seq_k, u64 batch_stride,
-        // u64 row_stride, i64 offset, float fill) writes only elements b * batch_stride + i *
-        // row_stride + j with b < batch, i < seq_q, j < seq_k: below required_len() <=
-        // scores.len() (checked above). The offset is clamped as the kernel requires.
+        // u64 row_stride, u64 chunk, i64 offset, float fill) writes only elements b *
+        // batch_stride + i * row_stride + j with b < batch, i < seq_q, j < seq_k: below
+        // required_len() <= scores.len() (checked above). The offset is clamped as the kernel
+        // requires; chunk >= 1; the block is whole warps.
         unsafe {
             stream
                 .launch(&kernel)
@@ -191,6 +213,7 @@ impl CausalMask {
                 .arg(self.seq_k as u64)
                 .arg(self.batch_stride() as u64)
                 .arg(self.row_stride() as u64)
+                .arg(chunk as u64)
                 .arg(self.kernel_offset())
                 .arg(self.fill)
                 .launch(config)?
@@ -286,6 +309,24 @@ mod tests {
             assert_eq!(m.masked_elements(), infs, "{m:?}");
             assert_eq!(m.with_offset(m.kernel_offset()).masked_elements(), infs, "clamping changes nothing");
         }
+    }
+
+    #[test]
+    fn items_are_whole_rows_when_rows_are_many() {
+        // The benchmark shape: 131 072 rows, more than the 132 * 32 * 8 warps of the grid.
+        assert_eq!(item_columns(32 * 4096, 4096, 256, 132 * 32 * 8), 4096);
+        // Decode with a long cache: 32 rows of 131 072 split into chunks of whole warp vectors,
+        // never less than one vector a lane (here the floor: 16 384 items for 33 792 warps).
+        assert_eq!(item_columns(32, 131_072, 256, 132 * 32 * 8), 256);
+        // 4 rows of 1M: 8448 chunks a row would be 125 columns, rounded up to 256.
+        assert_eq!(item_columns(4, 1 << 20, 256, 132 * 32 * 8), 256);
+        // 1000 rows of 65 536: 34 chunks a row would be 1928 columns, rounded up to 2048 (32 000
+        // items, about one per warp).
+        assert_eq!(item_columns(1000, 65_536, 256, 33_792), 2048);
+        // Rows shorter than one warp of vectors are never split; chunks never exceed the row.
+        assert_eq!(item_columns(1, 100, 256, 1000), 100);
+        assert_eq!(item_columns(1, 300, 256, 1000), 256);
+        assert_eq!(item_columns(0, 7, 256, 1000), 7);
     }
 
     #[test]

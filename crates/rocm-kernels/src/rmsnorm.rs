@@ -26,6 +26,12 @@ const KERNEL: &str = "rmsnorm";
 /// in the kernel; the vector path keeps 32); the block size is chosen so that a row fits.
 const CACHE_SCALAR: usize = 8;
 
+/// Warp path: accesses each lane keeps in registers (`RF_RMS_WARP_CACHE`), threads a block (the
+/// kernel's launch bound) and blocks per compute unit of the grid (rows beyond walk grid-stride).
+const WARP_CACHE: usize = 16;
+const WARP_BLOCK: usize = 256;
+const WARP_BLOCKS_PER_CU: usize = 32;
+
 /// Shape and layout of an RMSNorm launch: `rows` rows of `cols` elements, normalised with `eps`.
 ///
 /// Strides (in elements, between the starts of consecutive rows) default to `cols`
@@ -81,9 +87,8 @@ impl RmsNorm {
             return Ok(());
         }
         let stream = out.stream().clone();
-        let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_rmsnorm"))?;
         let ptrs = [x.device_ptr(), weight.device_ptr(), out.device_ptr()];
-        let config = self.config::<T>(&stream, &kernel, &ptrs, &[self.x_stride, out_stride]);
+        let (kernel, config) = self.plan::<T>(&stream, "rf_rmsnorm", &ptrs, &[self.x_stride, out_stride])?;
         let (xs, os, rows, cols) =
             (self.x_stride as u64, out_stride as u64, self.rows as u64, self.cols as u32);
         // SAFETY: rf_rmsnorm_<T>(const T* x, const T* weight, T* out, u64 x_stride, u64 out_stride,
@@ -116,10 +121,9 @@ impl RmsNorm {
             return Ok(());
         }
         let stream = x.stream().clone();
-        let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_rmsnorm"))?;
         let x_ptr = x.device_ptr();
         let ptrs = [x_ptr, weight.device_ptr()];
-        let config = self.config::<T>(&stream, &kernel, &ptrs, &[self.x_stride]);
+        let (kernel, config) = self.plan::<T>(&stream, "rf_rmsnorm", &ptrs, &[self.x_stride])?;
         let (xs, rows, cols) = (self.x_stride as u64, self.rows as u64, self.cols as u32);
         // SAFETY: as in `run`, with out = x and out_stride = x_stride: the rows lie inside x
         // (checked above). The kernel reads each element before the same thread overwrites it.
@@ -156,10 +160,9 @@ impl RmsNorm {
             return Ok(());
         }
         let stream = out.stream().clone();
-        let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_rmsnorm_residual"))?;
         let ptrs = [x.device_ptr(), residual.device_ptr(), weight.device_ptr(), out.device_ptr()];
         let strides = [self.x_stride, self.residual_stride, out_stride];
-        let config = self.config::<T>(&stream, &kernel, &ptrs, &strides);
+        let (kernel, config) = self.plan::<T>(&stream, "rf_rmsnorm_residual", &ptrs, &strides)?;
         let (rows, cols) = (self.rows as u64, self.cols as u32);
         // SAFETY: rf_rmsnorm_residual_<T>(const T* x, T* residual, const T* weight, T* out,
         // u64 x_stride, u64 residual_stride, u64 out_stride, u64 rows, u32 cols, float eps)
@@ -200,11 +203,10 @@ impl RmsNorm {
             return Ok(());
         }
         let stream = x.stream().clone();
-        let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_rmsnorm_residual"))?;
         let x_ptr = x.device_ptr();
         let ptrs = [x_ptr, residual.device_ptr(), weight.device_ptr()];
         let strides = [self.x_stride, self.residual_stride];
-        let config = self.config::<T>(&stream, &kernel, &ptrs, &strides);
+        let (kernel, config) = self.plan::<T>(&stream, "rf_rmsnorm_residual", &ptrs, &strides)?;
         let (xs, rows, cols) = (self.x_stride as u64, self.rows as u64, self.cols as u32);
         // SAFETY: as in `run_residual`, with out = x and out_stride = x_stride (rows checked to
         // lie inside x). The kernel reads each x element before the same thread overwrites it.
@@ -266,22 +268,54 @@ impl RmsNorm {
         })
     }
 
-    /// One block per row, sized so that the row fits the kernel's register cache: four 16-byte
-    /// loads per thread on the vector path (half the cache for f32, all of it for f16/bf16),
-    /// `CACHE_SCALAR` elements on the scalar one.
-    fn config<T: Dtype>(
+    /// The kernel and launch for this shape: the warp path (`<name>_warp_<dt>`, one warp per row,
+    /// `WARP_BLOCK` threads a block, rows walked grid-stride by warps) when a row fits
+    /// `WARP_CACHE` accesses per lane, the block path otherwise.
+    fn plan<T: Dtype>(
         &self,
         stream: &Stream,
-        kernel: &Function,
+        name: &str,
         ptrs: &[u64],
         strides: &[usize],
-    ) -> LaunchConfig {
+    ) -> Result<(Function, LaunchConfig)> {
         let vector = vectorised::<T>(self.cols, ptrs, strides);
+        let info = stream.backend().info();
+        let warp = info.warp_size.max(1) as usize;
+        if warp_path::<T>(self.cols, vector, warp) {
+            let kernel = loader::kernel(stream, KERNEL, &kernel_name::<T>(&format!("{name}_warp")))?;
+            let block =
+                (WARP_BLOCK.min(kernel.max_threads_per_block() as usize).max(warp) / warp * warp).max(1);
+            let grid = self
+                .rows
+                .div_ceil(block / warp)
+                .clamp(1, (info.compute_units.max(1) as usize).saturating_mul(WARP_BLOCKS_PER_CU))
+                .min(info.max_grid[0].max(1) as usize);
+            let config =
+                LaunchConfig { grid: [grid as u32, 1, 1], block: [block as u32, 1, 1], shared_mem_bytes: 0 };
+            return Ok((kernel, config));
+        }
+        let kernel = loader::kernel(stream, KERNEL, &kernel_name::<T>(name))?;
+        let config = self.config::<T>(stream, &kernel, vector);
+        Ok((kernel, config))
+    }
+
+    /// Block path: one block per row, sized so that the row fits the kernel's register cache:
+    /// four 16-byte loads per thread on the vector path (half the cache for f32, all of it for
+    /// f16/bf16), `CACHE_SCALAR` elements on the scalar one.
+    fn config<T: Dtype>(&self, stream: &Stream, kernel: &Function, vector: bool) -> LaunchConfig {
         let per_thread = if vector { 64 / size_of::<T>() } else { CACHE_SCALAR };
         let warp = stream.backend().info().warp_size.max(1) as usize;
         let block = self.cols.div_ceil(per_thread).div_ceil(warp).saturating_mul(warp).min(1024);
         loader::row_per_block(stream, kernel, self.rows, block as u32)
     }
+}
+
+/// Whether a row takes the warp path: at most `WARP_CACHE` accesses (16-byte vectors, or single
+/// elements on the scalar path) per lane of a `warp`-wide warp. The kernel checks the same and
+/// streams longer rows, so this decides speed, never correctness.
+fn warp_path<T: Dtype>(cols: usize, vector: bool, warp: usize) -> bool {
+    let accesses = if vector { cols / (16 / size_of::<T>()) } else { cols };
+    accesses <= WARP_CACHE * warp
 }
 
 /// Whether the kernel takes its 16-byte path (the same test as `rf_rmsnorm` in the kernel).
@@ -472,6 +506,19 @@ mod tests {
         assert_eq!(ok.with_x_stride(10).required_len(10), Some(38));
         assert!(RmsNorm::new(usize::MAX, 8, 1e-5).check_buffer("x", 0, 8).is_err());
         assert_eq!(RmsNorm::new(0, 8, 1e-5).required_len(8), Some(0));
+    }
+
+    #[test]
+    fn rows_up_to_sixteen_accesses_a_lane_take_the_warp_path() {
+        // The benchmark's 4096 columns: f16/bf16 on the warp path, f32 on the block path (32-wide).
+        assert!(warp_path::<f16>(4096, true, 32));
+        assert!(warp_path::<bf16>(4096, true, 32));
+        assert!(!warp_path::<f32>(4096, true, 32));
+        assert!(warp_path::<f32>(4096, true, 64));
+        assert!(!warp_path::<f16>(4097 + 7, true, 32));
+        assert!(warp_path::<f16>(4096 + 7, true, 32), "the scalar tail is not counted");
+        assert!(warp_path::<f32>(512, false, 32));
+        assert!(!warp_path::<f32>(513, false, 32));
     }
 
     #[test]

@@ -68,6 +68,29 @@ fn masks_match_the_reference_bf16() {
     shapes_and_offsets::<bf16>(&gpu, 0x7103);
 }
 
+/// Work items of v2: a warp per (row, column chunk). Few rows are split into chunks of whole
+/// warps of vectors (every shape above), many rows are whole-row items: 40 960 rows is more than
+/// the launcher's grid has warps on any current GPU. Long rows split into many chunks, with
+/// mask starts inside, at and across chunk boundaries, and an unaligned row stride.
+#[test]
+fn whole_row_and_split_row_items() {
+    let gpu = gpu_test!();
+    fn run<T: Dtype + Into<f64>>(gpu: &GpuTest, seed: u64) {
+        let mut rng = Rng::new(seed);
+        for (batch, seq_q, seq_k) in [(10usize, 4096usize, 260usize), (2, 3, 70_001), (1, 2, 200_000)] {
+            let base = CausalMask::new(batch, seq_q, seq_k);
+            for mask in [base, base.with_offset(0), base.with_offset(-1), base.with_offset(2047)] {
+                check::<T>(gpu, &mut rng, &mask, batch * seq_q * seq_k);
+            }
+            let odd = base.with_row_stride(seq_k + 3).with_offset(1);
+            check::<T>(gpu, &mut rng, &odd, odd.required_len().unwrap());
+        }
+    }
+    run::<f32>(&gpu, 0x7501);
+    run::<f16>(&gpu, 0x7502);
+    run::<bf16>(&gpu, 0x7503);
+}
+
 #[test]
 fn the_contiguous_launcher_is_the_kv_cache_mask() {
     let gpu = gpu_test!();

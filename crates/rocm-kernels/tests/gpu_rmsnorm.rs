@@ -243,6 +243,60 @@ fn in_place_normalisation_and_fused_add() {
     in_place::<bf16>(&gpu, 0x5503);
 }
 
+/// The boundary between the warp path (v2: a row of at most 16 accesses a lane, one warp per
+/// row) and the block path, on both sides, for the vector path (16-byte accesses; 4096 f16 is
+/// exactly 16 vectors a lane of a 32-wide warp, 2048 f32 likewise) with and without a scalar
+/// tail, and for the scalar path (odd strides: 16 elements a lane), plain and with the residual,
+/// with enough rows that every warp of the grid walks several.
+#[test]
+fn warp_path_and_block_path_boundaries() {
+    let gpu = gpu_test!();
+    fn run<T: Dtype + Into<f64>>(gpu: &GpuTest, seed: u64) {
+        let mut rng = Rng::new(seed);
+        let n = 16 / size_of::<T>();
+        let edge = 16 * 32 * n; // 16 vectors a lane of a 32-wide warp
+        for cols in [edge - n, edge, edge + n - 1, edge + n, 2 * edge + 3] {
+            let shape = RmsNorm::new(300, cols, EPS);
+            let x = data::<T>(&mut rng, 300 * cols, -2.0, 2.0);
+            let w = data::<T>(&mut rng, cols, -2.0, 2.0);
+            let r = data::<T>(&mut rng, 300 * cols, -2.0, 2.0);
+            let dx = gpu.stream().upload(&x).unwrap();
+            let dw = gpu.stream().upload(&w).unwrap();
+            let mut out = poisoned::<T>(gpu, 300 * cols);
+            shape.run(&dx, &dw, &mut out).unwrap();
+            let mut expected = nans::<T>(300 * cols);
+            rmsnorm_reference(&shape, &x, &w, &mut expected);
+            eprintln!("rmsnorm boundary {} 300 x {cols}", T::NAME);
+            assert_close(&out.to_vec().unwrap(), &expected, tolerance(&expected));
+            let mut dr = gpu.stream().upload(&r).unwrap();
+            let mut out = poisoned::<T>(gpu, 300 * cols);
+            shape.run_residual(&dx, &mut dr, &dw, &mut out).unwrap();
+            let mut expected_r = r.clone();
+            let mut expected = nans::<T>(300 * cols);
+            rmsnorm_residual_reference(&shape, &x, &mut expected_r, &w, &mut expected);
+            assert_close(&dr.to_vec().unwrap(), &expected_r, Tolerance::EXACT);
+            assert_close(&out.to_vec().unwrap(), &expected, tolerance(&expected));
+        }
+        // Scalar path (odd x stride): 16 elements a lane of a 32-wide warp is 512 columns.
+        for cols in [511, 512, 513, 1025] {
+            let shape = RmsNorm::new(200, cols, EPS).with_x_stride(cols + 1);
+            let x = data::<T>(&mut rng, shape.required_len(cols + 1).unwrap(), -2.0, 2.0);
+            let w = data::<T>(&mut rng, cols, -2.0, 2.0);
+            let dx = gpu.stream().upload(&x).unwrap();
+            let dw = gpu.stream().upload(&w).unwrap();
+            let mut out = poisoned::<T>(gpu, 200 * cols);
+            shape.run(&dx, &dw, &mut out).unwrap();
+            let mut expected = nans::<T>(200 * cols);
+            rmsnorm_reference(&shape, &x, &w, &mut expected);
+            eprintln!("rmsnorm scalar boundary {} 200 x {cols}", T::NAME);
+            assert_close(&out.to_vec().unwrap(), &expected, tolerance(&expected));
+        }
+    }
+    run::<f32>(&gpu, 0x5701);
+    run::<f16>(&gpu, 0x5702);
+    run::<bf16>(&gpu, 0x5703);
+}
+
 #[test]
 fn more_rows_than_one_grid_dimension_holds() {
     let gpu = gpu_test!();
