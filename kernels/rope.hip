@@ -27,8 +27,7 @@
 // rotates a group of pairs with 16-byte loads and stores when `vectorized` (the launcher checks
 // alignment of pointers, strides, head_dim and segments: N pairs a group, N = 16 bytes of
 // elements), one pair at a time otherwise. The
-// loads of a thread's first R = 4 groups are issued before the table is computed, to overlap
-// them (the launcher sizes the block to about items / 4 threads).
+// loads of a thread's first group are issued before the table is computed, to overlap them.
 
 #include "rocmforge.h"
 
@@ -229,36 +228,26 @@ RF_DEVICE T* locate(T* q, T* k, const Args& g, unsigned int item, unsigned int p
     return head_ptr + (rf_u64)seg * g.seg_dim;
 }
 
-// Work items a thread keeps in flight: the loads of its first R items (R * 32 bytes on the vector
-// paths) go out before the table is built. The launcher sizes the block to about items / R
-// threads, so a token is usually one round.
-constexpr int R = 4;
-
 template <typename T, bool INTERLEAVED, bool VECTOR>
 RF_DEVICE void rope_token(T* q, T* k, const Args& g, unsigned int items, const int* pos, const int* block_pos,
                           unsigned int segments, long long max_pos, const Freqs& freqs, float* cos_table,
                           float* sin_table) {
     using G = Group<T, INTERLEAVED, VECTOR>;
     const unsigned int tid = threadIdx.x;
-    const unsigned int threads = blockDim.x;
 
-    // The first round's loads go out before the table is built, so they overlap it.
-    G group[R];
-    unsigned int i0[R], entry[R];
-    T* seg[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const unsigned int item = tid + (unsigned int)r * threads;
-        if (item < items) {
-            seg[r] = locate(q, k, g, item, G::PP, &i0[r], &entry[r]);
-            group[r].load(seg[r], g.half, i0[r]);
-        }
+    // The first group's loads go out before the table is built, so they overlap it.
+    G group;
+    unsigned int i0 = 0, entry = 0;
+    T* seg = nullptr;
+    if (tid < items) {
+        seg = locate(q, k, g, tid, G::PP, &i0, &entry);
+        group.load(seg, g.half, i0);
     }
 
     const int p0 = pos[g.token];
     const int p1 = segments > 1 ? block_pos[g.token] : 0;
     const unsigned int entries = segments * g.half;
-    for (unsigned int j = tid; j < entries; j += threads) {
+    for (unsigned int j = tid; j < entries; j += blockDim.x) {
         const unsigned int s = j / g.half;
         const unsigned int i = j - s * g.half;
         const int p = s == 0 ? p0 : p1;
@@ -274,22 +263,13 @@ RF_DEVICE void rope_token(T* q, T* k, const Args& g, unsigned int items, const i
     }
     __syncthreads();
 
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const unsigned int item = tid + (unsigned int)r * threads;
-        if (item < items) {
-            group[r].rotate(cos_table + entry[r], sin_table + entry[r]);
-            group[r].store(seg[r], g.half, i0[r]);
+    for (unsigned int item = tid; item < items; item += blockDim.x) {
+        if (item != tid) {
+            seg = locate(q, k, g, item, G::PP, &i0, &entry);
+            group.load(seg, g.half, i0);
         }
-    }
-    // Items past the first round (more than R * blockDim.x of them): one at a time.
-    for (unsigned int item = tid + (unsigned int)R * threads; item < items; item += threads) {
-        unsigned int j0, e0;
-        T* sp = locate(q, k, g, item, G::PP, &j0, &e0);
-        G one;
-        one.load(sp, g.half, j0);
-        one.rotate(cos_table + e0, sin_table + e0);
-        one.store(sp, g.half, j0);
+        group.rotate(cos_table + entry, sin_table + entry);
+        group.store(seg, g.half, i0);
     }
 }
 
@@ -336,7 +316,7 @@ RF_DEVICE void rope(T* q, T* k, const int* pos, const int* block_pos, rf_u64 tok
 } // namespace rf_rope
 
 #define RF_ROPE_ENTRY(suffix, T)                                                                          \
-    RF_KERNEL void __launch_bounds__(512)                                                                 \
+    RF_KERNEL void __launch_bounds__(1024)                                                                \
         rf_rope_##suffix(T* q, T* k, const int* pos, const int* block_pos, rf_u64 tokens, rf_u64 q_heads,  \
                          rf_u64 k_heads, rf_u64 q_stride, rf_u64 k_stride, unsigned int head_dim,          \
                          unsigned int seg_dim, unsigned int segments, int interleaved, int vectorized,     \

@@ -1,8 +1,7 @@
 // rf_softmax_{f32,f16,bf16}: y = softmax(scale * x [+ mask]) over the last dimension.
 //
-// rf_softmax_w<E>_<dtype> (rows up to E * warpSize): one warp per row, see softmax_warp_row.
-// rf_softmax_<dtype> (longer rows): one block per row (blockIdx.y * gridDim.x + blockIdx.x;
-// blocks past the last row return at once). Storage is f32, f16 or bf16; all arithmetic is f32.
+// One block per row (the row is blockIdx.y * gridDim.x + blockIdx.x; blocks past the last row
+// return at once). Storage is f32, f16 or bf16; all arithmetic is f32.
 //
 //   t[j] = scale * x[j] (+ mask[row % mask_rows][j] when a mask is given)
 //   t[j] = -inf for j > (row % seq_q) + offset when `causal` is set (those x are never read)
@@ -307,109 +306,6 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
     }
 }
 
-
-// The warp-per-row path: one warp (wavefront) per row, several rows per block, the row in the
-// registers of its warp: E elements a lane, so rows of up to E * warpSize columns. Vector k of a
-// lane covers columns [(k * warpSize + lane) * N, + N). The max and the sum are shuffles within
-// the warp: no shared memory, no barrier, and a warp whose row is done (or past the last row)
-// simply returns. Vectors that lie wholly past the causal boundary are neither loaded nor
-// computed (the branch is warp-uniform except at the boundary), so a short causal row costs
-// little more than its visible columns and its stores.
-//
-// exp(t - max) is exp2(t * log2 e - max * log2 e): one fma and the hardware exp2. The rounding of
-// max * log2 e is one common factor of every term and cancels in the normalisation.
-template <typename T, int E>
-RF_DEVICE void softmax_warp_row(const T* x_all, T* y_all, const T* __restrict__ mask, rf_u64 rows, rf_u64 cols,
-                                rf_u64 x_stride, rf_u64 y_stride, rf_u64 mask_rows, rf_u64 seq_q, long long offset,
-                                int causal, float scale) {
-    constexpr int N = Vec16<T>::N;
-    constexpr int V = E / N; // vectors a lane
-    static_assert(E % N == 0, "a lane holds whole vectors");
-    constexpr float LOG2E = 1.4426950408889634f;
-
-    const unsigned int width = (unsigned int)rf_warp_size();
-    const unsigned int lane = threadIdx.x % width;
-    const rf_u64 block = (rf_u64)blockIdx.y * (rf_u64)gridDim.x + (rf_u64)blockIdx.x;
-    const rf_u64 row = block * (rf_u64)(blockDim.x / width) + (rf_u64)(threadIdx.x / width);
-    if (row >= rows) {
-        return; // the whole warp: no shuffle is missed by part of it
-    }
-    const T* xr = x_all + row * x_stride;
-    T* yr = y_all + row * y_stride;
-    const T* mr = mask != nullptr ? mask + (row % mask_rows) * cols : nullptr;
-
-    const unsigned int ncols = (unsigned int)cols;
-    unsigned int visible = ncols;
-    if (causal) {
-        const long long last = (long long)(row % seq_q) + offset;
-        visible = last < 0 ? 0u : (last < (long long)ncols ? (unsigned int)last + 1u : ncols);
-    }
-    const bool x_aligned = aligned16(xr);
-    const bool y_aligned = aligned16(yr);
-    const bool m_aligned = mr != nullptr && aligned16(mr);
-    const unsigned int step = width * N;
-    const unsigned int first = lane * N;
-
-    // Every load of the lane's slice is issued before any value is used.
-    float v[V][N];
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        const unsigned int c0 = first + (unsigned int)k * step;
-        if (c0 < visible) {
-            load_vec(xr, c0, visible, x_aligned, v[k]);
-        }
-    }
-    float top = neg_inf();
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        const unsigned int c0 = first + (unsigned int)k * step;
-        if (c0 < visible) {
-            top = fmaxf(top, logits(v[k], mr, c0, visible, m_aligned, scale));
-        }
-    }
-    top = rf_warp_max(top);
-    const float zeros[N] = {};
-    if (top == neg_inf()) { // fully masked row (warp-uniform): zeros
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-            const unsigned int c0 = first + (unsigned int)k * step;
-            if (c0 < ncols) {
-                store_vec(yr, c0, ncols, y_aligned, zeros);
-            }
-        }
-        return;
-    }
-    const float shift = top * LOG2E;
-    float sum = 0.0f;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        const unsigned int c0 = first + (unsigned int)k * step;
-        if (c0 < visible) {
-#pragma unroll
-            for (int e = 0; e < N; ++e) {
-                const float p = exp2f(fmaf(v[k][e], LOG2E, -shift)); // exp2(-inf) = 0 past the end
-                v[k][e] = p;
-                sum += p;
-            }
-        }
-    }
-    // The maximum's own term is exp2 of a rounding residual, within 1e-3 of 1: sum > 0.
-    const float inv = 1.0f / rf_warp_sum(sum);
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        const unsigned int c0 = first + (unsigned int)k * step;
-        if (c0 < visible) {
-#pragma unroll
-            for (int e = 0; e < N; ++e) {
-                v[k][e] *= inv;
-            }
-            store_vec(yr, c0, ncols, y_aligned, v[k]);
-        } else if (c0 < ncols) {
-            store_vec(yr, c0, ncols, y_aligned, zeros);
-        }
-    }
-}
-
 } // namespace rf_softmax
 
 // x, y: rows of `cols` elements, `x_stride` / `y_stride` elements apart (x == y allowed).
@@ -424,21 +320,3 @@ RF_DEVICE void softmax_warp_row(const T* x_all, T* y_all, const T* __restrict__ 
                                    causal, scale);                                                     \
     }
 RF_FOR_EACH_DTYPE(RF_SOFTMAX_ENTRY)
-
-// The warp-per-row entry points, same arguments: rf_softmax_w<E>_<dtype> keeps E elements a
-// lane (rows of up to E * warpSize columns), one row per warp of the block. 256 threads at most:
-// E = 128 needs ~150 registers a thread.
-#define RF_SOFTMAX_WARP_ENTRY(E, suffix, T)                                                             \
-    RF_KERNEL void __launch_bounds__(256)                                                              \
-        rf_softmax_w##E##_##suffix(const T* x, T* y, const T* mask, rf_u64 rows, rf_u64 cols,            \
-                                   rf_u64 x_stride, rf_u64 y_stride, rf_u64 mask_rows, rf_u64 seq_q,     \
-                                   long long offset, int causal, float scale) {                          \
-        rf_softmax::softmax_warp_row<T, E>(x, y, mask, rows, cols, x_stride, y_stride, mask_rows, seq_q,  \
-                                           offset, causal, scale);                                       \
-    }
-#define RF_SOFTMAX_WARP_ENTRIES(suffix, T)                                                              \
-    RF_SOFTMAX_WARP_ENTRY(16, suffix, T)                                                               \
-    RF_SOFTMAX_WARP_ENTRY(32, suffix, T)                                                               \
-    RF_SOFTMAX_WARP_ENTRY(64, suffix, T)                                                               \
-    RF_SOFTMAX_WARP_ENTRY(128, suffix, T)
-RF_FOR_EACH_DTYPE(RF_SOFTMAX_WARP_ENTRIES)

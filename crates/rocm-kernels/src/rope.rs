@@ -286,19 +286,8 @@ fn vectorizable(layout: &Layout, head_dim: usize, n: usize, ptr: u64, token_stri
         && layout.seg_dim.is_multiple_of(n)
 }
 
-/// Work items a thread keeps in flight (`R` in the kernel): the loads of its first `R` items go
-/// out before the block builds its cos/sin table.
-const ITEMS_PER_THREAD: usize = 4;
-
-/// Threads for a token of `items` work items: about `items / ITEMS_PER_THREAD`, in whole warps,
-/// at most `MAX_BLOCK` (a token with more items loops past the first round).
-fn block_threads(items: usize, warp: usize) -> usize {
-    let warp = warp.max(1);
-    items.div_ceil(ITEMS_PER_THREAD).div_ceil(warp).saturating_mul(warp).clamp(warp, MAX_BLOCK.max(warp))
-}
-
-/// One block per token; each thread covers up to `ITEMS_PER_THREAD` of the token's work items
-/// (groups of pairs over all heads) in its first round.
+/// One block per token; the threads cover the token's work items (groups of pairs over all
+/// heads), balanced over as few rounds of at most `MAX_BLOCK` threads as needed.
 fn config(
     stream: &Stream,
     kernel: &rocm_runtime::Function,
@@ -311,7 +300,9 @@ fn config(
     let pairs_per_item = if vectorized { n } else { 1 };
     let items = heads * layout.segments * (layout.seg_dim / 2 / pairs_per_item);
     let warp = stream.backend().info().warp_size.max(1) as usize;
-    loader::row_per_block(stream, kernel, tokens, block_threads(items, warp) as u32)
+    let rounds = items.div_ceil(MAX_BLOCK).max(1);
+    let block = items.div_ceil(rounds).div_ceil(warp).saturating_mul(warp).clamp(warp, MAX_BLOCK.max(warp));
+    loader::row_per_block(stream, kernel, tokens, block as u32)
 }
 
 /// `base^(-2i / d)` in f64.
@@ -622,37 +613,6 @@ mod tests {
         assert!(check_heads(128, usize::MAX, 1).is_err());
         assert!(check_heads(128, 1 << 24, 0).is_err());
         assert!(check_heads(128, 32, 8).is_ok());
-    }
-
-    #[test]
-    fn a_thread_takes_about_four_work_items() {
-        // The benchmark's 32 + 8 heads of 128, 16-byte groups (8 pairs in f16/bf16, 4 in f32).
-        assert_eq!(block_threads(320, 32), 96, "NeoX f16: 40 heads x 8 groups");
-        assert_eq!(block_threads(160, 32), 64, "GLM f16: 40 heads x 4 groups");
-        assert_eq!(block_threads(640, 32), 160, "NeoX f32");
-        assert_eq!(block_threads(160, 64), 64);
-        assert_eq!(block_threads(1, 64), 64);
-        assert_eq!(block_threads(1 << 20, 32), MAX_BLOCK, "more items loop");
-        for items in [1, 5, 160, 320, 640, 2048] {
-            for warp in [32, 64] {
-                let block = block_threads(items, warp);
-                assert!(block.is_multiple_of(warp) && block <= MAX_BLOCK);
-                assert!(block * ITEMS_PER_THREAD >= items.min(MAX_BLOCK * ITEMS_PER_THREAD));
-            }
-        }
-    }
-
-    #[test]
-    fn the_benchmark_shapes_take_the_vector_path() {
-        // 16384 tokens of Q 32 x 128 and K 8 x 128, contiguous, any allocation (16-byte aligned):
-        // NeoX and GLM, 2-byte (8 a vector) and f32 (4 a vector) storage.
-        for rope in [Rope::neox(128), Rope::new(RopeStyle::Glm { rope_ratio: 1.0 }, 128)] {
-            let layout = rope.layout().unwrap();
-            for n in [4, 8] {
-                assert!(vectorizable(&layout, 128, n, 0, 32 * 128));
-                assert!(vectorizable(&layout, 128, n, 256, 8 * 128));
-            }
-        }
     }
 
     #[test]

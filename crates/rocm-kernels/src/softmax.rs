@@ -233,20 +233,8 @@ impl Softmax {
             return Ok(());
         }
         let stream = y.stream().clone();
-        let warp = stream.backend().info().warp_size.max(1) as usize;
-        let (kernel, config) = match RowPath::for_row(self.cols, warp) {
-            RowPath::Warp { items, warps_per_block } => {
-                let kernel =
-                    loader::kernel(&stream, KERNEL, &kernel_name::<T>(&format!("rf_softmax_w{items}")))?;
-                let config = warp_config(&stream, &kernel, self.rows, warps_per_block);
-                (kernel, config)
-            }
-            RowPath::Block => {
-                let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_softmax"))?;
-                let config = self.config(&stream, &kernel);
-                (kernel, config)
-            }
-        };
+        let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_softmax"))?;
+        let config = self.config(&stream, &kernel);
         let (seq_q, offset, causal, mask_rows) = match mask {
             Mask::None | Mask::Additive { .. } => (1u64, 0i64, 0i32, 1u64),
             Mask::Causal { seq_q, offset } => {
@@ -299,50 +287,6 @@ impl Softmax {
         let block = self.cols.div_ceil(ITEMS).div_ceil(warp).saturating_mul(warp).clamp(warp, 1024);
         loader::row_per_block(stream, kernel, self.rows, block as u32)
     }
-}
-
-/// Elements a lane keeps in registers on the warp-per-row path (`rf_softmax_w<E>_<dtype>`), smallest
-/// first: a row of `cols` takes the first `E` with `cols <= E * warp`.
-const WARP_ITEMS: [usize; 4] = [16, 32, 64, 128];
-
-/// Which kernel a row length takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RowPath {
-    /// One warp per row, `items` elements a lane, `warps_per_block` rows a block.
-    Warp { items: usize, warps_per_block: usize },
-    /// One block per row (rows longer than `128 * warp`; the streaming path past 16 384).
-    Block,
-}
-
-impl RowPath {
-    /// The path for rows of `cols` on a device whose warps are `warp` wide. Fewer rows a block
-    /// for the larger `E`, whose ~100-210 registers a thread leave room for few warps an SM.
-    pub fn for_row(cols: usize, warp: usize) -> RowPath {
-        let warp = warp.max(1);
-        match WARP_ITEMS.iter().find(|&&e| cols <= e * warp) {
-            Some(&items) => RowPath::Warp {
-                items,
-                warps_per_block: if items <= 32 {
-                    4
-                } else if items == 64 {
-                    2
-                } else {
-                    1
-                },
-            },
-            None => RowPath::Block,
-        }
-    }
-}
-
-/// Warp-per-row launch: `warps_per_block` rows a block (fewer if the kernel's limit is lower),
-/// enough blocks for every row (2-D grid past the x limit; the kernel skips rows past the end).
-fn warp_config(stream: &Stream, kernel: &Function, rows: usize, warps_per_block: usize) -> LaunchConfig {
-    let warp = stream.backend().info().warp_size.max(1);
-    let max = kernel.max_threads_per_block().max(warp);
-    let block = (warps_per_block as u32).saturating_mul(warp).min(max) / warp * warp;
-    let rows_per_block = (block / warp).max(1) as usize;
-    loader::row_per_block(stream, kernel, rows.div_ceil(rows_per_block), block)
 }
 
 /// `y = softmax(scale * x [+ mask])` for contiguous `[rows, cols]` tensors (`x` and `y` hold
@@ -521,27 +465,6 @@ mod tests {
         assert!(s.with_x_stride(9).check(35, None, &Mask::<usize>::None, |&m| m).is_ok());
         // Empty shapes are fine (nothing to do).
         assert!(Softmax::new(0, 8).check(0, Some(0), &Mask::<usize>::causal(2), |&m| m).is_ok());
-    }
-
-    #[test]
-    fn rows_up_to_128_elements_a_lane_take_a_warp() {
-        let warp = |items, warps_per_block| RowPath::Warp { items, warps_per_block };
-        assert_eq!(RowPath::for_row(1, 32), warp(16, 4));
-        assert_eq!(RowPath::for_row(512, 32), warp(16, 4));
-        assert_eq!(RowPath::for_row(513, 32), warp(32, 4));
-        assert_eq!(RowPath::for_row(2048, 32), warp(64, 2));
-        assert_eq!(RowPath::for_row(4096, 32), warp(128, 1), "the benchmark's rows");
-        assert_eq!(RowPath::for_row(4097, 32), RowPath::Block);
-        assert_eq!(RowPath::for_row(4096, 64), warp(64, 2));
-        assert_eq!(RowPath::for_row(8192, 64), warp(128, 1));
-        assert_eq!(RowPath::for_row(8193, 64), RowPath::Block);
-        for cols in [1, 7, 511, 4095, 4096, 8192] {
-            for w in [32, 64] {
-                if let RowPath::Warp { items, .. } = RowPath::for_row(cols, w) {
-                    assert!(items * w >= cols && (items == 16 || items / 2 * w < cols));
-                }
-            }
-        }
     }
 
     #[test]

@@ -115,10 +115,10 @@ fn fused_lengths(rows: usize, ffn: usize) -> Result<(usize, usize)> {
     Ok((gate_up, rows * ffn))
 }
 
-/// A 1-D grid over the flat range of the rows' vectors (16-byte vectors when the kernel will take
-/// its vector path: the same test as `rf_swiglu`; single elements otherwise): one chunk of
-/// `block * UNROLL` vectors per block, so that every thread's unroll slots are full, and the
-/// kernel walks the chunks grid-stride past the grid's x limit.
+/// A 2-D grid: `grid.y` rows (grid-stride beyond 65535), `grid.x` blocks along a row, each
+/// thread `UNROLL` vectors per pass (16-byte vectors when the kernel will take its vector path:
+/// the same test as `rf_swiglu`). When there are few rows the row is split further, so that
+/// the device still gets a few blocks per compute unit.
 fn config<T: Dtype>(
     stream: &Stream,
     kernel: &rocm_runtime::Function,
@@ -132,10 +132,15 @@ fn config<T: Dtype>(
     let block = (BLOCK.min(kernel.max_threads_per_block() as usize).max(warp) / warp * warp).max(1);
     let n = 16 / size_of::<T>();
     let vector = cols >= n && ptrs.iter().all(|p| p % 16 == 0) && strides.iter().all(|s| s % n == 0);
-    let per_row = if vector { cols / n } else { cols };
-    let grid = rows.saturating_mul(per_row).div_ceil(block * UNROLL);
-    let grid = grid.clamp(1, info.max_grid[0].max(1) as usize);
-    LaunchConfig { grid: [grid as u32, 1, 1], block: [block as u32, 1, 1], shared_mem_bytes: 0 }
+    let per_row = if vector { cols / n } else { cols }.max(1);
+    let grid_y = rows.clamp(1, info.max_grid[1].clamp(1, 65_535) as usize);
+    let mut grid_x = per_row.div_ceil(block * UNROLL);
+    let wanted_blocks = (info.compute_units.max(1) as usize) * 8;
+    if grid_x * grid_y < wanted_blocks {
+        grid_x = wanted_blocks.div_ceil(grid_y).min(per_row.div_ceil(block)).max(grid_x);
+    }
+    let grid_x = grid_x.clamp(1, info.max_grid[0].max(1) as usize);
+    LaunchConfig { grid: [grid_x as u32, grid_y as u32, 1], block: [block as u32, 1, 1], shared_mem_bytes: 0 }
 }
 
 /// `silu(g) * u` in f64, in the kernel's stable form (`e = exp(-|g|)`, never infinite), which
