@@ -39,3 +39,12 @@ pub(crate) fn grid_stride(stream: &Stream, function: &Function, elements: usize)
     let max_blocks = stream.backend().info().compute_units.saturating_mul(16).max(1);
     LaunchConfig::linear(elements, block, max_blocks)
 }
+
+/// Elements a buffer of `rows` rows of `cols`, `stride` elements apart, must hold:
+/// `(rows - 1) * stride + cols`, or `None` when that overflows.
+pub(crate) fn strided_len(rows: usize, stride: usize, cols: usize) -> Option<usize> {
+    match rows {
+        0 => Some(0),
+        rows => (rows - 1).checked_mul(stride)?.checked_add(cols),
+    }
+}

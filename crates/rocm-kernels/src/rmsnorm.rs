@@ -18,7 +18,7 @@ use rocm_runtime::{DeviceBuffer, Function, LaunchConfig, Stream};
 
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{Result, ensure};
-use crate::loader;
+use crate::loader::{self, strided_len};
 
 const KERNEL: &str = "rmsnorm";
 
@@ -66,10 +66,7 @@ impl RmsNorm {
 
     /// Elements a buffer with this row stride must hold: `(rows - 1) * stride + cols`.
     pub fn required_len(&self, stride: usize) -> Option<usize> {
-        match self.rows {
-            0 => Some(0),
-            rows => (rows - 1).checked_mul(stride)?.checked_add(self.cols),
-        }
+        strided_len(self.rows, stride, self.cols)
     }
 
     /// `out = rmsnorm(x) * weight`, queued on `out`'s stream (all buffers must belong to it).

@@ -39,7 +39,7 @@ use rocm_runtime::{DeviceBuffer, Function, LaunchConfig, Stream};
 
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
-use crate::loader;
+use crate::loader::{self, strided_len};
 
 const KERNEL: &str = "softmax";
 
@@ -114,10 +114,7 @@ impl Softmax {
 
     /// Elements a buffer with this row stride must hold: `(rows - 1) * stride + cols`.
     pub fn required_len(&self, stride: usize) -> Option<usize> {
-        match self.rows {
-            0 => Some(0),
-            rows => (rows - 1).checked_mul(stride)?.checked_add(self.cols),
-        }
+        strided_len(self.rows, stride, self.cols)
     }
 
     /// The causal offset the kernel uses for `mask` (`cols - seq_q` unless given).
