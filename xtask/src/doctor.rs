@@ -82,6 +82,15 @@ fn report_toolchains() {
 }
 
 fn report_kernels() {
+    // What this binary (and every test binary built with it) carries, whatever is on disk here.
+    let names = |table: &[(&str, &[u8])]| table.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
+    println!("kernels embedded in this build:");
+    for (platform, table) in
+        [("amd", rocm_kernels::embedded::AMD), ("nvidia", rocm_kernels::embedded::NVIDIA)]
+    {
+        let list = names(table);
+        println!("  {platform}: {}", if list.is_empty() { "none".to_string() } else { list });
+    }
     println!("kernel objects in {}:", kernels::output_dir().display());
     for platform in KernelPlatform::ALL {
         let dir = kernels::output_dir().join(platform.name());
