@@ -16,6 +16,7 @@ mod swiglu;
 
 use std::sync::Arc;
 
+use rocm_kernels::Dtype;
 use rocm_runtime::{Backend, Stream};
 use rocm_testkit::Rng;
 
@@ -51,6 +52,11 @@ pub struct Bench {
 }
 
 impl Bench {
+    /// `len` uniform values in `[lo, hi)`, rounded to the storage type.
+    pub fn random<T: Dtype>(&mut self, len: usize, lo: f32, hi: f32) -> Vec<T> {
+        self.rng.f32_vec(len, lo, hi).into_iter().map(T::from_f32).collect()
+    }
+
     /// Median milliseconds of `launch`, timed with device events around each call.
     pub fn time(&self, mut launch: impl FnMut() -> Result<()>) -> Result<f64> {
         for _ in 0..3 {

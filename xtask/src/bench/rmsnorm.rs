@@ -23,14 +23,11 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-fn random<T: Dtype>(b: &mut Bench, len: usize) -> Vec<T> {
-    b.rng.f32_vec(len, -1.0, 1.0).into_iter().map(T::from_f32).collect()
-}
-
 fn dtype<T: Dtype>(b: &mut Bench) -> Result<Vec<Row>> {
     let n = ROWS * COLS;
     let size = size_of::<T>() as u64;
-    let (x, residual, weight) = (random::<T>(b, n), random::<T>(b, n), random::<T>(b, COLS));
+    let (x, residual, weight) =
+        (b.random::<T>(n, -1.0, 1.0), b.random::<T>(n, -1.0, 1.0), b.random::<T>(COLS, -1.0, 1.0));
     let x = b.stream.upload(&x)?;
     let mut residual = b.stream.upload(&residual)?;
     let weight = b.stream.upload(&weight)?;

@@ -27,7 +27,7 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
 
 fn dtype<T: Dtype>(b: &mut Bench) -> Result<Vec<Row>> {
     let upload = |b: &mut Bench, len: usize| -> Result<_> {
-        let host: Vec<T> = b.rng.f32_vec(len, -2.0, 2.0).into_iter().map(T::from_f32).collect();
+        let host: Vec<T> = b.random(len, -2.0, 2.0);
         Ok(b.stream.upload(&host)?)
     };
     let mut q = upload(b, TOKENS * Q_HEADS * HEAD_DIM)?;

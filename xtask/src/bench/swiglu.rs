@@ -25,7 +25,7 @@ fn dtype<T: Dtype>(b: &mut Bench) -> Result<Vec<Row>> {
     let n = ROWS * FFN;
     let bytes = 3 * n as u64 * size_of::<T>() as u64;
     let shape = format!("{ROWS}x{FFN}");
-    let gate_up: Vec<T> = b.rng.f32_vec(2 * n, -6.0, 6.0).into_iter().map(T::from_f32).collect();
+    let gate_up: Vec<T> = b.random(2 * n, -6.0, 6.0);
     let mut out = b.stream.alloc::<T>(n)?;
 
     // Separate tensors (the halves of the host data, so both forms see the same values).
