@@ -1,10 +1,10 @@
 //! `cargo xtask doctor`: what this machine offers rocmforge, and what is missing with how to
 //! get it. Never fails for a missing GPU or toolchain: it reports them.
 
-use rocm_runtime::{Backend, Bytes, PLATFORM_ENV};
+use rocm_runtime::{Backend, Bytes, PLATFORM_ENV, Platform};
 
 use crate::Result;
-use crate::kernels::{self, KernelPlatform};
+use crate::kernels::{self, PlatformToolchain};
 use crate::toolchain;
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -92,7 +92,7 @@ fn report_kernels() {
         println!("  {platform}: {}", if list.is_empty() { "none".to_string() } else { list });
     }
     println!("kernel objects in {}:", kernels::output_dir().display());
-    for platform in KernelPlatform::ALL {
+    for platform in Platform::ALL {
         let dir = kernels::output_dir().join(platform.name());
         let mut names: Vec<String> = std::fs::read_dir(&dir)
             .into_iter()

@@ -14,7 +14,7 @@ use std::process::Command;
 use rocm_runtime::Platform;
 
 use crate::Result;
-use crate::kernels::{self, KernelPlatform};
+use crate::kernels;
 
 /// The nextest archive inside the folder `gpu-archive` writes.
 const ARCHIVE_FILE: &str = "rocmforge-gpu.tar.zst";
@@ -86,7 +86,7 @@ fn test_here(args: &TestArgs) -> Result<()> {
     let gpu = detect_gpu().map_err(|why| why.to_string())?;
     let root = crate::workspace_root();
     println!("gpu-test: {} GPU platform, {} device(s)", gpu.platform_name(), gpu.devices);
-    kernels::build(&[gpu.platform()])?;
+    kernels::build(&[gpu.platform])?;
 
     let gpus = gpu_count(args.gpus, Some(&gpu));
     let platform = gpu.platform;
@@ -326,13 +326,6 @@ struct LocalGpu {
 }
 
 impl LocalGpu {
-    fn platform(&self) -> KernelPlatform {
-        match self.platform {
-            Platform::Nvidia => KernelPlatform::Nvidia,
-            Platform::Amd => KernelPlatform::Amd,
-        }
-    }
-
     /// The name `ROCMFORGE_PLATFORM` uses.
     fn platform_name(&self) -> &'static str {
         self.platform.name()

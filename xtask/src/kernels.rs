@@ -19,6 +19,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Instant, SystemTime};
 
+use rocm_runtime::Platform;
+
 use crate::{Result, toolchain};
 
 const USAGE: &str = "usage: cargo xtask kernels [--platform amd|nvidia|all|auto]
@@ -44,52 +46,36 @@ const AMD_ARCH_CANDIDATES: &[&str] = &["gfx908", "gfx90a", "gfx940", "gfx942", "
 const NVCC_FLAGS: &[&str] = &["-x", "cu", "--fatbin", "-O3", "-std=c++17", "-Werror", "all-warnings"];
 const HIPCC_FLAGS: &[&str] = &["--genco", "-O3", "-std=c++17", "-Wall", "-Werror"];
 
-/// A GPU platform kernels are compiled for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum KernelPlatform {
-    /// AMD GPUs, through hipcc.
-    Amd,
-    /// NVIDIA GPUs, through nvcc.
-    Nvidia,
+/// How kernels are built for each platform (`rocm_runtime::Platform`).
+pub trait PlatformToolchain: Copy {
+    /// Extension of the code objects built for this platform.
+    fn object_extension(self) -> &'static str;
+    fn compiler_name(self) -> &'static str;
+    /// The compiler for this platform, if one is installed.
+    fn compiler(self) -> Option<PathBuf>;
+    fn missing_compiler(self) -> String;
 }
 
-impl KernelPlatform {
-    /// Every platform, in build order.
-    pub const ALL: [KernelPlatform; 2] = [KernelPlatform::Amd, KernelPlatform::Nvidia];
-
-    /// The name used on the command line and as the output subfolder.
-    pub fn name(self) -> &'static str {
+impl PlatformToolchain for Platform {
+    fn object_extension(self) -> &'static str {
         match self {
-            KernelPlatform::Amd => "amd",
-            KernelPlatform::Nvidia => "nvidia",
-        }
-    }
-
-    /// Extension of the code objects built for this platform.
-    pub fn object_extension(self) -> &'static str {
-        match self {
-            KernelPlatform::Amd => "hsaco",
-            KernelPlatform::Nvidia => "fatbin",
+            Platform::Amd => "hsaco",
+            Platform::Nvidia => "fatbin",
         }
     }
 
     fn compiler_name(self) -> &'static str {
         match self {
-            KernelPlatform::Amd => "hipcc",
-            KernelPlatform::Nvidia => "nvcc",
+            Platform::Amd => "hipcc",
+            Platform::Nvidia => "nvcc",
         }
     }
 
-    /// The compiler for this platform, if one is installed.
-    pub fn compiler(self) -> Option<PathBuf> {
+    fn compiler(self) -> Option<PathBuf> {
         match self {
-            KernelPlatform::Amd => toolchain::hipcc(),
-            KernelPlatform::Nvidia => toolchain::nvcc(),
+            Platform::Amd => toolchain::hipcc(),
+            Platform::Nvidia => toolchain::nvcc(),
         }
-    }
-
-    fn parse(s: &str) -> Option<Self> {
-        KernelPlatform::ALL.into_iter().find(|p| p.name() == s)
     }
 
     fn missing_compiler(self) -> String {
@@ -102,10 +88,8 @@ impl KernelPlatform {
     }
 }
 
-impl fmt::Display for KernelPlatform {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
+fn parse_platform(s: &str) -> Option<Platform> {
+    Platform::ALL.into_iter().find(|p| p.name() == s)
 }
 
 /// Which platforms the command line asked for.
@@ -113,7 +97,7 @@ impl fmt::Display for KernelPlatform {
 enum Selection {
     Auto,
     All,
-    Only(KernelPlatform),
+    Only(Platform),
 }
 
 /// `None` means `--help` was asked for.
@@ -133,7 +117,7 @@ fn parse_args(args: &[String]) -> Result<Option<Selection>> {
             "auto" => Selection::Auto,
             "all" => Selection::All,
             v => Selection::Only(
-                KernelPlatform::parse(v)
+                parse_platform(v)
                     .ok_or_else(|| format!("unknown platform `{v}`: expected amd, nvidia, all or auto"))?,
             ),
         };
@@ -142,16 +126,16 @@ fn parse_args(args: &[String]) -> Result<Option<Selection>> {
 }
 
 /// The platforms to build for `selection`, given those whose compiler is installed.
-fn resolve(selection: Selection, available: &[KernelPlatform]) -> Result<Vec<KernelPlatform>> {
-    let wanted: Vec<KernelPlatform> = match selection {
+fn resolve(selection: Selection, available: &[Platform]) -> Result<Vec<Platform>> {
+    let wanted: Vec<Platform> = match selection {
         Selection::Auto => {
             if available.is_empty() {
-                let hints: Vec<String> = KernelPlatform::ALL.iter().map(|p| p.missing_compiler()).collect();
+                let hints: Vec<String> = Platform::ALL.iter().map(|p| p.missing_compiler()).collect();
                 return Err(format!("no kernel compiler found.\n  {}", hints.join("\n  ")).into());
             }
             return Ok(available.to_vec());
         }
-        Selection::All => KernelPlatform::ALL.to_vec(),
+        Selection::All => Platform::ALL.to_vec(),
         Selection::Only(p) => vec![p],
     };
     let missing: Vec<String> =
@@ -171,8 +155,8 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 /// The platforms whose compiler is installed on this machine.
-pub fn available_platforms() -> Vec<KernelPlatform> {
-    KernelPlatform::ALL.into_iter().filter(|p| p.compiler().is_some()).collect()
+pub fn available_platforms() -> Vec<Platform> {
+    Platform::ALL.into_iter().filter(|p| p.compiler().is_some()).collect()
 }
 
 /// Where code objects go: `$ROCMFORGE_KERNELS_DIR` (relative to the workspace root) or
@@ -186,7 +170,7 @@ pub fn output_dir() -> PathBuf {
 }
 
 /// Path of the code object built from `kernels/<stem>.hip` for `platform`.
-pub fn object_path(platform: KernelPlatform, stem: &str) -> PathBuf {
+pub fn object_path(platform: Platform, stem: &str) -> PathBuf {
     output_dir().join(platform.name()).join(format!("{stem}.{}", platform.object_extension()))
 }
 
@@ -353,20 +337,18 @@ enum ArchSpec {
     AmdProbe,
 }
 
-fn arch_spec(platform: KernelPlatform) -> Result<ArchSpec> {
+fn arch_spec(platform: Platform) -> Result<ArchSpec> {
     let var = match platform {
-        KernelPlatform::Amd => "ROCMFORGE_AMD_ARCHS",
-        KernelPlatform::Nvidia => "ROCMFORGE_NVIDIA_ARCHS",
+        Platform::Amd => "ROCMFORGE_AMD_ARCHS",
+        Platform::Nvidia => "ROCMFORGE_NVIDIA_ARCHS",
     };
     let value = std::env::var(var).ok().filter(|v| !v.trim().is_empty());
     let in_var = |e: Box<dyn std::error::Error>| format!("{var}: {e}");
     Ok(match (platform, value) {
-        (KernelPlatform::Nvidia, Some(v)) => ArchSpec::Nvidia(parse_nvidia_archs(&v).map_err(in_var)?),
-        (KernelPlatform::Nvidia, None) => {
-            ArchSpec::Nvidia(parse_nvidia_archs(&DEFAULT_NVIDIA_ARCHS.join(","))?)
-        }
-        (KernelPlatform::Amd, Some(v)) => ArchSpec::AmdListed(parse_amd_archs(&v).map_err(in_var)?),
-        (KernelPlatform::Amd, None) => ArchSpec::AmdProbe,
+        (Platform::Nvidia, Some(v)) => ArchSpec::Nvidia(parse_nvidia_archs(&v).map_err(in_var)?),
+        (Platform::Nvidia, None) => ArchSpec::Nvidia(parse_nvidia_archs(&DEFAULT_NVIDIA_ARCHS.join(","))?),
+        (Platform::Amd, Some(v)) => ArchSpec::AmdListed(parse_amd_archs(&v).map_err(in_var)?),
+        (Platform::Amd, None) => ArchSpec::AmdProbe,
     })
 }
 
@@ -408,15 +390,15 @@ impl ArchSpec {
 
 /// What the objects of one platform were built with: the compiler (path and modification time,
 /// so an upgrade in place counts), the flags and the target list.
-fn stamp_text(platform: KernelPlatform, compiler: &Path, spec: &ArchSpec) -> String {
+fn stamp_text(platform: Platform, compiler: &Path, spec: &ArchSpec) -> String {
     let compiler_time = std::fs::canonicalize(compiler)
         .ok()
         .and_then(|c| mtime(&c))
         .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_secs());
     let flags = match platform {
-        KernelPlatform::Amd => HIPCC_FLAGS,
-        KernelPlatform::Nvidia => NVCC_FLAGS,
+        Platform::Amd => HIPCC_FLAGS,
+        Platform::Nvidia => NVCC_FLAGS,
     };
     format!(
         "compiler: {} (modified {compiler_time})\nflags: {}\ntargets: {}\n",
@@ -428,7 +410,7 @@ fn stamp_text(platform: KernelPlatform, compiler: &Path, spec: &ArchSpec) -> Str
 
 /// One kernel to compile for one platform.
 struct Job {
-    platform: KernelPlatform,
+    platform: Platform,
     stem: String,
     program: PathBuf,
     args: Vec<String>,
@@ -458,7 +440,7 @@ impl Job {
         let tmp = self.object.with_extension(format!("{}.tmp", self.platform.object_extension()));
         let mut cmd = Command::new(&self.program);
         cmd.current_dir(root).args(&self.args).arg("-o").arg(&tmp);
-        if self.platform == KernelPlatform::Amd {
+        if self.platform == Platform::Amd {
             cmd.env("HIP_PLATFORM", "amd");
         }
         let output = cmd.output().map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
@@ -487,7 +469,7 @@ fn display_path(path: &Path, root: &Path) -> String {
 /// Compiles every `kernels/*.hip` for each of `platforms`, skipping objects that are up to date.
 /// Prints one line per kernel per platform; on a compile failure prints the compiler's output and
 /// returns an error once every other kernel has been tried.
-pub fn build(platforms: &[KernelPlatform]) -> Result<()> {
+pub fn build(platforms: &[Platform]) -> Result<()> {
     if platforms.is_empty() {
         return Err("no platform to build kernels for".into());
     }
@@ -503,7 +485,7 @@ pub fn build(platforms: &[KernelPlatform]) -> Result<()> {
 
     let mut jobs = Vec::new();
     // Platforms whose stamp is written once all of their jobs succeed.
-    let mut stamps: Vec<(KernelPlatform, PathBuf, String)> = Vec::new();
+    let mut stamps: Vec<(Platform, PathBuf, String)> = Vec::new();
     for &platform in platforms {
         let compiler = platform.compiler().ok_or_else(|| platform.missing_compiler())?;
         let spec = arch_spec(platform)?;
@@ -529,8 +511,8 @@ pub fn build(platforms: &[KernelPlatform]) -> Result<()> {
         let (target_args, targets) = spec.target_args(&compiler)?;
         println!("kernels: {platform:<6} {} targets: {targets}", compiler.display());
         let flags = match platform {
-            KernelPlatform::Amd => HIPCC_FLAGS,
-            KernelPlatform::Nvidia => NVCC_FLAGS,
+            Platform::Amd => HIPCC_FLAGS,
+            Platform::Nvidia => NVCC_FLAGS,
         };
         for (stem, source, object) in pending {
             let mut args: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
@@ -558,7 +540,7 @@ pub fn build(platforms: &[KernelPlatform]) -> Result<()> {
 }
 
 /// Runs the compiles on every core; returns the (platform, kernel) pairs that failed.
-fn run_jobs(jobs: &[Job], root: &Path) -> Vec<(KernelPlatform, String)> {
+fn run_jobs(jobs: &[Job], root: &Path) -> Vec<(Platform, String)> {
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len().max(1));
@@ -596,12 +578,7 @@ fn run_jobs(jobs: &[Job], root: &Path) -> Vec<(KernelPlatform, String)> {
 
 /// Removes objects whose source is gone and temporaries of interrupted compiles, so nothing stale
 /// gets embedded.
-fn remove_stale(
-    dir: &Path,
-    platform: KernelPlatform,
-    sources: &[(String, PathBuf)],
-    root: &Path,
-) -> Result<()> {
+fn remove_stale(dir: &Path, platform: Platform, sources: &[(String, PathBuf)], root: &Path) -> Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
@@ -628,13 +605,10 @@ mod tests {
     #[test]
     fn platform_flag_forms() {
         assert_eq!(parse_args(&args(&[])).unwrap(), Some(Selection::Auto));
-        assert_eq!(
-            parse_args(&args(&["--platform", "amd"])).unwrap(),
-            Some(Selection::Only(KernelPlatform::Amd))
-        );
+        assert_eq!(parse_args(&args(&["--platform", "amd"])).unwrap(), Some(Selection::Only(Platform::Amd)));
         assert_eq!(
             parse_args(&args(&["--platform=nvidia"])).unwrap(),
-            Some(Selection::Only(KernelPlatform::Nvidia))
+            Some(Selection::Only(Platform::Nvidia))
         );
         assert_eq!(parse_args(&args(&["--platform", "all"])).unwrap(), Some(Selection::All));
         assert_eq!(
@@ -654,7 +628,7 @@ mod tests {
 
     #[test]
     fn auto_takes_what_is_installed() {
-        use KernelPlatform::*;
+        use Platform::*;
         assert_eq!(resolve(Selection::Auto, &[Nvidia]).unwrap(), vec![Nvidia]);
         assert_eq!(resolve(Selection::Auto, &[Amd, Nvidia]).unwrap(), vec![Amd, Nvidia]);
         let err = resolve(Selection::Auto, &[]).unwrap_err().to_string();
@@ -663,7 +637,7 @@ mod tests {
 
     #[test]
     fn explicit_platform_needs_its_compiler() {
-        use KernelPlatform::*;
+        use Platform::*;
         assert_eq!(resolve(Selection::Only(Amd), &[Amd]).unwrap(), vec![Amd]);
         assert_eq!(resolve(Selection::All, &[Amd, Nvidia]).unwrap(), vec![Amd, Nvidia]);
         let err = resolve(Selection::All, &[Amd]).unwrap_err().to_string();

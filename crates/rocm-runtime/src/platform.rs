@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 /// The env var that picks the platform.
 pub const PLATFORM_ENV: &str = "ROCMFORGE_PLATFORM";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Platform {
     /// AMD GPUs through the HIP runtime (`libamdhip64`), kernels as hipcc code objects.
     Amd,
@@ -16,6 +16,9 @@ pub enum Platform {
 }
 
 impl Platform {
+    /// Every platform, AMD (the primary one) first.
+    pub const ALL: [Platform; 2] = [Platform::Amd, Platform::Nvidia];
+
     /// Lower-case name, also the kernel folder name (`amd`, `nvidia`).
     pub fn name(self) -> &'static str {
         match self {
@@ -27,7 +30,7 @@ impl Platform {
 
 impl fmt::Display for Platform {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 
