@@ -182,10 +182,10 @@ RF_DEVICE void rf_rms_rows(const T* x, T* residual, const T* weight, T* out, rf_
 
 #define RF_RMS_WARP_CACHE 16
 
-template <typename T, bool RESIDUAL, bool VECTOR>
-RF_DEVICE void rf_rms_warp_rows(const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride,
-                                rf_u64 residual_stride, rf_u64 out_stride, rf_u64 rows, unsigned int cols,
-                                float eps) {
+// The plain form only: the residual form measured faster on the block path (rmsnorm.md).
+template <typename T, bool VECTOR>
+RF_DEVICE void rf_rms_warp_rows(const T* x, const T* weight, T* out, rf_u64 x_stride, rf_u64 out_stride,
+                                rf_u64 rows, unsigned int cols, float eps) {
     typedef rf_access<T, VECTOR> A;
     constexpr int V = A::V;
     constexpr int K = RF_RMS_WARP_CACHE;
@@ -199,7 +199,6 @@ RF_DEVICE void rf_rms_warp_rows(const T* x, T* residual, const T* weight, T* out
     const rf_u64 step = (rf_u64)gridDim.x * warps_per_block;
     for (rf_u64 row = (rf_u64)blockIdx.x * warps_per_block + threadIdx.x / warp; row < rows; row += step) {
         const T* xr = x + row * x_stride;
-        T* rr = RESIDUAL ? residual + row * residual_stride : nullptr;
         T* orow = out + row * out_stride;
         float sumsq = 0.0f;
         float ct = 0.0f;
@@ -215,40 +214,6 @@ RF_DEVICE void rf_rms_warp_rows(const T* x, T* residual, const T* weight, T* out
             }
             if (lane < tail) {
                 ct = rf_to_float(xr[jt]);
-            }
-            if (RESIDUAL) {
-                typename A::Raw r[K];
-#pragma unroll
-                for (int k = 0; k < K; ++k) {
-                    const unsigned int i = lane + (unsigned int)k * warp;
-                    if (i < nv) {
-                        r[k] = A::load_raw(rr + (rf_u64)i * V);
-                    }
-                }
-                float rt = 0.0f;
-                if (lane < tail) {
-                    rt = rf_to_float(rr[jt]);
-                }
-#pragma unroll
-                for (int k = 0; k < K; ++k) {
-                    const unsigned int i = lane + (unsigned int)k * warp;
-                    if (i < nv) {
-                        float xv[V];
-                        float rv[V];
-                        A::unpack(c[k], xv);
-                        A::unpack(r[k], rv);
-#pragma unroll
-                        for (int e = 0; e < V; ++e) {
-                            xv[e] = xv[e] + rv[e];
-                        }
-                        c[k] = A::pack(xv);  // round_T(x + residual), exactly as v1 stores it
-                        A::store_raw(rr + (rf_u64)i * V, c[k]);
-                    }
-                }
-                if (lane < tail) {
-                    ct = rf_rms_round<T>(ct + rt);
-                    rr[jt] = rf_from_float<T>(ct);
-                }
             }
 #pragma unroll
             for (int k = 0; k < K; ++k) {
@@ -289,34 +254,20 @@ RF_DEVICE void rf_rms_warp_rows(const T* x, T* residual, const T* weight, T* out
             for (unsigned int i = lane; i < nv; i += warp) {
                 float v[V];
                 A::load(xr + (rf_u64)i * V, v);
-                if (RESIDUAL) {
-                    float r[V];
-                    A::load(rr + (rf_u64)i * V, r);
-#pragma unroll
-                    for (int e = 0; e < V; ++e) {
-                        v[e] = rf_rms_round<T>(v[e] + r[e]);
-                    }
-                    A::store(rr + (rf_u64)i * V, v);
-                }
 #pragma unroll
                 for (int e = 0; e < V; ++e) {
                     sumsq = fmaf(v[e], v[e], sumsq);
                 }
             }
             if (lane < tail) {
-                float v = rf_to_float(xr[jt]);
-                if (RESIDUAL) {
-                    v = rf_rms_round<T>(v + rf_to_float(rr[jt]));
-                    rr[jt] = rf_from_float<T>(v);
-                }
+                const float v = rf_to_float(xr[jt]);
                 sumsq = fmaf(v, v, sumsq);
             }
             const float scale = rsqrtf(rf_warp_sum(sumsq) * inv_cols + eps);
-            const T* src = RESIDUAL ? rr : xr;
             for (unsigned int i = lane; i < nv; i += warp) {
                 float v[V];
                 float w[V];
-                A::load(src + (rf_u64)i * V, v);
+                A::load(xr + (rf_u64)i * V, v);
                 A::load(weight + (rf_u64)i * V, w);
 #pragma unroll
                 for (int e = 0; e < V; ++e) {
@@ -325,7 +276,7 @@ RF_DEVICE void rf_rms_warp_rows(const T* x, T* residual, const T* weight, T* out
                 A::store(orow + (rf_u64)i * V, v);
             }
             if (lane < tail) {
-                orow[jt] = rf_from_float<T>(rf_to_float(src[jt]) * scale * rf_to_float(weight[jt]));
+                orow[jt] = rf_from_float<T>(rf_to_float(xr[jt]) * scale * rf_to_float(weight[jt]));
             }
         }
     }
@@ -361,17 +312,14 @@ RF_DEVICE void rf_rmsnorm(const T* x, T* residual, const T* weight, T* out, rf_u
     }
 }
 
-// Warp path: one warp per row.
-template <typename T, bool RESIDUAL>
-RF_DEVICE void rf_rmsnorm_warp(const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride,
-                               rf_u64 residual_stride, rf_u64 out_stride, rf_u64 rows, unsigned int cols,
-                               float eps) {
-    if (rf_rms_vector<T, RESIDUAL>(x, residual, weight, out, x_stride, residual_stride, out_stride, cols)) {
-        rf_rms_warp_rows<T, RESIDUAL, true>(x, residual, weight, out, x_stride, residual_stride, out_stride,
-                                            rows, cols, eps);
+// Warp path: one warp per row (plain form).
+template <typename T>
+RF_DEVICE void rf_rmsnorm_warp(const T* x, const T* weight, T* out, rf_u64 x_stride, rf_u64 out_stride,
+                               rf_u64 rows, unsigned int cols, float eps) {
+    if (rf_rms_vector<T, false>(x, nullptr, weight, out, x_stride, 0, out_stride, cols)) {
+        rf_rms_warp_rows<T, true>(x, weight, out, x_stride, out_stride, rows, cols, eps);
     } else {
-        rf_rms_warp_rows<T, RESIDUAL, false>(x, residual, weight, out, x_stride, residual_stride, out_stride,
-                                             rows, cols, eps);
+        rf_rms_warp_rows<T, false>(x, weight, out, x_stride, out_stride, rows, cols, eps);
     }
 }
 
@@ -398,7 +346,7 @@ RF_DEVICE void rf_rmsnorm_warp(const T* x, T* residual, const T* weight, T* out,
                                                                    rf_u64 x_stride, rf_u64 out_stride, \
                                                                    rf_u64 rows, unsigned int cols,     \
                                                                    float eps) {                        \
-        rf_rmsnorm_warp<T, false>(x, nullptr, weight, out, x_stride, 0, out_stride, rows, cols, eps);   \
+        rf_rmsnorm_warp<T>(x, weight, out, x_stride, out_stride, rows, cols, eps);   \
     }
 
 RF_FOR_EACH_DTYPE(RF_RMSNORM_ENTRIES)
