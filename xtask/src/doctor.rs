@@ -50,9 +50,10 @@ fn report_devices() {
         );
         let runtime = backend.runtime_version().map(|v| format!(", runtime {v}")).unwrap_or_default();
         println!(
-            "  driver {}{runtime}, stream-ordered memory: {}",
+            "  driver {}{runtime}, stream-ordered memory: {}, matrix cores: {:?}",
             backend.driver_version(),
-            i.stream_ordered_memory
+            i.stream_ordered_memory,
+            i.matrix_cores
         );
         match backend.memory_info() {
             Ok(m) => println!("  memory: free {}, total {}", Bytes(m.free), Bytes(m.total)),

@@ -26,6 +26,19 @@ pub struct DeviceInfo {
     /// Whether allocations are stream-ordered (memory pools); otherwise frees wait for the
     /// owning stream.
     pub stream_ordered_memory: bool,
+    /// Which matrix-core instructions the kernels' fast paths may use on this device. A
+    /// capability, not a platform: launchers pick a fast kernel by it and keep the portable
+    /// one for [`MatrixCores::None`].
+    pub matrix_cores: MatrixCores,
+}
+
+/// Matrix-core instruction families the kernels have fast paths for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatrixCores {
+    /// No fast path (or none validated on this device yet): portable kernels only.
+    None,
+    /// NVIDIA `mma.sync` with f16/bf16 inputs and f32 accumulation (sm_80 and later).
+    MmaSync,
 }
 
 /// Device memory as the driver reports it at one moment (other processes included).

@@ -96,6 +96,21 @@ impl<'a> Launch<'a> {
         self
     }
 
+    /// A buffer the kernel reads through a pointer inside a struct argument: checked to belong
+    /// to the launching stream like [`Launch::buffer`], but adds no argument.
+    pub fn reads<T: DeviceCopy>(mut self, buffer: &'a DeviceBuffer<T>) -> Self {
+        if self.error.is_none() {
+            self.error = self.stream.check_owns(buffer.stream()).err();
+        }
+        self
+    }
+
+    /// A buffer the kernel writes through a pointer inside a struct argument (see
+    /// [`Launch::reads`]).
+    pub fn writes<T: DeviceCopy>(self, buffer: &'a mut DeviceBuffer<T>) -> Self {
+        self.reads(buffer)
+    }
+
     /// Checks the configuration and the arguments, then queues the kernel on the stream.
     ///
     /// # Safety

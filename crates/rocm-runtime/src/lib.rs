@@ -35,7 +35,7 @@ mod stream;
 
 pub use backend::{Backend, DEFAULT_MEM_FRACTION, MEM_FRACTION_ENV, Platforms, detect};
 pub use buffer::{DeviceBuffer, DeviceCopy};
-pub use device::{DeviceInfo, MemoryInfo};
+pub use device::{DeviceInfo, MatrixCores, MemoryInfo};
 pub use error::{Bytes, DriverError, Error, OverBudget, Result};
 pub use event::Event;
 pub use launch::{Launch, LaunchConfig};

@@ -15,7 +15,7 @@ use super::{
     DeviceDriver, DevicePtr, DriverVersions, InitFailure, RawEvent, RawFunction, RawModule, RawStream,
     aligned_image, c_string, function_not_found, load_once,
 };
-use crate::device::DeviceInfo;
+use crate::device::{DeviceInfo, MatrixCores};
 use crate::error::{DriverError, Error, Result};
 use crate::platform::Platform;
 
@@ -178,6 +178,8 @@ impl DeviceDriver for CudaDevice {
             total_memory: total as u64,
             pci_bus_id: a(Attr::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
             stream_ordered_memory: self.memory_pools,
+            // mma.sync.m16n8k16 with bf16 inputs needs sm_80 (Ampere) or later.
+            matrix_cores: if major >= 8 { MatrixCores::MmaSync } else { MatrixCores::None },
         })
     }
 

@@ -14,7 +14,7 @@ use super::{
     DeviceDriver, DevicePtr, DriverVersions, InitFailure, RawEvent, RawFunction, RawModule, RawStream,
     aligned_image, c_string, function_not_found, load_once,
 };
-use crate::device::DeviceInfo;
+use crate::device::{DeviceInfo, MatrixCores};
 use crate::error::{DriverError, Error, Result};
 use crate::platform::Platform;
 
@@ -146,6 +146,9 @@ impl DeviceDriver for HipDevice {
             total_memory: total as u64,
             pci_bus_id: a(Attr::hipDeviceAttributePciBusId)?,
             stream_ordered_memory: self.memory_pools,
+            // CDNA has MFMA, but no MFMA path has been run on hardware yet: the portable
+            // kernels serve AMD until one has been.
+            matrix_cores: MatrixCores::None,
         })
     }
 
