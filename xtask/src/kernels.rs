@@ -43,7 +43,11 @@ const DEFAULT_NVIDIA_ARCHS: &[&str] = &["80", "90"];
 /// since older hipcc releases reject the newer ones.
 const AMD_ARCH_CANDIDATES: &[&str] = &["gfx908", "gfx90a", "gfx940", "gfx942", "gfx1030", "gfx1100"];
 
-const NVCC_FLAGS: &[&str] = &["-x", "cu", "--fatbin", "-O3", "-std=c++17", "-Werror", "all-warnings"];
+/// `-compress-all`: the fatbin's cubins and PTX are stored compressed (the driver inflates them
+/// at load, as it has since CUDA 11). Every test binary embeds every kernel, and the unrolled
+/// attention kernels alone are 3.7 MB uncompressed, 0.76 MB compressed.
+const NVCC_FLAGS: &[&str] =
+    &["-x", "cu", "--fatbin", "-O3", "-std=c++17", "-Werror", "all-warnings", "-Xfatbin=-compress-all"];
 const HIPCC_FLAGS: &[&str] = &["--genco", "-O3", "-std=c++17", "-Wall", "-Werror"];
 
 /// How kernels are built for each platform (`rocm_runtime::Platform`).

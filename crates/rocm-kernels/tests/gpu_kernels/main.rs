@@ -1,0 +1,16 @@
+//! rocm-kernels' GPU tests: one module per kernel family, named like its source
+//! (`kernels/softmax.hip` -> `softmax.rs` here), each comparing the kernel with its CPU
+//! reference through the test kit.
+//!
+//! One test binary rather than one per family: every binary that links rocm-kernels embeds
+//! every kernel for both platforms, and a binary per family multiplied that by ten in the GPU
+//! archive (which has to travel to a GPU host within a size limit). Nextest still runs each
+//! test in its own process.
+
+mod axpy;
+mod causal_mask;
+mod fill;
+mod rmsnorm;
+mod rope;
+mod softmax;
+mod swiglu;
