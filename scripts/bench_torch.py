@@ -32,8 +32,8 @@ def time_ms(fn):
     return times[len(times) // 2]
 
 
-def row(kernel, dtype, shape, ms, nbytes):
-    return {"kernel": kernel, "dtype": dtype, "shape": shape, "ms": ms, "bytes": nbytes}
+def row(kernel, dtype, shape, ms, nbytes, flops=None):
+    return {"kernel": kernel, "dtype": dtype, "shape": shape, "ms": ms, "bytes": nbytes, "flops": flops}
 
 
 def copy_rows():
@@ -55,10 +55,13 @@ def main():
             continue
         rows += importlib.import_module(path.stem).run(time_ms, row)
     copy = rows[0]["bytes"] / (rows[0]["ms"] * 1e6)
-    print(f"{'kernel':<28} {'dtype':<5} {'shape':<24} {'time(us)':>10} {'GB/s':>9} {'of copy':>8}")
+    print(f"{'kernel':<28} {'dtype':<5} {'shape':<24} {'time(us)':>10} {'GB/s':>9} {'of copy':>8} {'TFLOP/s':>9}")
     for r in rows:
         gbps = r["bytes"] / (r["ms"] * 1e6)
-        print(f"{r['kernel']:<28} {r['dtype']:<5} {r['shape']:<24} {r['ms'] * 1e3:>10.1f} {gbps:>9.0f} {gbps / copy:>8.2f}")
+        tflops = f"{r['flops'] / (r['ms'] * 1e9):.1f}" if r.get("flops") else ""
+        print(
+            f"{r['kernel']:<28} {r['dtype']:<5} {r['shape']:<24} {r['ms'] * 1e3:>10.1f} {gbps:>9.0f} {gbps / copy:>8.2f} {tflops:>9}"
+        )
 
 
 if __name__ == "__main__":

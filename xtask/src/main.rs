@@ -1,6 +1,7 @@
 //! rocmforge's task runner (`cargo xtask <task>`), in the xtask pattern: plain Rust instead of
 //! shell scripts, so every task runs the same way on every machine.
 
+mod attention_dump;
 mod bench;
 mod bindgen;
 mod doctor;
@@ -24,6 +25,7 @@ tasks:
                                 (--sanitize: under compute-sanitizer memcheck, racecheck, synccheck)
   gpu-archive [--out DIR]       pack the GPU suite to run on another host (default .gpu/)
   bench [FILTER...]             time kernels on the GPU: GB/s or TFLOP/s against measured copy bandwidth
+  attention-dump DIR            write attention inputs/outputs for scripts/check_attention_torch.py
   bindgen [--check]             regenerate rocm-sys bindings (or check they are current)
   lint                          project rules: no device-wide synchronisation outside rocm-sys
 ";
@@ -40,6 +42,7 @@ fn main() {
         "gpu-test" => gpu::test(rest),
         "gpu-archive" => gpu::archive(rest),
         "bench" => bench::run(rest),
+        "attention-dump" => attention_dump::run(rest),
         "bindgen" => bindgen::run(rest),
         "lint" => lint::run(rest),
         "help" | "--help" | "-h" => {

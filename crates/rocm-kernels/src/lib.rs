@@ -6,6 +6,7 @@
 //! `Result`; it never branches on the platform (the runtime hides it). The compiled code
 //! objects are embedded ([`embedded`]), so test binaries and archives carry their kernels.
 
+pub mod attention;
 pub mod axpy;
 pub mod causal_mask;
 mod dtype;

@@ -9,6 +9,7 @@
 
 mod causal_mask;
 mod copy;
+mod flash_attention;
 mod rmsnorm;
 mod rope;
 mod softmax;
@@ -86,6 +87,7 @@ const FAMILIES: &[(&str, Family)] = &[
     ("swiglu", swiglu::run),
     ("rope", rope::run),
     ("causal_mask", causal_mask::run),
+    ("flash_attention", flash_attention::run),
 ];
 
 pub fn run(args: &[String]) -> Result<()> {

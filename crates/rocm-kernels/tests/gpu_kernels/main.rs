@@ -7,9 +7,11 @@
 //! archive (which has to travel to a GPU host within a size limit). Nextest still runs each
 //! test in its own process.
 
+mod attention;
 mod axpy;
 mod causal_mask;
 mod fill;
+mod flash_attention;
 mod rmsnorm;
 mod rope;
 mod softmax;

@@ -1,0 +1,309 @@
+//! Flash attention forward (`kernels/flash_attention.hip`): the launcher picks the kernel
+//! (matrix cores or portable), the key split, and runs the combine pass when it splits.
+
+use bytemuck::{Pod, Zeroable};
+use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
+
+use super::Attention;
+use crate::dtype::{Dtype, kernel_name};
+use crate::error::{Result, ensure};
+use crate::loader;
+
+const MODULE: &str = "flash_attention";
+
+/// Which flash-attention kernel to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlashKernel {
+    /// The matrix-core kernel where the device, the dtype (f16/bf16) and the layout allow it
+    /// (head_dim, strides and pointers multiples of 8 elements / 16 bytes), else the portable.
+    #[default]
+    Auto,
+    /// The portable kernel (f32 arithmetic on every platform).
+    Portable,
+    /// The matrix-core kernel, or an error saying why it cannot run this problem.
+    MatrixCores,
+}
+
+/// How to run flash attention: which kernel, and how many ranges to cut the keys into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FlashOptions {
+    pub kernel: FlashKernel,
+    /// `None`: chosen from the grid and the device (more than one only when the grid would not
+    /// fill the device). `Some(n)`: at most `n` (1 to 64), fewer if the keys run out.
+    pub splits: Option<usize>,
+}
+
+/// Packed (query, head) rows of a block and keys of a tile, per kernel (`RF_FLASH_P_ROWS`,
+/// `RF_FLASH_P_KEYS`, `RF_FLASH_M_ROWS`, the mma kernels' BC).
+const PORTABLE_ROWS: usize = 16;
+const PORTABLE_KEYS: usize = 32;
+const MMA_ROWS: usize = 64;
+const THREADS: u32 = 128;
+
+/// Head dimensions the matrix-core kernel is instantiated for, with its key tile; a problem
+/// takes the smallest at least its head_dim (the rest zero-padded on chip).
+const MMA_HEAD_DIMS: [(usize, usize); 5] = [(64, 64), (80, 64), (96, 64), (128, 64), (256, 32)];
+/// And the portable kernel's register tiles.
+const PORTABLE_HEAD_DIMS: [usize; 3] = [64, 128, 256];
+
+/// Key splits are cut at multiples of this (every kernel's key tile divides it).
+const SPLIT_ALIGN: usize = 64;
+const MAX_SPLITS: usize = 64;
+
+/// `rf_flash_params` in `kernels/flash_attention.hip`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+struct FlashParams {
+    q: u64,
+    k: u64,
+    v: u64,
+    o: u64,
+    lse: u64,
+    partial_o: u64,
+    partial_lse: u64,
+    q_batch: u64,
+    q_seq: u64,
+    q_head: u64,
+    k_batch: u64,
+    k_seq: u64,
+    k_head: u64,
+    v_batch: u64,
+    v_seq: u64,
+    v_head: u64,
+    o_batch: u64,
+    o_seq: u64,
+    o_head: u64,
+    causal_offset: i64,
+    batch: i32,
+    q_heads: i32,
+    kv_heads: i32,
+    seq_q: i32,
+    seq_k: i32,
+    head_dim: i32,
+    group: i32,
+    keys_per_split: i32,
+    num_splits: i32,
+    causal: i32,
+    scale_log2: f32,
+    pad: i32,
+}
+
+/// The kernel a launch runs: its entry point, rows a block, dynamic shared memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Plan {
+    entry: String,
+    rows_per_block: usize,
+    shared_mem_bytes: u32,
+}
+
+/// Flash attention forward: `o = softmax(scale * q k^T [+ causal mask]) v` for the problem
+/// `attn`, queued on `o`'s stream (every buffer must belong to it), with `lse` (`[batch,
+/// q_heads, seq_q]` f32) written when given. The kernel and the key split are chosen for the
+/// device; [`flash_attention_with`] sets them.
+pub fn flash_attention<T: Dtype>(
+    attn: &Attention,
+    q: &DeviceBuffer<T>,
+    k: &DeviceBuffer<T>,
+    v: &DeviceBuffer<T>,
+    o: &mut DeviceBuffer<T>,
+    lse: Option<&mut DeviceBuffer<f32>>,
+) -> Result<()> {
+    flash_attention_with(attn, &FlashOptions::default(), q, k, v, o, lse)
+}
+
+/// [`flash_attention`] with explicit [`FlashOptions`]. When the keys are split, a temporary of
+/// `splits x batch x q_heads x seq_q x (head_dim + 1)` f32 is allocated on the stream (through
+/// the memory guard) and a combine pass merges the splits.
+pub fn flash_attention_with<T: Dtype>(
+    attn: &Attention,
+    options: &FlashOptions,
+    q: &DeviceBuffer<T>,
+    k: &DeviceBuffer<T>,
+    v: &DeviceBuffer<T>,
+    o: &mut DeviceBuffer<T>,
+    mut lse: Option<&mut DeviceBuffer<f32>>,
+) -> Result<()> {
+    let (kernel, splits) = (options.kernel, options.splits);
+    attn.check(q.len(), k.len(), v.len(), o.len())?;
+    if let Some(l) = &lse {
+        ensure(l.len() == attn.lse_len(), super::KERNEL, || {
+            format!("lse has {} elements, [batch, q_heads, seq_q] needs {}", l.len(), attn.lse_len())
+        })?;
+    }
+    if let Some(s) = splits {
+        ensure((1..=MAX_SPLITS).contains(&s), super::KERNEL, || {
+            format!("splits {s} is out of range (1 to {MAX_SPLITS})")
+        })?;
+    }
+    if attn.seq_q == 0 {
+        return Ok(());
+    }
+    let stream = o.stream().clone();
+    let ptrs = [q.device_ptr(), k.device_ptr(), v.device_ptr(), o.device_ptr()];
+    let plan = plan::<T>(&stream, attn, kernel, &ptrs)?;
+    let function = loader::kernel(&stream, MODULE, &plan.entry)?;
+    let row_blocks = (attn.group() * attn.seq_q).div_ceil(plan.rows_per_block);
+    let blocks = row_blocks * attn.kv_heads * attn.batch;
+    let num_splits = splits.unwrap_or_else(|| auto_splits(&stream, blocks, attn.seq_k)).max(1);
+    let keys_per_split = attn.seq_k.div_ceil(num_splits).div_ceil(SPLIT_ALIGN).max(1) * SPLIT_ALIGN;
+    let num_splits = attn.seq_k.div_ceil(keys_per_split).max(1);
+    ensure(attn.kv_heads * num_splits <= 65_535, super::KERNEL, || {
+        format!("kv_heads {} x splits {num_splits} exceed the grid's 65535", attn.kv_heads)
+    })?;
+
+    let rows = attn.lse_len();
+    let mut partial = if num_splits > 1 {
+        let o_len = num_splits * rows * attn.head_dim;
+        Some((stream.alloc::<f32>(o_len)?, stream.alloc::<f32>(num_splits * rows)?))
+    } else {
+        None
+    };
+    let s = |x: super::Strides| x.all().map(|v| v as u64);
+    let [q_batch, q_seq, q_head] = s(attn.q);
+    let [k_batch, k_seq, k_head] = s(attn.k);
+    let [v_batch, v_seq, v_head] = s(attn.v);
+    let [o_batch, o_seq, o_head] = s(attn.o);
+    let lse_ptr = lse.as_ref().map_or(0, |l| l.device_ptr());
+    let params = FlashParams {
+        q: ptrs[0],
+        k: ptrs[1],
+        v: ptrs[2],
+        o: ptrs[3],
+        lse: lse_ptr,
+        partial_o: partial.as_ref().map_or(0, |p| p.0.device_ptr()),
+        partial_lse: partial.as_ref().map_or(0, |p| p.1.device_ptr()),
+        q_batch,
+        q_seq,
+        q_head,
+        k_batch,
+        k_seq,
+        k_head,
+        v_batch,
+        v_seq,
+        v_head,
+        o_batch,
+        o_seq,
+        o_head,
+        causal_offset: attn.causal_offset.unwrap_or(0),
+        batch: attn.batch as i32,
+        q_heads: attn.q_heads as i32,
+        kv_heads: attn.kv_heads as i32,
+        seq_q: attn.seq_q as i32,
+        seq_k: attn.seq_k as i32,
+        head_dim: attn.head_dim as i32,
+        group: attn.group() as i32,
+        keys_per_split: keys_per_split.min(i32::MAX as usize) as i32,
+        num_splits: num_splits as i32,
+        causal: attn.causal_offset.is_some() as i32,
+        scale_log2: attn.scale * std::f32::consts::LOG2_E,
+        pad: 0,
+    };
+    let config = LaunchConfig {
+        grid: [row_blocks as u32, (attn.kv_heads * num_splits) as u32, attn.batch as u32],
+        block: [THREADS, 1, 1],
+        shared_mem_bytes: plan.shared_mem_bytes,
+    };
+    // SAFETY: rf_flash[_mma]_<T>_d<D>(rf_flash_params) reads q, k and v at the strides
+    // `attn.check` verified against their lengths (rows of packed row m < group * seq_q, keys <
+    // seq_k, columns < head_dim), and writes either o at its checked, non-overlapping strides
+    // and lse (length checked: batch * q_heads * seq_q), or, when split, the two temporaries
+    // sized above (split < num_splits, row < rows, column < head_dim). The dynamic shared memory
+    // is the kernel's layout for this head_dim (plan). The pointers in `params` are those of
+    // the buffers named by reads/writes.
+    unsafe {
+        let launch = stream.launch(&function).reads(q).reads(k).reads(v);
+        match &mut partial {
+            Some((po, pl)) => launch.writes(po).writes(pl).arg(params).launch(config)?,
+            None => match lse.as_deref_mut() {
+                Some(l) => launch.writes(o).writes(l).arg(params).launch(config)?,
+                None => launch.writes(o).arg(params).launch(config)?,
+            },
+        }
+    }
+    if let Some((po, pl)) = &partial {
+        let combine = loader::kernel(&stream, MODULE, &kernel_name::<T>("rf_flash_combine"))?;
+        let config = loader::grid_stride(&stream, &combine, rows * attn.head_dim);
+        // SAFETY: rf_flash_combine_<T>(rf_flash_params) reads the two temporaries (num_splits
+        // x rows x head_dim and num_splits x rows, written above on this stream) and writes o
+        // at its checked strides and lse (length checked) when given.
+        unsafe {
+            let launch = stream.launch(&combine).reads(po).reads(pl).writes(o);
+            match lse {
+                Some(l) => launch.writes(l).arg(params).launch(config)?,
+                None => launch.arg(params).launch(config)?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Chooses the kernel for `kernel` on this device, dtype and layout.
+fn plan<T: Dtype>(stream: &Stream, attn: &Attention, kernel: FlashKernel, ptrs: &[u64]) -> Result<Plan> {
+    let info = stream.backend().info();
+    let mma_fits = || -> std::result::Result<(usize, usize), String> {
+        if info.matrix_cores != MatrixCores::MmaSync {
+            return Err(format!("{} ({}) has no matrix-core path", info.name, info.arch));
+        }
+        if T::NAME == "f32" {
+            return Err("the matrix-core kernel takes f16 or bf16".into());
+        }
+        let strides = [attn.q, attn.k, attn.v, attn.o].iter().flat_map(|s| s.all()).collect::<Vec<_>>();
+        if !attn.head_dim.is_multiple_of(8)
+            || !strides.iter().all(|s| s.is_multiple_of(8))
+            || !ptrs.iter().all(|p| p.is_multiple_of(16))
+        {
+            return Err(
+                "the matrix-core kernel needs head_dim, strides and offsets in multiples of 8 elements"
+                    .into(),
+            );
+        }
+        Ok(*MMA_HEAD_DIMS.iter().find(|(d, _)| *d >= attn.head_dim).expect("head_dim <= 256 was checked"))
+    };
+    let mma = match kernel {
+        FlashKernel::Portable => None,
+        FlashKernel::Auto => mma_fits().ok(),
+        FlashKernel::MatrixCores => Some(
+            mma_fits().map_err(|why| crate::KernelError::Shape { kernel: super::KERNEL, message: why })?,
+        ),
+    };
+    Ok(match mma {
+        Some((dt, bc)) => Plan {
+            entry: format!("rf_flash_mma_{}_d{dt}", T::NAME),
+            rows_per_block: MMA_ROWS,
+            shared_mem_bytes: ((MMA_ROWS + 4 * bc) * (dt + 8) * size_of::<T>()) as u32,
+        },
+        None => {
+            let dmax = *PORTABLE_HEAD_DIMS.iter().find(|&&d| d >= attn.head_dim).expect("head_dim <= 256");
+            let ld = attn.head_dim + 1;
+            let floats = PORTABLE_ROWS * ld + PORTABLE_KEYS * ld + PORTABLE_ROWS * PORTABLE_KEYS;
+            Plan {
+                entry: format!("rf_flash_{}_d{dmax}", T::NAME),
+                rows_per_block: PORTABLE_ROWS,
+                shared_mem_bytes: (floats * 4) as u32,
+            }
+        }
+    })
+}
+
+/// Splits of the keys so that the grid has about four blocks per compute unit, each split
+/// still at least four 64-key tiles long. One when the grid is big enough already.
+fn auto_splits(stream: &Stream, blocks: usize, seq_k: usize) -> usize {
+    let wanted = stream.backend().info().compute_units.max(1) as usize * 4;
+    if blocks >= wanted / 2 {
+        return 1;
+    }
+    let by_grid = wanted.div_ceil(blocks.max(1));
+    let by_keys = (seq_k / (4 * SPLIT_ALIGN)).max(1);
+    by_grid.min(by_keys).min(MAX_SPLITS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_match_the_kernel_struct() {
+        // 7 pointers, 12 strides, the offset (8 bytes each) and 12 four-byte fields.
+        assert_eq!(size_of::<FlashParams>(), 20 * 8 + 12 * 4);
+    }
+}

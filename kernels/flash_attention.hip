@@ -1,0 +1,567 @@
+// Flash attention forward: O = softmax(scale * Q K^T + causal mask) V, fused and tiled with an
+// online softmax, so the [seq_q, seq_k] scores never leave the chip.
+//
+// Shapes and layout (every tensor addressed by element strides; head_dim contiguous):
+//   Q, O [batch, seq_q, q_heads, head_dim]   K, V [batch, seq_k, kv_heads, head_dim]
+//   (or [batch, heads, seq, head_dim], or any strides), LSE [batch, q_heads, seq_q] in f32.
+// Query i sees key j when j <= i + causal_offset (causal) or always (non-causal); a row that sees
+// no key is written as zeros with LSE = -inf.
+//
+// GQA/MQA packing: a block serves one KV head of one batch, and its rows are the (query, head)
+// pairs of the `group = q_heads / kv_heads` query heads that share it: packed row m is query
+// m / group of head kv_head * group + m % group. Each K/V tile is then read once for the whole
+// group, and decoding (seq_q = 1) still fills the rows of a tile with the group's heads.
+//
+// Split-KV: with few blocks for the device (decode), the keys are cut into `num_splits` ranges
+// (blockIdx.y = split * kv_heads + kv_head). Each split writes its normalised partial output and
+// its LSE in f32 and `rf_flash_combine` merges them: O = sum_s exp(lse_s - lse) O_s.
+//
+// Two implementations of the same contract:
+//   - rf_flash_<dt>_d<DMAX>: portable (every platform, every dtype, head_dim <= DMAX): f32
+//     arithmetic on tiles staged in shared memory as f32.
+//   - rf_flash_mma_<dt>_d<D>: NVIDIA sm_80+ matrix cores (mma.sync.m16n8k16, f16/bf16 inputs,
+//     f32 accumulation), chosen by the launcher where the device reports them
+//     (`DeviceInfo::matrix_cores`). On other targets the entry exists but traps: the launcher
+//     never selects it there.
+// The softmax runs in the log2 domain: scale_log2 = scale * log2(e), p = exp2(s * scale_log2 - m).
+
+#include "rocmforge.h"
+
+// Mirrors `FlashParams` in crates/rocm-kernels/src/attention/flash.rs (field order and types).
+struct rf_flash_params {
+    const void* q;
+    const void* k;
+    const void* v;
+    void* o;
+    float* lse;         // [batch, q_heads, seq_q] or null
+    float* partial_o;   // [splits, batch, q_heads, seq_q, head_dim] or null: then O is written
+    float* partial_lse; // [splits, batch, q_heads, seq_q]
+    rf_u64 q_batch, q_seq, q_head;
+    rf_u64 k_batch, k_seq, k_head;
+    rf_u64 v_batch, v_seq, v_head;
+    rf_u64 o_batch, o_seq, o_head;
+    long long causal_offset;
+    int batch, q_heads, kv_heads, seq_q, seq_k, head_dim;
+    int group;          // q_heads / kv_heads
+    int keys_per_split; // a multiple of every kernel's key tile
+    int num_splits;
+    int causal;
+    float scale_log2;
+    int pad;
+};
+
+// Where packed row m of a block lives, and the last key it may see (-1: none).
+struct rf_flash_row {
+    bool valid;
+    int query;
+    int head;
+    long long last_key;
+};
+
+RF_DEVICE rf_flash_row rf_flash_locate(const rf_flash_params& p, int m, int kv_head) {
+    // 32-bit: the launcher keeps group * seq_q (plus a tile) below 2^31, and 64-bit division is
+    // a long software routine on GPUs, inlined at every call.
+    rf_flash_row r;
+    r.valid = m < p.group * p.seq_q;
+    const int query = m / p.group;
+    r.query = r.valid ? query : 0;
+    r.head = kv_head * p.group + (r.valid ? m - query * p.group : 0);
+    long long last = p.causal ? (long long)r.query + p.causal_offset : (long long)p.seq_k - 1;
+    last = last < (long long)p.seq_k - 1 ? last : (long long)p.seq_k - 1;
+    r.last_key = r.valid ? (last < -1 ? -1 : last) : -1;
+    return r;
+}
+
+// Keys [begin, end) this block visits: its split's range, cut at the last key any of its rows
+// `first_m .. last_m` may see (the last row sees the most under a causal mask).
+RF_DEVICE void rf_flash_key_range(const rf_flash_params& p, int last_m, int kv_head, int split,
+                                  long long* begin, long long* end) {
+    *begin = (long long)split * p.keys_per_split;
+    long long e = *begin + p.keys_per_split;
+    e = e < p.seq_k ? e : p.seq_k;
+    const int rows = p.group * p.seq_q;
+    const rf_flash_row last = rf_flash_locate(p, last_m < rows ? last_m : rows - 1, kv_head);
+    e = e < last.last_key + 1 ? e : last.last_key + 1;
+    *end = e > *begin ? e : *begin;
+}
+
+// Writes one row's result: the normalised output (T) and LSE, or the split's partials (f32).
+// `o_row` holds `count` consecutive output elements starting at column `col0`, `step` apart.
+template <typename T>
+RF_DEVICE void rf_flash_store(const rf_flash_params& p, int b, const rf_flash_row& r, int split, int col,
+                              float value) {
+    if (p.partial_o) {
+        const rf_u64 row = (((rf_u64)split * p.batch + b) * p.q_heads + r.head) * p.seq_q + r.query;
+        p.partial_o[row * p.head_dim + col] = value;
+    } else {
+        T* o = (T*)p.o + (rf_u64)b * p.o_batch + (rf_u64)r.query * p.o_seq + (rf_u64)r.head * p.o_head;
+        o[col] = rf_from_float<T>(value);
+    }
+}
+
+// LSE (natural log) of a row from the log2-domain running max m and sum l.
+RF_DEVICE void rf_flash_store_lse(const rf_flash_params& p, int b, const rf_flash_row& r, int split, float m,
+                                  float l) {
+    const float lse = l > 0.0f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+    if (p.partial_o) {
+        const rf_u64 row = (((rf_u64)split * p.batch + b) * p.q_heads + r.head) * p.seq_q + r.query;
+        p.partial_lse[row] = lse;
+    } else if (p.lse) {
+        p.lse[((rf_u64)b * p.q_heads + r.head) * p.seq_q + r.query] = lse;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Portable kernel. 128 threads, 16 packed rows, 32 keys a tile. Thread t owns row t / 8 and, of
+// each key tile, keys t % 8 + 8 j; of the output, columns t % 8 + 8 c. Shared memory (f32): Q
+// [16][D + 1], one K or V tile [32][D + 1] (K, then V, in the same space), P [16][32]. Rows are
+// padded by one float so the 8 rows a warp reads at one column fall in different banks.
+// ---------------------------------------------------------------------------------------------
+
+#define RF_FLASH_P_ROWS 16
+#define RF_FLASH_P_KEYS 32
+#define RF_FLASH_P_THREADS 128
+
+template <typename T, int DMAX>
+RF_DEVICE void rf_flash_portable(const rf_flash_params& p) {
+    extern __shared__ float rf_flash_smem[];
+    const int D = p.head_dim;
+    const int ld = D + 1;
+    float* qs = rf_flash_smem;
+    float* kv = qs + RF_FLASH_P_ROWS * ld;
+    float* ps = kv + RF_FLASH_P_KEYS * ld;
+
+    const int tid = threadIdx.x;
+    const int lr = tid / 8;
+    const int l8 = tid % 8;
+    const int b = blockIdx.z;
+    const int kv_head = blockIdx.y % p.kv_heads;
+    const int split = blockIdx.y / p.kv_heads;
+    const int m0 = blockIdx.x * RF_FLASH_P_ROWS;
+    const rf_flash_row row = rf_flash_locate(p, m0 + lr, kv_head);
+    long long k_begin, k_end;
+    rf_flash_key_range(p, m0 + RF_FLASH_P_ROWS - 1, kv_head, split, &k_begin, &k_end);
+
+    for (int e = tid; e < RF_FLASH_P_ROWS * D; e += RF_FLASH_P_THREADS) {
+        const int r = e / D, c = e % D;
+        const rf_flash_row qr = rf_flash_locate(p, m0 + r, kv_head);
+        const T* q = (const T*)p.q + (rf_u64)b * p.q_batch + (rf_u64)qr.query * p.q_seq + (rf_u64)qr.head * p.q_head;
+        qs[r * ld + c] = qr.valid ? rf_to_float(q[c]) : 0.0f;
+    }
+    const T* kbase = (const T*)p.k + (rf_u64)b * p.k_batch + (rf_u64)kv_head * p.k_head;
+    const T* vbase = (const T*)p.v + (rf_u64)b * p.v_batch + (rf_u64)kv_head * p.v_head;
+
+    float acc[DMAX / 8];
+#pragma unroll
+    for (int c = 0; c < DMAX / 8; ++c) acc[c] = 0.0f;
+    float m_run = -INFINITY, l_run = 0.0f;
+
+    for (long long k0 = k_begin; k0 < k_end; k0 += RF_FLASH_P_KEYS) {
+        __syncthreads(); // the previous tile's V (and, the first time, nothing) is done with
+        for (int e = tid; e < RF_FLASH_P_KEYS * D; e += RF_FLASH_P_THREADS) {
+            const int j = e / D, c = e % D;
+            const long long key = k0 + j;
+            kv[j * ld + c] = key < k_end ? rf_to_float(kbase[(rf_u64)key * p.k_seq + c]) : 0.0f;
+        }
+        __syncthreads();
+        float s[RF_FLASH_P_KEYS / 8];
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int jj = 0; jj < RF_FLASH_P_KEYS / 8; ++jj) {
+            const int j = l8 + 8 * jj;
+            const float* qrow = qs + lr * ld;
+            const float* krow = kv + j * ld;
+            float dot = 0.0f;
+            for (int c = 0; c < D; ++c) dot = fmaf(qrow[c], krow[c], dot);
+            const bool seen = k0 + j <= row.last_key && k0 + j < k_end;
+            s[jj] = seen ? dot * p.scale_log2 : -INFINITY;
+            tile_max = fmaxf(tile_max, s[jj]);
+        }
+        // The row's 8 threads are 8 consecutive lanes of one warp (8 divides 32 and 64).
+        tile_max = fmaxf(tile_max, rf_shfl_xor(tile_max, 1));
+        tile_max = fmaxf(tile_max, rf_shfl_xor(tile_max, 2));
+        tile_max = fmaxf(tile_max, rf_shfl_xor(tile_max, 4));
+        const float m_new = fmaxf(m_run, tile_max);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row that has seen nothing yet
+        const float alpha = exp2f(m_run - m_use);
+        float sum = 0.0f;
+#pragma unroll
+        for (int jj = 0; jj < RF_FLASH_P_KEYS / 8; ++jj) {
+            const float e = exp2f(s[jj] - m_use);
+            ps[lr * RF_FLASH_P_KEYS + l8 + 8 * jj] = e;
+            sum += e;
+        }
+        sum += rf_shfl_xor(sum, 1);
+        sum += rf_shfl_xor(sum, 2);
+        sum += rf_shfl_xor(sum, 4);
+        l_run = l_run * alpha + sum;
+        m_run = m_new;
+#pragma unroll
+        for (int c = 0; c < DMAX / 8; ++c) acc[c] *= alpha;
+        __syncthreads(); // every row's scores are read from K: V may replace it
+        for (int e = tid; e < RF_FLASH_P_KEYS * D; e += RF_FLASH_P_THREADS) {
+            const int j = e / D, c = e % D;
+            const long long key = k0 + j;
+            kv[j * ld + c] = key < k_end ? rf_to_float(vbase[(rf_u64)key * p.v_seq + c]) : 0.0f;
+        }
+        __syncthreads();
+        const int keys = k_end - k0 < RF_FLASH_P_KEYS ? (int)(k_end - k0) : RF_FLASH_P_KEYS;
+        for (int j = 0; j < keys; ++j) {
+            const float pj = ps[lr * RF_FLASH_P_KEYS + j];
+            const float* vrow = kv + j * ld;
+#pragma unroll
+            for (int c = 0; c < DMAX / 8; ++c) {
+                const int col = l8 + 8 * c;
+                if (col < D) acc[c] = fmaf(pj, vrow[col], acc[c]);
+            }
+        }
+    }
+    if (!row.valid) return;
+    const float inv = l_run > 0.0f ? 1.0f / l_run : 0.0f;
+#pragma unroll
+    for (int c = 0; c < DMAX / 8; ++c) {
+        const int col = l8 + 8 * c;
+        if (col < D) rf_flash_store<T>(p, b, row, split, col, acc[c] * inv);
+    }
+    if (l8 == 0) rf_flash_store_lse(p, b, row, split, m_run, l_run);
+}
+
+#define RF_FLASH_PORTABLE_ENTRY(suffix, T, DMAX)                                                      \
+    RF_KERNEL void __launch_bounds__(RF_FLASH_P_THREADS) rf_flash_##suffix##_d##DMAX(rf_flash_params p) { \
+        rf_flash_portable<T, DMAX>(p);                                                             \
+    }
+#define RF_FLASH_PORTABLE_ENTRIES(suffix, T)                                                          \
+    RF_FLASH_PORTABLE_ENTRY(suffix, T, 64) RF_FLASH_PORTABLE_ENTRY(suffix, T, 128)                   \
+        RF_FLASH_PORTABLE_ENTRY(suffix, T, 256)
+
+RF_FOR_EACH_DTYPE(RF_FLASH_PORTABLE_ENTRIES)
+
+// ---------------------------------------------------------------------------------------------
+// Split-KV combine: one thread per output element (row, column). Splits that saw no key have
+// lse = -inf and weigh nothing; a row no split saw stays zeros with lse = -inf.
+// ---------------------------------------------------------------------------------------------
+
+template <typename T>
+RF_DEVICE void rf_flash_combine(const rf_flash_params& p) {
+    const rf_u64 rows = (rf_u64)p.batch * p.q_heads * p.seq_q;
+    const rf_u64 plane = rows; // elements between two splits' rows
+    RF_GRID_STRIDE_LOOP(e, rows * (rf_u64)p.head_dim) {
+        const rf_u64 row = e / (rf_u64)p.head_dim;
+        const int col = (int)(e % (rf_u64)p.head_dim);
+        float lse_max = -INFINITY;
+        for (int s = 0; s < p.num_splits; ++s) lse_max = fmaxf(lse_max, p.partial_lse[s * plane + row]);
+        float weight_sum = 0.0f, value = 0.0f;
+        if (lse_max != -INFINITY) {
+            for (int s = 0; s < p.num_splits; ++s) {
+                const float w = expf(p.partial_lse[s * plane + row] - lse_max);
+                weight_sum += w;
+                value = fmaf(w, p.partial_o[(s * plane + row) * (rf_u64)p.head_dim + col], value);
+            }
+            value /= weight_sum;
+        }
+        const int query = (int)(row % (rf_u64)p.seq_q);
+        const int head = (int)(row / (rf_u64)p.seq_q % (rf_u64)p.q_heads);
+        const int b = (int)(row / ((rf_u64)p.seq_q * p.q_heads));
+        T* o = (T*)p.o + (rf_u64)b * p.o_batch + (rf_u64)query * p.o_seq + (rf_u64)head * p.o_head;
+        o[col] = rf_from_float<T>(value);
+        if (col == 0 && p.lse) {
+            p.lse[row] = lse_max == -INFINITY ? -INFINITY : lse_max + logf(weight_sum);
+        }
+    }
+}
+
+#define RF_FLASH_COMBINE_ENTRY(suffix, T) \
+    RF_KERNEL void rf_flash_combine_##suffix(rf_flash_params p) { rf_flash_combine<T>(p); }
+
+RF_FOR_EACH_DTYPE(RF_FLASH_COMBINE_ENTRY)
+
+// ---------------------------------------------------------------------------------------------
+// Matrix-core kernel (NVIDIA sm_80+). 4 warps, 64 packed rows a block (16 a warp), BC keys a
+// tile (64, or 32 for head_dim 256 to bound registers). Q, and K and V double-buffered, are
+// staged in shared memory as T by cp.async (zero-filled past the ends, so padding never holds
+// NaN), rows padded by 16 bytes: the row stride is then an odd number of 16-byte chunks and the
+// 8 rows one ldmatrix reads fall in different banks.
+//
+// Per warp and key tile: S (16 x BC) = Q K^T by mma.m16n8k16 with Q fragments kept in registers
+// (ldmatrix), K fragments by ldmatrix; the online softmax on S's accumulator fragments (each row
+// is held by the 4 lanes of a quad); P, converted to T in registers, is directly the A operand of
+// O (16 x D) += P V, with V fragments by ldmatrix.trans.
+// ---------------------------------------------------------------------------------------------
+
+#define RF_FLASH_M_ROWS 64
+#define RF_FLASH_M_THREADS 128
+
+#if RF_PLATFORM_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define RF_FLASH_MMA 1
+#else
+#define RF_FLASH_MMA 0
+#endif
+
+#if RF_FLASH_MMA
+
+RF_DEVICE unsigned rf_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// 16 bytes global -> shared, asynchronously; `bytes` = 0 zero-fills without reading.
+RF_DEVICE void rf_cp_async16(void* smem, const void* gmem, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(rf_smem_addr(smem)), "l"(gmem), "r"(bytes));
+}
+RF_DEVICE void rf_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> RF_DEVICE void rf_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+RF_DEVICE void rf_ldmatrix_x4(unsigned (&r)[4], const void* smem) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(rf_smem_addr(smem)));
+}
+RF_DEVICE void rf_ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(rf_smem_addr(smem)));
+}
+
+// D (16 x 8, f32) += A (16 x 16) * B (16 x 8), inputs f16 or bf16.
+template <typename T> struct rf_mma;
+template <> struct rf_mma<__half> {
+    static RF_DEVICE void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    // Two floats to a packed pair, `lo` in the low half (the lower column).
+    static RF_DEVICE unsigned pack(float lo, float hi) {
+        unsigned r;
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+        return r;
+    }
+};
+template <> struct rf_mma<rf_bf16> {
+    static RF_DEVICE void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static RF_DEVICE unsigned pack(float lo, float hi) {
+        unsigned r;
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+        return r;
+    }
+};
+
+RF_DEVICE float rf_fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Stages ROWS rows of D elements (zero-padded to DT) into shared memory, row stride LD
+// elements. `row_ptr(r)` gives a row's global address, or null for a row past the end (zero-
+// filled). `any` is a valid global address for the zero-fill copies, which read nothing.
+template <typename T, int DT, int LD, int ROWS, typename RowPtr>
+RF_DEVICE void rf_flash_stage(T* smem, int D, const void* any, RowPtr row_ptr) {
+    constexpr int CHUNKS = DT / 8; // 16-byte chunks a row
+    for (int e = threadIdx.x; e < ROWS * CHUNKS; e += RF_FLASH_M_THREADS) {
+        const int r = e / CHUNKS, c = e % CHUNKS;
+        const T* src = row_ptr(r);
+        const bool ok = src != nullptr && c * 8 < D;
+        rf_cp_async16(smem + r * LD + c * 8, ok ? (const void*)(src + c * 8) : any, ok ? 16 : 0);
+    }
+}
+
+template <typename T, int DT, int BC>
+RF_DEVICE void rf_flash_mma(const rf_flash_params& p) {
+    constexpr int LD = DT + 8;      // padded row stride (elements)
+    constexpr int KSTEPS = DT / 16; // k-steps of Q K^T
+    constexpr int NT = BC / 8;      // n-tiles of S
+    constexpr int DTILES = DT / 8;  // n-tiles of O
+    extern __shared__ __align__(16) unsigned char rf_flash_mma_smem[];
+    T* qs = (T*)rf_flash_mma_smem;
+    T* ks = qs + RF_FLASH_M_ROWS * LD; // [2][BC][LD]
+    T* vs = ks + 2 * BC * LD;          // [2][BC][LD]
+
+    const int D = p.head_dim;
+    const int warp = threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    const int g = lane / 4; // mma "group": rows g and g + 8 of the warp's 16
+    const int t = lane % 4; // thread in group: columns 2t, 2t + 1 of each 8-wide tile
+    const int b = blockIdx.z;
+    const int kv_head = blockIdx.y % p.kv_heads;
+    const int split = blockIdx.y / p.kv_heads;
+    // Causal blocks with more rows do more work: start those first.
+    const int tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int m0 = tile * RF_FLASH_M_ROWS;
+
+    long long k_begin, k_end;
+    rf_flash_key_range(p, m0 + RF_FLASH_M_ROWS - 1, kv_head, split, &k_begin, &k_end);
+    const rf_flash_row row0 = rf_flash_locate(p, m0 + warp * 16 + g, kv_head);
+    const rf_flash_row row1 = rf_flash_locate(p, m0 + warp * 16 + g + 8, kv_head);
+    // Keys every row of the block sees: tiles ending at or before this need no mask.
+    const long long all_see = rf_flash_locate(p, m0, kv_head).last_key + 1;
+    const bool warp_idle = !rf_flash_locate(p, m0 + warp * 16, kv_head).valid;
+
+    const T* kbase = (const T*)p.k + (rf_u64)b * p.k_batch + (rf_u64)kv_head * p.k_head;
+    const T* vbase = (const T*)p.v + (rf_u64)b * p.v_batch + (rf_u64)kv_head * p.v_head;
+
+    rf_flash_stage<T, DT, LD, RF_FLASH_M_ROWS>(qs, D, p.q, [&](int r) -> const T* {
+        const rf_flash_row qr = rf_flash_locate(p, m0 + r, kv_head);
+        if (!qr.valid) return nullptr;
+        return (const T*)p.q + (rf_u64)b * p.q_batch + (rf_u64)qr.query * p.q_seq + (rf_u64)qr.head * p.q_head;
+    });
+    auto stage_kv = [&](long long k0, int buf) {
+        rf_flash_stage<T, DT, LD, BC>(ks + buf * BC * LD, D, p.k, [&](int r) -> const T* {
+            return k0 + r < k_end ? kbase + (rf_u64)(k0 + r) * p.k_seq : nullptr;
+        });
+        rf_flash_stage<T, DT, LD, BC>(vs + buf * BC * LD, D, p.v, [&](int r) -> const T* {
+            return k0 + r < k_end ? vbase + (rf_u64)(k0 + r) * p.v_seq : nullptr;
+        });
+    };
+    if (k_begin < k_end) stage_kv(k_begin, 0);
+    rf_cp_async_commit();
+
+    float o[DTILES][4];
+#pragma unroll
+    for (int i = 0; i < DTILES; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY};
+    float l_run[2] = {0.0f, 0.0f};
+    unsigned qf[KSTEPS][4];
+
+    // ldmatrix lane addressing (see the header comment): A (Q) and B (K) non-transposed,
+    // B (V) transposed.
+    const int a_row = (lane % 8) + 8 * ((lane / 8) % 2), a_col = 8 * (lane / 16);
+    const int k_row = (lane % 8) + 8 * (lane / 16), k_col = 8 * ((lane / 8) % 2);
+    const int v_row = (lane % 8) + 8 * ((lane / 8) % 2), v_col = 8 * (lane / 16);
+
+    int buf = 0;
+    for (long long k0 = k_begin; k0 < k_end; k0 += BC, buf ^= 1) {
+        const bool more = k0 + BC < k_end;
+        if (more) stage_kv(k0 + BC, buf ^ 1);
+        rf_cp_async_commit();
+        rf_cp_async_wait<1>();
+        __syncthreads();
+        if (k0 == k_begin) {
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; ++kk) {
+                rf_ldmatrix_x4(qf[kk], qs + (warp * 16 + a_row) * LD + kk * 16 + a_col);
+            }
+        }
+        if (!warp_idle) {
+            const T* kt = ks + buf * BC * LD;
+            const T* vt = vs + buf * BC * LD;
+            float s[NT][4];
+#pragma unroll
+            for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; ++kk) {
+#pragma unroll
+                for (int np = 0; np < NT / 2; ++np) {
+                    unsigned kf[4];
+                    rf_ldmatrix_x4(kf, kt + (np * 16 + k_row) * LD + kk * 16 + k_col);
+                    rf_mma<T>::run(s[2 * np], qf[kk], kf[0], kf[1]);
+                    rf_mma<T>::run(s[2 * np + 1], qf[kk], kf[2], kf[3]);
+                }
+            }
+            // Scale into the log2 domain and mask where the tile reaches past what a row sees.
+            const bool masked = k0 + BC > (all_see < k_end ? all_see : k_end);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float x = s[n][e] * p.scale_log2;
+                    if (masked) {
+                        const long long key = k0 + n * 8 + 2 * t + (e % 2);
+                        const long long last = e < 2 ? row0.last_key : row1.last_key;
+                        x = key <= last && key < k_end ? x : -INFINITY;
+                    }
+                    s[n][e] = x;
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float m_new = fmaxf(m_run[h], mx);
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+                const float alpha = rf_fast_exp2(m_run[h] - m_use);
+                float sum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+                    s[n][2 * h] = rf_fast_exp2(s[n][2 * h] - m_use);
+                    s[n][2 * h + 1] = rf_fast_exp2(s[n][2 * h + 1] - m_use);
+                    sum += s[n][2 * h] + s[n][2 * h + 1];
+                }
+                // Per-thread partial sums: the quad's are added once, at the end.
+                l_run[h] = l_run[h] * alpha + sum;
+                m_run[h] = m_new;
+#pragma unroll
+                for (int i = 0; i < DTILES; ++i) {
+                    o[i][2 * h] *= alpha;
+                    o[i][2 * h + 1] *= alpha;
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; ++kk) {
+                unsigned pf[4];
+                pf[0] = rf_mma<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+                pf[1] = rf_mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+                pf[2] = rf_mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                pf[3] = rf_mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+                for (int dp = 0; dp < DT / 16; ++dp) {
+                    unsigned vf[4];
+                    rf_ldmatrix_x4_trans(vf, vt + (kk * 16 + v_row) * LD + dp * 16 + v_col);
+                    rf_mma<T>::run(o[2 * dp], pf, vf[0], vf[1]);
+                    rf_mma<T>::run(o[2 * dp + 1], pf, vf[2], vf[3]);
+                }
+            }
+        }
+        __syncthreads(); // this buffer is refilled by the next iteration's prefetch
+    }
+    rf_cp_async_wait<0>();
+
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float l = l_run[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const rf_flash_row& r = h == 0 ? row0 : row1;
+        if (!r.valid) continue;
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+        for (int i = 0; i < DTILES; ++i) {
+            const int col = i * 8 + 2 * t;
+            if (col < D) {
+                rf_flash_store<T>(p, b, r, split, col, o[i][2 * h] * inv);
+                rf_flash_store<T>(p, b, r, split, col + 1, o[i][2 * h + 1] * inv);
+            }
+        }
+        if (t == 0) rf_flash_store_lse(p, b, r, split, m_run[h], l);
+    }
+}
+
+#endif // RF_FLASH_MMA
+
+// Entry points exist on every target so the module's symbol table is the same everywhere; the
+// body is the matrix-core kernel only where RF_FLASH_MMA holds.
+#if RF_FLASH_MMA
+#define RF_FLASH_MMA_BODY(T, DT, BC) rf_flash_mma<T, DT, BC>(p);
+#elif RF_PLATFORM_AMD
+#define RF_FLASH_MMA_BODY(T, DT, BC) __builtin_trap();
+#else
+#define RF_FLASH_MMA_BODY(T, DT, BC) __trap();
+#endif
+
+#define RF_FLASH_MMA_ENTRY(suffix, T, DT, BC)                                                            \
+    RF_KERNEL void __launch_bounds__(RF_FLASH_M_THREADS) rf_flash_mma_##suffix##_d##DT(rf_flash_params p) { \
+        RF_FLASH_MMA_BODY(T, DT, BC)                                                                     \
+    }
+#define RF_FLASH_MMA_ENTRIES(suffix, T)                                                                   \
+    RF_FLASH_MMA_ENTRY(suffix, T, 64, 64) RF_FLASH_MMA_ENTRY(suffix, T, 80, 64)                         \
+        RF_FLASH_MMA_ENTRY(suffix, T, 96, 64) RF_FLASH_MMA_ENTRY(suffix, T, 128, 64)                     \
+            RF_FLASH_MMA_ENTRY(suffix, T, 256, 32)
+
+RF_FLASH_MMA_ENTRIES(f16, __half)
+RF_FLASH_MMA_ENTRIES(bf16, rf_bf16)

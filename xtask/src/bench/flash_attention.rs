@@ -1,0 +1,104 @@
+//! Benchmark of `kernels/flash_attention.hip` (and, small, the unfused pipeline of
+//! `kernels/attention.hip`).
+//!
+//! - Prefill: batch 4, 32 heads, 4096 queries over 4096 keys, head_dim 128 and 64, f16 and
+//!   bf16, causal and not, reported in TFLOP/s as `4 * B * H * Sq * Sk * D` (halved when
+//!   causal), the count attention benchmarks (and PyTorch's) use.
+//! - Decode: batch 32, one query over 4096 keys, 32 query heads on 4 KV heads (GQA 8), head_dim
+//!   128: memory-bound, reported in GB/s of the minimal traffic (K and V read once, Q read and O
+//!   written once) against the copy bandwidth.
+//! - The portable kernel and the unfused pipeline at a smaller prefill, for scale.
+
+use rocm_kernels::Dtype;
+use rocm_kernels::attention::{
+    Attention, FlashKernel, FlashOptions, attention_unfused, flash_attention_with,
+};
+use rocm_runtime::{DeviceBuffer, bf16, f16};
+
+use super::{Bench, Row};
+use crate::Result;
+
+pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for d in [128, 64] {
+        for causal in [false, true] {
+            rows.push(flash::<f16>(b, prefill(4, 32, d, causal), FlashKernel::Auto)?);
+            rows.push(flash::<bf16>(b, prefill(4, 32, d, causal), FlashKernel::Auto)?);
+        }
+    }
+    let decode = Attention::new(32, 1, 4096, 32, 4, 128).causal();
+    rows.push(flash::<f16>(b, decode, FlashKernel::Auto)?);
+    rows.push(flash::<bf16>(b, decode, FlashKernel::Auto)?);
+    let small = prefill(1, 8, 128, false);
+    rows.push(flash::<f16>(b, small, FlashKernel::Portable)?);
+    rows.push(flash::<f32>(b, small, FlashKernel::Portable)?);
+    rows.push(unfused::<f16>(b, small)?);
+    Ok(rows)
+}
+
+fn prefill(batch: usize, heads: usize, head_dim: usize, causal: bool) -> Attention {
+    let a = Attention::new(batch, 4096, 4096, heads, heads, head_dim);
+    if causal { a.causal() } else { a }
+}
+
+struct Tensors<T: Dtype> {
+    q: DeviceBuffer<T>,
+    k: DeviceBuffer<T>,
+    v: DeviceBuffer<T>,
+    o: DeviceBuffer<T>,
+}
+
+fn tensors<T: Dtype>(b: &mut Bench, a: &Attention) -> Result<Tensors<T>> {
+    let q_len = a.batch * a.seq_q * a.q_heads * a.head_dim;
+    let kv_len = a.batch * a.seq_k * a.kv_heads * a.head_dim;
+    let mut upload = |len| -> Result<DeviceBuffer<T>> {
+        let host = b.random::<T>(len, -1.0, 1.0);
+        Ok(b.stream.upload(&host)?)
+    };
+    let (q, k, v) = (upload(q_len)?, upload(kv_len)?, upload(kv_len)?);
+    let o = b.stream.alloc::<T>(q_len)?;
+    Ok(Tensors { q, k, v, o })
+}
+
+fn shape(a: &Attention) -> String {
+    let gqa = if a.kv_heads != a.q_heads { format!(" g{}", a.group()) } else { String::new() };
+    let causal = if a.causal_offset.is_some() { " c" } else { "" };
+    format!("B{} H{} {}x{} D{}{gqa}{causal}", a.batch, a.q_heads, a.seq_q, a.seq_k, a.head_dim)
+}
+
+fn bytes<T: Dtype>(a: &Attention) -> u64 {
+    let q = a.batch * a.seq_q * a.q_heads * a.head_dim;
+    let kv = a.batch * a.seq_k * a.kv_heads * a.head_dim;
+    ((2 * q + 2 * kv) * size_of::<T>()) as u64
+}
+
+fn flash<T: Dtype>(b: &mut Bench, a: Attention, kernel: FlashKernel) -> Result<Row> {
+    let mut t = tensors::<T>(b, &a)?;
+    let options = FlashOptions { kernel, splits: None };
+    let ms = b.time(|| Ok(flash_attention_with(&a, &options, &t.q, &t.k, &t.v, &mut t.o, None)?))?;
+    let name = match kernel {
+        FlashKernel::Portable => "flash_attention portable",
+        _ => "flash_attention",
+    };
+    Ok(Row {
+        kernel: name.into(),
+        dtype: T::NAME,
+        shape: shape(&a),
+        ms,
+        bytes: bytes::<T>(&a),
+        flops: Some(a.flops()),
+    })
+}
+
+fn unfused<T: Dtype>(b: &mut Bench, a: Attention) -> Result<Row> {
+    let mut t = tensors::<T>(b, &a)?;
+    let ms = b.time(|| Ok(attention_unfused(&a, &t.q, &t.k, &t.v, &mut t.o)?))?;
+    Ok(Row {
+        kernel: "attention unfused".into(),
+        dtype: T::NAME,
+        shape: shape(&a),
+        ms,
+        bytes: bytes::<T>(&a),
+        flops: Some(a.flops()),
+    })
+}
