@@ -288,8 +288,6 @@ RF_FOR_EACH_DTYPE(RF_FLASH_COMBINE_ENTRY)
 // O (16 x D) += P V, with V fragments by ldmatrix.trans.
 // ---------------------------------------------------------------------------------------------
 
-#define RF_FLASH_M_ROWS 64
-#define RF_FLASH_M_THREADS 128
 
 #if RF_PLATFORM_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define RF_FLASH_MMA 1
@@ -358,10 +356,10 @@ RF_DEVICE float rf_fast_exp2(float x) {
 // Stages ROWS rows of D elements (zero-padded to DT) into shared memory, row stride LD
 // elements. `row_ptr(r)` gives a row's global address, or null for a row past the end (zero-
 // filled). `any` is a valid global address for the zero-fill copies, which read nothing.
-template <typename T, int DT, int LD, int ROWS, typename RowPtr>
+template <typename T, int DT, int LD, int ROWS, int THREADS, typename RowPtr>
 RF_DEVICE void rf_flash_stage(T* smem, int D, const void* any, RowPtr row_ptr) {
     constexpr int CHUNKS = DT / 8; // 16-byte chunks a row
-    for (int e = threadIdx.x; e < ROWS * CHUNKS; e += RF_FLASH_M_THREADS) {
+    for (int e = threadIdx.x; e < ROWS * CHUNKS; e += THREADS) {
         const int r = e / CHUNKS, c = e % CHUNKS;
         const T* src = row_ptr(r);
         const bool ok = src != nullptr && c * 8 < D;
@@ -369,55 +367,95 @@ RF_DEVICE void rf_flash_stage(T* smem, int D, const void* any, RowPtr row_ptr) {
     }
 }
 
-template <typename T, int DT, int BC>
+// The same for ROWS rows `row_stride` elements apart starting at `first`, of which the first
+// `valid_rows` exist: a K or V tile. Where the threads divide the rows' chunks evenly, each
+// thread keeps one column chunk and steps down the rows, so the per-copy work is an add and a
+// compare (this runs for every tile, in the kernel's main loop).
+template <typename T, int DT, int LD, int ROWS, int THREADS>
+RF_DEVICE void rf_flash_stage_tile(T* smem, const T* first, rf_u64 row_stride, int valid_rows, int D,
+                                   const void* any) {
+    constexpr int CHUNKS = DT / 8;
+    if constexpr (THREADS % CHUNKS == 0 && ROWS % (THREADS / CHUNKS) == 0) {
+        constexpr int RSTEP = THREADS / CHUNKS;
+        const int c = threadIdx.x % CHUNKS;
+        const int r0 = threadIdx.x / CHUNKS;
+        const bool col_ok = c * 8 < D;
+        const T* src = first + (rf_u64)r0 * row_stride + c * 8;
+        T* dst = smem + r0 * LD + c * 8;
+#pragma unroll
+        for (int i = 0; i < ROWS / RSTEP; ++i) {
+            const bool ok = col_ok && r0 + i * RSTEP < valid_rows;
+            rf_cp_async16(dst + i * RSTEP * LD, ok ? (const void*)src : any, ok ? 16 : 0);
+            src += (rf_u64)RSTEP * row_stride;
+        }
+    } else {
+        rf_flash_stage<T, DT, LD, ROWS, THREADS>(smem, D, any, [&](int r) -> const T* {
+            return r < valid_rows ? first + (rf_u64)r * row_stride : nullptr;
+        });
+    }
+}
+
+// WARPS warps; STAGES K/V buffers (cp.async runs STAGES - 1 tiles ahead); KSPLIT: the warps
+// share one 16-row group and split each key tile between them instead (decode, where a block
+// has no more rows than the group's heads of one query), merging their results at the end.
+template <typename T, int DT, int BC, int WARPS, int STAGES, bool KSPLIT>
 RF_DEVICE void rf_flash_mma(const rf_flash_params& p) {
-    constexpr int LD = DT + 8;      // padded row stride (elements)
-    constexpr int KSTEPS = DT / 16; // k-steps of Q K^T
-    constexpr int NT = BC / 8;      // n-tiles of S
-    constexpr int DTILES = DT / 8;  // n-tiles of O
+    constexpr int ROWS = KSPLIT ? 16 : 16 * WARPS; // packed rows of the block
+    constexpr int THREADS = 32 * WARPS;
+    constexpr int LD = DT + 8;                      // padded row stride (elements)
+    constexpr int KSTEPS = DT / 16;                 // k-steps of Q K^T
+    constexpr int WKEYS = KSPLIT ? BC / WARPS : BC; // keys of each tile one warp takes
+    constexpr int NT = WKEYS / 8;                   // n-tiles of the warp's S
+    constexpr int DTILES = DT / 8;                  // n-tiles of O
+    static_assert(WKEYS % 16 == 0 && STAGES >= 2, "tile shape");
     extern __shared__ __align__(16) unsigned char rf_flash_mma_smem[];
     T* qs = (T*)rf_flash_mma_smem;
-    T* ks = qs + RF_FLASH_M_ROWS * LD; // [2][BC][LD]
-    T* vs = ks + 2 * BC * LD;          // [2][BC][LD]
+    T* ks = qs + ROWS * LD;         // [STAGES][BC][LD]
+    T* vs = ks + STAGES * BC * LD;  // [STAGES][BC][LD]
 
     const int D = p.head_dim;
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     const int g = lane / 4; // mma "group": rows g and g + 8 of the warp's 16
     const int t = lane % 4; // thread in group: columns 2t, 2t + 1 of each 8-wide tile
+    const int wrow = KSPLIT ? 0 : warp * 16;     // the warp's first row in the block
+    const int wkey = KSPLIT ? warp * WKEYS : 0;  // the warp's first key in a tile
     const int b = blockIdx.z;
     const int kv_head = blockIdx.y % p.kv_heads;
     const int split = blockIdx.y / p.kv_heads;
     // Causal blocks with more rows do more work: start those first.
     const int tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int m0 = tile * RF_FLASH_M_ROWS;
+    const int m0 = tile * ROWS;
 
     long long k_begin, k_end;
-    rf_flash_key_range(p, m0 + RF_FLASH_M_ROWS - 1, kv_head, split, &k_begin, &k_end);
-    const rf_flash_row row0 = rf_flash_locate(p, m0 + warp * 16 + g, kv_head);
-    const rf_flash_row row1 = rf_flash_locate(p, m0 + warp * 16 + g + 8, kv_head);
+    rf_flash_key_range(p, m0 + ROWS - 1, kv_head, split, &k_begin, &k_end);
+    const rf_flash_row row0 = rf_flash_locate(p, m0 + wrow + g, kv_head);
+    const rf_flash_row row1 = rf_flash_locate(p, m0 + wrow + g + 8, kv_head);
     // Keys every row of the block sees: tiles ending at or before this need no mask.
     const long long all_see = rf_flash_locate(p, m0, kv_head).last_key + 1;
-    const bool warp_idle = !rf_flash_locate(p, m0 + warp * 16, kv_head).valid;
+    const bool warp_idle = !rf_flash_locate(p, m0 + wrow, kv_head).valid;
 
     const T* kbase = (const T*)p.k + (rf_u64)b * p.k_batch + (rf_u64)kv_head * p.k_head;
     const T* vbase = (const T*)p.v + (rf_u64)b * p.v_batch + (rf_u64)kv_head * p.v_head;
 
-    rf_flash_stage<T, DT, LD, RF_FLASH_M_ROWS>(qs, D, p.q, [&](int r) -> const T* {
+    rf_flash_stage<T, DT, LD, ROWS, THREADS>(qs, D, p.q, [&](int r) -> const T* {
         const rf_flash_row qr = rf_flash_locate(p, m0 + r, kv_head);
         if (!qr.valid) return nullptr;
         return (const T*)p.q + (rf_u64)b * p.q_batch + (rf_u64)qr.query * p.q_seq + (rf_u64)qr.head * p.q_head;
     });
     auto stage_kv = [&](long long k0, int buf) {
-        rf_flash_stage<T, DT, LD, BC>(ks + buf * BC * LD, D, p.k, [&](int r) -> const T* {
-            return k0 + r < k_end ? kbase + (rf_u64)(k0 + r) * p.k_seq : nullptr;
-        });
-        rf_flash_stage<T, DT, LD, BC>(vs + buf * BC * LD, D, p.v, [&](int r) -> const T* {
-            return k0 + r < k_end ? vbase + (rf_u64)(k0 + r) * p.v_seq : nullptr;
-        });
+        const int valid = k_end - k0 < BC ? (int)(k_end - k0) : BC;
+        rf_flash_stage_tile<T, DT, LD, BC, THREADS>(ks + buf * BC * LD, kbase + (rf_u64)k0 * p.k_seq, p.k_seq,
+                                                    valid, D, p.k);
+        rf_flash_stage_tile<T, DT, LD, BC, THREADS>(vs + buf * BC * LD, vbase + (rf_u64)k0 * p.v_seq, p.v_seq,
+                                                    valid, D, p.v);
     };
-    if (k_begin < k_end) stage_kv(k_begin, 0);
-    rf_cp_async_commit();
+    // Prologue: Q with the first tile, then the next STAGES - 2 tiles, a commit group each.
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st) {
+        if (k_begin + st * BC < k_end) stage_kv(k_begin + st * BC, st);
+        rf_cp_async_commit();
+    }
 
     float o[DTILES][4];
 #pragma unroll
@@ -432,101 +470,158 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& p) {
     const int k_row = (lane % 8) + 8 * (lane / 16), k_col = 8 * ((lane / 8) % 2);
     const int v_row = (lane % 8) + 8 * ((lane / 8) % 2), v_col = 8 * (lane / 16);
 
-    int buf = 0;
-    for (long long k0 = k_begin; k0 < k_end; k0 += BC, buf ^= 1) {
-        const bool more = k0 + BC < k_end;
-        if (more) stage_kv(k0 + BC, buf ^ 1);
-        rf_cp_async_commit();
-        rf_cp_async_wait<1>();
+    int it = 0;
+    for (long long k0 = k_begin; k0 < k_end; k0 += BC, ++it) {
+        // Tile `it` has landed once at most STAGES - 2 newer groups are pending; after the
+        // barrier every warp is done with tile it - 1, whose buffer the prefetch refills. One
+        // barrier a tile.
+        rf_cp_async_wait<STAGES - 2>();
         __syncthreads();
-        if (k0 == k_begin) {
+        const long long kp = k0 + (long long)(STAGES - 1) * BC;
+        if (kp < k_end) stage_kv(kp, (it + STAGES - 1) % STAGES);
+        rf_cp_async_commit();
+        if (it == 0) {
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; ++kk) {
-                rf_ldmatrix_x4(qf[kk], qs + (warp * 16 + a_row) * LD + kk * 16 + a_col);
+                rf_ldmatrix_x4(qf[kk], qs + (wrow + a_row) * LD + kk * 16 + a_col);
             }
         }
-        if (!warp_idle) {
-            const T* kt = ks + buf * BC * LD;
-            const T* vt = vs + buf * BC * LD;
-            float s[NT][4];
+        if (warp_idle) continue;
+        const T* kt = ks + (it % STAGES) * BC * LD + wkey * LD;
+        const T* vt = vs + (it % STAGES) * BC * LD + wkey * LD;
+        float s[NT][4];
 #pragma unroll
-            for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-            for (int kk = 0; kk < KSTEPS; ++kk) {
+        for (int kk = 0; kk < KSTEPS; ++kk) {
 #pragma unroll
-                for (int np = 0; np < NT / 2; ++np) {
-                    unsigned kf[4];
-                    rf_ldmatrix_x4(kf, kt + (np * 16 + k_row) * LD + kk * 16 + k_col);
-                    rf_mma<T>::run(s[2 * np], qf[kk], kf[0], kf[1]);
-                    rf_mma<T>::run(s[2 * np + 1], qf[kk], kf[2], kf[3]);
-                }
+            for (int np = 0; np < NT / 2; ++np) {
+                unsigned kf[4];
+                rf_ldmatrix_x4(kf, kt + (np * 16 + k_row) * LD + kk * 16 + k_col);
+                rf_mma<T>::run(s[2 * np], qf[kk], kf[0], kf[1]);
+                rf_mma<T>::run(s[2 * np + 1], qf[kk], kf[2], kf[3]);
             }
-            // Scale into the log2 domain and mask where the tile reaches past what a row sees.
-            const bool masked = k0 + BC > (all_see < k_end ? all_see : k_end);
+        }
+        // Mask where the tile reaches past what a row sees (only tiles on the causal diagonal
+        // or at the end of the keys). The scale (> 0, checked by the launcher) is applied
+        // inside the exponent: max(scale * s) = scale * max(s).
+        if (k0 + BC > (all_see < k_end ? all_see : k_end)) {
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    float x = s[n][e] * p.scale_log2;
-                    if (masked) {
-                        const long long key = k0 + n * 8 + 2 * t + (e % 2);
-                        const long long last = e < 2 ? row0.last_key : row1.last_key;
-                        x = key <= last && key < k_end ? x : -INFINITY;
-                    }
-                    s[n][e] = x;
-                }
-            }
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float mx = -INFINITY;
-#pragma unroll
-                for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float m_new = fmaxf(m_run[h], mx);
-                const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-                const float alpha = rf_fast_exp2(m_run[h] - m_use);
-                float sum = 0.0f;
-#pragma unroll
-                for (int n = 0; n < NT; ++n) {
-                    s[n][2 * h] = rf_fast_exp2(s[n][2 * h] - m_use);
-                    s[n][2 * h + 1] = rf_fast_exp2(s[n][2 * h + 1] - m_use);
-                    sum += s[n][2 * h] + s[n][2 * h + 1];
-                }
-                // Per-thread partial sums: the quad's are added once, at the end.
-                l_run[h] = l_run[h] * alpha + sum;
-                m_run[h] = m_new;
-#pragma unroll
-                for (int i = 0; i < DTILES; ++i) {
-                    o[i][2 * h] *= alpha;
-                    o[i][2 * h + 1] *= alpha;
-                }
-            }
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; ++kk) {
-                unsigned pf[4];
-                pf[0] = rf_mma<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-                pf[1] = rf_mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-                pf[2] = rf_mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                pf[3] = rf_mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-                for (int dp = 0; dp < DT / 16; ++dp) {
-                    unsigned vf[4];
-                    rf_ldmatrix_x4_trans(vf, vt + (kk * 16 + v_row) * LD + dp * 16 + v_col);
-                    rf_mma<T>::run(o[2 * dp], pf, vf[0], vf[1]);
-                    rf_mma<T>::run(o[2 * dp + 1], pf, vf[2], vf[3]);
+                    const long long key = k0 + wkey + n * 8 + 2 * t + (e % 2);
+                    const long long last = e < 2 ? row0.last_key : row1.last_key;
+                    s[n][e] = key <= last && key < k_end ? s[n][e] : -INFINITY;
                 }
             }
         }
-        __syncthreads(); // this buffer is refilled by the next iteration's prefetch
+        const float sl2 = p.scale_log2;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m_run[h], mx * sl2);
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+            const float alpha = rf_fast_exp2(m_run[h] - m_use);
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                s[n][2 * h] = rf_fast_exp2(fmaf(s[n][2 * h], sl2, -m_use));
+                s[n][2 * h + 1] = rf_fast_exp2(fmaf(s[n][2 * h + 1], sl2, -m_use));
+                sum += s[n][2 * h] + s[n][2 * h + 1];
+            }
+            // Per-thread partial sums: the quad's are added once, at the end.
+            l_run[h] = l_run[h] * alpha + sum;
+            m_run[h] = m_new;
+#pragma unroll
+            for (int i = 0; i < DTILES; ++i) {
+                o[i][2 * h] *= alpha;
+                o[i][2 * h + 1] *= alpha;
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < WKEYS / 16; ++kk) {
+            unsigned pf[4];
+            pf[0] = rf_mma<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+            pf[1] = rf_mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+            pf[2] = rf_mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pf[3] = rf_mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < DT / 16; ++dp) {
+                unsigned vf[4];
+                rf_ldmatrix_x4_trans(vf, vt + (kk * 16 + v_row) * LD + dp * 16 + v_col);
+                rf_mma<T>::run(o[2 * dp], pf, vf[0], vf[1]);
+                rf_mma<T>::run(o[2 * dp + 1], pf, vf[2], vf[3]);
+            }
+        }
     }
     rf_cp_async_wait<0>();
 
+    float l_sum[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float l = l_run[h];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        l_sum[h] = l_run[h];
+        l_sum[h] += __shfl_xor_sync(0xffffffffu, l_sum[h], 1);
+        l_sum[h] += __shfl_xor_sync(0xffffffffu, l_sum[h], 2);
+    }
+    if constexpr (KSPLIT) {
+        // Merge the warps' (m, l, O) for the shared rows through shared memory (the K buffers,
+        // free now): O = sum_w 2^(m_w - M) O_w, l = sum_w 2^(m_w - M) l_w, M = max_w m_w.
+        float* red_m = (float*)ks;             // [WARPS][16]
+        float* red_l = red_m + WARPS * 16;     // [WARPS][16]
+        float* red_o = red_l + WARPS * 16;     // [WARPS][16][DT]
+        __syncthreads();
+        if (t == 0) {
+            red_m[warp * 16 + g] = m_run[0];
+            red_m[warp * 16 + g + 8] = m_run[1];
+            red_l[warp * 16 + g] = l_sum[0];
+            red_l[warp * 16 + g + 8] = l_sum[1];
+        }
+#pragma unroll
+        for (int i = 0; i < DTILES; ++i) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                red_o[(warp * 16 + g + 8 * (e / 2)) * DT + i * 8 + 2 * t + (e % 2)] = o[i][e];
+            }
+        }
+        __syncthreads();
+        if (warp != 0) return;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = g + 8 * h;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, red_m[w * 16 + r]);
+            const float m_use = mx == -INFINITY ? 0.0f : mx;
+            float weight[WARPS];
+            float l = 0.0f;
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) {
+                weight[w] = rf_fast_exp2(red_m[w * 16 + r] - m_use);
+                l = fmaf(weight[w], red_l[w * 16 + r], l);
+            }
+#pragma unroll
+            for (int i = 0; i < DTILES; ++i) {
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    float v = 0.0f;
+#pragma unroll
+                    for (int w = 0; w < WARPS; ++w) v = fmaf(weight[w], red_o[(w * 16 + r) * DT + i * 8 + 2 * t + c], v);
+                    o[i][2 * h + c] = v;
+                }
+            }
+            m_run[h] = mx;
+            l_sum[h] = l;
+        }
+    }
+
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float l = l_sum[h];
         const rf_flash_row& r = h == 0 ? row0 : row1;
         if (!r.valid) continue;
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
@@ -547,21 +642,35 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& p) {
 // Entry points exist on every target so the module's symbol table is the same everywhere; the
 // body is the matrix-core kernel only where RF_FLASH_MMA holds.
 #if RF_FLASH_MMA
-#define RF_FLASH_MMA_BODY(T, DT, BC) rf_flash_mma<T, DT, BC>(p);
+#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS) rf_flash_mma<T, DT, BC, W, S, KS>(p);
 #elif RF_PLATFORM_AMD
-#define RF_FLASH_MMA_BODY(T, DT, BC) __builtin_trap();
+#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS) __builtin_trap();
 #else
-#define RF_FLASH_MMA_BODY(T, DT, BC) __trap();
+#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS) __trap();
 #endif
 
-#define RF_FLASH_MMA_ENTRY(suffix, T, DT, BC)                                                            \
-    RF_KERNEL void __launch_bounds__(RF_FLASH_M_THREADS) rf_flash_mma_##suffix##_d##DT(rf_flash_params p) { \
-        RF_FLASH_MMA_BODY(T, DT, BC)                                                                     \
-    }
-#define RF_FLASH_MMA_ENTRIES(suffix, T)                                                                   \
-    RF_FLASH_MMA_ENTRY(suffix, T, 64, 64) RF_FLASH_MMA_ENTRY(suffix, T, 80, 64)                         \
-        RF_FLASH_MMA_ENTRY(suffix, T, 96, 64) RF_FLASH_MMA_ENTRY(suffix, T, 128, 64)                     \
-            RF_FLASH_MMA_ENTRY(suffix, T, 256, 32)
+#define RF_FLASH_MMA_ENTRY(T, DT, BC, W, S, KS, NAME) \
+    RF_KERNEL void __launch_bounds__(32 * W) NAME(rf_flash_params p) { RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS) }
+
+// Variants (the launcher's `plan` picks one by rows and head_dim; docs/kernels/attention.md has
+// the measurements behind them):
+//   _w8: eight warps, 128 rows a block, 128-key tiles: prefill;
+//   _w4: four warps, 64 rows, 64-key tiles: up to 64 rows, and head_dim 256 (32-key tiles);
+//   _ks: four warps splitting each 64-key tile over one 16-row group, three stages: decode.
+#define RF_FLASH_MMA_ENTRIES(suffix, T)                                              \
+    RF_FLASH_MMA_ENTRY(T, 64, 128, 8, 3, false, rf_flash_mma_##suffix##_d64_w8)      \
+    RF_FLASH_MMA_ENTRY(T, 80, 128, 8, 2, false, rf_flash_mma_##suffix##_d80_w8)      \
+    RF_FLASH_MMA_ENTRY(T, 96, 128, 8, 2, false, rf_flash_mma_##suffix##_d96_w8)      \
+    RF_FLASH_MMA_ENTRY(T, 128, 128, 8, 2, false, rf_flash_mma_##suffix##_d128_w8)    \
+    RF_FLASH_MMA_ENTRY(T, 64, 64, 4, 2, false, rf_flash_mma_##suffix##_d64_w4)       \
+    RF_FLASH_MMA_ENTRY(T, 80, 64, 4, 2, false, rf_flash_mma_##suffix##_d80_w4)       \
+    RF_FLASH_MMA_ENTRY(T, 96, 64, 4, 2, false, rf_flash_mma_##suffix##_d96_w4)       \
+    RF_FLASH_MMA_ENTRY(T, 128, 64, 4, 2, false, rf_flash_mma_##suffix##_d128_w4)     \
+    RF_FLASH_MMA_ENTRY(T, 256, 32, 4, 2, false, rf_flash_mma_##suffix##_d256_w4)     \
+    RF_FLASH_MMA_ENTRY(T, 64, 64, 4, 3, true, rf_flash_mma_##suffix##_d64_ks)        \
+    RF_FLASH_MMA_ENTRY(T, 80, 64, 4, 3, true, rf_flash_mma_##suffix##_d80_ks)        \
+    RF_FLASH_MMA_ENTRY(T, 96, 64, 4, 3, true, rf_flash_mma_##suffix##_d96_ks)        \
+    RF_FLASH_MMA_ENTRY(T, 128, 64, 4, 3, true, rf_flash_mma_##suffix##_d128_ks)
 
 RF_FLASH_MMA_ENTRIES(f16, __half)
 RF_FLASH_MMA_ENTRIES(bf16, rf_bf16)

@@ -33,16 +33,49 @@ pub struct FlashOptions {
     pub splits: Option<usize>,
 }
 
-/// Packed (query, head) rows of a block and keys of a tile, per kernel (`RF_FLASH_P_ROWS`,
-/// `RF_FLASH_P_KEYS`, `RF_FLASH_M_ROWS`, the mma kernels' BC).
+/// Packed (query, head) rows of a block, keys of a tile and threads of the portable kernel
+/// (`RF_FLASH_P_ROWS`, `RF_FLASH_P_KEYS`, `RF_FLASH_P_THREADS`).
 const PORTABLE_ROWS: usize = 16;
 const PORTABLE_KEYS: usize = 32;
-const MMA_ROWS: usize = 64;
 const THREADS: u32 = 128;
 
-/// Head dimensions the matrix-core kernel is instantiated for, with its key tile; a problem
-/// takes the smallest at least its head_dim (the rest zero-padded on chip).
-const MMA_HEAD_DIMS: [(usize, usize); 5] = [(64, 64), (80, 64), (96, 64), (128, 64), (256, 32)];
+/// Head dimensions the matrix-core kernel is instantiated for; a problem takes the smallest at
+/// least its head_dim (the rest zero-padded on chip).
+const MMA_HEAD_DIMS: [usize; 5] = [64, 80, 96, 128, 256];
+
+/// One instantiation of the matrix-core kernel (`RF_FLASH_MMA_ENTRIES`): warps, K/V buffers,
+/// keys a tile, and whether the warps split the keys of one 16-row group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MmaVariant {
+    suffix: &'static str,
+    warps: usize,
+    stages: usize,
+    keys: usize,
+    key_split: bool,
+}
+
+impl MmaVariant {
+    /// Prefill (more than 64 packed rows): eight warps, 128 rows, 128-key tiles (each K/V tile
+    /// shared by all the rows; 285 TFLOP/s at head_dim 128 on an H200 against 225 with 64-key
+    /// tiles). Up to 64 rows: four warps. Up to 16 rows (decode: the group's heads of one
+    /// query): four warps splitting the keys, or three would idle. head_dim 256: four warps,
+    /// 32-key tiles (registers).
+    fn choose(head_dim: usize, rows: usize) -> MmaVariant {
+        let v =
+            |suffix, warps, stages, keys, key_split| MmaVariant { suffix, warps, stages, keys, key_split };
+        match (head_dim, rows) {
+            (256, _) => v("w4", 4, 2, 32, false),
+            (_, 0..=16) => v("ks", 4, 3, 64, true),
+            (_, 17..=64) => v("w4", 4, 2, 64, false),
+            (64, _) => v("w8", 8, 3, 128, false),
+            _ => v("w8", 8, 2, 128, false),
+        }
+    }
+
+    fn rows(&self) -> usize {
+        if self.key_split { 16 } else { 16 * self.warps }
+    }
+}
 /// And the portable kernel's register tiles.
 const PORTABLE_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 
@@ -93,6 +126,7 @@ struct FlashParams {
 struct Plan {
     entry: String,
     rows_per_block: usize,
+    threads: u32,
     shared_mem_bytes: u32,
 }
 
@@ -200,7 +234,7 @@ pub fn flash_attention_with<T: Dtype>(
     };
     let config = LaunchConfig {
         grid: [row_blocks as u32, (attn.kv_heads * num_splits) as u32, attn.batch as u32],
-        block: [THREADS, 1, 1],
+        block: [plan.threads, 1, 1],
         shared_mem_bytes: plan.shared_mem_bytes,
     };
     // SAFETY: rf_flash[_mma]_<T>_d<D>(rf_flash_params) reads q, k and v at the strides
@@ -240,7 +274,7 @@ pub fn flash_attention_with<T: Dtype>(
 /// Chooses the kernel for `kernel` on this device, dtype and layout.
 fn plan<T: Dtype>(stream: &Stream, attn: &Attention, kernel: FlashKernel, ptrs: &[u64]) -> Result<Plan> {
     let info = stream.backend().info();
-    let mma_fits = || -> std::result::Result<(usize, usize), String> {
+    let mma_fits = || -> std::result::Result<usize, String> {
         if info.matrix_cores != MatrixCores::MmaSync {
             return Err(format!("{} ({}) has no matrix-core path", info.name, info.arch));
         }
@@ -257,7 +291,7 @@ fn plan<T: Dtype>(stream: &Stream, attn: &Attention, kernel: FlashKernel, ptrs: 
                     .into(),
             );
         }
-        Ok(*MMA_HEAD_DIMS.iter().find(|(d, _)| *d >= attn.head_dim).expect("head_dim <= 256 was checked"))
+        Ok(*MMA_HEAD_DIMS.iter().find(|&&d| d >= attn.head_dim).expect("head_dim <= 256 was checked"))
     };
     let mma = match kernel {
         FlashKernel::Portable => None,
@@ -267,11 +301,18 @@ fn plan<T: Dtype>(stream: &Stream, attn: &Attention, kernel: FlashKernel, ptrs: 
         ),
     };
     Ok(match mma {
-        Some((dt, bc)) => Plan {
-            entry: format!("rf_flash_mma_{}_d{dt}", T::NAME),
-            rows_per_block: MMA_ROWS,
-            shared_mem_bytes: ((MMA_ROWS + 4 * bc) * (dt + 8) * size_of::<T>()) as u32,
-        },
+        Some(dt) => {
+            let rows = attn.group() * attn.seq_q;
+            let variant = MmaVariant::choose(dt, rows);
+            let block_rows = variant.rows();
+            let smem = (block_rows + 2 * variant.stages * variant.keys) * (dt + 8) * size_of::<T>();
+            Plan {
+                entry: format!("rf_flash_mma_{}_d{dt}_{}", T::NAME, variant.suffix),
+                rows_per_block: block_rows,
+                threads: 32 * variant.warps as u32,
+                shared_mem_bytes: smem as u32,
+            }
+        }
         None => {
             let dmax = *PORTABLE_HEAD_DIMS.iter().find(|&&d| d >= attn.head_dim).expect("head_dim <= 256");
             let ld = attn.head_dim + 1;
@@ -279,27 +320,48 @@ fn plan<T: Dtype>(stream: &Stream, attn: &Attention, kernel: FlashKernel, ptrs: 
             Plan {
                 entry: format!("rf_flash_{}_d{dmax}", T::NAME),
                 rows_per_block: PORTABLE_ROWS,
+                threads: THREADS,
                 shared_mem_bytes: (floats * 4) as u32,
             }
         }
     })
 }
 
-/// Splits of the keys so that the grid has about four blocks per compute unit, each split
-/// still at least four 64-key tiles long. One when the grid is big enough already.
+/// Splits of the keys when the grid is smaller than the device: as many as keep the blocks
+/// within one wave of two per compute unit, each split at least four 64-key tiles long. More
+/// splits than that start a second, mostly idle wave: on an H200 the decode benchmark (128
+/// blocks) ran at 0.75 of copy bandwidth with 2 splits, 0.70 with 4 and 0.61 with 8.
 fn auto_splits(stream: &Stream, blocks: usize, seq_k: usize) -> usize {
-    let wanted = stream.backend().info().compute_units.max(1) as usize * 4;
-    if blocks >= wanted / 2 {
-        return 1;
-    }
-    let by_grid = wanted.div_ceil(blocks.max(1));
+    let wave = stream.backend().info().compute_units.max(1) as usize * 2;
+    let by_grid = wave / blocks.max(1);
     let by_keys = (seq_k / (4 * SPLIT_ALIGN)).max(1);
-    by_grid.min(by_keys).min(MAX_SPLITS)
+    by_grid.clamp(1, by_keys).min(MAX_SPLITS)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn variants_fit_their_rows_and_shared_memory() {
+        assert_eq!(MmaVariant::choose(128, 8).suffix, "ks");
+        assert_eq!(MmaVariant::choose(128, 17).suffix, "w4");
+        assert_eq!(MmaVariant::choose(128, 65).suffix, "w8");
+        assert_eq!(MmaVariant::choose(64, 4096).keys, 128);
+        assert_eq!(MmaVariant::choose(256, 8).suffix, "w4");
+        // Every variant's buffers fit the 227 KiB an sm_80/sm_90 block may opt in to, and a
+        // key split's merge scratch (m, l and O of each warp, f32) fits its K buffers.
+        for dt in MMA_HEAD_DIMS {
+            for rows in [1, 16, 17, 64, 65, 4096] {
+                let v = MmaVariant::choose(dt, rows);
+                let smem = (v.rows() + 2 * v.stages * v.keys) * (dt + 8) * 2;
+                assert!(smem <= 227 << 10, "d{dt} {v:?}: {smem} bytes");
+                if v.key_split {
+                    assert!(v.warps * 16 * (dt + 2) * 4 <= v.stages * v.keys * (dt + 8) * 2, "d{dt} {v:?}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn params_match_the_kernel_struct() {

@@ -119,7 +119,7 @@ pub struct Attention {
     pub q_heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
-    /// Multiplies `Q K^T` before the softmax; `1 / sqrt(head_dim)` by default.
+    /// Multiplies `Q K^T` before the softmax (positive); `1 / sqrt(head_dim)` by default.
     pub scale: f32,
     /// `Some(offset)`: causal, query `i` sees keys `j <= i + offset`. `None`: every key.
     pub causal_offset: Option<i64>,
@@ -250,7 +250,10 @@ impl Attention {
                 self.q_heads, self.kv_heads
             )
         })?;
-        ensure(self.scale.is_finite(), KERNEL, || format!("scale {} is not finite", self.scale))?;
+        // Positive: the kernels take the row maximum of the unscaled scores.
+        ensure(self.scale.is_finite() && self.scale > 0.0, KERNEL, || {
+            format!("scale {} must be positive and finite", self.scale)
+        })?;
         if let Some(offset) = self.causal_offset {
             ensure((-MAX_OFFSET..=MAX_OFFSET).contains(&offset), KERNEL, || {
                 format!("causal offset {offset} is out of range (|offset| <= 2^62)")

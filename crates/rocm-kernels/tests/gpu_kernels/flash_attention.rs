@@ -71,7 +71,9 @@ impl Case {
 /// MQA; decode against 1000 and 4096 keys (the launcher splits those); chunked prefill (17
 /// queries after 4080 cached keys); more queries than keys (the first rows see nothing); an
 /// explicit positive offset; head_dim 13 (portable only), 40 and 80 (zero-padded tiles), 96,
-/// 256; magnitude-30 inputs; the other layout.
+/// 256; magnitude-30 inputs; the other layout. Between them they reach every matrix-core
+/// variant (key-split decode blocks up to 16 rows, 4-warp blocks up to 64, 8-warp beyond) at
+/// every head_dim it is built for.
 const CASES: &[Case] = &[
     case(1, 1, 1, 1, 1, 64),
     case(3, 17, 17, 3, 3, 64).causal(),
@@ -86,6 +88,8 @@ const CASES: &[Case] = &[
     case(1, 5, 13, 3, 3, 13),
     case(2, 1, 4096, 32, 4, 128).causal().scaled(),
     case(3, 1000, 255, 4, 4, 64).offset(-500),
+    case(2, 2, 300, 6, 1, 80).causal(),
+    case(1, 3, 500, 4, 1, 96).scaled(),
 ];
 
 /// Normal values of standard deviation `sd`, rounded to the storage type.
