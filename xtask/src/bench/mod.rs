@@ -10,6 +10,7 @@
 mod causal_mask;
 mod copy;
 mod flash_attention;
+mod mxfp;
 mod rmsnorm;
 mod rope;
 mod softmax;
@@ -88,6 +89,7 @@ const FAMILIES: &[(&str, Family)] = &[
     ("rope", rope::run),
     ("causal_mask", causal_mask::run),
     ("flash_attention", flash_attention::run),
+    ("mxfp", mxfp::run),
 ];
 
 pub fn run(args: &[String]) -> Result<()> {

@@ -10,8 +10,10 @@
 mod attention;
 mod axpy;
 mod causal_mask;
+mod dequant;
 mod fill;
 mod flash_attention;
+mod mxfp;
 mod rmsnorm;
 mod rope;
 mod softmax;

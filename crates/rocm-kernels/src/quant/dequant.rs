@@ -1,0 +1,183 @@
+//! `dequant` (`kernels/dequant.hip`): block-quantised weights to f32, f16 or bf16 on the GPU.
+//!
+//! [`dequantize`] decodes `blocks.len() / block_bytes` blocks of a [`BlockFormat`] into
+//! `out`, 32 elements a block, exactly as the CPU codec does ([`BlockFormat::dequantize`]):
+//! every element is computed exactly in f32 and rounded once to the storage type. (On a device
+//! that flushes f32 subnormals, results below 2^-126 may read 0.)
+//!
+//! [`dequantize_reference`] is the CPU reference: the codec's f32 values rounded to `T`.
+
+use rocm_runtime::DeviceBuffer;
+
+use super::mx::{self, Fp6};
+use super::{
+    MXFP4_GGUF_BLOCK_BYTES, MXFP6_BLOCK_BYTES, Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK, QuantError, ggml,
+};
+use crate::dtype::{Dtype, kernel_name};
+use crate::error::{KernelError, Result, ensure};
+use crate::loader;
+
+const KERNEL: &str = "dequant";
+
+/// A block-quantised storage format: 32 elements a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BlockFormat {
+    /// ggml `q8_0` (GGUF type 8): f16 scale, 32 x i8.
+    Q8_0,
+    /// ggml `q4_0` (GGUF type 2): f16 scale, 32 nibbles, `d * (q - 8)`.
+    Q4_0,
+    /// ggml `mxfp4` (GGUF type 39): E8M0 scale, 32 E2M1 nibbles.
+    Mxfp4Gguf,
+    /// Packed MXFP6: E8M0 scale, 32 six-bit codes in 24 bytes.
+    Mxfp6(Fp6),
+}
+
+impl BlockFormat {
+    /// Every format.
+    pub const ALL: [BlockFormat; 5] = [
+        BlockFormat::Q8_0,
+        BlockFormat::Q4_0,
+        BlockFormat::Mxfp4Gguf,
+        BlockFormat::Mxfp6(Fp6::E2M3),
+        BlockFormat::Mxfp6(Fp6::E3M2),
+    ];
+
+    /// Bytes of one block.
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            BlockFormat::Q8_0 => Q8_0_BLOCK_BYTES,
+            BlockFormat::Q4_0 => Q4_0_BLOCK_BYTES,
+            BlockFormat::Mxfp4Gguf => MXFP4_GGUF_BLOCK_BYTES,
+            BlockFormat::Mxfp6(_) => MXFP6_BLOCK_BYTES,
+        }
+    }
+
+    /// The name the kernels use for the format (`rf_dequant_<name>_<dt>`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            BlockFormat::Q8_0 => "q8_0",
+            BlockFormat::Q4_0 => "q4_0",
+            BlockFormat::Mxfp4Gguf => "mxfp4",
+            BlockFormat::Mxfp6(Fp6::E2M3) => "mxfp6_e2m3",
+            BlockFormat::Mxfp6(Fp6::E3M2) => "mxfp6_e3m2",
+        }
+    }
+
+    /// Bytes that `elements` elements (a multiple of 32) take, or `None` when they are not a
+    /// whole number of blocks or the size overflows.
+    pub fn bytes_for(self, elements: usize) -> Option<usize> {
+        if !elements.is_multiple_of(QK) {
+            return None;
+        }
+        (elements / QK).checked_mul(self.block_bytes())
+    }
+
+    /// CPU decoding (the codec in [`crate::quant`]).
+    pub fn dequantize(self, blocks: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+        match self {
+            BlockFormat::Q8_0 => ggml::dequantize_q8_0(blocks, out),
+            BlockFormat::Q4_0 => ggml::dequantize_q4_0(blocks, out),
+            BlockFormat::Mxfp4Gguf => mx::dequantize_mxfp4_gguf(blocks, out),
+            BlockFormat::Mxfp6(kind) => mx::dequantize_mxfp6(kind, blocks, out),
+        }
+    }
+
+    /// CPU encoding (the codec in [`crate::quant`]).
+    pub fn quantize(self, values: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+        match self {
+            BlockFormat::Q8_0 => ggml::quantize_q8_0(values, out),
+            BlockFormat::Q4_0 => ggml::quantize_q4_0(values, out),
+            BlockFormat::Mxfp4Gguf => mx::quantize_mxfp4_gguf(values, out),
+            BlockFormat::Mxfp6(kind) => mx::quantize_mxfp6(kind, values, out),
+        }
+    }
+}
+
+/// Checks the lengths of a dequantisation without a device: `blocks_len` bytes must be whole
+/// blocks and `out_len` exactly 32 elements a block. Returns the number of blocks.
+pub fn check_dequantize(format: BlockFormat, blocks_len: usize, out_len: usize) -> Result<usize> {
+    let bb = format.block_bytes();
+    ensure(blocks_len.is_multiple_of(bb), KERNEL, || {
+        format!("{blocks_len} bytes are not a whole number of {}-byte {} blocks", bb, format.name())
+    })?;
+    let blocks = blocks_len / bb;
+    ensure(blocks.checked_mul(QK) == Some(out_len), KERNEL, || {
+        format!("out has {out_len} elements, {blocks} {} blocks decode to {}", format.name(), blocks * QK)
+    })?;
+    Ok(blocks)
+}
+
+/// Decodes `blocks` (whole blocks of `format`) into `out` (32 elements a block), queued on
+/// `out`'s stream; `blocks` must belong to it.
+pub fn dequantize<T: Dtype>(
+    format: BlockFormat,
+    blocks: &DeviceBuffer<u8>,
+    out: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    let nblocks = check_dequantize(format, blocks.len(), out.len())?;
+    if nblocks == 0 {
+        return Ok(());
+    }
+    ensure(out.device_ptr().is_multiple_of(16), KERNEL, || "out is not 16-byte aligned".into())?;
+    let stream = out.stream().clone();
+    let name = kernel_name::<T>(&format!("rf_dequant_{}", format.name()));
+    let kernel = loader::kernel(&stream, KERNEL, &name)?;
+    let config = loader::grid_stride(&stream, &kernel, nblocks * 4);
+    // SAFETY: rf_dequant_<fmt>_<T>(const u8* blocks, T* out, u64 nblocks) reads bytes
+    // [0, nblocks * block_bytes) of `blocks` and writes out[0, 32 * nblocks) with 16-byte stores
+    // (out is 16-byte aligned, checked above); check_dequantize proved blocks.len() ==
+    // nblocks * block_bytes and out.len() == 32 * nblocks. `blocks` is read only and distinct
+    // from `out` (a shared and a mutable borrow); the builder checks both belong to the stream.
+    unsafe {
+        stream.launch(&kernel).buffer(blocks).buffer_mut(out).arg(nblocks as u64).launch(config)?;
+    }
+    Ok(())
+}
+
+/// CPU reference of [`dequantize`]: the codec's f32 values rounded once to `T`.
+pub fn dequantize_reference<T: Dtype>(format: BlockFormat, blocks: &[u8]) -> Result<Vec<T>> {
+    let bb = format.block_bytes();
+    let mut values = vec![0.0f32; blocks.len() / bb * QK];
+    format
+        .dequantize(blocks, &mut values)
+        .map_err(|e| KernelError::Shape { kernel: KERNEL, message: e.to_string() })?;
+    Ok(values.into_iter().map(T::from_f32).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocm_runtime::f16;
+
+    #[test]
+    fn lengths_are_checked_without_a_device() {
+        assert_eq!(check_dequantize(BlockFormat::Q8_0, 68, 64).unwrap(), 2);
+        assert_eq!(check_dequantize(BlockFormat::Mxfp6(Fp6::E2M3), 0, 0).unwrap(), 0);
+        let err = check_dequantize(BlockFormat::Mxfp4Gguf, 18, 32).unwrap_err().to_string();
+        assert!(err.contains("not a whole number of 17-byte mxfp4 blocks"), "{err}");
+        let err = check_dequantize(BlockFormat::Q4_0, 36, 63).unwrap_err().to_string();
+        assert!(err.contains("out has 63 elements"), "{err}");
+    }
+
+    #[test]
+    fn format_names_and_sizes() {
+        let names: Vec<_> = BlockFormat::ALL.iter().map(|f| (f.name(), f.block_bytes())).collect();
+        assert_eq!(
+            names,
+            [("q8_0", 34), ("q4_0", 18), ("mxfp4", 17), ("mxfp6_e2m3", 25), ("mxfp6_e3m2", 25)]
+        );
+        assert_eq!(BlockFormat::Mxfp4Gguf.bytes_for(4096), Some(128 * 17));
+        assert_eq!(BlockFormat::Q8_0.bytes_for(33), None);
+    }
+
+    #[test]
+    fn the_reference_rounds_the_codec_values_once() {
+        // q8_0 with d = 0.5 and q = 3: 1.5, exact in every type; a partial block is an error.
+        let mut block = [0u8; 34];
+        block[..2].copy_from_slice(&[0x00, 0x38]);
+        block[2] = 3;
+        let r = dequantize_reference::<f16>(BlockFormat::Q8_0, &block).unwrap();
+        assert_eq!((r[0].to_f32(), r[1].to_f32()), (1.5, 0.0));
+        assert!(dequantize_reference::<f32>(BlockFormat::Q8_0, &block[..33]).is_err());
+    }
+}

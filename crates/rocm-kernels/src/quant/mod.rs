@@ -1,0 +1,93 @@
+//! Block-quantised weights: CPU codecs for ggml's `q8_0`, `q4_0` and `mxfp4` blocks and for the
+//! OCP Microscaling (MX) formats v1.0, plus the GPU kernels that read them.
+//!
+//! Every format here stores blocks of [`QK`] = 32 consecutive elements with one shared scale:
+//!
+//! | format | bytes/block | layout | element |
+//! |---|---|---|---|
+//! | ggml `q8_0` (type 8) | [`Q8_0_BLOCK_BYTES`] = 34 | f16 `d` (LE), 32 x i8 `q` | `d * q` |
+//! | ggml `q4_0` (type 2) | [`Q4_0_BLOCK_BYTES`] = 18 | f16 `d` (LE), 16 bytes | `d * (q - 8)`, `q` a nibble |
+//! | ggml `mxfp4` (type 39) | [`MXFP4_GGUF_BLOCK_BYTES`] = 17 | E8M0 scale, 16 bytes | E2M1 code x scale |
+//! | MXFP6 (ours, packed) | [`MXFP6_BLOCK_BYTES`] = 25 | E8M0 scale, 24 bytes | E2M3 / E3M2 code x scale |
+//!
+//! Nibble order (q4_0 and mxfp4 alike): element `j` (0..16) is the low nibble of payload byte
+//! `j`, element `j + 16` its high nibble. MXFP6 packing: the 32 six-bit codes form a 192-bit
+//! little-endian integer in bytes 1..25, code `i` in bits `6i..6i+6`; so each 3 bytes hold 4
+//! codes: `b0 = c0 | c1 << 6`, `b1 = c1 >> 2 | c2 << 4`, `b2 = c2 >> 4 | c3 << 2`.
+//!
+//! - [`mx`] holds the spec-level codec: E8M0 scales, the E2M1 / E2M3 / E3M2 element types, and
+//!   the encoder (shared exponent `floor(log2(amax)) - emax`, round-to-nearest-even, saturation).
+//! - [`ggml`] holds `q8_0` and `q4_0`, as ggml defines them.
+//! - The byte-level functions re-exported here (`dequantize_*`, `quantize_*`) are what GGUF
+//!   loaders and writers call.
+//! - [`dequant`] (`kernels/dequant.hip`) and [`mxfp`] (`kernels/mxfp.hip`) are the GPU kernels:
+//!   dequantisation of every format, and MXFP4/MXFP6 matrix-vector and matrix-matrix products.
+
+pub mod dequant;
+pub mod ggml;
+pub mod mx;
+pub mod mxfp;
+
+#[cfg(test)]
+mod tests;
+
+pub use dequant::{BlockFormat, dequantize, dequantize_reference};
+pub use ggml::{dequantize_q4_0, dequantize_q8_0, quantize_q4_0, quantize_q8_0};
+pub use mx::{
+    E8M0_NAN, Fp6, MxElem, dequantize_mxfp4_gguf, dequantize_mxfp6, e8m0_to_f32, quantize_mxfp4_gguf,
+    quantize_mxfp6,
+};
+pub use mxfp::{MxFormat, mx_matmul, mx_matmul_reference, mx_matvec};
+
+/// Elements per block, in every format here (ggml's `QK8_0`, `QK4_0`, `QK_MXFP4`; the MX spec's
+/// block size `k`).
+pub const QK: usize = 32;
+/// Bytes of a ggml `block_q8_0`: f16 scale + 32 i8.
+pub const Q8_0_BLOCK_BYTES: usize = 34;
+/// Bytes of a ggml `block_q4_0`: f16 scale + 16 bytes of nibbles.
+pub const Q4_0_BLOCK_BYTES: usize = 18;
+/// Bytes of a ggml `block_mxfp4` (GGUF type 39): E8M0 scale + 16 bytes of E2M1 nibbles.
+pub const MXFP4_GGUF_BLOCK_BYTES: usize = 17;
+/// Bytes of a packed MXFP6 block: E8M0 scale + 32 six-bit codes in 24 bytes.
+pub const MXFP6_BLOCK_BYTES: usize = 25;
+
+/// Lengths that do not fit a block format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantError {
+    /// The packed bytes are not a whole number of blocks.
+    #[error("{len} bytes are not a whole number of {block_bytes}-byte blocks")]
+    PartialBlock { len: usize, block_bytes: usize },
+    /// The values to quantise are not a whole number of 32-element blocks.
+    #[error("{len} values are not a whole number of {QK}-element blocks")]
+    PartialValues { len: usize },
+    /// The output does not hold exactly what the input decodes or encodes to.
+    #[error("output holds {got} {unit}, expected {expected}")]
+    OutLength { expected: usize, got: usize, unit: &'static str },
+}
+
+/// Number of blocks in `bytes` packed bytes of `block_bytes`-byte blocks, checking that `out`
+/// holds exactly `blocks * QK` values.
+pub(crate) fn check_decode(bytes: usize, block_bytes: usize, out: usize) -> Result<usize, QuantError> {
+    if !bytes.is_multiple_of(block_bytes) {
+        return Err(QuantError::PartialBlock { len: bytes, block_bytes });
+    }
+    let blocks = bytes / block_bytes;
+    let expected = blocks * QK;
+    if out != expected {
+        return Err(QuantError::OutLength { expected, got: out, unit: "values" });
+    }
+    Ok(blocks)
+}
+
+/// Number of blocks in `values` values, checking that `out` holds exactly `blocks * block_bytes`.
+pub(crate) fn check_encode(values: usize, block_bytes: usize, out: usize) -> Result<usize, QuantError> {
+    if !values.is_multiple_of(QK) {
+        return Err(QuantError::PartialValues { len: values });
+    }
+    let blocks = values / QK;
+    let expected = blocks * block_bytes;
+    if out != expected {
+        return Err(QuantError::OutLength { expected, got: out, unit: "bytes" });
+    }
+    Ok(blocks)
+}

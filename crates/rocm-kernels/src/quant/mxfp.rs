@@ -1,0 +1,327 @@
+//! `mxfp` (`kernels/mxfp.hip`): products with MX-quantised weights, dequantised in registers.
+//!
+//! The weight `W` is row-major `[n, k]`: row `r` is `k / 32` consecutive blocks of an
+//! [`MxFormat`] along `k` (`k` a multiple of 32), so the buffer holds `n * k / 32` blocks. This
+//! is how GGUF stores a linear layer's `[out_features, in_features]` weight.
+//!
+//! - [`mx_matvec`]: `y[r] = sum_c W[r, c] x[c]` (decode: one token).
+//! - [`mx_matmul`]: `Y[i, r] = sum_c X[i, c] W[r, c]`, `X` `[m, k]` and `Y` `[m, n]` row-major
+//!   (prefill: `Y = X W^T`).
+//!
+//! Activations and outputs are f32, f16 or bf16 (`T`); products and sums are f32, rounded to `T`
+//! once. [`mx_matmul_reference`] is the CPU reference (f64 sums of the codec's exact weights).
+
+use rocm_runtime::{DeviceBuffer, LaunchConfig, Stream};
+
+use super::QK;
+use super::dequant::BlockFormat;
+use super::mx::{Fp6, MxElem};
+use crate::dtype::{Dtype, kernel_name};
+use crate::error::{KernelError, Result, ensure};
+use crate::loader;
+
+const KERNEL: &str = "mxfp";
+
+/// Rows of `W` a warp of the matrix-vector kernel owns (`RF_MX_ROWS`).
+const ROWS_PER_WARP: usize = 2;
+/// Threads of a matrix-vector block (whole warps).
+const MATVEC_THREADS: usize = 256;
+/// Shared memory of the matrix-vector kernel: the element table, a chunk of x as f32 (groups
+/// of 32 padded to 36), and per warp `ROWS_PER_WARP` weight stages of `warp * block + 16` bytes.
+const LUT_BYTES: usize = 256;
+const XGROUP_FLOATS: usize = 36;
+/// Threads and output tile of the matrix-matrix kernel (`RF_MX_MM_THREADS`, `RF_MX_TILE`).
+const MATMUL_THREADS: u32 = 256;
+const TILE: usize = 64;
+
+/// The weight formats the products read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MxFormat {
+    /// MXFP4 in ggml's `block_mxfp4` layout (GGUF type 39), 17 bytes a block.
+    Mxfp4Gguf,
+    /// Packed MXFP6, 25 bytes a block.
+    Mxfp6(Fp6),
+}
+
+impl MxFormat {
+    /// Every format.
+    pub const ALL: [MxFormat; 3] =
+        [MxFormat::Mxfp4Gguf, MxFormat::Mxfp6(Fp6::E2M3), MxFormat::Mxfp6(Fp6::E3M2)];
+
+    /// The block format (layout, size, CPU codec).
+    pub const fn block_format(self) -> BlockFormat {
+        match self {
+            MxFormat::Mxfp4Gguf => BlockFormat::Mxfp4Gguf,
+            MxFormat::Mxfp6(kind) => BlockFormat::Mxfp6(kind),
+        }
+    }
+
+    /// The element type.
+    pub const fn elem(self) -> MxElem {
+        match self {
+            MxFormat::Mxfp4Gguf => MxElem::E2M1,
+            MxFormat::Mxfp6(kind) => kind.elem(),
+        }
+    }
+
+    pub const fn block_bytes(self) -> usize {
+        self.block_format().block_bytes()
+    }
+}
+
+impl From<MxFormat> for BlockFormat {
+    fn from(f: MxFormat) -> Self {
+        f.block_format()
+    }
+}
+
+fn overflow(m: usize, n: usize, k: usize) -> KernelError {
+    KernelError::Shape { kernel: KERNEL, message: format!("[{m}, {k}] x [{n}, {k}]^T overflows usize") }
+}
+
+/// Checks a product's shape and buffer lengths without a device: `k` a multiple of 32, the
+/// weight exactly `n * k / 32` blocks, `x` exactly `m * k` and `y` exactly `m * n` elements
+/// (`m = 1` for the matrix-vector product).
+pub fn check_product(
+    format: MxFormat,
+    m: usize,
+    n: usize,
+    k: usize,
+    w_len: usize,
+    x_len: usize,
+    y_len: usize,
+) -> Result<()> {
+    ensure(k.is_multiple_of(QK), KERNEL, || format!("k = {k} is not a multiple of {QK}"))?;
+    let w_need = n.checked_mul(k / QK).and_then(|b| b.checked_mul(format.block_bytes()));
+    let x_need = m.checked_mul(k);
+    let y_need = m.checked_mul(n);
+    let (Some(w_need), Some(x_need), Some(y_need)) = (w_need, x_need, y_need) else {
+        return Err(overflow(m, n, k));
+    };
+    ensure(w_len == w_need, KERNEL, || {
+        format!("w holds {w_len} bytes; {n} rows of {} {format:?} blocks need {w_need}", k / QK)
+    })?;
+    ensure(x_len == x_need, KERNEL, || format!("x has {x_len} elements, expected {m} x {k} = {x_need}"))?;
+    ensure(y_len == y_need, KERNEL, || format!("y has {y_len} elements, expected {m} x {n} = {y_need}"))?;
+    Ok(())
+}
+
+fn check_aligned<T: Dtype>(x: &DeviceBuffer<T>, y: &DeviceBuffer<T>) -> Result<()> {
+    // Device allocations are at least 256-byte aligned; the kernels' 16-byte accesses rely on it.
+    ensure(x.device_ptr().is_multiple_of(16) && y.device_ptr().is_multiple_of(16), KERNEL, || {
+        "x and y must be 16-byte aligned".into()
+    })
+}
+
+/// `y = W x`: `w` holds the `[n, k]` weight (`n * k / 32` blocks of `format`), `x` `k` and `y`
+/// `n` elements; queued on `y`'s stream (`w` and `x` must belong to it). `k = 0` gives zeros.
+pub fn mx_matvec<T: Dtype>(
+    format: MxFormat,
+    w: &DeviceBuffer<u8>,
+    x: &DeviceBuffer<T>,
+    y: &mut DeviceBuffer<T>,
+    n: usize,
+    k: usize,
+) -> Result<()> {
+    check_product(format, 1, n, k, w.len(), x.len(), y.len())?;
+    if n == 0 {
+        return Ok(());
+    }
+    check_aligned(x, y)?;
+    let stream = y.stream().clone();
+    let name = kernel_name::<T>(&format!("rf_{}_matvec", format.block_format().name()));
+    let kernel = loader::kernel(&stream, KERNEL, &name)?;
+    let config = matvec_config(&stream, &kernel, format, n)?;
+    // SAFETY: rf_<fmt>_matvec_<T>(const u8* w, const T* x, T* y, u64 n, u64 k) reads bytes
+    // [0, n * k / 32 * block_bytes) of w, x[0, k) (16-byte loads: x is 16-byte aligned, checked
+    // above) and writes y[0, n); check_product proved those lengths. Its dynamic shared memory is
+    // sized by matvec_config with the kernel's formula for the block and warp size it launches
+    // with. w and x are shared borrows distinct from y; the builder checks the stream.
+    unsafe {
+        stream
+            .launch(&kernel)
+            .buffer(w)
+            .buffer(x)
+            .buffer_mut(y)
+            .arg(n as u64)
+            .arg(k as u64)
+            .launch(config)?;
+    }
+    Ok(())
+}
+
+/// Shared bytes of the matrix-vector kernel for a block of `threads` threads of warp size `warp`
+/// (`RF_MX_LUT_BYTES + warp * RF_MX_XGROUP * 4 + warps * RF_MX_ROWS * (warp * block + 16)`).
+fn matvec_shared_bytes(format: MxFormat, threads: usize, warp: usize) -> usize {
+    let stage_row = warp * format.block_bytes() + 16;
+    LUT_BYTES + warp * XGROUP_FLOATS * 4 + (threads / warp) * ROWS_PER_WARP * stage_row
+}
+
+/// 256 threads (whole warps), `ROWS_PER_WARP` rows a warp, one block per group of rows up to
+/// the grid's limit (the kernel strides over the rest).
+fn matvec_config(
+    stream: &Stream,
+    kernel: &rocm_runtime::Function,
+    format: MxFormat,
+    n: usize,
+) -> Result<LaunchConfig> {
+    let info = stream.backend().info();
+    let warp = info.warp_size.max(1) as usize;
+    let threads = MATVEC_THREADS.min(kernel.max_threads_per_block() as usize) / warp * warp;
+    ensure(threads > 0 && warp.is_multiple_of(16), KERNEL, || {
+        format!("unsupported warp size {warp} or block limit {}", kernel.max_threads_per_block())
+    })?;
+    let shared = matvec_shared_bytes(format, threads, warp);
+    ensure(shared <= info.shared_mem_per_block as usize, KERNEL, || {
+        format!("needs {shared} bytes of shared memory, the device allows {}", info.shared_mem_per_block)
+    })?;
+    let rows_per_block = threads / warp * ROWS_PER_WARP;
+    let blocks = n.div_ceil(rows_per_block).clamp(1, info.max_grid[0].max(1) as usize);
+    Ok(LaunchConfig {
+        grid: [blocks as u32, 1, 1],
+        block: [threads as u32, 1, 1],
+        shared_mem_bytes: shared as u32,
+    })
+}
+
+/// `Y = X W^T`: `x` is `[m, k]`, `w` the `[n, k]` weight, `y` `[m, n]`, all row-major; queued on
+/// `y`'s stream (`w` and `x` must belong to it). `k = 0` gives zeros.
+pub fn mx_matmul<T: Dtype>(
+    format: MxFormat,
+    w: &DeviceBuffer<u8>,
+    x: &DeviceBuffer<T>,
+    y: &mut DeviceBuffer<T>,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<()> {
+    check_product(format, m, n, k, w.len(), x.len(), y.len())?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let stream = y.stream().clone();
+    let name = kernel_name::<T>(&format!("rf_{}_matmul", format.block_format().name()));
+    let kernel = loader::kernel(&stream, KERNEL, &name)?;
+    ensure(kernel.max_threads_per_block() >= MATMUL_THREADS, KERNEL, || {
+        format!(
+            "the matmul kernel needs {MATMUL_THREADS} threads a block, the device allows {}",
+            kernel.max_threads_per_block()
+        )
+    })?;
+    let info = stream.backend().info();
+    let gx = n.div_ceil(TILE).clamp(1, info.max_grid[0].max(1) as usize);
+    let gy = m.div_ceil(TILE).clamp(1, info.max_grid[1].clamp(1, 65_535) as usize);
+    let config =
+        LaunchConfig { grid: [gx as u32, gy as u32, 1], block: [MATMUL_THREADS, 1, 1], shared_mem_bytes: 0 };
+    // SAFETY: rf_<fmt>_matmul_<T>(const u8* w, const T* x, T* y, u64 m, u64 n, u64 k), launched
+    // with its 256 threads, reads bytes [0, n * k / 32 * block_bytes) of w and x[0, m * k), and
+    // writes y[0, m * n) (rows and columns past m and n are masked); check_product proved those
+    // lengths. w and x are shared borrows distinct from y; the builder checks the stream.
+    unsafe {
+        stream
+            .launch(&kernel)
+            .buffer(w)
+            .buffer(x)
+            .buffer_mut(y)
+            .arg(m as u64)
+            .arg(n as u64)
+            .arg(k as u64)
+            .launch(config)?;
+    }
+    Ok(())
+}
+
+/// CPU reference of [`mx_matmul`] (and, with `m = 1`, of [`mx_matvec`]): the weight decoded
+/// by the CPU codec (exact), `x` as given (the storage type's values), sums in f64. Returns
+/// `Y` `[m, n]` unrounded.
+pub fn mx_matmul_reference(
+    format: MxFormat,
+    w: &[u8],
+    x: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<Vec<f64>> {
+    check_product(format, m, n, k, w.len(), x.len(), m.saturating_mul(n))?;
+    let mut weights = vec![0.0f32; n * k];
+    format
+        .block_format()
+        .dequantize(w, &mut weights)
+        .map_err(|e| KernelError::Shape { kernel: KERNEL, message: e.to_string() })?;
+    let mut y = vec![0.0f64; m * n];
+    if k == 0 {
+        return Ok(y);
+    }
+    for (xi, yi) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
+        for (wr, out) in weights.chunks_exact(k).zip(yi.iter_mut()) {
+            *out = wr.iter().zip(xi).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+        }
+    }
+    Ok(y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(r: Result<()>) -> String {
+        match r {
+            Err(KernelError::Shape { kernel: "mxfp", message }) => message,
+            other => panic!("expected a shape error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn shapes_are_checked_without_a_device() {
+        let f = MxFormat::Mxfp4Gguf;
+        check_product(f, 3, 7, 96, 7 * 3 * 17, 3 * 96, 21).unwrap();
+        check_product(MxFormat::Mxfp6(Fp6::E3M2), 1, 2, 64, 2 * 2 * 25, 64, 2).unwrap();
+        check_product(f, 1, 5, 0, 0, 0, 5).unwrap();
+        assert!(
+            message(check_product(f, 1, 7, 100, 7 * 17 * 3, 100, 7))
+                .contains("k = 100 is not a multiple of 32")
+        );
+        assert!(message(check_product(f, 1, 7, 96, 7 * 3 * 17 - 1, 96, 7)).contains("w holds 356 bytes"));
+        assert!(message(check_product(f, 2, 7, 96, 7 * 3 * 17, 96, 14)).contains("x has 96 elements"));
+        assert!(message(check_product(f, 2, 7, 96, 7 * 3 * 17, 192, 7)).contains("y has 7 elements"));
+        assert!(message(check_product(f, usize::MAX, 2, 32, 34, 0, 0)).contains("overflows"));
+    }
+
+    #[test]
+    fn shared_memory_fits_the_common_devices() {
+        // 32-wide warps (NVIDIA, RDNA) and 64-wide wavefronts (CDNA), both formats: well under
+        // the 48 KiB every device offers without opting in.
+        for f in MxFormat::ALL {
+            for warp in [32, 64] {
+                let bytes = matvec_shared_bytes(f, 256, warp);
+                assert!(bytes <= 48 * 1024, "{f:?} warp {warp}: {bytes}");
+                assert_eq!(bytes % 16, 0);
+            }
+        }
+        assert_eq!(
+            matvec_shared_bytes(MxFormat::Mxfp4Gguf, 256, 32),
+            256 + 32 * 144 + 8 * 2 * (32 * 17 + 16)
+        );
+    }
+
+    #[test]
+    fn the_reference_multiplies_decoded_weights() {
+        // One row, one block: scale 2^0, codes 1..=4 on elements 0..4 (0.5, 1, 1.5, 2).
+        let mut w = [0u8; 17];
+        w[0] = 127;
+        w[1] = 0x01;
+        w[2] = 0x02;
+        w[3] = 0x03;
+        w[4] = 0x04;
+        let mut x = [0.0f32; 32];
+        x[..4].copy_from_slice(&[1.0, 2.0, 3.0, 4.0]);
+        x[16] = 100.0; // element 16 is the high nibble of byte 1: code 0
+        let y = mx_matmul_reference(MxFormat::Mxfp4Gguf, &w, &x, 1, 1, 32).unwrap();
+        assert_eq!(y, [0.5 + 2.0 + 4.5 + 8.0]);
+        // Two tokens: Y is [m, n].
+        let x2: Vec<f32> =
+            x.iter().chain(x.iter().map(|v| v * 2.0).collect::<Vec<_>>().iter()).copied().collect();
+        let y = mx_matmul_reference(MxFormat::Mxfp4Gguf, &w, &x2, 2, 1, 32).unwrap();
+        assert_eq!(y, [15.0, 30.0]);
+    }
+}

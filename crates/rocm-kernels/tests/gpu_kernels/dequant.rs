@@ -1,0 +1,139 @@
+//! `dequant` against the CPU codec: every format (ggml q8_0, q4_0, mxfp4; MXFP6 E2M3 and E3M2),
+//! every output dtype, random bytes (so every code point, every E8M0 scale including NaN, and
+//! f16 scales of every kind), awkward block counts, quantised real-looking data, and the lengths
+//! the launcher must refuse.
+
+use rocm_kernels::quant::{BlockFormat, QK, dequantize, dequantize_reference};
+use rocm_kernels::{Dtype, KernelError};
+use rocm_runtime::{DeviceBuffer, Error, bf16, f16};
+use rocm_testkit::{GpuTest, Rng, Tolerance, assert_close, gpu_test};
+
+fn poisoned<T: Dtype>(gpu: &GpuTest, len: usize) -> DeviceBuffer<T> {
+    let mut buf = gpu.stream().alloc::<T>(len).unwrap();
+    buf.poison().unwrap();
+    buf
+}
+
+fn floats<T: Dtype>(v: &[T]) -> Vec<f64> {
+    v.iter().map(|x| f64::from(x.to_f32())).collect()
+}
+
+/// Exact: each element is a product that f32 holds exactly (a power of two or an f16 scale
+/// times a value of at most 8 significant bits), rounded once to T on both sides with the same
+/// round-to-nearest-even. The one allowance is f32::MIN_POSITIVE absolute: a device that
+/// flushes f32 subnormals (possible on AMD) reads the products below 2^-126 as 0. Infinities
+/// (E8M0 2^127 times 6 overflows f32) must match; NaN blocks must be NaN.
+const EXACT_BUT_FLUSHED_SUBNORMALS: Tolerance = Tolerance::abs(f32::MIN_POSITIVE as f64);
+
+fn random_blocks(rng: &mut Rng, format: BlockFormat, nblocks: usize) -> Vec<u8> {
+    let mut bytes: Vec<u8> = (0..nblocks * format.block_bytes()).map(|_| rng.next_u64() as u8).collect();
+    if matches!(format, BlockFormat::Mxfp4Gguf | BlockFormat::Mxfp6(_)) {
+        // Every E8M0 byte in turn, NaN (0xFF) included, so the whole range is covered even in
+        // a few hundred blocks.
+        for (b, block) in bytes.chunks_exact_mut(format.block_bytes()).enumerate() {
+            block[0] = (b * 97 % 256) as u8;
+        }
+    }
+    bytes
+}
+
+fn random_bytes<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    for format in BlockFormat::ALL {
+        for nblocks in [1, 7, 127, 4097, 100_003] {
+            let blocks = random_blocks(&mut rng, format, nblocks);
+            let dblocks = gpu.stream().upload(&blocks).unwrap();
+            let mut out = poisoned::<T>(gpu, nblocks * QK);
+            dequantize(format, &dblocks, &mut out).unwrap();
+            let expected = dequantize_reference::<T>(format, &blocks).unwrap();
+            eprintln!("dequant {} -> {} x {nblocks} blocks", format.name(), T::NAME);
+            let got = out.to_vec().unwrap();
+            assert_close(&floats(&got), &floats(&expected), EXACT_BUT_FLUSHED_SUBNORMALS);
+            assert_eq!(dblocks.to_vec().unwrap(), blocks, "the blocks are read only");
+        }
+    }
+}
+
+#[test]
+fn random_blocks_decode_as_the_codec_f32() {
+    let gpu = gpu_test!();
+    random_bytes::<f32>(&gpu, 0xde01);
+}
+
+#[test]
+fn random_blocks_decode_as_the_codec_f16() {
+    let gpu = gpu_test!();
+    random_bytes::<f16>(&gpu, 0xde02);
+}
+
+#[test]
+fn random_blocks_decode_as_the_codec_bf16() {
+    let gpu = gpu_test!();
+    random_bytes::<bf16>(&gpu, 0xde03);
+}
+
+/// Weights quantised by the CPU codec from normal values (per-block magnitudes spread over
+/// 2^-6..2^6): the GPU decodes them exactly as the codec does, and, as a sanity check of the
+/// whole path, close to the original values. A third of the block maximum is a loose bound on
+/// every format's error: the worst is MXFP4's, whose spec scale lets the block maximum reach
+/// just under 8 units and saturates it to 6 (an error just under a quarter of the maximum).
+#[test]
+fn quantised_weights_round_trip_f32() {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(0xde04);
+    let nblocks = 1031;
+    let values: Vec<f32> = (0..nblocks * QK)
+        .map(|i| {
+            let block_scale = 2f64.powi(((i / QK) % 13) as i32 - 6);
+            (rng.normal() * block_scale) as f32
+        })
+        .collect();
+    for format in BlockFormat::ALL {
+        let mut blocks = vec![0u8; format.bytes_for(values.len()).unwrap()];
+        format.quantize(&values, &mut blocks).unwrap();
+        let dblocks = gpu.stream().upload(&blocks).unwrap();
+        let mut out = poisoned::<f32>(&gpu, values.len());
+        dequantize(format, &dblocks, &mut out).unwrap();
+        let got = out.to_vec().unwrap();
+        let expected = dequantize_reference::<f32>(format, &blocks).unwrap();
+        assert_close(&got, &expected, EXACT_BUT_FLUSHED_SUBNORMALS);
+        for (b, (g, v)) in got.chunks(QK).zip(values.chunks(QK)).enumerate() {
+            let amax = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            for (a, e) in g.iter().zip(v) {
+                assert!((a - e).abs() <= amax / 3.0, "{} block {b}: {a} vs {e}", format.name());
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_lengths_are_refused() {
+    let gpu = gpu_test!();
+    let shape_error = |r: Result<(), KernelError>| match r {
+        Err(KernelError::Shape { kernel: "dequant", message }) => message,
+        other => panic!("expected a shape error, got {other:?}"),
+    };
+    let blocks = gpu.stream().upload(&[0x11u8; 2 * 17]).unwrap();
+    let mut out = poisoned::<f32>(&gpu, 64);
+    let mut short = poisoned::<f32>(&gpu, 63);
+    assert!(shape_error(dequantize(BlockFormat::Mxfp4Gguf, &blocks, &mut short)).contains("out has 63"));
+    // 34 bytes are one q8_0 block (32 elements, not 64), and no whole number of 18- or 25-byte
+    // blocks.
+    assert!(shape_error(dequantize(BlockFormat::Q8_0, &blocks, &mut out)).contains("out has 64"));
+    assert!(shape_error(dequantize(BlockFormat::Q4_0, &blocks, &mut out)).contains("18-byte q4_0"));
+    let e3m2 = BlockFormat::Mxfp6(rocm_kernels::quant::Fp6::E3M2);
+    assert!(shape_error(dequantize(e3m2, &blocks, &mut out)).contains("34 bytes are not"));
+    let other = gpu.new_stream();
+    let foreign = other.upload(&[0x11u8; 2 * 17]).unwrap();
+    let err = dequantize(BlockFormat::Mxfp4Gguf, &foreign, &mut out).unwrap_err();
+    assert!(matches!(err, KernelError::Runtime(Error::StreamMismatch { .. })), "{err}");
+    assert!(out.to_vec().unwrap().iter().all(|v| v.is_nan()), "nothing ran after a refused launch");
+    // Empty input: a no-op.
+    let empty = gpu.stream().alloc::<u8>(0).unwrap();
+    let mut empty_out = gpu.stream().alloc::<f32>(0).unwrap();
+    dequantize(BlockFormat::Q8_0, &empty, &mut empty_out).unwrap();
+    // And a valid launch after the refusals works.
+    dequantize(BlockFormat::Mxfp4Gguf, &blocks, &mut out).unwrap();
+    let expected = dequantize_reference::<f32>(BlockFormat::Mxfp4Gguf, &[0x11u8; 34]).unwrap();
+    assert_eq!(out.to_vec().unwrap(), expected);
+}

@@ -1,0 +1,274 @@
+//! `mxfp` products against their f64 CPU reference: MXFP4 (GGUF layout) and MXFP6 (E2M3, E3M2)
+//! weights of random bytes (every code point), f32/f16/bf16 activations and outputs, awkward
+//! shapes (n = 1, 7, 127, 4097 rows; k = 32, 96, 512, 4096, 4128; m = 1, 3, 17, 70), both weight
+//! staging paths of the matrix-vector kernel (16-byte loads when k % 512 == 0, byte loads
+//! otherwise), and the shapes the launchers must refuse.
+
+use rocm_kernels::quant::{MxFormat, QK, mx_matmul, mx_matmul_reference, mx_matvec};
+use rocm_kernels::{Dtype, KernelError};
+use rocm_runtime::{DeviceBuffer, Error, bf16, f16};
+use rocm_testkit::{GpuTest, Rng, gpu_test};
+
+fn poisoned<T: Dtype>(gpu: &GpuTest, len: usize) -> DeviceBuffer<T> {
+    let mut buf = gpu.stream().alloc::<T>(len).unwrap();
+    buf.poison().unwrap();
+    buf
+}
+
+/// `rows` rows of `k / 32` blocks: random payload bytes (every code, both signs, -0) and scale
+/// bytes 118..=130 (2^-9..2^3), which keep every product and sum far from f16's overflow.
+fn random_weights(rng: &mut Rng, format: MxFormat, rows: usize, k: usize) -> Vec<u8> {
+    let bb = format.block_bytes();
+    let mut w: Vec<u8> = (0..rows * (k / QK) * bb).map(|_| rng.next_u64() as u8).collect();
+    for block in w.chunks_exact_mut(bb) {
+        block[0] = 118 + rng.below(13) as u8;
+    }
+    w
+}
+
+fn activations<T: Dtype>(rng: &mut Rng, len: usize) -> Vec<T> {
+    rng.f32_vec(len, -1.0, 1.0).into_iter().map(T::from_f32).collect()
+}
+
+fn floats<T: Dtype>(v: &[T]) -> Vec<f32> {
+    v.iter().map(|x| x.to_f32()).collect()
+}
+
+/// `sum |W[r, c] X[i, c]|` for each output: what bounds the rounding error of a sum.
+fn magnitudes(format: MxFormat, w: &[u8], x: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
+    let mut decoded = vec![0.0f32; n * k];
+    format.block_format().dequantize(w, &mut decoded).unwrap();
+    let mut out = vec![0.0f64; m * n];
+    if k == 0 {
+        return out;
+    }
+    for (xi, oi) in x.chunks_exact(k).zip(out.chunks_exact_mut(n)) {
+        for (wr, o) in decoded.chunks_exact(k).zip(oi.iter_mut()) {
+            *o = wr.iter().zip(xi).map(|(&a, &b)| f64::from(a.abs()) * f64::from(b.abs())).sum();
+        }
+    }
+    out
+}
+
+/// The kernels sum `k` products in f32 in some order (per lane, then across the warp; or per
+/// thread of a tile): whatever the order, the error is at most `(k - 1) u sum |w x|` with
+/// `u = 2^-24` (first order); `k 2^-23` doubles that for margin. Each product is exact in f32
+/// (an element of at most 4 significant bits, a power-of-two scale, an activation of at most 24),
+/// so nothing else enters before the one rounding to `T`: half an ulp, 2^-24 relative for f32,
+/// 2^-11 for f16, 2^-8 for bf16, plus f16's subnormal spacing near zero.
+fn assert_within<T: Dtype>(got: &[T], expected: &[f64], magnitude: &[f64], k: usize, what: &str) {
+    let (out_rel, abs) = match T::NAME {
+        "f32" => (2f64.powi(-24), 1e-30),
+        "f16" => (2f64.powi(-11), 2f64.powi(-24)),
+        _ => (2f64.powi(-8), 1e-30),
+    };
+    let sum_rel = k as f64 * 2f64.powi(-23);
+    let mut worst: Option<(usize, f64, f64, f64)> = None;
+    let mut failures = 0;
+    for (i, ((g, &e), &mag)) in got.iter().zip(expected).zip(magnitude).enumerate() {
+        let g = f64::from(g.to_f32());
+        let allowed = sum_rel * mag * (1.0 + out_rel) + out_rel * e.abs() + abs;
+        let err = (g - e).abs();
+        // NaN (the poison of an unwritten element) fails.
+        if err.is_nan() || err > allowed {
+            failures += 1;
+            if worst.is_none_or(|(_, _, _, r)| err / allowed > r || err.is_nan()) {
+                worst = Some((i, g, e, err / allowed));
+            }
+        }
+    }
+    assert_eq!(got.len(), expected.len());
+    assert!(
+        failures == 0,
+        "{what}: {failures} of {} outputs out of bounds; worst {worst:?} (index, got, expected, err/allowed)",
+        got.len()
+    );
+}
+
+/// (n, k): every row count with every k, plus one large aligned matrix.
+const MATVEC: &[(usize, usize)] = &[
+    (1, 32),
+    (1, 4128),
+    (7, 32),
+    (7, 96),
+    (7, 512),
+    (7, 4128),
+    (127, 32),
+    (127, 96),
+    (127, 512),
+    (127, 4128),
+    (4097, 32),
+    (4097, 96),
+    (4097, 512),
+    (4097, 4128),
+    (4097, 4096),
+];
+
+fn matvec<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    for format in MxFormat::ALL {
+        for &(n, k) in MATVEC {
+            let w = random_weights(&mut rng, format, n, k);
+            let x = activations::<T>(&mut rng, k);
+            let dw = gpu.stream().upload(&w).unwrap();
+            let dx = gpu.stream().upload(&x).unwrap();
+            let mut y = poisoned::<T>(gpu, n);
+            mx_matvec(format, &dw, &dx, &mut y, n, k).unwrap();
+            let xf = floats(&x);
+            let expected = mx_matmul_reference(format, &w, &xf, 1, n, k).unwrap();
+            let magnitude = magnitudes(format, &w, &xf, 1, n, k);
+            let what = format!("matvec {format:?} {} n {n} k {k}", T::NAME);
+            eprintln!("{what}");
+            assert_within(&y.to_vec().unwrap(), &expected, &magnitude, k, &what);
+        }
+    }
+}
+
+#[test]
+fn matvec_matches_the_reference_f32() {
+    let gpu = gpu_test!();
+    matvec::<f32>(&gpu, 0x3a01);
+}
+
+#[test]
+fn matvec_matches_the_reference_f16() {
+    let gpu = gpu_test!();
+    matvec::<f16>(&gpu, 0x3a02);
+}
+
+#[test]
+fn matvec_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    matvec::<bf16>(&gpu, 0x3a03);
+}
+
+/// (m, n, k): one token; tiles cut at every edge (n = 7, 127, 4097; m = 3, 17, 70 crosses a
+/// 64-row tile); k of one, three, 16 and 129 blocks.
+const MATMUL: &[(usize, usize, usize)] = &[
+    (1, 1, 32),
+    (1, 7, 4128),
+    (3, 7, 96),
+    (3, 127, 512),
+    (17, 127, 4128),
+    (17, 4097, 96),
+    (3, 4097, 32),
+    (70, 130, 96),
+];
+
+fn matmul<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    for format in MxFormat::ALL {
+        for &(m, n, k) in MATMUL {
+            let w = random_weights(&mut rng, format, n, k);
+            let x = activations::<T>(&mut rng, m * k);
+            let dw = gpu.stream().upload(&w).unwrap();
+            let dx = gpu.stream().upload(&x).unwrap();
+            let mut y = poisoned::<T>(gpu, m * n);
+            mx_matmul(format, &dw, &dx, &mut y, m, n, k).unwrap();
+            let xf = floats(&x);
+            let expected = mx_matmul_reference(format, &w, &xf, m, n, k).unwrap();
+            let magnitude = magnitudes(format, &w, &xf, m, n, k);
+            let what = format!("matmul {format:?} {} m {m} n {n} k {k}", T::NAME);
+            eprintln!("{what}");
+            assert_within(&y.to_vec().unwrap(), &expected, &magnitude, k, &what);
+        }
+    }
+}
+
+#[test]
+fn matmul_matches_the_reference_f32() {
+    let gpu = gpu_test!();
+    matmul::<f32>(&gpu, 0x3b01);
+}
+
+#[test]
+fn matmul_matches_the_reference_f16() {
+    let gpu = gpu_test!();
+    matmul::<f16>(&gpu, 0x3b02);
+}
+
+#[test]
+fn matmul_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    matmul::<bf16>(&gpu, 0x3b03);
+}
+
+/// The matrix-vector and matrix-matrix kernels agree on one token (both are checked against the
+/// reference above; this catches a launcher passing the same wrong shape to both).
+#[test]
+fn one_token_matmul_equals_matvec_within_rounding() {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(0x3c01);
+    let (n, k) = (300, 1024);
+    for format in MxFormat::ALL {
+        let w = random_weights(&mut rng, format, n, k);
+        let x = activations::<f32>(&mut rng, k);
+        let dw = gpu.stream().upload(&w).unwrap();
+        let dx = gpu.stream().upload(&x).unwrap();
+        let mut y1 = poisoned::<f32>(&gpu, n);
+        let mut y2 = poisoned::<f32>(&gpu, n);
+        mx_matvec(format, &dw, &dx, &mut y1, n, k).unwrap();
+        mx_matmul(format, &dw, &dx, &mut y2, 1, n, k).unwrap();
+        let magnitude = magnitudes(format, &w, &x, 1, n, k);
+        let (a, b) = (y1.to_vec().unwrap(), y2.to_vec().unwrap());
+        // Each is within k 2^-23 |w||x| of the exact value, so of each other within twice that.
+        let b64: Vec<f64> = b.iter().map(|&v| f64::from(v)).collect();
+        assert_within(
+            &a,
+            &b64,
+            &magnitude.iter().map(|m| 2.0 * m).collect::<Vec<_>>(),
+            k,
+            "matvec vs matmul",
+        );
+    }
+}
+
+#[test]
+fn empty_k_gives_zeros() {
+    let gpu = gpu_test!();
+    let w = gpu.stream().alloc::<u8>(0).unwrap();
+    let x = gpu.stream().alloc::<f32>(0).unwrap();
+    let mut y = poisoned::<f32>(&gpu, 5);
+    mx_matvec(MxFormat::Mxfp4Gguf, &w, &x, &mut y, 5, 0).unwrap();
+    assert_eq!(y.to_vec().unwrap(), [0.0; 5]);
+    let mut y = poisoned::<f32>(&gpu, 5);
+    mx_matmul(MxFormat::Mxfp4Gguf, &w, &x, &mut y, 1, 5, 0).unwrap();
+    assert_eq!(y.to_vec().unwrap(), [0.0; 5], "an empty sum is zero");
+    // No rows at all: nothing to write, and no launch.
+    let mut none = gpu.stream().alloc::<f32>(0).unwrap();
+    mx_matmul(MxFormat::Mxfp4Gguf, &w, &x, &mut none, 0, 5, 0).unwrap();
+}
+
+#[test]
+fn bad_shapes_are_refused() {
+    let gpu = gpu_test!();
+    let shape_error = |r: Result<(), KernelError>| match r {
+        Err(KernelError::Shape { kernel: "mxfp", message }) => message,
+        other => panic!("expected a shape error, got {other:?}"),
+    };
+    let f = MxFormat::Mxfp4Gguf;
+    let w = gpu.stream().upload(&vec![0x21u8; 7 * 3 * 17]).unwrap();
+    let x = gpu.stream().upload(&[1.0f32; 96]).unwrap();
+    let mut y = poisoned::<f32>(&gpu, 7);
+    assert!(shape_error(mx_matvec(f, &w, &x, &mut y, 7, 100)).contains("not a multiple of 32"));
+    assert!(shape_error(mx_matvec(f, &w, &x, &mut y, 6, 96)).contains("w holds 357 bytes"));
+    assert!(
+        shape_error(mx_matvec(MxFormat::Mxfp6(rocm_kernels::quant::Fp6::E2M3), &w, &x, &mut y, 7, 96))
+            .contains("w holds")
+    );
+    let mut y8 = poisoned::<f32>(&gpu, 8);
+    assert!(shape_error(mx_matvec(f, &w, &x, &mut y8, 7, 96)).contains("y has 8"));
+    assert!(shape_error(mx_matmul(f, &w, &x, &mut y, 2, 7, 96)).contains("x has 96"));
+    let x2 = gpu.stream().upload(&[1.0f32; 64]).unwrap();
+    assert!(shape_error(mx_matmul(f, &w, &x2, &mut y, 1, 7, 64)).contains("w holds"));
+    let other = gpu.new_stream();
+    let foreign = other.upload(&[1.0f32; 96]).unwrap();
+    let err = mx_matvec(f, &w, &foreign, &mut y, 7, 96).unwrap_err();
+    assert!(matches!(err, KernelError::Runtime(Error::StreamMismatch { .. })), "{err}");
+    assert!(y.to_vec().unwrap().iter().all(|v| v.is_nan()), "nothing ran after a refused launch");
+    // A valid launch on the same buffers still works: 0x21 = codes 1 and 2 (0.5, 1.0) at scale
+    // 2^(0x21 - 127); each block contributes 16 * 0.5 + 16 * 1.0 = 24 units.
+    mx_matvec(f, &w, &x, &mut y, 7, 96).unwrap();
+    let expected = 3.0 * 24.0 * 2f32.powi(0x21 - 127);
+    assert_eq!(y.to_vec().unwrap(), [expected; 7]);
+}

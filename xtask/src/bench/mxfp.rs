@@ -1,0 +1,119 @@
+//! Benchmark of `kernels/dequant.hip` and `kernels/mxfp.hip` at the weight shapes of a Llama-3-8B
+//! MLP: 14336 x 4096 (gate/up: n = 14336 rows of k = 4096) and 4096 x 14336 (down).
+//!
+//! Minimal traffic: dequantisation reads the packed weight once and writes every element once;
+//! the matrix-vector product reads the packed weight, x (k elements) and writes y (n elements);
+//! the prefill product also reads X `[m, k]` and writes Y `[m, n]` (and reports TFLOP/s, 2 m n k).
+//! The packed weights (31-46 MB) fit in a large L2 (50 MB on H100/H200), so each launch reads
+//! the next of several copies totalling at least four times the L2: the rows measure DRAM.
+
+use rocm_kernels::Dtype;
+use rocm_kernels::quant::{BlockFormat, Fp6, MxFormat, dequantize, mx_matmul, mx_matvec};
+use rocm_runtime::{DeviceBuffer, bf16, f16};
+
+use super::{Bench, Row};
+use crate::Result;
+
+/// (n, k) of the weights.
+const SHAPES: &[(usize, usize)] = &[(14_336, 4096), (4096, 14_336)];
+/// Tokens of the prefill product.
+const PREFILL: usize = 512;
+
+pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let (n, k) = SHAPES[0];
+    for format in BlockFormat::ALL {
+        rows.push(dequant::<f16>(b, format, n, k)?);
+    }
+    rows.push(dequant::<f32>(b, BlockFormat::Mxfp4Gguf, n, k)?);
+    rows.push(dequant::<bf16>(b, BlockFormat::Mxfp4Gguf, n, k)?);
+    for &(n, k) in SHAPES {
+        for format in [MxFormat::Mxfp4Gguf, MxFormat::Mxfp6(Fp6::E2M3)] {
+            rows.push(matvec::<f32>(b, format, n, k)?);
+            rows.push(matvec::<f16>(b, format, n, k)?);
+            rows.push(matvec::<bf16>(b, format, n, k)?);
+        }
+    }
+    for format in [MxFormat::Mxfp4Gguf, MxFormat::Mxfp6(Fp6::E2M3)] {
+        rows.push(matmul::<f16>(b, format, PREFILL, n, k)?);
+    }
+    Ok(rows)
+}
+
+/// Copies of a random `[n, k]` weight in `format` (scale bytes 118..=130, so products stay
+/// finite), enough of them to cover four times the L2 (at most 8).
+fn weights(b: &mut Bench, format: BlockFormat, n: usize, k: usize) -> Result<Vec<DeviceBuffer<u8>>> {
+    let bytes = format.bytes_for(n * k).ok_or("weight size")?;
+    let l2 = b.backend.info().l2_cache_bytes.max(1) as usize;
+    let copies = (4 * l2).div_ceil(bytes).clamp(1, 8);
+    let mut out = Vec::with_capacity(copies);
+    for _ in 0..copies {
+        let mut host: Vec<u8> = (0..bytes.div_ceil(8)).flat_map(|_| b.rng.next_u64().to_le_bytes()).collect();
+        host.truncate(bytes);
+        if matches!(format, BlockFormat::Mxfp4Gguf | BlockFormat::Mxfp6(_)) {
+            for block in host.chunks_exact_mut(format.block_bytes()) {
+                block[0] = 118 + (block[0] % 13);
+            }
+        }
+        out.push(b.stream.upload(&host)?);
+    }
+    Ok(out)
+}
+
+fn dequant<T: Dtype>(b: &mut Bench, format: BlockFormat, n: usize, k: usize) -> Result<Row> {
+    let w = weights(b, format, n, k)?;
+    let mut out = b.stream.alloc::<T>(n * k)?;
+    let mut i = 0;
+    let ms = b.time(|| {
+        i += 1;
+        Ok(dequantize(format, &w[i % w.len()], &mut out)?)
+    })?;
+    Ok(Row {
+        kernel: format!("dequant {}", format.name()),
+        dtype: T::NAME,
+        shape: format!("{n}x{k}"),
+        ms,
+        bytes: (w[0].len() + n * k * size_of::<T>()) as u64,
+        flops: None,
+    })
+}
+
+fn matvec<T: Dtype>(b: &mut Bench, format: MxFormat, n: usize, k: usize) -> Result<Row> {
+    let w = weights(b, format.block_format(), n, k)?;
+    let x = b.random::<T>(k, -1.0, 1.0);
+    let x = b.stream.upload(&x)?;
+    let mut y = b.stream.alloc::<T>(n)?;
+    let mut i = 0;
+    let ms = b.time(|| {
+        i += 1;
+        Ok(mx_matvec(format, &w[i % w.len()], &x, &mut y, n, k)?)
+    })?;
+    Ok(Row {
+        kernel: format!("{} matvec", format.block_format().name()),
+        dtype: T::NAME,
+        shape: format!("{n}x{k}"),
+        ms,
+        bytes: (w[0].len() + (k + n) * size_of::<T>()) as u64,
+        flops: None,
+    })
+}
+
+fn matmul<T: Dtype>(b: &mut Bench, format: MxFormat, m: usize, n: usize, k: usize) -> Result<Row> {
+    let w = weights(b, format.block_format(), n, k)?;
+    let x = b.random::<T>(m * k, -1.0, 1.0);
+    let x = b.stream.upload(&x)?;
+    let mut y = b.stream.alloc::<T>(m * n)?;
+    let mut i = 0;
+    let ms = b.time(|| {
+        i += 1;
+        Ok(mx_matmul(format, &w[i % w.len()], &x, &mut y, m, n, k)?)
+    })?;
+    Ok(Row {
+        kernel: format!("{} matmul", format.block_format().name()),
+        dtype: T::NAME,
+        shape: format!("{m}x{n}x{k}"),
+        ms,
+        bytes: (w[0].len() + (m * k + m * n) * size_of::<T>()) as u64,
+        flops: Some(2.0 * (m * n * k) as f64),
+    })
+}
