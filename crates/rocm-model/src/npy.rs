@@ -1,0 +1,86 @@
+//! A minimal NumPy `.npy` (format version 1.0) writer for little-endian f32 arrays.
+//!
+//! Layout: the magic `\x93NUMPY`, version bytes 1 and 0, a u16 little-endian header length,
+//! then an ASCII Python dict literal (`descr`, `fortran_order`, `shape`) padded with spaces and
+//! ended by `\n` so the data starts at a multiple of 64 bytes (what NumPy itself writes; the
+//! format asks for a multiple of 16), then the data in C (row-major) order.
+
+use std::io::{self, Write};
+
+const MAGIC: &[u8; 6] = b"\x93NUMPY";
+/// Alignment of the data's start.
+const ALIGN: usize = 64;
+
+/// The header (magic, version, length, dict) of an f32 array of `shape`.
+fn header(shape: &[u64]) -> io::Result<Vec<u8>> {
+    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+    // A one-element tuple needs its trailing comma: `(5,)`.
+    let tuple = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {tuple}, }}");
+    let unpadded = MAGIC.len() + 2 + 2 + dict.len() + 1;
+    dict.extend(std::iter::repeat_n(' ', unpadded.next_multiple_of(ALIGN) - unpadded));
+    dict.push('\n');
+    let len = u16::try_from(dict.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "npy header longer than 65535 bytes"))?;
+    let mut out = Vec::with_capacity(MAGIC.len() + 4 + dict.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&[1, 0]);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+    Ok(out)
+}
+
+/// Writes `data` as an f32 array of `shape` (row-major; the product of `shape` must be
+/// `data.len()`).
+pub fn write_npy_f32(out: &mut impl Write, shape: &[u64], data: &[f32]) -> io::Result<()> {
+    let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+    if elements != Some(data.len() as u64) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("shape {shape:?} does not hold {} elements", data.len()),
+        ));
+    }
+    out.write_all(&header(shape)?)?;
+    let mut buf = Vec::with_capacity(data.len().min(1 << 16) * 4);
+    for chunk in data.chunks(1 << 16) {
+        buf.clear();
+        chunk.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+        out.write_all(&buf)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_is_aligned_and_names_the_shape() {
+        for shape in [&[][..], &[5], &[2, 3], &[4, 3, 2, 1]] {
+            let n: u64 = shape.iter().product();
+            let mut out = Vec::new();
+            write_npy_f32(&mut out, shape, &vec![1.5; n as usize]).unwrap();
+            let hlen = u16::from_le_bytes([out[8], out[9]]) as usize;
+            assert_eq!((10 + hlen) % 64, 0);
+            assert_eq!(out.len(), 10 + hlen + 4 * n as usize);
+            let text = std::str::from_utf8(&out[10..10 + hlen]).unwrap();
+            assert!(text.ends_with('\n'));
+            let expect = match shape.len() {
+                0 => "()".to_string(),
+                1 => format!("({},)", shape[0]),
+                _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+            };
+            assert!(text.contains(&format!("'shape': {expect}")), "{text}");
+            assert_eq!(&out[10 + hlen..10 + hlen + 4], &1.5f32.to_le_bytes());
+        }
+    }
+
+    #[test]
+    fn a_shape_that_does_not_match_is_refused() {
+        assert!(write_npy_f32(&mut Vec::new(), &[2, 2], &[1.0; 3]).is_err());
+        assert!(write_npy_f32(&mut Vec::new(), &[u64::MAX, 2], &[1.0; 3]).is_err());
+    }
+}

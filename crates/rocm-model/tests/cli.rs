@@ -1,0 +1,122 @@
+//! The `gguf` tool: `inspect` lists a file, `dump` writes a tensor as `.npy`, failures exit
+//! non-zero with a message naming what went wrong.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::{TempDir, hex, python_gguf, run_script};
+use rocm_model::{GgmlType, GgufFile, GgufWriter};
+
+/// The tool's binary. From a nextest archive run on another host the build path does not exist;
+/// nextest then points `NEXTEST_BIN_EXE_gguf` at the extracted binary.
+fn gguf(args: &[&str]) -> Output {
+    let exe = std::env::var_os("NEXTEST_BIN_EXE_gguf").unwrap_or_else(|| env!("CARGO_BIN_EXE_gguf").into());
+    Command::new(exe).args(args).output().unwrap()
+}
+
+fn text(out: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn model(dir: &TempDir) -> std::path::PathBuf {
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", "llama").unwrap();
+    w.add_metadata("llama.block_count", 2u32).unwrap();
+    w.add_metadata("tokenizer.ggml.tokens", (0..1000).map(|i| format!("tok{i}")).collect::<Vec<_>>())
+        .unwrap();
+    let values: Vec<f32> = (0..96).map(|i| i as f32 * 0.25 - 12.0).collect();
+    w.add_f32("norm.weight", &[32, 3], &values).unwrap();
+    w.add_quantized("ffn.weight", GgmlType::Q8_0, &[32, 3], &values).unwrap();
+    w.add_quantized("ffn.mx", GgmlType::MXFP4, &[32, 3], &values).unwrap();
+    w.add_tensor("k.weight", GgmlType::Q4_K, &[256], vec![0u8; 144]).unwrap();
+    let path = dir.join("model.gguf");
+    w.write_file(&path).unwrap();
+    path
+}
+
+#[test]
+fn inspect_lists_metadata_and_tensors() {
+    let dir = TempDir::new("cli-inspect");
+    let path = model(&dir);
+    let out = gguf(&["inspect", path.to_str().unwrap()]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    for needle in [
+        "GGUF version 3",
+        "alignment 32",
+        "general.architecture",
+        "\"llama\"",
+        "llama.block_count",
+        "[string; 1000] [\"tok0\"",
+        "norm.weight",
+        "[32, 3]",
+        "ffn.weight",
+        "Q8_0",
+        "MXFP4",
+        "Q4_K",
+        "102", // 3 Q8_0 blocks of 34 bytes
+    ] {
+        assert!(stdout.contains(needle), "`{needle}` missing from:\n{stdout}");
+    }
+}
+
+/// Parses our own `.npy` output: (shape, values).
+fn read_npy(bytes: &[u8]) -> (String, Vec<f32>) {
+    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
+    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap().to_string();
+    let values =
+        bytes[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    (header, values)
+}
+
+#[test]
+fn dump_writes_the_decoded_tensor_as_npy() {
+    let dir = TempDir::new("cli-dump");
+    let path = model(&dir);
+    let file = GgufFile::open(&path).unwrap();
+    for tensor in ["norm.weight", "ffn.weight", "ffn.mx"] {
+        let npy = dir.join(&format!("{tensor}.npy"));
+        let out = gguf(&["dump", path.to_str().unwrap(), tensor, "-o", npy.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out).1);
+        let (header, values) = read_npy(&std::fs::read(&npy).unwrap());
+        assert!(header.contains("'descr': '<f4'") && header.contains("'shape': (3, 32)"), "{header}");
+        assert_eq!(values, file.to_f32(tensor).unwrap(), "{tensor}");
+        if python_gguf("dump_writes_the_decoded_tensor_as_npy") {
+            // numpy reads it as the same array.
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            assert_eq!(run_script("npy", &npy).trim(), format!("npy 3,32 <f4 {}", hex(&bytes)));
+        }
+    }
+}
+
+#[test]
+fn failures_exit_non_zero_and_say_why() {
+    let dir = TempDir::new("cli-fail");
+    let path = model(&dir);
+    let p = path.to_str().unwrap();
+    let npy = dir.join("x.npy");
+    let o = npy.to_str().unwrap();
+    let missing = dir.join("missing.gguf");
+    let not_gguf = dir.join("not.gguf");
+    std::fs::write(&not_gguf, b"this is not a model file at all").unwrap();
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&[], 2, "no command"),
+        (&["inspect"], 2, "one FILE"),
+        (&["dump", p, "norm.weight"], 2, "needs -o"),
+        (&["frob", p], 2, "unknown command"),
+        (&["inspect", missing.to_str().unwrap()], 1, "missing.gguf"),
+        (&["inspect", not_gguf.to_str().unwrap()], 1, "not a GGUF file"),
+        (&["dump", p, "no.such", "-o", o], 1, "no tensor named `no.such`"),
+        (&["dump", p, "k.weight", "-o", o], 1, "unsupported type 12 (Q4_K)"),
+        (&["dump", p, "norm.weight", "-o", "/nonexistent-dir/x.npy"], 1, "/nonexistent-dir/x.npy"),
+    ];
+    for &(args, code, needle) in cases {
+        let out = gguf(args);
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: `{needle}` missing from: {stderr}");
+    }
+    assert!(!npy.exists(), "a failed dump must not leave a file");
+}
