@@ -48,7 +48,39 @@ struct rf_flash_params {
     int causal;
     float scale_log2;
     int pad;
+    // Paged K/V (null block_table: contiguous). Key j of batch b is slot
+    // block_table[b * max_blocks + j / block_size] * block_size + j % block_size of the caches
+    // K, V ([num_blocks * block_size] slots, a slot k_seq / v_seq elements apart, heads k_head /
+    // v_head apart); batch b has seq_lens[b] keys, and its queries are the last seq_q of them.
+    const int* block_table;
+    const int* seq_lens;
+    int block_size, max_blocks, num_blocks, pad2;
 };
+
+// The parameters as batch b sees them: with a paged cache, its own number of keys (clamped to
+// what its block table can hold) and, when causal, its queries at the end of them.
+RF_DEVICE rf_flash_params rf_flash_for_batch(const rf_flash_params& args, int b) {
+    rf_flash_params p = args;
+    if (p.seq_lens) {
+        long long len = p.seq_lens[b];
+        const long long cap = (long long)p.max_blocks * p.block_size;
+        len = len < 0 ? 0 : (len > cap ? cap : len);
+        p.seq_k = (int)len;
+        if (p.causal) p.causal_offset = len - p.seq_q;
+    }
+    return p;
+}
+
+// Row `key` of K or V for batch b: `base` is the tensor with the batch and KV head applied.
+// Paged, through the block table; a block id outside the cache gives null (the row reads as
+// zeros): a corrupt table never reads outside the cache.
+template <typename T>
+RF_DEVICE const T* rf_flash_kv_row(const rf_flash_params& p, const T* base, rf_u64 seq_stride, int b, long long key) {
+    if (!p.block_table) return base + (rf_u64)key * seq_stride;
+    const int blk = p.block_table[(rf_u64)b * p.max_blocks + key / p.block_size];
+    if (blk < 0 || blk >= p.num_blocks) return nullptr;
+    return base + ((rf_u64)blk * p.block_size + key % p.block_size) * seq_stride;
+}
 
 // Where packed row m of a block lives, and the last key it may see (-1: none).
 struct rf_flash_row {
@@ -123,7 +155,8 @@ RF_DEVICE void rf_flash_store_lse(const rf_flash_params& p, int b, const rf_flas
 #define RF_FLASH_P_THREADS 128
 
 template <typename T, int DMAX>
-RF_DEVICE void rf_flash_portable(const rf_flash_params& p) {
+RF_DEVICE void rf_flash_portable(const rf_flash_params& args) {
+    const rf_flash_params p = rf_flash_for_batch(args, blockIdx.z);
     extern __shared__ float rf_flash_smem[];
     const int D = p.head_dim;
     const int ld = D + 1;
@@ -161,7 +194,8 @@ RF_DEVICE void rf_flash_portable(const rf_flash_params& p) {
         for (int e = tid; e < RF_FLASH_P_KEYS * D; e += RF_FLASH_P_THREADS) {
             const int j = e / D, c = e % D;
             const long long key = k0 + j;
-            kv[j * ld + c] = key < k_end ? rf_to_float(kbase[(rf_u64)key * p.k_seq + c]) : 0.0f;
+            const T* row = key < k_end ? rf_flash_kv_row(p, kbase, p.k_seq, b, key) : nullptr;
+            kv[j * ld + c] = row ? rf_to_float(row[c]) : 0.0f;
         }
         __syncthreads();
         float s[RF_FLASH_P_KEYS / 8];
@@ -202,7 +236,8 @@ RF_DEVICE void rf_flash_portable(const rf_flash_params& p) {
         for (int e = tid; e < RF_FLASH_P_KEYS * D; e += RF_FLASH_P_THREADS) {
             const int j = e / D, c = e % D;
             const long long key = k0 + j;
-            kv[j * ld + c] = key < k_end ? rf_to_float(vbase[(rf_u64)key * p.v_seq + c]) : 0.0f;
+            const T* row = key < k_end ? rf_flash_kv_row(p, vbase, p.v_seq, b, key) : nullptr;
+            kv[j * ld + c] = row ? rf_to_float(row[c]) : 0.0f;
         }
         __syncthreads();
         const int keys = k_end - k0 < RF_FLASH_P_KEYS ? (int)(k_end - k0) : RF_FLASH_P_KEYS;
@@ -395,11 +430,54 @@ RF_DEVICE void rf_flash_stage_tile(T* smem, const T* first, rf_u64 row_stride, i
     }
 }
 
+// Both K and V rows of a tile from a paged cache (one block-table lookup a row serves both).
+// Where the threads divide the rows' chunks evenly each thread keeps one column chunk and
+// looks up only the rows it copies; otherwise one lookup a chunk.
+template <typename T, int DT, int LD, int ROWS, int THREADS>
+RF_DEVICE void rf_flash_stage_kv_paged(T* ksm, T* vsm, const rf_flash_params& p, const T* kbase, const T* vbase,
+                                       int b, long long k0, int valid_rows, int D) {
+    constexpr int CHUNKS = DT / 8;
+    const int* table = p.block_table + (rf_u64)b * p.max_blocks;
+    // Slot of key k0 + r, or -1 when the row is absent or its block id is outside the cache.
+    auto slot_of = [&](int r) -> long long {
+        if (r >= valid_rows) return -1;
+        const int key = (int)k0 + r; // < max_blocks * block_size < 2^31 (checked by the launcher)
+        const int blk = table[key / p.block_size];
+        if (blk < 0 || blk >= p.num_blocks) return -1;
+        return (long long)blk * p.block_size + key % p.block_size;
+    };
+    if constexpr (THREADS % CHUNKS == 0 && ROWS % (THREADS / CHUNKS) == 0) {
+        constexpr int RSTEP = THREADS / CHUNKS;
+        const int c = threadIdx.x % CHUNKS;
+        const int r0 = threadIdx.x / CHUNKS;
+        const bool col_ok = c * 8 < D;
+#pragma unroll
+        for (int i = 0; i < ROWS / RSTEP; ++i) {
+            const int r = r0 + i * RSTEP;
+            const long long slot = col_ok ? slot_of(r) : -1;
+            const bool ok = slot >= 0;
+            rf_cp_async16(ksm + r * LD + c * 8, ok ? (const void*)(kbase + (rf_u64)slot * p.k_seq + c * 8) : p.k, ok ? 16 : 0);
+            rf_cp_async16(vsm + r * LD + c * 8, ok ? (const void*)(vbase + (rf_u64)slot * p.v_seq + c * 8) : p.v, ok ? 16 : 0);
+        }
+    } else {
+        for (int e = threadIdx.x; e < ROWS * CHUNKS; e += THREADS) {
+            const int r = e / CHUNKS, c = e % CHUNKS;
+            const long long slot = c * 8 < D ? slot_of(r) : -1;
+            const bool ok = slot >= 0;
+            rf_cp_async16(ksm + r * LD + c * 8, ok ? (const void*)(kbase + (rf_u64)slot * p.k_seq + c * 8) : p.k, ok ? 16 : 0);
+            rf_cp_async16(vsm + r * LD + c * 8, ok ? (const void*)(vbase + (rf_u64)slot * p.v_seq + c * 8) : p.v, ok ? 16 : 0);
+        }
+    }
+}
+
 // WARPS warps; STAGES K/V buffers (cp.async runs STAGES - 1 tiles ahead); KSPLIT: the warps
 // share one 16-row group and split each key tile between them instead (decode, where a block
 // has no more rows than the group's heads of one query), merging their results at the end.
-template <typename T, int DT, int BC, int WARPS, int STAGES, bool KSPLIT>
-RF_DEVICE void rf_flash_mma(const rf_flash_params& p) {
+// PAGED: K and V come through block tables (a separate instantiation, so the contiguous
+// kernels carry none of it).
+template <typename T, int DT, int BC, int WARPS, int STAGES, bool KSPLIT, bool PAGED>
+RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
+    const rf_flash_params p = PAGED ? rf_flash_for_batch(args, blockIdx.z) : args;
     constexpr int ROWS = KSPLIT ? 16 : 16 * WARPS; // packed rows of the block
     constexpr int THREADS = 32 * WARPS;
     constexpr int LD = DT + 8;                      // padded row stride (elements)
@@ -445,10 +523,15 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& p) {
     });
     auto stage_kv = [&](long long k0, int buf) {
         const int valid = k_end - k0 < BC ? (int)(k_end - k0) : BC;
-        rf_flash_stage_tile<T, DT, LD, BC, THREADS>(ks + buf * BC * LD, kbase + (rf_u64)k0 * p.k_seq, p.k_seq,
-                                                    valid, D, p.k);
-        rf_flash_stage_tile<T, DT, LD, BC, THREADS>(vs + buf * BC * LD, vbase + (rf_u64)k0 * p.v_seq, p.v_seq,
-                                                    valid, D, p.v);
+        if constexpr (PAGED) {
+            rf_flash_stage_kv_paged<T, DT, LD, BC, THREADS>(ks + buf * BC * LD, vs + buf * BC * LD, p, kbase, vbase, b,
+                                                            k0, valid, D);
+        } else {
+            rf_flash_stage_tile<T, DT, LD, BC, THREADS>(ks + buf * BC * LD, kbase + (rf_u64)k0 * p.k_seq, p.k_seq,
+                                                        valid, D, p.k);
+            rf_flash_stage_tile<T, DT, LD, BC, THREADS>(vs + buf * BC * LD, vbase + (rf_u64)k0 * p.v_seq, p.v_seq,
+                                                        valid, D, p.v);
+        }
     };
     // Prologue: Q with the first tile, then the next STAGES - 2 tiles, a commit group each.
 #pragma unroll
@@ -642,35 +725,45 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& p) {
 // Entry points exist on every target so the module's symbol table is the same everywhere; the
 // body is the matrix-core kernel only where RF_FLASH_MMA holds.
 #if RF_FLASH_MMA
-#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS) rf_flash_mma<T, DT, BC, W, S, KS>(p);
+#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG) rf_flash_mma<T, DT, BC, W, S, KS, PG>(p);
 #elif RF_PLATFORM_AMD
-#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS) __builtin_trap();
+#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG) __builtin_trap();
 #else
-#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS) __trap();
+#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG) __trap();
 #endif
 
-#define RF_FLASH_MMA_ENTRY(T, DT, BC, W, S, KS, NAME) \
-    RF_KERNEL void __launch_bounds__(32 * W) NAME(rf_flash_params p) { RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS) }
+#define RF_FLASH_MMA_ENTRY(T, DT, BC, W, S, KS, PG, NAME) \
+    RF_KERNEL void __launch_bounds__(32 * W) NAME(rf_flash_params p) { RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG) }
 
 // Variants (the launcher's `plan` picks one by rows and head_dim; docs/kernels/attention.md has
 // the measurements behind them):
 //   _w8: eight warps, 128 rows a block, 128-key tiles: prefill;
 //   _w4: four warps, 64 rows, 64-key tiles: up to 64 rows, and head_dim 256 (32-key tiles);
-//   _ks: four warps splitting each 64-key tile over one 16-row group, three stages: decode.
-#define RF_FLASH_MMA_ENTRIES(suffix, T)                                              \
-    RF_FLASH_MMA_ENTRY(T, 64, 128, 8, 3, false, rf_flash_mma_##suffix##_d64_w8)      \
-    RF_FLASH_MMA_ENTRY(T, 80, 128, 8, 2, false, rf_flash_mma_##suffix##_d80_w8)      \
-    RF_FLASH_MMA_ENTRY(T, 96, 128, 8, 2, false, rf_flash_mma_##suffix##_d96_w8)      \
-    RF_FLASH_MMA_ENTRY(T, 128, 128, 8, 2, false, rf_flash_mma_##suffix##_d128_w8)    \
-    RF_FLASH_MMA_ENTRY(T, 64, 64, 4, 2, false, rf_flash_mma_##suffix##_d64_w4)       \
-    RF_FLASH_MMA_ENTRY(T, 80, 64, 4, 2, false, rf_flash_mma_##suffix##_d80_w4)       \
-    RF_FLASH_MMA_ENTRY(T, 96, 64, 4, 2, false, rf_flash_mma_##suffix##_d96_w4)       \
-    RF_FLASH_MMA_ENTRY(T, 128, 64, 4, 2, false, rf_flash_mma_##suffix##_d128_w4)     \
-    RF_FLASH_MMA_ENTRY(T, 256, 32, 4, 2, false, rf_flash_mma_##suffix##_d256_w4)     \
-    RF_FLASH_MMA_ENTRY(T, 64, 64, 4, 3, true, rf_flash_mma_##suffix##_d64_ks)        \
-    RF_FLASH_MMA_ENTRY(T, 80, 64, 4, 3, true, rf_flash_mma_##suffix##_d80_ks)        \
-    RF_FLASH_MMA_ENTRY(T, 96, 64, 4, 3, true, rf_flash_mma_##suffix##_d96_ks)        \
-    RF_FLASH_MMA_ENTRY(T, 128, 64, 4, 3, true, rf_flash_mma_##suffix##_d128_ks)
+//   _ks: four warps splitting each 64-key tile over one 16-row group, three stages: decode;
+//   _paged: K/V from a paged cache (key-split for decode, four warps otherwise).
+#define RF_FLASH_MMA_ENTRIES(suffix, T)                                                        \
+    RF_FLASH_MMA_ENTRY(T, 64, 128, 8, 3, false, false, rf_flash_mma_##suffix##_d64_w8)         \
+    RF_FLASH_MMA_ENTRY(T, 80, 128, 8, 2, false, false, rf_flash_mma_##suffix##_d80_w8)         \
+    RF_FLASH_MMA_ENTRY(T, 96, 128, 8, 2, false, false, rf_flash_mma_##suffix##_d96_w8)         \
+    RF_FLASH_MMA_ENTRY(T, 128, 128, 8, 2, false, false, rf_flash_mma_##suffix##_d128_w8)       \
+    RF_FLASH_MMA_ENTRY(T, 64, 64, 4, 2, false, false, rf_flash_mma_##suffix##_d64_w4)          \
+    RF_FLASH_MMA_ENTRY(T, 80, 64, 4, 2, false, false, rf_flash_mma_##suffix##_d80_w4)          \
+    RF_FLASH_MMA_ENTRY(T, 96, 64, 4, 2, false, false, rf_flash_mma_##suffix##_d96_w4)          \
+    RF_FLASH_MMA_ENTRY(T, 128, 64, 4, 2, false, false, rf_flash_mma_##suffix##_d128_w4)        \
+    RF_FLASH_MMA_ENTRY(T, 256, 32, 4, 2, false, false, rf_flash_mma_##suffix##_d256_w4)        \
+    RF_FLASH_MMA_ENTRY(T, 64, 64, 4, 3, true, false, rf_flash_mma_##suffix##_d64_ks)           \
+    RF_FLASH_MMA_ENTRY(T, 80, 64, 4, 3, true, false, rf_flash_mma_##suffix##_d80_ks)           \
+    RF_FLASH_MMA_ENTRY(T, 96, 64, 4, 3, true, false, rf_flash_mma_##suffix##_d96_ks)           \
+    RF_FLASH_MMA_ENTRY(T, 128, 64, 4, 3, true, false, rf_flash_mma_##suffix##_d128_ks)         \
+    RF_FLASH_MMA_ENTRY(T, 64, 64, 4, 2, false, true, rf_flash_mma_##suffix##_d64_w4_paged)     \
+    RF_FLASH_MMA_ENTRY(T, 80, 64, 4, 2, false, true, rf_flash_mma_##suffix##_d80_w4_paged)     \
+    RF_FLASH_MMA_ENTRY(T, 96, 64, 4, 2, false, true, rf_flash_mma_##suffix##_d96_w4_paged)     \
+    RF_FLASH_MMA_ENTRY(T, 128, 64, 4, 2, false, true, rf_flash_mma_##suffix##_d128_w4_paged)   \
+    RF_FLASH_MMA_ENTRY(T, 256, 32, 4, 2, false, true, rf_flash_mma_##suffix##_d256_w4_paged)   \
+    RF_FLASH_MMA_ENTRY(T, 64, 64, 4, 3, true, true, rf_flash_mma_##suffix##_d64_ks_paged)      \
+    RF_FLASH_MMA_ENTRY(T, 80, 64, 4, 3, true, true, rf_flash_mma_##suffix##_d80_ks_paged)      \
+    RF_FLASH_MMA_ENTRY(T, 96, 64, 4, 3, true, true, rf_flash_mma_##suffix##_d96_ks_paged)      \
+    RF_FLASH_MMA_ENTRY(T, 128, 64, 4, 3, true, true, rf_flash_mma_##suffix##_d128_ks_paged)
 
 RF_FLASH_MMA_ENTRIES(f16, __half)
 RF_FLASH_MMA_ENTRIES(bf16, rf_bf16)

@@ -11,7 +11,8 @@
 
 use rocm_kernels::Dtype;
 use rocm_kernels::attention::{
-    Attention, FlashKernel, FlashOptions, attention_unfused, flash_attention_with,
+    Attention, FlashKernel, FlashOptions, PagedAttention, PagedKv, attention_unfused, flash_attention_with,
+    paged_attention,
 };
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 
@@ -29,6 +30,8 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let decode = Attention::new(32, 1, 4096, 32, 4, 128).causal();
     rows.push(flash::<f16>(b, decode, FlashKernel::Auto)?);
     rows.push(flash::<bf16>(b, decode, FlashKernel::Auto)?);
+    rows.push(paged::<f16>(b, 16)?);
+    rows.push(paged::<bf16>(b, 16)?);
     let small = prefill(1, 8, 128, false);
     rows.push(flash::<f16>(b, small, FlashKernel::Portable)?);
     rows.push(flash::<f32>(b, small, FlashKernel::Portable)?);
@@ -51,11 +54,9 @@ struct Tensors<T: Dtype> {
 fn tensors<T: Dtype>(b: &mut Bench, a: &Attention) -> Result<Tensors<T>> {
     let q_len = a.batch * a.seq_q * a.q_heads * a.head_dim;
     let kv_len = a.batch * a.seq_k * a.kv_heads * a.head_dim;
-    let mut upload = |len| -> Result<DeviceBuffer<T>> {
-        let host = b.random::<T>(len, -1.0, 1.0);
-        Ok(b.stream.upload(&host)?)
-    };
-    let (q, k, v) = (upload(q_len)?, upload(kv_len)?, upload(kv_len)?);
+    let q = b.upload_random::<T>(q_len, -1.0, 1.0)?;
+    let k = b.upload_random::<T>(kv_len, -1.0, 1.0)?;
+    let v = b.upload_random::<T>(kv_len, -1.0, 1.0)?;
     let o = b.stream.alloc::<T>(q_len)?;
     Ok(Tensors { q, k, v, o })
 }
@@ -88,6 +89,32 @@ fn flash<T: Dtype>(b: &mut Bench, a: Attention, kernel: FlashKernel) -> Result<R
         bytes: bytes::<T>(&a),
         flops: Some(a.flops()),
     })
+}
+
+/// Paged decode over the same problem as the contiguous decode row: batch 32, 4096 cached
+/// tokens each in blocks of `block_size`, handed out in a shuffled order.
+fn paged<T: Dtype>(b: &mut Bench, block_size: usize) -> Result<Row> {
+    let (batch, len, hq, hkv, d) = (32, 4096, 32, 4, 128);
+    let per_seq = len / block_size;
+    let num_blocks = batch * per_seq;
+    let mut ids: Vec<i32> = (0..num_blocks as i32).collect();
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, b.rng.below(i as u64 + 1) as usize);
+    }
+    let attn = PagedAttention::new(batch, 1, hq, hkv, d, block_size, num_blocks, per_seq);
+    let cache_len = attn.cache_len().ok_or("cache size")?;
+    let k = b.upload_random::<T>(cache_len, -1.0, 1.0)?;
+    let v = b.upload_random::<T>(cache_len, -1.0, 1.0)?;
+    let table = b.stream.upload(&ids)?;
+    let lens = b.stream.upload(&vec![len as i32; batch])?;
+    let q = b.upload_random::<T>(batch * hq * d, -1.0, 1.0)?;
+    let mut o = b.stream.alloc::<T>(batch * hq * d)?;
+    let kv = PagedKv { k: &k, v: &v, block_table: &table, seq_lens: &lens };
+    let options = FlashOptions::default();
+    let ms = b.time(|| Ok(paged_attention(&attn, &options, &q, &kv, &mut o, None)?))?;
+    let bytes = ((2 * cache_len + 2 * batch * hq * d) * size_of::<T>()) as u64;
+    let shape = format!("B{batch} H{hq} 1x{len} D{d} g{} bs{block_size}", hq / hkv);
+    Ok(Row { kernel: "paged_attention".into(), dtype: T::NAME, shape, ms, bytes, flops: None })
 }
 
 fn unfused<T: Dtype>(b: &mut Bench, a: Attention) -> Result<Row> {

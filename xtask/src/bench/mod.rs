@@ -19,7 +19,7 @@ mod swiglu;
 use std::sync::Arc;
 
 use rocm_kernels::Dtype;
-use rocm_runtime::{Backend, Stream};
+use rocm_runtime::{Backend, DeviceBuffer, Stream};
 use rocm_testkit::Rng;
 
 use crate::Result;
@@ -57,6 +57,12 @@ impl Bench {
     /// `len` uniform values in `[lo, hi)`, rounded to the storage type.
     pub fn random<T: Dtype>(&mut self, len: usize, lo: f32, hi: f32) -> Vec<T> {
         self.rng.f32_vec(len, lo, hi).into_iter().map(T::from_f32).collect()
+    }
+
+    /// `len` uniform values in `[lo, hi)` of the storage type, on the device.
+    pub fn upload_random<T: Dtype>(&mut self, len: usize, lo: f32, hi: f32) -> Result<DeviceBuffer<T>> {
+        let host = self.random::<T>(len, lo, hi);
+        Ok(self.stream.upload(&host)?)
     }
 
     /// Median milliseconds of `launch`, timed with device events around each call.

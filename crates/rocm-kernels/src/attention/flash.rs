@@ -72,6 +72,13 @@ impl MmaVariant {
         }
     }
 
+    /// Paged K/V is instantiated for the decode shapes only: key-split up to 16 rows, four
+    /// warps beyond (chunked prefill).
+    fn choose_paged(head_dim: usize, rows: usize) -> MmaVariant {
+        let v = MmaVariant::choose(head_dim, rows);
+        if v.warps == 8 { MmaVariant::choose(head_dim, 64) } else { v }
+    }
+
     fn rows(&self) -> usize {
         if self.key_split { 16 } else { 16 * self.warps }
     }
@@ -119,6 +126,22 @@ struct FlashParams {
     causal: i32,
     scale_log2: f32,
     pad: i32,
+    block_table: u64,
+    seq_lens: u64,
+    block_size: i32,
+    max_blocks: i32,
+    num_blocks: i32,
+    pad2: i32,
+}
+
+/// K and V in a paged cache (`rf_flash_params`' paged fields; see [`super::paged`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PagedSource<'a> {
+    pub block_table: &'a DeviceBuffer<i32>,
+    pub seq_lens: &'a DeviceBuffer<i32>,
+    pub block_size: usize,
+    pub max_blocks: usize,
+    pub num_blocks: usize,
 }
 
 /// The kernel a launch runs: its entry point, rows a block, dynamic shared memory.
@@ -155,10 +178,27 @@ pub fn flash_attention_with<T: Dtype>(
     k: &DeviceBuffer<T>,
     v: &DeviceBuffer<T>,
     o: &mut DeviceBuffer<T>,
+    lse: Option<&mut DeviceBuffer<f32>>,
+) -> Result<()> {
+    attn.check(q.len(), k.len(), v.len(), o.len())?;
+    run(attn, options, q, k, v, None, o, lse)
+}
+
+/// Launches the flash kernel (and the combine) for a problem whose buffers were checked by the
+/// caller: `attn.check` for contiguous K/V, the paged checks for a paged cache (where `attn`'s
+/// `seq_k` is the most keys a block table can hold).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run<T: Dtype>(
+    attn: &Attention,
+    options: &FlashOptions,
+    q: &DeviceBuffer<T>,
+    k: &DeviceBuffer<T>,
+    v: &DeviceBuffer<T>,
+    paged: Option<PagedSource<'_>>,
+    o: &mut DeviceBuffer<T>,
     mut lse: Option<&mut DeviceBuffer<f32>>,
 ) -> Result<()> {
     let (kernel, splits) = (options.kernel, options.splits);
-    attn.check(q.len(), k.len(), v.len(), o.len())?;
     if let Some(l) = &lse {
         ensure(l.len() == attn.lse_len(), super::KERNEL, || {
             format!("lse has {} elements, [batch, q_heads, seq_q] needs {}", l.len(), attn.lse_len())
@@ -174,7 +214,7 @@ pub fn flash_attention_with<T: Dtype>(
     }
     let stream = o.stream().clone();
     let ptrs = [q.device_ptr(), k.device_ptr(), v.device_ptr(), o.device_ptr()];
-    let plan = plan::<T>(&stream, attn, kernel, &ptrs)?;
+    let plan = plan::<T>(&stream, attn, kernel, &ptrs, paged.is_some())?;
     let function = loader::kernel(&stream, MODULE, &plan.entry)?;
     let row_blocks = (attn.group() * attn.seq_q).div_ceil(plan.rows_per_block);
     let blocks = row_blocks * attn.kv_heads * attn.batch;
@@ -231,6 +271,12 @@ pub fn flash_attention_with<T: Dtype>(
         causal: attn.causal_offset.is_some() as i32,
         scale_log2: attn.scale * std::f32::consts::LOG2_E,
         pad: 0,
+        block_table: paged.map_or(0, |p| p.block_table.device_ptr()),
+        seq_lens: paged.map_or(0, |p| p.seq_lens.device_ptr()),
+        block_size: paged.map_or(0, |p| p.block_size as i32),
+        max_blocks: paged.map_or(0, |p| p.max_blocks as i32),
+        num_blocks: paged.map_or(0, |p| p.num_blocks as i32),
+        pad2: 0,
     };
     let config = LaunchConfig {
         grid: [row_blocks as u32, (attn.kv_heads * num_splits) as u32, attn.batch as u32],
@@ -243,9 +289,15 @@ pub fn flash_attention_with<T: Dtype>(
     // and lse (length checked: batch * q_heads * seq_q), or, when split, the two temporaries
     // sized above (split < num_splits, row < rows, column < head_dim). The dynamic shared memory
     // is the kernel's layout for this head_dim (plan). The pointers in `params` are those of
-    // the buffers named by reads/writes.
+    // the buffers named by reads/writes. Paged: every key row comes through the block table,
+    // whose ids the kernel checks against num_blocks (the caches' lengths were checked for
+    // num_blocks x block_size slots), for keys below each batch's clamped seq_lens entry.
     unsafe {
         let launch = stream.launch(&function).reads(q).reads(k).reads(v);
+        let launch = match paged {
+            Some(p) => launch.reads(p.block_table).reads(p.seq_lens),
+            None => launch,
+        };
         match &mut partial {
             Some((po, pl)) => launch.writes(po).writes(pl).arg(params).launch(config)?,
             None => match lse.as_deref_mut() {
@@ -272,7 +324,13 @@ pub fn flash_attention_with<T: Dtype>(
 }
 
 /// Chooses the kernel for `kernel` on this device, dtype and layout.
-fn plan<T: Dtype>(stream: &Stream, attn: &Attention, kernel: FlashKernel, ptrs: &[u64]) -> Result<Plan> {
+fn plan<T: Dtype>(
+    stream: &Stream,
+    attn: &Attention,
+    kernel: FlashKernel,
+    ptrs: &[u64],
+    paged: bool,
+) -> Result<Plan> {
     let info = stream.backend().info();
     let mma_fits = || -> std::result::Result<usize, String> {
         if info.matrix_cores != MatrixCores::MmaSync {
@@ -303,11 +361,13 @@ fn plan<T: Dtype>(stream: &Stream, attn: &Attention, kernel: FlashKernel, ptrs: 
     Ok(match mma {
         Some(dt) => {
             let rows = attn.group() * attn.seq_q;
-            let variant = MmaVariant::choose(dt, rows);
+            let variant =
+                if paged { MmaVariant::choose_paged(dt, rows) } else { MmaVariant::choose(dt, rows) };
+            let paged_suffix = if paged { "_paged" } else { "" };
             let block_rows = variant.rows();
             let smem = (block_rows + 2 * variant.stages * variant.keys) * (dt + 8) * size_of::<T>();
             Plan {
-                entry: format!("rf_flash_mma_{}_d{dt}_{}", T::NAME, variant.suffix),
+                entry: format!("rf_flash_mma_{}_d{dt}_{}{paged_suffix}", T::NAME, variant.suffix),
                 rows_per_block: block_rows,
                 threads: 32 * variant.warps as u32,
                 shared_mem_bytes: smem as u32,
@@ -365,7 +425,8 @@ mod tests {
 
     #[test]
     fn params_match_the_kernel_struct() {
-        // 7 pointers, 12 strides, the offset (8 bytes each) and 12 four-byte fields.
-        assert_eq!(size_of::<FlashParams>(), 20 * 8 + 12 * 4);
+        // 7 pointers, 12 strides, the offset (8 bytes each), 12 four-byte fields, then the paged
+        // cache's 2 pointers and 4 four-byte fields.
+        assert_eq!(size_of::<FlashParams>(), 20 * 8 + 12 * 4 + 2 * 8 + 4 * 4);
     }
 }

@@ -10,7 +10,10 @@
 //!   [`attention_scores`], the softmax, then [`attention_weighted`], each a kernel of its
 //!   own. Slow and memory-hungry; for debugging and for checking the fused kernel.
 //!
-//! [`attention_reference`] is the f64 CPU reference of both.
+//! - [`paged_attention`]: the same kernels reading K and V through the block tables of a paged
+//!   KV cache (decode and chunked prefill over rocm-model's cache).
+//!
+//! [`attention_reference`] is the f64 CPU reference of all of them.
 //!
 //! ## Shapes and layouts
 //! `Q` and `O` hold `batch x seq_q x q_heads` rows of `head_dim` elements, `K` and `V`
@@ -29,10 +32,12 @@
 //! - Storage f32, f16 or bf16; products and the softmax in f32, one rounding of the output.
 
 mod flash;
+mod paged;
 mod reference;
 mod unfused;
 
 pub use flash::{FlashKernel, FlashOptions, flash_attention, flash_attention_with};
+pub use paged::{PagedAttention, PagedKv, paged_attention};
 pub use reference::{AttentionReference, attention_reference};
 pub use unfused::{attention_scores, attention_unfused, attention_weighted};
 
