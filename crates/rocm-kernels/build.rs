@@ -4,6 +4,10 @@
 //! `<dir>` is `$ROCMFORGE_KERNELS_DIR` (relative paths are taken from the workspace root, as xtask
 //! does) or `<workspace>/target/kernels`. Nothing built is not an error: the tables are empty and
 //! GPU tests skip (or fail under `ROCMFORGE_REQUIRE_GPU=1`) saying so.
+//!
+//! `ROCMFORGE_EMBED_PLATFORMS` (`nvidia`, `amd` or both, comma-separated; all when unset) limits
+//! what is embedded: `cargo xtask gpu-archive --platform nvidia` packs a suite for one host
+//! without the other platform's objects in every test binary.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -16,6 +20,9 @@ fn main() {
         PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let workspace = manifest.join("../..");
     println!("cargo::rerun-if-env-changed=ROCMFORGE_KERNELS_DIR");
+    println!("cargo::rerun-if-env-changed=ROCMFORGE_EMBED_PLATFORMS");
+    let embed = std::env::var("ROCMFORGE_EMBED_PLATFORMS").ok().filter(|v| !v.trim().is_empty());
+    let wanted = |sub: &str| embed.as_deref().is_none_or(|list| list.split(',').any(|p| p.trim() == sub));
     let kernels_dir = match std::env::var_os("ROCMFORGE_KERNELS_DIR").filter(|v| !v.is_empty()) {
         Some(dir) => workspace.join(dir),
         None => workspace.join("target").join("kernels"),
@@ -48,7 +55,7 @@ fn main() {
         if dir.is_dir() {
             println!("cargo::rerun-if-changed={}", dir.display());
         }
-        let objects = objects(&dir, ext);
+        let objects = if wanted(sub) { objects(&dir, ext) } else { Vec::new() };
         writeln!(code).unwrap();
         writeln!(
             code,

@@ -28,7 +28,10 @@ const TEST_GROUP: &str = "gpu";
 const NEXTEST_CONFIG: &str = ".config/nextest.toml";
 
 const TEST_USAGE: &str = "usage: cargo xtask gpu-test [--archive DIR] [--gpus N] [--sanitize[=memcheck,racecheck,synccheck]] [-- nextest args]";
-const ARCHIVE_USAGE: &str = "usage: cargo xtask gpu-archive [--out DIR]";
+const ARCHIVE_USAGE: &str = "usage: cargo xtask gpu-archive [--out DIR] [--platform amd|nvidia|all]";
+
+/// Tells rocm-kernels' build script which platforms' code objects to embed (all when unset).
+const EMBED_ENV: &str = "ROCMFORGE_EMBED_PLATFORMS";
 
 // ---------------------------------------------------------------------------------------------
 // gpu-test
@@ -389,21 +392,41 @@ fn count_amd_sysfs() -> Option<usize> {
 // ---------------------------------------------------------------------------------------------
 // gpu-archive
 
-fn parse_archive_args(args: &[String]) -> Result<Option<PathBuf>> {
-    let mut out = None;
+#[derive(Debug, Default, PartialEq)]
+struct ArchiveArgs {
+    out: Option<PathBuf>,
+    /// `--platform`: embed only this platform's kernels (the remote host has one), which keeps
+    /// the archive small; `None`: every platform whose compiler is here.
+    platform: Option<Platform>,
+}
+
+fn parse_archive_args(args: &[String]) -> Result<ArchiveArgs> {
+    let mut parsed = ArchiveArgs::default();
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
-        match option_value(arg, "--out", &mut rest)? {
-            Some(dir) => out = Some(PathBuf::from(dir)),
-            None => return Err(format!("unexpected argument `{arg}`\n{ARCHIVE_USAGE}").into()),
+        if let Some(dir) = option_value(arg, "--out", &mut rest)? {
+            parsed.out = Some(PathBuf::from(dir));
+        } else if let Some(p) = option_value(arg, "--platform", &mut rest)? {
+            parsed.platform = match p.as_str() {
+                "all" => None,
+                name => Some(
+                    Platform::ALL
+                        .into_iter()
+                        .find(|x| x.name() == name)
+                        .ok_or_else(|| format!("unknown platform `{name}`\n{ARCHIVE_USAGE}"))?,
+                ),
+            };
+        } else {
+            return Err(format!("unexpected argument `{arg}`\n{ARCHIVE_USAGE}").into());
         }
     }
-    Ok(out)
+    Ok(parsed)
 }
 
 pub fn archive(args: &[String]) -> Result<()> {
     let root = crate::workspace_root();
-    let out = match parse_archive_args(args)? {
+    let parsed = parse_archive_args(args)?;
+    let out = match parsed.out {
         Some(dir) => std::env::current_dir()?.join(dir),
         None => root.join(".gpu"),
     };
@@ -411,7 +434,14 @@ pub fn archive(args: &[String]) -> Result<()> {
     let nextest = find_nextest()?;
 
     // (a) Kernels for every platform whose compiler is here; the test binaries embed them.
-    let platforms = kernels::available_platforms();
+    let mut platforms = kernels::available_platforms();
+    if let Some(only) = parsed.platform {
+        if !platforms.contains(&only) {
+            let why = format!("no {only} kernel compiler here; `cargo xtask doctor` says what to install");
+            return Err(why.into());
+        }
+        platforms = vec![only];
+    }
     if platforms.is_empty() {
         return Err("no kernel compiler found (hipcc for AMD, nvcc for NVIDIA): an archive without \
                     kernels cannot test a GPU; `cargo xtask doctor` says what to install"
@@ -427,14 +457,24 @@ pub fn archive(args: &[String]) -> Result<()> {
         let _ = fs::remove_file(out.join(stale));
     }
     let mut cmd = Command::new(cargo());
+    // Every test binary embeds the kernels: only those of the platforms asked for.
+    let embed = names.join(",");
     cmd.current_dir(&root)
+        .env(EMBED_ENV, &embed)
         .args(["nextest", "archive", "--workspace", "--cargo-profile", CARGO_PROFILE, "--archive-file"])
         .arg(&archive);
     run_checked(cmd)?;
 
     // (c) The nextest binary, and xtask built lean (the dev build that runs now is ~50 MB).
     let mut cmd = Command::new(cargo());
-    cmd.current_dir(&root).args(["build", "--quiet", "--package", "xtask", "--profile", CARGO_PROFILE]);
+    cmd.current_dir(&root).env(EMBED_ENV, &embed).args([
+        "build",
+        "--quiet",
+        "--package",
+        "xtask",
+        "--profile",
+        CARGO_PROFILE,
+    ]);
     run_checked(cmd)?;
     let xtask = target_dir(&root)?.join(CARGO_PROFILE).join(format!("xtask{}", std::env::consts::EXE_SUFFIX));
     copy_exe(&nextest, &out.join("cargo-nextest"))?;
@@ -685,7 +725,11 @@ mod tests {
         assert!(parse_test_args(&strings(&["--gpus"])).is_err());
         assert!(parse_test_args(&strings(&["--archives", "x"])).is_err());
         assert!(parse_archive_args(&strings(&["x"])).is_err());
-        assert_eq!(parse_archive_args(&strings(&["--out", "d"])).unwrap(), Some(PathBuf::from("d")));
+        assert_eq!(parse_archive_args(&strings(&["--out", "d"])).unwrap().out, Some(PathBuf::from("d")));
+        let nvidia = parse_archive_args(&strings(&["--platform=nvidia"])).unwrap();
+        assert_eq!(nvidia.platform, Some(Platform::Nvidia));
+        assert_eq!(parse_archive_args(&strings(&["--platform", "all"])).unwrap().platform, None);
+        assert!(parse_archive_args(&strings(&["--platform", "cpu"])).is_err());
     }
 
     #[test]

@@ -23,7 +23,9 @@ tasks:
   gpu-test [--archive DIR] [--gpus N] [--sanitize[=TOOLS]] [-- nextest args]
                                 run the GPU suite under the nextest `gpu` profile
                                 (--sanitize: under compute-sanitizer memcheck, racecheck, synccheck)
-  gpu-archive [--out DIR]       pack the GPU suite to run on another host (default .gpu/)
+  gpu-archive [--out DIR] [--platform P]
+                                pack the GPU suite to run on another host (default .gpu/;
+                                P: the host's platform only, a smaller archive)
   bench [FILTER...]             time kernels on the GPU: GB/s or TFLOP/s against measured copy bandwidth
   attention-dump DIR            write attention inputs/outputs for scripts/check_attention_torch.py
   bindgen [--check]             regenerate rocm-sys bindings (or check they are current)
