@@ -31,8 +31,10 @@
 //! tensors to `.npy`.
 
 pub mod gguf;
+pub mod kv_cache;
 mod lazy;
 pub mod npy;
+pub mod position;
 
 pub use gguf::{
     Array, GgmlType, GgufError, GgufFile, GgufWriter, Metadata, TensorInfo, Value, ValueType, WriteError,

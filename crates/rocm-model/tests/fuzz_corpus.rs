@@ -5,12 +5,15 @@
 //!
 //! After changing [`seeds`]: `GGUF_WRITE_CORPUS=1 cargo test -p rocm-model --test fuzz_corpus`.
 
+mod common;
+
 use std::path::PathBuf;
 
+use common::manifest_dir;
 use rocm_model::{Array, GgmlType, GgufFile, GgufWriter, Value, ValueType};
 
 fn corpus_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/parse")
+    manifest_dir().join("fuzz/corpus/parse")
 }
 
 fn values(n: usize) -> Vec<f32> {

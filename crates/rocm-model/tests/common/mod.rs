@@ -9,6 +9,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rocm_model::{Array, GgufFile, Value};
 
+/// This crate's directory at run time. Tests run from a nextest archive on another host, where
+/// the build's path (`env!("CARGO_MANIFEST_DIR")`) does not exist; nextest then sets
+/// `CARGO_MANIFEST_DIR` to the remapped checkout.
+pub fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
 /// A directory removed when dropped.
 pub struct TempDir(PathBuf);
 
@@ -38,7 +46,7 @@ impl Drop for TempDir {
 
 /// The interop script.
 pub fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gguf_interop.py")
+    manifest_dir().join("tests/gguf_interop.py")
 }
 
 /// Whether `python3` can import `gguf` (and numpy, which it needs). When it cannot, prints a
