@@ -154,9 +154,33 @@ RF_DEVICE void rf_flash_store_lse(const rf_flash_params& p, int b, const rf_flas
 #define RF_FLASH_P_KEYS 32
 #define RF_FLASH_P_THREADS 128
 
-template <typename T, int DMAX>
+// RF_FLASH_P_KEYS rows of K or V (from `base`, rows `stride` apart, or through the block table
+// when PAGED) into shared memory as f32, row stride ld; rows from k_end on are zeros.
+template <typename T, bool PAGED>
+RF_DEVICE void rf_flash_load_tile(float* dst, int ld, const rf_flash_params& p, const T* base, rf_u64 stride, int b,
+                                  long long k0, long long k_end) {
+    const int D = p.head_dim;
+    for (int e = threadIdx.x; e < RF_FLASH_P_KEYS * D; e += RF_FLASH_P_THREADS) {
+        const int j = e / D, c = e % D;
+        const long long key = k0 + j;
+        float v = 0.0f;
+        if (key < k_end) {
+            if constexpr (PAGED) {
+                const T* row = rf_flash_kv_row(p, base, stride, b, key);
+                v = row ? rf_to_float(row[c]) : 0.0f;
+            } else {
+                v = rf_to_float(base[(rf_u64)key * stride + c]);
+            }
+        }
+        dst[j * ld + c] = v;
+    }
+}
+
+// PAGED: K and V through block tables (a separate instantiation, as for the matrix-core kernel:
+// the contiguous one carries none of it).
+template <typename T, int DMAX, bool PAGED>
 RF_DEVICE void rf_flash_portable(const rf_flash_params& args) {
-    const rf_flash_params p = rf_flash_for_batch(args, blockIdx.z);
+    const rf_flash_params p = PAGED ? rf_flash_for_batch(args, blockIdx.z) : args;
     extern __shared__ float rf_flash_smem[];
     const int D = p.head_dim;
     const int ld = D + 1;
@@ -191,12 +215,7 @@ RF_DEVICE void rf_flash_portable(const rf_flash_params& args) {
 
     for (long long k0 = k_begin; k0 < k_end; k0 += RF_FLASH_P_KEYS) {
         __syncthreads(); // the previous tile's V (and, the first time, nothing) is done with
-        for (int e = tid; e < RF_FLASH_P_KEYS * D; e += RF_FLASH_P_THREADS) {
-            const int j = e / D, c = e % D;
-            const long long key = k0 + j;
-            const T* row = key < k_end ? rf_flash_kv_row(p, kbase, p.k_seq, b, key) : nullptr;
-            kv[j * ld + c] = row ? rf_to_float(row[c]) : 0.0f;
-        }
+        rf_flash_load_tile<T, PAGED>(kv, ld, p, kbase, p.k_seq, b, k0, k_end);
         __syncthreads();
         float s[RF_FLASH_P_KEYS / 8];
         float tile_max = -INFINITY;
@@ -233,12 +252,7 @@ RF_DEVICE void rf_flash_portable(const rf_flash_params& args) {
 #pragma unroll
         for (int c = 0; c < DMAX / 8; ++c) acc[c] *= alpha;
         __syncthreads(); // every row's scores are read from K: V may replace it
-        for (int e = tid; e < RF_FLASH_P_KEYS * D; e += RF_FLASH_P_THREADS) {
-            const int j = e / D, c = e % D;
-            const long long key = k0 + j;
-            const T* row = key < k_end ? rf_flash_kv_row(p, vbase, p.v_seq, b, key) : nullptr;
-            kv[j * ld + c] = row ? rf_to_float(row[c]) : 0.0f;
-        }
+        rf_flash_load_tile<T, PAGED>(kv, ld, p, vbase, p.v_seq, b, k0, k_end);
         __syncthreads();
         const int keys = k_end - k0 < RF_FLASH_P_KEYS ? (int)(k_end - k0) : RF_FLASH_P_KEYS;
         for (int j = 0; j < keys; ++j) {
@@ -261,9 +275,12 @@ RF_DEVICE void rf_flash_portable(const rf_flash_params& args) {
     if (l8 == 0) rf_flash_store_lse(p, b, row, split, m_run, l_run);
 }
 
-#define RF_FLASH_PORTABLE_ENTRY(suffix, T, DMAX)                                                      \
-    RF_KERNEL void __launch_bounds__(RF_FLASH_P_THREADS) rf_flash_##suffix##_d##DMAX(rf_flash_params p) { \
-        rf_flash_portable<T, DMAX>(p);                                                             \
+#define RF_FLASH_PORTABLE_ENTRY(suffix, T, DMAX)                                                          \
+    RF_KERNEL void __launch_bounds__(RF_FLASH_P_THREADS) rf_flash_##suffix##_d##DMAX(rf_flash_params p) {     \
+        rf_flash_portable<T, DMAX, false>(p);                                                          \
+    }                                                                                                  \
+    RF_KERNEL void __launch_bounds__(RF_FLASH_P_THREADS) rf_flash_##suffix##_d##DMAX##_paged(rf_flash_params p) { \
+        rf_flash_portable<T, DMAX, true>(p);                                                           \
     }
 #define RF_FLASH_PORTABLE_ENTRIES(suffix, T)                                                          \
     RF_FLASH_PORTABLE_ENTRY(suffix, T, 64) RF_FLASH_PORTABLE_ENTRY(suffix, T, 128)                   \

@@ -378,7 +378,7 @@ fn plan<T: Dtype>(
             let ld = attn.head_dim + 1;
             let floats = PORTABLE_ROWS * ld + PORTABLE_KEYS * ld + PORTABLE_ROWS * PORTABLE_KEYS;
             Plan {
-                entry: format!("rf_flash_{}_d{dmax}", T::NAME),
+                entry: format!("rf_flash_{}_d{dmax}{}", T::NAME, if paged { "_paged" } else { "" }),
                 rows_per_block: PORTABLE_ROWS,
                 threads: THREADS,
                 shared_mem_bytes: (floats * 4) as u32,
