@@ -135,6 +135,34 @@ const CUDA: Binding = Binding {
     vars: &[],
 };
 
+/// The cuBLAS subset of the vendor GEMM (`rocm_runtime::Blas` on NVIDIA): a handle bound to
+/// a stream and a user workspace per call, and the mixed-precision GEMMs with f32 compute.
+/// Headers: a CUDA toolkit, or NVIDIA's `nvidia-cublas` wheel beside the nvcc wheels.
+const CUBLAS: Binding = Binding {
+    file: "cublas.rs",
+    header: "cublas.h",
+    library: "CublasLibrary",
+    functions: &[
+        "cublasCreate_v2",
+        "cublasDestroy_v2",
+        "cublasSetStream_v2",
+        "cublasSetWorkspace_v2",
+        "cublasGetStatusName",
+        "cublasGetStatusString",
+        "cublasGemmEx",
+        "cublasGemmStridedBatchedEx",
+    ],
+    newtype_enums: &[
+        "cublasStatus_t",
+        "cublasOperation_t",
+        "cublasComputeType_t",
+        "cublasGemmAlgo_t",
+        "cudaDataType_t",
+    ],
+    types: &[],
+    vars: &[],
+};
+
 pub fn run(args: &[String]) -> Result<()> {
     let check = match args {
         [] => false,
@@ -144,7 +172,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let root = workspace_root();
     let sys = root.join("crates/rocm-sys");
     let mut stale = Vec::new();
-    for binding in [&HIP, &CUDA] {
+    for binding in [&HIP, &CUDA, &CUBLAS] {
         let include = match binding.header {
             "hip.h" => toolchain::hip_include_dir(),
             _ => toolchain::cuda_include_dir(),
@@ -152,6 +180,13 @@ pub fn run(args: &[String]) -> Result<()> {
         .ok_or_else(|| {
             format!("headers for {} not found: {}", binding.header, toolchain::install_hint(binding.header))
         })?;
+        if binding.header == "cublas.h" && !include.join("cublas_api.h").is_file() {
+            return Err(format!(
+                "cublas_api.h not found in {}: install the CUDA toolkit's cuBLAS or `pip install nvidia-cublas==13.0.*`",
+                include.display()
+            )
+            .into());
+        }
         let text = generate(binding, &sys.join("wrapper").join(binding.header), &include)?;
         let out = sys.join("src").join(binding.file);
         if check {

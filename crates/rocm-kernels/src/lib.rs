@@ -13,6 +13,7 @@ mod dtype;
 pub mod embedded;
 mod error;
 pub mod fill;
+pub mod gemm;
 pub mod kv_cache;
 mod loader;
 pub mod quant;

@@ -60,6 +60,7 @@ pub struct Backend {
     free_at_start: u64,
     modules: RwLock<HashMap<&'static str, Module>>,
     next_stream_id: AtomicU64,
+    library_states: AtomicU64,
 }
 
 impl std::fmt::Debug for Backend {
@@ -107,6 +108,7 @@ impl Backend {
             free_at_start: free,
             modules: RwLock::new(HashMap::new()),
             next_stream_id: AtomicU64::new(1),
+            library_states: AtomicU64::new(0),
         })
     }
 
@@ -190,6 +192,18 @@ impl Backend {
 
     pub(crate) fn driver(&self) -> &dyn DeviceDriver {
         &*self.driver
+    }
+
+    /// How many process-lifetime library states (vendor library handles such as cuBLAS's) have
+    /// been created on this device. Their device memory is the library's, outside the ledger,
+    /// and lives until the process exits: a test that sees this change knows a drop in the
+    /// driver's free memory is that, not a leak.
+    pub fn library_states(&self) -> u64 {
+        self.library_states.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn note_library_state(&self) {
+        self.library_states.fetch_add(1, Ordering::SeqCst);
     }
 
     pub(crate) fn next_stream_id(&self) -> u64 {

@@ -22,6 +22,7 @@
 //!   [`Stream`], and a buffer is used on the stream it belongs to.
 
 mod backend;
+mod blas;
 mod buffer;
 mod device;
 mod driver;
@@ -34,6 +35,7 @@ mod platform;
 mod stream;
 
 pub use backend::{Backend, DEFAULT_MEM_FRACTION, MEM_FRACTION_ENV, Platforms, detect};
+pub use blas::{Blas, BlasElement, ColMajorGemm, ElementType, GemmDesc, Transpose};
 pub use buffer::{DeviceBuffer, DeviceCopy};
 pub use device::{DeviceInfo, MatrixCores, MemoryInfo};
 pub use error::{Bytes, DriverError, Error, OverBudget, Result};

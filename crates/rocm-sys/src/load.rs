@@ -37,7 +37,7 @@ pub const HIP_LIBRARY_ENV: &str = "ROCMFORGE_HIP_LIBRARY";
 /// Env var naming an exact CUDA driver library to load instead of searching.
 pub const CUDA_LIBRARY_ENV: &str = "ROCMFORGE_CUDA_LIBRARY";
 
-fn candidates(env: &str, names: &[&str], dirs: &[PathBuf]) -> Vec<OsString> {
+pub(crate) fn candidates(env: &str, names: &[&str], dirs: &[PathBuf]) -> Vec<OsString> {
     if let Some(exact) = std::env::var_os(env).filter(|v| !v.is_empty()) {
         return vec![exact];
     }
@@ -50,7 +50,7 @@ fn candidates(env: &str, names: &[&str], dirs: &[PathBuf]) -> Vec<OsString> {
     out
 }
 
-fn open<T>(
+pub(crate) fn open<T>(
     library: &'static str,
     candidates: Vec<OsString>,
     bind: impl Fn(libloading::Library) -> Result<T, libloading::Error>,

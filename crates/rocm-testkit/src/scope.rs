@@ -66,6 +66,7 @@ pub struct GpuTest {
     stream: Stream,
     account: Account,
     free_at_start: Option<u64>,
+    library_states_at_start: u64,
     done: bool,
 }
 
@@ -100,7 +101,16 @@ impl GpuTest {
         let stream = backend.create_stream_for(&account).map_err(|e| GpuUnavailable(e.to_string()))?;
         let alone = ACTIVE_SCOPES.fetch_add(1, Ordering::SeqCst) == 0;
         let free_at_start = alone.then(|| backend.memory_info().ok().map(|m| m.free)).flatten();
-        Ok(GpuTest { name: name.to_string(), backend, stream, account, free_at_start, done: false })
+        let library_states_at_start = backend.library_states();
+        Ok(GpuTest {
+            name: name.to_string(),
+            backend,
+            stream,
+            account,
+            free_at_start,
+            library_states_at_start,
+            done: false,
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -146,6 +156,13 @@ impl GpuTest {
         let (Some(free_at_start), true, true) = (self.free_at_start, serialised, alone) else {
             return Ok(());
         };
+        // A vendor library's handle (cuBLAS: ~70 MiB) created during the test lives as long as
+        // the process, in memory the ledger does not see: the driver's reading cannot tell it
+        // from a leak. The ledger's exact check above still holds.
+        if self.backend.library_states() != self.library_states_at_start {
+            eprintln!("{}: driver memory check skipped: a vendor library handle was created", self.name);
+            return Ok(());
+        }
         let free_at_end = self.backend.memory_info().map(|m| m.free).unwrap_or(free_at_start);
         if free_at_end + DRIVER_FREE_TOLERANCE < free_at_start {
             return Err(LeakReport::DriverMemory { test: self.name.clone(), free_at_start, free_at_end });

@@ -10,6 +10,7 @@
 mod causal_mask;
 mod copy;
 mod flash_attention;
+mod gemm;
 mod mxfp;
 mod rmsnorm;
 mod rope;
@@ -96,6 +97,7 @@ const FAMILIES: &[(&str, Family)] = &[
     ("causal_mask", causal_mask::run),
     ("flash_attention", flash_attention::run),
     ("mxfp", mxfp::run),
+    ("gemm", gemm::run),
 ];
 
 pub fn run(args: &[String]) -> Result<()> {

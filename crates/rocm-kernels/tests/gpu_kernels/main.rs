@@ -13,6 +13,7 @@ mod causal_mask;
 mod dequant;
 mod fill;
 mod flash_attention;
+mod gemm;
 mod kv_cache;
 mod mxfp;
 mod paged_attention;
