@@ -26,9 +26,11 @@
 //! (1 = none; Code Llama / "linear" `rope_scaling` use e.g. 4).
 //!
 //! **Positions** are `i32`; valid ones are `0 <= p < max_position` (`max_position` defaults to
-//! 2^31, i.e. every non-negative `i32`). The launcher cannot see device data without waiting for
-//! it, so an invalid position is not an `Err`: the kernel writes NaN into every rotated element
-//! of that token (Q and K), which makes the mistake loud downstream. The reference does the same.
+//! 2^31, i.e. every non-negative `i32`). [`Rope::upload_positions`] checks host positions as it
+//! uploads them and refuses a bad one with an error naming the token. Positions already on the
+//! device cannot be checked without waiting for them, so there an invalid position is not an
+//! `Err`: the kernel writes NaN into every rotated element of that token (Q and K), which makes
+//! the mistake loud downstream. The reference does the same.
 //!
 //! **Accuracy**: `inv_freq` is computed on the host in f64 (and divided by `scaling_factor`
 //! there), the kernel forms `p * inv_freq` and reduces it modulo 2*pi in f64, then takes f32
@@ -243,6 +245,21 @@ impl Rope {
                 .launch(config)?
         };
         Ok(())
+    }
+
+    /// Uploads `positions` (host values) on `stream` after checking each is in `0 <=
+    /// p < max_position`: the checked way in, where a bad position is an `Err` naming the token
+    /// rather than NaN in the output. Pass the buffer to [`Rope::run`].
+    pub fn upload_positions(&self, stream: &Stream, positions: &[i32]) -> Result<DeviceBuffer<i32>> {
+        let max = self.max_position();
+        if let Some((token, &p)) = positions.iter().enumerate().find(|&(_, &p)| p < 0 || i64::from(p) >= max)
+        {
+            return Err(KernelError::Shape {
+                kernel: KERNEL,
+                message: format!("position {p} of token {token} is outside [0, {max})"),
+            });
+        }
+        Ok(stream.upload(positions)?)
     }
 
     fn check_positions(&self, tokens: usize, block_positions: Option<usize>) -> Result<()> {

@@ -233,6 +233,24 @@ fn q_alone_and_strided_k() {
     check_tensor("k", &rope, &k, &dk.to_vec().unwrap(), kh, Some(k_stride), &positions, None);
 }
 
+/// The checked way in: host positions outside [0, max_position) are an error naming the token,
+/// and nothing is uploaded; valid ones upload unchanged.
+#[test]
+fn upload_positions_refuses_out_of_range_ones() {
+    let gpu = gpu_test!();
+    let rope = Rope::neox(64).with_max_position(1000);
+    for (bad, token, value) in
+        [(vec![0, 999, 1000], 2, 1000), (vec![-1, 3], 0, -1), (vec![5, 7, 2_000_000], 2, 2_000_000)]
+    {
+        let message = rope.upload_positions(gpu.stream(), &bad).unwrap_err().to_string();
+        assert!(message.contains(&format!("position {value} of token {token}")), "{message}");
+    }
+    let good = rope.upload_positions(gpu.stream(), &[0, 999, 3]).unwrap();
+    assert_eq!(good.to_vec().unwrap(), [0, 999, 3]);
+    let unbounded = Rope::neox(64).upload_positions(gpu.stream(), &[i32::MAX]).unwrap();
+    assert_eq!(unbounded.to_vec().unwrap(), [i32::MAX]);
+}
+
 #[test]
 fn invalid_positions_write_nan_into_their_token_only() {
     let gpu = gpu_test!();
