@@ -32,6 +32,8 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     rows.push(flash::<bf16>(b, decode, FlashKernel::Auto)?);
     rows.push(paged::<f16>(b, 16)?);
     rows.push(paged::<bf16>(b, 16)?);
+    // Larger blocks: the same kernel with K/V scattered in bigger contiguous pieces.
+    rows.push(paged::<f16>(b, 256)?);
     let small = prefill(1, 8, 128, false);
     rows.push(flash::<f16>(b, small, FlashKernel::Portable)?);
     rows.push(flash::<f32>(b, small, FlashKernel::Portable)?);
