@@ -33,6 +33,7 @@
 pub mod gguf;
 pub mod kv_cache;
 mod lazy;
+pub mod model;
 pub mod npy;
 pub mod position;
 

@@ -1,0 +1,258 @@
+//! [`ModelConfig`]: what the forward pass needs from a GGUF file's metadata.
+//!
+//! Keys follow llama.cpp (`<arch>` is `general.architecture`):
+//!
+//! | key | required | meaning |
+//! |---|---|---|
+//! | `<arch>.embedding_length` | yes | hidden size |
+//! | `<arch>.block_count` | yes | layers |
+//! | `<arch>.feed_forward_length` | yes | MLP inner size |
+//! | `<arch>.attention.head_count` | yes | query heads |
+//! | `<arch>.attention.head_count_kv` | no (= head_count) | KV heads (GQA/MQA) |
+//! | `<arch>.attention.key_length` | no (= hidden / heads) | head size (`value_length` must match) |
+//! | `<arch>.attention.layer_norm_rms_epsilon` | yes | RMSNorm epsilon |
+//! | `<arch>.rope.freq_base` | no (10000) | RoPE base |
+//! | `<arch>.rope.dimension_count` | no | rotated elements of a head |
+//! | `glm4.rope.rope_ratio` | no (1) | GLM's base multiplier (rocmforge's key; llama.cpp folds it into `freq_base`) |
+
+use rocm_kernels::rope::{Rope, RopeStyle};
+
+use super::error::{ModelError, Result};
+use crate::gguf::Metadata;
+use crate::position::glm4_rope;
+
+/// The model families the block supports; they differ only in their RoPE (see [`ModelConfig::rope`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    /// RoPE over interleaved pairs `(2i, 2i + 1)` of the first `rotary_dim` elements: llama.cpp's
+    /// `LLAMA_ROPE_TYPE_NORM`. Its converter undoes Hugging Face's q/k row permutation, so GGUF
+    /// llama weights expect interleaved pairs, not the half-split ("rotate_half") of HF code.
+    Llama,
+    /// GLM-4 / ChatGLM2-3: interleaved pairs over the first `head_dim / 2` elements, base
+    /// `freq_base * rope_ratio` (`rocm_model::position::glm4_rope`).
+    Glm4,
+}
+
+impl Architecture {
+    pub fn name(self) -> &'static str {
+        match self {
+            Architecture::Llama => "llama",
+            Architecture::Glm4 => "glm4",
+        }
+    }
+
+    fn from_name(name: &str) -> Result<Self> {
+        match name {
+            "llama" => Ok(Architecture::Llama),
+            "glm4" => Ok(Architecture::Glm4),
+            other => Err(ModelError::UnsupportedArchitecture(other.to_string())),
+        }
+    }
+}
+
+/// Sizes and constants of a model, checked for consistency.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub architecture: Architecture,
+    pub hidden: usize,
+    pub layers: usize,
+    pub ffn: usize,
+    pub q_heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub rms_eps: f32,
+    pub rope_theta: f32,
+    /// Rotated elements of a head (Llama); GLM always rotates `head_dim / 2`.
+    pub rotary_dim: usize,
+    /// GLM's base multiplier (1 for Llama).
+    pub rope_ratio: f32,
+}
+
+impl ModelConfig {
+    /// Reads and checks the configuration (see the module docs for the keys).
+    pub fn from_metadata(meta: &Metadata) -> Result<Self> {
+        let arch_key = "general.architecture";
+        let arch_name = match meta.get(arch_key) {
+            None => return Err(ModelError::MissingKey { key: arch_key.into() }),
+            Some(v) => v.as_str().ok_or_else(|| bad(arch_key, "is not a string"))?,
+        };
+        let architecture = Architecture::from_name(arch_name)?;
+        let key = |suffix: &str| format!("{arch_name}.{suffix}");
+
+        let hidden = required_usize(meta, &key("embedding_length"))?;
+        let layers = required_usize(meta, &key("block_count"))?;
+        let ffn = required_usize(meta, &key("feed_forward_length"))?;
+        let q_heads = required_usize(meta, &key("attention.head_count"))?;
+        let kv_heads = optional_usize(meta, &key("attention.head_count_kv"))?.unwrap_or(q_heads);
+        let rms_eps = required_f32(meta, &key("attention.layer_norm_rms_epsilon"))?;
+        let rope_theta = optional_f32(meta, &key("rope.freq_base"))?.unwrap_or(10_000.0);
+        let rope_ratio = match architecture {
+            Architecture::Glm4 => optional_f32(meta, &key("rope.rope_ratio"))?.unwrap_or(1.0),
+            Architecture::Llama => 1.0,
+        };
+
+        let head_key = key("attention.key_length");
+        let head_dim = match optional_usize(meta, &head_key)? {
+            Some(d) => d,
+            None if q_heads > 0 && hidden.is_multiple_of(q_heads) => hidden / q_heads,
+            None => {
+                return Err(bad(
+                    &key("attention.head_count"),
+                    &format!(
+                        "{q_heads} heads do not divide embedding_length {hidden} (and {head_key} is absent)"
+                    ),
+                ));
+            }
+        };
+        let value_key = key("attention.value_length");
+        if let Some(v) = optional_usize(meta, &value_key)?
+            && v != head_dim
+        {
+            return Err(bad(&value_key, &format!("{v} differs from the key length {head_dim}")));
+        }
+
+        let rotary_key = key("rope.dimension_count");
+        let rotary = optional_usize(meta, &rotary_key)?;
+        let rotary_dim = match architecture {
+            Architecture::Llama => rotary.unwrap_or(head_dim),
+            Architecture::Glm4 => {
+                // GLM rotates half of each head; a file that says otherwise is not this scheme.
+                if let Some(r) = rotary
+                    && r != head_dim / 2
+                {
+                    return Err(bad(
+                        &rotary_key,
+                        &format!("GLM-4 rotates head_dim / 2 = {}, file says {r}", head_dim / 2),
+                    ));
+                }
+                head_dim / 2
+            }
+        };
+
+        let config = ModelConfig {
+            architecture,
+            hidden,
+            layers,
+            ffn,
+            q_heads,
+            kv_heads,
+            head_dim,
+            rms_eps,
+            rope_theta,
+            rotary_dim,
+            rope_ratio,
+        };
+        config.check(arch_name)?;
+        Ok(config)
+    }
+
+    /// The consistency checks, each error naming the key that breaks it.
+    fn check(&self, arch: &str) -> Result<()> {
+        let key = |suffix: &str| format!("{arch}.{suffix}");
+        for (suffix, value) in [
+            ("embedding_length", self.hidden),
+            ("block_count", self.layers),
+            ("feed_forward_length", self.ffn),
+            ("attention.head_count", self.q_heads),
+            ("attention.head_count_kv", self.kv_heads),
+            ("attention.key_length", self.head_dim),
+        ] {
+            if value == 0 {
+                return Err(bad(&key(suffix), "must be at least 1"));
+            }
+        }
+        if !self.q_heads.is_multiple_of(self.kv_heads) {
+            return Err(bad(
+                &key("attention.head_count_kv"),
+                &format!("{} KV heads do not divide {} query heads", self.kv_heads, self.q_heads),
+            ));
+        }
+        if !(self.rms_eps.is_finite() && self.rms_eps > 0.0) {
+            return Err(bad(
+                &key("attention.layer_norm_rms_epsilon"),
+                &format!("{} is not positive", self.rms_eps),
+            ));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            return Err(bad(&key("rope.freq_base"), &format!("{} is not positive", self.rope_theta)));
+        }
+        // The RoPE configuration itself (even sizes, ratio, the kernel's pair limit).
+        self.rope().map_err(|e| bad(&key("rope.dimension_count"), &e.to_string()))?;
+        Ok(())
+    }
+
+    /// Elements of all query heads of a token.
+    pub fn q_dim(&self) -> usize {
+        self.q_heads * self.head_dim
+    }
+
+    /// Elements of all KV heads of a token.
+    pub fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// The RoPE the kernels and the reference apply to Q and K (see [`Architecture`]).
+    pub fn rope(&self) -> Result<Rope> {
+        match self.architecture {
+            Architecture::Llama => {
+                let d = self.rotary_dim;
+                if d == 0
+                    || !d.is_multiple_of(2)
+                    || d > self.head_dim
+                    || d / 2 > rocm_kernels::rope::MAX_PAIRS
+                {
+                    return Err(ModelError::BadInput(format!(
+                        "rotary dimension {d} must be even, positive, at most head_dim {} and at most {} pairs",
+                        self.head_dim,
+                        rocm_kernels::rope::MAX_PAIRS
+                    )));
+                }
+                Ok(Rope::new(RopeStyle::GptJ { rotary_dim: d }, self.head_dim)
+                    .with_theta_base(self.rope_theta))
+            }
+            Architecture::Glm4 => Ok(glm4_rope(self.head_dim, self.rope_theta, self.rope_ratio)?),
+        }
+    }
+}
+
+fn bad(key: &str, reason: &str) -> ModelError {
+    ModelError::BadMetadata { key: key.to_string(), reason: reason.to_string() }
+}
+
+fn optional_usize(meta: &Metadata, key: &str) -> Result<Option<usize>> {
+    match meta.get(key) {
+        None => Ok(None),
+        Some(v) => {
+            let n = v
+                .as_u64()
+                .ok_or_else(|| bad(key, &format!("expected a non-negative integer, found {v:?}")))?;
+            // Sizes beyond 2^31 are not a model this crate can run (the kernels index with i32).
+            if n > i32::MAX as u64 {
+                return Err(bad(key, &format!("{n} is too large")));
+            }
+            Ok(Some(n as usize))
+        }
+    }
+}
+
+fn required_usize(meta: &Metadata, key: &str) -> Result<usize> {
+    optional_usize(meta, key)?.ok_or_else(|| ModelError::MissingKey { key: key.to_string() })
+}
+
+fn optional_f32(meta: &Metadata, key: &str) -> Result<Option<f32>> {
+    match meta.get(key) {
+        None => Ok(None),
+        Some(v) => {
+            let x = v.as_f64().ok_or_else(|| bad(key, &format!("expected a number, found {v:?}")))?;
+            let f = x as f32;
+            if !f.is_finite() {
+                return Err(bad(key, &format!("{x} is not a finite f32")));
+            }
+            Ok(Some(f))
+        }
+    }
+}
+
+fn required_f32(meta: &Metadata, key: &str) -> Result<f32> {
+    optional_f32(meta, key)?.ok_or_else(|| ModelError::MissingKey { key: key.to_string() })
+}

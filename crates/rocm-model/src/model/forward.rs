@@ -1,0 +1,309 @@
+//! [`Model`]: the transformer blocks on the GPU over the paged KV cache.
+//!
+//! One forward pass takes `seq_q` new tokens of each of `batch` sequences (`[batch * seq_q,
+//! hidden]`, sequence-major) and, for every layer:
+//!
+//! ```text
+//! xn = rmsnorm(h, attn_norm)
+//! q, k, v = xn Wq^T, xn Wk^T, xn Wv^T            (GEMM, y = x W^T)
+//! rope(q, k) at the tokens' positions            (seq_len before the step + 0..seq_q)
+//! kv_cache_write(k, v) at the slots PagedCache::append handed out
+//! a = paged_attention(q, cache)                  (causal: the queries are the last seq_q tokens)
+//! h = h + a Wo^T                                 (GEMM with beta = 1: the residual add)
+//! xn = rmsnorm(h, ffn_norm)
+//! h = h + swiglu(xn Wgate^T, xn Wup^T) Wdown^T   (GEMM with beta = 1)
+//! ```
+//!
+//! then `rmsnorm(h, output_norm)` if the model has one. Every tensor is `T` in device memory;
+//! each kernel computes in f32 and rounds once when it stores.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use rocm_kernels::attention::{FlashOptions, PagedAttention, PagedKv, paged_attention};
+use rocm_kernels::gemm::{GemmDesc, GemmElement, gemm};
+use rocm_kernels::kv_cache::{kv_cache_copy_blocks, kv_cache_write};
+use rocm_kernels::rmsnorm::RmsNorm;
+use rocm_kernels::rope::{Rope, RopeTensor};
+use rocm_kernels::swiglu::swiglu;
+use rocm_runtime::{DeviceBuffer, Stream};
+
+use super::config::ModelConfig;
+use super::error::{ModelError, Result};
+use super::weights::{LayerTensor, OUTPUT_NORM, check_model, load_device, tensor_name};
+use crate::gguf::GgufFile;
+use crate::kv_cache::{KvCacheError, KvCacheShape, KvCacheTensors, PagedCache, SeqId};
+use crate::lazy::DeviceTensors;
+use crate::position::plain_positions;
+
+/// One layer's weights in `T`, matrices row-major `[out, in]`.
+struct LayerWeights<T: GemmElement> {
+    w: Vec<DeviceBuffer<T>>,
+}
+
+impl<T: GemmElement> LayerWeights<T> {
+    fn get(&self, t: LayerTensor) -> &DeviceBuffer<T> {
+        &self.w[LayerTensor::ALL.iter().position(|&x| x == t).expect("every tensor is loaded")]
+    }
+}
+
+/// A model on one stream: its weights in `T` (f32, f16, bf16) and its forward pass.
+pub struct Model<T: GemmElement> {
+    config: ModelConfig,
+    rope: Rope,
+    layers: Vec<LayerWeights<T>>,
+    output_norm: Option<DeviceBuffer<T>>,
+    stream: Stream,
+}
+
+impl<T: GemmElement> std::fmt::Debug for Model<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("config", &self.config).field("dtype", &T::NAME).finish_non_exhaustive()
+    }
+}
+
+/// What one forward pass is about to do to the cache, planned before any device work.
+struct Step {
+    seqs: Vec<SeqId>,
+    seq_q: usize,
+    positions: Vec<i32>,
+    slots: Vec<i32>,
+    copies: Vec<(usize, usize)>,
+}
+
+impl<T: GemmElement> Model<T> {
+    /// Reads the configuration, checks every tensor (names, dims, types) before uploading any,
+    /// then uploads and dequantises them on `stream`.
+    pub fn load(file: Arc<GgufFile>, stream: &Stream) -> Result<Self> {
+        let config = ModelConfig::from_metadata(file.metadata())?;
+        let has_output_norm = check_model(&file, &config)?;
+        let rope = config.rope()?;
+        let tensors = DeviceTensors::new(file, stream.clone());
+        let mut layers = Vec::with_capacity(config.layers);
+        for l in 0..config.layers {
+            let w = LayerTensor::ALL
+                .iter()
+                .map(|&t| load_device(&tensors, &tensor_name(l, t)))
+                .collect::<Result<_>>()?;
+            layers.push(LayerWeights { w });
+        }
+        let output_norm = if has_output_norm { Some(load_device(&tensors, OUTPUT_NORM)?) } else { None };
+        Ok(Model { config, rope, layers, output_norm, stream: stream.clone() })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// The KV-cache tensors' shape for this model over `cache`'s blocks.
+    pub fn kv_cache_shape(&self, cache: &PagedCache) -> Result<KvCacheShape> {
+        Ok(KvCacheShape::for_cache(cache, self.config.layers, self.config.kv_heads, self.config.head_dim)?)
+    }
+
+    /// Allocates the KV-cache tensors for `cache` on the model's stream.
+    pub fn new_kv_cache(&self, cache: &PagedCache) -> Result<KvCacheTensors<T>> {
+        Ok(KvCacheTensors::new(&self.stream, self.kv_cache_shape(cache)?)?)
+    }
+
+    /// All tokens of `hidden` (`[tokens, hidden]`) as the next tokens of `seq`: a prompt, or a
+    /// chunk of one. Returns `[tokens, hidden]`.
+    pub fn prefill(
+        &self,
+        cache: &mut PagedCache,
+        kv: &mut KvCacheTensors<T>,
+        seq: SeqId,
+        hidden: &DeviceBuffer<T>,
+    ) -> Result<DeviceBuffer<T>> {
+        let tokens = hidden.len() / self.config.hidden.max(1);
+        self.forward(cache, kv, &[seq], tokens, hidden)
+    }
+
+    /// One new token for each of `seqs` (`hidden` is `[seqs.len(), hidden]`).
+    pub fn decode_step(
+        &self,
+        cache: &mut PagedCache,
+        kv: &mut KvCacheTensors<T>,
+        seqs: &[SeqId],
+        hidden: &DeviceBuffer<T>,
+    ) -> Result<DeviceBuffer<T>> {
+        self.forward(cache, kv, seqs, 1, hidden)
+    }
+
+    /// `seq_q` new tokens of each of `seqs`, `hidden` being `[seqs.len() * seq_q, hidden]`
+    /// (sequence-major). Appends the tokens to `cache`; if anything fails after that, the cache's
+    /// bookkeeping is restored, so a refused step leaves it as it was.
+    pub fn forward(
+        &self,
+        cache: &mut PagedCache,
+        kv: &mut KvCacheTensors<T>,
+        seqs: &[SeqId],
+        seq_q: usize,
+        hidden: &DeviceBuffer<T>,
+    ) -> Result<DeviceBuffer<T>> {
+        self.check_inputs(cache, kv, seqs, seq_q, hidden)?;
+        // The bookkeeping is small (a table per sequence): a copy is the simplest undo.
+        let backup = cache.clone();
+        let result = plan(cache, seqs, seq_q).and_then(|step| self.run(cache, kv, &step, hidden));
+        if result.is_err() {
+            *cache = backup;
+        }
+        result
+    }
+
+    fn check_inputs(
+        &self,
+        cache: &PagedCache,
+        kv: &KvCacheTensors<T>,
+        seqs: &[SeqId],
+        seq_q: usize,
+        hidden: &DeviceBuffer<T>,
+    ) -> Result<()> {
+        let c = &self.config;
+        if seqs.is_empty() || seq_q == 0 {
+            return Err(ModelError::BadInput(format!(
+                "{} sequences of {seq_q} tokens: nothing to run",
+                seqs.len()
+            )));
+        }
+        let mut seen = HashSet::new();
+        for &s in seqs {
+            if !seen.insert(s) {
+                return Err(ModelError::BadInput(format!("sequence {s} appears twice in one step")));
+            }
+            if !cache.contains(s) {
+                return Err(KvCacheError::SequenceNotFound(s).into());
+            }
+        }
+        let want = seqs.len().checked_mul(seq_q).and_then(|t| t.checked_mul(c.hidden));
+        if want != Some(hidden.len()) {
+            return Err(ModelError::BadInput(format!(
+                "hidden has {} elements; {} sequences x {seq_q} tokens x {} need {want:?}",
+                hidden.len(),
+                seqs.len(),
+                c.hidden
+            )));
+        }
+        let expected = self.kv_cache_shape(cache)?;
+        if *kv.shape() != expected {
+            return Err(ModelError::BadInput(format!(
+                "the KV-cache tensors are {}, this model over this cache needs {expected}",
+                kv.shape()
+            )));
+        }
+        if !hidden.stream().same_as(&self.stream) || !kv.stream().same_as(&self.stream) {
+            return Err(ModelError::BadInput("hidden and the KV cache must be on the model's stream".into()));
+        }
+        Ok(())
+    }
+
+    fn run(
+        &self,
+        cache: &PagedCache,
+        kv: &mut KvCacheTensors<T>,
+        step: &Step,
+        hidden: &DeviceBuffer<T>,
+    ) -> Result<DeviceBuffer<T>> {
+        let c = &self.config;
+        let s = &self.stream;
+        let n = step.seqs.len() * step.seq_q;
+        let tables = cache.pack_block_tables(&step.seqs)?;
+        let block_table = s.upload(&tables.block_tables)?;
+        let seq_lens = s.upload(&tables.context_lens)?;
+        let positions = s.upload(&step.positions)?;
+        let slots = s.upload(&step.slots)?;
+        let shape = kv.shape().kernel_shape();
+        let attn_desc = PagedAttention::new(
+            step.seqs.len(),
+            step.seq_q,
+            c.q_heads,
+            c.kv_heads,
+            c.head_dim,
+            cache.block_size(),
+            cache.num_blocks(),
+            tables.max_blocks,
+        );
+
+        // The residual stream, a copy so the caller's input stays as it was.
+        let mut h = s.alloc::<T>(n * c.hidden)?;
+        h.copy_from_device(hidden)?;
+        let mut xn = s.alloc::<T>(n * c.hidden)?;
+        let mut q = s.alloc::<T>(n * c.q_dim())?;
+        let mut k = s.alloc::<T>(n * c.kv_dim())?;
+        let mut v = s.alloc::<T>(n * c.kv_dim())?;
+        let mut attn = s.alloc::<T>(n * c.q_dim())?;
+        let mut gate = s.alloc::<T>(n * c.ffn)?;
+        let mut up = s.alloc::<T>(n * c.ffn)?;
+        let mut act = s.alloc::<T>(n * c.ffn)?;
+        let norm = RmsNorm::new(n, c.hidden, c.rms_eps);
+        let linear = |out: usize, inp: usize| GemmDesc::linear(n, out, inp);
+        let accumulate = |out: usize, inp: usize| GemmDesc::linear(n, out, inp).with_alpha_beta(1.0, 1.0);
+
+        for (l, w) in self.layers.iter().enumerate() {
+            norm.run(&h, w.get(LayerTensor::AttnNorm), &mut xn)?;
+            gemm(&linear(c.q_dim(), c.hidden), &xn, w.get(LayerTensor::AttnQ), &mut q)?;
+            gemm(&linear(c.kv_dim(), c.hidden), &xn, w.get(LayerTensor::AttnK), &mut k)?;
+            gemm(&linear(c.kv_dim(), c.hidden), &xn, w.get(LayerTensor::AttnV), &mut v)?;
+            self.rope.run(
+                RopeTensor::new(&mut q, c.q_heads),
+                Some(RopeTensor::new(&mut k, c.kv_heads)),
+                &positions,
+                None,
+            )?;
+            let (k_cache, v_cache) = kv.layer_mut(l)?;
+            // Copy-on-write of shared blocks first, one call per pair (docs/kv_cache.md).
+            for &pair in &step.copies {
+                kv_cache_copy_blocks(&shape, &[pair], k_cache, v_cache)?;
+            }
+            kv_cache_write(&shape, &k, &v, &slots, k_cache, v_cache)?;
+            let paged = PagedKv { k: k_cache, v: v_cache, block_table: &block_table, seq_lens: &seq_lens };
+            paged_attention(&attn_desc, &FlashOptions::default(), &q, &paged, &mut attn, None)?;
+            gemm(&accumulate(c.hidden, c.q_dim()), &attn, w.get(LayerTensor::AttnOutput), &mut h)?;
+
+            norm.run(&h, w.get(LayerTensor::FfnNorm), &mut xn)?;
+            gemm(&linear(c.ffn, c.hidden), &xn, w.get(LayerTensor::FfnGate), &mut gate)?;
+            gemm(&linear(c.ffn, c.hidden), &xn, w.get(LayerTensor::FfnUp), &mut up)?;
+            swiglu(&gate, &up, &mut act)?;
+            gemm(&accumulate(c.hidden, c.ffn), &act, w.get(LayerTensor::FfnDown), &mut h)?;
+        }
+        match &self.output_norm {
+            Some(weight) => {
+                norm.run(&h, weight, &mut xn)?;
+                Ok(xn)
+            }
+            None => Ok(h),
+        }
+    }
+}
+
+/// Appends `seq_q` tokens to each sequence and gathers positions, slots and block copies. The
+/// capacity of the whole step is checked first (a sum that can only overestimate: two sequences
+/// sharing a partly filled block may need one copy between them, counted twice); a refusal
+/// after that is undone by the caller's backup.
+fn plan(cache: &mut PagedCache, seqs: &[SeqId], seq_q: usize) -> Result<Step> {
+    let mut needed = 0usize;
+    for &s in seqs {
+        needed = needed.saturating_add(cache.blocks_needed(s, seq_q)?);
+    }
+    if needed > cache.num_free_blocks() {
+        return Err(KvCacheError::CacheFull {
+            needed,
+            free: cache.num_free_blocks(),
+            total: cache.num_blocks(),
+        }
+        .into());
+    }
+    let mut step =
+        Step { seqs: seqs.to_vec(), seq_q, positions: Vec::new(), slots: Vec::new(), copies: Vec::new() };
+    for &s in seqs {
+        let start = cache.seq_len(s)?;
+        step.positions.extend(plain_positions(start, seq_q)?);
+        let append = cache.append(s, seq_q)?;
+        step.copies.extend(append.copy.map(|c| c.pair()));
+        step.slots.extend(append.slot_ids());
+    }
+    Ok(step)
+}

@@ -1,0 +1,29 @@
+//! A Llama-style transformer block on the GPU, and its f64 CPU reference (issue 7).
+//!
+//! - [`ModelConfig`]: sizes, norm epsilon and RoPE read from GGUF metadata (`llama` and `glm4`).
+//! - [`Model`]: the weights of every layer uploaded once and dequantised on the GPU to the
+//!   compute type `T` (f32, f16, bf16), and a forward pass over new tokens of one or more
+//!   sequences through the paged KV cache ([`Model::prefill`], [`Model::decode_step`]).
+//! - [`ReferenceModel`]: the same forward pass in f64 on the CPU from the same stored bytes, with
+//!   a contiguous KV cache of its own; it can also round to `T` where the GPU stores, to estimate
+//!   the error of a `T` pipeline without a GPU.
+//! - [`synthetic`]: random models written with [`crate::GgufWriter`] for tests and examples.
+//!
+//! `docs/model.md` describes the dataflow, the conventions (weight layout, RoPE pairing) and how
+//! the GPU/CPU tolerances were chosen.
+
+mod config;
+mod error;
+mod forward;
+mod reference;
+pub mod synthetic;
+mod weights;
+
+#[cfg(test)]
+mod tests;
+
+pub use config::{Architecture, ModelConfig};
+pub use error::{ModelError, Result};
+pub use forward::Model;
+pub use reference::{ReferenceModel, ReferenceSequence, Rounding};
+pub use weights::{LayerTensor, OUTPUT_NORM, tensor_name};

@@ -1,0 +1,263 @@
+//! The f64 CPU reference of the forward pass: the same weights (decoded from the stored bytes),
+//! the same positions and RoPE, a contiguous KV cache per sequence.
+//!
+//! With a [`Rounding`] other than `Exact` it also rounds to the GPU's storage type wherever the
+//! GPU stores a tensor (weights, every activation, the residual stream, the KV cache), keeping
+//! sums in f64. That is a model of the GPU's `T` pipeline, used to measure how far a correct
+//! f16/bf16 implementation drifts from the exact forward pass (`docs/model.md`, tolerances).
+
+use rocm_kernels::rope::{Rope, RopeStyle};
+
+use super::config::ModelConfig;
+use super::error::{ModelError, Result};
+use super::weights::{LayerTensor, OUTPUT_NORM, check_model, load_host, tensor_name};
+use crate::gguf::GgufFile;
+
+/// Where the reference rounds: nowhere, or to the GPU's storage type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Rounding {
+    #[default]
+    Exact,
+    F32,
+    F16,
+    Bf16,
+}
+
+impl Rounding {
+    /// The rounding of the GPU's compute type `name` (`Dtype::NAME`: f32, f16, bf16).
+    pub fn for_dtype(name: &str) -> Option<Rounding> {
+        match name {
+            "f32" => Some(Rounding::F32),
+            "f16" => Some(Rounding::F16),
+            "bf16" => Some(Rounding::Bf16),
+            _ => None,
+        }
+    }
+
+    pub fn apply(self, x: f64) -> f64 {
+        match self {
+            Rounding::Exact => x,
+            Rounding::F32 => x as f32 as f64,
+            Rounding::F16 => half::f16::from_f64(x).to_f64(),
+            Rounding::Bf16 => half::bf16::from_f64(x).to_f64(),
+        }
+    }
+
+    fn all(self, v: &mut [f64]) {
+        if self != Rounding::Exact {
+            v.iter_mut().for_each(|x| *x = self.apply(*x));
+        }
+    }
+}
+
+/// One layer's weights, row-major `[out, in]` for the matrices.
+#[derive(Debug, Clone)]
+struct HostLayer {
+    w: Vec<Vec<f64>>,
+}
+
+impl HostLayer {
+    fn get(&self, t: LayerTensor) -> &[f64] {
+        &self.w[LayerTensor::ALL.iter().position(|&x| x == t).expect("every tensor is loaded")]
+    }
+}
+
+/// The reference model.
+#[derive(Debug, Clone)]
+pub struct ReferenceModel {
+    config: ModelConfig,
+    /// Rotated elements and the frequency base, from the same [`Rope`] the GPU runs.
+    rope: (usize, f64),
+    layers: Vec<HostLayer>,
+    output_norm: Option<Vec<f64>>,
+    rounding: Rounding,
+}
+
+/// A sequence's tokens in the reference's KV cache: per layer, `[len, kv_heads * head_dim]`.
+#[derive(Debug, Clone, Default)]
+pub struct ReferenceSequence {
+    len: usize,
+    k: Vec<Vec<f64>>,
+    v: Vec<Vec<f64>>,
+}
+
+impl ReferenceSequence {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl ReferenceModel {
+    /// Reads the configuration and every weight of `file` (checked as [`super::Model::load`] does).
+    pub fn load(file: &GgufFile, rounding: Rounding) -> Result<Self> {
+        let config = ModelConfig::from_metadata(file.metadata())?;
+        let has_output_norm = check_model(file, &config)?;
+        let rope = rope_params(&config.rope()?)?;
+        let load = |name: &str| -> Result<Vec<f64>> {
+            let mut w = load_host(file, name)?;
+            rounding.all(&mut w);
+            Ok(w)
+        };
+        let layers = (0..config.layers)
+            .map(|l| {
+                let w = LayerTensor::ALL.iter().map(|&t| load(&tensor_name(l, t))).collect::<Result<_>>()?;
+                Ok(HostLayer { w })
+            })
+            .collect::<Result<_>>()?;
+        let output_norm = if has_output_norm { Some(load(OUTPUT_NORM)?) } else { None };
+        Ok(ReferenceModel { config, rope, layers, output_norm, rounding })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn new_sequence(&self) -> ReferenceSequence {
+        let layers = self.config.layers;
+        ReferenceSequence { len: 0, k: vec![Vec::new(); layers], v: vec![Vec::new(); layers] }
+    }
+
+    /// Runs `hidden` (`[tokens, hidden]`, the next tokens of `seq`) through every layer (and the
+    /// output norm), appending their K/V to `seq`. Returns `[tokens, hidden]`.
+    pub fn forward(&self, seq: &mut ReferenceSequence, hidden: &[f64]) -> Result<Vec<f64>> {
+        let c = &self.config;
+        if hidden.is_empty() || !hidden.len().is_multiple_of(c.hidden) {
+            return Err(ModelError::BadInput(format!(
+                "{} hidden values are not a positive number of tokens of {}",
+                hidden.len(),
+                c.hidden
+            )));
+        }
+        if seq.k.len() != c.layers {
+            return Err(ModelError::BadInput("the sequence was made by another model".into()));
+        }
+        let n = hidden.len() / c.hidden;
+        let r = self.rounding;
+        let mut h = hidden.to_vec();
+        r.all(&mut h);
+        let start = seq.len;
+        for (l, layer) in self.layers.iter().enumerate() {
+            let xn = self.rmsnorm(&h, layer.get(LayerTensor::AttnNorm));
+            let mut q = self.linear(&xn, layer.get(LayerTensor::AttnQ), c.q_dim());
+            let mut k = self.linear(&xn, layer.get(LayerTensor::AttnK), c.kv_dim());
+            let v = self.linear(&xn, layer.get(LayerTensor::AttnV), c.kv_dim());
+            for t in 0..n {
+                let pos = (start + t) as f64;
+                for head in q[t * c.q_dim()..(t + 1) * c.q_dim()].chunks_mut(c.head_dim) {
+                    self.rotate(head, pos);
+                }
+                for head in k[t * c.kv_dim()..(t + 1) * c.kv_dim()].chunks_mut(c.head_dim) {
+                    self.rotate(head, pos);
+                }
+            }
+            seq.k[l].extend_from_slice(&k);
+            seq.v[l].extend_from_slice(&v);
+            let attn = self.attention(&q, &seq.k[l], &seq.v[l], start, n);
+            self.residual(&mut h, &attn, layer.get(LayerTensor::AttnOutput), c.q_dim());
+            let xn = self.rmsnorm(&h, layer.get(LayerTensor::FfnNorm));
+            let gate = self.linear(&xn, layer.get(LayerTensor::FfnGate), c.ffn);
+            let up = self.linear(&xn, layer.get(LayerTensor::FfnUp), c.ffn);
+            let act: Vec<f64> =
+                gate.iter().zip(&up).map(|(&g, &u)| r.apply(g / (1.0 + (-g).exp()) * u)).collect();
+            self.residual(&mut h, &act, layer.get(LayerTensor::FfnDown), c.ffn);
+        }
+        seq.len += n;
+        Ok(match &self.output_norm {
+            Some(w) => self.rmsnorm(&h, w),
+            None => h,
+        })
+    }
+
+    /// `x / sqrt(mean(x^2) + eps) * w` per row.
+    fn rmsnorm(&self, x: &[f64], w: &[f64]) -> Vec<f64> {
+        let eps = self.config.rms_eps as f64;
+        let mut out = Vec::with_capacity(x.len());
+        for row in x.chunks(w.len()) {
+            let ms = row.iter().map(|v| v * v).sum::<f64>() / row.len() as f64;
+            let inv = 1.0 / (ms + eps).sqrt();
+            out.extend(row.iter().zip(w).map(|(&v, &g)| self.rounding.apply(v * inv * g)));
+        }
+        out
+    }
+
+    /// `x W^T` with `W` row-major `[out, in]`.
+    fn linear(&self, x: &[f64], w: &[f64], out: usize) -> Vec<f64> {
+        let k = w.len() / out;
+        let mut y = Vec::with_capacity(x.len() / k * out);
+        for row in x.chunks(k) {
+            y.extend(w.chunks(k).map(|wr| self.rounding.apply(dot(row, wr))));
+        }
+        y
+    }
+
+    /// `h += x W^T`, rounded once per element (the GPU's GEMM with beta = 1).
+    fn residual(&self, h: &mut [f64], x: &[f64], w: &[f64], k: usize) {
+        let hidden = self.config.hidden;
+        for (hr, xr) in h.chunks_mut(hidden).zip(x.chunks(k)) {
+            for (hv, wr) in hr.iter_mut().zip(w.chunks(k)) {
+                *hv = self.rounding.apply(*hv + dot(xr, wr));
+            }
+        }
+    }
+
+    /// Interleaved pairs `(2i, 2i + 1)` over the first `d` elements, `inv_freq = base^(-2i/d)`.
+    fn rotate(&self, head: &mut [f64], pos: f64) {
+        rotate_interleaved(head, pos, self.rope, self.rounding);
+    }
+
+    /// Causal GQA attention of `n` new queries (positions `start..start + n`) over the keys
+    /// `0..start + n` of the cache; query head `h` reads KV head `h / (q_heads / kv_heads)`.
+    fn attention(&self, q: &[f64], k: &[f64], v: &[f64], start: usize, n: usize) -> Vec<f64> {
+        let c = &self.config;
+        let (hd, group) = (c.head_dim, c.q_heads / c.kv_heads);
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut out = vec![0.0; n * c.q_dim()];
+        for t in 0..n {
+            let keys = start + t + 1;
+            for h in 0..c.q_heads {
+                let qh = &q[t * c.q_dim() + h * hd..][..hd];
+                let kv_off = (h / group) * hd;
+                let scores: Vec<f64> =
+                    (0..keys).map(|j| dot(qh, &k[j * c.kv_dim() + kv_off..][..hd]) * scale).collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let p: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let sum: f64 = p.iter().sum();
+                let o = &mut out[t * c.q_dim() + h * hd..][..hd];
+                for (j, pj) in p.iter().enumerate() {
+                    for (oe, ve) in o.iter_mut().zip(&v[j * c.kv_dim() + kv_off..][..hd]) {
+                        *oe += pj / sum * ve;
+                    }
+                }
+                self.rounding.all(o);
+            }
+        }
+        out
+    }
+}
+
+/// Rotates the interleaved pairs `(2i, 2i + 1)`, `i < d / 2`, of one head by `pos * base^(-2i/d)`.
+pub(super) fn rotate_interleaved(head: &mut [f64], pos: f64, (d, base): (usize, f64), rounding: Rounding) {
+    for i in 0..d / 2 {
+        let (s, c) = (pos * base.powf(-((2 * i) as f64) / d as f64)).sin_cos();
+        let (a, b) = (head[2 * i], head[2 * i + 1]);
+        head[2 * i] = rounding.apply(a * c - b * s);
+        head[2 * i + 1] = rounding.apply(b * c + a * s);
+    }
+}
+
+/// The rotated width and frequency base of the RoPE styles the models use.
+pub(super) fn rope_params(rope: &Rope) -> Result<(usize, f64)> {
+    match rope.style {
+        RopeStyle::GptJ { rotary_dim } => Ok((rotary_dim, rope.theta_base as f64)),
+        RopeStyle::Glm { rope_ratio } => Ok((rope.head_dim / 2, rope.theta_base as f64 * rope_ratio as f64)),
+        other => Err(ModelError::BadInput(format!("the reference does not implement {other:?}"))),
+    }
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}

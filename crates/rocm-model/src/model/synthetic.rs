@@ -1,0 +1,185 @@
+//! Random models written with [`GgufWriter`], for tests and the `decode` example, and the
+//! tolerances the GPU/CPU parity test holds them to.
+
+use super::config::Architecture;
+use super::error::Result;
+use super::weights::{LayerTensor, OUTPUT_NORM, tensor_name};
+use crate::gguf::{GgmlType, GgufWriter};
+
+/// The shape and storage types of a synthetic model.
+#[derive(Debug, Clone)]
+pub struct SyntheticSpec {
+    pub architecture: Architecture,
+    pub hidden: usize,
+    pub layers: usize,
+    pub ffn: usize,
+    pub q_heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub rms_eps: f32,
+    pub rope_theta: f32,
+    /// GLM only (written as `glm4.rope.rope_ratio`).
+    pub rope_ratio: f32,
+    pub output_norm: bool,
+    /// The type of tensor `t` of layer `l` is `types(l, t)`.
+    pub types: fn(usize, LayerTensor) -> GgmlType,
+    pub seed: u64,
+}
+
+/// A mix of every supported type: each layer stores its matrices differently.
+pub fn mixed_types(layer: usize, t: LayerTensor) -> GgmlType {
+    use GgmlType::*;
+    use LayerTensor::*;
+    match (layer % 2, t) {
+        (_, AttnNorm | FfnNorm) => F32,
+        (0, AttnQ) => F16,
+        (0, AttnK) => BF16,
+        (0, AttnV) => Q8_0,
+        (0, AttnOutput) => MXFP4,
+        (0, FfnGate) => Q8_0,
+        (0, FfnUp) => F32,
+        (0, FfnDown) => MXFP4,
+        (_, AttnQ) => Q8_0,
+        (_, AttnK) => MXFP4,
+        (_, AttnV) => F32,
+        (_, AttnOutput) => Q8_0,
+        (_, FfnGate) => MXFP4,
+        (_, FfnUp) => Q4_0,
+        (_, FfnDown) => BF16,
+    }
+}
+
+impl SyntheticSpec {
+    /// The parity test's model: 2 layers, hidden 192, 4 query and 2 KV heads of 64 (so the
+    /// attention width, 256, differs from the hidden size), FFN 352, mixed weight types.
+    pub fn small(architecture: Architecture) -> Self {
+        SyntheticSpec {
+            architecture,
+            hidden: 192,
+            layers: 2,
+            ffn: 352,
+            q_heads: 4,
+            kv_heads: 2,
+            head_dim: 64,
+            rms_eps: 1e-5,
+            rope_theta: 10_000.0,
+            rope_ratio: if architecture == Architecture::Glm4 { 2.0 } else { 1.0 },
+            output_norm: true,
+            types: mixed_types,
+            seed: 7,
+        }
+    }
+
+    /// The GGUF writer holding the model's metadata and tensors. Weights are normal with
+    /// standard deviation `1 / sqrt(in)` (activations stay of order 1 through the layers), norm
+    /// weights uniform in [0.8, 1.2].
+    pub fn writer(&self) -> Result<GgufWriter> {
+        let arch = self.architecture.name();
+        let mut w = GgufWriter::new();
+        w.add_metadata("general.architecture", arch)?;
+        w.add_metadata(format!("{arch}.embedding_length"), self.hidden as u32)?;
+        w.add_metadata(format!("{arch}.block_count"), self.layers as u32)?;
+        w.add_metadata(format!("{arch}.feed_forward_length"), self.ffn as u32)?;
+        w.add_metadata(format!("{arch}.attention.head_count"), self.q_heads as u32)?;
+        w.add_metadata(format!("{arch}.attention.head_count_kv"), self.kv_heads as u32)?;
+        w.add_metadata(format!("{arch}.attention.key_length"), self.head_dim as u32)?;
+        w.add_metadata(format!("{arch}.attention.value_length"), self.head_dim as u32)?;
+        w.add_metadata(format!("{arch}.attention.layer_norm_rms_epsilon"), self.rms_eps)?;
+        w.add_metadata(format!("{arch}.rope.freq_base"), self.rope_theta)?;
+        if self.architecture == Architecture::Glm4 {
+            w.add_metadata(format!("{arch}.rope.rope_ratio"), self.rope_ratio)?;
+            w.add_metadata(format!("{arch}.rope.dimension_count"), (self.head_dim / 2) as u32)?;
+        }
+        let config = super::ModelConfig {
+            architecture: self.architecture,
+            hidden: self.hidden,
+            layers: self.layers,
+            ffn: self.ffn,
+            q_heads: self.q_heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            rms_eps: self.rms_eps,
+            rope_theta: self.rope_theta,
+            rotary_dim: self.head_dim,
+            rope_ratio: self.rope_ratio,
+        };
+        let mut rng = SplitMix(self.seed);
+        for l in 0..self.layers {
+            for t in LayerTensor::ALL {
+                let dims = t.dims(&config);
+                let values = if dims.len() == 1 {
+                    rng.norm_weight(dims[0] as usize)
+                } else {
+                    rng.matrix(dims[0] as usize, dims[1] as usize)
+                };
+                w.add_quantized(tensor_name(l, t), (self.types)(l, t), &dims, &values)?;
+            }
+        }
+        if self.output_norm {
+            w.add_f32(OUTPUT_NORM, &[self.hidden as u64], &rng.norm_weight(self.hidden))?;
+        }
+        Ok(w)
+    }
+
+    /// The model as GGUF bytes.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        Ok(self.writer()?.to_bytes())
+    }
+}
+
+/// Seeded random numbers (splitmix64): enough for weights and inputs, no dependency.
+#[derive(Debug, Clone)]
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box-Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u = 1.0 - self.uniform();
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * self.uniform()).cos()
+    }
+
+    /// `n` standard normal values: hidden states for a model's input.
+    pub fn hidden(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.normal() as f32).collect()
+    }
+
+    fn matrix(&mut self, inp: usize, out: usize) -> Vec<f32> {
+        let std = 1.0 / (inp as f64).sqrt();
+        (0..inp * out).map(|_| (self.normal() * std) as f32).collect()
+    }
+
+    fn norm_weight(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| (0.8 + 0.4 * self.uniform()) as f32).collect()
+    }
+}
+
+/// How close the GPU's output must be to the exact f64 reference, for a compute type: every
+/// element within `abs` (outputs are RMS-normalised, of order 1), and the relative L2 error of
+/// the whole output within `l2`. See `docs/model.md` for how these were chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ParityTolerance {
+    pub abs: f64,
+    pub l2: f64,
+}
+
+/// The parity tolerance for `Dtype::NAME` (`f32`, `f16`, `bf16`).
+pub fn parity_tolerance(dtype: &str) -> ParityTolerance {
+    match dtype {
+        "f32" => ParityTolerance { abs: 5e-5, l2: 1e-5 },
+        "f16" => ParityTolerance { abs: 3e-2, l2: 5e-3 },
+        _ => ParityTolerance { abs: 2.5e-1, l2: 4e-2 },
+    }
+}

@@ -1,0 +1,295 @@
+//! CPU tests: configuration, refusals, and the reference forward pass.
+
+use rocm_kernels::rope::rope_reference;
+
+use super::reference::{rope_params, rotate_interleaved};
+use super::synthetic::{SplitMix, SyntheticSpec, parity_tolerance};
+use super::*;
+use crate::gguf::{GgmlType, GgufFile, GgufWriter};
+
+fn file_of(w: &GgufWriter) -> GgufFile {
+    GgufFile::from_bytes(w.to_bytes()).unwrap()
+}
+
+fn small_file(arch: Architecture) -> GgufFile {
+    GgufFile::from_bytes(SyntheticSpec::small(arch).to_bytes().unwrap()).unwrap()
+}
+
+#[test]
+fn reads_a_llama_config() {
+    let file = small_file(Architecture::Llama);
+    let c = ModelConfig::from_metadata(file.metadata()).unwrap();
+    assert_eq!(c.architecture, Architecture::Llama);
+    assert_eq!((c.hidden, c.layers, c.ffn, c.q_heads, c.kv_heads, c.head_dim), (192, 2, 352, 4, 2, 64));
+    assert_eq!((c.q_dim(), c.kv_dim(), c.rotary_dim), (256, 128, 64));
+    assert_eq!((c.rms_eps, c.rope_theta, c.rope_ratio), (1e-5, 10_000.0, 1.0));
+    let rope = c.rope().unwrap();
+    assert_eq!(rope.style, rocm_kernels::rope::RopeStyle::GptJ { rotary_dim: 64 });
+}
+
+#[test]
+fn reads_a_glm4_config() {
+    let file = small_file(Architecture::Glm4);
+    let c = ModelConfig::from_metadata(file.metadata()).unwrap();
+    assert_eq!((c.architecture, c.rotary_dim, c.rope_ratio), (Architecture::Glm4, 32, 2.0));
+    assert_eq!(c.rope().unwrap().style, rocm_kernels::rope::RopeStyle::Glm { rope_ratio: 2.0 });
+}
+
+/// llama metadata with the defaults left out: head_dim from hidden / heads, kv_heads = heads.
+#[test]
+fn defaults_and_head_dim_from_the_hidden_size() {
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", "llama").unwrap();
+    for (k, v) in [
+        ("embedding_length", 256u32),
+        ("block_count", 1),
+        ("feed_forward_length", 64),
+        ("attention.head_count", 4),
+    ] {
+        w.add_metadata(format!("llama.{k}"), v).unwrap();
+    }
+    w.add_metadata("llama.attention.layer_norm_rms_epsilon", 1e-6f32).unwrap();
+    let c = ModelConfig::from_metadata(file_of(&w).metadata()).unwrap();
+    assert_eq!((c.head_dim, c.kv_heads, c.rope_theta, c.rotary_dim), (64, 4, 10_000.0, 64));
+}
+
+/// The small model's metadata with `key` removed or replaced.
+fn metadata_with(key: &str, value: Option<crate::Value>) -> Result<ModelConfig> {
+    let spec = SyntheticSpec::small(Architecture::Llama);
+    let full = spec.writer().unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in full.metadata().iter() {
+        if k == key {
+            if let Some(v) = &value {
+                w.add_metadata(k, v.clone()).unwrap();
+            }
+        } else {
+            w.add_metadata(k, v.clone()).unwrap();
+        }
+    }
+    ModelConfig::from_metadata(file_of(&w).metadata())
+}
+
+#[test]
+fn missing_keys_are_named() {
+    for key in ["general.architecture", "llama.block_count", "llama.attention.layer_norm_rms_epsilon"] {
+        let err = metadata_with(key, None).unwrap_err();
+        assert!(matches!(&err, ModelError::MissingKey { key: k } if k == key), "{key}: {err}");
+        assert!(err.to_string().contains(key));
+    }
+}
+
+#[test]
+fn bad_metadata_is_refused_naming_the_key() {
+    use crate::Value;
+    let cases: [(&str, Value, &str); 6] = [
+        ("general.architecture", Value::String("gpt2".into()), "gpt2"),
+        ("llama.embedding_length", Value::String("big".into()), "llama.embedding_length"),
+        ("llama.attention.head_count_kv", Value::U32(3), "llama.attention.head_count_kv"),
+        ("llama.block_count", Value::U32(0), "llama.block_count"),
+        ("llama.attention.layer_norm_rms_epsilon", Value::F32(-1.0), "layer_norm_rms_epsilon"),
+        ("llama.attention.value_length", Value::U32(32), "llama.attention.value_length"),
+    ];
+    for (key, value, named) in cases {
+        let err = metadata_with(key, Some(value)).unwrap_err();
+        assert!(err.to_string().contains(named), "{key}: {err}");
+    }
+}
+
+/// The small model without tensor `drop`, or with `replace` in its place.
+fn model_without(drop: &str, replace: Option<(&[u64], GgmlType)>) -> GgufFile {
+    let spec = SyntheticSpec::small(Architecture::Llama);
+    let full = file_of(&spec.writer().unwrap());
+    let mut w = GgufWriter::new();
+    for (k, v) in full.metadata().iter() {
+        w.add_metadata(k, v.clone()).unwrap();
+    }
+    for t in full.tensors() {
+        if t.name() == drop {
+            if let Some((dims, ty)) = replace {
+                let n = dims.iter().product::<u64>() as usize;
+                w.add_quantized(t.name(), ty, dims, &vec![0.5; n]).unwrap();
+            }
+            continue;
+        }
+        w.add_tensor(t.name(), t.ggml_type(), t.dims(), full.bytes(t.name()).unwrap().to_vec()).unwrap();
+    }
+    file_of(&w)
+}
+
+#[test]
+fn missing_and_misshapen_tensors_are_named() {
+    let err = ReferenceModel::load(&model_without("blk.1.ffn_up.weight", None), Rounding::Exact).unwrap_err();
+    assert!(matches!(&err, ModelError::MissingTensor { name } if name == "blk.1.ffn_up.weight"), "{err}");
+
+    let wrong = model_without("blk.0.attn_k.weight", Some((&[192, 256], GgmlType::F32)));
+    let err = ReferenceModel::load(&wrong, Rounding::Exact).unwrap_err();
+    assert!(matches!(&err, ModelError::BadTensor { name, .. } if name == "blk.0.attn_k.weight"), "{err}");
+    assert!(err.to_string().contains("[192, 128]"), "{err}");
+
+    let q4k = model_without("blk.0.attn_norm.weight", None);
+    let mut w = GgufWriter::new();
+    for (k, v) in q4k.metadata().iter() {
+        w.add_metadata(k, v.clone()).unwrap();
+    }
+    for t in q4k.tensors() {
+        w.add_tensor(t.name(), t.ggml_type(), t.dims(), q4k.bytes(t.name()).unwrap().to_vec()).unwrap();
+    }
+    w.add_tensor("blk.0.attn_norm.weight", GgmlType::I32, &[192], vec![0; 192 * 4]).unwrap();
+    let err = ReferenceModel::load(&file_of(&w), Rounding::Exact).unwrap_err();
+    assert!(
+        err.to_string().contains("blk.0.attn_norm.weight") && err.to_string().contains("not supported"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unimplemented_tensors_are_refused() {
+    let base = small_file(Architecture::Glm4);
+    let mut w = GgufWriter::new();
+    for (k, v) in base.metadata().iter() {
+        w.add_metadata(k, v.clone()).unwrap();
+    }
+    for t in base.tensors() {
+        w.add_tensor(t.name(), t.ggml_type(), t.dims(), base.bytes(t.name()).unwrap().to_vec()).unwrap();
+    }
+    w.add_f32("blk.0.attn_q.bias", &[256], &[0.0; 256]).unwrap();
+    let err = ReferenceModel::load(&file_of(&w), Rounding::Exact).unwrap_err();
+    assert!(err.to_string().contains("blk.0.attn_q.bias"), "{err}");
+}
+
+/// The reference's RoPE is the kernels' (same pairs, base and angle) for both architectures.
+#[test]
+fn reference_rope_matches_the_kernel_reference() {
+    let mut rng = SplitMix(3);
+    for arch in [Architecture::Llama, Architecture::Glm4] {
+        let file = small_file(arch);
+        let config = ModelConfig::from_metadata(file.metadata()).unwrap();
+        let rope = config.rope().unwrap();
+        let x: Vec<f32> = rng.hidden(config.head_dim);
+        for pos in [0, 1, 17, 1000] {
+            let want = rope_reference(&rope, &x, 1, None, &[pos], None);
+            let mut got: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+            rotate_interleaved(&mut got, pos as f64, rope_params(&rope).unwrap(), Rounding::Exact);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!((g - w).abs() < 1e-12, "{arch:?} pos {pos} element {i}: {g} vs {w}");
+            }
+        }
+    }
+}
+
+/// A one-layer model with hidden 4 whose result can be worked out by hand: Wq = Wk = 0 (all
+/// scores equal: attention averages V), Wv = Wo = I, Wgate = 0 (silu(0) = 0: the MLP adds
+/// nothing), norm weights 1, no output norm. So token t gives
+/// `h_t = x_t + mean_{j <= t}(rmsnorm(x_j))`.
+#[test]
+fn reference_by_hand() {
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", "llama").unwrap();
+    for (k, v) in [
+        ("embedding_length", 4u32),
+        ("block_count", 1),
+        ("feed_forward_length", 2),
+        ("attention.head_count", 1),
+    ] {
+        w.add_metadata(format!("llama.{k}"), v).unwrap();
+    }
+    w.add_metadata("llama.attention.layer_norm_rms_epsilon", 1e-6f32).unwrap();
+    let eye: Vec<f32> = (0..16).map(|i| if i % 5 == 0 { 1.0 } else { 0.0 }).collect();
+    for (name, dims, values) in [
+        ("attn_norm", vec![4u64], vec![1.0f32; 4]),
+        ("attn_q", vec![4, 4], vec![0.0; 16]),
+        ("attn_k", vec![4, 4], vec![0.0; 16]),
+        ("attn_v", vec![4, 4], eye.clone()),
+        ("attn_output", vec![4, 4], eye),
+        ("ffn_norm", vec![4], vec![1.0; 4]),
+        ("ffn_gate", vec![4, 2], vec![0.0; 8]),
+        ("ffn_up", vec![4, 2], vec![1.0; 8]),
+        ("ffn_down", vec![2, 4], vec![1.0; 8]),
+    ] {
+        w.add_f32(format!("blk.0.{name}.weight"), &dims, &values).unwrap();
+    }
+    let model = ReferenceModel::load(&file_of(&w), Rounding::Exact).unwrap();
+    let mut seq = model.new_sequence();
+    // rms([1, 2, 3, 4]) = sqrt(7.5); rms([2, 0, 0, 0]) = 1.
+    let r = (7.5f64 + 1e-6).sqrt();
+    let n1 = [1.0 / r, 2.0 / r, 3.0 / r, 4.0 / r];
+    let h1 = model.forward(&mut seq, &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    let want1: Vec<f64> = (0..4).map(|i| (i + 1) as f64 + n1[i]).collect();
+    let s = (1.0f64 + 1e-6).sqrt();
+    let n2 = [2.0 / s, 0.0, 0.0, 0.0];
+    let h2 = model.forward(&mut seq, &[2.0, 0.0, 0.0, 0.0]).unwrap();
+    let x2 = [2.0, 0.0, 0.0, 0.0];
+    let want2: Vec<f64> = (0..4).map(|i| x2[i] + (n1[i] + n2[i]) / 2.0).collect();
+    for (got, want) in [(h1, want1), (h2, want2)] {
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-12, "got {got:?}, want {want:?}");
+        }
+    }
+    assert_eq!(seq.len(), 2);
+}
+
+/// Prefill in chunks, or token by token, gives what one prefill gives (causality and the cache).
+#[test]
+fn reference_chunks_match_one_prefill() {
+    let file = small_file(Architecture::Glm4);
+    let model = ReferenceModel::load(&file, Rounding::Exact).unwrap();
+    let hidden = model.config().hidden;
+    let x: Vec<f64> = SplitMix(11).hidden(40 * hidden).into_iter().map(f64::from).collect();
+    let whole = model.forward(&mut model.new_sequence(), &x).unwrap();
+    for chunks in [&[16usize, 16, 8][..], &[39, 1]] {
+        let mut seq = model.new_sequence();
+        let mut got = Vec::new();
+        let mut start = 0;
+        for &c in chunks {
+            got.extend(model.forward(&mut seq, &x[start * hidden..(start + c) * hidden]).unwrap());
+            start += c;
+        }
+        let max = got.iter().zip(&whole).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(max < 1e-10, "chunks {chunks:?}: max difference {max}");
+    }
+}
+
+/// Max-abs and relative-L2 distance.
+fn distance(got: &[f64], want: &[f64]) -> (f64, f64) {
+    let max = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    let num: f64 = got.iter().zip(want).map(|(a, b)| (a - b) * (a - b)).sum();
+    let den: f64 = want.iter().map(|b| b * b).sum();
+    (max, (num / den).sqrt())
+}
+
+/// The GPU test's tolerances leave room: the reference rounded to f32/f16/bf16 wherever the GPU
+/// stores (a model of a correct T pipeline) stays within a quarter of them over the parity
+/// test's 37-token prefill and 20 decode steps, for both architectures. The other three
+/// quarters are for what the model does not capture (summation order, P rounded to T inside
+/// the matrix-core attention, f32 transcendentals).
+#[test]
+fn emulated_rounding_fits_the_parity_tolerance() {
+    for arch in [Architecture::Llama, Architecture::Glm4] {
+        let file = small_file(arch);
+        let exact = ReferenceModel::load(&file, Rounding::Exact).unwrap();
+        let hidden = exact.config().hidden;
+        for dtype in ["f32", "f16", "bf16"] {
+            let rounded = ReferenceModel::load(&file, Rounding::for_dtype(dtype).unwrap()).unwrap();
+            let tol = parity_tolerance(dtype);
+            let mut rng = SplitMix(5);
+            let (mut se, mut sr) = (exact.new_sequence(), rounded.new_sequence());
+            let mut worst = (0.0f64, 0.0f64);
+            for tokens in std::iter::once(37).chain(std::iter::repeat_n(1, 20)) {
+                let x: Vec<f64> = rng.hidden(tokens * hidden).into_iter().map(f64::from).collect();
+                let want = exact.forward(&mut se, &x).unwrap();
+                let got = rounded.forward(&mut sr, &x).unwrap();
+                let (m, l2) = distance(&got, &want);
+                worst = (worst.0.max(m), worst.1.max(l2));
+            }
+            eprintln!(
+                "{arch:?} {dtype}: emulated max abs {:.3e}, rel L2 {:.3e}; tolerance {tol:?}",
+                worst.0, worst.1
+            );
+            assert!(
+                worst.0 <= tol.abs / 4.0 && worst.1 <= tol.l2 / 4.0,
+                "{arch:?} {dtype}: {worst:?} vs {tol:?}"
+            );
+        }
+    }
+}

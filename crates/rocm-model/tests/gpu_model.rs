@@ -1,0 +1,204 @@
+//! The transformer block on the GPU against the f64 CPU reference (issue 7): a synthetic 2-layer
+//! model with weights in F32, F16, BF16, Q8_0, Q4_0 and MXFP4, prefilled and decoded through the
+//! paged KV cache in f32, f16 and bf16; chunked prefill; refusals.
+//!
+//! Tolerances: `rocm_model::model::synthetic::parity_tolerance`, chosen in `docs/model.md` (the
+//! CPU test `emulated_rounding_fits_the_parity_tolerance` checks that a model of the rounding
+//! of a correct `T` pipeline uses at most a quarter of them).
+
+use std::sync::Arc;
+
+use rocm_kernels::Dtype;
+use rocm_kernels::gemm::GemmElement;
+use rocm_model::kv_cache::{KvCacheError, KvCacheTensors, PagedCache, SeqId};
+use rocm_model::model::synthetic::{SplitMix, SyntheticSpec, parity_tolerance};
+use rocm_model::model::{Architecture, Model, ModelError, ReferenceModel, ReferenceSequence, Rounding};
+use rocm_model::{GgufFile, GgufWriter};
+use rocm_runtime::{DeviceBuffer, bf16, f16};
+use rocm_testkit::{GpuTest, Tolerance, assert_close, gpu_test};
+
+const PROMPT: usize = 37;
+const STEPS: usize = 20;
+
+fn small(arch: Architecture) -> Arc<GgufFile> {
+    Arc::new(GgufFile::from_bytes(SyntheticSpec::small(arch).to_bytes().unwrap()).unwrap())
+}
+
+fn tolerance<T: Dtype>() -> Tolerance {
+    let t = parity_tolerance(T::NAME);
+    Tolerance::abs(t.abs).with_l2(t.l2)
+}
+
+fn upload<T: Dtype>(gpu: &GpuTest, x: &[f32]) -> DeviceBuffer<T> {
+    gpu.stream().upload(&x.iter().map(|&v| T::from_f32(v)).collect::<Vec<T>>()).unwrap()
+}
+
+/// The reference is fed the values the GPU was fed (rounded to T).
+fn rounded<T: Dtype>(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| T::from_f32(v).to_f32() as f64).collect()
+}
+
+fn check<T: Dtype>(what: &str, got: &DeviceBuffer<T>, want: &[f64]) {
+    let got: Vec<f64> = got.to_vec().unwrap().iter().map(|v| v.to_f32() as f64).collect();
+    eprintln!("{what} ({})", T::NAME);
+    assert_close(&got, want, tolerance::<T>());
+}
+
+/// Two sequences (prompts of 37 and 23 tokens) prefilled, then decoded together for 20 steps;
+/// every output compared with the reference.
+fn parity<T: GemmElement>(gpu: &GpuTest, arch: Architecture) {
+    let file = small(arch);
+    let model = Model::<T>::load(file.clone(), gpu.stream()).unwrap();
+    let reference = ReferenceModel::load(&file, Rounding::Exact).unwrap();
+    let hidden = model.config().hidden;
+    let mut cache = PagedCache::new(12, 16).unwrap();
+    let mut kv = model.new_kv_cache(&cache).unwrap();
+    kv.fill_bytes(0xFF).unwrap(); // NaN everywhere a write did not reach
+    let mut rng = SplitMix(21);
+
+    let seqs = [cache.add_sequence(), cache.add_sequence()];
+    let mut refs: Vec<ReferenceSequence> = seqs.iter().map(|_| reference.new_sequence()).collect();
+    for (i, &len) in [PROMPT, 23].iter().enumerate() {
+        let x = rng.hidden(len * hidden);
+        let out = model.prefill(&mut cache, &mut kv, seqs[i], &upload::<T>(gpu, &x)).unwrap();
+        let want = reference.forward(&mut refs[i], &rounded::<T>(&x)).unwrap();
+        check(&format!("{arch:?} prefill of sequence {i}, {len} tokens"), &out, &want);
+    }
+    for step in 0..STEPS {
+        let x = rng.hidden(seqs.len() * hidden);
+        let out = model.decode_step(&mut cache, &mut kv, &seqs, &upload::<T>(gpu, &x)).unwrap();
+        let xr = rounded::<T>(&x);
+        let mut want = Vec::new();
+        for (i, r) in refs.iter_mut().enumerate() {
+            want.extend(reference.forward(r, &xr[i * hidden..(i + 1) * hidden]).unwrap());
+        }
+        check(&format!("{arch:?} decode step {step}"), &out, &want);
+    }
+    assert_eq!(cache.seq_len(seqs[0]).unwrap(), PROMPT + STEPS);
+    cache.validate().unwrap();
+}
+
+#[test]
+fn llama_f32_matches_the_reference() {
+    let gpu = gpu_test!();
+    parity::<f32>(&gpu, Architecture::Llama);
+}
+
+#[test]
+fn llama_f16_matches_the_reference() {
+    let gpu = gpu_test!();
+    parity::<f16>(&gpu, Architecture::Llama);
+}
+
+#[test]
+fn llama_bf16_matches_the_reference() {
+    let gpu = gpu_test!();
+    parity::<bf16>(&gpu, Architecture::Llama);
+}
+
+#[test]
+fn glm4_f32_and_bf16_match_the_reference() {
+    let gpu = gpu_test!();
+    parity::<f32>(&gpu, Architecture::Glm4);
+    parity::<bf16>(&gpu, Architecture::Glm4);
+}
+
+/// A prompt prefilled in chunks of 16 + 16 + 5 gives what one prefill gives (and the reference).
+fn chunked<T: GemmElement>(gpu: &GpuTest) {
+    let file = small(Architecture::Llama);
+    let model = Model::<T>::load(file.clone(), gpu.stream()).unwrap();
+    let reference = ReferenceModel::load(&file, Rounding::Exact).unwrap();
+    let hidden = model.config().hidden;
+    let mut cache = PagedCache::new(8, 16).unwrap();
+    let mut kv: KvCacheTensors<T> = model.new_kv_cache(&cache).unwrap();
+    kv.fill_bytes(0xFF).unwrap();
+    let x = SplitMix(4).hidden(PROMPT * hidden);
+
+    let whole_seq = cache.add_sequence();
+    let whole = model.prefill(&mut cache, &mut kv, whole_seq, &upload::<T>(gpu, &x)).unwrap();
+    let whole: Vec<f64> = whole.to_vec().unwrap().iter().map(|v| v.to_f32() as f64).collect();
+    let want = reference.forward(&mut reference.new_sequence(), &rounded::<T>(&x)).unwrap();
+
+    let seq = cache.add_sequence();
+    let mut start = 0;
+    for chunk in [16, 16, 5] {
+        let part = &x[start * hidden..(start + chunk) * hidden];
+        let out = model.prefill(&mut cache, &mut kv, seq, &upload::<T>(gpu, part)).unwrap();
+        let range = start * hidden..(start + chunk) * hidden;
+        check(&format!("chunk at {start} vs the reference"), &out, &want[range.clone()]);
+        check(&format!("chunk at {start} vs one prefill"), &out, &whole[range]);
+        start += chunk;
+    }
+    assert_eq!(cache.seq_len(seq).unwrap(), PROMPT);
+}
+
+#[test]
+fn chunked_prefill_matches_one_prefill_f32() {
+    let gpu = gpu_test!();
+    chunked::<f32>(&gpu);
+}
+
+#[test]
+fn chunked_prefill_matches_one_prefill_bf16() {
+    let gpu = gpu_test!();
+    chunked::<bf16>(&gpu);
+}
+
+#[test]
+fn bad_inputs_are_refused_and_leave_the_cache_unchanged() {
+    let gpu = gpu_test!();
+    let model = Model::<f32>::load(small(Architecture::Llama), gpu.stream()).unwrap();
+    let hidden = model.config().hidden;
+    let mut cache = PagedCache::new(2, 16).unwrap();
+    let mut kv = model.new_kv_cache(&cache).unwrap();
+    let seq = cache.add_sequence();
+
+    // Cache full: 33 tokens need 3 blocks of 16, there are 2.
+    let x = upload::<f32>(&gpu, &SplitMix(1).hidden(33 * hidden));
+    let err = model.prefill(&mut cache, &mut kv, seq, &x).unwrap_err();
+    assert!(matches!(err, ModelError::KvCache(KvCacheError::CacheFull { needed: 3, free: 2, .. })), "{err}");
+    assert_eq!((cache.seq_len(seq).unwrap(), cache.num_free_blocks()), (0, 2));
+
+    // A sequence that is not (or no longer) in the cache.
+    let gone: SeqId = cache.add_sequence();
+    cache.free_sequence(gone).unwrap();
+    let one = upload::<f32>(&gpu, &SplitMix(2).hidden(hidden));
+    let err = model.decode_step(&mut cache, &mut kv, &[gone], &one).unwrap_err();
+    assert!(matches!(err, ModelError::KvCache(KvCacheError::SequenceNotFound(s)) if s == gone), "{err}");
+
+    // The same sequence twice, and a hidden state of the wrong size.
+    let two = upload::<f32>(&gpu, &SplitMix(3).hidden(2 * hidden));
+    assert!(matches!(
+        model.decode_step(&mut cache, &mut kv, &[seq, seq], &two),
+        Err(ModelError::BadInput(_))
+    ));
+    assert!(matches!(model.decode_step(&mut cache, &mut kv, &[seq], &two), Err(ModelError::BadInput(_))));
+
+    // KV tensors of another shape.
+    let other = PagedCache::new(3, 16).unwrap();
+    let mut wrong_kv = model.new_kv_cache(&other).unwrap();
+    let err = model.decode_step(&mut cache, &mut wrong_kv, &[seq], &one).unwrap_err();
+    assert!(matches!(err, ModelError::BadInput(_)), "{err}");
+    assert_eq!((cache.seq_len(seq).unwrap(), cache.num_free_blocks()), (0, 2));
+
+    // A step that fits still runs after the refusals.
+    model.decode_step(&mut cache, &mut kv, &[seq], &one).unwrap();
+    assert_eq!(cache.seq_len(seq).unwrap(), 1);
+}
+
+#[test]
+fn a_model_missing_a_tensor_is_refused_before_any_upload() {
+    let gpu = gpu_test!();
+    let full = small(Architecture::Llama);
+    let mut w = GgufWriter::new();
+    for (k, v) in full.metadata().iter() {
+        w.add_metadata(k, v.clone()).unwrap();
+    }
+    for t in full.tensors().iter().filter(|t| t.name() != "blk.1.ffn_down.weight") {
+        w.add_tensor(t.name(), t.ggml_type(), t.dims(), full.bytes(t.name()).unwrap().to_vec()).unwrap();
+    }
+    let file = Arc::new(GgufFile::from_bytes(w.to_bytes()).unwrap());
+    let err = Model::<bf16>::load(file, gpu.stream()).unwrap_err();
+    assert!(matches!(&err, ModelError::MissingTensor { name } if name == "blk.1.ffn_down.weight"), "{err}");
+    assert_eq!(gpu.account().allocated_bytes(), 0, "nothing is uploaded for a model that cannot load");
+}
