@@ -131,7 +131,7 @@ struct FlashParams {
     block_size: i32,
     max_blocks: i32,
     num_blocks: i32,
-    pad2: i32,
+    block_shift: i32,
 }
 
 /// K and V in a paged cache (`rf_flash_params`' paged fields; see [`super::paged`]).
@@ -276,7 +276,9 @@ pub(super) fn run<T: Dtype>(
         block_size: paged.map_or(0, |p| p.block_size as i32),
         max_blocks: paged.map_or(0, |p| p.max_blocks as i32),
         num_blocks: paged.map_or(0, |p| p.num_blocks as i32),
-        pad2: 0,
+        block_shift: paged
+            .filter(|p| p.block_size.is_power_of_two())
+            .map_or(-1, |p| p.block_size.trailing_zeros() as i32),
     };
     let config = LaunchConfig {
         grid: [row_blocks as u32, (attn.kv_heads * num_splits) as u32, attn.batch as u32],
