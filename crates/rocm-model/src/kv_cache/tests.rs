@@ -1,5 +1,5 @@
 //! Hand-worked cases of the block tables, and the refusals. Random interleavings are in
-//! `tests/kv_cache_props.rs`.
+//! `tests/host/kv_cache_props.rs`.
 
 use super::*;
 

@@ -1,11 +1,9 @@
 //! The `gguf` tool: `inspect` lists a file, `dump` writes a tensor as `.npy`, failures exit
 //! non-zero with a message naming what went wrong.
 
-mod common;
-
 use std::process::{Command, Output};
 
-use common::{TempDir, hex, python_gguf, run_script};
+use crate::common::{TempDir, hex, python_gguf, run_script};
 use rocm_model::{GgmlType, GgufFile, GgufWriter};
 
 /// The tool's binary. From a nextest archive run on another host the build path does not exist;

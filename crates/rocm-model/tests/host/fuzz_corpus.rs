@@ -3,13 +3,11 @@
 //! unusual alignments, version 2, scalars and empty tensors). This test keeps the checked-in
 //! files equal to what [`seeds`] makes and checks that each parses and survives a rewrite.
 //!
-//! After changing [`seeds`]: `GGUF_WRITE_CORPUS=1 cargo test -p rocm-model --test fuzz_corpus`.
-
-mod common;
+//! After changing [`seeds`]: `GGUF_WRITE_CORPUS=1 cargo test -p rocm-model --test host fuzz_corpus`.
 
 use std::path::PathBuf;
 
-use common::manifest_dir;
+use crate::common::manifest_dir;
 use rocm_model::{Array, GgmlType, GgufFile, GgufWriter, Value, ValueType};
 
 fn corpus_dir() -> PathBuf {
@@ -130,13 +128,13 @@ fn the_checked_in_seed_corpus_is_current() {
         } else {
             let on_disk = std::fs::read(&path).unwrap_or_else(|e| {
                 panic!(
-                    "{}: {e}; run GGUF_WRITE_CORPUS=1 cargo test -p rocm-model --test fuzz_corpus",
+                    "{}: {e}; run GGUF_WRITE_CORPUS=1 cargo test -p rocm-model --test host fuzz_corpus",
                     path.display()
                 )
             });
             assert!(
                 on_disk == bytes,
-                "{} is stale; run GGUF_WRITE_CORPUS=1 cargo test -p rocm-model --test fuzz_corpus",
+                "{} is stale; run GGUF_WRITE_CORPUS=1 cargo test -p rocm-model --test host fuzz_corpus",
                 path.display()
             );
         }

@@ -6,9 +6,7 @@
 //!
 //! Skipped (with a printed reason) where `python3 -c "import gguf"` fails, except under CI.
 
-mod common;
-
-use common::{TempDir, assert_same_listing, canon_file, python_gguf, run_script};
+use crate::common::{TempDir, assert_same_listing, canon_file, python_gguf, run_script};
 use rocm_model::{Array, GgmlType, GgufFile, GgufWriter, Value, ValueType};
 
 fn lines(text: &str) -> Vec<String> {
