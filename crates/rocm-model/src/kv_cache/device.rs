@@ -8,6 +8,7 @@
 //! (`block * block_size + offset`), so the bookkeeping and the tensors agree without a second
 //! table. Token-major rows keep a cache write (one token, all heads) one contiguous store.
 
+use rocm_kernels::kv_cache::CacheShape;
 use rocm_runtime::{Bytes, DeviceBuffer, DeviceCopy, OverBudget, Stream};
 
 use super::allocator::check_config;
@@ -55,14 +56,12 @@ impl KvCacheDeviceError {
 
 type Result<T, E = KvCacheDeviceError> = std::result::Result<T, E>;
 
-/// The sizes of a KV cache's tensors, checked so every product below fits `usize`.
+/// The sizes of a KV cache's tensors, checked so every product below fits `usize`: `num_layers`
+/// layers of K and V, each one tensor of the kernels' [`CacheShape`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvCacheShape {
     num_layers: usize,
-    num_blocks: usize,
-    block_size: usize,
-    kv_heads: usize,
-    head_dim: usize,
+    layer: CacheShape,
 }
 
 impl std::fmt::Display for KvCacheShape {
@@ -70,7 +69,11 @@ impl std::fmt::Display for KvCacheShape {
         write!(
             f,
             "{} layers x K,V x [{} blocks, {} slots, {} KV heads, {} dims]",
-            self.num_layers, self.num_blocks, self.block_size, self.kv_heads, self.head_dim
+            self.num_layers,
+            self.layer.num_blocks,
+            self.layer.block_size,
+            self.layer.kv_heads,
+            self.layer.head_dim
         )
     }
 }
@@ -86,7 +89,8 @@ impl KvCacheShape {
         kv_heads: usize,
         head_dim: usize,
     ) -> Result<Self> {
-        let shape = KvCacheShape { num_layers, num_blocks, block_size, kv_heads, head_dim };
+        let shape =
+            KvCacheShape { num_layers, layer: CacheShape { num_blocks, block_size, kv_heads, head_dim } };
         if [num_layers, num_blocks, block_size, kv_heads, head_dim].contains(&0) {
             return Err(KvCacheDeviceError::InvalidShape(format!("{shape}: every size must be positive")));
         }
@@ -119,51 +123,46 @@ impl KvCacheShape {
     }
 
     pub fn num_blocks(&self) -> usize {
-        self.num_blocks
+        self.layer.num_blocks
     }
 
     pub fn block_size(&self) -> usize {
-        self.block_size
+        self.layer.block_size
     }
 
     pub fn kv_heads(&self) -> usize {
-        self.kv_heads
+        self.layer.kv_heads
     }
 
     pub fn head_dim(&self) -> usize {
-        self.head_dim
+        self.layer.head_dim
     }
 
     /// `num_blocks * block_size`.
     pub fn slots(&self) -> usize {
-        self.num_blocks * self.block_size
+        self.layer.num_slots()
     }
 
     /// Elements from one slot's row to the next: `kv_heads * head_dim`.
     pub fn slot_stride(&self) -> usize {
-        self.kv_heads * self.head_dim
+        self.layer.row()
     }
 
-    /// Elements of one layer's K (or V) buffer.
+    /// Elements of one layer's K (or V) buffer (fits `usize`: checked by [`KvCacheShape::new`]).
     pub fn layer_elements(&self) -> usize {
         self.slots() * self.slot_stride()
     }
 
     /// Where head `head` of slot `slot` starts in a layer's buffer, or `None` past the end.
     pub fn offset(&self, slot: usize, head: usize) -> Option<usize> {
-        (slot < self.slots() && head < self.kv_heads)
-            .then(|| slot * self.slot_stride() + head * self.head_dim)
+        (slot < self.slots() && head < self.kv_heads())
+            .then(|| slot * self.slot_stride() + head * self.head_dim())
     }
 
     /// One layer's K (or V) tensor as the cache-write, block-copy and paged-attention kernels
     /// take it.
-    pub fn kernel_shape(&self) -> rocm_kernels::kv_cache::CacheShape {
-        rocm_kernels::kv_cache::CacheShape {
-            num_blocks: self.num_blocks,
-            block_size: self.block_size,
-            kv_heads: self.kv_heads,
-            head_dim: self.head_dim,
-        }
+    pub fn kernel_shape(&self) -> CacheShape {
+        self.layer
     }
 
     /// Bytes of one layer's K (or V) buffer of `T`, or `None` if that overflows.
