@@ -26,7 +26,6 @@ use crate::buffer::{DeviceBuffer, DeviceCopy};
 use crate::driver::{InitFailure, RawStream};
 use crate::error::{Error, Result};
 use crate::platform::Platform;
-use crate::stream::Stream;
 
 /// Whether an operand is used as stored or transposed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -427,9 +426,8 @@ impl Blas {
 
     fn create(backend: &Arc<Backend>) -> Result<Blas> {
         let _span = tracing::debug_span!("blas_open", platform = %backend.platform()).entered();
-        // Handles belong to the device current on the calling thread. The driver seam binds
-        // the device in every call it makes; a memory query is one that changes nothing.
-        backend.memory_info()?;
+        // Handles belong to the device current on the calling thread.
+        backend.driver().bind_thread()?;
         let (library, vendor) = match backend.platform() {
             Platform::Nvidia => ("cuBLAS", cuda::create(&backend.info().arch)?),
             Platform::Amd => ("rocBLAS", rocm::create()?),
@@ -525,7 +523,8 @@ impl Blas {
         )
         .entered();
         let mut vendor = self.vendor.lock();
-        bind_device(&stream)?;
+        // cuBLAS and rocBLAS act on the thread's current device.
+        stream.backend().driver().bind_thread()?;
         let need = vendor.workspace_bytes(&call)?;
         let temporary;
         let (ws_ptr, ws_len) = match workspace {
@@ -539,13 +538,6 @@ impl Blas {
         // (and the workspace) belong to `stream`, so their frees are queued behind this GEMM.
         unsafe { vendor.gemm(stream.raw(), &call, ws_ptr, ws_len) }
     }
-}
-
-/// Makes the stream's device current on the calling thread before a vendor call (cuBLAS and
-/// rocBLAS use the thread's current device). The driver seam binds the device in every call
-/// it makes; asking whether the stream is idle is the cheapest one and changes nothing.
-fn bind_device(stream: &Stream) -> Result<()> {
-    stream.is_idle().map(|_| ())
 }
 
 #[cfg(test)]

@@ -149,6 +149,10 @@ impl Drop for CudaDevice {
 }
 
 impl DeviceDriver for CudaDevice {
+    fn bind_thread(&self) -> Result<()> {
+        self.bind()
+    }
+
     fn info(&self) -> Result<DeviceInfo> {
         let mut name = [0 as std::os::raw::c_char; 256];
         call!(self.lib(), cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, self.device))?;

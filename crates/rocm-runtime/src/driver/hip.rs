@@ -118,6 +118,10 @@ impl HipDevice {
 }
 
 impl DeviceDriver for HipDevice {
+    fn bind_thread(&self) -> Result<()> {
+        self.bind()
+    }
+
     fn info(&self) -> Result<DeviceInfo> {
         let mut name = [0 as std::os::raw::c_char; 256];
         call!(self.hip, hipDeviceGetName(name.as_mut_ptr(), name.len() as i32, self.ordinal))?;

@@ -56,6 +56,9 @@ pub(crate) struct DriverVersions {
 /// in every method, so any thread may call any method.
 pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
     fn info(&self) -> Result<DeviceInfo>;
+    /// Makes this device current on the calling thread (every other call does this itself);
+    /// for vendor libraries that act on the thread's current device.
+    fn bind_thread(&self) -> Result<()>;
     fn versions(&self) -> DriverVersions;
     /// (free, total) bytes of device memory, as the driver sees them now.
     fn mem_info(&self) -> Result<(u64, u64)>;
