@@ -72,30 +72,32 @@ RF_DEVICE rf_flash_params rf_flash_for_batch(const rf_flash_params& args, int b)
     return p;
 }
 
-// Block-table column and offset of key `key` (< max_blocks * block_size < 2^31). A power-of-two
-// block size takes a shift and a mask; another a division, a long software sequence on GPUs
-// that ran for every row of every tile (paged decode measured 0.57 of copy with it).
-RF_DEVICE void rf_flash_block_of(const rf_flash_params& p, int key, int* index, int* offset) {
+// Cache slot of key `key` (< max_blocks * block_size < 2^31, checked by the launcher) of batch
+// b, or -1 when its block id is outside the cache: a corrupt table never reads outside the
+// cache. A power-of-two block size takes a shift and a mask; another a division, a long
+// software sequence on GPUs that ran for every row of every tile (paged decode measured 0.57 of
+// copy with it).
+RF_DEVICE long long rf_flash_slot(const rf_flash_params& p, int b, int key) {
+    int index, offset;
     if (p.block_shift >= 0) {
-        *index = key >> p.block_shift;
-        *offset = key & (p.block_size - 1);
+        index = key >> p.block_shift;
+        offset = key & (p.block_size - 1);
     } else {
-        *index = key / p.block_size;
-        *offset = key - *index * p.block_size;
+        index = key / p.block_size;
+        offset = key - index * p.block_size;
     }
+    const int blk = p.block_table[(rf_u64)b * p.max_blocks + index];
+    if (blk < 0 || blk >= p.num_blocks) return -1;
+    return (long long)blk * p.block_size + offset;
 }
 
 // Row `key` of K or V for batch b: `base` is the tensor with the batch and KV head applied.
-// Paged, through the block table; a block id outside the cache gives null (the row reads as
-// zeros): a corrupt table never reads outside the cache.
+// Paged, through the block table; null (the row reads as zeros) outside the cache.
 template <typename T>
 RF_DEVICE const T* rf_flash_kv_row(const rf_flash_params& p, const T* base, rf_u64 seq_stride, int b, long long key) {
     if (!p.block_table) return base + (rf_u64)key * seq_stride;
-    int index, offset;
-    rf_flash_block_of(p, (int)key, &index, &offset);
-    const int blk = p.block_table[(rf_u64)b * p.max_blocks + index];
-    if (blk < 0 || blk >= p.num_blocks) return nullptr;
-    return base + ((rf_u64)blk * p.block_size + offset) * seq_stride;
+    const long long slot = rf_flash_slot(p, b, (int)key);
+    return slot < 0 ? nullptr : base + (rf_u64)slot * seq_stride;
 }
 
 // Where packed row m of a block lives, and the last key it may see (-1: none).
@@ -470,17 +472,8 @@ template <typename T, int DT, int LD, int ROWS, int THREADS>
 RF_DEVICE void rf_flash_stage_kv_paged(T* ksm, T* vsm, const rf_flash_params& p, const T* kbase, const T* vbase,
                                        int b, long long k0, int valid_rows, int D) {
     constexpr int CHUNKS = DT / 8;
-    const int* table = p.block_table + (rf_u64)b * p.max_blocks;
-    // Slot of key k0 + r, or -1 when the row is absent or its block id is outside the cache.
-    auto slot_of = [&](int r) -> long long {
-        if (r >= valid_rows) return -1;
-        const int key = (int)k0 + r; // < max_blocks * block_size < 2^31 (checked by the launcher)
-        int index, offset;
-        rf_flash_block_of(p, key, &index, &offset);
-        const int blk = table[index];
-        if (blk < 0 || blk >= p.num_blocks) return -1;
-        return (long long)blk * p.block_size + offset;
-    };
+    // Slot of key k0 + r, or -1 when the row is absent or outside the cache.
+    auto slot_of = [&](int r) -> long long { return r < valid_rows ? rf_flash_slot(p, b, (int)k0 + r) : -1; };
     if constexpr (THREADS % CHUNKS == 0 && ROWS % (THREADS / CHUNKS) == 0) {
         constexpr int RSTEP = THREADS / CHUNKS;
         const int c = threadIdx.x % CHUNKS;
