@@ -129,18 +129,35 @@ fn config<T: Dtype>(
 ) -> LaunchConfig {
     let info = stream.backend().info();
     let warp = info.warp_size.max(1) as usize;
-    let block = (BLOCK.min(kernel.max_threads_per_block() as usize).max(warp) / warp * warp).max(1);
+    let max_block = kernel.max_threads_per_block() as usize;
     let n = 16 / size_of::<T>();
     let vector = cols >= n && ptrs.iter().all(|p| p % 16 == 0) && strides.iter().all(|s| s % n == 0);
     let per_row = if vector { cols / n } else { cols }.max(1);
+    let wanted_blocks = (info.compute_units.max(1) as usize) * 8;
+    let block = block_threads(rows, per_row, warp, max_block, wanted_blocks);
     let grid_y = rows.clamp(1, info.max_grid[1].clamp(1, 65_535) as usize);
     let mut grid_x = per_row.div_ceil(block * UNROLL);
-    let wanted_blocks = (info.compute_units.max(1) as usize) * 8;
     if grid_x * grid_y < wanted_blocks {
         grid_x = wanted_blocks.div_ceil(grid_y).min(per_row.div_ceil(block)).max(grid_x);
     }
     let grid_x = grid_x.clamp(1, info.max_grid[0].max(1) as usize);
     LaunchConfig { grid: [grid_x as u32, grid_y as u32, 1], block: [block as u32, 1, 1], shared_mem_bytes: 0 }
+}
+
+/// Threads per block: `BLOCK`, except when there are many rows of at most `UNROLL` vectors per
+/// thread of the largest block. Then one block takes a whole row, sized so that every thread
+/// has `UNROLL` vectors (the last warp fewer): with a fixed 256-thread block a fused-gate-up
+/// row of 11 008 f16 (1376 vectors) needed two blocks whose threads had 2-3 vectors each, 30%
+/// less in flight than the flat two-tensor form, which measured 10 points of copy bandwidth
+/// faster on the same bytes.
+fn block_threads(rows: usize, per_row: usize, warp: usize, max_block: usize, wanted_blocks: usize) -> usize {
+    let fixed = (BLOCK.min(max_block).max(warp) / warp * warp).max(1);
+    let whole_row = per_row.div_ceil(UNROLL).next_multiple_of(warp);
+    if rows >= wanted_blocks && per_row > fixed * UNROLL && whole_row <= max_block / warp * warp {
+        whole_row
+    } else {
+        fixed
+    }
 }
 
 /// `silu(g) * u` in f64, in the kernel's stable form (`e = exp(-|g|)`, never infinite), which
@@ -207,6 +224,19 @@ mod tests {
         let mut out = [bf16::ZERO; 1];
         swiglu_fused_reference(&[bf16::from_f32(1.0), bf16::from_f32(2.0)], 1, 1, &mut out);
         assert_eq!(out[0], bf16::from_f32(1.4621172));
+    }
+
+    #[test]
+    fn long_rows_of_many_rows_take_one_block_each() {
+        // The benchmark's fused gate-up rows: 11 008 f16 = 1376 vectors, 344 threads of 4.
+        assert_eq!(block_threads(16_384, 1376, 32, 1024, 132 * 8), 352);
+        assert_eq!(block_threads(16_384, 1376, 64, 1024, 132 * 8), 384);
+        // f32: 2752 vectors, 688 threads.
+        assert_eq!(block_threads(16_384, 2752, 32, 1024, 132 * 8), 704);
+        // Rows a 256-thread block covers, rows past the largest block, few rows: 256.
+        assert_eq!(block_threads(16_384, 1000, 32, 1024, 132 * 8), 256);
+        assert_eq!(block_threads(16_384, 5000, 32, 1024, 132 * 8), 256);
+        assert_eq!(block_threads(1, 22_000_000, 32, 1024, 132 * 8), 256);
     }
 
     #[test]
