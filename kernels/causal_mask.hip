@@ -8,8 +8,8 @@
 //
 // Speed: write-only and memory-bound. In row i the masked columns are one contiguous range
 // [i + offset + 1, seq_k). The work is cut into items, a (row, column chunk) pair each (`chunk`
-// columns, from the host: the whole row when there are many rows), and each *warp* takes one
-// item at a time, walking the items grid-stride: it writes its share of the masked range with
+// columns from the host: a few 16-byte stores a lane, so items are of equal size wherever they
+// are fully masked), and each *warp* takes one item at a time, walking the items grid-stride: it writes its share of the masked range with
 // 16-byte stores (a scalar head up to the first 16-byte boundary, whole vectors, a scalar tail),
 // then moves on. v1 gave every row a block of its own, most of whose threads stored one vector
 // or none before the block exited: the per-block cost, not the stores, set its speed. Items
@@ -44,12 +44,17 @@ RF_DEVICE void rf_causal_mask(T* scores, rf_u64 batch, rf_u64 seq_q, rf_u64 seq_
     const unsigned int lane = threadIdx.x % warp;
     const rf_u64 warps_per_block = blockDim.x / warp;
     const rf_u64 chunks_per_row = (seq_k + chunk - 1) / chunk;
-    const rf_u64 items = batch * seq_q * chunks_per_row;
+    const rf_u64 rows = batch * seq_q;
+    const rf_u64 items = rows * chunks_per_row;
     const rf_u64 step = (rf_u64)gridDim.x * warps_per_block;
     for (rf_u64 item = (rf_u64)blockIdx.x * warps_per_block + threadIdx.x / warp; item < items; item += step) {
-        rf_u64 r;
+        // Items are numbered chunk-major (all rows' chunk 0, then chunk 1, ...): the grid's warps
+        // step by a fixed count, so with row-major numbering a warp would keep one chunk column,
+        // and the warps holding the last columns (masked in almost every row) would do several
+        // times the work of those holding the first. Chunk-major, a warp visits every column.
         rf_u64 c;
-        rf_mask_divmod(item, chunks_per_row, &r, &c);
+        rf_u64 r;
+        rf_mask_divmod(item, rows, &c, &r);
         rf_u64 b;
         rf_u64 i;
         rf_mask_divmod(r, seq_q, &b, &i);

@@ -20,17 +20,21 @@ const KERNEL: &str = "causal_mask";
 const BLOCK: usize = 256;
 const BLOCKS_PER_CU: usize = 32;
 
-/// Columns of one work item (one warp's job): the whole row when there are at least as many rows
-/// as warps in the largest grid, otherwise the row split evenly into chunks of
-/// whole warps of 16-byte vectors (`warp_vector` elements), so that a few long rows (decode
-/// with a long KV cache and a negative offset) still spread over the whole device.
+/// 16-byte stores a lane makes in one work item at most.
+const ITEM_VECTORS_PER_LANE: usize = 4;
+
+/// Columns of one work item (one warp's job), `warp_vector` being the elements one warp covers
+/// with one 16-byte store a lane. Items are short, fixed-length column chunks so that the
+/// triangle's rows, whose masked parts run from nothing to the whole row, become many items of
+/// equal work: whole-row items (v2) left a few long rows to single warps at the end of the grid.
+/// With fewer items than warps in the grid (decode: a few long rows) the chunks shrink to one
+/// store a lane, so the rows still spread over the whole device. Rows shorter than a chunk are
+/// one item.
 fn item_columns(rows: usize, seq_k: usize, warp_vector: usize, grid_warps: usize) -> usize {
-    let wanted = grid_warps;
-    if rows >= wanted || seq_k <= warp_vector {
-        return seq_k.max(1);
-    }
-    let chunks = wanted.div_ceil(rows.max(1));
-    seq_k.div_ceil(chunks).next_multiple_of(warp_vector.max(1)).min(seq_k).max(1)
+    let warp_vector = warp_vector.max(1);
+    let long = warp_vector * ITEM_VECTORS_PER_LANE;
+    let chunk = if rows.saturating_mul(seq_k.div_ceil(long)) >= grid_warps { long } else { warp_vector };
+    chunk.min(seq_k).max(1)
 }
 
 /// Shape, layout, offset and fill value of a causal mask.
@@ -312,20 +316,20 @@ mod tests {
     }
 
     #[test]
-    fn items_are_whole_rows_when_rows_are_many() {
-        // The benchmark shape: 131 072 rows, more than the 132 * 32 * 8 warps of the grid.
-        assert_eq!(item_columns(32 * 4096, 4096, 256, 132 * 32 * 8), 4096);
-        // Decode with a long cache: 32 rows of 131 072 split into chunks of whole warp vectors,
-        // never less than one vector a lane (here the floor: 16 384 items for 33 792 warps).
+    fn items_are_short_fixed_chunks() {
+        // The benchmark shape: 131 072 rows of 4096 in f16 (256 elements a warp-wide store):
+        // chunks of four stores a lane, 4 items a row.
+        assert_eq!(item_columns(32 * 4096, 4096, 256, 132 * 32 * 8), 1024);
+        // Decode with a long cache: 32 rows of 131 072 in 1024-column chunks would be 4096 items
+        // for 33 792 warps, so one store a lane.
         assert_eq!(item_columns(32, 131_072, 256, 132 * 32 * 8), 256);
-        // 4 rows of 1M: 8448 chunks a row would be 125 columns, rounded up to 256.
         assert_eq!(item_columns(4, 1 << 20, 256, 132 * 32 * 8), 256);
-        // 1000 rows of 65 536: 34 chunks a row would be 1928 columns, rounded up to 2048 (32 000
-        // items, about one per warp).
-        assert_eq!(item_columns(1000, 65_536, 256, 33_792), 2048);
-        // Rows shorter than one warp of vectors are never split; chunks never exceed the row.
+        // Many rows: the long chunk whatever the row length.
+        assert_eq!(item_columns(1000, 65_536, 256, 33_792), 1024);
+        // Rows shorter than a chunk are one item; chunks never exceed the row.
         assert_eq!(item_columns(1, 100, 256, 1000), 100);
         assert_eq!(item_columns(1, 300, 256, 1000), 256);
+        assert_eq!(item_columns(100_000, 300, 256, 1000), 300);
         assert_eq!(item_columns(0, 7, 256, 1000), 7);
     }
 
