@@ -1,7 +1,7 @@
 //! `cargo xtask doctor`: what this machine offers rocmforge, and what is missing with how to
 //! get it. Never fails for a missing GPU or toolchain: it reports them.
 
-use rocm_runtime::{Backend, Bytes, PLATFORM_ENV, Platform};
+use rocm_runtime::{Backend, Blas, Bytes, PLATFORM_ENV, Platform};
 
 use crate::Result;
 use crate::kernels::{self, PlatformToolchain};
@@ -62,6 +62,12 @@ fn report_devices() {
         let budget = backend.ledger().budget();
         let share = 100.0 * budget as f64 / backend.free_at_start().max(1) as f64;
         println!("  memory guard budget: {} ({share:.0}% of free at start)", Bytes(budget));
+        // The vendor BLAS is loaded at run time; without it GEMMs (the model's projections)
+        // take the portable kernel, which is correct but tens of times slower.
+        match Blas::open(&backend) {
+            Ok(blas) => println!("  vendor BLAS: {} (GEMMs use it)", blas.library()),
+            Err(e) => println!("  vendor BLAS: not available, GEMMs use the portable kernel ({e})"),
+        }
     }
 }
 
