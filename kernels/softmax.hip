@@ -1,4 +1,5 @@
-// rf_softmax_{f32,f16,bf16}: y = softmax(scale * x [+ mask]) over the last dimension.
+// rf_softmax_{f32,f16,bf16} and rf_softmax_fast_{f32,f16,bf16}: y = softmax(scale * x [+ mask])
+// over the last dimension.
 //
 // One block per row (the row is blockIdx.y * gridDim.x + blockIdx.x; blocks past the last row
 // return at once). Storage is f32, f16 or bf16; all arithmetic is f32.
@@ -8,13 +9,21 @@
 //   y[j] = exp(t[j] - max t) / sum exp(t - max t)
 //
 // A row whose t are all -inf (fully masked) is written as zeros, not NaN. The maximum is
-// subtracted in f32 before exp, so logits of magnitude 1e4 give finite results.
+// subtracted in f32 before the exponential, so logits of magnitude 1e4 give finite results.
 //
-// Speed: rows of up to ITEMS * blockDim.x elements are kept in registers (x is read once, y
-// written once: the minimal traffic); longer rows take a streaming path that reads x twice
-// (online max/sum, then normalise). Rows are moved with 16-byte vector loads and stores where
-// the row's address allows, element by element elsewhere (unaligned rows, tails). Reductions are
-// warp shuffles over the runtime warp width, then one shared-memory step across warps.
+// Two entry points share one template:
+// - rf_softmax_fast_<T> (no additive mask, 2^-126 <= scale <= 1e30, rows of at most
+//   FAST_VECTORS * (16 bytes) * 256 threads: 4096 f32, 8192 f16/bf16; the launcher checks):
+//   the logit is x itself and the scale is folded into the exponent's factor,
+//   e = (x - m) * (scale * log2 e), one subtraction and one multiply before ex2.
+// - rf_softmax_<T> (everything: additive mask, any scale, long rows): t = scale * x (+ mask) in
+//   f32 as before, e = (t - m) * log2 e; rows longer than ITEMS * blockDim.x take the streaming
+//   path.
+//
+// Each thread keeps its elements in registers and computes, against its OWN maximum m_t,
+// p = exp2((t - m_t) * c) and s_t = sum p. One block-wide combine of the (m_t, s_t) pairs
+// (warp shuffles, one shared-memory step, one barrier) gives the row's (M, S); the thread then
+// writes p * (exp2((m_t - M) * c) / S): one multiply an element.
 //
 // In place (x == y) is fine: every element is loaded and stored by the same thread, and loaded
 // before it is stored. The mask must not alias y.
@@ -23,83 +32,112 @@
 
 namespace rf_softmax {
 
-// Elements of a row each thread keeps in registers: rows up to ITEMS * blockDim.x elements
-// (16384 with 1024 threads) are read once. 32 would cover 32768 but spills under the 64
-// registers a 1024-thread block allows on NVIDIA.
+// Elements of a row each thread of rf_softmax_<T> keeps in registers: rows up to
+// ITEMS * blockDim.x elements (16384 with 1024 threads) are read once.
 constexpr int ITEMS = 16;
+// 16-byte vectors a thread of rf_softmax_fast_<T> keeps: 16 f32 or 32 f16/bf16 elements.
+constexpr int FAST_VECTORS = 4;
+constexpr float LOG2E = 1.4426950408889634f;
+// Resident 256-thread blocks an SM that rf_softmax_fast_<T> asks the compiler to allow (it caps
+// the registers at 65536 / (256 * blocks)): 6 (40 registers) for f32's 16 elements a thread;
+// 16-bit rows hold 32 elements a thread and need about 64 (4: 1024 threads, which is 8 blocks
+// of the 128 threads a 4096-column row takes).
+template <typename T> struct FastBlocks {
+    static constexpr int value = 4;
+};
+template <> struct FastBlocks<float> {
+    static constexpr int value = 6;
+};
 
 RF_DEVICE float neg_inf() { return __int_as_float((int)0xff800000u); }
 
-RF_DEVICE bool aligned16(const void* p) { return ((rf_u64)p & 15ull) == 0; }
+// The warp width. On NVIDIA it is 32 on every GPU, and a compile-time constant lets the
+// compiler unroll the shuffle loops and turn divisions by it into shifts; on AMD it is asked at
+// run time (64 on CDNA, 32 or 64 on RDNA). WARP_LIMIT bounds it for the unrolled loops.
+#if RF_PLATFORM_NVIDIA
+constexpr int WARP_LIMIT = 32;
+RF_DEVICE unsigned int warp_width() { return 32u; }
+#else
+constexpr int WARP_LIMIT = 64;
+RF_DEVICE unsigned int warp_width() { return (unsigned int)rf_warp_size(); }
+#endif
 
-// N elements of T in one 16-byte vector, widened to / rounded from f32.
-template <typename T> struct Vec16;
-
-template <> struct Vec16<float> {
-    static constexpr int N = 4;
-    static RF_DEVICE void load(const float* p, float* f) {
-        const uint4 v = *reinterpret_cast<const uint4*>(p);
-        f[0] = __uint_as_float(v.x);
-        f[1] = __uint_as_float(v.y);
-        f[2] = __uint_as_float(v.z);
-        f[3] = __uint_as_float(v.w);
+// Maximum and sum over the whole warp (xor butterflies: every lane gets the same bits).
+RF_DEVICE float warp_max(float v) {
+#pragma unroll
+    for (int o = WARP_LIMIT / 2; o > 0; o /= 2) {
+        if ((unsigned int)o < warp_width()) {
+            v = fmaxf(v, rf_shfl_xor(v, o));
+        }
     }
-    static RF_DEVICE void store(float* p, const float* f) {
-        uint4 v;
-        v.x = __float_as_uint(f[0]);
-        v.y = __float_as_uint(f[1]);
-        v.z = __float_as_uint(f[2]);
-        v.w = __float_as_uint(f[3]);
-        *reinterpret_cast<uint4*>(p) = v;
+    return v;
+}
+RF_DEVICE float warp_sum(float v) {
+#pragma unroll
+    for (int o = WARP_LIMIT / 2; o > 0; o /= 2) {
+        if ((unsigned int)o < warp_width()) {
+            v += rf_shfl_xor(v, o);
+        }
+    }
+    return v;
+}
+
+// 2^x: the hardware exponential (relative error about 2^-22; subnormal results flush to 0,
+// exp2(0) = 1 and exp2(-inf) = 0 exactly).
+RF_DEVICE float fast_exp2(float x) {
+#if RF_PLATFORM_NVIDIA
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
+
+// N elements of T in 16 bytes, widened to f32 in memory order (element 2k of a 16-bit vector
+// is the low half of word k): one instruction an element.
+template <typename T> struct Unpack;
+template <> struct Unpack<float> {
+    static RF_DEVICE void run(uint4 v, float* f) { rf_pack16<float>::unpack(v, f); }
+};
+template <> struct Unpack<__half> {
+    static RF_DEVICE void word(unsigned int w, float* f) {
+        f[0] = rf_half_to_float(__ushort_as_half((unsigned short)(w & 0xffffu)));
+        f[1] = rf_half_to_float(__ushort_as_half((unsigned short)(w >> 16)));
+    }
+    static RF_DEVICE void run(uint4 v, float* f) {
+        word(v.x, f);
+        word(v.y, f + 2);
+        word(v.z, f + 4);
+        word(v.w, f + 6);
     }
 };
-
-// 16-bit types: element 2k is the low half of 32-bit word k (little-endian).
-RF_DEVICE float bits_to_float(unsigned int b, __half) { return rf_half_to_float(__ushort_as_half((unsigned short)b)); }
-RF_DEVICE float bits_to_float(unsigned int b, rf_bf16) { return rf_bf16_to_float((rf_bf16)b); }
-RF_DEVICE unsigned int float_to_bits(float f, __half) { return (unsigned int)__half_as_ushort(rf_float_to_half(f)); }
-RF_DEVICE unsigned int float_to_bits(float f, rf_bf16) { return (unsigned int)rf_float_to_bf16(f); }
-
-template <typename T> struct Vec16Narrow {
-    static constexpr int N = 8;
-    static RF_DEVICE void unpack(unsigned int w, float* f) {
-        f[0] = bits_to_float(w & 0xffffu, T());
-        f[1] = bits_to_float(w >> 16, T());
+template <> struct Unpack<rf_bf16> {
+    // A bf16 is the top half of an f32: a shift for the low element, a mask for the high one.
+    static RF_DEVICE void word(unsigned int w, float* f) {
+        f[0] = __uint_as_float(w << 16);
+        f[1] = __uint_as_float(w & 0xffff0000u);
     }
-    static RF_DEVICE unsigned int pack(const float* f) {
-        return float_to_bits(f[0], T()) | (float_to_bits(f[1], T()) << 16);
-    }
-    static RF_DEVICE void load(const T* p, float* f) {
-        const uint4 v = *reinterpret_cast<const uint4*>(p);
-        unpack(v.x, f);
-        unpack(v.y, f + 2);
-        unpack(v.z, f + 4);
-        unpack(v.w, f + 6);
-    }
-    static RF_DEVICE void store(T* p, const float* f) {
-        uint4 v;
-        v.x = pack(f);
-        v.y = pack(f + 2);
-        v.z = pack(f + 4);
-        v.w = pack(f + 6);
-        *reinterpret_cast<uint4*>(p) = v;
+    static RF_DEVICE void run(uint4 v, float* f) {
+        word(v.x, f);
+        word(v.y, f + 2);
+        word(v.z, f + 4);
+        word(v.w, f + 6);
     }
 };
-template <> struct Vec16<__half> : Vec16Narrow<__half> {};
-template <> struct Vec16<rf_bf16> : Vec16Narrow<rf_bf16> {};
 
 // f[e] = row[c0 + e] for the N elements from c0 (a multiple of N): one vector load when the row
 // is 16-byte aligned and all N lie below `end`, else one load per element below `end`; elements
-// at or past `end` are not read and get 0.
+// at or past `end` are not read and get `fill`.
 template <typename T>
-RF_DEVICE void load_vec(const T* row, unsigned int c0, unsigned int end, bool aligned, float* f) {
-    constexpr int N = Vec16<T>::N;
+RF_DEVICE void load_vec(const T* row, unsigned int c0, unsigned int end, bool aligned, float fill, float* f) {
+    constexpr int N = rf_pack16<T>::N;
     if (aligned && c0 + N <= end) {
-        Vec16<T>::load(row + c0, f);
+        Unpack<T>::run(rf_load16(row + c0), f);
     } else {
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-            f[e] = (c0 + e < end) ? rf_to_float(row[c0 + e]) : 0.0f;
+            f[e] = (c0 + e < end) ? rf_to_float(row[c0 + e]) : fill;
         }
     }
 }
@@ -107,9 +145,9 @@ RF_DEVICE void load_vec(const T* row, unsigned int c0, unsigned int end, bool al
 // row[c0 + e] = f[e] for the N elements from c0 that lie below `end`.
 template <typename T>
 RF_DEVICE void store_vec(T* row, unsigned int c0, unsigned int end, bool aligned, const float* f) {
-    constexpr int N = Vec16<T>::N;
+    constexpr int N = rf_pack16<T>::N;
     if (aligned && c0 + N <= end) {
-        Vec16<T>::store(row + c0, f);
+        rf_store16(row + c0, rf_pack16<T>::pack(f));
     } else {
 #pragma unroll
         for (int e = 0; e < N; ++e) {
@@ -120,76 +158,74 @@ RF_DEVICE void store_vec(T* row, unsigned int c0, unsigned int end, bool aligned
     }
 }
 
-// Block-wide reductions; every thread gets the result. blockDim.x must be a whole number of
-// warps (the launcher rounds it), so every lane of every warp takes part in the shuffles.
-// `scratch` holds one float per warp (at most 1024 / 32); the trailing barrier lets the next
-// reduction reuse it.
-RF_DEVICE float block_max(float v, float* scratch) {
-    v = rf_warp_max(v);
-    const int warps = (int)(blockDim.x / (unsigned int)rf_warp_size());
-    if (warps == 1) {
-        return v;
-    }
-    const int lane = rf_lane_id();
-    const int warp = (int)(threadIdx.x / (unsigned int)rf_warp_size());
-    if (lane == 0) {
-        scratch[warp] = v;
-    }
-    __syncthreads();
-    v = lane < warps ? scratch[lane] : neg_inf();
-    v = rf_warp_max(v);
-    __syncthreads();
-    return v;
-}
+// The factor exp2((m - to) * c) that moves a sum taken against maximum m to maximum to >= m;
+// 1 when m == to (also when both are -inf: an empty part stays 0, a NaN part stays NaN).
+RF_DEVICE float rescale(float m, float to, float c) { return m == to ? 1.0f : fast_exp2((m - to) * c); }
 
-RF_DEVICE float block_sum(float v, float* scratch) {
-    v = rf_warp_sum(v);
-    const int warps = (int)(blockDim.x / (unsigned int)rf_warp_size());
-    if (warps == 1) {
-        return v;
-    }
-    const int lane = rf_lane_id();
-    const int warp = (int)(threadIdx.x / (unsigned int)rf_warp_size());
-    if (lane == 0) {
-        scratch[warp] = v;
-    }
-    __syncthreads();
-    v = lane < warps ? scratch[lane] : 0.0f;
-    v = rf_warp_sum(v);
-    __syncthreads();
-    return v;
-}
+struct MaxSum {
+    float m; // maximum of the logits
+    float s; // sum of exp2((t - m) * c) over them
+};
 
-// The logits of the N elements from c0: scale * x (+ mask), -inf from `visible` on. `x` holds
-// the loaded values and becomes the logits; returns their maximum.
-template <typename T>
-RF_DEVICE float logits(float* x, const T* mask_row, unsigned int c0, unsigned int visible, bool mask_aligned, float scale) {
-    constexpr int N = Vec16<T>::N;
-    float m[N];
-    if (mask_row != nullptr) {
-        load_vec(mask_row, c0, visible, mask_aligned, m);
+// Combines every thread's (m, s) into the row's (M, S); every thread gets the same bits.
+// blockDim.x must be a whole number of warps (the launcher rounds it), so every lane of every
+// warp takes part in the shuffles. One barrier; `scratch` holds one pair per warp and is used
+// once per block.
+RF_DEVICE MaxSum block_combine(float m, float s, float c, float2* scratch) {
+    const float w = warp_max(m);
+    s = warp_sum(s * rescale(m, w, c));
+    const unsigned int warps = blockDim.x / warp_width();
+    if (warps == 1) {
+        return MaxSum{w, s};
     }
-    float top = neg_inf();
+    const unsigned int lane = threadIdx.x % warp_width();
+    if (lane == 0) {
+        scratch[threadIdx.x / warp_width()] = make_float2(w, s);
+    }
+    __syncthreads();
+    // Every aligned group of G lanes (G: the power of two >= warps; warps <= 1024 / warp width
+    // <= warp width, so G <= the warp width) holds all the pairs and reduces them with xor
+    // butterflies that stay inside the group.
+    unsigned int groups = 2;
+    while (groups < warps) {
+        groups *= 2;
+    }
+    const unsigned int i = lane & (groups - 1);
+    const float2 q = i < warps ? scratch[i] : make_float2(neg_inf(), 0.0f);
+    float top = q.x;
 #pragma unroll
-    for (int e = 0; e < N; ++e) {
-        float t = x[e] * scale;
-        if (mask_row != nullptr) {
-            t += m[e];
+    for (int o = 1; o < WARP_LIMIT; o *= 2) {
+        if ((unsigned int)o < groups) {
+            top = fmaxf(top, rf_shfl_xor(top, o));
         }
-        t = (c0 + e < visible) ? t : neg_inf();
-        x[e] = t;
-        top = fmaxf(top, t);
     }
-    return top;
+    float sum = q.y * rescale(q.x, top, c);
+#pragma unroll
+    for (int o = 1; o < WARP_LIMIT; o *= 2) {
+        if ((unsigned int)o < groups) {
+            sum += rf_shfl_xor(sum, o);
+        }
+    }
+    return MaxSum{top, sum};
 }
 
-template <typename T>
+// r % d, in 32 bits when both fit (a 64-bit remainder is a long subroutine).
+RF_DEVICE rf_u64 rem(rf_u64 r, rf_u64 d) {
+    if ((r | d) <= 0xffffffffull) {
+        return (rf_u64)((unsigned int)r % (unsigned int)d);
+    }
+    return r % d;
+}
+
+// GENERIC: rf_softmax_<T> (mask, any scale, streaming path for long rows), VPT = ITEMS / N
+// vectors a thread. Otherwise rf_softmax_fast_<T>: no mask, scale > 0 folded into c, and the
+// launcher guarantees cols <= VPT * N * blockDim.x.
+template <typename T, int VPT, bool GENERIC>
 RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
                            rf_u64 rows, rf_u64 cols, rf_u64 x_stride, rf_u64 y_stride, rf_u64 mask_rows,
                            rf_u64 seq_q, long long offset, int causal, float scale) {
-    constexpr int N = Vec16<T>::N;
-    constexpr int NV = ITEMS / N; // vectors per thread in the register path
-    __shared__ float scratch[32];
+    constexpr int N = rf_pack16<T>::N;
+    __shared__ float2 scratch[32];
 
     const rf_u64 row = (rf_u64)blockIdx.y * (rf_u64)gridDim.x + (rf_u64)blockIdx.x;
     if (row >= rows) {
@@ -197,41 +233,106 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
     }
     const T* xr = x_all + row * x_stride;
     T* yr = y_all + row * y_stride;
-    const T* mr = mask != nullptr ? mask + (row % mask_rows) * cols : nullptr;
+    const T* mr = (GENERIC && mask != nullptr) ? mask + rem(row, mask_rows) * cols : nullptr;
 
     // Column indices are 32-bit (the host keeps cols < 2^31); row offsets are 64-bit.
     const unsigned int ncols = (unsigned int)cols;
     // Columns [0, visible) take part; the causal mask hides the rest, which are not even read.
     unsigned int visible = ncols;
     if (causal) {
-        const long long last = (long long)(row % seq_q) + offset; // the host keeps |offset| < 2^62
+        const long long last = (long long)rem(row, seq_q) + offset; // the host keeps |offset| <= 2^62
         visible = last < 0 ? 0u : (last < (long long)ncols ? (unsigned int)last + 1u : ncols);
     }
-    const bool x_aligned = aligned16(xr);
-    const bool y_aligned = aligned16(yr);
-    const bool m_aligned = mr != nullptr && aligned16(mr);
+    const bool x_aligned = rf_is_aligned16(xr);
+    const bool y_aligned = rf_is_aligned16(yr);
+    const bool m_aligned = mr != nullptr && rf_is_aligned16(mr);
+    // The exponent is (t - m) * c: the fast entry's t is x itself, the generic one's is scaled.
+    const float c = GENERIC ? LOG2E : scale * LOG2E;
     const unsigned int tid = threadIdx.x;
     const unsigned int step = blockDim.x * N; // elements one pass of the block covers (<= 8192)
     const float zeros[N] = {};
 
-    if (ncols <= NV * step) {
+    if (!GENERIC || ncols <= VPT * step) {
         // Register path: vector k of this thread covers [(k * blockDim + tid) * N, ... + N).
-        // All loads of x are issued before any value is used, so they are in flight together.
-        float v[NV][N];
+        // Every whole, aligned, visible vector is loaded first (predicated 16-byte loads, all in
+        // flight together); vectors that are partly visible or unaligned go element by element.
+        uint4 raw[VPT];
 #pragma unroll
-        for (int k = 0; k < NV; ++k) {
-            load_vec(xr, (k * blockDim.x + tid) * N, visible, x_aligned, v[k]);
+        for (int k = 0; k < VPT; ++k) {
+            const unsigned int c0 = (k * blockDim.x + tid) * N;
+            raw[k] = make_uint4(0u, 0u, 0u, 0u);
+            if (x_aligned && c0 + N <= visible) {
+                raw[k] = rf_load16(xr + c0);
+            }
         }
+        float v[VPT][N];
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            const unsigned int c0 = (k * blockDim.x + tid) * N;
+            if (x_aligned && c0 + N <= visible) {
+                Unpack<T>::run(raw[k], v[k]);
+            } else if (c0 < visible) { // the boundary vector, or an unaligned row
+#pragma unroll
+                for (int e = 0; e < N; ++e) {
+                    v[k][e] = (c0 + e < visible) ? rf_to_float(xr[c0 + e]) : neg_inf();
+                }
+            }
+        }
+        if (GENERIC) {
+            // t = scale * x + mask; the mask is read after every x load is in flight.
+#pragma unroll
+            for (int k = 0; k < VPT; ++k) {
+                const unsigned int c0 = (k * blockDim.x + tid) * N;
+                if (c0 < visible) {
+                    float a[N];
+                    if (mr != nullptr) {
+                        load_vec(mr, c0, visible, m_aligned, 0.0f, a);
+                    }
+#pragma unroll
+                    for (int e = 0; e < N; ++e) {
+                        const float t = mr != nullptr ? fmaf(v[k][e], scale, a[e]) : v[k][e] * scale;
+                        v[k][e] = (c0 + e < visible) ? t : neg_inf();
+                    }
+                }
+            }
+        }
+        // This thread's maximum over its visible elements (-inf for none).
         float top = neg_inf();
 #pragma unroll
-        for (int k = 0; k < NV; ++k) {
+        for (int k = 0; k < VPT; ++k) {
             const unsigned int c0 = (k * blockDim.x + tid) * N;
-            top = fmaxf(top, logits(v[k], mr, c0, visible, m_aligned, scale));
-        }
-        top = block_max(top, scratch);
-        if (top == neg_inf()) { // fully masked row: zeros (block-uniform branch)
+            if (c0 < visible) {
 #pragma unroll
-            for (int k = 0; k < NV; ++k) {
+                for (int e = 0; e < N; ++e) {
+                    top = fmaxf(top, v[k][e]);
+                }
+            }
+        }
+        // p = exp2((t - top) * c) against the thread's own maximum: 0 for -inf logits and for
+        // hidden vectors; a thread with nothing visible subtracts 0 (its p are 0, or NaN for NaN).
+        const float sub = top == neg_inf() ? 0.0f : top;
+        float sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            const unsigned int c0 = (k * blockDim.x + tid) * N;
+            if (c0 < visible) {
+#pragma unroll
+                for (int e = 0; e < N; ++e) {
+                    const float p = fast_exp2((v[k][e] - sub) * c);
+                    v[k][e] = p;
+                    sum += p;
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < N; ++e) {
+                    v[k][e] = 0.0f;
+                }
+            }
+        }
+        const MaxSum row_ms = block_combine(top, sum, c, scratch);
+        if (row_ms.m == neg_inf()) { // fully masked row: zeros (block-uniform branch)
+#pragma unroll
+            for (int k = 0; k < VPT; ++k) {
                 const unsigned int c0 = (k * blockDim.x + tid) * N;
                 if (c0 < ncols) {
                     store_vec(yr, c0, ncols, y_aligned, zeros);
@@ -239,25 +340,16 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
             }
             return;
         }
-        float sum = 0.0f;
+        // S >= 1 (the maximum's own term is exp2(0) = 1). A thread whose maximum is -inf gets
+        // factor 0 (its p are 0, or NaN, which stays NaN).
+        const float factor = rescale(top, row_ms.m, c) / row_ms.s;
 #pragma unroll
-        for (int k = 0; k < NV; ++k) {
-#pragma unroll
-            for (int e = 0; e < N; ++e) {
-                const float p = expf(v[k][e] - top); // exp(-inf) = 0 for masked and padding slots
-                v[k][e] = p;
-                sum += p;
-            }
-        }
-        // sum >= 1: the maximum's own term is exp(0).
-        const float inv = 1.0f / block_sum(sum, scratch);
-#pragma unroll
-        for (int k = 0; k < NV; ++k) {
+        for (int k = 0; k < VPT; ++k) {
             const unsigned int c0 = (k * blockDim.x + tid) * N;
             if (c0 < ncols) {
 #pragma unroll
                 for (int e = 0; e < N; ++e) {
-                    v[k][e] *= inv;
+                    v[k][e] *= factor;
                 }
                 store_vec(yr, c0, ncols, y_aligned, v[k]);
             }
@@ -265,14 +357,24 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
         return;
     }
 
-    // Streaming path for long rows: a running (max, sum) per thread, rescaled when the max grows,
-    // combined across the block; then a second read of x to write y.
+    // Streaming path for long rows (GENERIC only): a running (max, sum) per thread, rescaled
+    // when the maximum grows, combined across the block; then a second read of x to write y.
     float top = neg_inf();
     float sum = 0.0f;
     for (unsigned int c0 = tid * N; c0 < visible; c0 += step) {
         float t[N];
-        load_vec(xr, c0, visible, x_aligned, t);
-        const float local = logits(t, mr, c0, visible, m_aligned, scale);
+        float a[N];
+        load_vec(xr, c0, visible, x_aligned, 0.0f, t);
+        if (mr != nullptr) {
+            load_vec(mr, c0, visible, m_aligned, 0.0f, a);
+        }
+        float local = neg_inf();
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+            const float l = mr != nullptr ? fmaf(t[e], scale, a[e]) : t[e] * scale;
+            t[e] = (c0 + e < visible) ? l : neg_inf();
+            local = fmaxf(local, t[e]);
+        }
         const float next = fmaxf(top, local);
         if (next == neg_inf()) {
             continue; // nothing visible yet in this thread's elements
@@ -280,27 +382,37 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
         float part = 0.0f;
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-            part += expf(t[e] - next);
+            part += fast_exp2((t[e] - next) * c);
         }
-        sum = sum * expf(top - next) + part; // exp(-inf) = 0 while top is still -inf
+        sum = sum * rescale(top, next, c) + part; // rescale(-inf, finite) = 0
         top = next;
     }
-    const float row_max = block_max(top, scratch);
-    if (row_max == neg_inf()) {
+    const MaxSum row_ms = block_combine(top, sum, c, scratch);
+    if (row_ms.m == neg_inf()) {
         for (unsigned int c0 = tid * N; c0 < ncols; c0 += step) {
             store_vec(yr, c0, ncols, y_aligned, zeros);
         }
         return;
     }
-    const float mine = top == neg_inf() ? 0.0f : sum * expf(top - row_max);
-    const float inv = 1.0f / block_sum(mine, scratch);
+    const float inv = 1.0f / row_ms.s;
     for (unsigned int c0 = tid * N; c0 < ncols; c0 += step) {
         float t[N];
-        load_vec(xr, c0, visible, x_aligned, t);
-        logits(t, mr, c0, visible, m_aligned, scale);
+        if (c0 < visible) {
+            float a[N];
+            load_vec(xr, c0, visible, x_aligned, 0.0f, t);
+            if (mr != nullptr) {
+                load_vec(mr, c0, visible, m_aligned, 0.0f, a);
+            }
 #pragma unroll
-        for (int e = 0; e < N; ++e) {
-            t[e] = expf(t[e] - row_max) * inv;
+            for (int e = 0; e < N; ++e) {
+                const float l = mr != nullptr ? fmaf(t[e], scale, a[e]) : t[e] * scale;
+                t[e] = (c0 + e < visible) ? fast_exp2((l - row_ms.m) * c) * inv : 0.0f;
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < N; ++e) {
+                t[e] = 0.0f;
+            }
         }
         store_vec(yr, c0, ncols, y_aligned, t);
     }
@@ -311,12 +423,21 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
 // x, y: rows of `cols` elements, `x_stride` / `y_stride` elements apart (x == y allowed).
 // mask: null, or [mask_rows, cols] contiguous, row r using mask row r % mask_rows.
 // causal != 0: row r sees columns j <= (r % seq_q) + offset.
+// rf_softmax_fast_<T> takes the same arguments; it ignores the mask (the launcher never passes
+// one) and needs 2^-126 <= scale <= 1e30 and cols <= 4 * 16 bytes * blockDim.x <= 256 threads.
 #define RF_SOFTMAX_ENTRY(suffix, T)                                                                    \
     RF_KERNEL void __launch_bounds__(1024)                                                             \
         rf_softmax_##suffix(const T* x, T* y, const T* mask, rf_u64 rows, rf_u64 cols, rf_u64 x_stride, \
                             rf_u64 y_stride, rf_u64 mask_rows, rf_u64 seq_q, long long offset, int causal,  \
                             float scale) {                                                             \
-        rf_softmax::softmax_row<T>(x, y, mask, rows, cols, x_stride, y_stride, mask_rows, seq_q, offset,  \
-                                   causal, scale);                                                     \
+        rf_softmax::softmax_row<T, rf_softmax::ITEMS / rf_pack16<T>::N, true>(                          \
+            x, y, mask, rows, cols, x_stride, y_stride, mask_rows, seq_q, offset, causal, scale);       \
+    }                                                                                                  \
+    RF_KERNEL void __launch_bounds__(256, rf_softmax::FastBlocks<T>::value)                             \
+        rf_softmax_fast_##suffix(const T* x, T* y, const T* mask, rf_u64 rows, rf_u64 cols,             \
+                                 rf_u64 x_stride, rf_u64 y_stride, rf_u64 mask_rows, rf_u64 seq_q,       \
+                                 long long offset, int causal, float scale) {                          \
+        rf_softmax::softmax_row<T, rf_softmax::FAST_VECTORS, false>(                                   \
+            x, y, mask, rows, cols, x_stride, y_stride, mask_rows, seq_q, offset, causal, scale);       \
     }
 RF_FOR_EACH_DTYPE(RF_SOFTMAX_ENTRY)

@@ -35,7 +35,7 @@
 //! [`softmax`] covers contiguous tensors; [`Softmax`] adds strides and the in-place form.
 //! [`softmax_reference`] is the f64 CPU reference.
 
-use rocm_runtime::{DeviceBuffer, Function, LaunchConfig, Stream};
+use rocm_runtime::DeviceBuffer;
 
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
@@ -43,10 +43,45 @@ use crate::loader::{self, strided_len};
 
 const KERNEL: &str = "softmax";
 
-/// Elements of a row each thread keeps in registers (`ITEMS` in the kernel). The block is sized
-/// so that a row fits when it can (up to 16 * 1024 elements); longer rows take the kernel's
-/// streaming path, which reads x twice.
+/// Elements of a row each thread of `rf_softmax_<T>` keeps in registers (`ITEMS` in the kernel).
+/// The block is sized so that a row fits when it can (up to 16 * 1024 elements); longer rows take
+/// the kernel's streaming path, which reads x twice.
 const ITEMS: usize = 16;
+
+/// Bytes of a row each thread of `rf_softmax_fast_<T>` keeps in registers: four 16-byte vectors
+/// (`FAST_VECTORS` in the kernel), 16 f32 or 32 f16/bf16 elements.
+const FAST_BYTES: usize = 64;
+
+/// Largest block of `rf_softmax_fast_<T>` (its `__launch_bounds__`).
+const FAST_BLOCK: usize = 256;
+
+/// Scales the fast entry point takes: it folds the scale into the exponent's factor
+/// `scale * log2(e)`, which must be a positive normal f32 for the maximum of x to be the maximum
+/// of the logits (and -inf logits to stay -inf).
+const FAST_SCALES: std::ops::RangeInclusive<f32> = f32::MIN_POSITIVE..=1e30;
+
+/// The entry point and block size of a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    /// `rf_softmax_fast_<T>` (no additive mask, a positive scale, rows of at most
+    /// `FAST_BYTES / size * FAST_BLOCK` elements) rather than `rf_softmax_<T>`.
+    fast: bool,
+    block: usize,
+}
+
+impl Plan {
+    /// `size`: bytes of an element; `warp`: the device's warp width.
+    fn new(cols: usize, size: usize, warp: usize, additive: bool, scale: f32) -> Plan {
+        let warp = warp.max(1);
+        let fast_items = FAST_BYTES / size;
+        if !additive && FAST_SCALES.contains(&scale) && cols <= fast_items * FAST_BLOCK {
+            let block = cols.div_ceil(fast_items).div_ceil(warp).saturating_mul(warp).clamp(warp, FAST_BLOCK);
+            return Plan { fast: true, block };
+        }
+        let block = cols.div_ceil(ITEMS).div_ceil(warp).saturating_mul(warp).clamp(warp, 1024);
+        Plan { fast: false, block }
+    }
+}
 
 /// Largest |offset| accepted for the causal mask (the kernel adds it to a row index in i64).
 const MAX_OFFSET: i64 = 1 << 62;
@@ -230,8 +265,12 @@ impl Softmax {
             return Ok(());
         }
         let stream = y.stream().clone();
-        let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_softmax"))?;
-        let config = self.config(&stream, &kernel);
+        let warp = stream.backend().info().warp_size as usize;
+        let additive = matches!(mask, Mask::Additive { .. });
+        let plan = Plan::new(self.cols, size_of::<T>(), warp, additive, self.scale);
+        let name = if plan.fast { "rf_softmax_fast" } else { "rf_softmax" };
+        let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>(name))?;
+        let config = loader::row_per_block(&stream, &kernel, self.rows, plan.block as u32);
         let (seq_q, offset, causal, mask_rows) = match mask {
             Mask::None | Mask::Additive { .. } => (1u64, 0i64, 0i32, 1u64),
             Mask::Causal { seq_q, offset } => {
@@ -243,10 +282,12 @@ impl Softmax {
             Mask::Additive { mask, mask_rows } => (Some(mask), mask_rows as u64),
             _ => (None, mask_rows),
         };
-        // SAFETY: rf_softmax_<T>(const T* x, T* y, const T* mask, u64 rows, u64 cols,
-        // u64 x_stride, u64 y_stride, u64 mask_rows, u64 seq_q, i64 offset, int causal,
-        // float scale) reads x[r * x_stride + j] and writes y[r * y_stride + j] for r < rows,
-        // j < cols, and reads mask[(r % mask_rows) * cols + j] when the mask is not null: `check`
+        // SAFETY: rf_softmax_<T> and rf_softmax_fast_<T>(const T* x, T* y, const T* mask,
+        // u64 rows, u64 cols, u64 x_stride, u64 y_stride, u64 mask_rows, u64 seq_q, i64 offset,
+        // int causal, float scale) read x[r * x_stride + j] and writes y[r * y_stride + j] for r < rows,
+        // j < cols, and rf_softmax_<T> reads mask[(r % mask_rows) * cols + j] when the mask is
+        // not null (the fast entry point is only chosen without one, and `Plan` gives it a block
+        // of at least cols / (FAST_BYTES / size) threads, as it needs): `check`
         // proved those lie inside x (or y, in place), y and the mask. The builder checks that
         // x, y and the mask belong to the stream; x and the mask are shared borrows distinct
         // from y, except in place, where x is y itself and the kernel loads each element
@@ -275,14 +316,6 @@ impl Softmax {
                 .launch(config)?
         };
         Ok(())
-    }
-
-    /// One block per row, with enough threads that the row fits in registers (`ITEMS` elements
-    /// a thread), in whole warps, at most 1024.
-    fn config(&self, stream: &Stream, kernel: &Function) -> LaunchConfig {
-        let warp = stream.backend().info().warp_size.max(1) as usize;
-        let block = self.cols.div_ceil(ITEMS).div_ceil(warp).saturating_mul(warp).clamp(warp, 1024);
-        loader::row_per_block(stream, kernel, self.rows, block as u32)
     }
 }
 
@@ -466,18 +499,53 @@ mod tests {
 
     #[test]
     fn the_block_covers_a_row_in_registers() {
-        // Mirrors `config`: ITEMS elements a thread, whole warps.
-        let block = |cols: usize, warp: usize| {
-            cols.div_ceil(ITEMS).div_ceil(warp).saturating_mul(warp).clamp(warp, 1024)
+        // The generic entry point: ITEMS elements a thread, whole warps, at most 1024.
+        let generic = |cols: usize, warp: usize| {
+            let plan = Plan::new(cols, 4, warp, true, 1.0);
+            assert!(!plan.fast);
+            plan.block
         };
-        assert_eq!(block(4096, 32), 256);
-        assert_eq!(block(4096, 64), 256);
-        assert_eq!(block(4097, 64), 320);
-        assert_eq!(block(7, 64), 64);
-        assert_eq!(block(1 << 20, 32), 1024);
+        assert_eq!(generic(4096, 32), 256);
+        assert_eq!(generic(4096, 64), 256);
+        assert_eq!(generic(4097, 64), 320);
+        assert_eq!(generic(7, 64), 64);
+        assert_eq!(generic(1 << 20, 32), 1024);
         for cols in [1, 7, 127, 4097, 16384] {
             for warp in [32, 64] {
-                assert!(block(cols, warp) * ITEMS >= cols);
+                assert!(generic(cols, warp) * ITEMS >= cols);
+            }
+        }
+    }
+
+    #[test]
+    fn the_fast_entry_point_takes_unmasked_rows_that_fit() {
+        // The benchmark's rows: 256 threads x 16 f32, 128 threads x 32 f16/bf16.
+        assert_eq!(Plan::new(4096, 4, 32, false, 0.088), Plan { fast: true, block: 256 });
+        assert_eq!(Plan::new(4096, 2, 32, false, 0.088), Plan { fast: true, block: 128 });
+        assert_eq!(Plan::new(4096, 2, 64, false, 1.0), Plan { fast: true, block: 128 });
+        // Short rows: one warp.
+        assert_eq!(Plan::new(7, 2, 64, false, 1.0), Plan { fast: true, block: 64 });
+        assert_eq!(Plan::new(1, 4, 32, false, 1.0), Plan { fast: true, block: 32 });
+        // 16-bit rows up to 8192, f32 up to 4096; longer ones go to the generic entry point.
+        assert_eq!(Plan::new(8192, 2, 32, false, 1.0), Plan { fast: true, block: 256 });
+        assert_eq!(Plan::new(8193, 2, 32, false, 1.0), Plan { fast: false, block: 544 });
+        assert_eq!(Plan::new(4097, 4, 32, false, 1.0), Plan { fast: false, block: 288 });
+        assert_eq!(Plan::new(4097, 2, 64, false, 1.0), Plan { fast: true, block: 192 });
+        // An additive mask, or a scale that is not a positive normal f32, takes the generic one.
+        assert!(!Plan::new(4096, 2, 32, true, 1.0).fast);
+        for scale in [0.0, -0.0, -1.0, 1e-40, 1e31] {
+            assert!(!Plan::new(4096, 2, 32, false, scale).fast, "scale {scale}");
+        }
+        // Every fast block holds its row: FAST_BYTES / size elements a thread.
+        for cols in 1..=8192 {
+            for (size, warp) in [(4, 32), (4, 64), (2, 32), (2, 64)] {
+                let plan = Plan::new(cols, size, warp, false, 0.5);
+                if plan.fast {
+                    assert!(plan.block * (FAST_BYTES / size) >= cols && plan.block <= FAST_BLOCK);
+                    assert_eq!(plan.block % warp, 0);
+                } else {
+                    assert!(cols > FAST_BYTES / size * FAST_BLOCK);
+                }
             }
         }
     }
