@@ -1,18 +1,20 @@
 // RMSNorm over the last dimension, one block per row:
 //
-//   rf_rmsnorm_<dt>:           out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight
-//   rf_rmsnorm_residual_<dt>:  s = round_T(x[r, :] + residual[r, :]); residual[r, :] = s;
-//                              out[r, :] = s / sqrt(mean(s^2) + eps) * weight
+//   rf_rmsnorm[_group]_<dt>:           out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight
+//   rf_rmsnorm_residual[_group]_<dt>:  s = round_T(x[r, :] + residual[r, :]); residual[r, :] = s;
+//                                      out[r, :] = s / sqrt(mean(s^2) + eps) * weight
 //
 // Storage f32, f16 or bf16 (<dt>), arithmetic in f32, one rounding on each store. Rows start
 // `*_stride` elements apart; `out` may be `x` (in place) since every element is read before the
 // same thread writes it. `weight` holds `cols` elements.
 //
-// Speed: each thread keeps its part of the row in registers (up to RF_RMS_CACHE floats), so x
-// (and the residual) are read from memory once; rows longer than the block can cache take a
-// streaming path that reads them twice. Loads and stores are 16 bytes wide when the pointers and
-// strides allow it (a scalar tail covers cols % N), one element wide otherwise. The sum of
-// squares is reduced with warp shuffles, then across warps through shared memory.
+// Speed: each thread keeps its part of the row in registers, so x (and the residual) are read
+// from memory once; rows longer than the block can cache take a streaming path that reads them
+// twice. Loads and stores are 16 bytes wide when the pointers and strides allow it (a scalar
+// tail covers cols % N), one element wide otherwise. The sum of squares is reduced with warp
+// shuffles, then across warps through shared memory. Two kernels: the group path (v3) for
+// 16-byte rows of up to 2 vectors a thread (raw vectors, few registers, many rows in flight),
+// the block path (v1) for every other row.
 
 #include "rocmforge.h"
 
@@ -47,7 +49,8 @@ template <typename T> RF_DEVICE float rf_rms_round(float v) { return rf_to_float
 
 // Every row this block owns (rows blockIdx.y * gridDim.x + blockIdx.x, then every
 // gridDim.x * gridDim.y rows). V elements per access: 16-byte vectors or scalars (VECTOR).
-template <typename T, bool RESIDUAL, bool VECTOR>
+// STREAM_ONLY drops the register cache (the group path's fallback, which must stay small).
+template <typename T, bool RESIDUAL, bool VECTOR, bool STREAM_ONLY = false>
 RF_DEVICE void rf_rms_rows(const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride,
                            rf_u64 residual_stride, rf_u64 out_stride, rf_u64 rows, unsigned int cols,
                            float eps, float (*scratch)[RF_RMS_MAX_WARPS]) {
@@ -58,7 +61,7 @@ RF_DEVICE void rf_rms_rows(const T* x, T* residual, const T* weight, T* out, rf_
     const unsigned int block = blockDim.x;
     const unsigned int nv = cols / (unsigned int)V;         // whole vectors in a row
     const unsigned int tail = cols - nv * (unsigned int)V;  // elements after them (< V)
-    const bool cached = (rf_u64)nv <= (rf_u64)K * block;
+    const bool cached = !STREAM_ONLY && (rf_u64)nv <= (rf_u64)K * block;
     const float inv_cols = 1.0f / (float)cols;
     const rf_u64 step = (rf_u64)gridDim.x * gridDim.y;
     int parity = 0;
@@ -170,114 +173,146 @@ RF_DEVICE void rf_rms_rows(const T* x, T* residual, const T* weight, T* out, rf_
 }
 
 // ---------------------------------------------------------------------------------------------
-// Warp path (v2): one warp per row, for rows of up to RF_RMS_WARP_CACHE accesses per lane (16
-// vectors: 128 f16/bf16 or 64 f32 elements a lane, so 4096 f16 columns on a 32-wide warp and
-// 8192 on a 64-wide wavefront; RF_RMS_WARP_CACHE scalars a lane on the scalar path). The row
-// stays in registers as raw 16-byte vectors (64 registers), the sum of squares is a shuffle
-// reduction over the warp, there is no barrier and no shared memory, and each lane has all 16
-// of its loads (32 with the residual) in flight at once. Warps walk rows grid-stride. A row
-// longer than the cache (only if a caller launched this kernel for one) is streamed by the warp
-// in two passes, correct but slow.
+// Group path (v3): one row per block of G warps, each thread holding RF_RMS_GROUP_CACHE 16-byte
+// vectors of the row (the host sizes the block so: 256 threads for 4096 f16/bf16 columns, 512
+// for 4096 f32). Each thread keeps its vectors as raw uint4s, issues all its loads of x (and of
+// the residual) before using any, then the weight's (L1/L2 hits, in flight behind x's),
+// accumulates the squares straight from the packed values, reduces over the block with one
+// barrier, and widens, scales and rounds each vector again on the way out (two elements a cvt
+// on sm_80+). Few registers (32 plain, 48 with the residual on sm_90) keep 8 (plain) or 5
+// (residual) blocks, 64 KB or 80 KB of loads, in flight per SM, and each row's serial work after
+// its loads land is short. The host sends scalar rows and rows longer than the cache to the
+// block path; launched for one anyway, the kernel streams it (rf_rms_rows), correct but slow.
 // ---------------------------------------------------------------------------------------------
 
-#define RF_RMS_WARP_CACHE 16
+#define RF_RMS_GROUP_CACHE 2
 
-// The plain form only: the residual form measured faster on the block path (rmsnorm.md).
-template <typename T, bool VECTOR>
-RF_DEVICE void rf_rms_warp_rows(const T* x, const T* weight, T* out, rf_u64 x_stride, rf_u64 out_stride,
-                                rf_u64 rows, unsigned int cols, float eps) {
-    typedef rf_access<T, VECTOR> A;
-    constexpr int V = A::V;
-    constexpr int K = RF_RMS_WARP_CACHE;
-    const unsigned int warp = (unsigned int)rf_warp_size();
-    const unsigned int lane = threadIdx.x % warp;
+// A zero the compiler cannot see through: added to the weight pointer inside the row loop, it
+// keeps the compiler from hoisting the weight's addresses out of the loop and holding them in
+// registers for the whole kernel, while the pointer keeps its global address space.
+RF_DEVICE unsigned int rf_rms_opaque_zero() {
+    unsigned int z = 0;
+#if RF_PLATFORM_NVIDIA
+    asm volatile("" : "+r"(z));
+#endif
+    return z;
+}
+
+template <typename T, bool RESIDUAL, int K>
+RF_DEVICE void rf_rms_group_rows(const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride,
+                                 rf_u64 residual_stride, rf_u64 out_stride, rf_u64 rows, unsigned int cols,
+                                 float eps, float (*scratch)[RF_RMS_MAX_WARPS]) {
+    typedef rf_pack16<T> P;
+    constexpr int V = P::N;
+    const unsigned int t = threadIdx.x;
+    const unsigned int block = blockDim.x;
     const unsigned int nv = cols / (unsigned int)V;         // whole vectors in a row
-    const unsigned int tail = cols - nv * (unsigned int)V;  // elements after them (< V <= 8 < warp)
-    const bool cached = (rf_u64)nv <= (rf_u64)K * warp;
+    const unsigned int tail = cols - nv * (unsigned int)V;  // elements after them (< V <= 8)
+    const unsigned int jt = nv * (unsigned int)V + t;       // this thread's tail element, if t < tail
     const float inv_cols = 1.0f / (float)cols;
-    const rf_u64 warps_per_block = blockDim.x / warp;
-    const rf_u64 step = (rf_u64)gridDim.x * warps_per_block;
-    for (rf_u64 row = (rf_u64)blockIdx.x * warps_per_block + threadIdx.x / warp; row < rows; row += step) {
+    const rf_u64 step = (rf_u64)gridDim.x * gridDim.y;
+    int parity = 0;
+    for (rf_u64 row = (rf_u64)blockIdx.y * gridDim.x + blockIdx.x; row < rows; row += step) {
         const T* xr = x + row * x_stride;
+        T* rr = RESIDUAL ? residual + row * residual_stride : nullptr;
         T* orow = out + row * out_stride;
-        float sumsq = 0.0f;
+        const T* wr = weight + rf_rms_opaque_zero();
+        uint4 c[K];  // x, then (residual form) the rounded sum
+        uint4 w[K];
         float ct = 0.0f;
-        const rf_u64 jt = (rf_u64)nv * V + lane;  // this lane's tail element, if lane < tail
-        if (cached) {
-            typename A::Raw c[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const unsigned int i = t + (unsigned int)k * block;
+            if (i < nv) {
+                c[k] = rf_load16(xr + (rf_u64)i * V);
+            }
+        }
+        if (RESIDUAL) {
+            uint4 q[K];
 #pragma unroll
             for (int k = 0; k < K; ++k) {
-                const unsigned int i = lane + (unsigned int)k * warp;
+                const unsigned int i = t + (unsigned int)k * block;
                 if (i < nv) {
-                    c[k] = A::load_raw(xr + (rf_u64)i * V);
+                    q[k] = rf_load16(rr + (rf_u64)i * V);
                 }
             }
-            if (lane < tail) {
-                ct = rf_to_float(xr[jt]);
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                const unsigned int i = t + (unsigned int)k * block;
+                if (i < nv) {
+                    w[k] = rf_load16(wr + (rf_u64)i * V);
+                }
+            }
+            if (t < tail) {
+                ct = rf_rms_round<T>(rf_to_float(xr[jt]) + rf_to_float(rr[jt]));
+                rr[jt] = rf_from_float<T>(ct);
             }
 #pragma unroll
             for (int k = 0; k < K; ++k) {
-                const unsigned int i = lane + (unsigned int)k * warp;
+                const unsigned int i = t + (unsigned int)k * block;
                 if (i < nv) {
-                    float v[V];
-                    A::unpack(c[k], v);
+                    float a[V];
+                    float b[V];
+                    P::unpack(c[k], a);
+                    P::unpack(q[k], b);
 #pragma unroll
                     for (int e = 0; e < V; ++e) {
-                        sumsq = fmaf(v[e], v[e], sumsq);
+                        a[e] += b[e];
                     }
+                    c[k] = P::pack(a);
+                    rf_store16(rr + (rf_u64)i * V, c[k]);
                 }
-            }
-            if (lane < tail) {
-                sumsq = fmaf(ct, ct, sumsq);
-            }
-            const float scale = rsqrtf(rf_warp_sum(sumsq) * inv_cols + eps);
-#pragma unroll
-            for (int k = 0; k < K; ++k) {
-                const unsigned int i = lane + (unsigned int)k * warp;
-                if (i < nv) {
-                    float v[V];
-                    float w[V];
-                    A::unpack(c[k], v);
-                    A::load(weight + (rf_u64)i * V, w);
-#pragma unroll
-                    for (int e = 0; e < V; ++e) {
-                        v[e] = v[e] * scale * w[e];
-                    }
-                    A::store(orow + (rf_u64)i * V, v);
-                }
-            }
-            if (lane < tail) {
-                orow[jt] = rf_from_float<T>(ct * scale * rf_to_float(weight[jt]));
             }
         } else {
-            // Streaming: as the block path's, with the warp in place of the block.
-            for (unsigned int i = lane; i < nv; i += warp) {
-                float v[V];
-                A::load(xr + (rf_u64)i * V, v);
 #pragma unroll
-                for (int e = 0; e < V; ++e) {
-                    sumsq = fmaf(v[e], v[e], sumsq);
+            for (int k = 0; k < K; ++k) {
+                const unsigned int i = t + (unsigned int)k * block;
+                if (i < nv) {
+                    w[k] = rf_load16(wr + (rf_u64)i * V);
                 }
             }
-            if (lane < tail) {
-                const float v = rf_to_float(xr[jt]);
-                sumsq = fmaf(v, v, sumsq);
+            if (t < tail) {
+                ct = rf_to_float(xr[jt]);
             }
-            const float scale = rsqrtf(rf_warp_sum(sumsq) * inv_cols + eps);
-            for (unsigned int i = lane; i < nv; i += warp) {
+        }
+        float part[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const unsigned int i = t + (unsigned int)k * block;
+            part[k] = 0.0f;
+            if (i < nv) {
                 float v[V];
-                float w[V];
-                A::load(xr + (rf_u64)i * V, v);
-                A::load(weight + (rf_u64)i * V, w);
+                P::unpack(c[k], v);
 #pragma unroll
                 for (int e = 0; e < V; ++e) {
-                    v[e] = v[e] * scale * w[e];
+                    part[k] = fmaf(v[e], v[e], part[k]);
                 }
-                A::store(orow + (rf_u64)i * V, v);
             }
-            if (lane < tail) {
-                orow[jt] = rf_from_float<T>(rf_to_float(xr[jt]) * scale * rf_to_float(weight[jt]));
+        }
+        float sumsq = ct * ct;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            sumsq += part[k];
+        }
+        const float scale = rsqrtf(rf_rms_block_sum(sumsq, scratch[parity]) * inv_cols + eps);
+        parity ^= 1;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const unsigned int i = t + (unsigned int)k * block;
+            if (i < nv) {
+                float v[V];
+                float wf[V];
+                P::unpack(c[k], v);
+                P::unpack(w[k], wf);
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    v[e] = v[e] * scale * wf[e];
+                }
+                rf_store16(orow + (rf_u64)i * V, P::pack(v));
             }
+        }
+        if (t < tail) {
+            orow[jt] = rf_from_float<T>(ct * scale * rf_to_float(wr[jt]));
         }
     }
 }
@@ -312,24 +347,43 @@ RF_DEVICE void rf_rmsnorm(const T* x, T* residual, const T* weight, T* out, rf_u
     }
 }
 
-// Warp path: one warp per row (plain form).
-template <typename T>
-RF_DEVICE void rf_rmsnorm_warp(const T* x, const T* weight, T* out, rf_u64 x_stride, rf_u64 out_stride,
-                               rf_u64 rows, unsigned int cols, float eps) {
-    if (rf_rms_vector<T, false>(x, nullptr, weight, out, x_stride, 0, out_stride, cols)) {
-        rf_rms_warp_rows<T, true>(x, weight, out, x_stride, out_stride, rows, cols, eps);
+// Group path: one row per block, rows of at most RF_RMS_GROUP_CACHE 16-byte vectors a thread;
+// anything else (the host sends it to the block path) through the block path's scalar streaming
+// code: correct for any row, and the lightest fallback in registers.
+template <typename T, bool RESIDUAL>
+RF_DEVICE void rf_rmsnorm_group(const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride,
+                                rf_u64 residual_stride, rf_u64 out_stride, rf_u64 rows, unsigned int cols,
+                                float eps) {
+    __shared__ float scratch[2][RF_RMS_MAX_WARPS];
+    const bool vector =
+        rf_rms_vector<T, RESIDUAL>(x, residual, weight, out, x_stride, residual_stride, out_stride, cols);
+    const bool fits = cols / (unsigned int)rf_pack16<T>::N <= RF_RMS_GROUP_CACHE * blockDim.x;
+    if (vector && fits) {
+        rf_rms_group_rows<T, RESIDUAL, RF_RMS_GROUP_CACHE>(x, residual, weight, out, x_stride, residual_stride,
+                                                           out_stride, rows, cols, eps, scratch);
     } else {
-        rf_rms_warp_rows<T, false>(x, weight, out, x_stride, out_stride, rows, cols, eps);
+        rf_rms_rows<T, RESIDUAL, false, true>(x, residual, weight, out, x_stride, residual_stride, out_stride,
+                                              rows, cols, eps, scratch);
     }
 }
 
 // Entry points. Strides and `rows` are in elements / rows (64-bit); 1 <= cols < 2^31; the host
 // launcher checks that every row lies inside its buffer and that blockDim.x is a multiple of the
-// warp width (at most 1024 on the block path, 256 on the warp path). Block path: rows walked by
-// blocks (blockIdx.y * gridDim.x + blockIdx.x). Warp path (`_warp_`): a 1-D grid, rows walked by
-// warps, for rows the warp's register cache holds. The residual form has no warp entry: with x
-// and the residual both cached it needed ~248 registers and measured slower than its block
-// path (H200: f16 0.86 vs 0.90 of copy, bf16 0.72 vs 0.84), see docs/kernels/rmsnorm.md.
+// warp width, at most 1024. Rows are walked by blocks (blockIdx.y * gridDim.x + blockIdx.x, then
+// every gridDim.x * gridDim.y rows), so any grid covers any row count. Block path (v1,
+// `rf_rmsnorm_<dt>`): any row, a register cache of up to RF_RMS_CACHE elements a thread, longer
+// rows streamed. Group path (v3, `_group_`): 16-byte rows of up to RF_RMS_GROUP_CACHE vectors a
+// thread; other rows fall back to streaming there, correct but slow, so the host sends those to
+// the block path. On NVIDIA the group entries are held to 32 registers (plain: 8 blocks of 256
+// threads, a full SM) and 48 (residual: 5 blocks of 256); left free, ptxas takes 40 and 52 and
+// one block fewer fits (measured slower, rmsnorm.md).
+#if RF_PLATFORM_NVIDIA
+#define RF_RMS_GROUP_BOUNDS __maxnreg__(32)
+#define RF_RMS_RESIDUAL_GROUP_BOUNDS __maxnreg__(48)
+#else
+#define RF_RMS_GROUP_BOUNDS __launch_bounds__(1024)
+#define RF_RMS_RESIDUAL_GROUP_BOUNDS __launch_bounds__(1024)
+#endif
 #define RF_RMSNORM_ENTRIES(suffix, T)                                                                  \
     RF_KERNEL __launch_bounds__(1024) void rf_rmsnorm_##suffix(const T* x, const T* weight, T* out,     \
                                                                rf_u64 x_stride, rf_u64 out_stride,     \
@@ -342,11 +396,16 @@ RF_DEVICE void rf_rmsnorm_warp(const T* x, const T* weight, T* out, rf_u64 x_str
         rf_rmsnorm<T, true>(x, residual, weight, out, x_stride, residual_stride, out_stride, rows, cols, \
                             eps);                                                                      \
     }                                                                                                  \
-    RF_KERNEL __launch_bounds__(256, 2) void rf_rmsnorm_warp_##suffix(const T* x, const T* weight, T* out, \
-                                                                   rf_u64 x_stride, rf_u64 out_stride, \
-                                                                   rf_u64 rows, unsigned int cols,     \
-                                                                   float eps) {                        \
-        rf_rmsnorm_warp<T>(x, weight, out, x_stride, out_stride, rows, cols, eps);   \
+    RF_KERNEL RF_RMS_GROUP_BOUNDS void rf_rmsnorm_group_##suffix(                                      \
+        const T* x, const T* weight, T* out, rf_u64 x_stride, rf_u64 out_stride, rf_u64 rows,          \
+        unsigned int cols, float eps) {                                                                \
+        rf_rmsnorm_group<T, false>(x, nullptr, weight, out, x_stride, 0, out_stride, rows, cols, eps);  \
+    }                                                                                                  \
+    RF_KERNEL RF_RMS_RESIDUAL_GROUP_BOUNDS void rf_rmsnorm_residual_group_##suffix(                    \
+        const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride, rf_u64 residual_stride,     \
+        rf_u64 out_stride, rf_u64 rows, unsigned int cols, float eps) {                                \
+        rf_rmsnorm_group<T, true>(x, residual, weight, out, x_stride, residual_stride, out_stride, rows, \
+                                  cols, eps);                                                          \
     }
 
 RF_FOR_EACH_DTYPE(RF_RMSNORM_ENTRIES)

@@ -26,11 +26,10 @@ const KERNEL: &str = "rmsnorm";
 /// in the kernel; the vector path keeps 32); the block size is chosen so that a row fits.
 const CACHE_SCALAR: usize = 8;
 
-/// Warp path: accesses each lane keeps in registers (`RF_RMS_WARP_CACHE`), threads a block (the
-/// kernel's launch bound) and blocks per compute unit of the grid (rows beyond walk grid-stride).
-const WARP_CACHE: usize = 16;
-const WARP_BLOCK: usize = 256;
-const WARP_BLOCKS_PER_CU: usize = 32;
+/// Group path (v3): 16-byte vectors each thread keeps in registers (`RF_RMS_GROUP_CACHE`); a row
+/// of `n` vectors gets a block of `n / GROUP_CACHE` threads (rounded up to whole warps), which
+/// must not pass 1024.
+const GROUP_CACHE: usize = 2;
 
 /// Shape and layout of an RMSNorm launch: `rows` rows of `cols` elements, normalised with `eps`.
 ///
@@ -265,9 +264,9 @@ impl RmsNorm {
         })
     }
 
-    /// The kernel and launch for this shape: the warp path (`<name>_warp_<dt>`, one warp per row,
-    /// `WARP_BLOCK` threads a block, rows walked grid-stride by warps) when a row fits
-    /// `WARP_CACHE` accesses per lane, the block path otherwise.
+    /// The kernel and launch for this shape: the group path (`<name>_group_<dt>`, one row per
+    /// block of `group_block` threads) for 16-byte rows it holds, the block path otherwise. Both
+    /// walk rows by blocks, so the 2-D grid of `row_per_block` covers any row count.
     fn plan<T: Dtype>(
         &self,
         stream: &Stream,
@@ -276,20 +275,10 @@ impl RmsNorm {
         strides: &[usize],
     ) -> Result<(Function, LaunchConfig)> {
         let vector = vectorised::<T>(self.cols, ptrs, strides);
-        let info = stream.backend().info();
-        let warp = info.warp_size.max(1) as usize;
-        // The residual form has no warp path: it measured slower than its block path.
-        if name == "rf_rmsnorm" && warp_path::<T>(self.cols, vector, warp) {
-            let kernel = loader::kernel(stream, KERNEL, &kernel_name::<T>(&format!("{name}_warp")))?;
-            let block =
-                (WARP_BLOCK.min(kernel.max_threads_per_block() as usize).max(warp) / warp * warp).max(1);
-            let grid = self
-                .rows
-                .div_ceil(block / warp)
-                .clamp(1, (info.compute_units.max(1) as usize).saturating_mul(WARP_BLOCKS_PER_CU))
-                .min(info.max_grid[0].max(1) as usize);
-            let config =
-                LaunchConfig { grid: [grid as u32, 1, 1], block: [block as u32, 1, 1], shared_mem_bytes: 0 };
+        let warp = stream.backend().info().warp_size.max(1) as usize;
+        if let Some(block) = group_block::<T>(self.cols, vector, warp) {
+            let kernel = loader::kernel(stream, KERNEL, &kernel_name::<T>(&format!("{name}_group")))?;
+            let config = loader::row_per_block(stream, &kernel, self.rows, block as u32);
             return Ok((kernel, config));
         }
         let kernel = loader::kernel(stream, KERNEL, &kernel_name::<T>(name))?;
@@ -308,12 +297,15 @@ impl RmsNorm {
     }
 }
 
-/// Whether a row takes the warp path: at most `WARP_CACHE` accesses (16-byte vectors, or single
-/// elements on the scalar path) per lane of a `warp`-wide warp. The kernel checks the same and
-/// streams longer rows, so this decides speed, never correctness.
-fn warp_path<T: Dtype>(cols: usize, vector: bool, warp: usize) -> bool {
-    let accesses = if vector { cols / (16 / size_of::<T>()) } else { cols };
-    accesses <= WARP_CACHE * warp
+/// The group path's block for a row of `cols`, if it takes that path: 16-byte rows (`vector`)
+/// of at most `GROUP_CACHE` vectors a thread of a 1024-thread block; `cols / N / GROUP_CACHE`
+/// threads rounded up to whole `warp`-wide warps (the `cols % N` tail elements go to the first
+/// threads, at most 7 of them). The kernel checks the same and streams other rows, so this
+/// decides speed, never correctness.
+fn group_block<T: Dtype>(cols: usize, vector: bool, warp: usize) -> Option<usize> {
+    let vectors = cols / (16 / size_of::<T>());
+    let block = vectors.div_ceil(GROUP_CACHE).max(1).div_ceil(warp).saturating_mul(warp);
+    (vector && block <= 1024).then_some(block)
 }
 
 /// Whether the kernel takes its 16-byte path (the same test as `rf_rmsnorm` in the kernel).
@@ -507,16 +499,25 @@ mod tests {
     }
 
     #[test]
-    fn rows_up_to_sixteen_accesses_a_lane_take_the_warp_path() {
-        // The benchmark's 4096 columns: f16/bf16 on the warp path, f32 on the block path (32-wide).
-        assert!(warp_path::<f16>(4096, true, 32));
-        assert!(warp_path::<bf16>(4096, true, 32));
-        assert!(!warp_path::<f32>(4096, true, 32));
-        assert!(warp_path::<f32>(4096, true, 64));
-        assert!(!warp_path::<f16>(4097 + 7, true, 32));
-        assert!(warp_path::<f16>(4096 + 7, true, 32), "the scalar tail is not counted");
-        assert!(warp_path::<f32>(512, false, 32));
-        assert!(!warp_path::<f32>(513, false, 32));
+    fn sixteen_byte_rows_of_up_to_two_vectors_a_thread_take_the_group_path() {
+        // The benchmark's 4096 columns: 256 threads for f16/bf16 (512 vectors), 512 for f32.
+        assert_eq!(group_block::<f16>(4096, true, 32), Some(256));
+        assert_eq!(group_block::<bf16>(4096, true, 32), Some(256));
+        assert_eq!(group_block::<f32>(4096, true, 32), Some(512));
+        assert_eq!(group_block::<f16>(4096, true, 64), Some(256));
+        // Whole warps, the tail not counted: 4103 f16 columns are still 512 vectors.
+        assert_eq!(group_block::<f16>(4096 + 7, true, 32), Some(256));
+        assert_eq!(group_block::<f16>(4096 + 8, true, 32), Some(288));
+        assert_eq!(group_block::<f16>(4096 + 8, true, 64), Some(320));
+        // Short rows get one warp (9 f16 columns: one vector and a tail element).
+        assert_eq!(group_block::<f16>(9, true, 32), Some(32));
+        assert_eq!(group_block::<f32>(127, true, 64), Some(64));
+        // Up to 2048 vectors (1024 threads); longer rows and scalar rows take the block path.
+        assert_eq!(group_block::<f16>(16_384, true, 32), Some(1024));
+        assert_eq!(group_block::<f16>(16_384 + 8, true, 32), None);
+        assert_eq!(group_block::<f32>(8192, true, 64), Some(1024));
+        assert_eq!(group_block::<f32>(8196, true, 32), None);
+        assert_eq!(group_block::<f16>(4096, false, 32), None);
     }
 
     #[test]

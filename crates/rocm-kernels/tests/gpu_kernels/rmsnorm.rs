@@ -362,3 +362,71 @@ fn bad_shapes_are_errors() {
     assert_eq!(x_mut.to_vec().unwrap(), vec![1.0; 32]);
     assert_eq!(r.to_vec().unwrap(), vec![1.0; 32]);
 }
+
+/// The group path (v3: one row per block, two 16-byte vectors a thread, blocks of up to 1024
+/// threads) on both sides of its edge (2048 vectors: 16 384 f16/bf16 columns, 8192 f32), at the
+/// benchmark's 4096 columns, at vector counts whose blocks hold an odd number of warps (4096 + n
+/// columns: 513 vectors, 257 threads rounded up to 288 on 32-wide warps), with and without a
+/// scalar tail, on a single vector; plain, residual and both in-place forms, with more rows than
+/// a wave of blocks for the widest and fewer for the rest.
+#[test]
+fn group_path_edges() {
+    let gpu = gpu_test!();
+    fn run<T: Dtype + Into<f64>>(gpu: &GpuTest, seed: u64) {
+        let mut rng = Rng::new(seed);
+        let n = 16 / size_of::<T>();
+        let edge = 2 * 1024 * n;
+        for (rows, cols) in [
+            (70, n),
+            (300, n + 5),
+            (3000, 4096),
+            (300, 4096 + n),
+            (300, 4096 + n + 3),
+            (40, edge - n),
+            (40, edge),
+            (40, edge + 3),
+            (40, edge + n),
+        ] {
+            let shape = RmsNorm::new(rows, cols, EPS);
+            let x = data::<T>(&mut rng, rows * cols, -2.0, 2.0);
+            let w = data::<T>(&mut rng, cols, -2.0, 2.0);
+            let r = data::<T>(&mut rng, rows * cols, -2.0, 2.0);
+            let dx = gpu.stream().upload(&x).unwrap();
+            let dw = gpu.stream().upload(&w).unwrap();
+            eprintln!("rmsnorm group path {} {rows} x {cols}", T::NAME);
+
+            let mut out = poisoned::<T>(gpu, rows * cols);
+            shape.run(&dx, &dw, &mut out).unwrap();
+            let mut expected = nans::<T>(rows * cols);
+            rmsnorm_reference(&shape, &x, &w, &mut expected);
+            assert_close(&out.to_vec().unwrap(), &expected, tolerance(&expected));
+
+            let mut dr = gpu.stream().upload(&r).unwrap();
+            let mut out = poisoned::<T>(gpu, rows * cols);
+            shape.run_residual(&dx, &mut dr, &dw, &mut out).unwrap();
+            let mut expected_r = r.clone();
+            let mut expected = nans::<T>(rows * cols);
+            rmsnorm_residual_reference(&shape, &x, &mut expected_r, &w, &mut expected);
+            assert_close(&dr.to_vec().unwrap(), &expected_r, Tolerance::EXACT);
+            assert_close(&out.to_vec().unwrap(), &expected, tolerance(&expected));
+
+            let mut dxi = gpu.stream().upload(&x).unwrap();
+            shape.run_in_place(&mut dxi, &dw).unwrap();
+            let mut expected = x.clone();
+            rmsnorm_reference(&shape, &x, &w, &mut expected);
+            assert_close(&dxi.to_vec().unwrap(), &expected, tolerance(&expected));
+
+            let mut dxi = gpu.stream().upload(&x).unwrap();
+            let mut dr = gpu.stream().upload(&r).unwrap();
+            shape.run_residual_in_place(&mut dxi, &mut dr, &dw).unwrap();
+            let mut expected_r = r.clone();
+            let mut expected = x.clone();
+            rmsnorm_residual_reference(&shape, &x, &mut expected_r, &w, &mut expected);
+            assert_close(&dr.to_vec().unwrap(), &expected_r, Tolerance::EXACT);
+            assert_close(&dxi.to_vec().unwrap(), &expected, tolerance(&expected));
+        }
+    }
+    run::<f32>(&gpu, 0x5801);
+    run::<f16>(&gpu, 0x5802);
+    run::<bf16>(&gpu, 0x5803);
+}
