@@ -21,13 +21,16 @@
 // sincosf (full precision, not __sinf) gives cos and sin to a few 1e-8. The rotation itself is
 // f32 arithmetic.
 //
-// Speed: one block per token. The block first computes the token's cos/sin table (one entry
-// per pair of a head, shared by all heads of Q and K) into shared memory, then rotates every
-// head of Q and K from it, so the f64 and sincosf work is amortised over all heads. Each thread
-// rotates a group of pairs with 16-byte loads and stores when `vectorized` (the launcher checks
-// alignment of pointers, strides, head_dim and segments: N pairs a group, N = 16 bytes of
-// elements), one pair at a time otherwise. The
-// loads of a thread's first group are issued before the table is computed, to overlap them.
+// Speed: two paths, both forming the f64 angles once per token and pair rather than per head.
+//   rf_rope_warp_* / rf_rope_warp_il_* (version 3, taken when a head's work items fit one warp:
+//   every common head size): one warp per token; each lane always rotates the same pairs (of
+//   successive heads), so it keeps their cos/sin in registers: no shared memory, no barrier.
+//   Loads stay packed; a batch of items is in flight before the angles are formed.
+//   rf_rope_* (version 1, any shape): one block per token; the block computes the token's
+//   cos/sin table (one entry per pair of a head) into shared memory, then rotates every head of
+//   Q and K from it. The loads of a thread's first group are issued before the table is built.
+// Both use 16-byte loads and stores when `vectorized` (the launcher checks alignment of pointers,
+// strides, head_dim and segments), one element at a time otherwise.
 
 #include "rocmforge.h"
 
@@ -313,6 +316,179 @@ RF_DEVICE void rope(T* q, T* k, const int* pos, const int* block_pos, rf_u64 tok
     }
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Warp path (version 3): one warp per token, no shared memory, no barrier.
+//
+// A token's work items (heads x segments x chunks, `iph` items a head) are dealt to the lanes of
+// one warp: lane L takes items L, L + used, L + 2 used, ... where used = (W / iph) * iph <= W
+// lanes (the launcher takes this path only when iph <= W; lanes from `used` on idle). Every item
+// of a lane is then the same segment and chunk of heads h0, h0 + W / iph, ..., so the lane forms
+// the cos/sin of its PP pairs once per token, in registers (the recipe of angle_cos_sin, the
+// same as the table path), and reuses them for every head it touches. Loads stay raw (16-bit
+// elements packed) until the rotation; B items' loads are issued together, the first batch
+// before the position is known and the angles are formed, so the trig overlaps memory latency.
+// ---------------------------------------------------------------------------------------------
+
+// Work items a lane loads at once (the first batch before its angles are formed). Items of two
+// 16-byte accesses (half-split pairs): 5, 32 bytes each; items of one access (interleaved pairs,
+// half the registers): 8. Measured on an H200 (docs/kernels/rope.md, version 3): 2 to 8 of the
+// first kind were within 3% of each other; these keep sm_90 under ~90 registers.
+constexpr int WARP_BATCH = 5;
+constexpr int WARP_BATCH_ONE = 8;
+
+// One work item of the warp path: PP pairs of one segment of one head, from pair i0 on.
+//   NeoX:                 lo = PP elements at i0 (the `a`s), hi = PP elements at i0 + half
+//                         (the `b`s); PP = 16 bytes of elements (vector) or 1
+//   interleaved, vector:  lo = one 16-byte vector at 2 i0 holding PP = N / 2 pairs (a, b)
+//   interleaved, single:  lo, hi = elements 2 i0 and 2 i0 + 1 (PP = 1)
+// Raw (still packed) until rotate().
+template <typename T, bool INTERLEAVED, bool VECTOR> struct RawItem {
+    using Access = rf_access<T, VECTOR>;
+    using Raw = typename Access::Raw;
+    static constexpr bool ONE = INTERLEAVED && VECTOR; // the item is a single access
+    static constexpr int PP = ONE ? Access::V / 2 : Access::V;
+    Raw lo;
+    Raw hi;
+
+    RF_DEVICE void load(const T* head, unsigned int off_lo, unsigned int off_hi) {
+        lo = Access::load_raw(head + off_lo);
+        if constexpr (!ONE) {
+            hi = Access::load_raw(head + off_hi);
+        }
+    }
+
+    RF_DEVICE void store(T* head, unsigned int off_lo, unsigned int off_hi) const {
+        Access::store_raw(head + off_lo, lo);
+        if constexpr (!ONE) {
+            Access::store_raw(head + off_hi, hi);
+        }
+    }
+
+    // e[0 .. 2 PP): the item's elements in memory order (lo, then hi); pair m is
+    // (e[2m], e[2m + 1]) when interleaved, (e[m], e[m + PP]) otherwise.
+    RF_DEVICE void rotate(const float* c, const float* s) {
+        float e[2 * PP];
+        Access::unpack(lo, e);
+        if constexpr (!ONE) {
+            Access::unpack(hi, e + PP);
+        }
+        float o[2 * PP];
+#pragma unroll
+        for (int m = 0; m < PP; ++m) {
+            const int ia = INTERLEAVED ? 2 * m : m;
+            const int ib = INTERLEAVED ? 2 * m + 1 : m + PP;
+            const float x = e[ia];
+            const float y = e[ib];
+            o[ia] = x * c[m] - y * s[m];
+            o[ib] = y * c[m] + x * s[m];
+        }
+        lo = Access::pack(o);
+        if constexpr (!ONE) {
+            hi = Access::pack(o + PP);
+        }
+    }
+};
+
+template <typename T, bool INTERLEAVED, bool VECTOR>
+RF_DEVICE void rope_warp_token(T* q, T* k, const int* pos, const int* block_pos, rf_u64 token,
+                               unsigned int q_heads, unsigned int heads, rf_u64 q_stride, rf_u64 k_stride,
+                               unsigned int head_dim, unsigned int seg_dim, unsigned int segments,
+                               long long max_pos, const Freqs& freqs) {
+    using Item = RawItem<T, INTERLEAVED, VECTOR>;
+    constexpr int PP = Item::PP;
+    constexpr int B = Item::ONE ? WARP_BATCH_ONE : WARP_BATCH;
+    const unsigned int width = (unsigned int)rf_warp_size();
+    const unsigned int lane = threadIdx.x % width;
+    const unsigned int half = seg_dim / 2;
+    const unsigned int chunks = half / PP;          // items a segment
+    const unsigned int iph = segments * chunks;     // items a head (<= width: the launcher)
+    const unsigned int step = width / iph;          // heads the warp covers at a time
+    const unsigned int h0 = lane / iph;             // this lane's first head
+    if (h0 >= step || h0 >= heads) {
+        return; // a lane past `used`, or no head for it (fewer heads than the warp covers)
+    }
+    const unsigned int slot = lane - h0 * iph;
+    const unsigned int seg = slot / chunks;
+    const unsigned int i0 = (slot - seg * chunks) * PP; // the item's first pair in its segment
+    const unsigned int off_lo = seg * seg_dim + (INTERLEAVED ? 2 * i0 : i0);
+    const unsigned int off_hi = INTERLEAVED ? off_lo + 1 : off_lo + half; // unused if Item::ONE
+    const unsigned int n = (heads - h0 + step - 1) / step; // this lane's items
+    T* const q_tok = q + token * q_stride;
+    T* const k_tok = k + token * k_stride; // k_stride is 0 when there is no K
+    // Head h of the token: Q's heads first, then K's (h * head_dim < 2^31: the launcher).
+    auto head_ptr = [&](unsigned int h) -> T* {
+        return h < q_heads ? q_tok + h * head_dim : k_tok + (h - q_heads) * head_dim;
+    };
+
+    const int p = seg == 0 ? pos[token] : block_pos[token];
+    Item items[B];
+#pragma unroll
+    for (int r = 0; r < B; ++r) {
+        if ((unsigned int)r < n) {
+            items[r].load(head_ptr(h0 + r * step), off_lo, off_hi);
+        }
+    }
+
+    float c[PP];
+    float s[PP];
+    if (p < 0 || (long long)p >= max_pos) {
+#pragma unroll
+        for (int m = 0; m < PP; ++m) {
+            c[m] = quiet_nan();
+            s[m] = quiet_nan();
+        }
+    } else {
+#pragma unroll
+        for (int m = 0; m < PP; ++m) {
+            angle_cos_sin(p, freqs.inv_freq[i0 + m], &c[m], &s[m]);
+        }
+    }
+
+    for (unsigned int base = 0;;) {
+#pragma unroll
+        for (int r = 0; r < B; ++r) {
+            if (base + r < n) {
+                items[r].rotate(c, s);
+                items[r].store(head_ptr(h0 + (base + r) * step), off_lo, off_hi);
+            }
+        }
+        base += B;
+        if (base >= n) {
+            break;
+        }
+#pragma unroll
+        for (int r = 0; r < B; ++r) {
+            if (base + r < n) {
+                items[r].load(head_ptr(h0 + (base + r) * step), off_lo, off_hi);
+            }
+        }
+    }
+}
+
+template <typename T, bool INTERLEAVED>
+RF_DEVICE void rope_warp(T* q, T* k, const int* pos, const int* block_pos, rf_u64 tokens, rf_u64 q_heads,
+                         rf_u64 k_heads, rf_u64 q_stride, rf_u64 k_stride, unsigned int head_dim,
+                         unsigned int seg_dim, unsigned int segments, int vectorized, long long max_pos,
+                         const Freqs& freqs) {
+    const unsigned int width = (unsigned int)rf_warp_size();
+    const rf_u64 block = (rf_u64)blockIdx.y * (rf_u64)gridDim.x + (rf_u64)blockIdx.x;
+    const rf_u64 token = block * (blockDim.x / width) + threadIdx.x / width;
+    if (token >= tokens) {
+        return; // no barrier or warp collective follows
+    }
+    // The launcher keeps (q_heads + k_heads) * head_dim below 2^31.
+    const unsigned int qh = (unsigned int)q_heads;
+    const unsigned int heads = (unsigned int)(q_heads + k_heads);
+    if (vectorized) {
+        rope_warp_token<T, INTERLEAVED, true>(q, k, pos, block_pos, token, qh, heads, q_stride, k_stride,
+                                              head_dim, seg_dim, segments, max_pos, freqs);
+    } else {
+        rope_warp_token<T, INTERLEAVED, false>(q, k, pos, block_pos, token, qh, heads, q_stride, k_stride,
+                                               head_dim, seg_dim, segments, max_pos, freqs);
+    }
+}
+
 } // namespace rf_rope
 
 #define RF_ROPE_ENTRY(suffix, T)                                                                          \
@@ -325,3 +501,27 @@ RF_DEVICE void rope(T* q, T* k, const int* pos, const int* block_pos, rf_u64 tok
                          seg_dim, segments, interleaved, vectorized, max_pos, freqs);                      \
     }
 RF_FOR_EACH_DTYPE(RF_ROPE_ENTRY)
+
+// The warp path, one entry for half-split pairs (NeoX, ChatGLM 2D) and one for interleaved pairs
+// (GPT-J, GLM), so each gets its own register count; the launcher uses at most 128 threads.
+#define RF_ROPE_WARP_ENTRY(suffix, T)                                                                     \
+    RF_KERNEL void __launch_bounds__(128)                                                                 \
+        rf_rope_warp_##suffix(T* q, T* k, const int* pos, const int* block_pos, rf_u64 tokens,             \
+                              rf_u64 q_heads, rf_u64 k_heads, rf_u64 q_stride, rf_u64 k_stride,           \
+                              unsigned int head_dim, unsigned int seg_dim, unsigned int segments,         \
+                              int interleaved, int vectorized, long long max_pos, rf_rope::Freqs freqs) { \
+        (void)interleaved; /* always 0 here */                                                            \
+        rf_rope::rope_warp<T, false>(q, k, pos, block_pos, tokens, q_heads, k_heads, q_stride, k_stride,   \
+                                     head_dim, seg_dim, segments, vectorized, max_pos, freqs);            \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(128)                                                                 \
+        rf_rope_warp_il_##suffix(T* q, T* k, const int* pos, const int* block_pos, rf_u64 tokens,          \
+                                 rf_u64 q_heads, rf_u64 k_heads, rf_u64 q_stride, rf_u64 k_stride,        \
+                                 unsigned int head_dim, unsigned int seg_dim, unsigned int segments,      \
+                                 int interleaved, int vectorized, long long max_pos,                      \
+                                 rf_rope::Freqs freqs) {                                                  \
+        (void)interleaved; /* always 1 here */                                                            \
+        rf_rope::rope_warp<T, true>(q, k, pos, block_pos, tokens, q_heads, k_heads, q_stride, k_stride,    \
+                                    head_dim, seg_dim, segments, vectorized, max_pos, freqs);             \
+    }
+RF_FOR_EACH_DTYPE(RF_ROPE_WARP_ENTRY)

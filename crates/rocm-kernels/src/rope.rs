@@ -54,8 +54,11 @@ const KERNEL: &str = "rope";
 /// `rotary_dim <= 512`, and `head_dim <= 1024` for the ChatGLM 2D form.
 pub const MAX_PAIRS: usize = 256;
 
-/// Threads a block at most; a token with more work items loops.
+/// Threads a block at most on the table path; a token with more work items loops.
 const MAX_BLOCK: usize = 512;
+
+/// Threads a block on the warp path (one token a warp; `__launch_bounds__(128)` in the kernel).
+const WARP_BLOCK: usize = 128;
 
 /// Which pairs rotate, and over which dimension (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -202,22 +205,29 @@ impl Rope {
             return Ok(());
         }
         let stream = q.buffer.stream().clone();
-        let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_rope"))?;
         let n = 16 / size_of::<T>();
         let k_ptr = k.as_ref().map(|k| k.buffer.device_ptr());
         let vectorized = vectorizable(&layout, self.head_dim, n, q.buffer.device_ptr(), q_stride)
             && k_ptr.is_none_or(|p| vectorizable(&layout, self.head_dim, n, p, k_stride));
-        let config = config(&stream, &kernel, &layout, q.heads + k_heads, tokens, vectorized, n);
+        let warp = stream.backend().info().warp_size.max(1) as usize;
+        let path = path(&layout, vectorized, n, warp);
+        let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>(path.kernel(&layout)))?;
+        let config = match path {
+            Path::Warp => warp_config(&stream, &kernel, tokens, warp),
+            Path::Table => config(&stream, &kernel, &layout, q.heads + k_heads, tokens, vectorized, n),
+        };
         let freqs = self.freqs(&layout);
-        // SAFETY: rf_rope_<T>(T* q, T* k, const int* pos, const int* block_pos, u64 tokens,
-        // u64 q_heads, u64 k_heads, u64 q_stride, u64 k_stride, u32 head_dim, u32 seg_dim,
-        // u32 segments, int interleaved, int vectorized, i64 max_pos, Freqs) reads pos[t] (and
-        // block_pos[t] when segments == 2) for t < tokens, and reads and writes, for h < heads,
-        // element e < segments * seg_dim <= head_dim of q[t * q_stride + h * head_dim + e] (and
-        // of k likewise): `check` proved those inside q and k, and `check_positions` the
-        // position buffers. It reads freqs.inv_freq[i] for i < seg_dim / 2 <= MAX_PAIRS. q and
-        // k are distinct mutable borrows; the builder checks every buffer's stream. With
-        // `vectorized`, 16-byte accesses are aligned (checked by `vectorizable`).
+        // SAFETY: rf_rope_<T> and rf_rope_warp_<T> take the same arguments (T* q, T* k,
+        // const int* pos, const int* block_pos, u64 tokens, u64 q_heads, u64 k_heads, u64
+        // q_stride, u64 k_stride, u32 head_dim, u32 seg_dim, u32 segments, int interleaved, int
+        // vectorized, i64 max_pos, Freqs) and read pos[t] (and block_pos[t] when segments == 2)
+        // for t < tokens, and read and write, for h < heads, element e < segments * seg_dim <=
+        // head_dim of q[t * q_stride + h * head_dim + e] (and of k likewise): `check` proved
+        // those inside q and k, and `check_positions` the position buffers. They read
+        // freqs.inv_freq[i] for i < seg_dim / 2 <= MAX_PAIRS. q and k are distinct mutable
+        // borrows; the builder checks every buffer's stream. With `vectorized`, 16-byte accesses
+        // are aligned (checked by `vectorizable`). The warp path needs a head's work items to fit
+        // one warp of the device's width (`path`).
         unsafe {
             let launch = stream.launch(&kernel).buffer_mut(q.buffer);
             let launch = match k {
@@ -303,8 +313,54 @@ fn vectorizable(layout: &Layout, head_dim: usize, n: usize, ptr: u64, token_stri
         && layout.seg_dim.is_multiple_of(n)
 }
 
-/// One block per token; the threads cover the token's work items (groups of pairs over all
-/// heads), balanced over as few rounds of at most `MAX_BLOCK` threads as needed.
+/// The kernel a launch takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// `rf_rope_warp_<T>` (half-split pairs) or `rf_rope_warp_il_<T>` (interleaved pairs): one
+    /// token a warp, each lane forms the cos/sin of its own pairs in registers and reuses them
+    /// over every head it rotates; needs a head's work items to fit one warp.
+    Warp,
+    /// `rf_rope_<T>`: one token a block, the token's cos/sin table in shared memory behind a
+    /// barrier; any number of work items a head.
+    Table,
+}
+
+impl Path {
+    fn kernel(self, layout: &Layout) -> &'static str {
+        match (self, layout.interleaved) {
+            (Path::Warp, false) => "rf_rope_warp",
+            (Path::Warp, true) => "rf_rope_warp_il",
+            (Path::Table, _) => "rf_rope",
+        }
+    }
+}
+
+/// Work items of one head on the warp path. An item is the pairs of one 16-byte access pair on
+/// the vector path: `n` pairs for half-split pairs (`n` elements at `i` and at `i + d/2`), `n / 2`
+/// for interleaved ones (one vector of `n` elements); one pair without vectors.
+fn warp_items_per_head(layout: &Layout, vectorized: bool, n: usize) -> usize {
+    let pairs_per_item = match (vectorized, layout.interleaved) {
+        (false, _) => 1,
+        (true, false) => n,
+        (true, true) => n / 2,
+    };
+    layout.segments * (layout.seg_dim / 2 / pairs_per_item)
+}
+
+/// The warp path when a head's work items fit one warp of `warp` lanes (then every lane of it
+/// rotates the same pairs of each head it visits), the table path otherwise.
+fn path(layout: &Layout, vectorized: bool, n: usize, warp: usize) -> Path {
+    if warp_items_per_head(layout, vectorized, n) <= warp { Path::Warp } else { Path::Table }
+}
+
+/// Warp path: `WARP_BLOCK` threads a block, one token a warp.
+fn warp_config(stream: &Stream, kernel: &rocm_runtime::Function, tokens: usize, warp: usize) -> LaunchConfig {
+    let block = (WARP_BLOCK.min(kernel.max_threads_per_block() as usize) / warp * warp).max(warp);
+    loader::row_per_block(stream, kernel, tokens.div_ceil(block / warp), block as u32)
+}
+
+/// Table path: one block per token; the threads cover the token's work items (groups of pairs
+/// over all heads), balanced over as few rounds of at most `MAX_BLOCK` threads as needed.
 fn config(
     stream: &Stream,
     kernel: &rocm_runtime::Function,
@@ -651,5 +707,43 @@ mod tests {
         let small = Rope::new(RopeStyle::ChatGlm2d, 16).layout().unwrap();
         assert!(!vectorizable(&small, 16, 8, 0, 16), "4 pairs per half");
         assert!(vectorizable(&small, 16, 4, 0, 16));
+    }
+
+    #[test]
+    fn heads_whose_items_fit_a_warp_take_the_warp_path() {
+        let layout = |style, hd| Rope::new(style, hd).layout().unwrap();
+        let neox = layout(RopeStyle::NeoX { rotary_dim: 128 }, 128);
+        let glm = layout(RopeStyle::Glm { rope_ratio: 1.0 }, 128);
+        // The benchmark: NeoX-128 is 8 items a head in f16/bf16 (n = 8, 8 pairs an item) and 16
+        // in f32 (n = 4); GLM-128 (32 interleaved pairs, n / 2 an item) 8 and 16; on 32- and
+        // 64-wide warps.
+        assert_eq!(warp_items_per_head(&neox, true, 8), 8);
+        assert_eq!(warp_items_per_head(&neox, true, 4), 16);
+        assert_eq!(warp_items_per_head(&glm, true, 8), 8);
+        assert_eq!(warp_items_per_head(&glm, true, 4), 16);
+        for warp in [32, 64] {
+            for n in [4, 8] {
+                assert_eq!(path(&neox, true, n, warp), Path::Warp);
+                assert_eq!(path(&glm, true, n, warp), Path::Warp);
+            }
+        }
+        assert_eq!(Path::Warp.kernel(&neox), "rf_rope_warp");
+        assert_eq!(Path::Warp.kernel(&glm), "rf_rope_warp_il");
+        assert_eq!(Path::Table.kernel(&glm), "rf_rope");
+        // Single pairs: 64 a NeoX-128 head fit a 64-wide wavefront but not a 32-wide warp.
+        assert_eq!(path(&neox, false, 8, 32), Path::Table);
+        assert_eq!(path(&neox, false, 8, 64), Path::Warp);
+        // Items that do not divide the warp: 6 (NeoX-96 f16) use 30 of 32 lanes.
+        assert_eq!(path(&layout(RopeStyle::NeoX { rotary_dim: 96 }, 96), true, 8, 32), Path::Warp);
+        // GPT-J on 256: 128 pairs, 32 items (f16/bf16) or 64 (f32).
+        let gptj = layout(RopeStyle::GptJ { rotary_dim: 256 }, 256);
+        assert_eq!(path(&gptj, true, 8, 32), Path::Warp);
+        assert_eq!(path(&gptj, true, 4, 32), Path::Table);
+        assert_eq!(path(&gptj, true, 4, 64), Path::Warp);
+        // ChatGLM 2D on 1024: two segments of 256 pairs, 64 items (f16) or 128 (f32) a head.
+        let big = layout(RopeStyle::ChatGlm2d, 1024);
+        assert_eq!(path(&big, true, 8, 64), Path::Warp);
+        assert_eq!(path(&big, true, 8, 32), Path::Table);
+        assert_eq!(path(&big, true, 4, 64), Path::Table);
     }
 }

@@ -132,6 +132,12 @@ fn ropes() -> Vec<Rope> {
         Rope::new(RopeStyle::ChatGlm2d, 128),
         Rope::new(RopeStyle::ChatGlm2d, 16),
         Rope::new(RopeStyle::ChatGlm2d, 12),
+        // Work items a head that do not divide the warp (the warp path leaves lanes idle): 5
+        // groups (f16/bf16) or 10 (f32) for NeoX-80, 6 or 12 for NeoX-96.
+        Rope::neox(80),
+        Rope::neox(96).with_theta_base(1_000_000.0),
+        // 65 single pairs a head: more than a warp or wavefront holds (the table path).
+        Rope::neox(130),
     ]
 }
 
