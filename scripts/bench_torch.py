@@ -13,6 +13,9 @@ import sys
 import torch
 
 ITERS = 50
+# About 0.5 ms at 2 GHz: longer than Python takes to queue the timed call, even an eager
+# sequence of several operations, so PyTorch is timed on the GPU alone (its best case).
+SPIN_CYCLES = 1_000_000
 
 
 def time_ms(fn):
@@ -23,6 +26,9 @@ def time_ms(fn):
     times = []
     for _ in range(ITERS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # Queue the call behind a spin so the start event fires when the GPU reaches it, not
+        # while it waits for Python to launch it (xtask bench does the same).
+        torch.cuda._sleep(SPIN_CYCLES)
         start.record()
         fn()
         end.record()

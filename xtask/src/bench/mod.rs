@@ -6,6 +6,12 @@
 //! fraction of the device-to-device copy bandwidth measured in the same run (`copy` row). Times
 //! are device events around each launch, after warm-up, median of many; inputs are random and
 //! several times the L2 size. Speed is measured here, never asserted in tests.
+//!
+//! Each timed launch is queued behind a short spin kernel (`spin_cycles`), so the start event
+//! fires when the GPU reaches the launch, not while it waits for the host to build it: without
+//! it every row carried the host's launch latency (about 9 us on an H200 host, 0.12 of copy
+//! bandwidth on a 63 us kernel). `scripts/bench_torch.py` does the same with
+//! `torch.cuda._sleep`, so both tables time the kernels alone.
 
 mod causal_mask;
 mod copy;
@@ -17,6 +23,7 @@ mod rope;
 mod softmax;
 mod swiglu;
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use rocm_kernels::Dtype;
@@ -52,7 +59,13 @@ pub struct Bench {
     pub rng: Rng,
     /// Timed launches per configuration (after warm-up).
     pub iters: usize,
+    /// Where the spin kernel ahead of each timed launch writes the cycles it waited.
+    spin_out: RefCell<DeviceBuffer<u64>>,
 }
+
+/// Cycles the spin kernel ahead of each timed launch waits: 50 us at 2 GHz, more than the host
+/// needs to queue the start event, the launch and the end event.
+const SPIN_CYCLES: u64 = 100_000;
 
 impl Bench {
     /// `len` uniform values in `[lo, hi)`, rounded to the storage type.
@@ -66,7 +79,8 @@ impl Bench {
         Ok(self.stream.upload(&host)?)
     }
 
-    /// Median milliseconds of `launch`, timed with device events around each call.
+    /// Median milliseconds of `launch`, timed with device events around each call, each call
+    /// queued behind the spin kernel (see the module's comment).
     pub fn time(&self, mut launch: impl FnMut() -> Result<()>) -> Result<f64> {
         for _ in 0..3 {
             launch()?;
@@ -74,6 +88,7 @@ impl Bench {
         self.stream.synchronize()?;
         let mut times = Vec::with_capacity(self.iters);
         for _ in 0..self.iters {
+            rocm_kernels::spin::spin_cycles(SPIN_CYCLES, &mut self.spin_out.borrow_mut())?;
             let start = self.stream.record_event()?;
             launch()?;
             let end = self.stream.record_event()?;
@@ -117,7 +132,8 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let backend = Backend::open(0).map_err(|e| format!("no GPU to benchmark on: {e}"))?;
     let stream = backend.create_stream()?;
-    let mut bench = Bench { backend, stream, rng: Rng::new(0xbe4c), iters: iters.max(1) };
+    let spin_out = RefCell::new(stream.alloc::<u64>(1)?);
+    let mut bench = Bench { backend, stream, rng: Rng::new(0xbe4c), iters: iters.max(1), spin_out };
     let info = bench.backend.info();
     println!("device: {} ({}), {} compute units", info.name, info.arch, info.compute_units);
     let mut rows = Vec::new();
