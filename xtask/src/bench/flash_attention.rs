@@ -30,10 +30,14 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let decode = Attention::new(32, 1, 4096, 32, 4, 128).causal();
     rows.push(flash::<f16>(b, decode, FlashKernel::Auto)?);
     rows.push(flash::<bf16>(b, decode, FlashKernel::Auto)?);
-    rows.push(paged::<f16>(b, 16)?);
-    rows.push(paged::<bf16>(b, 16)?);
+    // The 4-warp key-split kernel in two splits plus the combine pass, which the launcher takes
+    // when the decode grid does not about fill the device once.
+    rows.push(flash_split::<f16>(b, decode, 2)?);
+    rows.push(paged::<f16>(b, 16, None)?);
+    rows.push(paged::<bf16>(b, 16, None)?);
+    rows.push(paged::<f16>(b, 16, Some(2))?);
     // Larger blocks: the same kernel with K/V scattered in bigger contiguous pieces.
-    rows.push(paged::<f16>(b, 256)?);
+    rows.push(paged::<f16>(b, 256, None)?);
     let small = prefill(1, 8, 128, false);
     rows.push(flash::<f16>(b, small, FlashKernel::Portable)?);
     rows.push(flash::<f32>(b, small, FlashKernel::Portable)?);
@@ -93,9 +97,25 @@ fn flash<T: Dtype>(b: &mut Bench, a: Attention, kernel: FlashKernel) -> Result<R
     })
 }
 
+/// `flash` with the key split fixed (the launcher then keeps the 4-warp key-split kernel).
+fn flash_split<T: Dtype>(b: &mut Bench, a: Attention, splits: usize) -> Result<Row> {
+    let mut t = tensors::<T>(b, &a)?;
+    let options = FlashOptions { kernel: FlashKernel::Auto, splits: Some(splits) };
+    let ms = b.time(|| Ok(flash_attention_with(&a, &options, &t.q, &t.k, &t.v, &mut t.o, None)?))?;
+    Ok(Row {
+        kernel: format!("flash_attention split {splits}"),
+        dtype: T::NAME,
+        shape: shape(&a),
+        ms,
+        bytes: bytes::<T>(&a),
+        flops: Some(a.flops()),
+    })
+}
+
 /// Paged decode over the same problem as the contiguous decode row: batch 32, 4096 cached
-/// tokens each in blocks of `block_size`, handed out in a shuffled order.
-fn paged<T: Dtype>(b: &mut Bench, block_size: usize) -> Result<Row> {
+/// tokens each in blocks of `block_size`, handed out in a shuffled order; `splits` as in
+/// `flash_split`.
+fn paged<T: Dtype>(b: &mut Bench, block_size: usize, splits: Option<usize>) -> Result<Row> {
     let (batch, len, hq, hkv, d) = (32, 4096, 32, 4, 128);
     let per_seq = len / block_size;
     let num_blocks = batch * per_seq;
@@ -112,11 +132,15 @@ fn paged<T: Dtype>(b: &mut Bench, block_size: usize) -> Result<Row> {
     let q = b.upload_random::<T>(batch * hq * d, -1.0, 1.0)?;
     let mut o = b.stream.alloc::<T>(batch * hq * d)?;
     let kv = PagedKv { k: &k, v: &v, block_table: &table, seq_lens: &lens };
-    let options = FlashOptions::default();
+    let options = FlashOptions { kernel: FlashKernel::Auto, splits };
     let ms = b.time(|| Ok(paged_attention(&attn, &options, &q, &kv, &mut o, None)?))?;
     let bytes = ((2 * cache_len + 2 * batch * hq * d) * size_of::<T>()) as u64;
     let shape = format!("B{batch} H{hq} 1x{len} D{d} g{} bs{block_size}", hq / hkv);
-    Ok(Row { kernel: "paged_attention".into(), dtype: T::NAME, shape, ms, bytes, flops: None })
+    let kernel = match splits {
+        Some(s) => format!("paged_attention split {s}"),
+        None => "paged_attention".into(),
+    };
+    Ok(Row { kernel, dtype: T::NAME, shape, ms, bytes, flops: None })
 }
 
 fn unfused<T: Dtype>(b: &mut Bench, a: Attention) -> Result<Row> {

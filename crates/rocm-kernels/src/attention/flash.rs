@@ -79,6 +79,26 @@ impl MmaVariant {
         if v.warps == 8 { MmaVariant::choose(head_dim, 64) } else { v }
     }
 
+    /// Decode whose blocks about fill the device once (3/4 to all of the compute units, as 32
+    /// sequences x 4 KV heads do on a 132-unit H100/H200): one 8-warp key-split block per
+    /// compute unit over 128-key tiles and no key split, instead of two 4-warp blocks a unit and
+    /// a split in two: the same bytes in flight per unit, no partial outputs and no combine
+    /// pass. Only when the caller left the split to the launcher (or asked for none).
+    fn widen_decode(
+        self,
+        head_dim: usize,
+        blocks: usize,
+        compute_units: usize,
+        splits: Option<usize>,
+    ) -> Self {
+        let fills_once = blocks * 4 >= compute_units * 3 && blocks <= compute_units;
+        if self.key_split && head_dim <= 128 && fills_once && splits.is_none_or(|s| s == 1) {
+            MmaVariant { suffix: "ks8", warps: 8, stages: 3, keys: 128, key_split: true }
+        } else {
+            self
+        }
+    }
+
     fn rows(&self) -> usize {
         if self.key_split { 16 } else { 16 * self.warps }
     }
@@ -151,6 +171,9 @@ struct Plan {
     rows_per_block: usize,
     threads: u32,
     shared_mem_bytes: u32,
+    /// Blocks of this kernel one compute unit holds at once (shared memory): the wave the key
+    /// split fills.
+    blocks_per_cu: usize,
 }
 
 /// Flash attention forward: `o = softmax(scale * q k^T [+ causal mask]) v` for the problem
@@ -214,11 +237,12 @@ pub(super) fn run<T: Dtype>(
     }
     let stream = o.stream().clone();
     let ptrs = [q.device_ptr(), k.device_ptr(), v.device_ptr(), o.device_ptr()];
-    let plan = plan::<T>(&stream, attn, kernel, &ptrs, paged.is_some())?;
+    let plan = plan::<T>(&stream, attn, kernel, splits, &ptrs, paged.is_some())?;
     let function = loader::kernel(&stream, MODULE, &plan.entry)?;
     let row_blocks = (attn.group() * attn.seq_q).div_ceil(plan.rows_per_block);
     let blocks = row_blocks * attn.kv_heads * attn.batch;
-    let num_splits = splits.unwrap_or_else(|| auto_splits(&stream, blocks, attn.seq_k)).max(1);
+    let num_splits =
+        splits.unwrap_or_else(|| auto_splits(&stream, plan.blocks_per_cu, blocks, attn.seq_k)).max(1);
     let keys_per_split = attn.seq_k.div_ceil(num_splits).div_ceil(SPLIT_ALIGN).max(1) * SPLIT_ALIGN;
     let num_splits = attn.seq_k.div_ceil(keys_per_split).max(1);
     ensure(attn.kv_heads * num_splits <= 65_535, super::KERNEL, || {
@@ -330,6 +354,7 @@ fn plan<T: Dtype>(
     stream: &Stream,
     attn: &Attention,
     kernel: FlashKernel,
+    splits: Option<usize>,
     ptrs: &[u64],
     paged: bool,
 ) -> Result<Plan> {
@@ -365,6 +390,8 @@ fn plan<T: Dtype>(
             let rows = attn.group() * attn.seq_q;
             let variant =
                 if paged { MmaVariant::choose_paged(dt, rows) } else { MmaVariant::choose(dt, rows) };
+            let blocks = rows.div_ceil(variant.rows()) * attn.kv_heads * attn.batch;
+            let variant = variant.widen_decode(dt, blocks, info.compute_units as usize, splits);
             let paged_suffix = if paged { "_paged" } else { "" };
             let block_rows = variant.rows();
             let smem = (block_rows + 2 * variant.stages * variant.keys) * (dt + 8) * size_of::<T>();
@@ -373,6 +400,7 @@ fn plan<T: Dtype>(
                 rows_per_block: block_rows,
                 threads: 32 * variant.warps as u32,
                 shared_mem_bytes: smem as u32,
+                blocks_per_cu: if variant.warps == 8 && variant.key_split { 1 } else { 2 },
             }
         }
         None => {
@@ -384,17 +412,19 @@ fn plan<T: Dtype>(
                 rows_per_block: PORTABLE_ROWS,
                 threads: THREADS,
                 shared_mem_bytes: (floats * 4) as u32,
+                blocks_per_cu: 2,
             }
         }
     })
 }
 
 /// Splits of the keys when the grid is smaller than the device: as many as keep the blocks
-/// within one wave of two per compute unit, each split at least four 64-key tiles long. More
-/// splits than that start a second, mostly idle wave: on an H200 the decode benchmark (128
-/// blocks) ran at 0.75 of copy bandwidth with 2 splits, 0.70 with 4 and 0.61 with 8.
-fn auto_splits(stream: &Stream, blocks: usize, seq_k: usize) -> usize {
-    let wave = stream.backend().info().compute_units.max(1) as usize * 2;
+/// within one wave (`blocks_per_cu` per compute unit), each split at least four 64-key tiles
+/// long. More splits than that start a second, mostly idle wave: on an H200 the decode
+/// benchmark (128 blocks of the 4-warp key-split kernel, two a compute unit) ran at 0.75 of copy
+/// bandwidth with 2 splits, 0.70 with 4 and 0.61 with 8.
+fn auto_splits(stream: &Stream, blocks_per_cu: usize, blocks: usize, seq_k: usize) -> usize {
+    let wave = stream.backend().info().compute_units.max(1) as usize * blocks_per_cu.max(1);
     let by_grid = wave / blocks.max(1);
     let by_keys = (seq_k / (4 * SPLIT_ALIGN)).max(1);
     by_grid.clamp(1, by_keys).min(MAX_SPLITS)
@@ -411,15 +441,29 @@ mod tests {
         assert_eq!(MmaVariant::choose(128, 65).suffix, "w8");
         assert_eq!(MmaVariant::choose(64, 4096).keys, 128);
         assert_eq!(MmaVariant::choose(256, 8).suffix, "w4");
+        // Decode filling a 132-unit device once: the 8-warp key split, unless a split was asked.
+        let ks = MmaVariant::choose(128, 8);
+        assert_eq!(ks.widen_decode(128, 128, 132, None).suffix, "ks8");
+        assert_eq!(ks.widen_decode(128, 128, 132, Some(1)).suffix, "ks8");
+        assert_eq!(ks.widen_decode(128, 128, 132, Some(2)).suffix, "ks");
+        assert_eq!(ks.widen_decode(128, 64, 132, None).suffix, "ks");
+        assert_eq!(ks.widen_decode(128, 133, 132, None).suffix, "ks");
+        assert_eq!(MmaVariant::choose(256, 8).widen_decode(256, 128, 132, None).suffix, "w4");
+        assert_eq!(MmaVariant::choose(128, 64).widen_decode(128, 128, 132, None).suffix, "w4");
         // Every variant's buffers fit the 227 KiB an sm_80/sm_90 block may opt in to, and a
         // key split's merge scratch (m, l and O of each warp, f32) fits its K buffers.
         for dt in MMA_HEAD_DIMS {
             for rows in [1, 16, 17, 64, 65, 4096] {
-                let v = MmaVariant::choose(dt, rows);
-                let smem = (v.rows() + 2 * v.stages * v.keys) * (dt + 8) * 2;
-                assert!(smem <= 227 << 10, "d{dt} {v:?}: {smem} bytes");
-                if v.key_split {
-                    assert!(v.warps * 16 * (dt + 2) * 4 <= v.stages * v.keys * (dt + 8) * 2, "d{dt} {v:?}");
+                let narrow = MmaVariant::choose(dt, rows);
+                for v in [narrow, narrow.widen_decode(dt, 128, 132, None)] {
+                    let smem = (v.rows() + 2 * v.stages * v.keys) * (dt + 8) * 2;
+                    assert!(smem <= 227 << 10, "d{dt} {v:?}: {smem} bytes");
+                    if v.key_split {
+                        assert!(
+                            v.warps * 16 * (dt + 2) * 4 <= v.stages * v.keys * (dt + 8) * 2,
+                            "d{dt} {v:?}"
+                        );
+                    }
                 }
             }
         }

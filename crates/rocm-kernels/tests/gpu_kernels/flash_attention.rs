@@ -226,6 +226,32 @@ fn all_cases<T: Dtype>(gpu: &GpuTest, seed: u64) {
     }
 }
 
+/// Decode with one block per compute unit (one sequence of 777 keys per unit, GQA 4 on one KV
+/// head): the launcher takes the 8-warp key-split kernel with no split there (`ks8`), which the
+/// fixed cases, sized for any device, do not reach. Every head_dim it is built for, causal,
+/// magnitude 30.
+fn wide_decode<T: Dtype>(seed: u64) {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(seed);
+    let units = gpu.backend().info().compute_units as usize;
+    for d in [64, 80, 96, 128] {
+        let case = case(units, 1, 777, 4, 1, d).causal().scaled();
+        let attn = case.attention();
+        let x = inputs::<T>(&attn, &case, &mut rng);
+        check_flash(&gpu, &attn, &case, &x, FlashOptions::default());
+    }
+}
+
+#[test]
+fn wide_decode_matches_the_reference_f16() {
+    wide_decode::<f16>(0xfa16);
+}
+
+#[test]
+fn wide_decode_matches_the_reference_bf16() {
+    wide_decode::<bf16>(0xfab6);
+}
+
 #[test]
 fn flash_attention_matches_the_reference_f32() {
     let gpu = gpu_test!();

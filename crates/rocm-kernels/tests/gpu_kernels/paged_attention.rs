@@ -137,11 +137,26 @@ fn problem(case: &Case, f: &Filled<impl Dtype>) -> PagedAttention {
 
 fn check<T: Dtype>(seed: u64) {
     let gpu = gpu_test!();
+    check_cases::<T>(&gpu, seed, CASES);
+}
+
+/// Decode with one block per compute unit (one sequence per unit, one KV head of GQA 8): the
+/// launcher takes the 8-warp key-split kernel with no split there (`ks8`), which the fixed
+/// cases, sized for any device, do not reach. Sequence lengths 1 to 700, block size 16.
+fn check_wide_decode<T: Dtype>(seed: u64) {
+    let gpu = gpu_test!();
+    let units = gpu.backend().info().compute_units as usize;
+    let lens: &'static [usize] = Vec::leak((0..units).map(|i| 1 + (i * 37) % 700).collect());
+    let case = Case { lens, seq_q: 1, q_heads: 8, kv_heads: 1, head_dim: 128, block_size: 16, causal: true };
+    check_cases::<T>(&gpu, seed, std::slice::from_ref(&case));
+}
+
+fn check_cases<T: Dtype>(gpu: &GpuTest, seed: u64, cases: &[Case]) {
     let s = gpu.stream();
     let mut rng = Rng::new(seed);
     let mma = gpu.backend().info().matrix_cores != MatrixCores::None && T::NAME != "f32";
-    for case in CASES {
-        let f = fill::<T>(&gpu, &mut rng, case);
+    for case in cases {
+        let f = fill::<T>(gpu, &mut rng, case);
         let attn = problem(case, &f);
         let (hq, d, sq) = (case.q_heads, case.head_dim, case.seq_q);
         let q = normal::<T>(&mut rng, case.lens.len() * sq * hq * d);
@@ -202,6 +217,16 @@ fn paged_attention_matches_the_reference_f16() {
 #[test]
 fn paged_attention_matches_the_reference_bf16() {
     check::<bf16>(0x9a63);
+}
+
+#[test]
+fn wide_decode_matches_the_reference_f16() {
+    check_wide_decode::<f16>(0x9a64);
+}
+
+#[test]
+fn wide_decode_matches_the_reference_bf16() {
+    check_wide_decode::<bf16>(0x9a65);
 }
 
 /// Block ids past the cache, negative ones and a length past the table: the kernels stay inside
