@@ -9,7 +9,8 @@
 // Speed: write-only and memory-bound. In row i the masked columns are one contiguous range
 // [i + offset + 1, seq_k). The work is cut into items, a (row, column chunk) pair each (`chunk`
 // columns from the host: a few 16-byte stores a lane, so items are of equal size wherever they
-// are fully masked), and each *warp* takes one item at a time, walking the items grid-stride: it writes its share of the masked range with
+// are fully masked), and each *warp* takes one item at a time, walking the items `step` apart:
+// it writes its share of the masked range with
 // 16-byte stores (a scalar head up to the first 16-byte boundary, whole vectors, a scalar tail),
 // then moves on. v1 gave every row a block of its own, most of whose threads stored one vector
 // or none before the block exited: the per-block cost, not the stores, set its speed. Items
@@ -31,7 +32,7 @@ RF_DEVICE void rf_mask_divmod(rf_u64 a, rf_u64 b, rf_u64* q, rf_u64* r) {
 
 template <typename T>
 RF_DEVICE void rf_causal_mask(T* scores, rf_u64 batch, rf_u64 seq_q, rf_u64 seq_k, rf_u64 batch_stride,
-                              rf_u64 row_stride, rf_u64 chunk, long long offset, float fill) {
+                              rf_u64 row_stride, rf_u64 chunk, rf_u64 step, long long offset, float fill) {
     constexpr int N = rf_pack16<T>::N;
     const T fill_one = rf_from_float<T>(fill);
     float fill_vec[N];
@@ -46,15 +47,19 @@ RF_DEVICE void rf_causal_mask(T* scores, rf_u64 batch, rf_u64 seq_q, rf_u64 seq_
     const rf_u64 chunks_per_row = (seq_k + chunk - 1) / chunk;
     const rf_u64 rows = batch * seq_q;
     const rf_u64 items = rows * chunks_per_row;
-    const rf_u64 step = (rf_u64)gridDim.x * warps_per_block;
-    for (rf_u64 item = (rf_u64)blockIdx.x * warps_per_block + threadIdx.x / warp; item < items; item += step) {
-        // Items are numbered chunk-major (all rows' chunk 0, then chunk 1, ...): the grid's warps
-        // step by a fixed count, so with row-major numbering a warp would keep one chunk column,
-        // and the warps holding the last columns (masked in almost every row) would do several
-        // times the work of those holding the first. Chunk-major, a warp visits every column.
-        rf_u64 c;
+    const rf_u64 first = (rf_u64)blockIdx.x * warps_per_block + threadIdx.x / warp;
+    if (first >= step) {
+        return; // the few warps past `step` (see below) have no items
+    }
+    for (rf_u64 item = first; item < items; item += step) {
+        // Row-major items: at any moment the grid works on a window of consecutive rows, which
+        // the memory writes back densely. The host picks `step` coprime with the chunks a row,
+        // so a warp's successive items move through every chunk column: with a step that is a
+        // multiple of it, a warp would keep one column, and the warps holding the last columns
+        // (masked in almost every row) would do several times the work of the others.
         rf_u64 r;
-        rf_mask_divmod(item, rows, &c, &r);
+        rf_u64 c;
+        rf_mask_divmod(item, chunks_per_row, &r, &c);
         rf_u64 b;
         rf_u64 i;
         rf_mask_divmod(r, seq_q, &b, &i);
@@ -93,14 +98,15 @@ RF_DEVICE void rf_causal_mask(T* scores, rf_u64 batch, rf_u64 seq_q, rf_u64 seq_
 }
 
 // Entry point. batch, seq_q, seq_k, chunk >= 1, batch * seq_q * ceil(seq_k / chunk) < 2^64; a
-// 1-D grid of any size whose blocks are whole warps. The host launcher checks that every row lies
+// 1-D grid of any size whose blocks are whole warps; 1 <= step <= the grid's warps (warps
+// numbered `step` and up return at once). The host launcher checks that every row lies
 // inside the buffer and that rows do not overlap, and clamps offset to [-seq_q, seq_k] (which
 // changes no result).
 #define RF_CAUSAL_MASK_ENTRY(suffix, T)                                                                   \
     RF_KERNEL void rf_causal_mask_##suffix(T* scores, rf_u64 batch, rf_u64 seq_q, rf_u64 seq_k,            \
                                            rf_u64 batch_stride, rf_u64 row_stride, rf_u64 chunk,          \
-                                           long long offset, float fill) {                                 \
-        rf_causal_mask<T>(scores, batch, seq_q, seq_k, batch_stride, row_stride, chunk, offset, fill);    \
+                                           rf_u64 step, long long offset, float fill) {                    \
+        rf_causal_mask<T>(scores, batch, seq_q, seq_k, batch_stride, row_stride, chunk, step, offset, fill); \
     }
 
 RF_FOR_EACH_DTYPE(RF_CAUSAL_MASK_ENTRY)

@@ -37,6 +37,25 @@ fn item_columns(rows: usize, seq_k: usize, warp_vector: usize, grid_warps: usize
     chunk.min(seq_k).max(1)
 }
 
+/// Items between a warp's successive items: the grid's warps, less the fewest that make it
+/// coprime with the chunks a row, so that each warp's items move through every chunk column
+/// (a multiple of it would pin each warp to one column: the warps on the last columns, masked
+/// in almost every row, would do several times the others' work). At most `chunks_per_row - 1`
+/// warps idle, out of thousands.
+fn item_step(grid_warps: usize, chunks_per_row: usize) -> usize {
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let mut step = grid_warps.max(1);
+    while step > 1 && gcd(step, chunks_per_row.max(1)) != 1 {
+        step -= 1;
+    }
+    step
+}
+
 /// Shape, layout, offset and fill value of a causal mask.
 ///
 /// Strides are in elements. `row_stride` defaults to `seq_k` and `batch_stride` to
@@ -196,18 +215,20 @@ impl CausalMask {
             warp * (16 / size_of::<T>()),
             cus * BLOCKS_PER_CU * warps_per_block,
         );
-        let items = rows.saturating_mul(self.seq_k.div_ceil(chunk));
+        let chunks_per_row = self.seq_k.div_ceil(chunk);
+        let items = rows.saturating_mul(chunks_per_row);
         let grid = items
             .div_ceil(warps_per_block)
             .clamp(1, cus * BLOCKS_PER_CU)
             .min(info.max_grid[0].max(1) as usize);
+        let step = item_step(grid * warps_per_block, chunks_per_row);
         let config =
             LaunchConfig { grid: [grid as u32, 1, 1], block: [block as u32, 1, 1], shared_mem_bytes: 0 };
         // SAFETY: rf_causal_mask_<T>(T* scores, u64 batch, u64 seq_q, u64 seq_k, u64 batch_stride,
-        // u64 row_stride, u64 chunk, i64 offset, float fill) writes only elements b *
+        // u64 row_stride, u64 chunk, u64 step, i64 offset, float fill) writes only elements b *
         // batch_stride + i * row_stride + j with b < batch, i < seq_q, j < seq_k: below
         // required_len() <= scores.len() (checked above). The offset is clamped as the kernel
-        // requires; chunk >= 1; the block is whole warps.
+        // requires; chunk >= 1; 1 <= step <= the grid's warps; the block is whole warps.
         unsafe {
             stream
                 .launch(&kernel)
@@ -218,6 +239,7 @@ impl CausalMask {
                 .arg(self.batch_stride() as u64)
                 .arg(self.row_stride() as u64)
                 .arg(chunk as u64)
+                .arg(step as u64)
                 .arg(self.kernel_offset())
                 .arg(self.fill)
                 .launch(config)?
@@ -331,6 +353,23 @@ mod tests {
         assert_eq!(item_columns(1, 300, 256, 1000), 256);
         assert_eq!(item_columns(100_000, 300, 256, 1000), 300);
         assert_eq!(item_columns(0, 7, 256, 1000), 7);
+    }
+
+    #[test]
+    fn the_item_step_is_coprime_with_the_chunks_a_row() {
+        // The benchmark: 132 x 32 blocks of 8 warps, 4 (f16) or 8 (f32) chunks a row.
+        assert_eq!(item_step(33_792, 4), 33_791);
+        assert_eq!(item_step(33_792, 8), 33_791);
+        assert_eq!(item_step(33_792, 1), 33_792);
+        assert_eq!(item_step(30, 6), 29);
+        assert_eq!(item_step(35, 7), 34);
+        assert_eq!(item_step(1, 8), 1);
+        for warps in 1..200 {
+            for chunks in 1..40 {
+                let s = item_step(warps, chunks);
+                assert!(s >= 1 && s <= warps && warps - s < chunks.max(1));
+            }
+        }
     }
 
     #[test]
