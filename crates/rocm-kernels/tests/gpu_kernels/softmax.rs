@@ -106,7 +106,8 @@ fn softmax_matches_the_reference_bf16() {
 /// (heads, seq_q, cols, offset): square; a KV cache (default offset cols - seq_q); more
 /// queries than keys (negative default offset: the first rows fully masked); decode (one
 /// query); explicit negative and positive offsets; 10 000 rows; streamed rows, with few
-/// visible columns and fully masked.
+/// visible columns and fully masked; square heads of even and odd seq_q over whole 16-byte
+/// vectors (the 16-bit fast path pairs query q with seq_q - 1 - q in consecutive blocks).
 const CAUSAL: &[(usize, usize, usize, Option<i64>)] = &[
     (2, 7, 7, None),
     (3, 5, 12, None),
@@ -118,6 +119,8 @@ const CAUSAL: &[(usize, usize, usize, Option<i64>)] = &[
     (1, 3, 40_000, None),
     (2, 2, 40_000, Some(9)),
     (3, 2, 40_000, Some(-1)),
+    (2, 256, 256, Some(0)),
+    (3, 255, 1000, None),
 ];
 
 fn causal<T: Dtype>(gpu: &GpuTest, seed: u64) {
