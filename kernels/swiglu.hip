@@ -9,14 +9,16 @@
 //
 // Speed: purely memory-bound. A 2-D grid: blockIdx.y walks the rows, blockIdx.x and threadIdx.x
 // the row's 16-byte vectors (grid-stride both ways, so any grid covers any shape and no
-// per-element division is needed). Each thread issues the loads of RF_SWIGLU_UNROLL vectors of
-// gate and of up before it computes and stores any, to keep enough bytes in flight. Rows whose
-// pointers or strides are not 16-byte aligned take a scalar path; cols % N elements of a
-// vectorised row are a scalar tail.
+// per-element division is needed). On the 16-byte path (v4) each thread takes one vector of
+// gate and of up per pass and the host launches a thread per vector, so a thread normally makes
+// one pass: Triton's shape for elementwise kernels, measured faster than four vectors a thread
+// (swiglu.md); the index is 32-bit whenever the row's vectors allow it. Rows whose pointers or
+// strides are not 16-byte aligned take a scalar path (RF_SWIGLU_UNROLL elements a thread per
+// pass); cols % N elements of a vectorised row are a scalar tail.
 
 #include "rocmforge.h"
 
-// 16-byte vectors each thread loads from each input before it stores any.
+// Scalar path: elements each thread loads from each input before it stores any.
 #define RF_SWIGLU_UNROLL 4
 
 // Stable form: e = exp(-|g|) is never infinite, so very negative gates give their tiny true
@@ -33,6 +35,43 @@ RF_DEVICE float rf_silu_mul(float g, float u) {
     return __fdividef(num, 1.0f + e) * u;
 }
 
+// 16-byte path: one vector of gate and of up a thread per pass, vector i of a row at
+// i = blockIdx.x * blockDim.x + threadIdx.x, then every gridDim.x * blockDim.x. I is the index
+// type: 32-bit when nv + that step cannot wrap it (the caller checks), else 64-bit.
+template <typename T, typename I>
+RF_DEVICE void rf_swiglu_vector_rows(const T* gate, const T* up, T* out, rf_u64 gate_stride, rf_u64 up_stride,
+                                     rf_u64 out_stride, rf_u64 rows, rf_u64 cols) {
+    typedef rf_pack16<T> P;
+    constexpr int V = P::N;
+    const I nv = (I)(cols / (rf_u64)V);
+    const rf_u64 tail = cols - (rf_u64)nv * V;
+    const I first = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x;
+    const I step = (I)gridDim.x * (I)blockDim.x;
+    for (rf_u64 row = blockIdx.y; row < rows; row += gridDim.y) {
+        const T* g = gate + row * gate_stride;
+        const T* u = up + row * up_stride;
+        T* o = out + row * out_stride;
+        for (I i = first; i < nv; i += step) {
+            const uint4 graw = rf_load16(g + (rf_u64)i * V);
+            const uint4 uraw = rf_load16(u + (rf_u64)i * V);
+            float gv[V];
+            float uv[V];
+            P::unpack(graw, gv);
+            P::unpack(uraw, uv);
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                gv[e] = rf_silu_mul(gv[e], uv[e]);
+            }
+            rf_store16(o + (rf_u64)i * V, P::pack(gv));
+        }
+        if ((rf_u64)first < tail) {
+            const rf_u64 j = (rf_u64)nv * V + first;
+            o[j] = rf_from_float<T>(rf_silu_mul(rf_to_float(g[j]), rf_to_float(u[j])));
+        }
+    }
+}
+
+// Scalar path (any alignment): RF_SWIGLU_UNROLL elements of each input a thread per pass.
 template <typename T, bool VECTOR>
 RF_DEVICE void rf_swiglu_rows(const T* gate, const T* up, T* out, rf_u64 gate_stride, rf_u64 up_stride,
                               rf_u64 out_stride, rf_u64 rows, rf_u64 cols) {
@@ -91,7 +130,14 @@ RF_DEVICE void rf_swiglu(const T* gate, const T* up, T* out, rf_u64 gate_stride,
     const bool vector = cols >= N && rf_is_aligned16(gate) && rf_is_aligned16(up) && rf_is_aligned16(out) &&
                         gate_stride % N == 0 && up_stride % N == 0 && out_stride % N == 0;
     if (vector) {
-        rf_swiglu_rows<T, true>(gate, up, out, gate_stride, up_stride, out_stride, rows, cols);
+        // 32-bit indices when i < nv plus one grid step stays below 2^32.
+        const rf_u64 nv = cols / N;
+        const rf_u64 step = (rf_u64)gridDim.x * blockDim.x;
+        if (nv + step <= 0xffffffffull) {
+            rf_swiglu_vector_rows<T, unsigned int>(gate, up, out, gate_stride, up_stride, out_stride, rows, cols);
+        } else {
+            rf_swiglu_vector_rows<T, rf_u64>(gate, up, out, gate_stride, up_stride, out_stride, rows, cols);
+        }
     } else {
         rf_swiglu_rows<T, false>(gate, up, out, gate_stride, up_stride, out_stride, rows, cols);
     }

@@ -37,7 +37,7 @@ fn poisoned<T: Dtype>(gpu: &GpuTest, len: usize) -> DeviceBuffer<T> {
 
 fn two_tensors<T: Dtype + Into<f64>>(gpu: &GpuTest, seed: u64, gate_range: f32) {
     let mut rng = Rng::new(seed);
-    for n in [1, 7, 8, 127, 4097, 1_000_003] {
+    for n in [1, 7, 8, 127, 4097, 1_000_003, 2048, 2059, 524_293] {
         let g = data::<T>(&mut rng, n, -gate_range, gate_range);
         let u = data::<T>(&mut rng, n, -2.0, 2.0);
         let dg = gpu.stream().upload(&g).unwrap();
@@ -73,7 +73,7 @@ fn saturating_gates_give_zero_and_identity_not_nan() {
 /// path; odd ffn (up misaligned: the scalar path); Llama's 11008 (1376 vectors a row in f16:
 /// chunks of 1024 vectors straddle rows); 10 000 rows; 70 000 rows of 2; rows of exactly one
 /// chunk (1024 f16 vectors) and one vector more or less than a chunk, with and without a tail
-/// (the flat (row, vector) walk of v2 wraps rows inside a thread's unroll).
+/// (the flat (row, vector) walk of v2 wraps rows inside a thread's unroll); block edges of v4.
 const FUSED: &[(usize, usize)] = &[
     (1, 1),
     (1, 7),
@@ -91,6 +91,13 @@ const FUSED: &[(usize, usize)] = &[
     (7, 8195),
     (300, 24),
     (9, 4096 + 3),
+    // v4 (a thread per vector, 256-thread blocks): rows of one block of f16 vectors, one vector
+    // more (a second block with one live thread), with a tail; 70 000 rows on the vector path
+    // (grid.y wraps).
+    (6, 2048),
+    (6, 2056),
+    (6, 2056 + 5),
+    (70_000, 16),
 ];
 
 fn fused<T: Dtype + Into<f64>>(gpu: &GpuTest, seed: u64) {
