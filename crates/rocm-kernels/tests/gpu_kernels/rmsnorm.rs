@@ -376,8 +376,15 @@ fn group_path_edges() {
         let mut rng = Rng::new(seed);
         let n = 16 / size_of::<T>();
         let edge = 2 * 1024 * n;
+        // One vector a thread (16-bit residual form) up to 1024 vectors, two past that.
+        let one = 1024 * n;
         for (rows, cols) in [
             (70, n),
+            (40, one - n),
+            (40, one),
+            (40, one + 3),
+            (40, one + n),
+            (40, one + n + 1),
             (300, n + 5),
             (3000, 4096),
             (300, 4096 + n),
