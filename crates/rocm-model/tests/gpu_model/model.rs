@@ -15,7 +15,7 @@ use rocm_model::model::synthetic::{SplitMix, SyntheticSpec, parity_tolerance};
 use rocm_model::model::{Architecture, Model, ModelError, ReferenceModel, ReferenceSequence, Rounding};
 use rocm_model::{GgufFile, GgufWriter};
 use rocm_runtime::{DeviceBuffer, bf16, f16};
-use rocm_testkit::{GpuTest, Tolerance, assert_close, gpu_test};
+use rocm_testkit::{GpuTest, Tolerance, compare, gpu_test};
 
 const PROMPT: usize = 37;
 const STEPS: usize = 20;
@@ -38,10 +38,14 @@ fn rounded<T: Dtype>(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| T::from_f32(v).to_f32() as f64).collect()
 }
 
+/// Compares and prints the errors (max-abs, relative L2), so a run with `--no-capture` records
+/// the parity actually reached next to the tolerance.
 fn check<T: Dtype>(what: &str, got: &DeviceBuffer<T>, want: &[f64]) {
     let got: Vec<f64> = got.to_vec().unwrap().iter().map(|v| v.to_f32() as f64).collect();
-    eprintln!("{what} ({})", T::NAME);
-    assert_close(&got, want, tolerance::<T>());
+    let tol = tolerance::<T>();
+    let c = compare(&got, want, &tol);
+    eprintln!("parity {what} ({}): {c}", T::NAME);
+    assert!(c.passed(&tol), "{what} ({}): {c}", T::NAME);
 }
 
 /// Two sequences (prompts of 37 and 23 tokens) prefilled, then decoded together for 20 steps;
