@@ -35,10 +35,41 @@ pub struct DeviceInfo {
 /// Matrix-core instruction families the kernels have fast paths for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatrixCores {
-    /// No fast path (or none validated on this device yet): portable kernels only.
+    /// No fast path: portable kernels only.
     None,
     /// NVIDIA `mma.sync` with f16/bf16 inputs and f32 accumulation (sm_80 and later).
     MmaSync,
+    /// AMD CDNA MFMA (`v_mfma_f32_16x16x16f16` / `..bf16_1k`, f32 accumulation) on 64-lane
+    /// wavefronts: gfx908 (CDNA 1), gfx90a (CDNA 2), gfx940-gfx942 (CDNA 3), the targets the
+    /// kernels build an MFMA body for.
+    Mfma,
+}
+
+impl MatrixCores {
+    /// What an AMD device of compilation target `arch` (`gfx90a`, or with target features:
+    /// `gfx90a:sramecc+:xnack-`) has a fast path for.
+    pub fn for_amd_arch(arch: &str) -> MatrixCores {
+        let base = arch.split(':').next().unwrap_or("");
+        match base {
+            "gfx908" | "gfx90a" | "gfx940" | "gfx941" | "gfx942" => MatrixCores::Mfma,
+            _ => MatrixCores::None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MatrixCores;
+
+    #[test]
+    fn amd_matrix_cores_by_arch() {
+        for arch in ["gfx908", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx90a:sramecc+:xnack-"] {
+            assert_eq!(MatrixCores::for_amd_arch(arch), MatrixCores::Mfma, "{arch}");
+        }
+        for arch in ["gfx906", "gfx1030", "gfx1100", "gfx950", "", "sm_90"] {
+            assert_eq!(MatrixCores::for_amd_arch(arch), MatrixCores::None, "{arch}");
+        }
+    }
 }
 
 /// Device memory as the driver reports it at one moment (other processes included).

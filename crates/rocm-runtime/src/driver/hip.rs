@@ -130,11 +130,12 @@ impl DeviceDriver for HipDevice {
         let mut total = 0usize;
         call!(self.hip, hipDeviceTotalMem(&mut total, self.ordinal))?;
         let a = |attr| self.attribute(attr).map(|v| v.max(0) as u32);
+        let arch = gfx_name(self.attribute(Attr::hipDeviceAttributeGcnArch)?);
         Ok(DeviceInfo {
             ordinal: self.ordinal as usize,
             platform: Platform::Amd,
             name,
-            arch: gfx_name(self.attribute(Attr::hipDeviceAttributeGcnArch)?),
+            arch: arch.clone(),
             compute_units: a(Attr::hipDeviceAttributeMultiprocessorCount)?,
             warp_size: a(Attr::hipDeviceAttributeWarpSize)?,
             max_threads_per_block: a(Attr::hipDeviceAttributeMaxThreadsPerBlock)?,
@@ -150,9 +151,10 @@ impl DeviceDriver for HipDevice {
             total_memory: total as u64,
             pci_bus_id: a(Attr::hipDeviceAttributePciBusId)?,
             stream_ordered_memory: self.memory_pools,
-            // CDNA has MFMA, but no MFMA path has been run on hardware yet: the portable
-            // kernels serve AMD until one has been.
-            matrix_cores: MatrixCores::None,
+            // CDNA's MFMA. Launchers decide what they run on it: flash attention's `Auto`
+            // keeps the portable kernel until the MFMA kernel has passed the GPU tests on AMD
+            // hardware (`FlashKernel::MatrixCores` runs it, and the GPU tests do).
+            matrix_cores: MatrixCores::for_amd_arch(&arch),
         })
     }
 
