@@ -16,6 +16,8 @@ const MODULE: &str = "flash_attention";
 pub enum FlashKernel {
     /// The matrix-core kernel where the device, the dtype (f16/bf16) and the layout allow it
     /// (head_dim, strides and pointers multiples of 8 elements / 16 bytes), else the portable.
+    /// On AMD MFMA devices the portable kernel until the MFMA kernel has run on AMD hardware
+    /// (`MFMA_AUTO` in this module).
     #[default]
     Auto,
     /// The portable kernel (f32 arithmetic on every platform).
@@ -103,6 +105,42 @@ impl MmaVariant {
         if self.key_split { 16 } else { 16 * self.warps }
     }
 }
+
+/// Whether [`FlashKernel::Auto`] takes the MFMA kernel on AMD CDNA. Off until the MFMA kernel
+/// has passed the GPU tests (`tests/gpu_kernels/{flash,paged}_attention.rs`, which run
+/// `FlashKernel::MatrixCores` on every matrix-core device) on AMD hardware: it is verified only
+/// by the CPU emulation (`tests/mfma_emu`) and compiled for gfx908/90a/940. Flipping it is the
+/// one change needed then.
+const MFMA_AUTO: bool = false;
+
+/// Whether `Auto` runs the matrix-core kernel on a device with `cores` (where the problem fits).
+fn auto_uses(cores: MatrixCores) -> bool {
+    match cores {
+        MatrixCores::MmaSync => true,
+        MatrixCores::Mfma => MFMA_AUTO,
+        MatrixCores::None => false,
+    }
+}
+
+/// Keys a tile of the MFMA kernel (`RF_FLASH_MFMA_KEYS`).
+const MFMA_KEYS: usize = 32;
+
+/// The MFMA kernel (`RF_FLASH_MFMA_ENTRIES`) for padded head_dim `dt` and `rows` packed rows a
+/// (batch, KV head): one 64-lane wavefront a 16-row block up to 16 rows (decode), four beyond.
+/// LDS: one K and one V tile of 32 rows of `dt + 8` elements.
+fn mfma_plan(dtype: &str, dt: usize, rows: usize, paged: bool, elem_bytes: usize) -> Plan {
+    let waves = if rows <= 16 { 1 } else { 4 };
+    let smem = 2 * MFMA_KEYS * (dt + 8) * elem_bytes;
+    Plan {
+        entry: format!("rf_flash_mfma_{dtype}_d{dt}_w{waves}{}", if paged { "_paged" } else { "" }),
+        rows_per_block: 16 * waves,
+        threads: 64 * waves as u32,
+        shared_mem_bytes: smem as u32,
+        // Blocks a compute unit holds by LDS (64 KiB), at most 8.
+        blocks_per_cu: ((64 << 10) / smem).clamp(1, 8),
+    }
+}
+
 /// And the portable kernel's register tiles.
 const PORTABLE_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 
@@ -360,8 +398,14 @@ fn plan<T: Dtype>(
 ) -> Result<Plan> {
     let info = stream.backend().info();
     let mma_fits = || -> std::result::Result<usize, String> {
-        if info.matrix_cores != MatrixCores::MmaSync {
+        if info.matrix_cores == MatrixCores::None {
             return Err(format!("{} ({}) has no matrix-core path", info.name, info.arch));
+        }
+        if info.matrix_cores == MatrixCores::Mfma && info.warp_size != 64 {
+            return Err(format!(
+                "the MFMA kernel needs 64-lane wavefronts, {} has {}",
+                info.arch, info.warp_size
+            ));
         }
         if T::NAME == "f32" {
             return Err("the matrix-core kernel takes f16 or bf16".into());
@@ -380,12 +424,15 @@ fn plan<T: Dtype>(
     };
     let mma = match kernel {
         FlashKernel::Portable => None,
-        FlashKernel::Auto => mma_fits().ok(),
+        FlashKernel::Auto => mma_fits().ok().filter(|_| auto_uses(info.matrix_cores)),
         FlashKernel::MatrixCores => Some(
             mma_fits().map_err(|why| crate::KernelError::Shape { kernel: super::KERNEL, message: why })?,
         ),
     };
     Ok(match mma {
+        Some(dt) if info.matrix_cores == MatrixCores::Mfma => {
+            mfma_plan(T::NAME, dt, attn.group() * attn.seq_q, paged, size_of::<T>())
+        }
         Some(dt) => {
             let rows = attn.group() * attn.seq_q;
             let variant =
@@ -465,6 +512,36 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn auto_takes_mfma_only_once_flipped() {
+        assert!(auto_uses(MatrixCores::MmaSync));
+        assert!(!auto_uses(MatrixCores::None));
+        // Portable on AMD until the MFMA kernel has passed the GPU tests there.
+        assert_eq!(auto_uses(MatrixCores::Mfma), MFMA_AUTO);
+    }
+
+    #[test]
+    fn mfma_variants_and_lds() {
+        let p = mfma_plan("f16", 128, 8, false, 2);
+        assert_eq!(p.entry, "rf_flash_mfma_f16_d128_w1");
+        assert_eq!((p.rows_per_block, p.threads), (16, 64));
+        let p = mfma_plan("bf16", 80, 17, true, 2);
+        assert_eq!(p.entry, "rf_flash_mfma_bf16_d80_w4_paged");
+        assert_eq!((p.rows_per_block, p.threads), (64, 256));
+        assert_eq!(mfma_plan("f16", 64, 16, true, 2).entry, "rf_flash_mfma_f16_d64_w1_paged");
+        assert_eq!(mfma_plan("f16", 256, 4096, false, 2).entry, "rf_flash_mfma_f16_d256_w4");
+        // Every instantiation's LDS fits the 64 KiB a CDNA workgroup may use, and its key tile
+        // divides the split alignment.
+        assert!(SPLIT_ALIGN.is_multiple_of(MFMA_KEYS));
+        for dt in MMA_HEAD_DIMS {
+            for rows in [1, 16, 17, 4096] {
+                let p = mfma_plan("bf16", dt, rows, false, 2);
+                assert!(p.shared_mem_bytes <= 64 << 10, "d{dt}: {}", p.shared_mem_bytes);
+                assert!(p.blocks_per_cu >= 1);
             }
         }
     }

@@ -1,0 +1,542 @@
+// CPU emulation of the MFMA flash-attention kernels (kernels/flash_attention.hip), for checking
+// them without AMD hardware. Not part of the cargo build or CI: `./run.sh` (this folder) builds
+// and runs it. The .hip file is compiled for the host against the stand-in headers in hip/ with
+// __gfx90a__ (or __gfx908__) defined, so the MFMA body is what runs. Each GPU lane is a fiber
+// (ucontext); blocks run one at a time; __syncthreads is a block barrier; shuffles and MFMA are
+// wavefront operations (64 lanes deposit their operands, meet, read). The MFMA builtins are
+// written from AMD's documented operand layouts, independently of how the kernel uses them:
+//   16x16x16 (f16, bf16_1k): lane l holds A[l % 16][4 (l / 16) + i], B[4 (l / 16) + i][l % 16],
+//                            D[4 (l / 16) + i][l % 16], i = 0..3;
+//   16x16x8 bf16 (gfx908):   lane l holds A[l % 16][2 (l / 16) + i], B[2 (l / 16) + i][l % 16],
+//                            i = 0..1, D as above.
+// Every case runs against an f64 reference here, with the GPU tests' tolerances; outputs are
+// poisoned (NaN), inputs end at a guard page (an over-read faults).
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hip/hip_runtime.h"
+
+emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+alignas(16) unsigned char rf_flash_mfma_smem[64 * 1024];
+alignas(16) float rf_flash_smem[64 * 1024];
+
+#include "flash_attention.hip"
+
+// ------------------------------------------------------------------------------------------
+// Fibers
+// ------------------------------------------------------------------------------------------
+
+namespace emu {
+
+struct Fiber {
+    ucontext_t ctx;
+    std::vector<char> stack;
+    bool done = false;
+};
+
+struct Barrier {
+    int expected = 0, arrived = 0;
+    unsigned long gen = 0;
+};
+
+static ucontext_t sched_ctx;
+static std::vector<Fiber> fibers;
+static int current = -1;
+static unsigned long progress = 0;
+static Barrier block_barrier;
+static std::vector<Barrier> wave_barriers;
+static std::function<void()> body;
+
+// Per wavefront: each lane's deposit for the current wave operation.
+struct Slot {
+    int tag;
+    uint64_t a, b;
+    float c[4];
+    float f;
+};
+static std::vector<std::vector<Slot>> slots;
+
+static void yield() { swapcontext(&fibers[current].ctx, &sched_ctx); }
+
+static void wait(Barrier& b) {
+    const unsigned long gen = b.gen;
+    if (++b.arrived == b.expected) {
+        b.arrived = 0;
+        ++b.gen;
+        ++progress;
+        return;
+    }
+    while (b.gen == gen) yield();
+}
+
+static void entry() {
+    body();
+    fibers[current].done = true;
+    ++progress;
+    swapcontext(&fibers[current].ctx, &sched_ctx);
+}
+
+// Runs one block of `threads` lanes through `kernel`.
+static void run_block(int threads, std::function<void()> kernel) {
+    assert(threads % 64 == 0);
+    body = std::move(kernel);
+    fibers.assign(threads, Fiber{});
+    block_barrier = Barrier{threads, 0, 0};
+    wave_barriers.assign(threads / 64, Barrier{64, 0, 0});
+    slots.assign(threads / 64, std::vector<Slot>(64));
+    for (int t = 0; t < threads; ++t) {
+        Fiber& f = fibers[t];
+        f.stack.resize(256 * 1024);
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack.data();
+        f.ctx.uc_stack.ss_size = f.stack.size();
+        f.ctx.uc_link = nullptr;
+        makecontext(&f.ctx, entry, 0);
+    }
+    for (;;) {
+        bool all_done = true;
+        const unsigned long before = progress;
+        for (int t = 0; t < threads; ++t) {
+            if (fibers[t].done) continue;
+            all_done = false;
+            current = t;
+            threadIdx = emu_dim3{(unsigned)t, 0, 0};
+            swapcontext(&sched_ctx, &fibers[t].ctx);
+        }
+        if (all_done) break;
+        if (progress == before) {
+            std::fprintf(stderr, "deadlock: lanes wait at barriers no one else reaches\n");
+            std::abort();
+        }
+    }
+    current = -1;
+}
+
+// A wavefront operation: deposit, meet, compute from everyone's deposits, meet again.
+template <typename F>
+static void wave_op(int tag, const Slot& mine, F&& read) {
+    const int w = current / 64, l = current % 64;
+    Slot s = mine;
+    s.tag = tag;
+    slots[w][l] = s;
+    wait(wave_barriers[w]);
+    for (int j = 0; j < 64; ++j) {
+        if (slots[w][j].tag != tag) {
+            std::fprintf(stderr, "divergent wave operation: lane %d tag %d, lane %d tag %d\n", l, tag, j,
+                         slots[w][j].tag);
+            std::abort();
+        }
+    }
+    read(slots[w], l);
+    wait(wave_barriers[w]);
+}
+
+static float bf16f(uint16_t b) { return __uint_as_float((unsigned)b << 16); }
+static float f16f(uint16_t b) { return __half2float(__ushort_as_half(b)); }
+
+// D = A B + C for a 16 x 16 x K step; `a_at(lane, e)` is element e of a lane's operand, and
+// lane + 16 (k / E) holds k (E = values a lane).
+template <int E>
+static emu_f32x4 mfma(int tag, uint64_t a, uint64_t b, emu_f32x4 c, float (*cvt)(uint16_t)) {
+    Slot s{};
+    s.a = a;
+    s.b = b;
+    for (int i = 0; i < 4; ++i) s.c[i] = c[i];
+    emu_f32x4 d;
+    wave_op(tag, s, [&](const std::vector<Slot>& all, int l) {
+        // EMU_TRANSPOSE_D=1 swaps D's row and column (a deliberately wrong layout, to see that
+        // the comparison catches it).
+        static const bool wrong = std::getenv("EMU_TRANSPOSE_D") != nullptr;
+        for (int i = 0; i < 4; ++i) {
+            const int row = wrong ? l % 16 : 4 * (l / 16) + i; // D layout
+            const int col = wrong ? 4 * (l / 16) + i : l % 16;
+            double acc = 0.0;
+            for (int k = 0; k < 4 * E; ++k) {
+                const uint64_t av = all[row + 16 * (k / E)].a; // A[row][k]
+                const uint64_t bv = all[col + 16 * (k / E)].b;      // B[k][col]
+                const int e = k % E;
+                acc += (double)cvt((uint16_t)(av >> (16 * e))) * (double)cvt((uint16_t)(bv >> (16 * e)));
+            }
+            d[i] = (float)(acc + (double)all[l].c[i]);
+        }
+    });
+    return d;
+}
+
+} // namespace emu
+
+void emu_syncthreads() { emu::wait(emu::block_barrier); }
+
+template <typename V> static V shfl(V v, int src_of_lane_xor, bool xor_mode, unsigned delta) {
+    emu::Slot s{};
+    std::memcpy(&s.f, &v, 4);
+    V r;
+    emu::wave_op(xor_mode ? 1000 + src_of_lane_xor : 2000 + (int)delta, s, [&](const std::vector<emu::Slot>& all, int l) {
+        int src = xor_mode ? (l ^ src_of_lane_xor) : l + (int)delta;
+        if (src >= 64) src = l;
+        std::memcpy(&r, &all[src].f, 4);
+    });
+    return r;
+}
+float __shfl_xor(float v, int mask) { return shfl(v, mask, true, 0); }
+int __shfl_xor(int v, int mask) { return shfl(v, mask, true, 0); }
+float __shfl_down(float v, unsigned d) { return shfl(v, 0, false, d); }
+int __shfl_down(int v, unsigned d) { return shfl(v, 0, false, d); }
+
+static uint64_t bits64(const void* p) {
+    uint64_t u;
+    std::memcpy(&u, p, 8);
+    return u;
+}
+static uint64_t bits32(const void* p) {
+    uint32_t u;
+    std::memcpy(&u, p, 4);
+    return u;
+}
+emu_f32x4 emu_mfma_f32_16x16x16f16(emu_f16x4 a, emu_f16x4 b, emu_f32x4 c, int, int, int) {
+    return emu::mfma<4>(1, bits64(&a), bits64(&b), c, emu::f16f);
+}
+emu_f32x4 emu_mfma_f32_16x16x16bf16_1k(emu_i16x4 a, emu_i16x4 b, emu_f32x4 c, int, int, int) {
+    return emu::mfma<4>(2, bits64(&a), bits64(&b), c, emu::bf16f);
+}
+emu_f32x4 emu_mfma_f32_16x16x8bf16(emu_i16x2 a, emu_i16x2 b, emu_f32x4 c, int, int, int) {
+    return emu::mfma<2>(3, bits32(&a), bits32(&b), c, emu::bf16f);
+}
+
+// ------------------------------------------------------------------------------------------
+// Buffers that end at a guard page
+// ------------------------------------------------------------------------------------------
+
+template <typename X> static X* guarded(size_t n) {
+    const size_t page = 4096;
+    const size_t bytes = (n * sizeof(X) + 15) / 16 * 16;
+    const size_t pages = (bytes + page - 1) / page + 1;
+    char* base = (char*)mmap(nullptr, (pages + 1) * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert(base != MAP_FAILED);
+    mprotect(base + pages * page, page, PROT_NONE);
+    return (X*)(base + pages * page - bytes);
+}
+
+// ------------------------------------------------------------------------------------------
+// Cases
+// ------------------------------------------------------------------------------------------
+
+struct Case {
+    int batch, seq_q, seq_k, q_heads, kv_heads, head_dim;
+    int causal;       // 0: none, 1: default offset (seq_k - seq_q), 2: explicit `offset`
+    long long offset;
+    bool bhsd;
+    float magnitude;
+    int splits;       // 1: no split (direct store), else through rf_flash_combine
+    int waves;        // 4 or 1
+    int block_size;   // 0: contiguous; else paged with this block size
+};
+
+template <typename T> struct Dt;
+template <> struct Dt<__half> {
+    static constexpr const char* name = "f16";
+    static constexpr double eps = 1.0 / 2048;
+    static uint16_t from(float x) { return __half_as_ushort(__float2half(x)); }
+    static float to(uint16_t b) { return emu::f16f(b); }
+};
+template <> struct Dt<rf_bf16> {
+    static constexpr const char* name = "bf16";
+    static constexpr double eps = 1.0 / 256;
+    static uint16_t from(float x) { return rf_float_to_bf16(x); }
+    static float to(uint16_t b) { return emu::bf16f(b); }
+};
+
+typedef void (*Kernel)(rf_flash_params);
+
+struct Entry {
+    const char* name;
+    Kernel fn;
+};
+#define E(x) {#x, x}
+static const Entry ENTRIES[] = {
+#define DIMS(dt, d) E(rf_flash_mfma_##dt##_d##d##_w4), E(rf_flash_mfma_##dt##_d##d##_w1), \
+    E(rf_flash_mfma_##dt##_d##d##_w4_paged), E(rf_flash_mfma_##dt##_d##d##_w1_paged)
+    DIMS(f16, 64), DIMS(f16, 80), DIMS(f16, 96), DIMS(f16, 128), DIMS(f16, 256),
+    DIMS(bf16, 64), DIMS(bf16, 80), DIMS(bf16, 96), DIMS(bf16, 128), DIMS(bf16, 256),
+};
+static Kernel find(const std::string& name) {
+    for (const Entry& e : ENTRIES)
+        if (name == e.name) return e.fn;
+    std::fprintf(stderr, "no entry %s\n", name.c_str());
+    std::abort();
+}
+
+// Runs a grid of `threads`-lane blocks.
+static void launch(Kernel k, const rf_flash_params& p, emu_dim3 grid, int threads) {
+    gridDim = grid;
+    blockDim = emu_dim3{(unsigned)threads, 1, 1};
+    for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+            for (unsigned x = 0; x < grid.x; ++x) {
+                blockIdx = emu_dim3{x, y, z};
+                emu::run_block(threads, [&] { k(p); });
+            }
+}
+
+static double worst_ratio = 0.0;
+static int failures = 0;
+
+template <typename T> static void run_case(const Case& c, std::mt19937_64& rng) {
+    const int B = c.batch, SQ = c.seq_q, HQ = c.q_heads, HKV = c.kv_heads, D = c.head_dim;
+    const int group = HQ / HKV;
+    const bool paged = c.block_size > 0;
+    // Paged: batch b has lens[b] keys (its queries the last SQ of them when causal); the cache
+    // has a shuffled block table. Contiguous: every batch has seq_k keys.
+    std::vector<int> lens(B, c.seq_k);
+    if (paged)
+        for (int b = 0; b < B; ++b) lens[b] = std::max(1, c.seq_k - 37 * b);
+    const int SK = c.seq_k;
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    auto rnd = [&](float sd) { return Dt<T>::from(nd(rng) * sd); };
+
+    // Strides (elements) and buffers; BHSD pads Q rows by 8, BSHD pads O tokens by 16.
+    const long long qs_b = c.bhsd ? (long long)HQ * SQ * (D + 8) : (long long)SQ * HQ * D;
+    const long long qs_s = c.bhsd ? D + 8 : (long long)HQ * D;
+    const long long qs_h = c.bhsd ? (long long)SQ * (D + 8) : D;
+    const long long ks_b = c.bhsd ? (long long)HKV * SK * D : (long long)SK * HKV * D;
+    const long long ks_s = c.bhsd ? D : (long long)HKV * D;
+    const long long ks_h = c.bhsd ? (long long)SK * D : D;
+    const long long os_b = c.bhsd ? (long long)HQ * SQ * D : (long long)SQ * (HQ * D + 16);
+    const long long os_s = c.bhsd ? D : (long long)HQ * D + 16;
+    const long long os_h = c.bhsd ? (long long)SQ * D : D;
+    const size_t q_len = (size_t)B * qs_b, kv_len = (size_t)B * ks_b, o_len = (size_t)B * os_b;
+
+    uint16_t* q = guarded<uint16_t>(q_len);
+    for (size_t i = 0; i < q_len; ++i) q[i] = rnd(c.magnitude);
+    // Logical K/V [b][key][h][d] (values), placed contiguously or into the paged cache.
+    std::vector<uint16_t> kl((size_t)B * SK * HKV * D), vl(kl.size());
+    for (auto& x : kl) x = rnd(c.magnitude);
+    for (auto& x : vl) x = rnd(1.0f);
+    auto lidx = [&](int b, int j, int h, int d) { return (((size_t)b * SK + j) * HKV + h) * D + d; };
+
+    uint16_t *k, *v;
+    int *table = nullptr, *seq_lens = nullptr;
+    int max_blocks = 0, num_blocks = 0;
+    if (!paged) {
+        k = guarded<uint16_t>(kv_len);
+        v = guarded<uint16_t>(kv_len);
+        for (int b = 0; b < B; ++b)
+            for (int j = 0; j < SK; ++j)
+                for (int h = 0; h < HKV; ++h)
+                    for (int d = 0; d < D; ++d) {
+                        const size_t at = b * ks_b + j * ks_s + h * ks_h + d;
+                        k[at] = kl[lidx(b, j, h, d)];
+                        v[at] = vl[lidx(b, j, h, d)];
+                    }
+    } else {
+        // Cache [num_blocks * block_size][HKV][D]; table rows shuffled.
+        const int bs = c.block_size;
+        max_blocks = (SK + bs - 1) / bs;
+        num_blocks = B * max_blocks + 3;
+        std::vector<int> ids(num_blocks);
+        for (int i = 0; i < num_blocks; ++i) ids[i] = i;
+        std::shuffle(ids.begin(), ids.end(), rng);
+        table = guarded<int>((size_t)B * max_blocks);
+        seq_lens = guarded<int>(B);
+        const size_t cache_len = (size_t)num_blocks * bs * HKV * D;
+        k = guarded<uint16_t>(cache_len);
+        v = guarded<uint16_t>(cache_len);
+        for (size_t i = 0; i < cache_len; ++i) k[i] = v[i] = Dt<T>::from(NAN);
+        for (int b = 0; b < B; ++b) {
+            seq_lens[b] = lens[b];
+            for (int i = 0; i < max_blocks; ++i) table[b * max_blocks + i] = ids[b * max_blocks + i];
+            for (int j = 0; j < lens[b]; ++j) {
+                const size_t slot = (size_t)table[b * max_blocks + j / bs] * bs + j % bs;
+                for (int h = 0; h < HKV; ++h)
+                    for (int d = 0; d < D; ++d) {
+                        k[(slot * HKV + h) * D + d] = kl[lidx(b, j, h, d)];
+                        v[(slot * HKV + h) * D + d] = vl[lidx(b, j, h, d)];
+                    }
+            }
+        }
+    }
+    uint16_t* o = guarded<uint16_t>(o_len);
+    for (size_t i = 0; i < o_len; ++i) o[i] = Dt<T>::from(NAN);
+    float* lse = guarded<float>((size_t)B * HQ * SQ);
+    for (int i = 0; i < B * HQ * SQ; ++i) lse[i] = NAN;
+
+    // The launcher's split arithmetic.
+    int keys_per_split = ((SK + c.splits - 1) / c.splits + 63) / 64 * 64;
+    if (keys_per_split < 64) keys_per_split = 64;
+    const int num_splits = std::max(1, (SK + keys_per_split - 1) / keys_per_split);
+    const size_t rows = (size_t)B * HQ * SQ;
+    float* po = nullptr;
+    float* pl = nullptr;
+    if (num_splits > 1) {
+        po = guarded<float>(num_splits * rows * D);
+        pl = guarded<float>(num_splits * rows);
+        for (size_t i = 0; i < num_splits * rows * D; ++i) po[i] = NAN;
+        for (size_t i = 0; i < num_splits * rows; ++i) pl[i] = NAN;
+    }
+    const float scale = 1.0f / std::sqrt((float)D);
+    rf_flash_params p{};
+    p.q = q;
+    p.k = k;
+    p.v = v;
+    p.o = o;
+    p.lse = lse;
+    p.partial_o = po;
+    p.partial_lse = pl;
+    p.q_batch = qs_b, p.q_seq = qs_s, p.q_head = qs_h;
+    if (paged) {
+        p.k_batch = p.v_batch = 0;
+        p.k_seq = p.v_seq = (rf_u64)HKV * D;
+        p.k_head = p.v_head = D;
+    } else {
+        p.k_batch = p.v_batch = ks_b, p.k_seq = p.v_seq = ks_s, p.k_head = p.v_head = ks_h;
+    }
+    p.o_batch = os_b, p.o_seq = os_s, p.o_head = os_h;
+    const long long offset = c.causal == 2 ? c.offset : (long long)SK - SQ;
+    p.causal_offset = c.causal ? offset : 0;
+    p.batch = B, p.q_heads = HQ, p.kv_heads = HKV, p.seq_q = SQ, p.seq_k = SK, p.head_dim = D;
+    p.group = group;
+    p.keys_per_split = keys_per_split;
+    p.num_splits = num_splits;
+    p.causal = c.causal != 0;
+    p.scale_log2 = scale * 1.4426950408889634f;
+    if (paged) {
+        p.block_table = table;
+        p.seq_lens = seq_lens;
+        p.block_size = c.block_size;
+        p.max_blocks = max_blocks;
+        p.num_blocks = num_blocks;
+        p.block_shift = (c.block_size & (c.block_size - 1)) == 0 ? __builtin_ctz(c.block_size) : -1;
+    } else {
+        p.block_shift = -1;
+    }
+
+    int dt = 0;
+    for (int d : {64, 80, 96, 128, 256})
+        if (d >= D) {
+            dt = d;
+            break;
+        }
+    const std::string entry = std::string("rf_flash_mfma_") + Dt<T>::name + "_d" + std::to_string(dt) +
+                              (c.waves == 4 ? "_w4" : "_w1") + (paged ? "_paged" : "");
+    const int rows_per_block = 16 * c.waves;
+    const unsigned row_blocks = (unsigned)((group * SQ + rows_per_block - 1) / rows_per_block);
+    launch(find(entry), p, emu_dim3{row_blocks, (unsigned)(HKV * num_splits), (unsigned)B}, 64 * c.waves);
+    if (num_splits > 1) {
+        // rf_flash_combine_<dt> over a grid-stride grid of 64-lane blocks.
+        const Kernel comb = std::string(Dt<T>::name) == "f16" ? rf_flash_combine_f16 : rf_flash_combine_bf16;
+        launch(comb, p, emu_dim3{4, 1, 1}, 64);
+    }
+
+    // f64 reference and comparison.
+    double vmax = 0;
+    for (auto x : vl) vmax = std::max(vmax, (double)std::fabs(Dt<T>::to(x)));
+    const double tol = vmax * (4 * Dt<T>::eps + (c.magnitude > 1 ? 2e-3 : 2e-5));
+    double worst = 0;
+    int bad = 0;
+    for (int b = 0; b < B; ++b) {
+        const int sk = lens[b];
+        const long long off = c.causal == 2 ? c.offset : (long long)sk - SQ;
+        for (int i = 0; i < SQ; ++i)
+            for (int h = 0; h < HQ; ++h) {
+                const int kh = h / group;
+                const uint16_t* qr = q + b * qs_b + i * qs_s + h * qs_h;
+                std::vector<double> s;
+                double mx = -INFINITY;
+                for (int j = 0; j < sk; ++j) {
+                    if (c.causal && j > i + off) break;
+                    double dot = 0;
+                    for (int d = 0; d < D; ++d) dot += (double)Dt<T>::to(qr[d]) * Dt<T>::to(kl[lidx(b, j, kh, d)]);
+                    s.push_back(dot * scale);
+                    mx = std::max(mx, dot * scale);
+                }
+                double sum = 0;
+                for (double& x : s) sum += (x = std::exp(x - mx));
+                const uint16_t* orow = o + b * os_b + i * os_s + h * os_h;
+                for (int d = 0; d < D; ++d) {
+                    double want = 0;
+                    for (size_t j = 0; j < s.size(); ++j) want += s[j] * Dt<T>::to(vl[lidx(b, (int)j, kh, d)]);
+                    if (!s.empty()) want /= sum;
+                    const double got = Dt<T>::to(orow[d]);
+                    const double err = std::fabs(got - want);
+                    if (!(err <= tol)) {
+                        if (bad++ < 5)
+                            std::printf("    o[b%d i%d h%d d%d] = %g, want %g\n", b, i, h, d, got, want);
+                    }
+                    if (err == err) worst = std::max(worst, err / tol);
+                }
+                const float gl = lse[((size_t)b * HQ + h) * SQ + i];
+                if (s.empty()) {
+                    if (!(gl == -INFINITY) && bad++ < 5) std::printf("    lse[b%d i%d h%d] = %g, want -inf\n", b, i, h, gl);
+                } else {
+                    const double want = mx + std::log(sum);
+                    const double allowed = 1e-5 * std::max(std::fabs(want), 1.0) + (c.magnitude > 1 ? 2e-3 : 2e-5);
+                    if (!(std::fabs(gl - want) <= allowed) && bad++ < 5)
+                        std::printf("    lse[b%d i%d h%d] = %g, want %g\n", b, i, h, gl, want);
+                }
+            }
+        // BSHD: the 16-element gap after each token's heads keeps its poison.
+        if (!c.bhsd)
+            for (int i = 0; i < SQ; ++i)
+                for (int g = 0; g < 16; ++g)
+                    if (!std::isnan(Dt<T>::to(o[b * os_b + i * os_s + HQ * D + g])) && bad++ < 5)
+                        std::printf("    gap after token %d written\n", i);
+    }
+    worst_ratio = std::max(worst_ratio, worst);
+    std::printf("%-4s %-32s b%d sq%-4d sk%-4d hq%d hkv%d d%-3d causal%d(%lld) %s mag%-2g splits%d -> %s (worst %.3f of tol)\n",
+                bad ? "FAIL" : "ok", entry.c_str(), B, SQ, SK, HQ, HKV, D, c.causal, c.causal ? offset : 0,
+                c.bhsd ? "bhsd" : "bshd", c.magnitude, num_splits, bad ? "mismatch" : "match", worst);
+    if (bad) ++failures;
+}
+
+int main(int argc, char** argv) {
+    std::mt19937_64 rng(0x3fa);
+    const bool quick = argc > 1 && std::string(argv[1]) == "quick";
+    // {batch, seq_q, seq_k, q_heads, kv_heads, head_dim, causal, offset, bhsd, magnitude, splits,
+    //  waves, block_size}
+    std::vector<Case> cases = {
+        {1, 1, 1, 1, 1, 64, 0, 0, false, 1, 1, 4, 0},
+        {3, 17, 17, 3, 3, 64, 1, 0, false, 1, 1, 4, 0},
+        {1, 255, 255, 8, 2, 128, 1, 0, false, 30, 1, 4, 0},
+        {3, 1, 255, 8, 1, 128, 0, 0, false, 1, 1, 1, 0},    // decode, GQA 8, one wavefront
+        {3, 1, 255, 8, 1, 128, 0, 0, false, 1, 3, 4, 0},    // the same through 3 splits
+        {1, 255, 255, 5, 5, 80, 1, 0, true, 1, 1, 4, 0},
+        {1, 17, 300, 8, 1, 96, 1, 0, false, 1, 1, 4, 0},    // chunked prefill, GQA 8
+        {2, 17, 255, 4, 1, 256, 0, 0, false, 30, 2, 4, 0},  // head_dim 256, splits
+        {1, 33, 20, 2, 2, 64, 1, 0, false, 1, 1, 4, 0},     // more queries than keys
+        {1, 7, 9, 2, 1, 40, 2, 3, true, 1, 1, 4, 0},        // explicit offset, padded dim
+        {2, 1, 255, 32, 4, 128, 1, 0, false, 30, 1, 1, 0},  // decode, GQA 8, magnitude 30
+        {3, 255, 17, 4, 4, 64, 2, -200, false, 1, 1, 4, 0}, // negative offset: masked rows
+        {2, 2, 300, 6, 1, 80, 1, 0, false, 1, 1, 4, 0},     // MQA
+        {1, 3, 255, 4, 1, 96, 0, 0, false, 30, 1, 1, 0},
+        {1, 1, 1, 4, 4, 128, 1, 0, true, 1, 1, 1, 0},
+        // Paged (shuffled block table; per-batch lengths seq_k - 37 b).
+        {3, 1, 200, 8, 1, 128, 1, 0, false, 1, 1, 1, 16},
+        {2, 3, 150, 4, 2, 64, 1, 0, false, 1, 2, 4, 16},
+        {2, 17, 100, 6, 1, 80, 0, 0, false, 1, 1, 4, 12},   // block size not a power of two
+        {2, 1, 90, 4, 1, 256, 1, 0, false, 30, 1, 1, 32},
+    };
+    if (quick) cases.resize(4);
+    for (const Case& c : cases) {
+        run_case<__half>(c, rng);
+        run_case<rf_bf16>(c, rng);
+    }
+    std::printf("%s: %d failures, worst error %.3f of the tolerance\n",
+#if defined(__gfx908__)
+                "gfx908 (bf16 as two 16x16x8 steps)",
+#else
+                "gfx90a",
+#endif
+                failures, worst_ratio);
+    return failures ? 1 : 0;
+}

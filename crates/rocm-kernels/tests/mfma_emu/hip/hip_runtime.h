@@ -1,0 +1,78 @@
+// Stand-in for HIP's hip_runtime.h: compiles kernels/*.hip for the host, one fiber per GPU lane
+// (../emu.cpp runs them). Only what kernels/include/rocmforge.h and
+// kernels/flash_attention.hip use on AMD.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#define __device__
+#define __global__
+#define __host__
+#define __forceinline__ inline
+#define __shared__
+#define __launch_bounds__(n)
+#define __align__(n) __attribute__((aligned(n)))
+
+struct emu_dim3 {
+    unsigned x, y, z;
+};
+extern emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+constexpr int warpSize = 64;
+
+void emu_syncthreads();
+#define __syncthreads() emu_syncthreads()
+float __shfl_xor(float v, int mask);
+int __shfl_xor(int v, int mask);
+float __shfl_down(float v, unsigned delta);
+int __shfl_down(int v, unsigned delta);
+
+inline float __uint_as_float(unsigned u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+
+struct uint2 {
+    unsigned x, y;
+};
+struct uint4 {
+    unsigned x, y, z, w;
+};
+inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+
+// IEEE binary16; conversions through _Float16 (round to nearest even, as the hardware).
+struct __half {
+    unsigned short bits;
+};
+inline float __half2float(__half h) {
+    _Float16 f;
+    std::memcpy(&f, &h.bits, 2);
+    return (float)f;
+}
+inline __half __float2half(float x) {
+    _Float16 f = (_Float16)x;
+    __half h;
+    std::memcpy(&h.bits, &f, 2);
+    return h;
+}
+inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
+inline unsigned short __half_as_ushort(__half h) { return h.bits; }
+
+// MFMA, implemented in ../emu.cpp from AMD's documented operand layouts.
+typedef float emu_f32x4 __attribute__((ext_vector_type(4)));
+typedef _Float16 emu_f16x4 __attribute__((ext_vector_type(4)));
+typedef short emu_i16x4 __attribute__((ext_vector_type(4)));
+typedef short emu_i16x2 __attribute__((ext_vector_type(2)));
+emu_f32x4 emu_mfma_f32_16x16x16f16(emu_f16x4 a, emu_f16x4 b, emu_f32x4 c, int cbsz, int abid, int blgp);
+emu_f32x4 emu_mfma_f32_16x16x16bf16_1k(emu_i16x4 a, emu_i16x4 b, emu_f32x4 c, int cbsz, int abid, int blgp);
+emu_f32x4 emu_mfma_f32_16x16x8bf16(emu_i16x2 a, emu_i16x2 b, emu_f32x4 c, int cbsz, int abid, int blgp);
+#define __builtin_amdgcn_mfma_f32_16x16x16f16 emu_mfma_f32_16x16x16f16
+#define __builtin_amdgcn_mfma_f32_16x16x16bf16_1k emu_mfma_f32_16x16x16bf16_1k
+#define __builtin_amdgcn_mfma_f32_16x16x8bf16 emu_mfma_f32_16x16x8bf16
