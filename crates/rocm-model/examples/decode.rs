@@ -17,7 +17,7 @@ use rocm_model::GgmlType;
 use rocm_model::GgufFile;
 use rocm_model::kv_cache::PagedCache;
 use rocm_model::model::synthetic::{SplitMix, SyntheticSpec};
-use rocm_model::model::{Architecture, LayerTensor, Model};
+use rocm_model::model::{Architecture, LayerTensor, Model, ModelConfig};
 use rocm_runtime::{Backend, Stream, bf16, f16};
 
 struct Args {
@@ -57,15 +57,20 @@ fn example_types(layer: usize, t: LayerTensor) -> GgmlType {
 }
 
 fn synthetic() -> Result<GgufFile, Box<dyn std::error::Error>> {
+    let base = SyntheticSpec::small(Architecture::Llama);
     let spec = SyntheticSpec {
-        hidden: 1024,
-        layers: 4,
-        ffn: 2816,
-        q_heads: 16,
-        kv_heads: 4,
-        head_dim: 64,
+        config: ModelConfig {
+            hidden: 1024,
+            layers: 4,
+            ffn: 2816,
+            q_heads: 16,
+            kv_heads: 4,
+            head_dim: 64,
+            rotary_dim: 64,
+            ..base.config
+        },
         types: example_types,
-        ..SyntheticSpec::small(Architecture::Llama)
+        ..base
     };
     Ok(GgufFile::from_bytes(spec.to_bytes()?)?)
 }

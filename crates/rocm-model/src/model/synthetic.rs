@@ -1,25 +1,18 @@
 //! Random models written with [`GgufWriter`], for tests and the `decode` example, and the
 //! tolerances the GPU/CPU parity test holds them to.
 
-use super::config::Architecture;
+use super::config::{Architecture, ModelConfig};
 use super::error::Result;
 use super::weights::{LayerTensor, OUTPUT_NORM, tensor_name};
 use crate::gguf::{GgmlType, GgufWriter};
 
-/// The shape and storage types of a synthetic model.
+/// The shape and storage types of a synthetic model: the configuration its GGUF metadata
+/// describes, and how its tensors are generated.
 #[derive(Debug, Clone)]
 pub struct SyntheticSpec {
-    pub architecture: Architecture,
-    pub hidden: usize,
-    pub layers: usize,
-    pub ffn: usize,
-    pub q_heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-    pub rms_eps: f32,
-    pub rope_theta: f32,
-    /// GLM only (written as `glm4.rope.rope_ratio`).
-    pub rope_ratio: f32,
+    /// Written as the architecture's metadata keys. GLM's `rotary_dim` is always `head_dim /
+    /// 2` (written as `glm4.rope.dimension_count`); Llama's rotates whole heads (no key written).
+    pub config: ModelConfig,
     pub output_norm: bool,
     /// The type of tensor `t` of layer `l` is `types(l, t)`.
     pub types: fn(usize, LayerTensor) -> GgmlType,
@@ -54,16 +47,19 @@ impl SyntheticSpec {
     /// attention width, 256, differs from the hidden size), FFN 352, mixed weight types.
     pub fn small(architecture: Architecture) -> Self {
         SyntheticSpec {
-            architecture,
-            hidden: 192,
-            layers: 2,
-            ffn: 352,
-            q_heads: 4,
-            kv_heads: 2,
-            head_dim: 64,
-            rms_eps: 1e-5,
-            rope_theta: 10_000.0,
-            rope_ratio: if architecture == Architecture::Glm4 { 2.0 } else { 1.0 },
+            config: ModelConfig {
+                architecture,
+                hidden: 192,
+                layers: 2,
+                ffn: 352,
+                q_heads: 4,
+                kv_heads: 2,
+                head_dim: 64,
+                rms_eps: 1e-5,
+                rope_theta: 10_000.0,
+                rotary_dim: 64,
+                rope_ratio: if architecture == Architecture::Glm4 { 2.0 } else { 1.0 },
+            },
             output_norm: true,
             types: mixed_types,
             seed: 7,
@@ -74,39 +70,27 @@ impl SyntheticSpec {
     /// standard deviation `1 / sqrt(in)` (activations stay of order 1 through the layers), norm
     /// weights uniform in [0.8, 1.2].
     pub fn writer(&self) -> Result<GgufWriter> {
-        let arch = self.architecture.name();
+        let config = &self.config;
+        let arch = config.architecture.name();
         let mut w = GgufWriter::new();
         w.add_metadata("general.architecture", arch)?;
-        w.add_metadata(format!("{arch}.embedding_length"), self.hidden as u32)?;
-        w.add_metadata(format!("{arch}.block_count"), self.layers as u32)?;
-        w.add_metadata(format!("{arch}.feed_forward_length"), self.ffn as u32)?;
-        w.add_metadata(format!("{arch}.attention.head_count"), self.q_heads as u32)?;
-        w.add_metadata(format!("{arch}.attention.head_count_kv"), self.kv_heads as u32)?;
-        w.add_metadata(format!("{arch}.attention.key_length"), self.head_dim as u32)?;
-        w.add_metadata(format!("{arch}.attention.value_length"), self.head_dim as u32)?;
-        w.add_metadata(format!("{arch}.attention.layer_norm_rms_epsilon"), self.rms_eps)?;
-        w.add_metadata(format!("{arch}.rope.freq_base"), self.rope_theta)?;
-        if self.architecture == Architecture::Glm4 {
-            w.add_metadata(format!("{arch}.rope.rope_ratio"), self.rope_ratio)?;
-            w.add_metadata(format!("{arch}.rope.dimension_count"), (self.head_dim / 2) as u32)?;
+        w.add_metadata(format!("{arch}.embedding_length"), config.hidden as u32)?;
+        w.add_metadata(format!("{arch}.block_count"), config.layers as u32)?;
+        w.add_metadata(format!("{arch}.feed_forward_length"), config.ffn as u32)?;
+        w.add_metadata(format!("{arch}.attention.head_count"), config.q_heads as u32)?;
+        w.add_metadata(format!("{arch}.attention.head_count_kv"), config.kv_heads as u32)?;
+        w.add_metadata(format!("{arch}.attention.key_length"), config.head_dim as u32)?;
+        w.add_metadata(format!("{arch}.attention.value_length"), config.head_dim as u32)?;
+        w.add_metadata(format!("{arch}.attention.layer_norm_rms_epsilon"), config.rms_eps)?;
+        w.add_metadata(format!("{arch}.rope.freq_base"), config.rope_theta)?;
+        if config.architecture == Architecture::Glm4 {
+            w.add_metadata(format!("{arch}.rope.rope_ratio"), config.rope_ratio)?;
+            w.add_metadata(format!("{arch}.rope.dimension_count"), (config.head_dim / 2) as u32)?;
         }
-        let config = super::ModelConfig {
-            architecture: self.architecture,
-            hidden: self.hidden,
-            layers: self.layers,
-            ffn: self.ffn,
-            q_heads: self.q_heads,
-            kv_heads: self.kv_heads,
-            head_dim: self.head_dim,
-            rms_eps: self.rms_eps,
-            rope_theta: self.rope_theta,
-            rotary_dim: self.head_dim,
-            rope_ratio: self.rope_ratio,
-        };
         let mut rng = SplitMix(self.seed);
-        for l in 0..self.layers {
+        for l in 0..config.layers {
             for t in LayerTensor::ALL {
-                let dims = t.dims(&config);
+                let dims = t.dims(config);
                 let values = if dims.len() == 1 {
                     rng.norm_weight(dims[0] as usize)
                 } else {
@@ -116,7 +100,7 @@ impl SyntheticSpec {
             }
         }
         if self.output_norm {
-            w.add_f32(OUTPUT_NORM, &[self.hidden as u64], &rng.norm_weight(self.hidden))?;
+            w.add_f32(OUTPUT_NORM, &[config.hidden as u64], &rng.norm_weight(config.hidden))?;
         }
         Ok(w)
     }
