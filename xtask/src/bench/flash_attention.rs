@@ -23,24 +23,24 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for d in [128, 64] {
         for causal in [false, true] {
-            rows.push(flash::<f16>(b, prefill(4, 32, d, causal), FlashKernel::Auto)?);
-            rows.push(flash::<bf16>(b, prefill(4, 32, d, causal), FlashKernel::Auto)?);
+            rows.push(flash::<f16>(b, prefill(4, 32, d, causal), AUTO)?);
+            rows.push(flash::<bf16>(b, prefill(4, 32, d, causal), AUTO)?);
         }
     }
     let decode = Attention::new(32, 1, 4096, 32, 4, 128).causal();
-    rows.push(flash::<f16>(b, decode, FlashKernel::Auto)?);
-    rows.push(flash::<bf16>(b, decode, FlashKernel::Auto)?);
+    rows.push(flash::<f16>(b, decode, AUTO)?);
+    rows.push(flash::<bf16>(b, decode, AUTO)?);
     // The 4-warp key-split kernel in two splits plus the combine pass, which the launcher takes
     // when the decode grid does not about fill the device once.
-    rows.push(flash_split::<f16>(b, decode, 2)?);
+    rows.push(flash::<f16>(b, decode, FlashOptions { splits: Some(2), ..AUTO })?);
     rows.push(paged::<f16>(b, 16, None)?);
     rows.push(paged::<bf16>(b, 16, None)?);
     rows.push(paged::<f16>(b, 16, Some(2))?);
     // Larger blocks: the same kernel with K/V scattered in bigger contiguous pieces.
     rows.push(paged::<f16>(b, 256, None)?);
     let small = prefill(1, 8, 128, false);
-    rows.push(flash::<f16>(b, small, FlashKernel::Portable)?);
-    rows.push(flash::<f32>(b, small, FlashKernel::Portable)?);
+    rows.push(flash::<f16>(b, small, PORTABLE)?);
+    rows.push(flash::<f32>(b, small, PORTABLE)?);
     rows.push(unfused::<f16>(b, small)?);
     Ok(rows)
 }
@@ -79,16 +79,20 @@ fn bytes<T: Dtype>(a: &Attention) -> u64 {
     ((2 * q + 2 * kv) * size_of::<T>()) as u64
 }
 
-fn flash<T: Dtype>(b: &mut Bench, a: Attention, kernel: FlashKernel) -> Result<Row> {
+/// One flash-attention row. The kernel name carries what `options` fix: "portable" for the
+/// portable kernel, "split N" for a fixed key split.
+fn flash<T: Dtype>(b: &mut Bench, a: Attention, options: FlashOptions) -> Result<Row> {
     let mut t = tensors::<T>(b, &a)?;
-    let options = FlashOptions { kernel, splits: None };
     let ms = b.time(|| Ok(flash_attention_with(&a, &options, &t.q, &t.k, &t.v, &mut t.o, None)?))?;
-    let name = match kernel {
-        FlashKernel::Portable => "flash_attention portable",
-        _ => "flash_attention",
-    };
+    let mut name = String::from("flash_attention");
+    if options.kernel == FlashKernel::Portable {
+        name.push_str(" portable");
+    }
+    if let Some(s) = options.splits {
+        name.push_str(&format!(" split {s}"));
+    }
     Ok(Row {
-        kernel: name.into(),
+        kernel: name,
         dtype: T::NAME,
         shape: shape(&a),
         ms,
@@ -97,24 +101,14 @@ fn flash<T: Dtype>(b: &mut Bench, a: Attention, kernel: FlashKernel) -> Result<R
     })
 }
 
-/// `flash` with the key split fixed (the launcher then keeps the 4-warp key-split kernel).
-fn flash_split<T: Dtype>(b: &mut Bench, a: Attention, splits: usize) -> Result<Row> {
-    let mut t = tensors::<T>(b, &a)?;
-    let options = FlashOptions { kernel: FlashKernel::Auto, splits: Some(splits) };
-    let ms = b.time(|| Ok(flash_attention_with(&a, &options, &t.q, &t.k, &t.v, &mut t.o, None)?))?;
-    Ok(Row {
-        kernel: format!("flash_attention split {splits}"),
-        dtype: T::NAME,
-        shape: shape(&a),
-        ms,
-        bytes: bytes::<T>(&a),
-        flops: Some(a.flops()),
-    })
-}
+/// The launcher's own choice of kernel and split.
+const AUTO: FlashOptions = FlashOptions { kernel: FlashKernel::Auto, splits: None };
+/// The portable kernel.
+const PORTABLE: FlashOptions = FlashOptions { kernel: FlashKernel::Portable, splits: None };
 
 /// Paged decode over the same problem as the contiguous decode row: batch 32, 4096 cached
-/// tokens each in blocks of `block_size`, handed out in a shuffled order; `splits` as in
-/// `flash_split`.
+/// tokens each in blocks of `block_size`, handed out in a shuffled order; `splits` fixes the
+/// key split (named in the row) or leaves it to the launcher.
 fn paged<T: Dtype>(b: &mut Bench, block_size: usize, splits: Option<usize>) -> Result<Row> {
     let (batch, len, hq, hkv, d) = (32, 4096, 32, 4, 128);
     let per_seq = len / block_size;
@@ -132,7 +126,7 @@ fn paged<T: Dtype>(b: &mut Bench, block_size: usize, splits: Option<usize>) -> R
     let q = b.upload_random::<T>(batch * hq * d, -1.0, 1.0)?;
     let mut o = b.stream.alloc::<T>(batch * hq * d)?;
     let kv = PagedKv { k: &k, v: &v, block_table: &table, seq_lens: &lens };
-    let options = FlashOptions { kernel: FlashKernel::Auto, splits };
+    let options = FlashOptions { splits, ..AUTO };
     let ms = b.time(|| Ok(paged_attention(&attn, &options, &q, &kv, &mut o, None)?))?;
     let bytes = ((2 * cache_len + 2 * batch * hq * d) * size_of::<T>()) as u64;
     let shape = format!("B{batch} H{hq} 1x{len} D{d} g{} bs{block_size}", hq / hkv);
