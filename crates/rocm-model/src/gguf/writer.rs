@@ -13,6 +13,7 @@ use half::{bf16, f16};
 use rocm_kernels::quant::{quantize_mxfp4_gguf, quantize_q4_0, quantize_q8_0};
 
 use super::error::WriteError;
+use super::file::GgufFile;
 use super::header::{MAGIC, SUPPORTED_VERSIONS};
 use super::limits::{
     DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_NAME_BYTES, MAX_STRING_BYTES, MAX_TENSORS,
@@ -64,6 +65,21 @@ impl GgufWriter {
     /// An empty version-3 file with the default alignment (32).
     pub fn new() -> Self {
         GgufWriter { version: 3, metadata: Metadata::new(), tensors: Vec::new(), names: HashSet::new() }
+    }
+
+    /// A writer holding everything `file` holds: its version, its metadata in order (the
+    /// alignment key included) and its tensors with their stored bytes. A file this writer
+    /// made rewrites to the same bytes.
+    pub fn from_file(file: &GgufFile) -> Result<Self> {
+        let mut w = GgufWriter::new();
+        w.set_version(file.version())?;
+        for (key, value) in file.metadata().iter() {
+            w.add_metadata(key, value.clone())?;
+        }
+        for t in file.tensors() {
+            w.add_tensor(t.name(), t.ggml_type(), t.dims(), file.tensor_bytes(t))?;
+        }
+        Ok(w)
     }
 
     /// Writes version 2 or 3 (the same bytes for a little-endian file, but for the number).
