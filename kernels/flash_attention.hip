@@ -28,6 +28,7 @@
 // The softmax runs in the log2 domain: scale_log2 = scale * log2(e), p = exp2(s * scale_log2 - m).
 
 #include "rocmforge.h"
+#include "rocmforge_mma.h"
 
 // Mirrors `FlashParams` in crates/rocm-kernels/src/attention/flash.rs (field order and types).
 struct rf_flash_params {
@@ -361,63 +362,9 @@ RF_FOR_EACH_DTYPE(RF_FLASH_COMBINE_ENTRY)
 // ---------------------------------------------------------------------------------------------
 
 
-#if RF_PLATFORM_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define RF_FLASH_MMA 1
-#else
-#define RF_FLASH_MMA 0
-#endif
+#define RF_FLASH_MMA RF_MMA_SYNC
 
 #if RF_FLASH_MMA
-
-RF_DEVICE unsigned rf_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-// 16 bytes global -> shared, asynchronously; `bytes` = 0 zero-fills without reading.
-RF_DEVICE void rf_cp_async16(void* smem, const void* gmem, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(rf_smem_addr(smem)), "l"(gmem), "r"(bytes));
-}
-RF_DEVICE void rf_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> RF_DEVICE void rf_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-RF_DEVICE void rf_ldmatrix_x4(unsigned (&r)[4], const void* smem) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(rf_smem_addr(smem)));
-}
-RF_DEVICE void rf_ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(rf_smem_addr(smem)));
-}
-
-// D (16 x 8, f32) += A (16 x 16) * B (16 x 8), inputs f16 or bf16.
-template <typename T> struct rf_mma;
-template <> struct rf_mma<__half> {
-    static RF_DEVICE void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                     "{%8, %9}, {%0, %1, %2, %3};\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    // Two floats to a packed pair, `lo` in the low half (the lower column).
-    static RF_DEVICE unsigned pack(float lo, float hi) {
-        unsigned r;
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-        return r;
-    }
-};
-template <> struct rf_mma<rf_bf16> {
-    static RF_DEVICE void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                     "{%8, %9}, {%0, %1, %2, %3};\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static RF_DEVICE unsigned pack(float lo, float hi) {
-        unsigned r;
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-        return r;
-    }
-};
 
 RF_DEVICE float rf_fast_exp2(float x) {
     float y;
@@ -826,10 +773,8 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
 // body is the matrix-core kernel only where RF_FLASH_MMA holds.
 #if RF_FLASH_MMA
 #define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG) rf_flash_mma<T, DT, BC, W, S, KS, PG>(p);
-#elif RF_PLATFORM_AMD
-#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG) __builtin_trap();
 #else
-#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG) __trap();
+#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG) RF_MMA_UNAVAILABLE();
 #endif
 
 #define RF_FLASH_MMA_ENTRY(T, DT, BC, W, S, KS, PG, NAME) \

@@ -1,0 +1,78 @@
+// rocmforge_mma.h: NVIDIA matrix-core and asynchronous-copy primitives (sm_80+), shared by the
+// kernels that have a matrix-core path (flash_attention.hip, mxfp.hip). Everything here exists only
+// where RF_MMA_SYNC is 1; a kernel's entry point compiles its matrix-core body under
+// `#if RF_MMA_SYNC` and RF_MMA_UNAVAILABLE() (a trap: the launchers never pick such an entry
+// there) everywhere else, so the portable kernels are always built and tested.
+
+#ifndef ROCMFORGE_MMA_H
+#define ROCMFORGE_MMA_H
+
+#include "rocmforge.h"
+
+#if RF_PLATFORM_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define RF_MMA_SYNC 1
+#else
+#define RF_MMA_SYNC 0
+#endif
+
+#if RF_PLATFORM_AMD
+#define RF_MMA_UNAVAILABLE() __builtin_trap()
+#else
+#define RF_MMA_UNAVAILABLE() __trap()
+#endif
+
+#if RF_MMA_SYNC
+
+RF_DEVICE unsigned rf_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// 16 bytes global -> shared, asynchronously; `bytes` = 0 zero-fills without reading.
+RF_DEVICE void rf_cp_async16(void* smem, const void* gmem, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(rf_smem_addr(smem)), "l"(gmem), "r"(bytes));
+}
+RF_DEVICE void rf_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> RF_DEVICE void rf_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+RF_DEVICE void rf_ldmatrix_x4(unsigned (&r)[4], const void* smem) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(rf_smem_addr(smem)));
+}
+RF_DEVICE void rf_ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(rf_smem_addr(smem)));
+}
+
+// D (16 x 8, f32) += A (16 x 16) * B (16 x 8), inputs f16 or bf16.
+template <typename T> struct rf_mma;
+template <> struct rf_mma<__half> {
+    static RF_DEVICE void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    // Two floats to a packed pair, `lo` in the low half (the lower column).
+    static RF_DEVICE unsigned pack(float lo, float hi) {
+        unsigned r;
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+        return r;
+    }
+};
+template <> struct rf_mma<rf_bf16> {
+    static RF_DEVICE void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static RF_DEVICE unsigned pack(float lo, float hi) {
+        unsigned r;
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+        return r;
+    }
+};
+
+#endif // RF_MMA_SYNC
+
+#endif // ROCMFORGE_MMA_H
