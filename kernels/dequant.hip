@@ -4,29 +4,240 @@
 //   rf_dequant_<fmt>_<dt>(const unsigned char* blocks, T* out, u64 nblocks)
 //   out[32 b + j] = element j of block b, for b < nblocks.
 //
-// Speed: bound by the output writes (a 4-bit weight becomes 2 or 4 bytes). One thread per group
-// of 8 consecutive outputs (a quarter block), so a warp writes a contiguous run (16-byte stores
-// (one 16-byte store for f16/bf16, two for f32), and reads the few bytes of its
-// group with byte loads: neighbouring threads share blocks, so those come from L1. Grid-stride
-// over groups. The launcher checks that `out` is 16-byte aligned and holds 32 * nblocks elements.
+// Speed: bound by the output writes (a 4-bit weight becomes 2 or 4 bytes). Version 2 (version 1,
+// one thread per 8 outputs reading its 9-34 bytes with byte loads from global memory, was
+// load-instruction bound at 0.65 of copy): a thread block works on tiles of
+// RF_DEQUANT_TILE consecutive quant blocks, grid-stride over tiles. Per tile it
+//   1. stages the tile's packed bytes in shared memory: coalesced 16-byte loads when `blocks`
+//      is 16-byte aligned (a tile is TILE * BLOCK_BYTES bytes, a multiple of 16, so every tile
+//      starts aligned), byte loads otherwise; the last tile stages only the bytes that exist;
+//   2. decodes group g (8 outputs, a quarter block) of the tile in thread g % blockDim.x from
+//      shared memory and stores it with 16-byte stores, consecutive threads writing consecutive
+//      16 bytes (f16/bf16) or 32 bytes (f32, two stores).
+// Any blockDim.x works (the index math uses it, never a constant); the launcher uses 256, so
+// a thread decodes 4 groups a tile. The launcher checks that `out` is 16-byte aligned and holds
+// 32 * nblocks elements.
+//
+// Version 3 (MXFP4 only; the other formats decode as in version 2 with F::group): instead of
+// rf_mx_element per element (~128 instructions a group), a thread reads its 8 payload bytes as
+// three aligned 32-bit words and two funnel shifts, and turns the 8 codes into the bf16 bit
+// patterns of their values with four __byte_perm table lookups, the signs or-ed in
+// (rf_mxfp4_decode8); widened to f32 (exact) and multiplied by the E8M0 scale in f32 these are
+// the same products, so the same bits, as before. With blockDim.x a multiple of 16 a thread's
+// offsets into the stage advance by constants (rf_dequant_tile<rf_mxfp4>).
 
 #include "rocmforge_quant.h"
 
-// `out` is 16-byte aligned (the launcher checks; device allocations are): group g's 8 outputs
-// start 8 g elements in, so each group is one or two whole 16-byte vectors.
+// Quant blocks a tile: 256 x 34 bytes (q8_0, the largest) = 8.5 KB of shared memory.
+#define RF_DEQUANT_TILE 256
+
+// ---------------------------------------------------------------------------------------------
+// MXFP4 by table lookups. The E2M1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 (codes 0..7) are the
+// bf16 patterns 0x0000 0x3F00 0x3F80 0x3FC0 0x4000 0x4040 0x4080 0x40C0: their low bytes (LO)
+// and high bytes (HI) as two 8-byte tables, byte k of (word 1 : word 0) the entry of code k,
+// read by __byte_perm with a selector of four 3-bit codes, one a nibble (the nibble's msb must
+// be clear: on NVIDIA it asks for sign replication). A bf16 pattern shifted left by 16 is the
+// f32 of the same value.
+// ---------------------------------------------------------------------------------------------
+
+#define RF_E2M1_LO0 0xC0800000u // codes 3..0: 0xC0 0x80 0x00 0x00
+#define RF_E2M1_LO1 0xC0804000u // codes 7..4: 0xC0 0x80 0x40 0x00
+#define RF_E2M1_HI0 0x3F3F3F00u // codes 3..0: 0x3F 0x3F 0x3F 0x00
+#define RF_E2M1_HI1 0x40404040u // codes 7..4: 0x40 0x40 0x40 0x40
+
+// __byte_perm (selector nibbles with the msb clear), and a bit select. On NVIDIA as PTX: nvcc
+// otherwise splits `x & 0x77777777` into two masks (the first lookup reads only the low 16 bits
+// of its selector) and writes the select as three instructions instead of one LOP3. On AMD not
+// HIP's __byte_perm: up to ROCm 5.x it indexes a byte array, which goes through scratch memory
+// for a selector only known at run time; byte shifts of the 64-bit pair instead.
+RF_DEVICE unsigned int rf_prmt(unsigned int lo, unsigned int hi, unsigned int selector) {
+#if RF_PLATFORM_NVIDIA
+    unsigned int r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(selector));
+    return r;
+#else
+    const rf_u64 pair = ((rf_u64)hi << 32) | lo;
+    unsigned int r = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        r |= ((unsigned int)(pair >> (8 * ((selector >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+    }
+    return r;
+#endif
+}
+
+// (a & mask) | (b & ~mask)
+RF_DEVICE unsigned int rf_bitselect(unsigned int mask, unsigned int a, unsigned int b) {
+#if RF_PLATFORM_NVIDIA
+    unsigned int r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xca;" : "=r"(r) : "r"(mask), "r"(a), "r"(b));
+    return r;
+#else
+    return (a & mask) | (b & ~mask);
+#endif
+}
+
+// The values E2M1(c_i) * s, i < 8, of the codes c0..c3 in the low nibbles of bytes 0..3 of v0
+// and c4..c7 in those of v1 (the high nibbles are ignored), into out[i]. The same f32 products
+// as rf_mx_element<2, 1>(c_i) * s, so the same bits: -0 (code 8), NaN and subnormal scales
+// included.
+RF_DEVICE void rf_mxfp4_decode8(unsigned int v0, unsigned int v1, float s, float* out) {
+    // Nibble 2i of x is c_i, nibble 2i + 1 is c_{i+4}.
+    const unsigned int x = rf_bitselect(0x0F0F0F0Fu, v0, v1 << 4);
+    const unsigned int m = x & 0x77777777u; // the magnitudes
+    // Selector a: nibbles 0..3 of m, c0 c4 c1 c5; selector b: nibbles 4..7, c2 c6 c3 c7.
+    const unsigned int sel_b = m >> 16;
+    const unsigned int la = rf_prmt(RF_E2M1_LO0, RF_E2M1_LO1, m);
+    const unsigned int lb = rf_prmt(RF_E2M1_LO0, RF_E2M1_LO1, sel_b);
+    // The signs (bit 3 of each code) to bit 7 of the bytes of the high-byte lookups: the sign of
+    // c_i (i < 4) is bit 8i + 3 of x, so bit 8i + 7 of x << 4; that of c_{i+4} is bit 8i + 7 of x.
+    const unsigned int y = x << 4;
+    const unsigned int sa = rf_prmt(y, x, 0x5140); // bytes y0 x0 y1 x1: c0 c4 c1 c5
+    const unsigned int sb = rf_prmt(y, x, 0x7362); // bytes y2 x2 y3 x3: c2 c6 c3 c7
+    const unsigned int ha = rf_prmt(RF_E2M1_HI0, RF_E2M1_HI1, m) | (sa & 0x80808080u);
+    const unsigned int hb = rf_prmt(RF_E2M1_HI0, RF_E2M1_HI1, sel_b) | (sb & 0x80808080u);
+    // bf16 pairs: bytes 0 and 2 of a lookup (c0 c1, c2 c3), bytes 1 and 3 (c4 c5, c6 c7).
+    const unsigned int p01 = rf_prmt(la, ha, 0x6240);
+    const unsigned int p45 = rf_prmt(la, ha, 0x7351);
+    const unsigned int p23 = rf_prmt(lb, hb, 0x6240);
+    const unsigned int p67 = rf_prmt(lb, hb, 0x7351);
+    out[0] = __uint_as_float(p01 << 16) * s;
+    out[1] = __uint_as_float(p01 & 0xFFFF0000u) * s;
+    out[2] = __uint_as_float(p23 << 16) * s;
+    out[3] = __uint_as_float(p23 & 0xFFFF0000u) * s;
+    out[4] = __uint_as_float(p45 << 16) * s;
+    out[5] = __uint_as_float(p45 & 0xFFFF0000u) * s;
+    out[6] = __uint_as_float(p67 << 16) * s;
+    out[7] = __uint_as_float(p67 & 0xFFFF0000u) * s;
+}
+
+// MXFP4 group at stage offsets: payload bytes at..at+8 of the block whose scale is byte scale_at,
+// with amount = 8 at + 4 (0 for the low nibbles, 1 for the high ones). The bytes lie in the
+// three aligned words from byte at & ~3, and (w[i+1] : w[i]) >> (amount mod 32) puts bytes
+// 4i..4i+4 (i = 0, 1), shifted to their codes, in one word: the funnel shift takes its amount
+// mod 32 on both platforms.
+RF_DEVICE void rf_mxfp4_group_at(const unsigned char* stage, int at, int scale_at, unsigned int amount,
+                                 float* v) {
+    const unsigned int* const w = reinterpret_cast<const unsigned int*>(stage + (at & ~3));
+    const unsigned int w0 = w[0];
+    const unsigned int w1 = w[1];
+    const unsigned int w2 = w[2];
+    const float s = rf_e8m0_to_float(stage[scale_at]);
+    rf_mxfp4_decode8(__funnelshift_r(w0, w1, amount), __funnelshift_r(w1, w2, amount), s, v);
+}
+
+template <typename T> RF_DEVICE void rf_dequant_store8(T* dst, const float* v) {
+    constexpr int N = rf_pack16<T>::N;
+#pragma unroll
+    for (int i = 0; i < 8; i += N) {
+        rf_store16(dst + i, rf_pack16<T>::pack(v + i));
+    }
+}
+
+// Decodes a staged tile (nb blocks at `stage`) into o[0 .. 32 nb): group g (8 outputs, a quarter
+// block) in thread g % nthreads, stored with one (f16/bf16) or two (f32) 16-byte stores.
+// `stage` is 16-byte aligned and readable for 16 bytes past the tile's blocks.
+template <typename F> struct rf_dequant_tile {
+    template <typename T>
+    static RF_DEVICE void run(const unsigned char* stage, T* o, int nb, int tid, int nthreads) {
+        const int groups = 4 * nb;
+        for (int g = tid; g < groups; g += nthreads) {
+            float v[8];
+            F::group(stage + (g >> 2) * F::BLOCK_BYTES, g & 3, v);
+            // A 64-bit offset: with `o + 8 * g + i` in int arithmetic nvcc 13 split each 16-byte
+            // store into four 32-bit ones.
+            rf_dequant_store8(o + 8 * (rf_u64)g, v);
+        }
+    }
+};
+
+// MXFP4: group g is block b = g / 4, part p = g % 4: payload bytes 8 (p & 1) .. + 8 (the payload
+// starts at byte 17 b + 1), low nibbles for p < 2, high ones for p >= 2.
+template <> struct rf_dequant_tile<rf_mxfp4> {
+    template <typename T>
+    static RF_DEVICE void run(const unsigned char* stage, T* o, int nb, int tid, int nthreads) {
+        const int p = tid & 3;
+        const int first = 1 + 8 * (p & 1);
+        const unsigned int nibble = 4u * (unsigned int)(p >> 1);
+        if (nthreads % 16 == 0) {
+            // The launcher's case. g advances by a multiple of 16: a thread keeps its part p and
+            // steps over 17 * nthreads / 4 stage bytes, a multiple of 4, so the word offset of
+            // its bytes advances by a constant and the shift amount stays the same.
+            const int stride = 17 * (nthreads >> 2);
+            const int end = 17 * nb;
+            int scale_at = 17 * (tid >> 2);
+            const unsigned int amount = 8u * (unsigned int)(scale_at + first) + nibble;
+            const int word_at = (scale_at + first) & ~3;
+            const unsigned char* w = stage + word_at;
+            const unsigned char* sc = stage + scale_at;
+            T* dst = o + 8 * (rf_u64)tid;
+            for (; scale_at < end; scale_at += stride) {
+                const unsigned int* const wp = reinterpret_cast<const unsigned int*>(w);
+                const unsigned int w0 = wp[0];
+                const unsigned int w1 = wp[1];
+                const unsigned int w2 = wp[2];
+                float v[8];
+                rf_mxfp4_decode8(__funnelshift_r(w0, w1, amount), __funnelshift_r(w1, w2, amount),
+                                 rf_e8m0_to_float(*sc), v);
+                rf_dequant_store8(dst, v);
+                w += stride;
+                sc += stride;
+                dst += 8 * nthreads;
+            }
+        } else {
+            const int groups = 4 * nb;
+            for (int g = tid; g < groups; g += nthreads) {
+                const int b = g >> 2;
+                const int q = g & 3;
+                const int at = 17 * b + 1 + 8 * (q & 1);
+                float v[8];
+                rf_mxfp4_group_at(stage, at, 17 * b, 8u * (unsigned int)at + 4u * (unsigned int)(q >> 1), v);
+                rf_dequant_store8(o + 8 * (rf_u64)g, v);
+            }
+        }
+    }
+};
+
 template <typename F, typename T>
 RF_DEVICE void rf_dequant(const unsigned char* blocks, T* out, rf_u64 nblocks) {
-    constexpr int N = rf_pack16<T>::N;
-    RF_GRID_STRIDE_LOOP(g, nblocks * 4) {
-        const rf_u64 b = g >> 2;
-        const int p = (int)(g & 3);
-        float v[8];
-        F::group(blocks + b * (rf_u64)F::BLOCK_BYTES, p, v);
-        T* o = out + g * 8;
-#pragma unroll
-        for (int i = 0; i < 8; i += N) {
-            rf_store16(o + i, rf_pack16<T>::pack(v + i));
+    constexpr int BB = F::BLOCK_BYTES;
+    constexpr int TILE = RF_DEQUANT_TILE;
+    constexpr int TILE_VECS = TILE * BB / 16;
+    static_assert(TILE * BB % 16 == 0, "a tile must be whole 16-byte vectors");
+    // One vector more than the tile: MXFP4 reads whole aligned words, up to 3 bytes past the last
+    // block (ignored).
+    __shared__ uint4 stage_vecs[TILE_VECS + 1];
+    unsigned char* const stage = reinterpret_cast<unsigned char*>(stage_vecs);
+
+    const int tid = (int)threadIdx.x;
+    const int nthreads = (int)blockDim.x;
+    // Uniform over the grid: every tile starts TILE * BB (a multiple of 16) bytes after `blocks`.
+    const bool aligned = rf_is_aligned16(blocks);
+    const rf_u64 ntiles = (nblocks + (TILE - 1)) / TILE;
+    for (rf_u64 t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        const rf_u64 first = t * TILE;
+        const rf_u64 left = nblocks - first;
+        const int nb = left < (rf_u64)TILE ? (int)left : TILE;
+        const int bytes = nb * BB;
+        const unsigned char* const src = blocks + first * (rf_u64)BB;
+        if (aligned) {
+            const int vecs = bytes >> 4;
+            for (int i = tid; i < vecs; i += nthreads) {
+                stage_vecs[i] = rf_load16(src + 16 * i);
+            }
+            // Only a partial last tile has a tail (< 16 bytes).
+            for (int i = 16 * vecs + tid; i < bytes; i += nthreads) {
+                stage[i] = src[i];
+            }
+        } else {
+            for (int i = tid; i < bytes; i += nthreads) {
+                stage[i] = src[i];
+            }
         }
+        __syncthreads();
+        rf_dequant_tile<F>::run(stage, out + first * RF_QK, nb, tid, nthreads);
+        // The next tile's staging overwrites what this one's decoding reads.
+        __syncthreads();
     }
 }
 

@@ -7,7 +7,7 @@
 //!
 //! [`dequantize_reference`] is the CPU reference: the codec's f32 values rounded to `T`.
 
-use rocm_runtime::DeviceBuffer;
+use rocm_runtime::{DeviceBuffer, LaunchConfig};
 
 use super::mx::{self, Fp6};
 use super::{
@@ -18,6 +18,21 @@ use crate::error::{KernelError, Result, ensure};
 use crate::loader;
 
 const KERNEL: &str = "dequant";
+
+/// Quant blocks a thread block of the kernel stages and decodes at a time (`RF_DEQUANT_TILE` in
+/// `kernels/dequant.hip`).
+const TILE: usize = 256;
+
+/// The launch of the tiled kernel: 256 threads a block (fewer if the kernel allows fewer; the
+/// kernel takes any block size), one block per tile of [`TILE`] quant blocks, at most 16
+/// blocks per compute unit (the kernel strides over the tiles).
+fn tile_config(nblocks: usize, max_threads: u32, compute_units: u32) -> LaunchConfig {
+    let threads = 256.min(max_threads).max(1);
+    let max_blocks = compute_units.saturating_mul(16).max(1);
+    let mut config = LaunchConfig::linear(nblocks.div_ceil(TILE), 1, max_blocks);
+    config.block = [threads, 1, 1];
+    config
+}
 
 /// A block-quantised storage format: 32 elements a block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -122,9 +137,11 @@ pub fn dequantize<T: Dtype>(
     let stream = out.stream().clone();
     let name = kernel_name::<T>(&format!("rf_dequant_{}", format.name()));
     let kernel = loader::kernel(&stream, KERNEL, &name)?;
-    let config = loader::grid_stride(&stream, &kernel, nblocks * 4);
+    let config = tile_config(nblocks, kernel.max_threads_per_block(), stream.backend().info().compute_units);
     // SAFETY: rf_dequant_<fmt>_<T>(const u8* blocks, T* out, u64 nblocks) reads bytes
-    // [0, nblocks * block_bytes) of `blocks` and writes out[0, 32 * nblocks) with 16-byte stores
+    // [0, nblocks * block_bytes) of `blocks` (16-byte loads only where `blocks` is 16-byte aligned
+    // and the whole vector lies in that range, byte loads otherwise; any grid and block size)
+    // and writes out[0, 32 * nblocks) with 16-byte stores
     // (out is 16-byte aligned, checked above); check_dequantize proved blocks.len() ==
     // nblocks * block_bytes and out.len() == 32 * nblocks. `blocks` is read only and distinct
     // from `out` (a shared and a mutable borrow); the builder checks both belong to the stream.
@@ -168,6 +185,20 @@ mod tests {
         );
         assert_eq!(BlockFormat::Mxfp4Gguf.bytes_for(4096), Some(128 * 17));
         assert_eq!(BlockFormat::Q8_0.bytes_for(33), None);
+    }
+
+    #[test]
+    fn one_block_per_tile_up_to_16_per_compute_unit() {
+        // 14336 x 4096 MXFP4 weights: 1835008 quant blocks, 7168 tiles; 132 SMs cap it at 2112.
+        let c = tile_config(14336 * 4096 / QK, 1024, 132);
+        assert_eq!((c.grid, c.block), ([2112, 1, 1], [256, 1, 1]));
+        // A partial tile is a tile; one quant block is one thread block.
+        assert_eq!(tile_config(257, 1024, 132).grid, [2, 1, 1]);
+        assert_eq!(tile_config(1, 1024, 132).grid, [1, 1, 1]);
+        // A kernel limited to fewer threads gets fewer (the kernel strides by blockDim.x).
+        assert_eq!(tile_config(4097, 128, 4).block, [128, 1, 1]);
+        assert_eq!(tile_config(4097, 128, 4).grid, [17, 1, 1]);
+        assert_eq!(tile_config(10_000, 256, 0).grid, [1, 1, 1]);
     }
 
     #[test]

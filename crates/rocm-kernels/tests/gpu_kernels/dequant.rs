@@ -40,7 +40,9 @@ fn random_blocks(rng: &mut Rng, format: BlockFormat, nblocks: usize) -> Vec<u8> 
 fn random_bytes<T: Dtype>(gpu: &GpuTest, seed: u64) {
     let mut rng = Rng::new(seed);
     for format in BlockFormat::ALL {
-        for nblocks in [1, 7, 127, 4097, 100_003] {
+        // The kernel stages tiles of 256 blocks: 256 and 2560 are whole tiles, 257 and 4097 a
+        // tile and one block, 100_003 a partial last tile after 390 whole ones.
+        for nblocks in [1, 7, 127, 256, 257, 2560, 4097, 100_003] {
             let blocks = random_blocks(&mut rng, format, nblocks);
             let dblocks = gpu.stream().upload(&blocks).unwrap();
             let mut out = poisoned::<T>(gpu, nblocks * QK);
@@ -70,6 +72,33 @@ fn random_blocks_decode_as_the_codec_f16() {
 fn random_blocks_decode_as_the_codec_bf16() {
     let gpu = gpu_test!();
     random_bytes::<bf16>(&gpu, 0xde03);
+}
+
+/// More tiles of 256 blocks than the launch has thread blocks (16 per compute unit), so each
+/// thread block strides over two or three tiles, the last one partial: the formats with the
+/// smallest (17 bytes) and largest (34 bytes) blocks, to f16 (one 16-byte store a group) and f32
+/// (two).
+#[test]
+fn more_tiles_than_thread_blocks() {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(0xde05);
+    let units = gpu.backend().info().compute_units as usize;
+    let nblocks = units * 16 * 256 * 2 + 300;
+    for format in [BlockFormat::Mxfp4Gguf, BlockFormat::Q8_0] {
+        let blocks = random_blocks(&mut rng, format, nblocks);
+        let dblocks = gpu.stream().upload(&blocks).unwrap();
+        if format == BlockFormat::Mxfp4Gguf {
+            let mut out = poisoned::<f16>(&gpu, nblocks * QK);
+            dequantize(format, &dblocks, &mut out).unwrap();
+            let expected = dequantize_reference::<f16>(format, &blocks).unwrap();
+            assert_close(&floats(&out.to_vec().unwrap()), &floats(&expected), EXACT_BUT_FLUSHED_SUBNORMALS);
+        } else {
+            let mut out = poisoned::<f32>(&gpu, nblocks * QK);
+            dequantize(format, &dblocks, &mut out).unwrap();
+            let expected = dequantize_reference::<f32>(format, &blocks).unwrap();
+            assert_close(&floats(&out.to_vec().unwrap()), &floats(&expected), EXACT_BUT_FLUSHED_SUBNORMALS);
+        }
+    }
 }
 
 /// Weights quantised by the CPU codec from normal values (per-block magnitudes spread over
