@@ -24,6 +24,7 @@
 // into shared memory, then accumulates from there.
 
 #include "rocmforge_quant.h"
+#include "rocmforge_mma.h"
 
 // Rows of W each warp of the matrix-vector kernel owns (the launcher sizes shared memory for it).
 #define RF_MX_ROWS 2
@@ -172,6 +173,240 @@ RF_DEVICE void rf_mx_matvec(const unsigned char* w, const T* x, T* y, rf_u64 n, 
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Matrix-vector product on matrix cores (NVIDIA sm_80+): rf_mxfp4_matvec_mma_<f16|bf16>
+// ---------------------------------------------------------------------------------------------
+//
+// Why: the portable kernel spends about 4 instructions an element (a code cut out, a table read
+// from shared memory, an f32 FMA) and stages synchronously; it holds 0.2 of copy bandwidth.
+// Here mma.m16n8k16 does the multiply-adds (16 rows x 16 elements an instruction), and what is
+// left an element is its decode into an exact f16/bf16 value in registers.
+//
+// Layout of the work: a block owns RF_MXM_ROWS = 16 rows (one m16 tile); its warps (up to
+// RF_MXM_WARPS) split k into chunks of RF_MXM_CHUNK = 16 weight blocks (512 elements), warp w
+// taking chunks w, w + warps, ... Each warp copies its 16 rows' bytes of a chunk (16 x 272) and
+// the chunk's x (1 KB) into its own shared stage with cp.async, the next chunk in flight while
+// it decodes this one. Rows are 16-byte aligned because k % 512 == 0 (the launcher's
+// condition), and a stage row of 272 bytes is 68 words (4 mod 32 banks), so the 8 rows a warp
+// reads at once fall in distinct banks. x comes through shared memory because every lane reads
+// it once a block: from global memory that was an L2 round trip on the critical path (L1 is
+// mostly shared memory here).
+//
+// Fragments (lane = 4 g + t): for every weight block, thread t takes payload word t (bytes
+// 4t..4t+3: elements 4t..4t+3 in the low nibbles, 16+4t..16+4t+3 in the high ones) of rows g
+// and g + 8. mma step 0 multiplies the low nibbles, step 1 the high ones; k inside a step is
+// ordered so that A's register pairs (a0: elements 4t, 4t+1; a2: 4t+2, 4t+3) meet x as it lies
+// in memory (B's b0 = x[4t..4t+1], b1 = x[4t+2..4t+3]). B is the same in all 8 columns, so every
+// column of D holds the row's block sum. Each block's two steps start from zero; the block sum
+// (f32) times the E8M0 scale (a power of two: exact) is added to the row's f32 total, so every
+// product is exact and the sums are f32, as in the portable kernel. The warps' totals are added
+// in shared memory in a fixed order.
+//
+// Decoding a payload word (8 codes) into A pairs:
+//   f16:  bit placement, no table: a code's magnitude bits under the f16 exponent and mantissa
+//         (bits 9-11) are its value times 2^-14 exactly (codes 0 and 1 become f16 subnormals,
+//         which the tensor cores take as they are; the GPU tests cover every code), the sign
+//         at bit 15; the block sum is multiplied back by 2^14 (exact).
+//   bf16: a bf16 subnormal times an activation would underflow in f32, so the eight magnitudes
+//         come from a byte-permute table held in registers, exact bf16 values.
+//
+// Entry: blockDim.x a multiple of 32 up to 32 * RF_MXM_WARPS, k % 512 == 0, 16 * row bytes <
+// 2^32, w and x 16-byte aligned; dynamic shared memory warps * RF_MXM_STAGES * (16 * 272 +
+// 1024) + warps * 16 * 4 (mxfp.rs computes the same).
+
+#define RF_MXM_ROWS 16
+#define RF_MXM_WARPS 4
+#define RF_MXM_CHUNK 16
+#define RF_MXM_STAGES 2
+
+#if RF_MMA_SYNC
+
+// f16: payload word w -> A fragments, a[0] = step 0 (pairs of elements 4t, 4t+1 | 4t+2, 4t+3),
+// a[1] = step 1 (the same 16 places higher), each value times 2^-14.
+RF_DEVICE void rf_mxm_e2m1_word_f16(unsigned w, unsigned (&a)[2][2]) {
+    // Bytes b0, b1 (b2, b3) 16 bits apart, so that one left shift and one mask place a nibble's
+    // magnitude (or its sign) in both halves at once; the left shifts run as multiplies, off
+    // the integer pipe that the masks and permutes need.
+    const unsigned p01 = __byte_perm(w, 0u, 0x4140); // [b0, 0, b1, 0]
+    const unsigned p23 = __byte_perm(w, 0u, 0x4342); // [b2, 0, b3, 0]
+    a[0][0] = ((p01 << 9) & 0x0e000e00u) | ((p01 << 12) & 0x80008000u); // low nibbles of b0, b1
+    a[0][1] = ((p23 << 9) & 0x0e000e00u) | ((p23 << 12) & 0x80008000u);
+    a[1][0] = ((p01 << 5) & 0x0e000e00u) | ((p01 << 8) & 0x80008000u); // high nibbles
+    a[1][1] = ((p23 << 5) & 0x0e000e00u) | ((p23 << 8) & 0x80008000u);
+}
+
+// bf16: the E2M1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 as bf16 bytes for __byte_perm (high
+// bytes of magnitudes 0-3 / 4-7, low bytes likewise).
+#define RF_MXM_BF16_HI0 0x3f3f3f00u
+#define RF_MXM_BF16_HI1 0x40404040u
+#define RF_MXM_BF16_LO0 0xc0800000u
+#define RF_MXM_BF16_LO1 0xc0804000u
+
+// Two payload bytes -> the bf16 pairs (low nibble of b0, of b1) and (high of b0, of b1). `mags`:
+// the bytes' magnitudes, one per selector nibble (b & 0x77 each); `signs`: b0 in bits 8-15 and
+// b1 in bits 24-31, so the high nibbles' signs sit on the pairs' sign bits (15, 31) and the low
+// nibbles' four places lower.
+RF_DEVICE void rf_mxm_e2m1_pairs_bf16(unsigned mags, unsigned signs, unsigned& lo, unsigned& hi) {
+    const unsigned h = __byte_perm(RF_MXM_BF16_HI0, RF_MXM_BF16_HI1, mags); // of lo0, hi0, lo1, hi1
+    const unsigned l = __byte_perm(RF_MXM_BF16_LO0, RF_MXM_BF16_LO1, mags);
+    lo = __byte_perm(l, h, 0x6240) | ((signs << 4) & 0x80008000u);
+    hi = __byte_perm(l, h, 0x7351) | (signs & 0x80008000u);
+}
+
+// bf16: payload word w -> A fragments, laid out as rf_mxm_e2m1_word_f16's (exact values).
+RF_DEVICE void rf_mxm_e2m1_word_bf16(unsigned w, unsigned (&a)[2][2]) {
+    rf_mxm_e2m1_pairs_bf16(w & 0x7777u, __byte_perm(w, 0u, 0x1404), a[0][0], a[1][0]);
+    rf_mxm_e2m1_pairs_bf16((w >> 16) & 0x7777u, __byte_perm(w, 0u, 0x3424), a[0][1], a[1][1]);
+}
+
+template <typename T> struct rf_mxm_decode;
+template <> struct rf_mxm_decode<__half> {
+    static constexpr float UNIT = 16384.0f; // 2^14: the f16 values are the codes' times 2^-14
+    static RF_DEVICE void word(unsigned w, unsigned (&a)[2][2]) { rf_mxm_e2m1_word_f16(w, a); }
+};
+template <> struct rf_mxm_decode<rf_bf16> {
+    static constexpr float UNIT = 1.0f;
+    static RF_DEVICE void word(unsigned w, unsigned (&a)[2][2]) { rf_mxm_e2m1_word_bf16(w, a); }
+};
+
+template <typename T>
+RF_DEVICE void rf_mxfp4_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64 n, rf_u64 k) {
+    typedef rf_mxm_decode<T> D;
+    constexpr int BB = rf_mxfp4::BLOCK_BYTES;
+    constexpr int ROW = RF_MXM_CHUNK * BB; // bytes of a row's chunk: 272
+    constexpr int VECS = ROW / 16;
+    constexpr int WBYTES = RF_MXM_ROWS * ROW;                     // the rows' chunk
+    constexpr int XBYTES = RF_QK * RF_MXM_CHUNK * (int)sizeof(T); // the chunk's x: 1024
+    constexpr int STAGE = WBYTES + XBYTES;
+    constexpr int COPIES = (RF_MXM_ROWS * VECS + 31) / 32; // 16-byte weight copies a lane issues
+    extern __shared__ __align__(16) unsigned char rf_mxm_smem[];
+    const int lane = (int)threadIdx.x & 31;
+    const int warp = (int)threadIdx.x >> 5;
+    const int warps = (int)blockDim.x >> 5;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    unsigned char* stages = rf_mxm_smem + warp * RF_MXM_STAGES * STAGE;
+    float* totals = reinterpret_cast<float*>(rf_mxm_smem + warps * RF_MXM_STAGES * STAGE);
+    const rf_u64 chunks = k / (RF_QK * RF_MXM_CHUNK);
+    const rf_u64 row_bytes = k / RF_QK * BB;
+    // Lane's copies: copy j is 16-byte vector i = lane + 32 j of the stage, row i / VECS. Its
+    // offset from the chunk's start in row 0 fits 32 bits (the launcher checks 16 row_bytes).
+    unsigned src_off[COPIES];
+#pragma unroll
+    for (int j = 0; j < COPIES; ++j) {
+        const int i = lane + 32 * j;
+        src_off[j] = (unsigned)(i / VECS) * (unsigned)row_bytes + 16u * (unsigned)(i % VECS);
+    }
+
+    // Uniform across the block: every thread reaches both barriers.
+    for (rf_u64 row0 = (rf_u64)blockIdx.x * RF_MXM_ROWS; row0 < n; row0 += (rf_u64)gridDim.x * RF_MXM_ROWS) {
+        const unsigned char* tile = w + row0 * row_bytes;
+        const int rows = n - row0 < RF_MXM_ROWS ? (int)(n - row0) : RF_MXM_ROWS;
+        // Chunk c of the tile's rows and of x -> stage s; rows past n are zero-filled (nothing
+        // read).
+        auto stage_in = [&](rf_u64 c, int s) {
+            unsigned char* dst = stages + s * STAGE;
+            const unsigned char* src = tile + c * ROW;
+#pragma unroll
+            for (int j = 0; j < COPIES; ++j) {
+                const int i = lane + 32 * j;
+                if (RF_MXM_ROWS * VECS % 32 == 0 || i < RF_MXM_ROWS * VECS) {
+                    const bool ok = i < rows * VECS;
+                    rf_cp_async16(dst + 16 * i, ok ? src + src_off[j] : src, ok ? 16 : 0);
+                }
+            }
+            const unsigned char* xsrc = reinterpret_cast<const unsigned char*>(x + c * (RF_QK * RF_MXM_CHUNK));
+#pragma unroll
+            for (int i = lane; i < XBYTES / 16; i += 32) {
+                rf_cp_async16(dst + WBYTES + 16 * i, xsrc + 16 * i, 16);
+            }
+        };
+        float total_g = 0.0f; // row g
+        float total_h = 0.0f; // row g + 8
+        int s = 0;
+        if ((rf_u64)warp < chunks) {
+            stage_in((rf_u64)warp, 0);
+        }
+        rf_cp_async_commit();
+        for (rf_u64 c = (rf_u64)warp; c < chunks; c += (rf_u64)warps) {
+            if (c + (rf_u64)warps < chunks) {
+                stage_in(c + (rf_u64)warps, s ^ 1);
+            }
+            rf_cp_async_commit();
+            rf_cp_async_wait<1>(); // chunk c has landed (this lane's copies) ...
+            __syncwarp();          // ... and every lane's
+            const unsigned char* rg = stages + s * STAGE + g * ROW;
+            const unsigned char* rh = rg + 8 * ROW;
+            // The chunk's 32 scales (16 blocks of rows g and g + 8) are decoded once per group
+            // of four lanes: lane t takes blocks t, t + 4, t + 8, t + 12; the others fetch
+            // them by shuffle.
+            float scale_g[RF_MXM_CHUNK / 4];
+            float scale_h[RF_MXM_CHUNK / 4];
+#pragma unroll
+            for (int j = 0; j < RF_MXM_CHUNK / 4; ++j) {
+                scale_g[j] = rf_e8m0_to_float(rg[(4 * j + t) * BB]);
+                scale_h[j] = rf_e8m0_to_float(rh[(4 * j + t) * BB]);
+            }
+            const T* xc = reinterpret_cast<const T*>(stages + s * STAGE + WBYTES);
+#pragma unroll
+            for (int b = 0; b < RF_MXM_CHUNK; ++b) {
+                // Payload word t of block b: bytes o + 4t .. o + 4t + 3 of the (16-byte aligned)
+                // stage row, o = 17 b + 1; its alignment o % 4 is a compile-time constant.
+                const int o = b * BB + 1;
+                const unsigned* pg = reinterpret_cast<const unsigned*>(rg) + (o >> 2) + t;
+                const unsigned* ph = reinterpret_cast<const unsigned*>(rh) + (o >> 2) + t;
+                const unsigned shift = 8u * (unsigned)(o & 3);
+                const unsigned wg = shift ? __funnelshift_r(pg[0], pg[1], shift) : pg[0];
+                const unsigned wh = shift ? __funnelshift_r(ph[0], ph[1], shift) : ph[0];
+                unsigned ag[2][2];
+                unsigned ah[2][2];
+                D::word(wg, ag);
+                D::word(wh, ah);
+                const uint2 x0 = *reinterpret_cast<const uint2*>(xc + b * RF_QK + 4 * t);
+                const uint2 x1 = *reinterpret_cast<const uint2*>(xc + b * RF_QK + 16 + 4 * t);
+                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                const unsigned a0[4] = {ag[0][0], ah[0][0], ag[0][1], ah[0][1]};
+                const unsigned a1[4] = {ag[1][0], ah[1][0], ag[1][1], ah[1][1]};
+                rf_mma<T>::run(d, a0, x0.x, x0.y);
+                rf_mma<T>::run(d, a1, x1.x, x1.y);
+                const int from = (lane & ~3) | (b & 3);
+                total_g = fmaf(d[0] * D::UNIT, __shfl_sync(0xffffffffu, scale_g[b >> 2], from), total_g);
+                total_h = fmaf(d[2] * D::UNIT, __shfl_sync(0xffffffffu, scale_h[b >> 2], from), total_h);
+            }
+            __syncwarp(); // every lane is done with stage s before it is refilled
+            s ^= 1;
+        }
+        if (t == 0) {
+            totals[warp * RF_MXM_ROWS + g] = total_g;
+            totals[warp * RF_MXM_ROWS + g + 8] = total_h;
+        }
+        __syncthreads();
+        if ((int)threadIdx.x < rows) {
+            float sum = 0.0f;
+            for (int i = 0; i < warps; ++i) {
+                sum += totals[i * RF_MXM_ROWS + threadIdx.x];
+            }
+            y[row0 + threadIdx.x] = rf_from_float<T>(sum);
+        }
+        __syncthreads(); // the totals are read before the next tile writes them
+    }
+}
+
+#define RF_MXM_BODY(T) rf_mxfp4_matvec_mma<T>(w, x, y, n, k);
+#else
+#define RF_MXM_BODY(T) RF_MMA_UNAVAILABLE();
+#endif // RF_MMA_SYNC
+
+// At most 128 threads; 5 blocks an SM is what shared memory allows (43 KB each), and asking for
+// it keeps registers at a level that fits them.
+#define RF_MXM_ENTRY(suffix, T)                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_MXM_WARPS, 5)                                          \
+        rf_mxfp4_matvec_mma_##suffix(const unsigned char* w, const T* x, T* y, rf_u64 n, rf_u64 k) { \
+        RF_MXM_BODY(T)                                                                              \
+    }
+RF_MXM_ENTRY(f16, __half)
+RF_MXM_ENTRY(bf16, rf_bf16)
 
 // ---------------------------------------------------------------------------------------------
 // Matrix-matrix product

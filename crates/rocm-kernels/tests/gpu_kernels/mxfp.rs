@@ -102,6 +102,9 @@ const MATVEC: &[(usize, usize)] = &[
     (4097, 512),
     (4097, 4128),
     (4097, 4096),
+    // 28 chunks of 512: on the matrix-core kernel each of its 4 warps takes 7, through both
+    // stages of its copy pipeline, and n = 129 leaves a tile of one row.
+    (129, 14_336),
 ];
 
 fn matvec<T: Dtype>(gpu: &GpuTest, seed: u64) {
@@ -221,6 +224,58 @@ fn one_token_matmul_equals_matvec_within_rounding() {
             "matvec vs matmul",
         );
     }
+}
+
+/// The E8M0 scale's two special bytes on every matrix-vector path (f16/bf16 take the matrix-core
+/// kernel where there is one, since k % 512 == 0): 0xFF is NaN and makes its row NaN; 0 is
+/// 2^-127, whose products stay exact (f32 subnormals) and are checked like any other.
+fn special_scales<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let (n, k) = (37, 1024);
+    let format = MxFormat::Mxfp4Gguf;
+    let mut w = random_weights(&mut rng, format, n, k);
+    let bb = format.block_bytes();
+    let row = |r: usize, b: usize| (r * (k / QK) + b) * bb;
+    w[row(3, 5)] = 0xff;
+    w[row(20, 31)] = 0xff;
+    // Row 30: every block at the smallest scale, 2^-127 (its sum is near 1e-36).
+    for b in 0..k / QK {
+        w[row(30, b)] = 0;
+    }
+    let x = activations::<T>(&mut rng, k);
+    let dw = gpu.stream().upload(&w).unwrap();
+    let dx = gpu.stream().upload(&x).unwrap();
+    let mut y = poisoned::<T>(gpu, n);
+    mx_matvec(format, &dw, &dx, &mut y, n, k).unwrap();
+    let got = y.to_vec().unwrap();
+    let xf = floats(&x);
+    let expected = mx_matmul_reference(format, &w, &xf, 1, n, k).unwrap();
+    let magnitude = magnitudes(format, &w, &xf, 1, n, k);
+    for r in [3, 20] {
+        assert!(got[r].to_f32().is_nan(), "{}: row {r} has a NaN scale, got {:?}", T::NAME, got[r]);
+    }
+    let keep: Vec<usize> = (0..n).filter(|r| ![3, 20].contains(r)).collect();
+    let pick = |v: &[f64]| keep.iter().map(|&r| v[r]).collect::<Vec<_>>();
+    let got_rest: Vec<T> = keep.iter().map(|&r| got[r]).collect();
+    assert_within(&got_rest, &pick(&expected), &pick(&magnitude), k, &format!("special scales {}", T::NAME));
+}
+
+#[test]
+fn special_scales_f32() {
+    let gpu = gpu_test!();
+    special_scales::<f32>(&gpu, 0x3d01);
+}
+
+#[test]
+fn special_scales_f16() {
+    let gpu = gpu_test!();
+    special_scales::<f16>(&gpu, 0x3d02);
+}
+
+#[test]
+fn special_scales_bf16() {
+    let gpu = gpu_test!();
+    special_scales::<bf16>(&gpu, 0x3d03);
 }
 
 #[test]
