@@ -175,7 +175,8 @@ RF_DEVICE void rf_mx_matvec(const unsigned char* w, const T* x, T* y, rf_u64 n, 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Matrix-vector product on matrix cores (NVIDIA sm_80+): rf_mxfp4_matvec_mma_<f16|bf16>
+// Matrix-vector product on matrix cores (NVIDIA sm_80+): rf_mxfp4_matvec_mma_<f16|bf16>,
+// rf_mxfp6_<e2m3|e3m2>_matvec_mma_f16
 // ---------------------------------------------------------------------------------------------
 //
 // Why: the portable kernel spends about 4 instructions an element (a code cut out, a table read
@@ -185,35 +186,37 @@ RF_DEVICE void rf_mx_matvec(const unsigned char* w, const T* x, T* y, rf_u64 n, 
 //
 // Layout of the work: a block owns RF_MXM_ROWS = 16 rows (one m16 tile); its warps (up to
 // RF_MXM_WARPS) split k into chunks of RF_MXM_CHUNK = 16 weight blocks (512 elements), warp w
-// taking chunks w, w + warps, ... Each warp copies its 16 rows' bytes of a chunk (16 x 272) and
-// the chunk's x (1 KB) into its own shared stage with cp.async, the next chunk in flight while
-// it decodes this one. Rows are 16-byte aligned because k % 512 == 0 (the launcher's
-// condition), and a stage row of 272 bytes is 68 words (4 mod 32 banks), so the 8 rows a warp
-// reads at once fall in distinct banks. x comes through shared memory because every lane reads
+// taking chunks w, w + warps, ... Each warp copies its 16 rows' bytes of a chunk (16 x 272 for
+// MXFP4, 16 x 400 for MXFP6) and the chunk's x (1 KB) into its own shared stage with cp.async,
+// the next chunk in flight while it decodes this one. Rows are 16-byte aligned because
+// k % 512 == 0 (the launcher's condition), and a stage row of 272 or 400 bytes is 68 or 100
+// words (4 mod 32 banks), so the 8 rows a warp reads at once fall in distinct banks. x comes through shared memory because every lane reads
 // it once a block: from global memory that was an L2 round trip on the critical path (L1 is
 // mostly shared memory here).
 //
-// Fragments (lane = 4 g + t): for every weight block, thread t takes payload word t (bytes
-// 4t..4t+3: elements 4t..4t+3 in the low nibbles, 16+4t..16+4t+3 in the high ones) of rows g
-// and g + 8. mma step 0 multiplies the low nibbles, step 1 the high ones; k inside a step is
-// ordered so that A's register pairs (a0: elements 4t, 4t+1; a2: 4t+2, 4t+3) meet x as it lies
-// in memory (B's b0 = x[4t..4t+1], b1 = x[4t+2..4t+3]). B is the same in all 8 columns, so every
+// Fragments (lane = 4 g + t): for every weight block, thread t takes a quarter of the payload of
+// rows g and g + 8 (MXFP4: word t, elements 4t..4t+3 in the low nibbles, 16+4t..16+4t+3 in the
+// high ones, step 0 the low nibbles and step 1 the high; MXFP6: codes 8t..8t+7, step 0 the first
+// four). k inside a step is ordered so that A's register pairs (a0, a2) meet x as it lies in
+// memory (B's b0, b1: consecutive pairs of x). B is the same in all 8 columns, so every
 // column of D holds the row's block sum. Each block's two steps start from zero; the block sum
 // (f32) times the E8M0 scale (a power of two: exact) is added to the row's f32 total, so every
 // product is exact and the sums are f32, as in the portable kernel. The warps' totals are added
 // in shared memory in a fixed order.
 //
-// Decoding a payload word (8 codes) into A pairs:
+// Decoding a thread's 8 codes into A pairs:
 //   f16:  bit placement, no table: a code's magnitude bits under the f16 exponent and mantissa
-//         (bits 9-11) are its value times 2^-14 exactly (codes 0 and 1 become f16 subnormals,
-//         which the tensor cores take as they are; the GPU tests cover every code), the sign
-//         at bit 15; the block sum is multiplied back by 2^14 (exact).
-//   bf16: a bf16 subnormal times an activation would underflow in f32, so the eight magnitudes
-//         come from a byte-permute table held in registers, exact bf16 values.
+//         are its value times 2^(bias - 15) exactly (E2M1 and E2M3: 2^-14, E3M2: 2^-12; codes
+//         with a zero exponent become f16 subnormals, which the tensor cores take as they are;
+//         the GPU tests cover every code), the sign at bit 15; the block sum is multiplied
+//         back (exact).
+//   bf16 (MXFP4 only): a bf16 subnormal times an activation would underflow in f32, so the
+//         eight magnitudes come from a byte-permute table held in registers, exact bf16
+//         values. MXFP6 with bf16, and f32 activations, run the portable kernel.
 //
 // Entry: blockDim.x a multiple of 32 up to 32 * RF_MXM_WARPS, k % 512 == 0, 16 * row bytes <
-// 2^32, w and x 16-byte aligned; dynamic shared memory warps * RF_MXM_STAGES * (16 * 272 +
-// 1024) + warps * 16 * 4 (mxfp.rs computes the same).
+// 2^32, w and x 16-byte aligned; dynamic shared memory warps * RF_MXM_STAGES * (16 * 16 *
+// BLOCK_BYTES + 1024) + warps * 16 * 4 (mxfp.rs computes the same).
 
 #define RF_MXM_ROWS 16
 #define RF_MXM_WARPS 4
@@ -260,21 +263,75 @@ RF_DEVICE void rf_mxm_e2m1_word_bf16(unsigned w, unsigned (&a)[2][2]) {
     rf_mxm_e2m1_pairs_bf16((w >> 16) & 0x7777u, __byte_perm(w, 0u, 0x3424), a[0][1], a[1][1]);
 }
 
-template <typename T> struct rf_mxm_decode;
-template <> struct rf_mxm_decode<__half> {
-    static constexpr float UNIT = 16384.0f; // 2^14: the f16 values are the codes' times 2^-14
-    static RF_DEVICE void word(unsigned w, unsigned (&a)[2][2]) { rf_mxm_e2m1_word_f16(w, a); }
+// Per format and activation type: UNIT (what the decoded values are scaled by, undone on the
+// block sums), piece(stage row, b, t, a) (thread t's codes of block b of a staged row, decoded
+// into the A pairs of the block's two mma steps) and x(block's x, t) (the matching B pairs:
+// step 0's b0, b1, step 1's b0, b1).
+template <typename F, typename T> struct rf_mxm;
+
+// MXFP4: thread t takes payload word t (elements 4t..4t+3 low nibbles, +16 high nibbles).
+template <typename T> struct rf_mxm_mxfp4 {
+    // Word t of block b: bytes o + 4t .. o + 4t + 3, o = 17 b + 1, of the 16-byte aligned stage
+    // row; o % 4 is a compile-time constant once b is unrolled.
+    static RF_DEVICE unsigned word(const unsigned char* row, int b, int t) {
+        const int o = b * rf_mxfp4::BLOCK_BYTES + 1;
+        const unsigned* p = reinterpret_cast<const unsigned*>(row) + (o >> 2) + t;
+        const unsigned shift = 8u * (unsigned)(o & 3);
+        return shift ? __funnelshift_r(p[0], p[1], shift) : p[0];
+    }
+    static RF_DEVICE uint4 x(const T* xb, int t) {
+        const uint2 lo = *reinterpret_cast<const uint2*>(xb + 4 * t);
+        const uint2 hi = *reinterpret_cast<const uint2*>(xb + 16 + 4 * t);
+        return make_uint4(lo.x, lo.y, hi.x, hi.y);
+    }
 };
-template <> struct rf_mxm_decode<rf_bf16> {
+template <> struct rf_mxm<rf_mxfp4, __half> : rf_mxm_mxfp4<__half> {
+    static constexpr float UNIT = 16384.0f; // the f16 values are the codes' times 2^-14
+    static RF_DEVICE void piece(const unsigned char* row, int b, int t, unsigned (&a)[2][2]) {
+        rf_mxm_e2m1_word_f16(word(row, b, t), a);
+    }
+};
+template <> struct rf_mxm<rf_mxfp4, rf_bf16> : rf_mxm_mxfp4<rf_bf16> {
     static constexpr float UNIT = 1.0f;
-    static RF_DEVICE void word(unsigned w, unsigned (&a)[2][2]) { rf_mxm_e2m1_word_bf16(w, a); }
+    static RF_DEVICE void piece(const unsigned char* row, int b, int t, unsigned (&a)[2][2]) {
+        rf_mxm_e2m1_word_bf16(word(row, b, t), a);
+    }
 };
 
-template <typename T>
-RF_DEVICE void rf_mxfp4_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64 n, rf_u64 k) {
-    typedef rf_mxm_decode<T> D;
-    constexpr int BB = rf_mxfp4::BLOCK_BYTES;
-    constexpr int ROW = RF_MXM_CHUNK * BB; // bytes of a row's chunk: 272
+// MXFP6 with f16 activations: thread t takes payload bytes 6t..6t+5 (codes 8t..8t+7); step 0
+// multiplies codes 8t..8t+3, step 1 codes 8t+4..8t+7, against x[8t..8t+7] as it lies. A code's
+// five magnitude bits under the f16 exponent and mantissa (shifted by 10 - MBITS) are its value
+// times 2^(BIAS - 15) exactly (E2M3: 2^-14, E3M2: 2^-12; exponent-0 codes as f16 subnormals).
+template <int EBITS, int MBITS> struct rf_mxm<rf_mxfp6<EBITS, MBITS>, __half> {
+    static constexpr int SHIFT = 10 - MBITS;
+    static constexpr float UNIT = (float)(1 << (15 - ((1 << (EBITS - 1)) - 1))); // 2^(15 - bias)
+    static constexpr unsigned MAG = 0x1fu << SHIFT;
+    // Codes at bits 0 and 6 of q -> an f16 pair.
+    static RF_DEVICE unsigned pair(unsigned q) {
+        const unsigned u = (q & 0x3fu) | ((q << 10) & 0x3f0000u); // the codes at 0 and 16
+        return ((u << SHIFT) & (MAG | (MAG << 16))) | ((u << 10) & 0x80008000u);
+    }
+    static RF_DEVICE void piece(const unsigned char* row, int b, int t, unsigned (&a)[2][2]) {
+        const int o = b * 25 + 1 + 6 * t; // 6t: the alignment is the lane's
+        const unsigned* p = reinterpret_cast<const unsigned*>(row) + (o >> 2);
+        const unsigned shift = 8u * (unsigned)(o & 3);
+        const unsigned lo = __funnelshift_r(p[0], p[1], shift); // bits 0..31 of the 48
+        const unsigned hi = __funnelshift_r(p[1], p[2], shift); // bits 32..63
+        const unsigned q0 = lo;                                  // codes 0..3 at 0, 6, 12, 18
+        const unsigned q1 = __funnelshift_r(lo, hi, 24);         // codes 4..7 likewise
+        a[0][0] = pair(q0);
+        a[0][1] = pair(q0 >> 12);
+        a[1][0] = pair(q1);
+        a[1][1] = pair(q1 >> 12);
+    }
+    static RF_DEVICE uint4 x(const __half* xb, int t) { return *reinterpret_cast<const uint4*>(xb + 8 * t); }
+};
+
+template <typename F, typename T>
+RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64 n, rf_u64 k) {
+    typedef rf_mxm<F, T> D;
+    constexpr int BB = F::BLOCK_BYTES;
+    constexpr int ROW = RF_MXM_CHUNK * BB; // bytes of a row's chunk: 272 (MXFP4), 400 (MXFP6)
     constexpr int VECS = ROW / 16;
     constexpr int WBYTES = RF_MXM_ROWS * ROW;                     // the rows' chunk
     constexpr int XBYTES = RF_QK * RF_MXM_CHUNK * (int)sizeof(T); // the chunk's x: 1024
@@ -351,25 +408,16 @@ RF_DEVICE void rf_mxfp4_matvec_mma(const unsigned char* w, const T* x, T* y, rf_
             const T* xc = reinterpret_cast<const T*>(stages + s * STAGE + WBYTES);
 #pragma unroll
             for (int b = 0; b < RF_MXM_CHUNK; ++b) {
-                // Payload word t of block b: bytes o + 4t .. o + 4t + 3 of the (16-byte aligned)
-                // stage row, o = 17 b + 1; its alignment o % 4 is a compile-time constant.
-                const int o = b * BB + 1;
-                const unsigned* pg = reinterpret_cast<const unsigned*>(rg) + (o >> 2) + t;
-                const unsigned* ph = reinterpret_cast<const unsigned*>(rh) + (o >> 2) + t;
-                const unsigned shift = 8u * (unsigned)(o & 3);
-                const unsigned wg = shift ? __funnelshift_r(pg[0], pg[1], shift) : pg[0];
-                const unsigned wh = shift ? __funnelshift_r(ph[0], ph[1], shift) : ph[0];
                 unsigned ag[2][2];
                 unsigned ah[2][2];
-                D::word(wg, ag);
-                D::word(wh, ah);
-                const uint2 x0 = *reinterpret_cast<const uint2*>(xc + b * RF_QK + 4 * t);
-                const uint2 x1 = *reinterpret_cast<const uint2*>(xc + b * RF_QK + 16 + 4 * t);
+                D::piece(rg, b, t, ag);
+                D::piece(rh, b, t, ah);
+                const uint4 xb = D::x(xc + b * RF_QK, t);
                 float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 const unsigned a0[4] = {ag[0][0], ah[0][0], ag[0][1], ah[0][1]};
                 const unsigned a1[4] = {ag[1][0], ah[1][0], ag[1][1], ah[1][1]};
-                rf_mma<T>::run(d, a0, x0.x, x0.y);
-                rf_mma<T>::run(d, a1, x1.x, x1.y);
+                rf_mma<T>::run(d, a0, xb.x, xb.y);
+                rf_mma<T>::run(d, a1, xb.z, xb.w);
                 const int from = (lane & ~3) | (b & 3);
                 total_g = fmaf(d[0] * D::UNIT, __shfl_sync(0xffffffffu, scale_g[b >> 2], from), total_g);
                 total_h = fmaf(d[2] * D::UNIT, __shfl_sync(0xffffffffu, scale_h[b >> 2], from), total_h);
@@ -393,20 +441,22 @@ RF_DEVICE void rf_mxfp4_matvec_mma(const unsigned char* w, const T* x, T* y, rf_
     }
 }
 
-#define RF_MXM_BODY(T) rf_mxfp4_matvec_mma<T>(w, x, y, n, k);
+#define RF_MXM_BODY(F, T) rf_mx_matvec_mma<F, T>(w, x, y, n, k);
 #else
-#define RF_MXM_BODY(T) RF_MMA_UNAVAILABLE();
+#define RF_MXM_BODY(F, T) RF_MMA_UNAVAILABLE();
 #endif // RF_MMA_SYNC
 
-// At most 128 threads; 5 blocks an SM is what shared memory allows (43 KB each), and asking for
-// it keeps registers at a level that fits them.
-#define RF_MXM_ENTRY(suffix, T)                                                                     \
-    RF_KERNEL void __launch_bounds__(32 * RF_MXM_WARPS, 5)                                          \
-        rf_mxfp4_matvec_mma_##suffix(const unsigned char* w, const T* x, T* y, rf_u64 n, rf_u64 k) { \
-        RF_MXM_BODY(T)                                                                              \
+// At most 128 threads; 5 blocks an SM is what shared memory allows for MXFP4 (43 KB each), and
+// asking for it keeps registers at a level that fits them.
+#define RF_MXM_ENTRY(fmt, F, suffix, T)                                                                  \
+    RF_KERNEL void __launch_bounds__(32 * RF_MXM_WARPS, 5)                                               \
+        rf_##fmt##_matvec_mma_##suffix(const unsigned char* w, const T* x, T* y, rf_u64 n, rf_u64 k) { \
+        RF_MXM_BODY(F, T)                                                                                \
     }
-RF_MXM_ENTRY(f16, __half)
-RF_MXM_ENTRY(bf16, rf_bf16)
+RF_MXM_ENTRY(mxfp4, rf_mxfp4, f16, __half)
+RF_MXM_ENTRY(mxfp4, rf_mxfp4, bf16, rf_bf16)
+RF_MXM_ENTRY(mxfp6_e2m3, rf_mxfp6_e2m3, f16, __half)
+RF_MXM_ENTRY(mxfp6_e3m2, rf_mxfp6_e3m2, f16, __half)
 
 // ---------------------------------------------------------------------------------------------
 // Matrix-matrix product

@@ -30,7 +30,7 @@ const MATVEC_THREADS: usize = 256;
 /// of 32 padded to 36), and per warp `ROWS_PER_WARP` weight stages of `warp * block + 16` bytes.
 const LUT_BYTES: usize = 256;
 const XGROUP_FLOATS: usize = 36;
-/// The matrix-core matrix-vector kernel (`rf_mxfp4_matvec_mma_<dt>`): rows a block owns
+/// The matrix-core matrix-vector kernel (`rf_<fmt>_matvec_mma_<dt>`): rows a block owns
 /// (`RF_MXM_ROWS`), its warps (`RF_MXM_WARPS`), weight blocks a warp stages per row and step
 /// (`RF_MXM_CHUNK`) and stages in flight (`RF_MXM_STAGES`).
 const MMA_ROWS: usize = 16;
@@ -162,13 +162,17 @@ pub fn mx_matvec<T: Dtype>(
 }
 
 /// Whether [`mx_matvec`] runs the matrix-core kernel: NVIDIA mma.sync devices, MXFP4 weights
-/// with f16 or bf16 activations (whose E2M1 values the kernel builds exactly in those types),
-/// rows of whole 16-byte chunks of 16 blocks (`k % 512 == 0`) and a 16-byte aligned weight (its
-/// rows are copied with 16-byte asynchronous copies). Everything else runs the portable kernel.
+/// with f16 or bf16 activations or MXFP6 weights with f16 activations (the types the kernel
+/// builds those elements' values in exactly), rows of whole 16-byte chunks of 16 blocks
+/// (`k % 512 == 0`) and a 16-byte aligned weight (its rows are copied with 16-byte asynchronous
+/// copies). Everything else runs the portable kernel.
 fn matvec_on_matrix_cores(cores: MatrixCores, format: MxFormat, dtype: &str, k: usize, w_ptr: u64) -> bool {
+    let typed = match format {
+        MxFormat::Mxfp4Gguf => matches!(dtype, "f16" | "bf16"),
+        MxFormat::Mxfp6(_) => dtype == "f16",
+    };
     cores == MatrixCores::MmaSync
-        && format == MxFormat::Mxfp4Gguf
-        && matches!(dtype, "f16" | "bf16")
+        && typed
         && k > 0
         && k.is_multiple_of(QK * MMA_CHUNK_BLOCKS)
         && w_ptr.is_multiple_of(16)
@@ -223,8 +227,8 @@ fn matvec_mma<T: Dtype>(
         block: [threads as u32, 1, 1],
         shared_mem_bytes: shared as u32,
     };
-    // SAFETY: rf_mxfp4_matvec_mma_<T>(const u8* w, const T* x, T* y, u64 n, u64 k) reads bytes
-    // [0, n * k / 32 * 17) of w and x[0, k) (16-byte asynchronous copies of whole row chunks
+    // SAFETY: rf_<fmt>_matvec_mma_<T>(const u8* w, const T* x, T* y, u64 n, u64 k) reads bytes
+    // [0, n * k / 32 * block_bytes) of w and x[0, k) (16-byte asynchronous copies of whole row chunks
     // and of x; rows past n are zero-filled without reading; w and x are 16-byte aligned) and
     // writes y[0, n); check_product proved those lengths, matvec_on_matrix_cores that
     // k % 512 == 0 and w is aligned, check_aligned that x is. It runs `warps` (1..=4) warps of
@@ -399,7 +403,7 @@ mod tests {
     }
 
     #[test]
-    fn matrix_cores_take_mxfp4_with_16_bit_activations_and_whole_chunks() {
+    fn matrix_cores_take_16_bit_activations_and_whole_chunks() {
         let f = MxFormat::Mxfp4Gguf;
         let on = |cores, format, dtype, k, ptr| matvec_on_matrix_cores(cores, format, dtype, k, ptr);
         assert!(on(MatrixCores::MmaSync, f, "f16", 4096, 256));
@@ -409,9 +413,12 @@ mod tests {
         assert!(!on(MatrixCores::MmaSync, f, "f16", 4128, 256));
         assert!(!on(MatrixCores::MmaSync, f, "f16", 0, 256));
         assert!(!on(MatrixCores::MmaSync, f, "f16", 4096, 8));
-        // f32 activations, MXFP6 weights, no mma.sync: the portable kernel.
+        // MXFP6 with f16 activations only.
+        assert!(on(MatrixCores::MmaSync, MxFormat::Mxfp6(Fp6::E2M3), "f16", 4096, 256));
+        assert!(on(MatrixCores::MmaSync, MxFormat::Mxfp6(Fp6::E3M2), "f16", 14_336, 256));
+        assert!(!on(MatrixCores::MmaSync, MxFormat::Mxfp6(Fp6::E3M2), "bf16", 4096, 256));
+        // f32 activations, no mma.sync: the portable kernel.
         assert!(!on(MatrixCores::MmaSync, f, "f32", 4096, 256));
-        assert!(!on(MatrixCores::MmaSync, MxFormat::Mxfp6(Fp6::E2M3), "f16", 4096, 256));
         assert!(!on(MatrixCores::Mfma, f, "f16", 4096, 256));
         assert!(!on(MatrixCores::None, f, "bf16", 4096, 256));
         // A warp per chunk of 512, up to 4.
