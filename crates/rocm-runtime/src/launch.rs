@@ -124,11 +124,13 @@ impl<'a> Launch<'a> {
         }
         let function = self.function;
         let info = self.stream.backend().info();
+        let static_shared = function.static_shared_bytes();
         check_config(
             &config,
             info.max_grid,
             function.max_threads_per_block(),
             info.shared_mem_per_block_optin,
+            static_shared,
         )
         .map_err(|why| Error::InvalidArgument(format!("launch of `{}`: {why}", function.name())))?;
         if let Some(expected) = function.param_sizes() {
@@ -142,7 +144,11 @@ impl<'a> Launch<'a> {
             }
         }
         let driver = self.stream.backend().driver();
-        if config.shared_mem_bytes > info.shared_mem_per_block {
+        // Without the opt-in a kernel gets its static shared memory plus dynamic memory up to the
+        // default per-block limit in all; past it, the dynamic part must be allowed explicitly.
+        if u64::from(static_shared) + u64::from(config.shared_mem_bytes)
+            > u64::from(info.shared_mem_per_block)
+        {
             driver.function_set_max_dynamic_shared(function.raw(), config.shared_mem_bytes)?;
         }
         let mut params: Vec<*mut c_void> =
@@ -175,6 +181,7 @@ fn check_config(
     max_grid: [u32; 3],
     max_threads: u32,
     max_shared: u32,
+    static_shared: u32,
 ) -> Result<(), String> {
     if config.grid.contains(&0) || config.block.contains(&0) {
         return Err(format!("empty grid {:?} or block {:?}", config.grid, config.block));
@@ -185,9 +192,10 @@ fn check_config(
     if config.threads_per_block() > max_threads as u64 {
         return Err(format!("block {:?} exceeds the kernel's {max_threads} threads", config.block));
     }
-    if config.shared_mem_bytes > max_shared {
+    if u64::from(config.shared_mem_bytes) + u64::from(static_shared) > u64::from(max_shared) {
         return Err(format!(
-            "{} bytes of shared memory exceed the device's {max_shared}",
+            "{} bytes of dynamic shared memory on top of the kernel's {static_shared} static exceed the \
+             device's {max_shared}",
             config.shared_mem_bytes
         ));
     }
@@ -209,14 +217,18 @@ mod tests {
     fn configs_beyond_the_limits_are_refused() {
         let ok = LaunchConfig { grid: [10, 1, 1], block: [256, 1, 1], shared_mem_bytes: 0 };
         let grid = [i32::MAX as u32, 65535, 65535];
-        assert!(check_config(&ok, grid, 1024, 48 << 10).is_ok());
+        assert!(check_config(&ok, grid, 1024, 48 << 10, 0).is_ok());
         let big_block = LaunchConfig { block: [1024, 2, 1], ..ok };
-        assert!(check_config(&big_block, grid, 1024, 48 << 10).unwrap_err().contains("threads"));
+        assert!(check_config(&big_block, grid, 1024, 48 << 10, 0).unwrap_err().contains("threads"));
         let empty = LaunchConfig { grid: [0, 1, 1], ..ok };
-        assert!(check_config(&empty, grid, 1024, 48 << 10).is_err());
+        assert!(check_config(&empty, grid, 1024, 48 << 10, 0).is_err());
         let tall = LaunchConfig { grid: [1, 70000, 1], ..ok };
-        assert!(check_config(&tall, grid, 1024, 48 << 10).unwrap_err().contains("axis 1"));
+        assert!(check_config(&tall, grid, 1024, 48 << 10, 0).unwrap_err().contains("axis 1"));
         let shared = LaunchConfig { shared_mem_bytes: 1 << 20, ..ok };
-        assert!(check_config(&shared, grid, 1024, 48 << 10).is_err());
+        assert!(check_config(&shared, grid, 1024, 48 << 10, 0).is_err());
+        // Static shared memory counts against the same limit.
+        let some = LaunchConfig { shared_mem_bytes: 40 << 10, ..ok };
+        assert!(check_config(&some, grid, 1024, 48 << 10, 8 << 10).is_ok());
+        assert!(check_config(&some, grid, 1024, 48 << 10, (8 << 10) + 1).unwrap_err().contains("static"));
     }
 }

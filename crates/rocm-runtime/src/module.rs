@@ -23,6 +23,7 @@ struct FunctionInfo {
     raw: RawFunction,
     name: String,
     max_threads: u32,
+    static_shared: u32,
     param_sizes: Option<Vec<usize>>,
 }
 
@@ -65,6 +66,7 @@ impl Module {
                     raw,
                     name: name.to_string(),
                     max_threads: driver.function_max_threads(raw)?,
+                    static_shared: driver.function_static_shared(raw)?,
                     param_sizes: driver.function_param_sizes(raw),
                 });
                 self.inner.functions.write().entry(name.to_string()).or_insert(info).clone()
@@ -98,6 +100,12 @@ impl Function {
     /// The most threads a block of this kernel may have (its registers can lower the device's limit).
     pub fn max_threads_per_block(&self) -> u32 {
         self.info.max_threads
+    }
+
+    /// Bytes of shared memory the kernel declares statically; a launch's dynamic shared memory
+    /// comes on top.
+    pub fn static_shared_bytes(&self) -> u32 {
+        self.info.static_shared
     }
 
     /// The byte size of each parameter, where the driver reports it (NVIDIA, CUDA 12.4+).

@@ -389,6 +389,13 @@ impl DeviceDriver for CudaDevice {
         Ok(value.max(0) as u32)
     }
 
+    fn function_static_shared(&self, function: RawFunction) -> Result<u32> {
+        let mut value = 0;
+        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES;
+        call!(self.lib(), cuFuncGetAttribute(&mut value, attr, function.0.cast()))?;
+        Ok(value.max(0) as u32)
+    }
+
     fn function_set_max_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()> {
         let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         call!(self.lib(), cuFuncSetAttribute(function.0.cast(), attr, bytes as i32))

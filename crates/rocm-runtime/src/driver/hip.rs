@@ -344,6 +344,13 @@ impl DeviceDriver for HipDevice {
         Ok(value.max(0) as u32)
     }
 
+    fn function_static_shared(&self, function: RawFunction) -> Result<u32> {
+        let mut value = 0;
+        let attr = sys::hipFunction_attribute::HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES;
+        call!(self.hip, hipFuncGetAttribute(&mut value, attr, function.0.cast()))?;
+        Ok(value.max(0) as u32)
+    }
+
     fn function_set_max_dynamic_shared(&self, _function: RawFunction, _bytes: u32) -> Result<()> {
         // AMD GPUs give a block all of the LDS it asks for up to the device limit; no opt-in.
         Ok(())

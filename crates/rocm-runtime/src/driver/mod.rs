@@ -112,6 +112,8 @@ pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
     fn function_param_sizes(&self, function: RawFunction) -> Option<Vec<usize>>;
     /// The kernel's own limit on threads per block (register pressure can lower it).
     fn function_max_threads(&self, function: RawFunction) -> Result<u32>;
+    /// Bytes of statically declared shared memory the kernel uses.
+    fn function_static_shared(&self, function: RawFunction) -> Result<u32>;
     /// Lets the kernel use `bytes` of dynamic shared memory (needed above 48 KiB on NVIDIA).
     fn function_set_max_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()>;
 
