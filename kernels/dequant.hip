@@ -12,8 +12,8 @@
 //      is 16-byte aligned (a tile is TILE * BLOCK_BYTES bytes, a multiple of 16, so every tile
 //      starts aligned), byte loads otherwise; the last tile stages only the bytes that exist;
 //   2. decodes group g (8 outputs, a quarter block) of the tile in thread g % blockDim.x from
-//      shared memory and stores it with 16-byte stores, consecutive threads writing consecutive
-//      16 bytes (f16/bf16) or 32 bytes (f32, two stores).
+//      shared memory and stores it with one 16-byte store, consecutive threads writing
+//      consecutive 16 bytes (f16/bf16; f32 since version 4: below).
 // Any blockDim.x works (the index math uses it, never a constant); the launcher uses 256, so
 // a thread decodes 4 groups a tile. The launcher checks that `out` is 16-byte aligned and holds
 // 32 * nblocks elements.
@@ -25,6 +25,13 @@
 // (rf_mxfp4_decode8); widened to f32 (exact) and multiplied by the E8M0 scale in f32 these are
 // the same products, so the same bits, as before. With blockDim.x a multiple of 16 a thread's
 // offsets into the stage advance by constants (rf_dequant_tile<rf_mxfp4>).
+//
+// Version 4 (f32 output, all formats): a thread stored its group's 32 bytes as two 16-byte
+// stores, so each warp store instruction wrote 16 bytes at a 32-byte stride. Now the unit is a
+// chunk of 4 outputs (16 bytes): thread t decodes chunks t, t + n, t + 2n, ... (n = blockDim.x)
+// in pairs (c, c + n), and each store instruction of a warp writes its lanes' consecutive chunks,
+// one contiguous run (rf_dequant_tile_f32; MXFP4 decodes both chunks of a pair in one
+// rf_mxfp4_decode8 with two scales). f16/bf16 are unchanged.
 
 #include "rocmforge_quant.h"
 
@@ -77,11 +84,12 @@ RF_DEVICE unsigned int rf_bitselect(unsigned int mask, unsigned int a, unsigned 
 #endif
 }
 
-// The values E2M1(c_i) * s, i < 8, of the codes c0..c3 in the low nibbles of bytes 0..3 of v0
-// and c4..c7 in those of v1 (the high nibbles are ignored), into out[i]. The same f32 products
-// as rf_mx_element<2, 1>(c_i) * s, so the same bits: -0 (code 8), NaN and subnormal scales
-// included.
-RF_DEVICE void rf_mxfp4_decode8(unsigned int v0, unsigned int v1, float s, float* out) {
+// The values E2M1(c_i) * s0 (i < 4) and E2M1(c_i) * s1 (4 <= i < 8) of the codes c0..c3 in the
+// low nibbles of bytes 0..3 of v0 and c4..c7 in those of v1 (the high nibbles are ignored), into
+// out[i]. out[0..4) depends only on v0 and s0, out[4..8) only on v1 and s1 (the f32 path decodes
+// two quarter blocks of different blocks at once). The same f32 products as
+// rf_mx_element<2, 1>(c_i) * s, so the same bits: -0 (code 8), NaN and subnormal scales included.
+RF_DEVICE void rf_mxfp4_decode8(unsigned int v0, unsigned int v1, float s0, float s1, float* out) {
     // Nibble 2i of x is c_i, nibble 2i + 1 is c_{i+4}.
     const unsigned int x = rf_bitselect(0x0F0F0F0Fu, v0, v1 << 4);
     const unsigned int m = x & 0x77777777u; // the magnitudes
@@ -101,14 +109,14 @@ RF_DEVICE void rf_mxfp4_decode8(unsigned int v0, unsigned int v1, float s, float
     const unsigned int p45 = rf_prmt(la, ha, 0x7351);
     const unsigned int p23 = rf_prmt(lb, hb, 0x6240);
     const unsigned int p67 = rf_prmt(lb, hb, 0x7351);
-    out[0] = __uint_as_float(p01 << 16) * s;
-    out[1] = __uint_as_float(p01 & 0xFFFF0000u) * s;
-    out[2] = __uint_as_float(p23 << 16) * s;
-    out[3] = __uint_as_float(p23 & 0xFFFF0000u) * s;
-    out[4] = __uint_as_float(p45 << 16) * s;
-    out[5] = __uint_as_float(p45 & 0xFFFF0000u) * s;
-    out[6] = __uint_as_float(p67 << 16) * s;
-    out[7] = __uint_as_float(p67 & 0xFFFF0000u) * s;
+    out[0] = __uint_as_float(p01 << 16) * s0;
+    out[1] = __uint_as_float(p01 & 0xFFFF0000u) * s0;
+    out[2] = __uint_as_float(p23 << 16) * s0;
+    out[3] = __uint_as_float(p23 & 0xFFFF0000u) * s0;
+    out[4] = __uint_as_float(p45 << 16) * s1;
+    out[5] = __uint_as_float(p45 & 0xFFFF0000u) * s1;
+    out[6] = __uint_as_float(p67 << 16) * s1;
+    out[7] = __uint_as_float(p67 & 0xFFFF0000u) * s1;
 }
 
 // MXFP4 group at stage offsets: payload bytes at..at+8 of the block whose scale is byte scale_at,
@@ -123,7 +131,7 @@ RF_DEVICE void rf_mxfp4_group_at(const unsigned char* stage, int at, int scale_a
     const unsigned int w1 = w[1];
     const unsigned int w2 = w[2];
     const float s = rf_e8m0_to_float(stage[scale_at]);
-    rf_mxfp4_decode8(__funnelshift_r(w0, w1, amount), __funnelshift_r(w1, w2, amount), s, v);
+    rf_mxfp4_decode8(__funnelshift_r(w0, w1, amount), __funnelshift_r(w1, w2, amount), s, s, v);
 }
 
 template <typename T> RF_DEVICE void rf_dequant_store8(T* dst, const float* v) {
@@ -134,19 +142,137 @@ template <typename T> RF_DEVICE void rf_dequant_store8(T* dst, const float* v) {
     }
 }
 
-// Decodes a staged tile (nb blocks at `stage`) into o[0 .. 32 nb): group g (8 outputs, a quarter
-// block) in thread g % nthreads, stored with one (f16/bf16) or two (f32) 16-byte stores.
+// ---------------------------------------------------------------------------------------------
+// f32 output (version 4). Eight f32 are 32 bytes: a thread storing its group as two 16-byte
+// stores made each warp store instruction write one half of every 32-byte sector it touched
+// (16 bytes at a 32-byte stride), the other halves coming from the next instruction. The f32 path
+// works on chunks instead: chunk c of a tile is the 4 outputs 4 (c % 8) .. + 4 of block c / 8,
+// one 16-byte store. Thread t decodes chunks t, t + n, t + 2n, ... (n = blockDim.x) two at a time
+// (c and c + n: one loop step, one MXFP4 lookup for both), so each store instruction of a warp
+// writes the warp's consecutive chunks, one contiguous run of 16 x warp-width bytes. No lane
+// exchanges: any warp width and block size.
+// ---------------------------------------------------------------------------------------------
+
+// rf_dequant_quarter<F>::decode(stage, c, out): chunk c of a staged tile into out[0..4), with the
+// per-element f32 arithmetic of F::group, so the same bits.
+template <typename F> struct rf_dequant_quarter;
+
+template <> struct rf_dequant_quarter<rf_q8_0> {
+    static RF_DEVICE void decode(const unsigned char* stage, int c, float* out) {
+        const unsigned char* const b = stage + (c >> 3) * rf_q8_0::BLOCK_BYTES;
+        const float d = rf_f16_bits_to_float(b[0], b[1]);
+        const unsigned char* const q = b + 2 + 4 * (c & 7);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            out[i] = d * (float)(signed char)q[i];
+        }
+    }
+};
+
+// Elements 4r .. + 4 (r = c % 8): the low nibbles of payload bytes 4r .. for r < 4, the high
+// nibbles of bytes 4 (r - 4) .. otherwise.
+template <> struct rf_dequant_quarter<rf_q4_0> {
+    static RF_DEVICE void decode(const unsigned char* stage, int c, float* out) {
+        const unsigned char* const b = stage + (c >> 3) * rf_q4_0::BLOCK_BYTES;
+        const float d = rf_f16_bits_to_float(b[0], b[1]);
+        const unsigned char* const q = b + 2 + 4 * (c & 3);
+        const int shift = 4 * ((c >> 2) & 1);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            out[i] = d * (float)((int)((q[i] >> shift) & 15u) - 8);
+        }
+    }
+};
+
+// Codes 4r .. + 4 are bits 24r .. + 24 of the payload: bytes 3r .. + 3.
+template <int EBITS, int MBITS> struct rf_dequant_quarter<rf_mxfp6<EBITS, MBITS>> {
+    static RF_DEVICE void decode(const unsigned char* stage, int c, float* out) {
+        typedef rf_mxfp6<EBITS, MBITS> F;
+        const unsigned char* const b = stage + (c >> 3) * F::BLOCK_BYTES;
+        const float s = rf_e8m0_to_float(b[0]);
+        const unsigned char* const q = b + 1 + 3 * (c & 7);
+        const unsigned int bits = (unsigned int)q[0] | ((unsigned int)q[1] << 8) | ((unsigned int)q[2] << 16);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            out[i] = F::element((bits >> (6 * i)) & 63u) * s;
+        }
+    }
+};
+
+// MXFP4 chunk c: the codes of payload bytes 4 (c % 4) .. + 4 of block c / 8 (low nibbles for
+// c % 8 < 4), as the low nibbles of one word (two aligned words and a funnel shift, as for a
+// group), and the block's scale.
+RF_DEVICE unsigned int rf_mxfp4_chunk_codes(const unsigned char* stage, int c, float* s) {
+    const int scale_at = 17 * (c >> 3);
+    const int at = scale_at + 1 + 4 * (c & 3);
+    const unsigned int* const w = reinterpret_cast<const unsigned int*>(stage + (at & ~3));
+    *s = rf_e8m0_to_float(stage[scale_at]);
+    return __funnelshift_r(w[0], w[1], 8u * (unsigned int)at + 4u * (unsigned int)((c >> 2) & 1));
+}
+
+template <> struct rf_dequant_quarter<rf_mxfp4> {
+    static RF_DEVICE void decode(const unsigned char* stage, int c, float* out) {
+        float s;
+        const unsigned int v = rf_mxfp4_chunk_codes(stage, c, &s);
+        float v8[8];
+        rf_mxfp4_decode8(v, v, s, s, v8);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            out[i] = v8[i];
+        }
+    }
+};
+
+// Chunks c0 and c1 into out[0..4) and out[4..8).
+template <typename F> RF_DEVICE void rf_dequant_pair(const unsigned char* stage, int c0, int c1, float* out) {
+    rf_dequant_quarter<F>::decode(stage, c0, out);
+    rf_dequant_quarter<F>::decode(stage, c1, out + 4);
+}
+
+template <> RF_DEVICE void rf_dequant_pair<rf_mxfp4>(const unsigned char* stage, int c0, int c1, float* out) {
+    float s0, s1;
+    const unsigned int v0 = rf_mxfp4_chunk_codes(stage, c0, &s0);
+    const unsigned int v1 = rf_mxfp4_chunk_codes(stage, c1, &s1);
+    rf_mxfp4_decode8(v0, v1, s0, s1, out);
+}
+
+// The f32 tile: chunks c = tid + k nthreads < 8 nb, in pairs (c, c + nthreads); a thread's last
+// chunk is alone when its partner lies past the tile (a partial tile, or a block size that does
+// not divide 4 TILE).
+template <typename F>
+RF_DEVICE void rf_dequant_tile_f32(const unsigned char* stage, float* o, int nb, int tid, int nthreads) {
+    const int chunks = 8 * nb;
+    int c = tid;
+    for (; c + nthreads < chunks; c += 2 * nthreads) {
+        float v[8];
+        rf_dequant_pair<F>(stage, c, c + nthreads, v);
+        rf_store16(o + 4 * (rf_u64)c, rf_pack16<float>::pack(v));
+        rf_store16(o + 4 * (rf_u64)(c + nthreads), rf_pack16<float>::pack(v + 4));
+    }
+    if (c < chunks) {
+        float v[4];
+        rf_dequant_quarter<F>::decode(stage, c, v);
+        rf_store16(o + 4 * (rf_u64)c, rf_pack16<float>::pack(v));
+    }
+}
+
+// Decodes a staged tile (nb blocks at `stage`) into o[0 .. 32 nb). f16/bf16: group g (8 outputs,
+// a quarter block) in thread g % nthreads, one 16-byte store; f32: rf_dequant_tile_f32.
 // `stage` is 16-byte aligned and readable for 16 bytes past the tile's blocks.
 template <typename F> struct rf_dequant_tile {
     template <typename T>
     static RF_DEVICE void run(const unsigned char* stage, T* o, int nb, int tid, int nthreads) {
-        const int groups = 4 * nb;
-        for (int g = tid; g < groups; g += nthreads) {
-            float v[8];
-            F::group(stage + (g >> 2) * F::BLOCK_BYTES, g & 3, v);
-            // A 64-bit offset: with `o + 8 * g + i` in int arithmetic nvcc 13 split each 16-byte
-            // store into four 32-bit ones.
-            rf_dequant_store8(o + 8 * (rf_u64)g, v);
+        if constexpr (rf_pack16<T>::N == 4) {
+            rf_dequant_tile_f32<F>(stage, o, nb, tid, nthreads);
+        } else {
+            const int groups = 4 * nb;
+            for (int g = tid; g < groups; g += nthreads) {
+                float v[8];
+                F::group(stage + (g >> 2) * F::BLOCK_BYTES, g & 3, v);
+                // A 64-bit offset: with `o + 8 * g + i` in int arithmetic nvcc 13 split each
+                // 16-byte store into four 32-bit ones.
+                rf_dequant_store8(o + 8 * (rf_u64)g, v);
+            }
         }
     }
 };
@@ -156,6 +282,20 @@ template <typename F> struct rf_dequant_tile {
 template <> struct rf_dequant_tile<rf_mxfp4> {
     template <typename T>
     static RF_DEVICE void run(const unsigned char* stage, T* o, int nb, int tid, int nthreads) {
+        if constexpr (rf_pack16<T>::N == 4) {
+            if (nthreads % 32 == 0) {
+                run_f32(stage, o, nb, tid, nthreads);
+            } else {
+                rf_dequant_tile_f32<rf_mxfp4>(stage, o, nb, tid, nthreads);
+            }
+        } else {
+            run16(stage, o, nb, tid, nthreads);
+        }
+    }
+
+    // f16 / bf16: group g (8 outputs) in thread g % nthreads, as in version 3.
+    template <typename T>
+    static RF_DEVICE void run16(const unsigned char* stage, T* o, int nb, int tid, int nthreads) {
         const int p = tid & 3;
         const int first = 1 + 8 * (p & 1);
         const unsigned int nibble = 4u * (unsigned int)(p >> 1);
@@ -177,8 +317,8 @@ template <> struct rf_dequant_tile<rf_mxfp4> {
                 const unsigned int w1 = wp[1];
                 const unsigned int w2 = wp[2];
                 float v[8];
-                rf_mxfp4_decode8(__funnelshift_r(w0, w1, amount), __funnelshift_r(w1, w2, amount),
-                                 rf_e8m0_to_float(*sc), v);
+                const float s = rf_e8m0_to_float(*sc);
+                rf_mxfp4_decode8(__funnelshift_r(w0, w1, amount), __funnelshift_r(w1, w2, amount), s, s, v);
                 rf_dequant_store8(dst, v);
                 w += stride;
                 sc += stride;
@@ -194,6 +334,45 @@ template <> struct rf_dequant_tile<rf_mxfp4> {
                 rf_mxfp4_group_at(stage, at, 17 * b, 8u * (unsigned int)at + 4u * (unsigned int)(q >> 1), v);
                 rf_dequant_store8(o + 8 * (rf_u64)g, v);
             }
+        }
+    }
+
+    // rf_dequant_tile_f32 with blockDim.x a multiple of 32 (the launcher's case). Chunk c and its
+    // partner c + n (n = nthreads) lie n / 8 blocks apart, 17 n / 8 stage bytes, a multiple of 4;
+    // a step is 2 n chunks, 17 n / 4 bytes. So a thread keeps c % 8, both chunks' words sit at a
+    // constant distance and share one shift amount, and all offsets advance by constants.
+    static RF_DEVICE void run_f32(const unsigned char* stage, float* o, int nb, int tid, int nthreads) {
+        const int r = tid & 7;
+        const int half = 17 * (nthreads >> 3);
+        const int stride = 2 * half;
+        const int end = 17 * nb;
+        int scale_at = 17 * (tid >> 3);
+        const int at = scale_at + 1 + 4 * (r & 3);
+        const unsigned int amount = 8u * (unsigned int)at + 4u * (unsigned int)(r >> 2);
+        const unsigned char* w = stage + (at & ~3);
+        const unsigned char* sc = stage + scale_at;
+        float* dst = o + 4 * (rf_u64)tid;
+        const rf_u64 partner = 4 * (rf_u64)nthreads;
+        for (; scale_at + half < end; scale_at += stride) {
+            const unsigned int* const w0 = reinterpret_cast<const unsigned int*>(w);
+            const unsigned int* const w1 = reinterpret_cast<const unsigned int*>(w + half);
+            float v[8];
+            rf_mxfp4_decode8(__funnelshift_r(w0[0], w0[1], amount), __funnelshift_r(w1[0], w1[1], amount),
+                             rf_e8m0_to_float(sc[0]), rf_e8m0_to_float(sc[half]), v);
+            rf_store16(dst, rf_pack16<float>::pack(v));
+            rf_store16(dst + partner, rf_pack16<float>::pack(v + 4));
+            w += stride;
+            sc += stride;
+            dst += 2 * partner;
+        }
+        // The last chunk alone when its partner lies past the tile.
+        if (scale_at < end) {
+            const unsigned int* const w0 = reinterpret_cast<const unsigned int*>(w);
+            const unsigned int v0 = __funnelshift_r(w0[0], w0[1], amount);
+            const float s = rf_e8m0_to_float(sc[0]);
+            float v[8];
+            rf_mxfp4_decode8(v0, v0, s, s, v);
+            rf_store16(dst, rf_pack16<float>::pack(v));
         }
     }
 };

@@ -41,8 +41,10 @@ fn random_bytes<T: Dtype>(gpu: &GpuTest, seed: u64) {
     let mut rng = Rng::new(seed);
     for format in BlockFormat::ALL {
         // The kernel stages tiles of 256 blocks: 256 and 2560 are whole tiles, 257 and 4097 a
-        // tile and one block, 100_003 a partial last tile after 390 whole ones.
-        for nblocks in [1, 7, 127, 256, 257, 2560, 4097, 100_003] {
+        // tile and one block, 100_003 a partial last tile after 390 whole ones. f32 stores 4
+        // outputs (8 chunks a block) a store, chunk c of a tile with chunk c + 256 (256 threads):
+        // 32 blocks have no pairs, 64 exactly one round of pairs, 65 and 127 pairs and singles.
+        for nblocks in [1, 7, 32, 64, 65, 127, 256, 257, 2560, 4097, 100_003] {
             let blocks = random_blocks(&mut rng, format, nblocks);
             let dblocks = gpu.stream().upload(&blocks).unwrap();
             let mut out = poisoned::<T>(gpu, nblocks * QK);
@@ -74,10 +76,17 @@ fn random_blocks_decode_as_the_codec_bf16() {
     random_bytes::<bf16>(&gpu, 0xde03);
 }
 
+fn decode_matches<T: Dtype>(gpu: &GpuTest, format: BlockFormat, blocks: &[u8], dblocks: &DeviceBuffer<u8>) {
+    let mut out = poisoned::<T>(gpu, blocks.len() / format.block_bytes() * QK);
+    dequantize(format, dblocks, &mut out).unwrap();
+    let expected = dequantize_reference::<T>(format, blocks).unwrap();
+    assert_close(&floats(&out.to_vec().unwrap()), &floats(&expected), EXACT_BUT_FLUSHED_SUBNORMALS);
+}
+
 /// More tiles of 256 blocks than the launch has thread blocks (16 per compute unit), so each
 /// thread block strides over two or three tiles, the last one partial: the formats with the
-/// smallest (17 bytes) and largest (34 bytes) blocks, to f16 (one 16-byte store a group) and f32
-/// (two).
+/// smallest (17 bytes) and largest (34 bytes) blocks, to f16 (one 16-byte store a group of 8) and
+/// f32 (one 16-byte store a chunk of 4, in pairs of chunks), each format to both.
 #[test]
 fn more_tiles_than_thread_blocks() {
     let gpu = gpu_test!();
@@ -87,17 +96,8 @@ fn more_tiles_than_thread_blocks() {
     for format in [BlockFormat::Mxfp4Gguf, BlockFormat::Q8_0] {
         let blocks = random_blocks(&mut rng, format, nblocks);
         let dblocks = gpu.stream().upload(&blocks).unwrap();
-        if format == BlockFormat::Mxfp4Gguf {
-            let mut out = poisoned::<f16>(&gpu, nblocks * QK);
-            dequantize(format, &dblocks, &mut out).unwrap();
-            let expected = dequantize_reference::<f16>(format, &blocks).unwrap();
-            assert_close(&floats(&out.to_vec().unwrap()), &floats(&expected), EXACT_BUT_FLUSHED_SUBNORMALS);
-        } else {
-            let mut out = poisoned::<f32>(&gpu, nblocks * QK);
-            dequantize(format, &dblocks, &mut out).unwrap();
-            let expected = dequantize_reference::<f32>(format, &blocks).unwrap();
-            assert_close(&floats(&out.to_vec().unwrap()), &floats(&expected), EXACT_BUT_FLUSHED_SUBNORMALS);
-        }
+        decode_matches::<f16>(&gpu, format, &blocks, &dblocks);
+        decode_matches::<f32>(&gpu, format, &blocks, &dblocks);
     }
 }
 
