@@ -137,17 +137,28 @@ pub fn mx_matvec<T: Dtype>(
     check_aligned(x, y)?;
     let stream = y.stream().clone();
     let cores = stream.backend().info().matrix_cores;
-    if matvec_on_matrix_cores(cores, format, T::NAME, k, w.device_ptr()) {
-        return matvec_mma(&stream, format, w, x, y, n, k);
-    }
-    let name = kernel_name::<T>(&format!("rf_{}_matvec", format.block_format().name()));
-    let kernel = loader::kernel(&stream, KERNEL, &name)?;
-    let config = matvec_config(&stream, &kernel, format, n)?;
-    // SAFETY: rf_<fmt>_matvec_<T>(const u8* w, const T* x, T* y, u64 n, u64 k) reads bytes
-    // [0, n * k / 32 * block_bytes) of w, x[0, k) (16-byte loads: x is 16-byte aligned, checked
-    // above) and writes y[0, n); check_product proved those lengths. Its dynamic shared memory is
-    // sized by matvec_config with the kernel's formula for the block and warp size it launches
-    // with. w and x are shared borrows distinct from y; the builder checks the stream.
+    let (kernel, config) = if matvec_on_matrix_cores(cores, format, T::NAME, k, w.device_ptr()) {
+        let name = kernel_name::<T>(&format!("rf_{}_matvec_mma", format.block_format().name()));
+        let kernel = loader::kernel(&stream, KERNEL, &name)?;
+        let config = matvec_mma_config(&stream, &kernel, format, n, k)?;
+        (kernel, config)
+    } else {
+        let name = kernel_name::<T>(&format!("rf_{}_matvec", format.block_format().name()));
+        let kernel = loader::kernel(&stream, KERNEL, &name)?;
+        let config = matvec_config(&stream, &kernel, format, n)?;
+        (kernel, config)
+    };
+    // SAFETY: both kernels are (const u8* w, const T* x, T* y, u64 n, u64 k); each reads bytes
+    // [0, n * k / 32 * block_bytes) of w and x[0, k) and writes y[0, n), lengths check_product
+    // proved. x is 16-byte aligned (check_aligned) for their 16-byte loads and copies.
+    // - rf_<fmt>_matvec_<T> (portable): its dynamic shared memory is sized by matvec_config
+    //   with the kernel's formula for the block and warp size it launches with.
+    // - rf_<fmt>_matvec_mma_<T>: taken only where matvec_on_matrix_cores proved k % 512 == 0 and
+    //   a 16-byte aligned w (its 16-byte asynchronous copies of whole row chunks; rows past n are
+    //   zero-filled without reading); matvec_mma_config gives it 1..=4 warps of 32 lanes, the
+    //   shared memory its formula needs (checked against the device's limit) and checks
+    //   16 row_bytes < 2^32, which keeps its 32-bit copy offsets exact.
+    // w and x are shared borrows distinct from y; the builder checks the stream.
     unsafe {
         stream
             .launch(&kernel)
@@ -193,17 +204,15 @@ fn matvec_mma_shared_bytes(format: MxFormat, warps: usize) -> usize {
     warps * MMA_STAGES * stage + warps * MMA_ROWS * 4
 }
 
-fn matvec_mma<T: Dtype>(
+/// Up to 4 warps (`matvec_mma_warps`), one block per 16 rows up to the grid's limit (the kernel
+/// strides over the rest).
+fn matvec_mma_config(
     stream: &Stream,
+    kernel: &rocm_runtime::Function,
     format: MxFormat,
-    w: &DeviceBuffer<u8>,
-    x: &DeviceBuffer<T>,
-    y: &mut DeviceBuffer<T>,
     n: usize,
     k: usize,
-) -> Result<()> {
-    let name = kernel_name::<T>(&format!("rf_{}_matvec_mma", format.block_format().name()));
-    let kernel = loader::kernel(stream, KERNEL, &name)?;
+) -> Result<LaunchConfig> {
     let info = stream.backend().info();
     let warps = matvec_mma_warps(k);
     let threads = warps * 32;
@@ -222,30 +231,11 @@ fn matvec_mma<T: Dtype>(
         )
     })?;
     let blocks = n.div_ceil(MMA_ROWS).clamp(1, info.max_grid[0].max(1) as usize);
-    let config = LaunchConfig {
+    Ok(LaunchConfig {
         grid: [blocks as u32, 1, 1],
         block: [threads as u32, 1, 1],
         shared_mem_bytes: shared as u32,
-    };
-    // SAFETY: rf_<fmt>_matvec_mma_<T>(const u8* w, const T* x, T* y, u64 n, u64 k) reads bytes
-    // [0, n * k / 32 * block_bytes) of w and x[0, k) (16-byte asynchronous copies of whole row chunks
-    // and of x; rows past n are zero-filled without reading; w and x are 16-byte aligned) and
-    // writes y[0, n); check_product proved those lengths, matvec_on_matrix_cores that
-    // k % 512 == 0 and w is aligned, check_aligned that x is. It runs `warps` (1..=4) warps of
-    // 32 lanes with the shared memory its formula gives for them (checked against the device's
-    // limit), and 16 row_bytes < 2^32 (checked above) keeps its 32-bit copy offsets exact. w
-    // and x are shared borrows distinct from y; the builder checks the stream.
-    unsafe {
-        stream
-            .launch(&kernel)
-            .buffer(w)
-            .buffer(x)
-            .buffer_mut(y)
-            .arg(n as u64)
-            .arg(k as u64)
-            .launch(config)?;
-    }
-    Ok(())
+    })
 }
 
 /// Shared bytes of the matrix-vector kernel for a block of `threads` threads of warp size `warp`
