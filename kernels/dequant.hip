@@ -32,6 +32,13 @@
 // in pairs (c, c + n), and each store instruction of a warp writes its lanes' consecutive chunks,
 // one contiguous run (rf_dequant_tile_f32; MXFP4 decodes both chunks of a pair in one
 // rf_mxfp4_decode8 with two scales). f16/bf16 are unchanged.
+//
+// Version 5 (MXFP6 only): instead of rf_mx_element per element (~133 instructions a group), a
+// thread reads its 6 payload bytes as three aligned words and two funnel shifts (f32: 3 bytes of
+// each chunk of a pair, two words and one funnel shift), places each code's bits in an f16
+// (rf_mxfp6_bits: the value times 2^(bias - 15), exactly), widens the f16 to f32, multiplies by
+// 2^(15 - bias) and by the E8M0 scale: the same f32 products as before, so the same bits. Offsets
+// advance by constants as for MXFP4 (blockDim.x a multiple of 16 for f16/bf16, 32 for f32).
 
 #include "rocmforge_quant.h"
 
@@ -134,6 +141,80 @@ RF_DEVICE void rf_mxfp4_group_at(const unsigned char* stage, int at, int scale_a
     rf_mxfp4_decode8(__funnelshift_r(w0, w1, amount), __funnelshift_r(w1, w2, amount), s, s, v);
 }
 
+// ---------------------------------------------------------------------------------------------
+// MXFP6 by bit placement (version 5). A code's five magnitude bits placed under the f16 exponent
+// and mantissa (shifted left by 10 - MBITS), its sign at bit 15, are the f16 of its value times
+// 2^(bias - 15) exactly: E2M3 (bias 1) times 2^-14, E3M2 (bias 3) times 2^-12; codes with exponent
+// field 0 land as f16 subnormals with the right value, since both formats have subnormals with
+// the same "0.m * 2^(1 - bias)" rule as f16's "0.m * 2^-14". The f16 widens to f32 exactly
+// (rf_f16x2_to_float2, subnormals included), times 2^(15 - bias) (exact: the result is the code's
+// value, 2^-4 <= |v| <= 28), times the E8M0 scale: the product rf_mx_element(c) * s of F::group,
+// so the same f32 bits (-0, NaN scale and 2^-127 included). The two multiplies are not folded:
+// 2^(15 - bias) * s overflows f32 for scale bytes above 254 - (15 - bias).
+// ---------------------------------------------------------------------------------------------
+
+// The two f16 halves of w (bits 0-15, 16-31) as f32, exactly. NVIDIA: cvt.f32.f16 of each half
+// (HADD2.F32 with a half selector on sm_80+); a widening conversion, exact for every f16, its
+// subnormals included (.ftz would only concern f32 subnormals, and is not used). AMD:
+// v_cvt_f32_f16, which keeps f16 subnormals as the kernels run (f16/f64 denormals on, the HIP
+// default: .amdhsa_float_denorm_mode_16_64 3).
+RF_DEVICE void rf_f16x2_to_float2(unsigned int w, float* lo, float* hi) {
+#if RF_PLATFORM_NVIDIA
+    asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
+        : "=f"(*lo), "=f"(*hi)
+        : "r"(w));
+#else
+    *lo = __half2float(__ushort_as_half((unsigned short)(w & 0xffffu)));
+    *hi = __half2float(__ushort_as_half((unsigned short)(w >> 16)));
+#endif
+}
+
+template <int EBITS, int MBITS> struct rf_mxfp6_bits {
+    static constexpr int SHIFT = 10 - MBITS;
+    static constexpr int BIAS = (1 << (EBITS - 1)) - 1;
+    static constexpr float UNIT = (float)(1 << (15 - BIAS)); // 2^(15 - bias)
+    static constexpr unsigned int MAG = (0x1fu << SHIFT) * 0x10001u; // both halves
+    static constexpr unsigned int SIGN = 0x80008000u;
+
+    // The f16 pair of the codes at bits P (low half) and P + 16 (high half) of z.
+    template <int P> static RF_DEVICE unsigned int pair(unsigned int z) {
+        return ((z << (SHIFT - P)) & MAG) | ((z << (10 - P)) & SIGN);
+    }
+
+    // Codes a0..a3 and b0..b3 laid out as z1 = a0 at bit 0, a1 at 6, b0 at 16, b1 at 22 and z2 =
+    // a2, a3, b2, b3 likewise (other bits ignored): out[i] = value(a_i) * s0,
+    // out[4 + i] = value(b_i) * s1.
+    static RF_DEVICE void decode8(unsigned int z1, unsigned int z2, float s0, float s1, float* out) {
+        const unsigned int p[4] = {pair<0>(z1), pair<6>(z1), pair<0>(z2), pair<6>(z2)};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float lo, hi;
+            rf_f16x2_to_float2(p[i], &lo, &hi);
+            out[i] = (lo * UNIT) * s0;
+            out[4 + i] = (hi * UNIT) * s1;
+        }
+    }
+
+    // Codes a0..a3 at bits 0, 6, 12, 18 of x0 and b0..b3 likewise in x1 (bits 24-31 ignored).
+    static RF_DEVICE void decode_chunks(unsigned int x0, unsigned int x1, float s0, float s1, float* out) {
+        decode8(rf_bitselect(0xffffu, x0, x1 << 16), rf_bitselect(0xffffu, x0 >> 12, x1 << 4), s0, s1, out);
+    }
+
+    // Codes 0..7 at bits 0, 6, .., 42 of (hi : lo), times s, into out[0..8).
+    static RF_DEVICE void decode_group(unsigned int lo, unsigned int hi, float s, float* out) {
+        // z1: bits 0-15 and 24-39 (codes 0, 1 and 4, 5); z2: bits 12-27 and 36-51 (2, 3 and 6, 7).
+        decode8(rf_bitselect(0xffffu, lo, __funnelshift_r(lo, hi, 8u)), rf_bitselect(0xffffu, lo >> 12, hi << 12), s,
+                s, out);
+    }
+};
+
+// The 24 bits at stage byte `at` (chunk codes), from two aligned words and a funnel shift by
+// 8 at (mod 32).
+RF_DEVICE unsigned int rf_stage_bits24(const unsigned char* stage, int at) {
+    const unsigned int* const w = reinterpret_cast<const unsigned int*>(stage + (at & ~3));
+    return __funnelshift_r(w[0], w[1], 8u * (unsigned int)at);
+}
+
 template <typename T> RF_DEVICE void rf_dequant_store8(T* dst, const float* v) {
     constexpr int N = rf_pack16<T>::N;
 #pragma unroll
@@ -184,17 +265,18 @@ template <> struct rf_dequant_quarter<rf_q4_0> {
     }
 };
 
-// Codes 4r .. + 4 are bits 24r .. + 24 of the payload: bytes 3r .. + 3.
+
+// MXFP6 chunk c: codes 4r .. + 4 (r = c % 8) are bits 24r .. + 24 of the payload, bytes 3r .. + 3.
 template <int EBITS, int MBITS> struct rf_dequant_quarter<rf_mxfp6<EBITS, MBITS>> {
     static RF_DEVICE void decode(const unsigned char* stage, int c, float* out) {
-        typedef rf_mxfp6<EBITS, MBITS> F;
-        const unsigned char* const b = stage + (c >> 3) * F::BLOCK_BYTES;
-        const float s = rf_e8m0_to_float(b[0]);
-        const unsigned char* const q = b + 1 + 3 * (c & 7);
-        const unsigned int bits = (unsigned int)q[0] | ((unsigned int)q[1] << 8) | ((unsigned int)q[2] << 16);
+        const int scale_at = 25 * (c >> 3);
+        const unsigned int x = rf_stage_bits24(stage, scale_at + 1 + 3 * (c & 7));
+        const float s = rf_e8m0_to_float(stage[scale_at]);
+        float v8[8];
+        rf_mxfp6_bits<EBITS, MBITS>::decode_chunks(x, x, s, s, v8);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            out[i] = F::element((bits >> (6 * i)) & 63u) * s;
+            out[i] = v8[i];
         }
     }
 };
@@ -372,6 +454,110 @@ template <> struct rf_dequant_tile<rf_mxfp4> {
             const float s = rf_e8m0_to_float(sc[0]);
             float v[8];
             rf_mxfp4_decode8(v0, v0, s, s, v);
+            rf_store16(dst, rf_pack16<float>::pack(v));
+        }
+    }
+};
+
+// MXFP6 (version 5): group g is block b = g / 4, part p = g % 4: payload bytes 6p .. + 6 (codes
+// 8p .. + 8) at stage byte 25 b + 1 + 6p, read as three aligned words and two funnel shifts.
+template <int EBITS, int MBITS> struct rf_dequant_tile<rf_mxfp6<EBITS, MBITS>> {
+    typedef rf_mxfp6<EBITS, MBITS> F;
+    typedef rf_mxfp6_bits<EBITS, MBITS> D;
+
+    template <typename T>
+    static RF_DEVICE void run(const unsigned char* stage, T* o, int nb, int tid, int nthreads) {
+        if constexpr (rf_pack16<T>::N == 4) {
+            if (nthreads % 32 == 0) {
+                run_f32(stage, o, nb, tid, nthreads);
+            } else {
+                rf_dequant_tile_f32<F>(stage, o, nb, tid, nthreads);
+            }
+        } else {
+            run16(stage, o, nb, tid, nthreads);
+        }
+    }
+
+    // The 8 values of the group whose payload bytes start at stage byte `at`, scale byte scale_at.
+    static RF_DEVICE void group_at(const unsigned char* stage, int at, int scale_at, float* v) {
+        const unsigned int* const w = reinterpret_cast<const unsigned int*>(stage + (at & ~3));
+        const unsigned int amount = 8u * (unsigned int)at;
+        D::decode_group(__funnelshift_r(w[0], w[1], amount), __funnelshift_r(w[1], w[2], amount),
+                        rf_e8m0_to_float(stage[scale_at]), v);
+    }
+
+    // f16 / bf16: group g in thread g % nthreads.
+    template <typename T>
+    static RF_DEVICE void run16(const unsigned char* stage, T* o, int nb, int tid, int nthreads) {
+        if (nthreads % 16 == 0) {
+            // The launcher's case. g advances by a multiple of 16: a thread keeps its part and steps
+            // over 25 * nthreads / 4 stage bytes, a multiple of 4, so its word offset advances by a
+            // constant and the shift amount stays the same.
+            const int stride = 25 * (nthreads >> 2);
+            const int end = 25 * nb;
+            int scale_at = 25 * (tid >> 2);
+            const int at = scale_at + 1 + 6 * (tid & 3);
+            const unsigned int amount = 8u * (unsigned int)at;
+            const unsigned char* w = stage + (at & ~3);
+            const unsigned char* sc = stage + scale_at;
+            T* dst = o + 8 * (rf_u64)tid;
+            for (; scale_at < end; scale_at += stride) {
+                const unsigned int* const wp = reinterpret_cast<const unsigned int*>(w);
+                const unsigned int w0 = wp[0];
+                const unsigned int w1 = wp[1];
+                const unsigned int w2 = wp[2];
+                float v[8];
+                D::decode_group(__funnelshift_r(w0, w1, amount), __funnelshift_r(w1, w2, amount),
+                                rf_e8m0_to_float(*sc), v);
+                rf_dequant_store8(dst, v);
+                w += stride;
+                sc += stride;
+                dst += 8 * nthreads;
+            }
+        } else {
+            const int groups = 4 * nb;
+            for (int g = tid; g < groups; g += nthreads) {
+                const int scale_at = 25 * (g >> 2);
+                float v[8];
+                group_at(stage, scale_at + 1 + 6 * (g & 3), scale_at, v);
+                rf_dequant_store8(o + 8 * (rf_u64)g, v);
+            }
+        }
+    }
+
+    // rf_dequant_tile_f32 with blockDim.x a multiple of 32: chunk c and its partner c + n lie n / 8
+    // blocks, 25 n / 8 stage bytes (a multiple of 4) apart; a step is 25 n / 4 bytes. A thread
+    // keeps c % 8, both chunks share one shift amount, all offsets advance by constants.
+    static RF_DEVICE void run_f32(const unsigned char* stage, float* o, int nb, int tid, int nthreads) {
+        const int half = 25 * (nthreads >> 3);
+        const int stride = 2 * half;
+        const int end = 25 * nb;
+        int scale_at = 25 * (tid >> 3);
+        const int at = scale_at + 1 + 3 * (tid & 7);
+        const unsigned int amount = 8u * (unsigned int)at;
+        const unsigned char* w = stage + (at & ~3);
+        const unsigned char* sc = stage + scale_at;
+        float* dst = o + 4 * (rf_u64)tid;
+        const rf_u64 partner = 4 * (rf_u64)nthreads;
+        for (; scale_at + half < end; scale_at += stride) {
+            const unsigned int* const w0 = reinterpret_cast<const unsigned int*>(w);
+            const unsigned int* const w1 = reinterpret_cast<const unsigned int*>(w + half);
+            float v[8];
+            D::decode_chunks(__funnelshift_r(w0[0], w0[1], amount), __funnelshift_r(w1[0], w1[1], amount),
+                             rf_e8m0_to_float(sc[0]), rf_e8m0_to_float(sc[half]), v);
+            rf_store16(dst, rf_pack16<float>::pack(v));
+            rf_store16(dst + partner, rf_pack16<float>::pack(v + 4));
+            w += stride;
+            sc += stride;
+            dst += 2 * partner;
+        }
+        // The last chunk alone when its partner lies past the tile.
+        if (scale_at < end) {
+            const unsigned int* const w0 = reinterpret_cast<const unsigned int*>(w);
+            const unsigned int x = __funnelshift_r(w0[0], w0[1], amount);
+            const float s = rf_e8m0_to_float(sc[0]);
+            float v[8];
+            D::decode_chunks(x, x, s, s, v);
             rf_store16(dst, rf_pack16<float>::pack(v));
         }
     }

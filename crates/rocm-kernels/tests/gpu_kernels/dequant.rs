@@ -3,7 +3,7 @@
 //! f16 scales of every kind), awkward block counts, quantised real-looking data, and the lengths
 //! the launcher must refuse.
 
-use rocm_kernels::quant::{BlockFormat, QK, dequantize, dequantize_reference};
+use rocm_kernels::quant::{BlockFormat, Fp6, QK, dequantize, dequantize_reference};
 use rocm_kernels::{Dtype, KernelError};
 use rocm_runtime::{DeviceBuffer, Error, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, Tolerance, assert_close, gpu_test};
@@ -85,7 +85,7 @@ fn decode_matches<T: Dtype>(gpu: &GpuTest, format: BlockFormat, blocks: &[u8], d
 
 /// More tiles of 256 blocks than the launch has thread blocks (16 per compute unit), so each
 /// thread block strides over two or three tiles, the last one partial: the formats with the
-/// smallest (17 bytes) and largest (34 bytes) blocks, to f16 (one 16-byte store a group of 8) and
+/// smallest (17 bytes) and largest (34 bytes) blocks and MXFP6 (25 bytes), to f16 (one 16-byte store a group of 8) and
 /// f32 (one 16-byte store a chunk of 4, in pairs of chunks), each format to both.
 #[test]
 fn more_tiles_than_thread_blocks() {
@@ -93,11 +93,43 @@ fn more_tiles_than_thread_blocks() {
     let mut rng = Rng::new(0xde05);
     let units = gpu.backend().info().compute_units as usize;
     let nblocks = units * 16 * 256 * 2 + 300;
-    for format in [BlockFormat::Mxfp4Gguf, BlockFormat::Q8_0] {
+    for format in [BlockFormat::Mxfp4Gguf, BlockFormat::Q8_0, BlockFormat::Mxfp6(Fp6::E2M3)] {
         let blocks = random_blocks(&mut rng, format, nblocks);
         let dblocks = gpu.stream().upload(&blocks).unwrap();
         decode_matches::<f16>(&gpu, format, &blocks, &dblocks);
         decode_matches::<f32>(&gpu, format, &blocks, &dblocks);
+    }
+}
+
+/// Every MXFP6 code under every E8M0 scale byte, each at every position of a group of 8 (the
+/// f16/bf16 kernels decode 8 codes from 6 payload bytes, the f32 ones 4 from 3): block
+/// 2 e + h has scale byte e and code (32 h + j + e) % 64 at position j, so each scale byte meets
+/// all 64 codes and each code meets every position across the scale bytes.
+#[test]
+fn mxfp6_every_code_and_scale() {
+    let gpu = gpu_test!();
+    for format in [BlockFormat::Mxfp6(Fp6::E2M3), BlockFormat::Mxfp6(Fp6::E3M2)] {
+        let mut blocks = Vec::with_capacity(512 * 25);
+        for e in 0..256usize {
+            for h in 0..2usize {
+                let mut payload = [0u8; 24];
+                for j in 0..QK {
+                    let code = ((32 * h + j + e) % 64) as u32;
+                    for bit in 0..6 {
+                        if (code >> bit) & 1 == 1 {
+                            let at = 6 * j + bit;
+                            payload[at / 8] |= 1 << (at % 8);
+                        }
+                    }
+                }
+                blocks.push(e as u8);
+                blocks.extend_from_slice(&payload);
+            }
+        }
+        let dblocks = gpu.stream().upload(&blocks).unwrap();
+        decode_matches::<f32>(&gpu, format, &blocks, &dblocks);
+        decode_matches::<f16>(&gpu, format, &blocks, &dblocks);
+        decode_matches::<bf16>(&gpu, format, &blocks, &dblocks);
     }
 }
 
@@ -150,7 +182,7 @@ fn bad_lengths_are_refused() {
     // blocks.
     assert!(shape_error(dequantize(BlockFormat::Q8_0, &blocks, &mut out)).contains("out has 64"));
     assert!(shape_error(dequantize(BlockFormat::Q4_0, &blocks, &mut out)).contains("18-byte q4_0"));
-    let e3m2 = BlockFormat::Mxfp6(rocm_kernels::quant::Fp6::E3M2);
+    let e3m2 = BlockFormat::Mxfp6(Fp6::E3M2);
     assert!(shape_error(dequantize(e3m2, &blocks, &mut out)).contains("34 bytes are not"));
     let other = gpu.new_stream();
     let foreign = other.upload(&[0x11u8; 2 * 17]).unwrap();
