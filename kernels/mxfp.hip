@@ -264,17 +264,18 @@ RF_DEVICE void rf_mxm_e2m1_word_bf16(unsigned w, unsigned (&a)[2][2]) {
 }
 
 // Per format and activation type: UNIT (what the decoded values are scaled by, undone on the
-// block sums), piece(stage row, b, t, a) (thread t's codes of block b of a staged row, decoded
-// into the A pairs of the block's two mma steps) and x(block's x, t) (the matching B pairs:
-// step 0's b0, b1, step 1's b0, b1).
+// block sums), piece(stage row, delta, b, t, a) (thread t's codes of block b of a staged row
+// whose blocks start delta bytes in, decoded into the A pairs of the block's two mma steps) and
+// x(block's x, t) (the matching B pairs: step 0's b0, b1, step 1's b0, b1).
 template <typename F, typename T> struct rf_mxm;
 
 // MXFP4: thread t takes payload word t (elements 4t..4t+3 low nibbles, +16 high nibbles).
 template <typename T> struct rf_mxm_mxfp4 {
-    // Word t of block b: bytes o + 4t .. o + 4t + 3, o = 17 b + 1, of the 16-byte aligned stage
-    // row; o % 4 is a compile-time constant once b is unrolled.
-    static RF_DEVICE unsigned word(const unsigned char* row, int b, int t) {
-        const int o = b * rf_mxfp4::BLOCK_BYTES + 1;
+    // Word t of block b: bytes o + 4t .. o + 4t + 3, o = delta + 17 b + 1, of the 16-byte
+    // aligned stage row whose blocks start `delta` bytes in; with delta = 0 (rows of whole
+    // 16-byte chunks) o % 4 is a compile-time constant once b is unrolled.
+    static RF_DEVICE unsigned word(const unsigned char* row, int delta, int b, int t) {
+        const int o = delta + b * rf_mxfp4::BLOCK_BYTES + 1;
         const unsigned* p = reinterpret_cast<const unsigned*>(row) + (o >> 2) + t;
         const unsigned shift = 8u * (unsigned)(o & 3);
         return shift ? __funnelshift_r(p[0], p[1], shift) : p[0];
@@ -287,14 +288,14 @@ template <typename T> struct rf_mxm_mxfp4 {
 };
 template <> struct rf_mxm<rf_mxfp4, __half> : rf_mxm_mxfp4<__half> {
     static constexpr float UNIT = 16384.0f; // the f16 values are the codes' times 2^-14
-    static RF_DEVICE void piece(const unsigned char* row, int b, int t, unsigned (&a)[2][2]) {
-        rf_mxm_e2m1_word_f16(word(row, b, t), a);
+    static RF_DEVICE void piece(const unsigned char* row, int delta, int b, int t, unsigned (&a)[2][2]) {
+        rf_mxm_e2m1_word_f16(word(row, delta, b, t), a);
     }
 };
 template <> struct rf_mxm<rf_mxfp4, rf_bf16> : rf_mxm_mxfp4<rf_bf16> {
     static constexpr float UNIT = 1.0f;
-    static RF_DEVICE void piece(const unsigned char* row, int b, int t, unsigned (&a)[2][2]) {
-        rf_mxm_e2m1_word_bf16(word(row, b, t), a);
+    static RF_DEVICE void piece(const unsigned char* row, int delta, int b, int t, unsigned (&a)[2][2]) {
+        rf_mxm_e2m1_word_bf16(word(row, delta, b, t), a);
     }
 };
 
@@ -311,8 +312,8 @@ template <int EBITS, int MBITS> struct rf_mxm<rf_mxfp6<EBITS, MBITS>, __half> {
         const unsigned u = (q & 0x3fu) | ((q << 10) & 0x3f0000u); // the codes at 0 and 16
         return ((u << SHIFT) & (MAG | (MAG << 16))) | ((u << 10) & 0x80008000u);
     }
-    static RF_DEVICE void piece(const unsigned char* row, int b, int t, unsigned (&a)[2][2]) {
-        const int o = b * 25 + 1 + 6 * t; // 6t: the alignment is the lane's
+    static RF_DEVICE void piece(const unsigned char* row, int delta, int b, int t, unsigned (&a)[2][2]) {
+        const int o = delta + b * 25 + 1 + 6 * t; // 6t: the alignment is the lane's
         const unsigned* p = reinterpret_cast<const unsigned*>(row) + (o >> 2);
         const unsigned shift = 8u * (unsigned)(o & 3);
         const unsigned lo = __funnelshift_r(p[0], p[1], shift); // bits 0..31 of the 48
@@ -327,13 +328,24 @@ template <int EBITS, int MBITS> struct rf_mxm<rf_mxfp6<EBITS, MBITS>, __half> {
     static RF_DEVICE uint4 x(const __half* xb, int t) { return *reinterpret_cast<const uint4*>(xb + 8 * t); }
 };
 
-template <typename F, typename T>
+// Words of a stage row: ROW bytes (ANY_K: the 16-byte vectors covering them from up to 15 bytes
+// before), rounded up to 4 mod 32 words so that the 8 rows a warp reads at once start in
+// distinct banks.
+template <int ROW, bool ANY_K> struct rf_mxm_stage_row {
+    static constexpr int NEED = ANY_K ? 4 * ((ROW + 30) / 16) : ROW / 4;
+    static constexpr int WORDS = NEED + ((4 - NEED % 32) + 32) % 32;
+};
+
+template <typename F, typename T, bool ANY_K>
 RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64 n, rf_u64 k) {
     typedef rf_mxm<F, T> D;
     constexpr int BB = F::BLOCK_BYTES;
     constexpr int ROW = RF_MXM_CHUNK * BB; // bytes of a row's chunk: 272 (MXFP4), 400 (MXFP6)
     constexpr int VECS = ROW / 16;
-    constexpr int WBYTES = RF_MXM_ROWS * ROW;                     // the rows' chunk
+    constexpr int RS = 4 * rf_mxm_stage_row<ROW, ANY_K>::WORDS;   // stage row stride, bytes
+    constexpr int AV = (ROW + 30) / 16;                           // ANY_K: vectors copied a row
+    static_assert(ANY_K || RS == ROW, "whole-chunk rows are stored unpadded");
+    constexpr int WBYTES = RF_MXM_ROWS * RS;                      // the rows' chunk
     constexpr int XBYTES = RF_QK * RF_MXM_CHUNK * (int)sizeof(T); // the chunk's x: 1024
     constexpr int STAGE = WBYTES + XBYTES;
     constexpr int COPIES = (RF_MXM_ROWS * VECS + 31) / 32; // 16-byte weight copies a lane issues
@@ -345,8 +357,10 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
     const int t = lane & 3;
     unsigned char* stages = rf_mxm_smem + warp * RF_MXM_STAGES * STAGE;
     float* totals = reinterpret_cast<float*>(rf_mxm_smem + warps * RF_MXM_STAGES * STAGE);
-    const rf_u64 chunks = k / (RF_QK * RF_MXM_CHUNK);
-    const rf_u64 row_bytes = k / RF_QK * BB;
+    const rf_u64 nblocks = k / RF_QK;
+    const rf_u64 chunks = (nblocks + RF_MXM_CHUNK - 1) / RF_MXM_CHUNK;
+    const rf_u64 row_bytes = nblocks * BB;
+    const unsigned char* w_end = w + n * row_bytes;
     // Lane's copies: copy j is 16-byte vector i = lane + 32 j of the stage, row i / VECS. Its
     // offset from the chunk's start in row 0 fits 32 bits (the launcher checks 16 row_bytes).
     unsigned src_off[COPIES];
@@ -355,27 +369,54 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
         const int i = lane + 32 * j;
         src_off[j] = (unsigned)(i / VECS) * (unsigned)row_bytes + 16u * (unsigned)(i % VECS);
     }
+    constexpr int ACOPIES = (RF_MXM_ROWS * AV + 31) / 32; // ANY_K: vectors a lane copies per chunk
 
     // Uniform across the block: every thread reaches both barriers.
     for (rf_u64 row0 = (rf_u64)blockIdx.x * RF_MXM_ROWS; row0 < n; row0 += (rf_u64)gridDim.x * RF_MXM_ROWS) {
         const unsigned char* tile = w + row0 * row_bytes;
         const int rows = n - row0 < RF_MXM_ROWS ? (int)(n - row0) : RF_MXM_ROWS;
+        // ANY_K: where rows g and g + 8 start within their first 16-byte vector (chunks are
+        // 16-byte multiples, so the same in every chunk); rows of whole chunks start at 0.
+        const int delta_g = ANY_K ? (int)(((row0 + (rf_u64)g) * row_bytes) & 15u) : 0;
+        const int delta_h = ANY_K ? (int)(((row0 + (rf_u64)g + 8u) * row_bytes) & 15u) : 0;
         // Chunk c of the tile's rows and of x -> stage s; rows past n are zero-filled (nothing
         // read).
         auto stage_in = [&](rf_u64 c, int s) {
             unsigned char* dst = stages + s * STAGE;
             const unsigned char* src = tile + c * ROW;
+            if (!ANY_K) {
 #pragma unroll
-            for (int j = 0; j < COPIES; ++j) {
-                const int i = lane + 32 * j;
-                if (RF_MXM_ROWS * VECS % 32 == 0 || i < RF_MXM_ROWS * VECS) {
-                    const bool ok = i < rows * VECS;
-                    rf_cp_async16(dst + 16 * i, ok ? src + src_off[j] : src, ok ? 16 : 0);
+                for (int j = 0; j < COPIES; ++j) {
+                    const int i = lane + 32 * j;
+                    if (RF_MXM_ROWS * VECS % 32 == 0 || i < RF_MXM_ROWS * VECS) {
+                        const bool ok = i < rows * VECS;
+                        rf_cp_async16(dst + 16 * i, ok ? src + src_off[j] : src, ok ? 16 : 0); // RS == ROW
+                    }
+                }
+            } else {
+                // Rows of any length: the 16-byte vectors that cover each row's chunk, from the
+                // one holding its first byte (inside w, which starts aligned); a vector past the
+                // end of w is cut short (zero-filled), and rows past n are not read at all.
+#pragma unroll
+                for (int j = 0; j < ACOPIES; ++j) {
+                    const int i = lane + 32 * j;
+                    const int r = i / AV;
+                    const int v = i - r * AV;
+                    if (RF_MXM_ROWS * AV % 32 == 0 || i < RF_MXM_ROWS * AV) {
+                        const unsigned char* row = src + (rf_u64)r * row_bytes;
+                        const unsigned char* vec = row - (reinterpret_cast<rf_u64>(row) & 15u) + 16 * v;
+                        const rf_u64 left = r < rows && vec < w_end ? (rf_u64)(w_end - vec) : 0u;
+                        const int bytes = left < 16u ? (int)left : 16;
+                        rf_cp_async16(dst + r * RS + 16 * v, bytes > 0 ? (const void*)vec : (const void*)w, bytes);
+                    }
                 }
             }
             const unsigned char* xsrc = reinterpret_cast<const unsigned char*>(x + c * (RF_QK * RF_MXM_CHUNK));
-#pragma unroll
-            for (int i = lane; i < XBYTES / 16; i += 32) {
+            // x of the chunk's blocks that exist (all but possibly the last chunk's).
+            const int xvecs = ANY_K && nblocks - c * RF_MXM_CHUNK < RF_MXM_CHUNK
+                                  ? (int)(nblocks - c * RF_MXM_CHUNK) * RF_QK * (int)sizeof(T) / 16
+                                  : XBYTES / 16;
+            for (int i = lane; i < xvecs; i += 32) {
                 rf_cp_async16(dst + WBYTES + 16 * i, xsrc + 16 * i, 16);
             }
         };
@@ -393,8 +434,11 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
             rf_cp_async_commit();
             rf_cp_async_wait<1>(); // chunk c has landed (this lane's copies) ...
             __syncwarp();          // ... and every lane's
-            const unsigned char* rg = stages + s * STAGE + g * ROW;
-            const unsigned char* rh = rg + 8 * ROW;
+            const unsigned char* rg = stages + s * STAGE + g * RS;
+            const unsigned char* rh = rg + 8 * RS;
+            // Blocks of this chunk that exist (ANY_K's last chunk may have fewer).
+            const int cb = ANY_K && nblocks - c * RF_MXM_CHUNK < RF_MXM_CHUNK ? (int)(nblocks - c * RF_MXM_CHUNK)
+                                                                          : RF_MXM_CHUNK;
             // The chunk's 32 scales (16 blocks of rows g and g + 8) are decoded once per group
             // of four lanes: lane t takes blocks t, t + 4, t + 8, t + 12; the others fetch
             // them by shuffle.
@@ -402,16 +446,19 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
             float scale_h[RF_MXM_CHUNK / 4];
 #pragma unroll
             for (int j = 0; j < RF_MXM_CHUNK / 4; ++j) {
-                scale_g[j] = rf_e8m0_to_float(rg[(4 * j + t) * BB]);
-                scale_h[j] = rf_e8m0_to_float(rh[(4 * j + t) * BB]);
+                scale_g[j] = rf_e8m0_to_float(rg[delta_g + (4 * j + t) * BB]);
+                scale_h[j] = rf_e8m0_to_float(rh[delta_h + (4 * j + t) * BB]);
             }
             const T* xc = reinterpret_cast<const T*>(stages + s * STAGE + WBYTES);
 #pragma unroll
             for (int b = 0; b < RF_MXM_CHUNK; ++b) {
+                if (ANY_K && b >= cb) {
+                    break; // uniform across the warp
+                }
                 unsigned ag[2][2];
                 unsigned ah[2][2];
-                D::piece(rg, b, t, ag);
-                D::piece(rh, b, t, ah);
+                D::piece(rg, delta_g, b, t, ag);
+                D::piece(rh, delta_h, b, t, ah);
                 const uint4 xb = D::x(xc + b * RF_QK, t);
                 float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 const unsigned a0[4] = {ag[0][0], ah[0][0], ag[0][1], ah[0][1]};
@@ -441,22 +488,26 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
     }
 }
 
-#define RF_MXM_BODY(F, T) rf_mx_matvec_mma<F, T>(w, x, y, n, k);
+#define RF_MXM_BODY(F, T, ANY_K) rf_mx_matvec_mma<F, T, ANY_K>(w, x, y, n, k);
 #else
-#define RF_MXM_BODY(F, T) RF_MMA_UNAVAILABLE();
+#define RF_MXM_BODY(F, T, ANY_K) RF_MMA_UNAVAILABLE();
 #endif // RF_MMA_SYNC
 
 // At most 128 threads; 5 blocks an SM is what shared memory allows for MXFP4 (43 KB each), and
 // asking for it keeps registers at a level that fits them.
-#define RF_MXM_ENTRY(fmt, F, suffix, T)                                                                  \
-    RF_KERNEL void __launch_bounds__(32 * RF_MXM_WARPS, 5)                                               \
-        rf_##fmt##_matvec_mma_##suffix(const unsigned char* w, const T* x, T* y, rf_u64 n, rf_u64 k) { \
-        RF_MXM_BODY(F, T)                                                                                \
+#define RF_MXM_ENTRY(name, F, T, ANY_K)                                                 \
+    RF_KERNEL void __launch_bounds__(32 * RF_MXM_WARPS, 5)                              \
+        name(const unsigned char* w, const T* x, T* y, rf_u64 n, rf_u64 k) {            \
+        RF_MXM_BODY(F, T, ANY_K)                                                        \
     }
-RF_MXM_ENTRY(mxfp4, rf_mxfp4, f16, __half)
-RF_MXM_ENTRY(mxfp4, rf_mxfp4, bf16, rf_bf16)
-RF_MXM_ENTRY(mxfp6_e2m3, rf_mxfp6_e2m3, f16, __half)
-RF_MXM_ENTRY(mxfp6_e3m2, rf_mxfp6_e3m2, f16, __half)
+// rf_<fmt>_matvec_mma_<dt>: k % 512 == 0; rf_<fmt>_matvec_mma_anyk_<dt>: any k % 32 == 0.
+#define RF_MXM_ENTRIES(fmt, F, suffix, T)                                               \
+    RF_MXM_ENTRY(rf_##fmt##_matvec_mma_##suffix, F, T, false)                           \
+    RF_MXM_ENTRY(rf_##fmt##_matvec_mma_anyk_##suffix, F, T, true)
+RF_MXM_ENTRIES(mxfp4, rf_mxfp4, f16, __half)
+RF_MXM_ENTRIES(mxfp4, rf_mxfp4, bf16, rf_bf16)
+RF_MXM_ENTRIES(mxfp6_e2m3, rf_mxfp6_e2m3, f16, __half)
+RF_MXM_ENTRIES(mxfp6_e3m2, rf_mxfp6_e3m2, f16, __half)
 
 // ---------------------------------------------------------------------------------------------
 // Matrix-matrix product

@@ -16,6 +16,8 @@ use crate::Result;
 
 /// (n, k) of the weights.
 const SHAPES: &[(usize, usize)] = &[(14_336, 4096), (4096, 14_336)];
+/// (n, k) of gpt-oss-20b's expert gate/up weight (hidden 2880, two 2880-wide halves).
+const GPT_OSS_GATE_UP: (usize, usize) = (5760, 2880);
 /// Tokens of the prefill product.
 const PREFILL: usize = 512;
 
@@ -34,6 +36,12 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             rows.push(matvec::<bf16>(b, format, n, k)?);
         }
     }
+    // gpt-oss-20b's expert gate/up projection: k = 2880 is not a multiple of 512 (rows are not
+    // 16-byte aligned), the matrix-core kernel's word-copy path.
+    let (gn, gk) = GPT_OSS_GATE_UP;
+    rows.push(matvec::<f32>(b, MxFormat::Mxfp4Gguf, gn, gk)?); // the portable kernel, for comparison
+    rows.push(matvec::<f16>(b, MxFormat::Mxfp4Gguf, gn, gk)?);
+    rows.push(matvec::<bf16>(b, MxFormat::Mxfp4Gguf, gn, gk)?);
     for format in [MxFormat::Mxfp4Gguf, MxFormat::Mxfp6(Fp6::E2M3)] {
         rows.push(matmul::<f16>(b, format, PREFILL, n, k)?);
     }

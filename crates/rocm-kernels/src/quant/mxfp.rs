@@ -138,7 +138,9 @@ pub fn mx_matvec<T: Dtype>(
     let stream = y.stream().clone();
     let cores = stream.backend().info().matrix_cores;
     let (kernel, config) = if matvec_on_matrix_cores(cores, format, T::NAME, k, w.device_ptr()) {
-        let name = kernel_name::<T>(&format!("rf_{}_matvec_mma", format.block_format().name()));
+        let any_k = !k.is_multiple_of(QK * MMA_CHUNK_BLOCKS);
+        let variant = if any_k { "matvec_mma_anyk" } else { "matvec_mma" };
+        let name = kernel_name::<T>(&format!("rf_{}_{variant}", format.block_format().name()));
         let kernel = loader::kernel(&stream, KERNEL, &name)?;
         let config = matvec_mma_config(&stream, &kernel, format, n, k)?;
         (kernel, config)
@@ -153,9 +155,11 @@ pub fn mx_matvec<T: Dtype>(
     // proved. x is 16-byte aligned (check_aligned) for their 16-byte loads and copies.
     // - rf_<fmt>_matvec_<T> (portable): its dynamic shared memory is sized by matvec_config
     //   with the kernel's formula for the block and warp size it launches with.
-    // - rf_<fmt>_matvec_mma_<T>: taken only where matvec_on_matrix_cores proved k % 512 == 0 and
-    //   a 16-byte aligned w (its 16-byte asynchronous copies of whole row chunks; rows past n are
-    //   zero-filled without reading); matvec_mma_config gives it 1..=4 warps of 32 lanes, the
+    // - rf_<fmt>_matvec_mma[_anyk]_<T>: taken only where matvec_on_matrix_cores proved a 16-byte
+    //   aligned w. With k % 512 == 0 it copies whole 16-byte chunks of rows; the _anyk entry
+    //   copies the 16-byte vectors covering each row's chunk, from the vector holding its first
+    //   byte (inside w, which starts aligned), cutting the last one short at w's end; rows past
+    //   n are zero-filled without reading. matvec_mma_config gives it 1..=4 warps of 32 lanes, the
     //   shared memory its formula needs (checked against the device's limit) and checks
     //   16 row_bytes < 2^32, which keeps its 32-bit copy offsets exact.
     // w and x are shared borrows distinct from y; the builder checks the stream.
@@ -174,33 +178,34 @@ pub fn mx_matvec<T: Dtype>(
 
 /// Whether [`mx_matvec`] runs the matrix-core kernel: NVIDIA mma.sync devices, MXFP4 weights
 /// with f16 or bf16 activations or MXFP6 weights with f16 activations (the types the kernel
-/// builds those elements' values in exactly), rows of whole 16-byte chunks of 16 blocks
-/// (`k % 512 == 0`) and a 16-byte aligned weight (its rows are copied with 16-byte asynchronous
-/// copies). Everything else runs the portable kernel.
+/// builds those elements' values in exactly), and a 16-byte aligned weight. Rows of whole
+/// 16-byte chunks of 16 blocks (`k % 512 == 0`) are copied as they are; any other `k` takes
+/// the `_anyk` entry, which copies the 16-byte vectors covering each row's unaligned chunk.
+/// Everything else runs the portable kernel.
 fn matvec_on_matrix_cores(cores: MatrixCores, format: MxFormat, dtype: &str, k: usize, w_ptr: u64) -> bool {
     let typed = match format {
         MxFormat::Mxfp4Gguf => matches!(dtype, "f16" | "bf16"),
         MxFormat::Mxfp6(_) => dtype == "f16",
     };
-    cores == MatrixCores::MmaSync
-        && typed
-        && k > 0
-        && k.is_multiple_of(QK * MMA_CHUNK_BLOCKS)
-        && w_ptr.is_multiple_of(16)
+    cores == MatrixCores::MmaSync && typed && k > 0 && w_ptr.is_multiple_of(16)
 }
 
-/// Warps of a matrix-core matrix-vector block: they split `k`'s chunks of 512, up to
-/// `MMA_WARPS` (4 measured best at k = 4096 and 14336 on an H100: 2, 3, 6 and 8 were slower).
+/// Warps of a matrix-core matrix-vector block: they split `k`'s chunks of 512 (the last one
+/// possibly shorter), up to `MMA_WARPS` (4 measured best at k = 4096 and 14336 on an H100: 2,
+/// 3, 6 and 8 were slower).
 fn matvec_mma_warps(k: usize) -> usize {
-    (k / (QK * MMA_CHUNK_BLOCKS)).clamp(1, MMA_WARPS)
+    k.div_ceil(QK * MMA_CHUNK_BLOCKS).clamp(1, MMA_WARPS)
 }
 
 /// Shared bytes of the matrix-core matrix-vector kernel with `warps` warps: per warp
 /// `MMA_STAGES` stages of `MMA_ROWS` rows of a chunk and the chunk's x, then the warps' row
-/// totals (f32).
-fn matvec_mma_shared_bytes(format: MxFormat, warps: usize) -> usize {
-    // The rows' chunk and the chunk's x (16-bit).
-    let stage = MMA_ROWS * MMA_CHUNK_BLOCKS * format.block_bytes() + MMA_CHUNK_BLOCKS * QK * 2;
+/// totals (f32). A stage row is the chunk's bytes (`any_k`: the 16-byte vectors covering them
+/// from up to 15 bytes before) rounded up to 4 mod 32 words (`rf_mxm_stage_row`).
+fn matvec_mma_shared_bytes(format: MxFormat, warps: usize, any_k: bool) -> usize {
+    let row = MMA_CHUNK_BLOCKS * format.block_bytes();
+    let need = if any_k { 4 * ((row + 30) / 16) } else { row / 4 };
+    let words = need + (4 + 32 - need % 32) % 32;
+    let stage = MMA_ROWS * 4 * words + MMA_CHUNK_BLOCKS * QK * 2;
     warps * MMA_STAGES * stage + warps * MMA_ROWS * 4
 }
 
@@ -223,7 +228,7 @@ fn matvec_mma_config(
     ensure((MMA_ROWS * row_bytes) < (1 << 32), KERNEL, || {
         format!("k = {k} is too long for the matrix-core matvec")
     })?;
-    let shared = matvec_mma_shared_bytes(format, warps);
+    let shared = matvec_mma_shared_bytes(format, warps, !k.is_multiple_of(QK * MMA_CHUNK_BLOCKS));
     ensure(shared <= info.shared_mem_per_block_optin as usize, KERNEL, || {
         format!(
             "needs {shared} bytes of shared memory, the device allows {}",
@@ -399,8 +404,9 @@ mod tests {
         assert!(on(MatrixCores::MmaSync, f, "f16", 4096, 256));
         assert!(on(MatrixCores::MmaSync, f, "bf16", 14_336, 0));
         assert!(on(MatrixCores::MmaSync, f, "f16", 512, 16));
-        // Not a whole number of 16-block chunks, no k at all, an unaligned weight.
-        assert!(!on(MatrixCores::MmaSync, f, "f16", 4128, 256));
+        // Any k (the _anyk entry when k % 512 != 0), but not none, and not an unaligned weight.
+        assert!(on(MatrixCores::MmaSync, f, "f16", 4128, 256));
+        assert!(on(MatrixCores::MmaSync, f, "bf16", 2880, 256));
         assert!(!on(MatrixCores::MmaSync, f, "f16", 0, 256));
         assert!(!on(MatrixCores::MmaSync, f, "f16", 4096, 8));
         // MXFP6 with f16 activations only.
@@ -416,10 +422,18 @@ mod tests {
         assert_eq!(matvec_mma_warps(1536), 3);
         assert_eq!(matvec_mma_warps(4096), 4);
         assert_eq!(matvec_mma_warps(14_336), 4);
+        assert_eq!(matvec_mma_warps(32), 1);
+        assert_eq!(matvec_mma_warps(2880), 4);
         // 4 warps x 2 stages x (16 rows x 272 bytes + 1 KB of x) + the totals: 43 KB, five
         // blocks on an H100/H200 SM, and under the 48 KB every device gives without opting in.
-        assert_eq!(matvec_mma_shared_bytes(f, 4), 4 * 2 * (16 * 272 + 1024) + 4 * 16 * 4);
-        assert!(matvec_mma_shared_bytes(f, 4) <= 48 * 1024);
+        assert_eq!(matvec_mma_shared_bytes(f, 4, false), 4 * 2 * (16 * 272 + 1024) + 4 * 16 * 4);
+        assert!(matvec_mma_shared_bytes(f, 4, false) <= 48 * 1024);
+        // Any k: 18 vectors a row (from up to 15 bytes before the chunk), 72 words padded to 100;
+        // MXFP6 26 vectors, 104 words padded to 132.
+        assert_eq!(matvec_mma_shared_bytes(f, 4, true), 4 * 2 * (16 * 400 + 1024) + 4 * 16 * 4);
+        let f6 = MxFormat::Mxfp6(Fp6::E2M3);
+        assert_eq!(matvec_mma_shared_bytes(f6, 1, true), 2 * (16 * 528 + 1024) + 16 * 4);
+        assert_eq!(matvec_mma_shared_bytes(f6, 1, false), 2 * (16 * 400 + 1024) + 16 * 4);
     }
 
     #[test]

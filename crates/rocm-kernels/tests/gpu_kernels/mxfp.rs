@@ -1,8 +1,9 @@
 //! `mxfp` products against their f64 CPU reference: MXFP4 (GGUF layout) and MXFP6 (E2M3, E3M2)
 //! weights of random bytes (every code point), f32/f16/bf16 activations and outputs, awkward
-//! shapes (n = 1, 7, 127, 4097 rows; k = 32, 96, 512, 4096, 4128; m = 1, 3, 17, 70), both weight
-//! staging paths of the matrix-vector kernel (16-byte loads when k % 512 == 0, byte loads
-//! otherwise), and the shapes the launchers must refuse.
+//! shapes (n = 1, 7, 127, 4097 rows; k = 32, 96, 512, 2880, 4096, 4128, 14336; m = 1, 3, 17,
+//! 70), both weight staging paths of each matrix-vector kernel (portable: 16-byte loads when
+//! k % 512 == 0, byte loads otherwise; matrix cores: 16-byte or word copies likewise), and the
+//! shapes the launchers must refuse.
 
 use rocm_kernels::quant::{MxFormat, QK, mx_matmul, mx_matmul_reference, mx_matvec};
 use rocm_kernels::{Dtype, KernelError};
@@ -105,6 +106,10 @@ const MATVEC: &[(usize, usize)] = &[
     // 28 chunks of 512: on the matrix-core kernel each of its 4 warps takes 7, through both
     // stages of its copy pipeline, and n = 129 leaves a tile of one row.
     (129, 14_336),
+    // gpt-oss's hidden size: 90 blocks a row, rows not 4-byte aligned (the matrix-core kernel's
+    // word copies, a last chunk of 10 blocks); k = 32, 96 and 4128 above take that path too.
+    (33, 2880),
+    (4097, 2880),
 ];
 
 fn matvec<T: Dtype>(gpu: &GpuTest, seed: u64) {
