@@ -676,10 +676,10 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
 #pragma unroll
         for (int kk = 0; kk < WKEYS / 16; ++kk) {
             unsigned pf[4];
-            pf[0] = rf_mma<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-            pf[1] = rf_mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-            pf[2] = rf_mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pf[3] = rf_mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            pf[0] = rf_pack2_bits16<T>(s[2 * kk][0], s[2 * kk][1]);
+            pf[1] = rf_pack2_bits16<T>(s[2 * kk][2], s[2 * kk][3]);
+            pf[2] = rf_pack2_bits16<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pf[3] = rf_pack2_bits16<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
             for (int dp = 0; dp < DT / 16; ++dp) {
                 unsigned vf[4];

@@ -43,35 +43,21 @@ RF_DEVICE void rf_ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
                  : "r"(rf_smem_addr(smem)));
 }
 
-// D (16 x 8, f32) += A (16 x 16) * B (16 x 8), inputs f16 or bf16.
+// D (16 x 8, f32) += A (16 x 16) * B (16 x 8), inputs f16 or bf16 (PTX type `ty`). Packing
+// results back into pairs is rf_pack2_bits16<T> (rocmforge.h).
 template <typename T> struct rf_mma;
-template <> struct rf_mma<__half> {
-    static RF_DEVICE void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                     "{%8, %9}, {%0, %1, %2, %3};\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    // Two floats to a packed pair, `lo` in the low half (the lower column).
-    static RF_DEVICE unsigned pack(float lo, float hi) {
-        unsigned r;
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-        return r;
-    }
-};
-template <> struct rf_mma<rf_bf16> {
-    static RF_DEVICE void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                     "{%8, %9}, {%0, %1, %2, %3};\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static RF_DEVICE unsigned pack(float lo, float hi) {
-        unsigned r;
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-        return r;
-    }
-};
+#define RF_MMA_SPECIALISATION(T, ty)                                                                    \
+    template <> struct rf_mma<T> {                                                                      \
+        static RF_DEVICE void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {    \
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ty "." ty ".f32 {%0, %1, %2, %3}, "   \
+                         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                             \
+                         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                               \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                \
+        }                                                                                               \
+    };
+RF_MMA_SPECIALISATION(__half, "f16")
+RF_MMA_SPECIALISATION(rf_bf16, "bf16")
+#undef RF_MMA_SPECIALISATION
 
 #endif // RF_MMA_SYNC
 
