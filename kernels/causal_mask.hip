@@ -18,18 +18,6 @@
 
 #include "rocmforge.h"
 
-// (q, r) = (a / b, a % b); 32-bit division when both fit.
-RF_DEVICE void rf_mask_divmod(rf_u64 a, rf_u64 b, rf_u64* q, rf_u64* r) {
-    if (((a | b) >> 32) == 0) {
-        const unsigned int q32 = (unsigned int)a / (unsigned int)b;
-        *q = q32;
-        *r = a - (rf_u64)q32 * b;
-    } else {
-        *q = a / b;
-        *r = a - *q * b;
-    }
-}
-
 template <typename T>
 RF_DEVICE void rf_causal_mask(T* scores, rf_u64 batch, rf_u64 seq_q, rf_u64 seq_k, rf_u64 batch_stride,
                               rf_u64 row_stride, rf_u64 chunk, rf_u64 step, long long offset, float fill) {
@@ -59,10 +47,10 @@ RF_DEVICE void rf_causal_mask(T* scores, rf_u64 batch, rf_u64 seq_q, rf_u64 seq_
         // (masked in almost every row) would do several times the work of the others.
         rf_u64 r;
         rf_u64 c;
-        rf_mask_divmod(item, chunks_per_row, &r, &c);
+        rf_divmod_u64(item, chunks_per_row, &r, &c);
         rf_u64 b;
         rf_u64 i;
-        rf_mask_divmod(r, seq_q, &b, &i);
+        rf_divmod_u64(r, seq_q, &b, &i);
         // First masked column: i + offset + 1, clamped to [0, seq_k]. The host clamps offset to
         // [-seq_q, seq_k], so this cannot overflow.
         const long long first = (long long)i + offset + 1;

@@ -48,71 +48,15 @@ struct Freqs {
 
 RF_DEVICE float quiet_nan() { return __int_as_float(0x7fc00000); }
 
-// N elements of T in one 16-byte vector, widened to / rounded from f32.
-template <typename T> struct Vec16;
-
-template <> struct Vec16<float> {
-    static constexpr int N = 4;
-    static RF_DEVICE void load(const float* p, float* f) {
-        const uint4 v = *reinterpret_cast<const uint4*>(p);
-        f[0] = __uint_as_float(v.x);
-        f[1] = __uint_as_float(v.y);
-        f[2] = __uint_as_float(v.z);
-        f[3] = __uint_as_float(v.w);
-    }
-    static RF_DEVICE void store(float* p, const float* f) {
-        uint4 v;
-        v.x = __float_as_uint(f[0]);
-        v.y = __float_as_uint(f[1]);
-        v.z = __float_as_uint(f[2]);
-        v.w = __float_as_uint(f[3]);
-        *reinterpret_cast<uint4*>(p) = v;
-    }
-};
-
-// 16-bit types: element 2k is the low half of 32-bit word k (little-endian).
-RF_DEVICE float bits_to_float(unsigned int b, __half) { return rf_half_to_float(__ushort_as_half((unsigned short)b)); }
-RF_DEVICE float bits_to_float(unsigned int b, rf_bf16) { return rf_bf16_to_float((rf_bf16)b); }
-RF_DEVICE unsigned int float_to_bits(float f, __half) { return (unsigned int)__half_as_ushort(rf_float_to_half(f)); }
-RF_DEVICE unsigned int float_to_bits(float f, rf_bf16) { return (unsigned int)rf_float_to_bf16(f); }
-
-template <typename T> struct Vec16Narrow {
-    static constexpr int N = 8;
-    static RF_DEVICE void unpack(unsigned int w, float* f) {
-        f[0] = bits_to_float(w & 0xffffu, T());
-        f[1] = bits_to_float(w >> 16, T());
-    }
-    static RF_DEVICE unsigned int pack(const float* f) {
-        return float_to_bits(f[0], T()) | (float_to_bits(f[1], T()) << 16);
-    }
-    static RF_DEVICE void load(const T* p, float* f) {
-        const uint4 v = *reinterpret_cast<const uint4*>(p);
-        unpack(v.x, f);
-        unpack(v.y, f + 2);
-        unpack(v.z, f + 4);
-        unpack(v.w, f + 6);
-    }
-    static RF_DEVICE void store(T* p, const float* f) {
-        uint4 v;
-        v.x = pack(f);
-        v.y = pack(f + 2);
-        v.z = pack(f + 4);
-        v.w = pack(f + 6);
-        *reinterpret_cast<uint4*>(p) = v;
-    }
-};
-template <> struct Vec16<__half> : Vec16Narrow<__half> {};
-template <> struct Vec16<rf_bf16> : Vec16Narrow<rf_bf16> {};
-
 // K consecutive elements: K / N 16-byte accesses when VECTOR (then K is a multiple of
-// N = Vec16<T>::N and p is 16-byte aligned), K scalar accesses otherwise.
+// N = rf_pack16<T>::N and p is 16-byte aligned), K scalar accesses otherwise.
 template <typename T, int K, bool VECTOR> RF_DEVICE void load_n(const T* p, float* f) {
     if constexpr (VECTOR) {
-        constexpr int N = Vec16<T>::N;
+        constexpr int N = rf_pack16<T>::N;
         static_assert(K % N == 0, "vector accesses move 16 bytes each");
 #pragma unroll
         for (int v = 0; v < K / N; ++v) {
-            Vec16<T>::load(p + v * N, f + v * N);
+            rf_access<T, true>::load(p + v * N, f + v * N);
         }
     } else {
 #pragma unroll
@@ -124,11 +68,11 @@ template <typename T, int K, bool VECTOR> RF_DEVICE void load_n(const T* p, floa
 
 template <typename T, int K, bool VECTOR> RF_DEVICE void store_n(T* p, const float* f) {
     if constexpr (VECTOR) {
-        constexpr int N = Vec16<T>::N;
+        constexpr int N = rf_pack16<T>::N;
         static_assert(K % N == 0, "vector accesses move 16 bytes each");
 #pragma unroll
         for (int v = 0; v < K / N; ++v) {
-            Vec16<T>::store(p + v * N, f + v * N);
+            rf_access<T, true>::store(p + v * N, f + v * N);
         }
     } else {
 #pragma unroll
@@ -154,7 +98,7 @@ RF_DEVICE void angle_cos_sin(int p, double inv_freq, float* c, float* s) {
 //   interleaved, vector: PP = N  (two consecutive 16-byte accesses holding the PP pairs)
 //   scalar:              PP = 1
 template <typename T, bool INTERLEAVED, bool VECTOR> struct Group {
-    static constexpr int N = Vec16<T>::N;
+    static constexpr int N = rf_pack16<T>::N;
     static constexpr int PP = VECTOR ? N : 1;
     float a[PP];
     float b[PP];
@@ -287,7 +231,7 @@ RF_DEVICE void rope(T* q, T* k, const int* pos, const int* block_pos, rf_u64 tok
     if (token >= tokens) {
         return; // the whole block: no barrier is skipped by part of it
     }
-    constexpr unsigned int N = Vec16<T>::N;
+    constexpr unsigned int N = rf_pack16<T>::N;
     const unsigned int pp = vectorized ? N : 1; // Group<...>::PP
     Args g;
     g.token = token;

@@ -55,37 +55,6 @@ template <> struct FastBlocks<float> {
 
 RF_DEVICE float neg_inf() { return __int_as_float((int)0xff800000u); }
 
-// The warp width. On NVIDIA it is 32 on every GPU, and a compile-time constant lets the
-// compiler unroll the shuffle loops and turn divisions by it into shifts; on AMD it is asked at
-// run time (64 on CDNA, 32 or 64 on RDNA). WARP_LIMIT bounds it for the unrolled loops.
-#if RF_PLATFORM_NVIDIA
-constexpr int WARP_LIMIT = 32;
-RF_DEVICE unsigned int warp_width() { return 32u; }
-#else
-constexpr int WARP_LIMIT = 64;
-RF_DEVICE unsigned int warp_width() { return (unsigned int)rf_warp_size(); }
-#endif
-
-// Maximum and sum over the whole warp (xor butterflies: every lane gets the same bits).
-RF_DEVICE float warp_max(float v) {
-#pragma unroll
-    for (int o = WARP_LIMIT / 2; o > 0; o /= 2) {
-        if ((unsigned int)o < warp_width()) {
-            v = fmaxf(v, rf_shfl_xor(v, o));
-        }
-    }
-    return v;
-}
-RF_DEVICE float warp_sum(float v) {
-#pragma unroll
-    for (int o = WARP_LIMIT / 2; o > 0; o /= 2) {
-        if ((unsigned int)o < warp_width()) {
-            v += rf_shfl_xor(v, o);
-        }
-    }
-    return v;
-}
-
 // 2^x: the hardware exponential (relative error about 2^-22; subnormal results flush to 0,
 // exp2(0) = 1 and exp2(-inf) = 0 exactly).
 RF_DEVICE float fast_exp2(float x) {
@@ -176,15 +145,15 @@ struct MaxSum {
 // warp takes part in the shuffles. One barrier; `scratch` holds one pair per warp and is used
 // once per block.
 RF_DEVICE MaxSum block_combine(float m, float s, float c, float2* scratch) {
-    const float w = warp_max(m);
-    s = warp_sum(s * rescale(m, w, c));
-    const unsigned int warps = blockDim.x / warp_width();
+    const float w = rf_warp_max(m);
+    s = rf_warp_sum(s * rescale(m, w, c));
+    const unsigned int warps = blockDim.x / rf_warp_width();
     if (warps == 1) {
         return MaxSum{w, s};
     }
-    const unsigned int lane = threadIdx.x % warp_width();
+    const unsigned int lane = threadIdx.x % rf_warp_width();
     if (lane == 0) {
-        scratch[threadIdx.x / warp_width()] = make_float2(w, s);
+        scratch[threadIdx.x / rf_warp_width()] = make_float2(w, s);
     }
     __syncthreads();
     // Every aligned group of G lanes (G: the power of two >= warps; warps <= 1024 / warp width
@@ -198,14 +167,14 @@ RF_DEVICE MaxSum block_combine(float m, float s, float c, float2* scratch) {
     const float2 q = i < warps ? scratch[i] : make_float2(neg_inf(), 0.0f);
     float top = q.x;
 #pragma unroll
-    for (int o = 1; o < WARP_LIMIT; o *= 2) {
+    for (int o = 1; o < RF_WARP_LIMIT; o *= 2) {
         if ((unsigned int)o < groups) {
             top = fmaxf(top, rf_shfl_xor(top, o));
         }
     }
     float sum = q.y * rescale(q.x, top, c);
 #pragma unroll
-    for (int o = 1; o < WARP_LIMIT; o *= 2) {
+    for (int o = 1; o < RF_WARP_LIMIT; o *= 2) {
         if ((unsigned int)o < groups) {
             sum += rf_shfl_xor(sum, o);
         }
@@ -213,12 +182,12 @@ RF_DEVICE MaxSum block_combine(float m, float s, float c, float2* scratch) {
     return MaxSum{top, sum};
 }
 
-// r % d, in 32 bits when both fit (a 64-bit remainder is a long subroutine).
+// r % d (rf_divmod_u64: 32-bit division when both fit).
 RF_DEVICE rf_u64 rem(rf_u64 r, rf_u64 d) {
-    if ((r | d) <= 0xffffffffull) {
-        return (rf_u64)((unsigned int)r % (unsigned int)d);
-    }
-    return r % d;
+    rf_u64 q;
+    rf_u64 m;
+    rf_divmod_u64(r, d, &q, &m);
+    return m;
 }
 
 // Two packed 16-bit values of T with the bit pattern of -inf in each half.

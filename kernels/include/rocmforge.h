@@ -87,19 +87,35 @@ RF_DEVICE int rf_shfl_down(int v, unsigned int delta) {
 #endif
 }
 
-// Sum over the whole warp/wavefront; every lane gets the result. The loop bound is the runtime
-// width, so one source serves 32- and 64-wide hardware.
+// The widest warp a platform has (RF_WARP_LIMIT), and the width at run time: a constant 32 on
+// NVIDIA, so loops bounded by it unroll fully; asked on AMD (64 on CDNA, 32 or 64 on RDNA).
+#if RF_PLATFORM_NVIDIA
+#define RF_WARP_LIMIT 32
+RF_DEVICE unsigned int rf_warp_width() { return 32u; }
+#else
+#define RF_WARP_LIMIT 64
+RF_DEVICE unsigned int rf_warp_width() { return (unsigned int)rf_warp_size(); }
+#endif
+
+// Sum over the whole warp/wavefront (xor butterflies: every lane gets the same bits). One source
+// serves 32- and 64-wide hardware; on NVIDIA the loop is unrolled with no run-time test.
 RF_DEVICE float rf_warp_sum(float v) {
-    for (int mask = rf_warp_size() / 2; mask > 0; mask /= 2) {
-        v += rf_shfl_xor(v, mask);
+#pragma unroll
+    for (int mask = RF_WARP_LIMIT / 2; mask > 0; mask /= 2) {
+        if ((unsigned int)mask < rf_warp_width()) {
+            v += rf_shfl_xor(v, mask);
+        }
     }
     return v;
 }
 
 // Maximum over the whole warp/wavefront; every lane gets the result.
 RF_DEVICE float rf_warp_max(float v) {
-    for (int mask = rf_warp_size() / 2; mask > 0; mask /= 2) {
-        v = fmaxf(v, rf_shfl_xor(v, mask));
+#pragma unroll
+    for (int mask = RF_WARP_LIMIT / 2; mask > 0; mask /= 2) {
+        if ((unsigned int)mask < rf_warp_width()) {
+            v = fmaxf(v, rf_shfl_xor(v, mask));
+        }
     }
     return v;
 }
@@ -110,6 +126,18 @@ RF_DEVICE float rf_warp_max(float v) {
 // ---------------------------------------------------------------------------------------------
 
 typedef unsigned long long rf_u64;
+
+// (q, r) = (a / b, a % b), in 32 bits when both fit (a 64-bit division is a long subroutine).
+RF_DEVICE void rf_divmod_u64(rf_u64 a, rf_u64 b, rf_u64* q, rf_u64* r) {
+    if (((a | b) >> 32) == 0) {
+        const unsigned int q32 = (unsigned int)a / (unsigned int)b;
+        *q = q32;
+        *r = a - (rf_u64)q32 * b;
+    } else {
+        *q = a / b;
+        *r = a - *q * b;
+    }
+}
 
 // Global index of this thread in a 1-D grid.
 RF_DEVICE rf_u64 rf_global_thread_id() {
