@@ -503,18 +503,23 @@ RF_DEVICE void rf_flash_stage_kv_paged(T* ksm, T* vsm, const rf_flash_params& p,
 // share one 16-row group and split each key tile between them instead (decode, where a block
 // has no more rows than the group's heads of one query), merging their results at the end.
 // PAGED: K and V come through block tables (a separate instantiation, so the contiguous
-// kernels carry none of it).
-template <typename T, int DT, int BC, int WARPS, int STAGES, bool KSPLIT, bool PAGED>
+// kernels carry none of it). MW: 16-row m-fragments a warp. With MW = 2 every K and V fragment
+// read from shared memory feeds two mma instead of one (160 bytes of ldmatrix an mma instead of
+// 256 at 64-key tiles), and the Q fragments are re-read from shared memory each k-step instead
+// of being held (the registers go to the second fragment's O and S).
+template <typename T, int DT, int BC, int WARPS, int STAGES, bool KSPLIT, bool PAGED, int MW>
 RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
     const rf_flash_params p = PAGED ? rf_flash_for_batch(args, blockIdx.z) : args;
-    constexpr int ROWS = KSPLIT ? 16 : 16 * WARPS; // packed rows of the block
+    constexpr int ROWS = KSPLIT ? 16 : 16 * MW * WARPS; // packed rows of the block
     constexpr int THREADS = 32 * WARPS;
     constexpr int LD = DT + 8;                      // padded row stride (elements)
     constexpr int KSTEPS = DT / 16;                 // k-steps of Q K^T
     constexpr int WKEYS = KSPLIT ? BC / WARPS : BC; // keys of each tile one warp takes
     constexpr int NT = WKEYS / 8;                   // n-tiles of the warp's S
     constexpr int DTILES = DT / 8;                  // n-tiles of O
+    constexpr bool QREG = MW == 1;                  // Q fragments held in registers
     static_assert(WKEYS % 16 == 0 && STAGES >= 2, "tile shape");
+    static_assert(MW == 1 || (MW == 2 && !KSPLIT), "two m-fragments a warp only for row-split blocks");
     extern __shared__ __align__(16) unsigned char rf_flash_mma_smem[];
     T* qs = (T*)rf_flash_mma_smem;
     T* ks = qs + ROWS * LD;         // [STAGES][BC][LD]
@@ -523,10 +528,10 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
     const int D = p.head_dim;
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
-    const int g = lane / 4; // mma "group": rows g and g + 8 of the warp's 16
+    const int g = lane / 4; // mma "group": rows g and g + 8 of each 16-row fragment
     const int t = lane % 4; // thread in group: columns 2t, 2t + 1 of each 8-wide tile
-    const int wrow = KSPLIT ? 0 : warp * 16;     // the warp's first row in the block
-    const int wkey = KSPLIT ? warp * WKEYS : 0;  // the warp's first key in a tile
+    const int wrow = KSPLIT ? 0 : warp * 16 * MW; // the warp's first row in the block
+    const int wkey = KSPLIT ? warp * WKEYS : 0;   // the warp's first key in a tile
     const int b = blockIdx.z;
     const int kv_head = blockIdx.y % p.kv_heads;
     const int split = blockIdx.y / p.kv_heads;
@@ -536,8 +541,15 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
 
     long long k_begin, k_end;
     rf_flash_key_range(p, m0 + ROWS - 1, kv_head, split, &k_begin, &k_end);
-    const rf_flash_row row0 = rf_flash_locate(p, m0 + wrow + g, kv_head);
-    const rf_flash_row row1 = rf_flash_locate(p, m0 + wrow + g + 8, kv_head);
+    // The last key each of the thread's rows sees (rows g and g + 8 of each fragment); where
+    // they live is looked up again for the stores. Keys fit 32 bits (seq_k is an int), and
+    // the last key seen is below k_end <= seq_k or -1.
+    int last[MW][2];
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi) {
+        last[mi][0] = (int)rf_flash_locate(p, m0 + wrow + 16 * mi + g, kv_head).last_key;
+        last[mi][1] = (int)rf_flash_locate(p, m0 + wrow + 16 * mi + g + 8, kv_head).last_key;
+    }
     // Keys every row of the block sees: tiles ending at or before this need no mask.
     const long long all_see = rf_flash_locate(p, m0, kv_head).last_key + 1;
     const bool warp_idle = !rf_flash_locate(p, m0 + wrow, kv_head).valid;
@@ -587,18 +599,26 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
         rf_cp_async_commit();
     }
 
-    float o[DTILES][4];
+    float o[MW][DTILES][4];
 #pragma unroll
-    for (int i = 0; i < DTILES; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float m_run[2] = {-INFINITY, -INFINITY};
-    float l_run[2] = {0.0f, 0.0f};
-    unsigned qf[KSTEPS][4];
+    for (int mi = 0; mi < MW; ++mi) {
+#pragma unroll
+        for (int i = 0; i < DTILES; ++i) o[mi][i][0] = o[mi][i][1] = o[mi][i][2] = o[mi][i][3] = 0.0f;
+    }
+    float m_run[MW][2], l_run[MW][2];
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi) {
+        m_run[mi][0] = m_run[mi][1] = -INFINITY;
+        l_run[mi][0] = l_run[mi][1] = 0.0f;
+    }
+    unsigned qf[QREG ? KSTEPS : 1][4];
 
     // ldmatrix lane addressing (see the header comment): A (Q) and B (K) non-transposed,
     // B (V) transposed.
     const int a_row = (lane % 8) + 8 * ((lane / 8) % 2), a_col = 8 * (lane / 16);
     const int k_row = (lane % 8) + 8 * (lane / 16), k_col = 8 * ((lane / 8) % 2);
     const int v_row = (lane % 8) + 8 * ((lane / 8) % 2), v_col = 8 * (lane / 16);
+    const T* qa = qs + (wrow + a_row) * LD + a_col;
 
     int it = 0;
     for (long long k0 = k_begin; k0 < k_end; k0 += BC, ++it) {
@@ -610,26 +630,42 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
         const long long kp = k0 + (long long)(STAGES - 1) * BC;
         if (kp < k_end) stage_kv(kp, (it + STAGES - 1) % STAGES);
         rf_cp_async_commit();
-        if (it == 0) {
+        if constexpr (QREG) {
+            if (it == 0) {
 #pragma unroll
-            for (int kk = 0; kk < KSTEPS; ++kk) {
-                rf_ldmatrix_x4(qf[kk], qs + (wrow + a_row) * LD + kk * 16 + a_col);
+                for (int kk = 0; kk < KSTEPS; ++kk) rf_ldmatrix_x4(qf[kk], qa + kk * 16);
             }
         }
         if (warp_idle) continue;
         const T* kt = ks + (it % STAGES) * BC * LD + wkey * LD;
         const T* vt = vs + (it % STAGES) * BC * LD + wkey * LD;
-        float s[NT][4];
+        float s[MW][NT][4];
 #pragma unroll
-        for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        for (int mi = 0; mi < MW; ++mi) {
+#pragma unroll
+            for (int n = 0; n < NT; ++n) s[mi][n][0] = s[mi][n][1] = s[mi][n][2] = s[mi][n][3] = 0.0f;
+        }
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; ++kk) {
+            unsigned qk[MW][4];
+#pragma unroll
+            for (int mi = 0; mi < MW; ++mi) {
+                if constexpr (QREG) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) qk[mi][e] = qf[kk][e];
+                } else {
+                    rf_ldmatrix_x4(qk[mi], qa + 16 * mi * LD + kk * 16);
+                }
+            }
 #pragma unroll
             for (int np = 0; np < NT / 2; ++np) {
                 unsigned kf[4];
                 rf_ldmatrix_x4(kf, kt + (np * 16 + k_row) * LD + kk * 16 + k_col);
-                rf_mma<T>::run(s[2 * np], qf[kk], kf[0], kf[1]);
-                rf_mma<T>::run(s[2 * np + 1], qf[kk], kf[2], kf[3]);
+#pragma unroll
+                for (int mi = 0; mi < MW; ++mi) {
+                    rf_mma<T>::run(s[mi][2 * np], qk[mi], kf[0], kf[1]);
+                    rf_mma<T>::run(s[mi][2 * np + 1], qk[mi], kf[2], kf[3]);
+                }
             }
         }
         // Mask where the tile reaches past what a row sees (only tiles on the causal diagonal
@@ -637,85 +673,105 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
         // inside the exponent: max(scale * s) = scale * max(s).
         if (k0 + BC > (all_see < k_end ? all_see : k_end)) {
 #pragma unroll
-            for (int n = 0; n < NT; ++n) {
+            for (int mi = 0; mi < MW; ++mi) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const long long key = k0 + wkey + n * 8 + 2 * t + (e % 2);
-                    const long long last = e < 2 ? row0.last_key : row1.last_key;
-                    s[n][e] = key <= last && key < k_end ? s[n][e] : -INFINITY;
+                for (int n = 0; n < NT; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int key = (int)k0 + wkey + n * 8 + 2 * t + (e % 2);
+                        s[mi][n][e] = key <= last[mi][e / 2] && key < (int)k_end ? s[mi][n][e] : -INFINITY;
+                    }
                 }
             }
         }
         const float sl2 = p.scale_log2;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float mx = -INFINITY;
+        for (int mi = 0; mi < MW; ++mi) {
 #pragma unroll
-            for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m_run[h], mx * sl2);
-            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-            const float alpha = rf_fast_exp2(m_run[h] - m_use);
-            float sum = 0.0f;
+            for (int h = 0; h < 2; ++h) {
+                float mx = -INFINITY;
 #pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                s[n][2 * h] = rf_fast_exp2(fmaf(s[n][2 * h], sl2, -m_use));
-                s[n][2 * h + 1] = rf_fast_exp2(fmaf(s[n][2 * h + 1], sl2, -m_use));
-                sum += s[n][2 * h] + s[n][2 * h + 1];
-            }
-            // Per-thread partial sums: the quad's are added once, at the end.
-            l_run[h] = l_run[h] * alpha + sum;
-            m_run[h] = m_new;
+                for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[mi][n][2 * h], s[mi][n][2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float m_new = fmaxf(m_run[mi][h], mx * sl2);
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+                const float alpha = rf_fast_exp2(m_run[mi][h] - m_use);
+                // exp2(0) is exactly 1: once the running maxima settle (most tiles of a long
+                // row) no row of the warp moves and the O rescale (DT / 4 multiplies a thread)
+                // is skipped; the vote keeps the branch uniform.
+                if (__any_sync(0xffffffffu, alpha != 1.0f)) {
 #pragma unroll
-            for (int i = 0; i < DTILES; ++i) {
-                o[i][2 * h] *= alpha;
-                o[i][2 * h + 1] *= alpha;
+                    for (int i = 0; i < DTILES; ++i) {
+                        o[mi][i][2 * h] *= alpha;
+                        o[mi][i][2 * h + 1] *= alpha;
+                    }
+                }
+                float sum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+                    s[mi][n][2 * h] = rf_fast_exp2(fmaf(s[mi][n][2 * h], sl2, -m_use));
+                    s[mi][n][2 * h + 1] = rf_fast_exp2(fmaf(s[mi][n][2 * h + 1], sl2, -m_use));
+                    sum += s[mi][n][2 * h] + s[mi][n][2 * h + 1];
+                }
+                // Per-thread partial sums: the quad's are added once, at the end.
+                l_run[mi][h] = l_run[mi][h] * alpha + sum;
+                m_run[mi][h] = m_new;
             }
         }
 #pragma unroll
         for (int kk = 0; kk < WKEYS / 16; ++kk) {
-            unsigned pf[4];
-            pf[0] = rf_pack2_bits16<T>(s[2 * kk][0], s[2 * kk][1]);
-            pf[1] = rf_pack2_bits16<T>(s[2 * kk][2], s[2 * kk][3]);
-            pf[2] = rf_pack2_bits16<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pf[3] = rf_pack2_bits16<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            unsigned pf[MW][4];
+#pragma unroll
+            for (int mi = 0; mi < MW; ++mi) {
+                pf[mi][0] = rf_pack2_bits16<T>(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+                pf[mi][1] = rf_pack2_bits16<T>(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+                pf[mi][2] = rf_pack2_bits16<T>(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+                pf[mi][3] = rf_pack2_bits16<T>(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int dp = 0; dp < DT / 16; ++dp) {
                 unsigned vf[4];
                 rf_ldmatrix_x4_trans(vf, vt + (kk * 16 + v_row) * LD + dp * 16 + v_col);
-                rf_mma<T>::run(o[2 * dp], pf, vf[0], vf[1]);
-                rf_mma<T>::run(o[2 * dp + 1], pf, vf[2], vf[3]);
+#pragma unroll
+                for (int mi = 0; mi < MW; ++mi) {
+                    rf_mma<T>::run(o[mi][2 * dp], pf[mi], vf[0], vf[1]);
+                    rf_mma<T>::run(o[mi][2 * dp + 1], pf[mi], vf[2], vf[3]);
+                }
             }
         }
     }
     rf_cp_async_wait<0>();
 
-    float l_sum[2];
+    float l_sum[MW][2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        l_sum[h] = l_run[h];
-        l_sum[h] += __shfl_xor_sync(0xffffffffu, l_sum[h], 1);
-        l_sum[h] += __shfl_xor_sync(0xffffffffu, l_sum[h], 2);
+    for (int mi = 0; mi < MW; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            l_sum[mi][h] = l_run[mi][h];
+            l_sum[mi][h] += __shfl_xor_sync(0xffffffffu, l_sum[mi][h], 1);
+            l_sum[mi][h] += __shfl_xor_sync(0xffffffffu, l_sum[mi][h], 2);
+        }
     }
     if constexpr (KSPLIT) {
         // Merge the warps' (m, l, O) for the shared rows through shared memory (the K buffers,
         // free now): O = sum_w 2^(m_w - M) O_w, l = sum_w 2^(m_w - M) l_w, M = max_w m_w.
+        // (MW is 1 here.)
         float* red_m = (float*)ks;             // [WARPS][16]
         float* red_l = red_m + WARPS * 16;     // [WARPS][16]
         float* red_o = red_l + WARPS * 16;     // [WARPS][16][DT]
         __syncthreads();
         if (t == 0) {
-            red_m[warp * 16 + g] = m_run[0];
-            red_m[warp * 16 + g + 8] = m_run[1];
-            red_l[warp * 16 + g] = l_sum[0];
-            red_l[warp * 16 + g + 8] = l_sum[1];
+            red_m[warp * 16 + g] = m_run[0][0];
+            red_m[warp * 16 + g + 8] = m_run[0][1];
+            red_l[warp * 16 + g] = l_sum[0][0];
+            red_l[warp * 16 + g + 8] = l_sum[0][1];
         }
 #pragma unroll
         for (int i = 0; i < DTILES; ++i) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                red_o[(warp * 16 + g + 8 * (e / 2)) * DT + i * 8 + 2 * t + (e % 2)] = o[i][e];
+                red_o[(warp * 16 + g + 8 * (e / 2)) * DT + i * 8 + 2 * t + (e % 2)] = o[0][i][e];
             }
         }
         __syncthreads();
@@ -741,29 +797,32 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
                     float v = 0.0f;
 #pragma unroll
                     for (int w = 0; w < WARPS; ++w) v = fmaf(weight[w], red_o[(w * 16 + r) * DT + i * 8 + 2 * t + c], v);
-                    o[i][2 * h + c] = v;
+                    o[0][i][2 * h + c] = v;
                 }
             }
-            m_run[h] = mx;
-            l_sum[h] = l;
+            m_run[0][h] = mx;
+            l_sum[0][h] = l;
         }
     }
 
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const float l = l_sum[h];
-        const rf_flash_row& r = h == 0 ? row0 : row1;
-        if (!r.valid) continue;
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int mi = 0; mi < MW; ++mi) {
 #pragma unroll
-        for (int i = 0; i < DTILES; ++i) {
-            const int col = i * 8 + 2 * t;
-            if (col < D) {
-                rf_flash_store<T>(p, b, r, split, col, o[i][2 * h] * inv);
-                rf_flash_store<T>(p, b, r, split, col + 1, o[i][2 * h + 1] * inv);
+        for (int h = 0; h < 2; ++h) {
+            const rf_flash_row r = rf_flash_locate(p, m0 + wrow + 16 * mi + g + 8 * h, kv_head);
+            if (!r.valid) continue;
+            const float l = l_sum[mi][h];
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+            for (int i = 0; i < DTILES; ++i) {
+                const int col = i * 8 + 2 * t;
+                if (col < D) {
+                    rf_flash_store<T>(p, b, r, split, col, o[mi][i][2 * h] * inv);
+                    rf_flash_store<T>(p, b, r, split, col + 1, o[mi][i][2 * h + 1] * inv);
+                }
             }
+            if (t == 0) rf_flash_store_lse(p, b, r, split, m_run[mi][h], l);
         }
-        if (t == 0) rf_flash_store_lse(p, b, r, split, m_run[h], l);
     }
 }
 
@@ -772,27 +831,31 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
 // Entry points exist on every target so the module's symbol table is the same everywhere; the
 // body is the matrix-core kernel only where RF_FLASH_MMA holds.
 #if RF_FLASH_MMA
-#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG) rf_flash_mma<T, DT, BC, W, S, KS, PG>(p);
+#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG, MW) rf_flash_mma<T, DT, BC, W, S, KS, PG, MW>(p);
 #else
-#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG) RF_MMA_UNAVAILABLE();
+#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG, MW) RF_MMA_UNAVAILABLE();
 #endif
 
 #define RF_FLASH_MMA_ENTRY(T, DT, BC, W, S, KS, PG, NAME) \
-    RF_KERNEL void __launch_bounds__(32 * W) NAME(rf_flash_params p) { RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG) }
+    RF_KERNEL void __launch_bounds__(32 * W) NAME(rf_flash_params p) { RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG, 1) }
+// Two 16-row fragments a warp, two blocks a compute unit (at most 255 registers a thread).
+#define RF_FLASH_MMA_ENTRY_M2(T, DT, BC, W, S, NAME) \
+    RF_KERNEL void __launch_bounds__(32 * W, 2) NAME(rf_flash_params p) { RF_FLASH_MMA_BODY(T, DT, BC, W, S, false, false, 2) }
 
 // Variants (the launcher's `plan` picks one by rows and head_dim; docs/kernels/attention.md has
 // the measurements behind them):
-//   _w8: eight warps, 128 rows a block, 128-key tiles: prefill;
+//   _m2: four warps of two 16-row fragments, 128 rows a block, 64-key tiles (128 at head_dim
+//        64), two blocks a compute unit: prefill;
 //   _w4: four warps, 64 rows, 64-key tiles: up to 64 rows, and head_dim 256 (32-key tiles);
 //   _ks: four warps splitting each 64-key tile over one 16-row group, three stages: decode;
 //   _ks8: eight warps splitting 128-key tiles, one block per compute unit: decode whose
 //         blocks about fill the device once (no key split, no combine pass);
 //   _paged: K/V from a paged cache (key-split for decode, four warps otherwise).
 #define RF_FLASH_MMA_ENTRIES(suffix, T)                                                        \
-    RF_FLASH_MMA_ENTRY(T, 64, 128, 8, 3, false, false, rf_flash_mma_##suffix##_d64_w8)         \
-    RF_FLASH_MMA_ENTRY(T, 80, 128, 8, 2, false, false, rf_flash_mma_##suffix##_d80_w8)         \
-    RF_FLASH_MMA_ENTRY(T, 96, 128, 8, 2, false, false, rf_flash_mma_##suffix##_d96_w8)         \
-    RF_FLASH_MMA_ENTRY(T, 128, 128, 8, 2, false, false, rf_flash_mma_##suffix##_d128_w8)       \
+    RF_FLASH_MMA_ENTRY_M2(T, 64, 128, 4, 2, rf_flash_mma_##suffix##_d64_m2)                    \
+    RF_FLASH_MMA_ENTRY_M2(T, 80, 64, 4, 2, rf_flash_mma_##suffix##_d80_m2)                     \
+    RF_FLASH_MMA_ENTRY_M2(T, 96, 64, 4, 2, rf_flash_mma_##suffix##_d96_m2)                     \
+    RF_FLASH_MMA_ENTRY_M2(T, 128, 64, 4, 2, rf_flash_mma_##suffix##_d128_m2)                   \
     RF_FLASH_MMA_ENTRY(T, 64, 64, 4, 2, false, false, rf_flash_mma_##suffix##_d64_w4)          \
     RF_FLASH_MMA_ENTRY(T, 80, 64, 4, 2, false, false, rf_flash_mma_##suffix##_d80_w4)          \
     RF_FLASH_MMA_ENTRY(T, 96, 64, 4, 2, false, false, rf_flash_mma_##suffix##_d96_w4)          \

@@ -46,7 +46,8 @@ const THREADS: u32 = 128;
 const MMA_HEAD_DIMS: [usize; 5] = [64, 80, 96, 128, 256];
 
 /// One instantiation of the matrix-core kernel (`RF_FLASH_MMA_ENTRIES`): warps, K/V buffers,
-/// keys a tile, and whether the warps split the keys of one 16-row group.
+/// keys a tile, whether the warps split the keys of one 16-row group, and 16-row fragments a
+/// warp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct MmaVariant {
     suffix: &'static str,
@@ -54,23 +55,33 @@ struct MmaVariant {
     stages: usize,
     keys: usize,
     key_split: bool,
+    frags: usize,
 }
 
 impl MmaVariant {
-    /// Prefill (more than 64 packed rows): eight warps, 128 rows, 128-key tiles (each K/V tile
-    /// shared by all the rows; 285 TFLOP/s at head_dim 128 on an H200 against 225 with 64-key
-    /// tiles). Up to 64 rows: four warps. Up to 16 rows (decode: the group's heads of one
+    /// Prefill (more than 64 packed rows): four warps of two 16-row fragments, 128 rows, 64-key
+    /// tiles (128 at head_dim 64), two blocks a compute unit: each K/V fragment read from shared
+    /// memory feeds two mma (on an H100 in one run: 331 TFLOP/s at head_dim 128 against 282 for
+    /// the eight-warp, one-fragment block it replaced; docs/kernels/attention.md, v9). Up to 64
+    /// rows: four warps. Up to 16 rows (decode: the group's heads of one
     /// query): four warps splitting the keys, or three would idle. head_dim 256: four warps,
     /// 32-key tiles (registers).
     fn choose(head_dim: usize, rows: usize) -> MmaVariant {
-        let v =
-            |suffix, warps, stages, keys, key_split| MmaVariant { suffix, warps, stages, keys, key_split };
+        let v = |suffix, warps, stages, keys, key_split| MmaVariant {
+            suffix,
+            warps,
+            stages,
+            keys,
+            key_split,
+            frags: 1,
+        };
+        let m2 = |keys| MmaVariant { frags: 2, ..v("m2", 4, 2, keys, false) };
         match (head_dim, rows) {
             (256, _) => v("w4", 4, 2, 32, false),
             (_, 0..=16) => v("ks", 4, 3, 64, true),
             (_, 17..=64) => v("w4", 4, 2, 64, false),
-            (64, _) => v("w8", 8, 3, 128, false),
-            _ => v("w8", 8, 2, 128, false),
+            (64, _) => m2(128),
+            _ => m2(64),
         }
     }
 
@@ -78,7 +89,7 @@ impl MmaVariant {
     /// warps beyond (chunked prefill).
     fn choose_paged(head_dim: usize, rows: usize) -> MmaVariant {
         let v = MmaVariant::choose(head_dim, rows);
-        if v.warps == 8 { MmaVariant::choose(head_dim, 64) } else { v }
+        if v.frags > 1 { MmaVariant::choose(head_dim, 64) } else { v }
     }
 
     /// Decode whose blocks about fill the device once (3/4 to all of the compute units, as 32
@@ -95,14 +106,14 @@ impl MmaVariant {
     ) -> Self {
         let fills_once = blocks * 4 >= compute_units * 3 && blocks <= compute_units;
         if self.key_split && head_dim <= 128 && fills_once && splits.is_none_or(|s| s == 1) {
-            MmaVariant { suffix: "ks8", warps: 8, stages: 3, keys: 128, key_split: true }
+            MmaVariant { suffix: "ks8", warps: 8, stages: 3, keys: 128, key_split: true, frags: 1 }
         } else {
             self
         }
     }
 
     fn rows(&self) -> usize {
-        if self.key_split { 16 } else { 16 * self.warps }
+        if self.key_split { 16 } else { 16 * self.warps * self.frags }
     }
 }
 
@@ -485,8 +496,10 @@ mod tests {
     fn variants_fit_their_rows_and_shared_memory() {
         assert_eq!(MmaVariant::choose(128, 8).suffix, "ks");
         assert_eq!(MmaVariant::choose(128, 17).suffix, "w4");
-        assert_eq!(MmaVariant::choose(128, 65).suffix, "w8");
+        assert_eq!(MmaVariant::choose(128, 65).suffix, "m2");
+        assert_eq!(MmaVariant::choose(128, 65).rows(), 128);
         assert_eq!(MmaVariant::choose(64, 4096).keys, 128);
+        assert_eq!(MmaVariant::choose_paged(128, 4096).suffix, "w4");
         assert_eq!(MmaVariant::choose(256, 8).suffix, "w4");
         // Decode filling a 132-unit device once: the 8-warp key split, unless a split was asked.
         let ks = MmaVariant::choose(128, 8);
@@ -505,6 +518,11 @@ mod tests {
                 for v in [narrow, narrow.widen_decode(dt, 128, 132, None)] {
                     let smem = (v.rows() + 2 * v.stages * v.keys) * (dt + 8) * 2;
                     assert!(smem <= 227 << 10, "d{dt} {v:?}: {smem} bytes");
+                    if v.frags > 1 {
+                        // Two blocks a compute unit on sm_90 (228 KiB of shared memory; sm_80's
+                        // 164 KiB holds one at head_dim 64).
+                        assert!(2 * smem <= 228 << 10, "d{dt} {v:?}: {smem} bytes");
+                    }
                     if v.key_split {
                         assert!(
                             v.warps * 16 * (dt + 2) * 4 <= v.stages * v.keys * (dt + 8) * 2,
