@@ -541,15 +541,6 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
 
     long long k_begin, k_end;
     rf_flash_key_range(p, m0 + ROWS - 1, kv_head, split, &k_begin, &k_end);
-    // The last key each of the thread's rows sees (rows g and g + 8 of each fragment); where
-    // they live is looked up again for the stores. Keys fit 32 bits (seq_k is an int), and
-    // the last key seen is below k_end <= seq_k or -1.
-    int last[MW][2];
-#pragma unroll
-    for (int mi = 0; mi < MW; ++mi) {
-        last[mi][0] = (int)rf_flash_locate(p, m0 + wrow + 16 * mi + g, kv_head).last_key;
-        last[mi][1] = (int)rf_flash_locate(p, m0 + wrow + 16 * mi + g + 8, kv_head).last_key;
-    }
     // Keys every row of the block sees: tiles ending at or before this need no mask.
     const long long all_see = rf_flash_locate(p, m0, kv_head).last_key + 1;
     const bool warp_idle = !rf_flash_locate(p, m0 + wrow, kv_head).valid;
@@ -672,14 +663,22 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
         // or at the end of the keys). The scale (> 0, checked by the launcher) is applied
         // inside the exponent: max(scale * s) = scale * max(s).
         if (k0 + BC > (all_see < k_end ? all_see : k_end)) {
+            // The last key each of the thread's rows sees, looked up here rather than held
+            // through the loop (registers: only diagonal and last tiles get here). Keys fit 32
+            // bits (seq_k is an int).
 #pragma unroll
             for (int mi = 0; mi < MW; ++mi) {
 #pragma unroll
-                for (int n = 0; n < NT; ++n) {
+                for (int h = 0; h < 2; ++h) {
+                    const int last = (int)rf_flash_locate(p, m0 + wrow + 16 * mi + g + 8 * h, kv_head).last_key;
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int key = (int)k0 + wkey + n * 8 + 2 * t + (e % 2);
-                        s[mi][n][e] = key <= last[mi][e / 2] && key < (int)k_end ? s[mi][n][e] : -INFINITY;
+                    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+                        for (int c = 0; c < 2; ++c) {
+                            const int key = (int)k0 + wkey + n * 8 + 2 * t + c;
+                            float& v = s[mi][n][2 * h + c];
+                            v = key <= last && key < (int)k_end ? v : -INFINITY;
+                        }
                     }
                 }
             }
