@@ -499,6 +499,21 @@ RF_DEVICE void rf_flash_stage_kv_paged(T* ksm, T* vsm, const rf_flash_params& p,
     }
 }
 
+// op over the 2 * NT scores of one row (h = 0: row g, 1: row g + 8) of an S fragment, as a
+// tree (depth log2(2 NT), not a chain of 2 NT dependent operations).
+template <int NT, typename Op>
+RF_DEVICE float rf_flash_row_reduce(const float (&s)[NT][4], int h, Op op) {
+    float v[NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) v[n] = op(s[n][2 * h], s[n][2 * h + 1]);
+#pragma unroll
+    for (int w = 1; w < NT; w *= 2) {
+#pragma unroll
+        for (int n = 0; n + w < NT; n += 2 * w) v[n] = op(v[n], v[n + w]);
+    }
+    return v[0];
+}
+
 // WARPS warps; STAGES K/V buffers (cp.async runs STAGES - 1 tiles ahead); KSPLIT: the warps
 // share one 16-row group and split each key tile between them instead (decode, where a block
 // has no more rows than the group's heads of one query), merging their results at the end.
@@ -683,39 +698,53 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
                 }
             }
         }
+        // The online softmax of the thread's 2 * MW rows, phase by phase over all of them, with
+        // no branch inside a phase: the rows' max and sum chains interleave (ncu: "wait" on
+        // fixed-latency dependencies was the top stall when each row ran its chain alone).
         const float sl2 = p.scale_log2;
+        float m_use[MW][2], alpha[MW][2];
+        bool moved = false;
 #pragma unroll
         for (int mi = 0; mi < MW; ++mi) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float mx = -INFINITY;
-#pragma unroll
-                for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[mi][n][2 * h], s[mi][n][2 * h + 1]));
+                float mx = rf_flash_row_reduce<NT>(s[mi], h, [](float x, float y) { return fmaxf(x, y); });
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 const float m_new = fmaxf(m_run[mi][h], mx * sl2);
-                const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-                const float alpha = rf_fast_exp2(m_run[mi][h] - m_use);
-                // exp2(0) is exactly 1: once the running maxima settle (most tiles of a long
-                // row) no row of the warp moves and the O rescale (DT / 4 multiplies a thread)
-                // is skipped; the vote keeps the branch uniform.
-                if (__any_sync(0xffffffffu, alpha != 1.0f)) {
-#pragma unroll
-                    for (int i = 0; i < DTILES; ++i) {
-                        o[mi][i][2 * h] *= alpha;
-                        o[mi][i][2 * h + 1] *= alpha;
-                    }
-                }
-                float sum = 0.0f;
-#pragma unroll
-                for (int n = 0; n < NT; ++n) {
-                    s[mi][n][2 * h] = rf_fast_exp2(fmaf(s[mi][n][2 * h], sl2, -m_use));
-                    s[mi][n][2 * h + 1] = rf_fast_exp2(fmaf(s[mi][n][2 * h + 1], sl2, -m_use));
-                    sum += s[mi][n][2 * h] + s[mi][n][2 * h + 1];
-                }
-                // Per-thread partial sums: the quad's are added once, at the end.
-                l_run[mi][h] = l_run[mi][h] * alpha + sum;
+                m_use[mi][h] = m_new == -INFINITY ? 0.0f : m_new;
+                alpha[mi][h] = rf_fast_exp2(m_run[mi][h] - m_use[mi][h]);
+                moved |= alpha[mi][h] != 1.0f;
                 m_run[mi][h] = m_new;
+            }
+        }
+        // exp2(0) is exactly 1: once the running maxima settle (most tiles of a long row) no
+        // row of the warp moves and the O rescale (DT / 2 multiplies a fragment and thread)
+        // is skipped; the vote keeps the branch uniform.
+        if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+            for (int mi = 0; mi < MW; ++mi) {
+#pragma unroll
+                for (int i = 0; i < DTILES; ++i) {
+                    o[mi][i][0] *= alpha[mi][0];
+                    o[mi][i][1] *= alpha[mi][0];
+                    o[mi][i][2] *= alpha[mi][1];
+                    o[mi][i][3] *= alpha[mi][1];
+                }
+            }
+        }
+#pragma unroll
+        for (int mi = 0; mi < MW; ++mi) {
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[mi][n][e] = rf_fast_exp2(fmaf(s[mi][n][e], sl2, -m_use[mi][e / 2]));
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                // Per-thread partial sums: the quad's are added once, at the end.
+                const float sum = rf_flash_row_reduce<NT>(s[mi], h, [](float x, float y) { return x + y; });
+                l_run[mi][h] = fmaf(l_run[mi][h], alpha[mi][h], sum);
             }
         }
 #pragma unroll
