@@ -349,16 +349,18 @@ RF_DEVICE void rf_flash_combine(const rf_flash_params& p) {
 RF_FOR_EACH_DTYPE(RF_FLASH_COMBINE_ENTRY)
 
 // ---------------------------------------------------------------------------------------------
-// Matrix-core kernel (NVIDIA sm_80+). 4 warps, 64 packed rows a block (16 a warp), BC keys a
-// tile (64, or 32 for head_dim 256 to bound registers). Q, and K and V double-buffered, are
+// Matrix-core kernel (NVIDIA sm_80+). WARPS warps of MW 16-row fragments (prefill: 4 warps of 2,
+// 128 rows a block), or warps splitting the keys of one 16-row group (decode); BC keys a tile
+// (see the entries at the end of this section). Q, and K and V (STAGES buffers), are
 // staged in shared memory as T by cp.async (zero-filled past the ends, so padding never holds
 // NaN), rows padded by 16 bytes: the row stride is then an odd number of 16-byte chunks and the
 // 8 rows one ldmatrix reads fall in different banks.
 //
-// Per warp and key tile: S (16 x BC) = Q K^T by mma.m16n8k16 with Q fragments kept in registers
-// (ldmatrix), K fragments by ldmatrix; the online softmax on S's accumulator fragments (each row
-// is held by the 4 lanes of a quad); P, converted to T in registers, is directly the A operand of
-// O (16 x D) += P V, with V fragments by ldmatrix.trans.
+// Per warp, fragment and key tile: S (16 x BC) = Q K^T by mma.m16n8k16, Q fragments by ldmatrix
+// (held in registers when MW = 1), K fragments by ldmatrix; the online softmax on S's
+// accumulator fragments (each row is held by the 4 lanes of a quad); P, converted to T in
+// registers, is directly the A operand of O (16 x D) += P V, with V fragments by
+// ldmatrix.trans.
 // ---------------------------------------------------------------------------------------------
 
 
