@@ -239,20 +239,14 @@ RF_DEVICE void rf_mxm_e2m1_word_f16(unsigned w, unsigned (&a)[2][2]) {
     a[1][1] = ((p23 << 5) & 0x0e000e00u) | ((p23 << 8) & 0x80008000u);
 }
 
-// bf16: the E2M1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 as bf16 bytes for __byte_perm (high
-// bytes of magnitudes 0-3 / 4-7, low bytes likewise).
-#define RF_MXM_BF16_HI0 0x3f3f3f00u
-#define RF_MXM_BF16_HI1 0x40404040u
-#define RF_MXM_BF16_LO0 0xc0800000u
-#define RF_MXM_BF16_LO1 0xc0804000u
-
-// Two payload bytes -> the bf16 pairs (low nibble of b0, of b1) and (high of b0, of b1). `mags`:
+// Two payload bytes -> the bf16 pairs (low nibble of b0, of b1) and (high of b0, of b1), the
+// magnitudes from the byte-permute tables RF_E2M1_{HI,LO} (rocmforge_quant.h). `mags`:
 // the bytes' magnitudes, one per selector nibble (b & 0x77 each); `signs`: b0 in bits 8-15 and
 // b1 in bits 24-31, so the high nibbles' signs sit on the pairs' sign bits (15, 31) and the low
 // nibbles' four places lower.
 RF_DEVICE void rf_mxm_e2m1_pairs_bf16(unsigned mags, unsigned signs, unsigned& lo, unsigned& hi) {
-    const unsigned h = __byte_perm(RF_MXM_BF16_HI0, RF_MXM_BF16_HI1, mags); // of lo0, hi0, lo1, hi1
-    const unsigned l = __byte_perm(RF_MXM_BF16_LO0, RF_MXM_BF16_LO1, mags);
+    const unsigned h = __byte_perm(RF_E2M1_HI0, RF_E2M1_HI1, mags); // of lo0, hi0, lo1, hi1
+    const unsigned l = __byte_perm(RF_E2M1_LO0, RF_E2M1_LO1, mags);
     lo = __byte_perm(l, h, 0x6240) | ((signs << 4) & 0x80008000u);
     hi = __byte_perm(l, h, 0x7351) | (signs & 0x80008000u);
 }

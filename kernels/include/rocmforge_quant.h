@@ -105,6 +105,15 @@ struct rf_mxfp4 {
     }
 };
 
+// The E2M1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 (codes 0..7) as the bf16 patterns 0x0000 0x3F00
+// 0x3F80 0x3FC0 0x4000 0x4040 0x4080 0x40C0: their low bytes (LO) and high bytes (HI) as two
+// 8-byte byte-permute tables, byte k of (word 1 : word 0) the entry of code k. A bf16 pattern
+// shifted left by 16 is the f32 of the same value.
+#define RF_E2M1_LO0 0xC0800000u // codes 3..0: 0xC0 0x80 0x00 0x00
+#define RF_E2M1_LO1 0xC0804000u // codes 7..4: 0xC0 0x80 0x40 0x00
+#define RF_E2M1_HI0 0x3F3F3F00u // codes 3..0: 0x3F 0x3F 0x3F 0x00
+#define RF_E2M1_HI1 0x40404040u // codes 7..4: 0x40 0x40 0x40 0x40
+
 // Packed MXFP6, element type E2M3 (EBITS = 2, MBITS = 3) or E3M2 (3, 2).
 template <int EBITS, int MBITS> struct rf_mxfp6 {
     static constexpr int BLOCK_BYTES = 25;
