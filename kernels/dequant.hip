@@ -46,18 +46,10 @@
 #define RF_DEQUANT_TILE 256
 
 // ---------------------------------------------------------------------------------------------
-// MXFP4 by table lookups. The E2M1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 (codes 0..7) are the
-// bf16 patterns 0x0000 0x3F00 0x3F80 0x3FC0 0x4000 0x4040 0x4080 0x40C0: their low bytes (LO)
-// and high bytes (HI) as two 8-byte tables, byte k of (word 1 : word 0) the entry of code k,
-// read by __byte_perm with a selector of four 3-bit codes, one a nibble (the nibble's msb must
-// be clear: on NVIDIA it asks for sign replication). A bf16 pattern shifted left by 16 is the
-// f32 of the same value.
+// MXFP4 by table lookups in RF_E2M1_{LO,HI} (rocmforge_quant.h), read by __byte_perm with a
+// selector of four 3-bit codes, one a nibble (the nibble's msb must be clear: on NVIDIA it asks
+// for sign replication).
 // ---------------------------------------------------------------------------------------------
-
-#define RF_E2M1_LO0 0xC0800000u // codes 3..0: 0xC0 0x80 0x00 0x00
-#define RF_E2M1_LO1 0xC0804000u // codes 7..4: 0xC0 0x80 0x40 0x00
-#define RF_E2M1_HI0 0x3F3F3F00u // codes 3..0: 0x3F 0x3F 0x3F 0x00
-#define RF_E2M1_HI1 0x40404040u // codes 7..4: 0x40 0x40 0x40 0x40
 
 // __byte_perm (selector nibbles with the msb clear), and a bit select. On NVIDIA as PTX: nvcc
 // otherwise splits `x & 0x77777777` into two masks (the first lookup reads only the low 16 bits
@@ -124,21 +116,6 @@ RF_DEVICE void rf_mxfp4_decode8(unsigned int v0, unsigned int v1, float s0, floa
     out[5] = __uint_as_float(p45 & 0xFFFF0000u) * s1;
     out[6] = __uint_as_float(p67 << 16) * s1;
     out[7] = __uint_as_float(p67 & 0xFFFF0000u) * s1;
-}
-
-// MXFP4 group at stage offsets: payload bytes at..at+8 of the block whose scale is byte scale_at,
-// with amount = 8 at + 4 (0 for the low nibbles, 1 for the high ones). The bytes lie in the
-// three aligned words from byte at & ~3, and (w[i+1] : w[i]) >> (amount mod 32) puts bytes
-// 4i..4i+4 (i = 0, 1), shifted to their codes, in one word: the funnel shift takes its amount
-// mod 32 on both platforms.
-RF_DEVICE void rf_mxfp4_group_at(const unsigned char* stage, int at, int scale_at, unsigned int amount,
-                                 float* v) {
-    const unsigned int* const w = reinterpret_cast<const unsigned int*>(stage + (at & ~3));
-    const unsigned int w0 = w[0];
-    const unsigned int w1 = w[1];
-    const unsigned int w2 = w[2];
-    const float s = rf_e8m0_to_float(stage[scale_at]);
-    rf_mxfp4_decode8(__funnelshift_r(w0, w1, amount), __funnelshift_r(w1, w2, amount), s, s, v);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -208,12 +185,53 @@ template <int EBITS, int MBITS> struct rf_mxfp6_bits {
     }
 };
 
-// The 24 bits at stage byte `at` (chunk codes), from two aligned words and a funnel shift by
-// 8 at (mod 32).
-RF_DEVICE unsigned int rf_stage_bits24(const unsigned char* stage, int at) {
+// The 32 bits from stage byte `at` on, shifted right by `extra` more bits (< 8): two aligned words
+// and a funnel shift, whose amount (8 at + extra) is taken mod 32 on both platforms.
+RF_DEVICE unsigned int rf_stage_word(const unsigned char* stage, int at, unsigned int extra) {
     const unsigned int* const w = reinterpret_cast<const unsigned int*>(stage + (at & ~3));
-    return __funnelshift_r(w[0], w[1], 8u * (unsigned int)at);
+    return __funnelshift_r(w[0], w[1], 8u * (unsigned int)at + extra);
 }
+
+// The word-aligned paths of MXFP4 (version 3) and MXFP6 (version 5), which differ only in where a
+// thread's codes lie in a block and how a word of them decodes. WORDS: whether F has them.
+//   group_byte(p), group_shift(p): group p (elements 8p .. + 8) starts at that byte of its block,
+//     that many bits further (MXFP4: payload bytes 8 (p & 1) .., high nibbles for p >= 2);
+//   chunk_byte(r), chunk_shift(r): likewise for f32 chunk r (elements 4r .. + 4);
+//   group(x0, x1, s, out): the group's 8 values, its bits funnel-shifted into x0 (bits 0-31) and
+//     x1 (32-63);
+//   chunks(x0, x1, s0, s1, out): two chunks at once, each at bit 0 of its word, out[0..4) and
+//     out[4..8).
+template <typename F> struct rf_dequant_words {
+    static constexpr bool WORDS = false;
+};
+
+template <> struct rf_dequant_words<rf_mxfp4> {
+    static constexpr bool WORDS = true;
+    static RF_DEVICE int group_byte(int p) { return 1 + 8 * (p & 1); }
+    static RF_DEVICE unsigned int group_shift(int p) { return 4u * (unsigned int)(p >> 1); }
+    static RF_DEVICE int chunk_byte(int r) { return 1 + 4 * (r & 3); }
+    static RF_DEVICE unsigned int chunk_shift(int r) { return 4u * (unsigned int)((r >> 2) & 1); }
+    static RF_DEVICE void group(unsigned int x0, unsigned int x1, float s, float* out) {
+        rf_mxfp4_decode8(x0, x1, s, s, out);
+    }
+    static RF_DEVICE void chunks(unsigned int x0, unsigned int x1, float s0, float s1, float* out) {
+        rf_mxfp4_decode8(x0, x1, s0, s1, out);
+    }
+};
+
+// MXFP6: group p is payload bytes 6p .. + 6 (codes 8p .. + 8), chunk r bytes 3r .. + 3.
+template <int EBITS, int MBITS> struct rf_dequant_words<rf_mxfp6<EBITS, MBITS>> {
+    typedef rf_mxfp6_bits<EBITS, MBITS> D;
+    static constexpr bool WORDS = true;
+    static RF_DEVICE int group_byte(int p) { return 1 + 6 * p; }
+    static RF_DEVICE unsigned int group_shift(int) { return 0u; }
+    static RF_DEVICE int chunk_byte(int r) { return 1 + 3 * r; }
+    static RF_DEVICE unsigned int chunk_shift(int) { return 0u; }
+    static RF_DEVICE void group(unsigned int x0, unsigned int x1, float s, float* out) { D::decode_group(x0, x1, s, out); }
+    static RF_DEVICE void chunks(unsigned int x0, unsigned int x1, float s0, float s1, float* out) {
+        D::decode_chunks(x0, x1, s0, s1, out);
+    }
+};
 
 template <typename T> RF_DEVICE void rf_dequant_store8(T* dst, const float* v) {
     constexpr int N = rf_pack16<T>::N;
@@ -266,38 +284,34 @@ template <> struct rf_dequant_quarter<rf_q4_0> {
 };
 
 
-// MXFP6 chunk c: codes 4r .. + 4 (r = c % 8) are bits 24r .. + 24 of the payload, bytes 3r .. + 3.
-template <int EBITS, int MBITS> struct rf_dequant_quarter<rf_mxfp6<EBITS, MBITS>> {
-    static RF_DEVICE void decode(const unsigned char* stage, int c, float* out) {
-        const int scale_at = 25 * (c >> 3);
-        const unsigned int x = rf_stage_bits24(stage, scale_at + 1 + 3 * (c & 7));
-        const float s = rf_e8m0_to_float(stage[scale_at]);
-        float v8[8];
-        rf_mxfp6_bits<EBITS, MBITS>::decode_chunks(x, x, s, s, v8);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            out[i] = v8[i];
-        }
-    }
-};
-
-// MXFP4 chunk c: the codes of payload bytes 4 (c % 4) .. + 4 of block c / 8 (low nibbles for
-// c % 8 < 4), as the low nibbles of one word (two aligned words and a funnel shift, as for a
-// group), and the block's scale.
-RF_DEVICE unsigned int rf_mxfp4_chunk_codes(const unsigned char* stage, int c, float* s) {
-    const int scale_at = 17 * (c >> 3);
-    const int at = scale_at + 1 + 4 * (c & 3);
-    const unsigned int* const w = reinterpret_cast<const unsigned int*>(stage + (at & ~3));
+// MXFP4 and MXFP6 chunk c (r = c % 8 of block c / 8): its codes funnel-shifted to bit 0 of one
+// word (rf_dequant_words), and the block's scale.
+template <typename F> RF_DEVICE unsigned int rf_dequant_chunk_word(const unsigned char* stage, int c, float* s) {
+    typedef rf_dequant_words<F> W;
+    const int scale_at = F::BLOCK_BYTES * (c >> 3);
     *s = rf_e8m0_to_float(stage[scale_at]);
-    return __funnelshift_r(w[0], w[1], 8u * (unsigned int)at + 4u * (unsigned int)((c >> 2) & 1));
+    return rf_stage_word(stage, scale_at + W::chunk_byte(c & 7), W::chunk_shift(c & 7));
 }
 
 template <> struct rf_dequant_quarter<rf_mxfp4> {
     static RF_DEVICE void decode(const unsigned char* stage, int c, float* out) {
         float s;
-        const unsigned int v = rf_mxfp4_chunk_codes(stage, c, &s);
+        const unsigned int x = rf_dequant_chunk_word<rf_mxfp4>(stage, c, &s);
         float v8[8];
-        rf_mxfp4_decode8(v, v, s, s, v8);
+        rf_dequant_words<rf_mxfp4>::chunks(x, x, s, s, v8);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            out[i] = v8[i];
+        }
+    }
+};
+template <int EBITS, int MBITS> struct rf_dequant_quarter<rf_mxfp6<EBITS, MBITS>> {
+    typedef rf_mxfp6<EBITS, MBITS> F;
+    static RF_DEVICE void decode(const unsigned char* stage, int c, float* out) {
+        float s;
+        const unsigned int x = rf_dequant_chunk_word<F>(stage, c, &s);
+        float v8[8];
+        rf_dequant_words<F>::chunks(x, x, s, s, v8);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             out[i] = v8[i];
@@ -305,17 +319,17 @@ template <> struct rf_dequant_quarter<rf_mxfp4> {
     }
 };
 
-// Chunks c0 and c1 into out[0..4) and out[4..8).
+// Chunks c0 and c1 into out[0..4) and out[4..8): one decode for both where F has word paths.
 template <typename F> RF_DEVICE void rf_dequant_pair(const unsigned char* stage, int c0, int c1, float* out) {
-    rf_dequant_quarter<F>::decode(stage, c0, out);
-    rf_dequant_quarter<F>::decode(stage, c1, out + 4);
-}
-
-template <> RF_DEVICE void rf_dequant_pair<rf_mxfp4>(const unsigned char* stage, int c0, int c1, float* out) {
-    float s0, s1;
-    const unsigned int v0 = rf_mxfp4_chunk_codes(stage, c0, &s0);
-    const unsigned int v1 = rf_mxfp4_chunk_codes(stage, c1, &s1);
-    rf_mxfp4_decode8(v0, v1, s0, s1, out);
+    if constexpr (rf_dequant_words<F>::WORDS) {
+        float s0, s1;
+        const unsigned int x0 = rf_dequant_chunk_word<F>(stage, c0, &s0);
+        const unsigned int x1 = rf_dequant_chunk_word<F>(stage, c1, &s1);
+        rf_dequant_words<F>::chunks(x0, x1, s0, s1, out);
+    } else {
+        rf_dequant_quarter<F>::decode(stage, c0, out);
+        rf_dequant_quarter<F>::decode(stage, c1, out + 4);
+    }
 }
 
 // The f32 tile: chunks c = tid + k nthreads < 8 nb, in pairs (c, c + nthreads); a thread's last
@@ -359,111 +373,12 @@ template <typename F> struct rf_dequant_tile {
     }
 };
 
-// MXFP4: group g is block b = g / 4, part p = g % 4: payload bytes 8 (p & 1) .. + 8 (the payload
-// starts at byte 17 b + 1), low nibbles for p < 2, high ones for p >= 2.
-template <> struct rf_dequant_tile<rf_mxfp4> {
-    template <typename T>
-    static RF_DEVICE void run(const unsigned char* stage, T* o, int nb, int tid, int nthreads) {
-        if constexpr (rf_pack16<T>::N == 4) {
-            if (nthreads % 32 == 0) {
-                run_f32(stage, o, nb, tid, nthreads);
-            } else {
-                rf_dequant_tile_f32<rf_mxfp4>(stage, o, nb, tid, nthreads);
-            }
-        } else {
-            run16(stage, o, nb, tid, nthreads);
-        }
-    }
-
-    // f16 / bf16: group g (8 outputs) in thread g % nthreads, as in version 3.
-    template <typename T>
-    static RF_DEVICE void run16(const unsigned char* stage, T* o, int nb, int tid, int nthreads) {
-        const int p = tid & 3;
-        const int first = 1 + 8 * (p & 1);
-        const unsigned int nibble = 4u * (unsigned int)(p >> 1);
-        if (nthreads % 16 == 0) {
-            // The launcher's case. g advances by a multiple of 16: a thread keeps its part p and
-            // steps over 17 * nthreads / 4 stage bytes, a multiple of 4, so the word offset of
-            // its bytes advances by a constant and the shift amount stays the same.
-            const int stride = 17 * (nthreads >> 2);
-            const int end = 17 * nb;
-            int scale_at = 17 * (tid >> 2);
-            const unsigned int amount = 8u * (unsigned int)(scale_at + first) + nibble;
-            const int word_at = (scale_at + first) & ~3;
-            const unsigned char* w = stage + word_at;
-            const unsigned char* sc = stage + scale_at;
-            T* dst = o + 8 * (rf_u64)tid;
-            for (; scale_at < end; scale_at += stride) {
-                const unsigned int* const wp = reinterpret_cast<const unsigned int*>(w);
-                const unsigned int w0 = wp[0];
-                const unsigned int w1 = wp[1];
-                const unsigned int w2 = wp[2];
-                float v[8];
-                const float s = rf_e8m0_to_float(*sc);
-                rf_mxfp4_decode8(__funnelshift_r(w0, w1, amount), __funnelshift_r(w1, w2, amount), s, s, v);
-                rf_dequant_store8(dst, v);
-                w += stride;
-                sc += stride;
-                dst += 8 * nthreads;
-            }
-        } else {
-            const int groups = 4 * nb;
-            for (int g = tid; g < groups; g += nthreads) {
-                const int b = g >> 2;
-                const int q = g & 3;
-                const int at = 17 * b + 1 + 8 * (q & 1);
-                float v[8];
-                rf_mxfp4_group_at(stage, at, 17 * b, 8u * (unsigned int)at + 4u * (unsigned int)(q >> 1), v);
-                rf_dequant_store8(o + 8 * (rf_u64)g, v);
-            }
-        }
-    }
-
-    // rf_dequant_tile_f32 with blockDim.x a multiple of 32 (the launcher's case). Chunk c and its
-    // partner c + n (n = nthreads) lie n / 8 blocks apart, 17 n / 8 stage bytes, a multiple of 4;
-    // a step is 2 n chunks, 17 n / 4 bytes. So a thread keeps c % 8, both chunks' words sit at a
-    // constant distance and share one shift amount, and all offsets advance by constants.
-    static RF_DEVICE void run_f32(const unsigned char* stage, float* o, int nb, int tid, int nthreads) {
-        const int r = tid & 7;
-        const int half = 17 * (nthreads >> 3);
-        const int stride = 2 * half;
-        const int end = 17 * nb;
-        int scale_at = 17 * (tid >> 3);
-        const int at = scale_at + 1 + 4 * (r & 3);
-        const unsigned int amount = 8u * (unsigned int)at + 4u * (unsigned int)(r >> 2);
-        const unsigned char* w = stage + (at & ~3);
-        const unsigned char* sc = stage + scale_at;
-        float* dst = o + 4 * (rf_u64)tid;
-        const rf_u64 partner = 4 * (rf_u64)nthreads;
-        for (; scale_at + half < end; scale_at += stride) {
-            const unsigned int* const w0 = reinterpret_cast<const unsigned int*>(w);
-            const unsigned int* const w1 = reinterpret_cast<const unsigned int*>(w + half);
-            float v[8];
-            rf_mxfp4_decode8(__funnelshift_r(w0[0], w0[1], amount), __funnelshift_r(w1[0], w1[1], amount),
-                             rf_e8m0_to_float(sc[0]), rf_e8m0_to_float(sc[half]), v);
-            rf_store16(dst, rf_pack16<float>::pack(v));
-            rf_store16(dst + partner, rf_pack16<float>::pack(v + 4));
-            w += stride;
-            sc += stride;
-            dst += 2 * partner;
-        }
-        // The last chunk alone when its partner lies past the tile.
-        if (scale_at < end) {
-            const unsigned int* const w0 = reinterpret_cast<const unsigned int*>(w);
-            const unsigned int v0 = __funnelshift_r(w0[0], w0[1], amount);
-            const float s = rf_e8m0_to_float(sc[0]);
-            float v[8];
-            rf_mxfp4_decode8(v0, v0, s, s, v);
-            rf_store16(dst, rf_pack16<float>::pack(v));
-        }
-    }
-};
-
-// MXFP6 (version 5): group g is block b = g / 4, part p = g % 4: payload bytes 6p .. + 6 (codes
-// 8p .. + 8) at stage byte 25 b + 1 + 6p, read as three aligned words and two funnel shifts.
-template <int EBITS, int MBITS> struct rf_dequant_tile<rf_mxfp6<EBITS, MBITS>> {
-    typedef rf_mxfp6<EBITS, MBITS> F;
-    typedef rf_mxfp6_bits<EBITS, MBITS> D;
+// MXFP4 and MXFP6 (rf_dequant_words): with the launcher's block sizes a thread keeps its place
+// in a block from one step to the next, so its word offsets advance by constants and its shift
+// amount stays the same; other block sizes take the general loops.
+template <typename F> struct rf_dequant_tile_words {
+    typedef rf_dequant_words<F> W;
+    static constexpr int BB = F::BLOCK_BYTES;
 
     template <typename T>
     static RF_DEVICE void run(const unsigned char* stage, T* o, int nb, int tid, int nthreads) {
@@ -478,26 +393,19 @@ template <int EBITS, int MBITS> struct rf_dequant_tile<rf_mxfp6<EBITS, MBITS>> {
         }
     }
 
-    // The 8 values of the group whose payload bytes start at stage byte `at`, scale byte scale_at.
-    static RF_DEVICE void group_at(const unsigned char* stage, int at, int scale_at, float* v) {
-        const unsigned int* const w = reinterpret_cast<const unsigned int*>(stage + (at & ~3));
-        const unsigned int amount = 8u * (unsigned int)at;
-        D::decode_group(__funnelshift_r(w[0], w[1], amount), __funnelshift_r(w[1], w[2], amount),
-                        rf_e8m0_to_float(stage[scale_at]), v);
-    }
-
-    // f16 / bf16: group g in thread g % nthreads.
+    // f16 / bf16: group g (8 outputs) in thread g % nthreads, its bits in the three aligned words
+    // from its first byte, funnel-shifted into two.
     template <typename T>
     static RF_DEVICE void run16(const unsigned char* stage, T* o, int nb, int tid, int nthreads) {
         if (nthreads % 16 == 0) {
-            // The launcher's case. g advances by a multiple of 16: a thread keeps its part and steps
-            // over 25 * nthreads / 4 stage bytes, a multiple of 4, so its word offset advances by a
-            // constant and the shift amount stays the same.
-            const int stride = 25 * (nthreads >> 2);
-            const int end = 25 * nb;
-            int scale_at = 25 * (tid >> 2);
-            const int at = scale_at + 1 + 6 * (tid & 3);
-            const unsigned int amount = 8u * (unsigned int)at;
+            // g advances by a multiple of 16: a thread keeps its part p = tid % 4 and steps over
+            // BB * nthreads / 4 stage bytes, a multiple of 4.
+            const int p = tid & 3;
+            const int stride = BB * (nthreads >> 2);
+            const int end = BB * nb;
+            int scale_at = BB * (tid >> 2);
+            const int at = scale_at + W::group_byte(p);
+            const unsigned int amount = 8u * (unsigned int)at + W::group_shift(p);
             const unsigned char* w = stage + (at & ~3);
             const unsigned char* sc = stage + scale_at;
             T* dst = o + 8 * (rf_u64)tid;
@@ -507,8 +415,7 @@ template <int EBITS, int MBITS> struct rf_dequant_tile<rf_mxfp6<EBITS, MBITS>> {
                 const unsigned int w1 = wp[1];
                 const unsigned int w2 = wp[2];
                 float v[8];
-                D::decode_group(__funnelshift_r(w0, w1, amount), __funnelshift_r(w1, w2, amount),
-                                rf_e8m0_to_float(*sc), v);
+                W::group(__funnelshift_r(w0, w1, amount), __funnelshift_r(w1, w2, amount), rf_e8m0_to_float(*sc), v);
                 rf_dequant_store8(dst, v);
                 w += stride;
                 sc += stride;
@@ -517,24 +424,30 @@ template <int EBITS, int MBITS> struct rf_dequant_tile<rf_mxfp6<EBITS, MBITS>> {
         } else {
             const int groups = 4 * nb;
             for (int g = tid; g < groups; g += nthreads) {
-                const int scale_at = 25 * (g >> 2);
+                const int scale_at = BB * (g >> 2);
+                const int at = scale_at + W::group_byte(g & 3);
+                const unsigned int amount = 8u * (unsigned int)at + W::group_shift(g & 3);
+                const unsigned int* const w = reinterpret_cast<const unsigned int*>(stage + (at & ~3));
                 float v[8];
-                group_at(stage, scale_at + 1 + 6 * (g & 3), scale_at, v);
+                W::group(__funnelshift_r(w[0], w[1], amount), __funnelshift_r(w[1], w[2], amount),
+                         rf_e8m0_to_float(stage[scale_at]), v);
                 rf_dequant_store8(o + 8 * (rf_u64)g, v);
             }
         }
     }
 
-    // rf_dequant_tile_f32 with blockDim.x a multiple of 32: chunk c and its partner c + n lie n / 8
-    // blocks, 25 n / 8 stage bytes (a multiple of 4) apart; a step is 25 n / 4 bytes. A thread
-    // keeps c % 8, both chunks share one shift amount, all offsets advance by constants.
+    // rf_dequant_tile_f32 with blockDim.x a multiple of 32 (the launcher's case). Chunk c and its
+    // partner c + n (n = nthreads) lie n / 8 blocks apart, BB n / 8 stage bytes, a multiple of 4;
+    // a step is 2 n chunks. So a thread keeps c % 8, both chunks' words sit at a constant
+    // distance and share one shift amount, and all offsets advance by constants.
     static RF_DEVICE void run_f32(const unsigned char* stage, float* o, int nb, int tid, int nthreads) {
-        const int half = 25 * (nthreads >> 3);
+        const int r = tid & 7;
+        const int half = BB * (nthreads >> 3);
         const int stride = 2 * half;
-        const int end = 25 * nb;
-        int scale_at = 25 * (tid >> 3);
-        const int at = scale_at + 1 + 3 * (tid & 7);
-        const unsigned int amount = 8u * (unsigned int)at;
+        const int end = BB * nb;
+        int scale_at = BB * (tid >> 3);
+        const int at = scale_at + W::chunk_byte(r);
+        const unsigned int amount = 8u * (unsigned int)at + W::chunk_shift(r);
         const unsigned char* w = stage + (at & ~3);
         const unsigned char* sc = stage + scale_at;
         float* dst = o + 4 * (rf_u64)tid;
@@ -543,8 +456,8 @@ template <int EBITS, int MBITS> struct rf_dequant_tile<rf_mxfp6<EBITS, MBITS>> {
             const unsigned int* const w0 = reinterpret_cast<const unsigned int*>(w);
             const unsigned int* const w1 = reinterpret_cast<const unsigned int*>(w + half);
             float v[8];
-            D::decode_chunks(__funnelshift_r(w0[0], w0[1], amount), __funnelshift_r(w1[0], w1[1], amount),
-                             rf_e8m0_to_float(sc[0]), rf_e8m0_to_float(sc[half]), v);
+            W::chunks(__funnelshift_r(w0[0], w0[1], amount), __funnelshift_r(w1[0], w1[1], amount),
+                      rf_e8m0_to_float(sc[0]), rf_e8m0_to_float(sc[half]), v);
             rf_store16(dst, rf_pack16<float>::pack(v));
             rf_store16(dst + partner, rf_pack16<float>::pack(v + 4));
             w += stride;
@@ -557,11 +470,15 @@ template <int EBITS, int MBITS> struct rf_dequant_tile<rf_mxfp6<EBITS, MBITS>> {
             const unsigned int x = __funnelshift_r(w0[0], w0[1], amount);
             const float s = rf_e8m0_to_float(sc[0]);
             float v[8];
-            D::decode_chunks(x, x, s, s, v);
+            W::chunks(x, x, s, s, v);
             rf_store16(dst, rf_pack16<float>::pack(v));
         }
     }
 };
+
+template <> struct rf_dequant_tile<rf_mxfp4> : rf_dequant_tile_words<rf_mxfp4> {};
+template <int EBITS, int MBITS>
+struct rf_dequant_tile<rf_mxfp6<EBITS, MBITS>> : rf_dequant_tile_words<rf_mxfp6<EBITS, MBITS>> {};
 
 template <typename F, typename T>
 RF_DEVICE void rf_dequant(const unsigned char* blocks, T* out, rf_u64 nblocks) {
