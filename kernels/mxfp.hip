@@ -188,9 +188,11 @@ RF_DEVICE void rf_mx_matvec(const unsigned char* w, const T* x, T* y, rf_u64 n, 
 // RF_MXM_WARPS) split k into chunks of RF_MXM_CHUNK = 16 weight blocks (512 elements), warp w
 // taking chunks w, w + warps, ... Each warp copies its 16 rows' bytes of a chunk (16 x 272 for
 // MXFP4, 16 x 400 for MXFP6) and the chunk's x (1 KB) into its own shared stage with cp.async,
-// the next chunk in flight while it decodes this one. Rows are 16-byte aligned because
-// k % 512 == 0 (the launcher's condition), and a stage row of 272 or 400 bytes is 68 or 100
-// words (4 mod 32 banks), so the 8 rows a warp reads at once fall in distinct banks. x comes through shared memory because every lane reads
+// the next chunk in flight while it decodes this one. With k % 512 == 0 rows are 16-byte
+// aligned and copied as they are; other k (the _anyk entries) copy the 16-byte vectors covering
+// each row's chunk and decode from the row's byte offset in its first vector. A stage row is
+// padded to 4 mod 32 words (272 or 400 bytes are 68 or 100 words already), so the 8 rows a warp
+// reads at once fall in distinct banks. x comes through shared memory because every lane reads
 // it once a block: from global memory that was an L2 round trip on the critical path (L1 is
 // mostly shared memory here).
 //
@@ -214,9 +216,9 @@ RF_DEVICE void rf_mx_matvec(const unsigned char* w, const T* x, T* y, rf_u64 n, 
 //         eight magnitudes come from a byte-permute table held in registers, exact bf16
 //         values. MXFP6 with bf16, and f32 activations, run the portable kernel.
 //
-// Entry: blockDim.x a multiple of 32 up to 32 * RF_MXM_WARPS, k % 512 == 0, 16 * row bytes <
-// 2^32, w and x 16-byte aligned; dynamic shared memory warps * RF_MXM_STAGES * (16 * 16 *
-// BLOCK_BYTES + 1024) + warps * 16 * 4 (mxfp.rs computes the same).
+// Entry: blockDim.x a multiple of 32 up to 32 * RF_MXM_WARPS, k % 512 == 0 (_anyk: k % 32 == 0),
+// 16 * row bytes < 2^32, w and x 16-byte aligned; dynamic shared memory warps * RF_MXM_STAGES *
+// (16 * stage row bytes + 1024) + warps * 16 * 4 (matvec_mma_shared_bytes in mxfp.rs).
 
 #define RF_MXM_ROWS 16
 #define RF_MXM_WARPS 4
@@ -307,7 +309,7 @@ template <int EBITS, int MBITS> struct rf_mxm<rf_mxfp6<EBITS, MBITS>, __half> {
         return ((u << SHIFT) & (MAG | (MAG << 16))) | ((u << 10) & 0x80008000u);
     }
     static RF_DEVICE void piece(const unsigned char* row, int delta, int b, int t, unsigned (&a)[2][2]) {
-        const int o = delta + b * 25 + 1 + 6 * t; // 6t: the alignment is the lane's
+        const int o = delta + b * rf_mxfp6<EBITS, MBITS>::BLOCK_BYTES + 1 + 6 * t; // 6t: the lane's alignment
         const unsigned* p = reinterpret_cast<const unsigned*>(row) + (o >> 2);
         const unsigned shift = 8u * (unsigned)(o & 3);
         const unsigned lo = __funnelshift_r(p[0], p[1], shift); // bits 0..31 of the 48
@@ -373,6 +375,11 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
         // 16-byte multiples, so the same in every chunk); rows of whole chunks start at 0.
         const int delta_g = ANY_K ? (int)(((row0 + (rf_u64)g) * row_bytes) & 15u) : 0;
         const int delta_h = ANY_K ? (int)(((row0 + (rf_u64)g + 8u) * row_bytes) & 15u) : 0;
+        // Weight blocks of chunk c that exist: all but possibly the last chunk's (ANY_K).
+        auto chunk_blocks = [&](rf_u64 c) -> int {
+            return ANY_K && nblocks - c * RF_MXM_CHUNK < RF_MXM_CHUNK ? (int)(nblocks - c * RF_MXM_CHUNK)
+                                                                    : RF_MXM_CHUNK;
+        };
         // Chunk c of the tile's rows and of x -> stage s; rows past n are zero-filled (nothing
         // read).
         auto stage_in = [&](rf_u64 c, int s) {
@@ -406,10 +413,8 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
                 }
             }
             const unsigned char* xsrc = reinterpret_cast<const unsigned char*>(x + c * (RF_QK * RF_MXM_CHUNK));
-            // x of the chunk's blocks that exist (all but possibly the last chunk's).
-            const int xvecs = ANY_K && nblocks - c * RF_MXM_CHUNK < RF_MXM_CHUNK
-                                  ? (int)(nblocks - c * RF_MXM_CHUNK) * RF_QK * (int)sizeof(T) / 16
-                                  : XBYTES / 16;
+            // x of the chunk's blocks that exist.
+            const int xvecs = chunk_blocks(c) * RF_QK * (int)sizeof(T) / 16;
             for (int i = lane; i < xvecs; i += 32) {
                 rf_cp_async16(dst + WBYTES + 16 * i, xsrc + 16 * i, 16);
             }
@@ -430,9 +435,7 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
             __syncwarp();          // ... and every lane's
             const unsigned char* rg = stages + s * STAGE + g * RS;
             const unsigned char* rh = rg + 8 * RS;
-            // Blocks of this chunk that exist (ANY_K's last chunk may have fewer).
-            const int cb = ANY_K && nblocks - c * RF_MXM_CHUNK < RF_MXM_CHUNK ? (int)(nblocks - c * RF_MXM_CHUNK)
-                                                                          : RF_MXM_CHUNK;
+            const int cb = chunk_blocks(c);
             // The chunk's 32 scales (16 blocks of rows g and g + 8) are decoded once per group
             // of four lanes: lane t takes blocks t, t + 4, t + 8, t + 12; the others fetch
             // them by shuffle.

@@ -37,7 +37,7 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
         }
     }
     // gpt-oss-20b's expert gate/up projection: k = 2880 is not a multiple of 512 (rows are not
-    // 16-byte aligned), the matrix-core kernel's word-copy path.
+    // 16-byte aligned), the matrix-core kernel's any-k entry.
     let (gn, gk) = GPT_OSS_GATE_UP;
     rows.push(matvec::<f32>(b, MxFormat::Mxfp4Gguf, gn, gk)?); // the portable kernel, for comparison
     rows.push(matvec::<f16>(b, MxFormat::Mxfp4Gguf, gn, gk)?);
