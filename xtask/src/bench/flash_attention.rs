@@ -27,14 +27,6 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             rows.push(flash::<bf16>(b, prefill(4, 32, d, causal), AUTO)?);
         }
     }
-    // Hopper's warpgroup kernel (opt-in; skipped where it cannot run).
-    if b.stream.backend().info().arch == "sm_90" {
-        for d in [128, 64] {
-            for causal in [false, true] {
-                rows.push(flash::<f16>(b, prefill(4, 32, d, causal), WARPGROUP)?);
-            }
-        }
-    }
     let decode = Attention::new(32, 1, 4096, 32, 4, 128).causal();
     rows.push(flash::<f16>(b, decode, AUTO)?);
     rows.push(flash::<bf16>(b, decode, AUTO)?);
@@ -87,16 +79,14 @@ fn bytes<T: Dtype>(a: &Attention) -> u64 {
     ((2 * q + 2 * kv) * size_of::<T>()) as u64
 }
 
-/// One flash-attention row. The kernel name carries what `options` fix: "portable" or "wgmma"
-/// for those kernels, "split N" for a fixed key split.
+/// One flash-attention row. The kernel name carries what `options` fix: "portable" for the
+/// portable kernel, "split N" for a fixed key split.
 fn flash<T: Dtype>(b: &mut Bench, a: Attention, options: FlashOptions) -> Result<Row> {
     let mut t = tensors::<T>(b, &a)?;
     let ms = b.time(|| Ok(flash_attention_with(&a, &options, &t.q, &t.k, &t.v, &mut t.o, None)?))?;
     let mut name = String::from("flash_attention");
-    match options.kernel {
-        FlashKernel::Portable => name.push_str(" portable"),
-        FlashKernel::Warpgroup => name.push_str(" wgmma"),
-        FlashKernel::Auto | FlashKernel::MatrixCores => {}
+    if options.kernel == FlashKernel::Portable {
+        name.push_str(" portable");
     }
     if let Some(s) = options.splits {
         name.push_str(&format!(" split {s}"));
@@ -113,8 +103,6 @@ fn flash<T: Dtype>(b: &mut Bench, a: Attention, options: FlashOptions) -> Result
 
 /// The launcher's own choice of kernel and split.
 const AUTO: FlashOptions = FlashOptions { kernel: FlashKernel::Auto, splits: None };
-/// The Hopper warpgroup kernel.
-const WARPGROUP: FlashOptions = FlashOptions { kernel: FlashKernel::Warpgroup, splits: None };
 /// The portable kernel.
 const PORTABLE: FlashOptions = FlashOptions { kernel: FlashKernel::Portable, splits: None };
 

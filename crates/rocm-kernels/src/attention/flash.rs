@@ -24,11 +24,6 @@ pub enum FlashKernel {
     Portable,
     /// The matrix-core kernel, or an error saying why it cannot run this problem.
     MatrixCores,
-    /// The Hopper warpgroup (`wgmma`) kernel: sm_90 devices with the sm_90a kernels built,
-    /// f16/bf16, prefill (more than 64 packed rows), head_dim padded to 64 or 128, contiguous
-    /// K/V; an error otherwise. Opt-in: on an H100 it runs at about the mma.sync kernel's speed
-    /// at head_dim 128 and 15-20% below it at 64 (docs/kernels/attention.md, version 10).
-    Warpgroup,
 }
 
 /// How to run flash attention: which kernel, and how many ranges to cut the keys into.
@@ -441,7 +436,7 @@ fn plan<T: Dtype>(
     let mma = match kernel {
         FlashKernel::Portable => None,
         FlashKernel::Auto => mma_fits().ok().filter(|_| auto_uses(info.matrix_cores)),
-        FlashKernel::MatrixCores | FlashKernel::Warpgroup => Some(
+        FlashKernel::MatrixCores => Some(
             mma_fits().map_err(|why| crate::KernelError::Shape { kernel: super::KERNEL, message: why })?,
         ),
     };
@@ -451,10 +446,6 @@ fn plan<T: Dtype>(
         }
         Some(dt) => {
             let rows = attn.group() * attn.seq_q;
-            if kernel == FlashKernel::Warpgroup {
-                return warpgroup_plan::<T>(stream, dt, rows, paged)
-                    .map_err(|message| crate::KernelError::Shape { kernel: super::KERNEL, message });
-            }
             let variant =
                 if paged { MmaVariant::choose_paged(dt, rows) } else { MmaVariant::choose(dt, rows) };
             let blocks = rows.div_ceil(variant.rows()) * attn.kv_heads * attn.batch;
@@ -482,42 +473,6 @@ fn plan<T: Dtype>(
                 blocks_per_cu: 2,
             }
         }
-    })
-}
-
-/// The warpgroup kernel (`wgmma`, sm_90a only) for padded head_dim `dt` and `rows` packed rows:
-/// prefill at 64 or 128, contiguous K/V, on an sm_90 device whose module has the entry (it
-/// exists only in sm_90a SASS: `ROCMFORGE_NVIDIA_ARCHS` with `90a`, the default). Two warpgroups
-/// of 64 rows, 128 rows and 256 threads a block, 128-key tiles; Q and three buffers of K and V
-/// in shared memory, plus 1 KiB to align them to the 1024-byte swizzle pattern.
-fn warpgroup_plan<T: Dtype>(
-    stream: &Stream,
-    dt: usize,
-    rows: usize,
-    paged: bool,
-) -> std::result::Result<Plan, String> {
-    let arch = &stream.backend().info().arch;
-    if arch != "sm_90" {
-        return Err(format!("the warpgroup kernel runs on sm_90 devices, not {arch}"));
-    }
-    if paged || rows <= 64 || !(dt == 64 || dt == 128) {
-        return Err(
-            "the warpgroup kernel takes prefill (more than 64 packed rows) at head_dim <= 64 or 97..=128 \
-                    from contiguous K/V"
-                .into(),
-        );
-    }
-    let entry = format!("rf_flash_wgmma_{}_d{dt}", T::NAME);
-    loader::kernel(stream, MODULE, &entry)
-        .map_err(|_| "the warpgroup kernel was not built (ROCMFORGE_NVIDIA_ARCHS needs 90a)".to_string())?;
-    let (block_rows, keys) = (128, 128);
-    let smem = (block_rows + 6 * keys) * dt * size_of::<T>() + 1024;
-    Ok(Plan {
-        entry,
-        rows_per_block: block_rows,
-        threads: 256,
-        shared_mem_bytes: smem as u32,
-        blocks_per_cu: 1,
     })
 }
 
