@@ -29,6 +29,7 @@
 
 #include "rocmforge.h"
 #include "rocmforge_mma.h"
+#include "rocmforge_wgmma.h"
 
 // Mirrors `FlashParams` in crates/rocm-kernels/src/attention/flash.rs (field order and types).
 struct rf_flash_params {
@@ -516,6 +517,102 @@ RF_DEVICE float rf_flash_row_reduce(const float (&s)[NT][4], int h, Op op) {
     return v[0];
 }
 
+// O *= alpha row by row (alpha = exp2(m_old - m_new) from rf_flash_softmax_tile).
+template <int MW, int DTILES>
+RF_DEVICE void rf_flash_rescale_o(float (&o)[MW][DTILES][4], const float (&alpha)[MW][2]) {
+    bool moved = false;
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi) moved |= alpha[mi][0] != 1.0f || alpha[mi][1] != 1.0f;
+    // exp2(0) is exactly 1: once the running maxima settle (most tiles of a long row) no row of
+    // the warp moves and the O rescale (DT / 2 multiplies a fragment and thread) is skipped; the
+    // vote keeps the branch uniform.
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+        for (int mi = 0; mi < MW; ++mi) {
+#pragma unroll
+            for (int i = 0; i < DTILES; ++i) {
+                o[mi][i][0] *= alpha[mi][0];
+                o[mi][i][1] *= alpha[mi][0];
+                o[mi][i][2] *= alpha[mi][1];
+                o[mi][i][3] *= alpha[mi][1];
+            }
+        }
+    }
+}
+
+// One key tile's online softmax for the thread's 2 * MW rows, shared by the mma.sync and wgmma
+// kernels (their S and O fragments are laid out alike: rows g and g + 8 of each 16-row fragment,
+// columns 2t, 2t + 1 of each 8-wide n-tile). When `edge` (tiles on the causal diagonal or at the
+// end of the keys) the scores of keys a row may not see are masked first. Then the running max
+// and sum move on, O is rescaled, and S becomes the tile's unnormalised probabilities. `row0`:
+// the packed row of fragment 0's row 0; `key0`: the key of column 0. The scale (> 0, checked by
+// the launcher) is applied inside the exponent: max(scale * s) = scale * max(s).
+//
+// O is rescaled by alpha = exp2(m_old - m_new) in the middle (the mma.sync kernels), or, with
+// DEFER, left to the caller (rf_flash_rescale_o with the `alpha` returned): the warpgroup kernel
+// runs this while the previous tile's P V is still accumulating into O.
+template <int MW, int NT, int DTILES, bool DEFER = false>
+RF_DEVICE void rf_flash_softmax_tile(const rf_flash_params& p, float (&s)[MW][NT][4], float (&o)[MW][DTILES][4],
+                                     float (&m_run)[MW][2], float (&l_run)[MW][2], float (&alpha)[MW][2], bool edge,
+                                     int row0, int key0, int key_end, int kv_head) {
+    const int lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    if (edge) {
+        // The last key each of the thread's rows sees, looked up here rather than held through
+        // the loop (registers: only diagonal and last tiles get here). Keys fit 32 bits (seq_k
+        // is an int).
+#pragma unroll
+        for (int mi = 0; mi < MW; ++mi) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int last = (int)rf_flash_locate(p, row0 + 16 * mi + g + 8 * h, kv_head).last_key;
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const int key = key0 + n * 8 + 2 * t + c;
+                        float& v = s[mi][n][2 * h + c];
+                        v = key <= last && key < key_end ? v : -INFINITY;
+                    }
+                }
+            }
+        }
+    }
+    // The online softmax of the thread's 2 * MW rows, phase by phase over all of them, with
+    // no branch inside a phase: the rows' max and sum chains interleave (ncu: "wait" on
+    // fixed-latency dependencies was the top stall when each row ran its chain alone).
+    const float sl2 = p.scale_log2;
+    float m_use[MW][2];
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = rf_flash_row_reduce<NT>(s[mi], h, [](float x, float y) { return fmaxf(x, y); });
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m_run[mi][h], mx * sl2);
+            m_use[mi][h] = m_new == -INFINITY ? 0.0f : m_new;
+            alpha[mi][h] = rf_fast_exp2(m_run[mi][h] - m_use[mi][h]);
+            m_run[mi][h] = m_new;
+        }
+    }
+    if constexpr (!DEFER) rf_flash_rescale_o(o, alpha);
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mi][n][e] = rf_fast_exp2(fmaf(s[mi][n][e], sl2, -m_use[mi][e / 2]));
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            // Per-thread partial sums: the quad's are added once, at the end.
+            const float sum = rf_flash_row_reduce<NT>(s[mi], h, [](float x, float y) { return x + y; });
+            l_run[mi][h] = fmaf(l_run[mi][h], alpha[mi][h], sum);
+        }
+    }
+}
+
 // WARPS warps; STAGES K/V buffers (cp.async runs STAGES - 1 tiles ahead); KSPLIT: the warps
 // share one 16-row group and split each key tile between them instead (decode, where a block
 // has no more rows than the group's heads of one query), merging their results at the end.
@@ -710,78 +807,11 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
         }
         finish_prefetch();
         // Mask where the tile reaches past what a row sees (only tiles on the causal diagonal
-        // or at the end of the keys). The scale (> 0, checked by the launcher) is applied
-        // inside the exponent: max(scale * s) = scale * max(s).
-        if (k0 + BC > (all_see < k_end ? all_see : k_end)) {
-            // The last key each of the thread's rows sees, looked up here rather than held
-            // through the loop (registers: only diagonal and last tiles get here). Keys fit 32
-            // bits (seq_k is an int).
-#pragma unroll
-            for (int mi = 0; mi < MW; ++mi) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int last = (int)rf_flash_locate(p, m0 + wrow + 16 * mi + g + 8 * h, kv_head).last_key;
-#pragma unroll
-                    for (int n = 0; n < NT; ++n) {
-#pragma unroll
-                        for (int c = 0; c < 2; ++c) {
-                            const int key = (int)k0 + wkey + n * 8 + 2 * t + c;
-                            float& v = s[mi][n][2 * h + c];
-                            v = key <= last && key < (int)k_end ? v : -INFINITY;
-                        }
-                    }
-                }
-            }
-        }
-        // The online softmax of the thread's 2 * MW rows, phase by phase over all of them, with
-        // no branch inside a phase: the rows' max and sum chains interleave (ncu: "wait" on
-        // fixed-latency dependencies was the top stall when each row ran its chain alone).
-        const float sl2 = p.scale_log2;
-        float m_use[MW][2], alpha[MW][2];
-        bool moved = false;
-#pragma unroll
-        for (int mi = 0; mi < MW; ++mi) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float mx = rf_flash_row_reduce<NT>(s[mi], h, [](float x, float y) { return fmaxf(x, y); });
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float m_new = fmaxf(m_run[mi][h], mx * sl2);
-                m_use[mi][h] = m_new == -INFINITY ? 0.0f : m_new;
-                alpha[mi][h] = rf_fast_exp2(m_run[mi][h] - m_use[mi][h]);
-                moved |= alpha[mi][h] != 1.0f;
-                m_run[mi][h] = m_new;
-            }
-        }
-        // exp2(0) is exactly 1: once the running maxima settle (most tiles of a long row) no
-        // row of the warp moves and the O rescale (DT / 2 multiplies a fragment and thread)
-        // is skipped; the vote keeps the branch uniform.
-        if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-            for (int mi = 0; mi < MW; ++mi) {
-#pragma unroll
-                for (int i = 0; i < DTILES; ++i) {
-                    o[mi][i][0] *= alpha[mi][0];
-                    o[mi][i][1] *= alpha[mi][0];
-                    o[mi][i][2] *= alpha[mi][1];
-                    o[mi][i][3] *= alpha[mi][1];
-                }
-            }
-        }
-#pragma unroll
-        for (int mi = 0; mi < MW; ++mi) {
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[mi][n][e] = rf_fast_exp2(fmaf(s[mi][n][e], sl2, -m_use[mi][e / 2]));
-            }
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                // Per-thread partial sums: the quad's are added once, at the end.
-                const float sum = rf_flash_row_reduce<NT>(s[mi], h, [](float x, float y) { return x + y; });
-                l_run[mi][h] = fmaf(l_run[mi][h], alpha[mi][h], sum);
-            }
-        }
+        // or at the end of the keys), then the online softmax.
+        float alpha[MW][2];
+        rf_flash_softmax_tile<MW, NT, DTILES>(p, s, o, m_run, l_run, alpha,
+                                              k0 + BC > (all_see < k_end ? all_see : k_end), m0 + wrow,
+                                              (int)k0 + wkey, (int)k_end, kv_head);
 #pragma unroll
         for (int kk = 0; kk < WKEYS / 16; ++kk) {
             unsigned pf[MW][4];
@@ -890,6 +920,245 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
 }
 
 #endif // RF_FLASH_MMA
+
+// ---------------------------------------------------------------------------------------------
+// Warpgroup kernel, NVIDIA Hopper (wgmma.mma_async, sm_90a; rocmforge_wgmma.h): prefill at
+// head_dim 128. 384 threads: warpgroup 0 copies K and V tiles (cp.async), warpgroups 1 and 2
+// compute, 64 packed rows each (128 rows a block). Q (staged once by everyone) and STAGES K/V
+// buffers sit in shared memory in the 128-byte swizzled layout, as DT / 64 column blocks of
+// 128-byte rows. Per key tile, each math warpgroup runs
+//   S (64 x BC) = Q K^T: DT / 16 wgmma with both operands in shared memory (K-major: Q and K rows
+//     are along head_dim);
+//   the online softmax on S's accumulators (rf_flash_softmax_tile: the mma.sync fragment layout);
+//   O (64 x DT) += P V: BC / 16 wgmma with P from registers (converted to T, the A layout) and V
+//     N-major in shared memory (its rows are along head_dim, which is O's N).
+// A tile's Q K^T is issued together with the previous tile's P V, so the softmax of one runs
+// while the other is on the tensor cores. Where the mma.sync kernel issues one m16n8k16 per
+// 16 x 8 x 16 product and feeds it with ldmatrix, a wgmma reads its operands from shared memory
+// itself and covers 64 x N x 16; and no math warp spends issue slots on copies.
+// ---------------------------------------------------------------------------------------------
+
+#if RF_WGMMA
+
+// Byte offset of 16-byte chunk c (of a row's DT / 8) of row r in a swizzled tile of ROWS rows.
+template <int ROWS> RF_DEVICE unsigned rf_sw128_offset(int r, int c) {
+    return (unsigned)((c / 8) * ROWS * 128 + r * 128 + (((c % 8) ^ (r % 8)) << 4));
+}
+
+// Stages ROWS rows of D elements (zero past D, up to DT, and in rows `row_ptr` gives null for)
+// into a swizzled tile. `any` is a valid global address for the zero-fill copies.
+template <typename T, int DT, int ROWS, int THREADS, typename RowPtr>
+RF_DEVICE void rf_flash_stage_sw128(unsigned char* smem, int D, const void* any, RowPtr row_ptr) {
+    constexpr int CHUNKS = DT / 8;
+    auto copy = [&](int r, int c) {
+        const T* src = c * 8 < D ? row_ptr(r) : nullptr;
+        rf_cp_async16(smem + rf_sw128_offset<ROWS>(r, c), src ? (const void*)(src + c * 8) : any, src ? 16 : 0);
+    };
+    const int tid = threadIdx.x % THREADS;
+    if constexpr (THREADS % CHUNKS == 0 && ROWS % (THREADS / CHUNKS) == 0) {
+        // Each thread keeps one column chunk and steps down the rows.
+        constexpr int RSTEP = THREADS / CHUNKS;
+#pragma unroll
+        for (int i = 0; i < ROWS / RSTEP; ++i) copy(tid / CHUNKS + i * RSTEP, tid % CHUNKS);
+    } else {
+        for (int e = tid; e < ROWS * CHUNKS; e += THREADS) copy(e / CHUNKS, e % CHUNKS);
+    }
+}
+
+// Normalises a warp's 16 rows of O (first packed row `row0`) and writes them and their LSE.
+template <typename T, int DTILES>
+RF_DEVICE void rf_flash_wgmma_epilogue(const rf_flash_params& p, const float (&o)[1][DTILES][4],
+                                       const float (&m_run)[1][2], const float (&l_run)[1][2], int row0, int b,
+                                       int kv_head, int split) {
+    const int D = p.head_dim;
+    const int lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const rf_flash_row r = rf_flash_locate(p, row0 + g + 8 * h, kv_head);
+        if (!r.valid) continue;
+        float l = l_run[0][h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+        for (int i = 0; i < DTILES; ++i) {
+            const int col = i * 8 + 2 * t;
+            if (col < D) {
+                rf_flash_store<T>(p, b, r, split, col, o[0][i][2 * h] * inv);
+                rf_flash_store<T>(p, b, r, split, col + 1, o[0][i][2 * h + 1] * inv);
+            }
+        }
+        if (t == 0) rf_flash_store_lse(p, b, r, split, m_run[0][h], l);
+    }
+}
+
+// The buffers hand over through mbarriers, two a buffer: `full` (the 128 copying threads arrive
+// once their copies of the tile have landed and been fenced for the async proxy) and `empty`
+// (the 256 math threads arrive once the tile's P V is done). There is no block barrier in the
+// loop, so the math warpgroups drift apart and one's softmax runs under the other's products.
+// The copying warps keep two tiles in flight; the math warps hold tile t's K and tile t - 1's V,
+// so STAGES >= 3 (and 4 lets the copies run a tile further ahead).
+template <typename T, int DT, int BC, int STAGES>
+RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
+    constexpr int ROWS = 128;
+    constexpr int NT = BC / 8;
+    constexpr int DTILES = DT / 8;
+    constexpr unsigned Q_BYTES = ROWS * DT * 2, KV_BYTES = BC * DT * 2;
+    static_assert(DT % 64 == 0 && BC % 64 == 0 && STAGES >= 3, "swizzle atoms; the producer keeps two tiles in flight");
+    extern __shared__ __align__(1024) unsigned char rf_flash_wgmma_smem[];
+    __shared__ unsigned long long full[STAGES], empty[STAGES];
+    unsigned char* qs = rf_flash_wgmma_smem + ((1024u - (rf_smem_addr(rf_flash_wgmma_smem) & 1023u)) & 1023u);
+    unsigned char* ks = qs + Q_BYTES;               // [STAGES][KV_BYTES]
+    unsigned char* vs = ks + STAGES * KV_BYTES;     // [STAGES][KV_BYTES]
+
+    const int D = p.head_dim;
+    const int wg = threadIdx.x / 128;
+    const int b = blockIdx.z;
+    const int kv_head = blockIdx.y % p.kv_heads;
+    const int split = blockIdx.y / p.kv_heads;
+    const int tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int m0 = tile * ROWS;
+    long long k_begin, k_end;
+    rf_flash_key_range(p, m0 + ROWS - 1, kv_head, split, &k_begin, &k_end);
+    const int tiles = k_end > k_begin ? (int)((k_end - k_begin + BC - 1) / BC) : 0;
+
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int st = 0; st < STAGES; ++st) {
+            rf_mbar_init(&full[st], 128);
+            rf_mbar_init(&empty[st], 256);
+        }
+    }
+    rf_flash_stage_sw128<T, DT, ROWS, 384>(qs, D, p.q, [&](int r) -> const T* {
+        const rf_flash_row qr = rf_flash_locate(p, m0 + r, kv_head);
+        if (!qr.valid) return nullptr;
+        return (const T*)p.q + (rf_u64)b * p.q_batch + (rf_u64)qr.query * p.q_seq + (rf_u64)qr.head * p.q_head;
+    });
+    rf_cp_async_commit();
+    rf_cp_async_wait<0>();
+    rf_fence_proxy_async();
+    __syncthreads(); // Q and the barriers' initialisation, for everyone
+
+    if (wg == 0) {
+        // The copying warps need few registers: hand the rest to the math warpgroups (with
+        // them the math code is scheduled over 232 registers a thread instead of 168, and ran
+        // 384-390 TFLOP/s against 335 on an H100).
+        rf_setmaxnreg_dec<40>();
+        const T* kbase = (const T*)p.k + (rf_u64)b * p.k_batch + (rf_u64)kv_head * p.k_head;
+        const T* vbase = (const T*)p.v + (rf_u64)b * p.v_batch + (rf_u64)kv_head * p.v_head;
+        for (int t = 0; t < tiles; ++t) {
+            const int st = t % STAGES;
+            rf_mbar_wait(&empty[st], ((t / STAGES) & 1) ^ 1);
+            const long long k0 = k_begin + (long long)t * BC;
+            const int valid = k_end - k0 < BC ? (int)(k_end - k0) : BC;
+            const T* kt = kbase + (rf_u64)k0 * p.k_seq;
+            const T* vt = vbase + (rf_u64)k0 * p.v_seq;
+            rf_flash_stage_sw128<T, DT, BC, 128>(ks + st * KV_BYTES, D, p.k, [&](int r) -> const T* {
+                return r < valid ? kt + (rf_u64)r * p.k_seq : nullptr;
+            });
+            rf_flash_stage_sw128<T, DT, BC, 128>(vs + st * KV_BYTES, D, p.v, [&](int r) -> const T* {
+                return r < valid ? vt + (rf_u64)r * p.v_seq : nullptr;
+            });
+            rf_cp_async_commit();
+            if (t > 0) {
+                // Tile t - 1 has landed (tile t may still be copying): hand it over.
+                rf_cp_async_wait<1>();
+                rf_fence_proxy_async();
+                rf_mbar_arrive(&full[(t - 1) % STAGES]);
+            }
+        }
+        if (tiles > 0) {
+            rf_cp_async_wait<0>();
+            rf_fence_proxy_async();
+            rf_mbar_arrive(&full[(tiles - 1) % STAGES]);
+        }
+        return;
+    }
+
+    rf_setmaxnreg_inc<232>(); // 128 x 40 + 256 x 232 = 64512 of the SM's 65536
+    const int warp = threadIdx.x / 32 - 4;
+    const int wrow = 64 * (warp / 4) + 16 * (warp % 4); // the warp's first row in the block
+    const long long all_see = rf_flash_locate(p, m0, kv_head).last_key + 1;
+    float o[1][DTILES][4];
+#pragma unroll
+    for (int i = 0; i < DTILES; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.0f;
+    float m_run[1][2] = {{-INFINITY, -INFINITY}}, l_run[1][2] = {{0.0f, 0.0f}};
+    unsigned pf[BC / 16][4]; // P of the previous tile, T pairs in the A layout
+    // This warpgroup's 64 Q rows.
+    const unsigned q_addr = rf_smem_addr(qs) + (warp / 4) * 64 * 128;
+    // O += P V for the tile in buffer `st`: step kk takes keys 16 kk .. 16 kk + 15, V's rows
+    // 16 kk.. (2048 bytes a step); V's column blocks (head_dim 128) are BC * 128 bytes apart.
+    auto issue_pv = [&](int st) {
+        const unsigned v_addr = rf_smem_addr(vs + st * KV_BYTES);
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; ++kk) {
+            rf_wgmma<T, DT>::rs(o[0], pf[kk], rf_wgmma_desc(v_addr + kk * 2048, BC * 128, 1024), 1);
+        }
+    };
+    for (int t = 0; t < tiles; ++t) {
+        const int st = t % STAGES;
+        const long long k0 = k_begin + (long long)t * BC;
+        rf_mbar_wait(&full[st], (t / STAGES) & 1);
+        const unsigned k_addr = rf_smem_addr(ks + st * KV_BYTES);
+        // S = Q K^T. Step kk takes head_dim 16 kk .. 16 kk + 15: column block kk / 4, bytes
+        // 32 (kk % 4) of each row (the hardware applies the swizzle to the full address).
+        // Tile t - 1's P V goes with it.
+        float s[1][NT][4];
+        rf_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < DT / 16; ++kk) {
+            const unsigned col = (kk % 4) * 32;
+            const rf_u64 da = rf_wgmma_desc(q_addr + (kk / 4) * ROWS * 128 + col, 16, 1024);
+            const rf_u64 db = rf_wgmma_desc(k_addr + (kk / 4) * BC * 128 + col, 16, 1024);
+            rf_wgmma<T, BC>::ss(s[0], da, db, kk > 0);
+        }
+        rf_wgmma_commit();
+        if (t > 0) {
+            issue_pv((t - 1) % STAGES);
+            rf_wgmma_commit();
+            rf_wgmma_wait<1>(); // S is in (groups complete in order); P V may still run
+        } else {
+            rf_wgmma_wait<0>();
+        }
+        rf_wgmma_reg_fence(s[0]);
+        float alpha[1][2];
+        rf_flash_softmax_tile<1, NT, DTILES, true>(p, s, o, m_run, l_run, alpha,
+                                                   k0 + BC > (all_see < k_end ? all_see : k_end), m0 + wrow,
+                                                   (int)k0, (int)k_end, kv_head);
+        // Tile t - 1's P V is in: its buffer goes back to the copying warps, its A registers
+        // (pf) are free for this tile's P (packed before the next fence: wgmma reads registers
+        // written before the fence, and reads them while it runs), and O can be rescaled.
+        rf_wgmma_wait<0>();
+        rf_wgmma_reg_fence(o[0]);
+        if (t > 0) rf_mbar_arrive(&empty[(t - 1) % STAGES]);
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; ++kk) {
+            pf[kk][0] = rf_pack2_bits16<T>(s[0][2 * kk][0], s[0][2 * kk][1]);
+            pf[kk][1] = rf_pack2_bits16<T>(s[0][2 * kk][2], s[0][2 * kk][3]);
+            pf[kk][2] = rf_pack2_bits16<T>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+            pf[kk][3] = rf_pack2_bits16<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+        }
+        rf_flash_rescale_o(o, alpha);
+    }
+    if (tiles > 0) {
+        rf_wgmma_fence();
+        issue_pv((tiles - 1) % STAGES);
+        rf_wgmma_commit();
+        rf_wgmma_wait<0>();
+        rf_wgmma_reg_fence(o[0]);
+    }
+    rf_flash_wgmma_epilogue<T, DTILES>(p, o, m_run, l_run, m0 + wrow, b, kv_head, split);
+}
+
+// Entry points (only in sm_90a code; the launcher looks them up and takes the mma.sync kernel
+// where they are absent): head_dim 128, 64-key tiles, four K/V buffers.
+#define RF_FLASH_WGMMA_ENTRY(T, NAME) \
+    RF_KERNEL void __launch_bounds__(384, 1) NAME(rf_flash_params p) { rf_flash_wgmma<T, 128, 64, 4>(p); }
+RF_FLASH_WGMMA_ENTRY(__half, rf_flash_wgmma_f16_d128)
+RF_FLASH_WGMMA_ENTRY(rf_bf16, rf_flash_wgmma_bf16_d128)
+
+#endif // RF_WGMMA
 
 // Entry points exist on every target so the module's symbol table is the same everywhere; the
 // body is the matrix-core kernel only where RF_FLASH_MMA holds.

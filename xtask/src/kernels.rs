@@ -31,13 +31,16 @@ const USAGE: &str = "usage: cargo xtask kernels [--platform amd|nvidia|all|auto]
 
 environment:
   ROCMFORGE_KERNELS_DIR   output folder (default <workspace>/target/kernels)
-  ROCMFORGE_NVIDIA_ARCHS  SM archs, e.g. \"80,90\" (default 80,90; SASS for each, PTX for the newest)
+  ROCMFORGE_NVIDIA_ARCHS  SM archs, e.g. \"80,90a\" (default 80,90a; SASS for each, arch-neutral PTX
+                          for the newest)
   ROCMFORGE_AMD_ARCHS     gfx targets, e.g. \"gfx90a,gfx1030\" (default: those of gfx908, gfx90a,
                           gfx940, gfx942, gfx1030, gfx1100 the installed hipcc accepts)
 ";
 
-/// SM archs built when `ROCMFORGE_NVIDIA_ARCHS` is not set: Ampere and Hopper.
-const DEFAULT_NVIDIA_ARCHS: &[&str] = &["80", "90"];
+/// SM archs built when `ROCMFORGE_NVIDIA_ARCHS` is not set: Ampere and Hopper. Hopper as `90a`,
+/// the arch-specific target: its SASS runs on sm_90 devices only, and only it has the warpgroup
+/// (`wgmma`) kernels; launchers fall back to the mma.sync kernels where those entries are absent.
+const DEFAULT_NVIDIA_ARCHS: &[&str] = &["80", "90a"];
 
 /// gfx targets tried when `ROCMFORGE_AMD_ARCHS` is not set: CDNA 1-3 and RDNA 2-3. Each is probed,
 /// since older hipcc releases reject the newer ones.
@@ -258,17 +261,18 @@ fn parse_nvidia_archs(list: &str) -> Result<Vec<SmArch>> {
     Ok(archs)
 }
 
-/// `-gencode` flags: SASS for every arch, plus PTX for the newest arch-neutral one (arch-specific
-/// `a`/`f` PTX does not run on later GPUs), so GPUs newer than the list still load the fatbin.
+/// `-gencode` flags: SASS for every arch, plus PTX for the newest arch in its arch-neutral form
+/// (`90a` gives `compute_90`: arch-specific `a`/`f` PTX does not run on later GPUs), so GPUs newer
+/// than the list still load the fatbin.
 fn nvidia_gencode_args(archs: &[SmArch]) -> Vec<String> {
     let mut args = Vec::new();
     for a in archs {
         args.push("-gencode".to_string());
         args.push(format!("arch=compute_{a},code=sm_{a}"));
     }
-    if let Some(ptx) = archs.iter().rev().find(|a| a.suffix.is_empty()).or(archs.last()) {
+    if let Some(newest) = archs.last() {
         args.push("-gencode".to_string());
-        args.push(format!("arch=compute_{ptx},code=compute_{ptx}"));
+        args.push(format!("arch=compute_{n},code=compute_{n}", n = newest.number));
     }
     args
 }
@@ -671,14 +675,13 @@ mod tests {
             nvidia_gencode_args(&archs).join(" "),
             [
                 "-gencode arch=compute_80,code=sm_80",
-                "-gencode arch=compute_90,code=sm_90",
+                "-gencode arch=compute_90a,code=sm_90a",
                 "-gencode arch=compute_90,code=compute_90"
             ]
             .join(" ")
         );
-        // Arch-specific PTX does not run on later GPUs: the PTX comes from the newest plain arch.
-        let archs = parse_nvidia_archs("80,90a").unwrap();
-        assert!(nvidia_gencode_args(&archs).join(" ").ends_with("arch=compute_80,code=compute_80"));
+        let archs = parse_nvidia_archs("80,86").unwrap();
+        assert!(nvidia_gencode_args(&archs).join(" ").ends_with("arch=compute_86,code=compute_86"));
     }
 
     #[test]

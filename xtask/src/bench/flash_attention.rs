@@ -27,6 +27,11 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             rows.push(flash::<bf16>(b, prefill(4, 32, d, causal), AUTO)?);
         }
     }
+    // Hopper's head_dim-128 rows above take the warpgroup kernel; these the mma.sync kernel
+    // (the same as above on other devices).
+    for causal in [false, true] {
+        rows.push(flash::<f16>(b, prefill(4, 32, 128, causal), MMA_SYNC)?);
+    }
     let decode = Attention::new(32, 1, 4096, 32, 4, 128).causal();
     rows.push(flash::<f16>(b, decode, AUTO)?);
     rows.push(flash::<bf16>(b, decode, AUTO)?);
@@ -79,14 +84,16 @@ fn bytes<T: Dtype>(a: &Attention) -> u64 {
     ((2 * q + 2 * kv) * size_of::<T>()) as u64
 }
 
-/// One flash-attention row. The kernel name carries what `options` fix: "portable" for the
-/// portable kernel, "split N" for a fixed key split.
+/// One flash-attention row. The kernel name carries what `options` fix: "portable" or "mma.sync"
+/// for those kernels, "split N" for a fixed key split.
 fn flash<T: Dtype>(b: &mut Bench, a: Attention, options: FlashOptions) -> Result<Row> {
     let mut t = tensors::<T>(b, &a)?;
     let ms = b.time(|| Ok(flash_attention_with(&a, &options, &t.q, &t.k, &t.v, &mut t.o, None)?))?;
     let mut name = String::from("flash_attention");
-    if options.kernel == FlashKernel::Portable {
-        name.push_str(" portable");
+    match options.kernel {
+        FlashKernel::Portable => name.push_str(" portable"),
+        FlashKernel::MmaSync => name.push_str(" mma.sync"),
+        FlashKernel::Auto | FlashKernel::MatrixCores => {}
     }
     if let Some(s) = options.splits {
         name.push_str(&format!(" split {s}"));
@@ -103,6 +110,8 @@ fn flash<T: Dtype>(b: &mut Bench, a: Attention, options: FlashOptions) -> Result
 
 /// The launcher's own choice of kernel and split.
 const AUTO: FlashOptions = FlashOptions { kernel: FlashKernel::Auto, splits: None };
+/// The mma.sync matrix-core kernel, never the warpgroup one.
+const MMA_SYNC: FlashOptions = FlashOptions { kernel: FlashKernel::MmaSync, splits: None };
 /// The portable kernel.
 const PORTABLE: FlashOptions = FlashOptions { kernel: FlashKernel::Portable, splits: None };
 

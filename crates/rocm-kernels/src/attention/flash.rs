@@ -22,8 +22,13 @@ pub enum FlashKernel {
     Auto,
     /// The portable kernel (f32 arithmetic on every platform).
     Portable,
-    /// The matrix-core kernel, or an error saying why it cannot run this problem.
+    /// The matrix-core kernel, or an error saying why it cannot run this problem. On an sm_90
+    /// device (H100/H200) with the sm_90a kernels built, prefill at head_dim 97 to 128 takes
+    /// the warpgroup (`wgmma`) kernel; everything else the mma.sync kernel (NVIDIA) or MFMA (AMD).
     MatrixCores,
+    /// As [`FlashKernel::MatrixCores`], but never the warpgroup kernel: the mma.sync kernel on
+    /// Hopper too (to compare the two, and to test both on one device).
+    MmaSync,
 }
 
 /// How to run flash attention: which kernel, and how many ranges to cut the keys into.
@@ -436,7 +441,7 @@ fn plan<T: Dtype>(
     let mma = match kernel {
         FlashKernel::Portable => None,
         FlashKernel::Auto => mma_fits().ok().filter(|_| auto_uses(info.matrix_cores)),
-        FlashKernel::MatrixCores => Some(
+        FlashKernel::MatrixCores | FlashKernel::MmaSync => Some(
             mma_fits().map_err(|why| crate::KernelError::Shape { kernel: super::KERNEL, message: why })?,
         ),
     };
@@ -446,6 +451,11 @@ fn plan<T: Dtype>(
         }
         Some(dt) => {
             let rows = attn.group() * attn.seq_q;
+            if kernel != FlashKernel::MmaSync
+                && let Some(plan) = warpgroup_plan::<T>(stream, dt, rows, paged)
+            {
+                return Ok(plan);
+            }
             let variant =
                 if paged { MmaVariant::choose_paged(dt, rows) } else { MmaVariant::choose(dt, rows) };
             let blocks = rows.div_ceil(variant.rows()) * attn.kv_heads * attn.batch;
@@ -476,6 +486,29 @@ fn plan<T: Dtype>(
     })
 }
 
+/// The warpgroup kernel (`wgmma`, sm_90a only, `rf_flash_wgmma_<T>_d128`): prefill (more than 64
+/// packed rows) at padded head_dim 128 from contiguous K/V, on an sm_90 device whose module has
+/// the entry (it exists only in sm_90a SASS: `ROCMFORGE_NVIDIA_ARCHS` with `90a`, the default).
+/// 384 threads: one copying warpgroup and two math warpgroups of 64 rows; Q and four 64-key K/V
+/// buffers in shared memory, plus 2 KiB for the mbarriers and the alignment to the 1024-byte
+/// swizzle pattern. On an H100 it runs at 384-390 TFLOP/s against the mma.sync kernel's 345-356
+/// (docs/kernels/attention.md, version 10); at head_dim 64 the mma.sync kernel stays ahead.
+fn warpgroup_plan<T: Dtype>(stream: &Stream, dt: usize, rows: usize, paged: bool) -> Option<Plan> {
+    if paged || rows <= 64 || dt != 128 || stream.backend().info().arch != "sm_90" {
+        return None;
+    }
+    let entry = format!("rf_flash_wgmma_{}_d{dt}", T::NAME);
+    loader::kernel(stream, MODULE, &entry).ok()?;
+    let smem = warpgroup_smem(dt, size_of::<T>());
+    Some(Plan { entry, rows_per_block: 128, threads: 384, shared_mem_bytes: smem as u32, blocks_per_cu: 1 })
+}
+
+/// Dynamic shared memory of the warpgroup kernel: 128 Q rows and four buffers of 64 K and 64 V
+/// rows, plus 2 KiB (the 1024-byte alignment, and the static mbarriers' share of the SM's).
+const fn warpgroup_smem(dt: usize, elem: usize) -> usize {
+    (128 + 2 * 4 * 64) * dt * elem + 2048
+}
+
 /// Splits of the keys when the grid is smaller than the device: as many as keep the blocks
 /// within one wave (`blocks_per_cu` per compute unit), each split at least four 64-key tiles
 /// long. More splits than that start a second, mostly idle wave: on an H200 the decode
@@ -494,6 +527,7 @@ mod tests {
 
     #[test]
     fn variants_fit_their_rows_and_shared_memory() {
+        assert!(warpgroup_smem(128, 2) <= 227 * 1024, "the warpgroup kernel's buffers fit an sm_90 block");
         assert_eq!(MmaVariant::choose(128, 8).suffix, "ks");
         assert_eq!(MmaVariant::choose(128, 17).suffix, "w4");
         assert_eq!(MmaVariant::choose(128, 65).suffix, "m2");

@@ -90,8 +90,8 @@ const CASES: &[Case] = &[
     case(3, 1000, 255, 4, 4, 64).offset(-500),
     case(2, 2, 300, 6, 1, 80).causal(),
     case(1, 3, 500, 4, 1, 96).scaled(),
-    // Non-causal prefill past 64 packed rows: GQA 3 with a partial last key tile, and head_dim
-    // 40 zero-padded to 64.
+    // Non-causal prefill past 64 packed rows: GQA 3 with a partial last key tile (Hopper's
+    // warpgroup kernel), and head_dim 40 zero-padded to 64.
     case(1, 300, 1000, 6, 2, 128),
     case(2, 100, 77, 3, 1, 40).scaled(),
 ];
@@ -217,6 +217,11 @@ fn all_cases<T: Dtype>(gpu: &GpuTest, seed: u64) {
                 &x,
                 FlashOptions { kernel: FlashKernel::MatrixCores, splits: None },
             );
+            // Hopper: the warpgroup kernel above (where it applies), the mma.sync kernel here.
+            if gpu.backend().info().arch == "sm_90" {
+                let mma_sync = FlashOptions { kernel: FlashKernel::MmaSync, splits: None };
+                check_flash(gpu, &attn, case, &x, mma_sync);
+            }
         }
         let unfused = check_unfused(gpu, &attn, case, &x);
         // The fused and unfused paths agree with each other as closely as each with the
