@@ -1007,7 +1007,7 @@ RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
     constexpr unsigned Q_BYTES = ROWS * DT * 2, KV_BYTES = BC * DT * 2;
     static_assert(DT % 64 == 0 && BC % 64 == 0 && STAGES >= 3, "swizzle atoms; the producer keeps two tiles in flight");
     extern __shared__ __align__(1024) unsigned char rf_flash_wgmma_smem[];
-    __shared__ unsigned long long full[STAGES], empty[STAGES];
+    __shared__ unsigned long long full[STAGES], empty[STAGES], q_full;
     unsigned char* qs = rf_flash_wgmma_smem + ((1024u - (rf_smem_addr(rf_flash_wgmma_smem) & 1023u)) & 1023u);
     unsigned char* ks = qs + Q_BYTES;               // [STAGES][KV_BYTES]
     unsigned char* vs = ks + STAGES * KV_BYTES;     // [STAGES][KV_BYTES]
@@ -1029,24 +1029,26 @@ RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
             rf_mbar_init(&full[st], 128);
             rf_mbar_init(&empty[st], 256);
         }
+        rf_mbar_init(&q_full, 128);
     }
-    rf_flash_stage_sw128<T, DT, ROWS, 384>(qs, D, p.q, [&](int r) -> const T* {
-        const rf_flash_row qr = rf_flash_locate(p, m0 + r, kv_head);
-        if (!qr.valid) return nullptr;
-        return (const T*)p.q + (rf_u64)b * p.q_batch + (rf_u64)qr.query * p.q_seq + (rf_u64)qr.head * p.q_head;
-    });
-    rf_cp_async_commit();
-    rf_cp_async_wait<0>();
-    rf_fence_proxy_async();
-    __syncthreads(); // Q and the barriers' initialisation, for everyone
+    __syncthreads(); // the barriers' initialisation, for everyone
 
     if (wg == 0) {
-        // The copying warps need few registers: hand the rest to the math warpgroups (with
-        // them the math code is scheduled over 232 registers a thread instead of 168, and ran
-        // 384-390 TFLOP/s against 335 on an H100).
+        // The copying warps need few registers: hand the rest to the math warpgroups. The
+        // warpgroup-wide setmaxnreg is also what lets ptxas see the math warps' wgmma as
+        // convergent after this divergent branch: without it they are serialised (C7520, which
+        // `cargo xtask kernels` refuses), 335 instead of 384-390 TFLOP/s on an H100.
         rf_setmaxnreg_dec<40>();
         const T* kbase = (const T*)p.k + (rf_u64)b * p.k_batch + (rf_u64)kv_head * p.k_head;
         const T* vbase = (const T*)p.v + (rf_u64)b * p.v_batch + (rf_u64)kv_head * p.v_head;
+        // Copy groups in order: Q, tile 0, tile 1, ...; each is handed over once the next is
+        // issued, so two are in flight (Q's latency overlaps tile 0's).
+        rf_flash_stage_sw128<T, DT, ROWS, 128>(qs, D, p.q, [&](int r) -> const T* {
+            const rf_flash_row qr = rf_flash_locate(p, m0 + r, kv_head);
+            if (!qr.valid) return nullptr;
+            return (const T*)p.q + (rf_u64)b * p.q_batch + (rf_u64)qr.query * p.q_seq + (rf_u64)qr.head * p.q_head;
+        });
+        rf_cp_async_commit();
         for (int t = 0; t < tiles; ++t) {
             const int st = t % STAGES;
             rf_mbar_wait(&empty[st], ((t / STAGES) & 1) ^ 1);
@@ -1061,18 +1063,14 @@ RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
                 return r < valid ? vt + (rf_u64)r * p.v_seq : nullptr;
             });
             rf_cp_async_commit();
-            if (t > 0) {
-                // Tile t - 1 has landed (tile t may still be copying): hand it over.
-                rf_cp_async_wait<1>();
-                rf_fence_proxy_async();
-                rf_mbar_arrive(&full[(t - 1) % STAGES]);
-            }
-        }
-        if (tiles > 0) {
-            rf_cp_async_wait<0>();
+            // The group before this tile's (Q, or tile t - 1) has landed: hand it over.
+            rf_cp_async_wait<1>();
             rf_fence_proxy_async();
-            rf_mbar_arrive(&full[(tiles - 1) % STAGES]);
+            rf_mbar_arrive(t == 0 ? &q_full : &full[(t - 1) % STAGES]);
         }
+        rf_cp_async_wait<0>();
+        rf_fence_proxy_async();
+        rf_mbar_arrive(tiles > 0 ? &full[(tiles - 1) % STAGES] : &q_full);
         return;
     }
 
@@ -1096,6 +1094,10 @@ RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
             rf_wgmma<T, DT>::rs(o[0], pf[kk], rf_wgmma_desc(v_addr + kk * 2048, BC * 128, 1024), 1);
         }
     };
+    rf_mbar_wait(&q_full, 0);
+    // Every math warp runs the same number of tiles (a block-wide count): with a count that
+    // differs between warpgroups (say, the first group stopping a causal tile early) ptxas
+    // can no longer prove the wgmma convergent and serialises them (C7520), 15% slower.
     for (int t = 0; t < tiles; ++t) {
         const int st = t % STAGES;
         const long long k0 = k_begin + (long long)t * BC;

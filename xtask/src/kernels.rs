@@ -464,10 +464,28 @@ impl Job {
                 text.trim_end()
             ));
         }
+        if let Some(why) = refused_advisory(&text) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(format!(
+                "{why}\n$ {} -o {}\n{}",
+                self.command_line(),
+                tmp.display(),
+                text.trim_end()
+            ));
+        }
         std::fs::rename(&tmp, &self.object).map_err(|e| format!("{}: {e}", self.object.display()))?;
         let size = std::fs::metadata(&self.object).map(|m| m.len()).unwrap_or(0);
         Ok((size, text))
     }
+}
+
+/// Compiler advisories that are errors here. ptxas reports serialised `wgmma` (C7520: it could
+/// not prove a warpgroup's products convergent and waits out each one) as information only, yet
+/// it cost the flash-attention warpgroup kernel 15% (docs/kernels/attention.md, version 10).
+fn refused_advisory(output: &str) -> Option<&'static str> {
+    output
+        .contains("(C7520)")
+        .then_some("ptxas serialised wgmma instructions (C7520); keep every warpgroup on one path to them")
 }
 
 fn display_path(path: &Path, root: &Path) -> String {
@@ -682,6 +700,14 @@ mod tests {
         );
         let archs = parse_nvidia_archs("80,86").unwrap();
         assert!(nvidia_gencode_args(&archs).join(" ").ends_with("arch=compute_86,code=compute_86"));
+    }
+
+    #[test]
+    fn serialised_wgmma_is_refused() {
+        let advisory = "ptxas info    : (C7520) Potential Performance Loss: wgmma.mma_async instructions are \
+                        serialized due to program dependence on compiler-inserted WG.AR in divergent path";
+        assert!(refused_advisory(advisory).is_some());
+        assert!(refused_advisory("ptxas info    : (C7519) warpgroup.arrive is injected").is_none());
     }
 
     #[test]
