@@ -950,18 +950,16 @@ template <int ROWS> RF_DEVICE unsigned rf_sw128_offset(int r, int c) {
 template <typename T, int DT, int ROWS, int THREADS, typename RowPtr>
 RF_DEVICE void rf_flash_stage_sw128(unsigned char* smem, int D, const void* any, RowPtr row_ptr) {
     constexpr int CHUNKS = DT / 8;
-    auto copy = [&](int r, int c) {
+    static_assert(THREADS % CHUNKS == 0 && ROWS % (THREADS / CHUNKS) == 0, "even chunks");
+    // Each thread keeps one column chunk and steps down the rows.
+    constexpr int RSTEP = THREADS / CHUNKS;
+    const int tid = threadIdx.x % THREADS;
+    const int c = tid % CHUNKS;
+#pragma unroll
+    for (int i = 0; i < ROWS / RSTEP; ++i) {
+        const int r = tid / CHUNKS + i * RSTEP;
         const T* src = c * 8 < D ? row_ptr(r) : nullptr;
         rf_cp_async16(smem + rf_sw128_offset<ROWS>(r, c), src ? (const void*)(src + c * 8) : any, src ? 16 : 0);
-    };
-    const int tid = threadIdx.x % THREADS;
-    if constexpr (THREADS % CHUNKS == 0 && ROWS % (THREADS / CHUNKS) == 0) {
-        // Each thread keeps one column chunk and steps down the rows.
-        constexpr int RSTEP = THREADS / CHUNKS;
-#pragma unroll
-        for (int i = 0; i < ROWS / RSTEP; ++i) copy(tid / CHUNKS + i * RSTEP, tid % CHUNKS);
-    } else {
-        for (int e = tid; e < ROWS * CHUNKS; e += THREADS) copy(e / CHUNKS, e % CHUNKS);
     }
 }
 
