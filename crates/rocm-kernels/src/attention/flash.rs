@@ -27,7 +27,8 @@ pub enum FlashKernel {
     /// the warpgroup (`wgmma`) kernel; everything else the mma.sync kernel (NVIDIA) or MFMA (AMD).
     MatrixCores,
     /// As [`FlashKernel::MatrixCores`], but never the warpgroup kernel: the mma.sync kernel on
-    /// Hopper too (to compare the two, and to test both on one device).
+    /// Hopper too (to compare the two, and to test both on one device); elsewhere the same as
+    /// `MatrixCores`.
     MmaSync,
 }
 
@@ -491,7 +492,7 @@ fn plan<T: Dtype>(
 /// the entry (it exists only in sm_90a SASS: `ROCMFORGE_NVIDIA_ARCHS` with `90a`, the default).
 /// 384 threads: one copying warpgroup and two math warpgroups of 64 rows; Q and four 64-key K/V
 /// buffers in shared memory, plus 2 KiB for the mbarriers and the alignment to the 1024-byte
-/// swizzle pattern. On an H100 it runs at 384-390 TFLOP/s against the mma.sync kernel's 345-356
+/// swizzle pattern. On an H100 it runs at 400-406 TFLOP/s against the mma.sync kernel's 341-349
 /// (docs/kernels/attention.md, version 10); at head_dim 64 the mma.sync kernel stays ahead.
 fn warpgroup_plan<T: Dtype>(stream: &Stream, dt: usize, rows: usize, paged: bool) -> Option<Plan> {
     if paged || rows <= 64 || dt != 128 || stream.backend().info().arch != "sm_90" {
