@@ -613,6 +613,57 @@ RF_DEVICE void rf_flash_softmax_tile(const rf_flash_params& p, float (&s)[MW][NT
     }
 }
 
+// The A fragment of P for 16-key step kk (n-tiles 2 kk and 2 kk + 1 of S, in the mma.sync m16n8k16
+// A layout, which is also wgmma's register A layout), rounded to T.
+template <typename T, int NT> RF_DEVICE void rf_flash_pack_p(const float (&s)[NT][4], int kk, unsigned (&a)[4]) {
+    a[0] = rf_pack2_bits16<T>(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = rf_pack2_bits16<T>(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = rf_pack2_bits16<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = rf_pack2_bits16<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
+// The rows' sums: each thread holds partial sums of its rows (rf_flash_softmax_tile), the quad's
+// four lanes together the whole.
+template <int MW> RF_DEVICE void rf_flash_quad_sums(const float (&l_run)[MW][2], float (&l_sum)[MW][2]) {
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            l_sum[mi][h] = l_run[mi][h];
+            l_sum[mi][h] += __shfl_xor_sync(0xffffffffu, l_sum[mi][h], 1);
+            l_sum[mi][h] += __shfl_xor_sync(0xffffffffu, l_sum[mi][h], 2);
+        }
+    }
+}
+
+// Normalises the thread's rows of O (fragment mi's rows g and g + 8; `row0` the packed row of
+// fragment 0's row 0) by their sums and writes them and their LSE.
+template <typename T, int MW, int DTILES>
+RF_DEVICE void rf_flash_store_rows(const rf_flash_params& p, const float (&o)[MW][DTILES][4], const float (&m_run)[MW][2],
+                                   const float (&l_sum)[MW][2], int row0, int b, int kv_head, int split) {
+    const int lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const rf_flash_row r = rf_flash_locate(p, row0 + 16 * mi + g + 8 * h, kv_head);
+            if (!r.valid) continue;
+            const float l = l_sum[mi][h];
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+            for (int i = 0; i < DTILES; ++i) {
+                const int col = i * 8 + 2 * t;
+                if (col < p.head_dim) {
+                    rf_flash_store<T>(p, b, r, split, col, o[mi][i][2 * h] * inv);
+                    rf_flash_store<T>(p, b, r, split, col + 1, o[mi][i][2 * h + 1] * inv);
+                }
+            }
+            if (t == 0) rf_flash_store_lse(p, b, r, split, m_run[mi][h], l);
+        }
+    }
+}
+
 // WARPS warps; STAGES K/V buffers (cp.async runs STAGES - 1 tiles ahead); KSPLIT: the warps
 // share one 16-row group and split each key tile between them instead (decode, where a block
 // has no more rows than the group's heads of one query), merging their results at the end.
@@ -816,12 +867,7 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
         for (int kk = 0; kk < WKEYS / 16; ++kk) {
             unsigned pf[MW][4];
 #pragma unroll
-            for (int mi = 0; mi < MW; ++mi) {
-                pf[mi][0] = rf_pack2_bits16<T>(s[mi][2 * kk][0], s[mi][2 * kk][1]);
-                pf[mi][1] = rf_pack2_bits16<T>(s[mi][2 * kk][2], s[mi][2 * kk][3]);
-                pf[mi][2] = rf_pack2_bits16<T>(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
-                pf[mi][3] = rf_pack2_bits16<T>(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
-            }
+            for (int mi = 0; mi < MW; ++mi) rf_flash_pack_p<T>(s[mi], kk, pf[mi]);
 #pragma unroll
             for (int dp = 0; dp < DT / 16; ++dp) {
                 unsigned vf[4];
@@ -837,15 +883,7 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
     rf_cp_async_wait<0>();
 
     float l_sum[MW][2];
-#pragma unroll
-    for (int mi = 0; mi < MW; ++mi) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            l_sum[mi][h] = l_run[mi][h];
-            l_sum[mi][h] += __shfl_xor_sync(0xffffffffu, l_sum[mi][h], 1);
-            l_sum[mi][h] += __shfl_xor_sync(0xffffffffu, l_sum[mi][h], 2);
-        }
-    }
+    rf_flash_quad_sums(l_run, l_sum);
     if constexpr (KSPLIT) {
         // Merge the warps' (m, l, O) for the shared rows through shared memory (the K buffers,
         // free now): O = sum_w 2^(m_w - M) O_w, l = sum_w 2^(m_w - M) l_w, M = max_w m_w.
@@ -898,25 +936,7 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
         }
     }
 
-#pragma unroll
-    for (int mi = 0; mi < MW; ++mi) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const rf_flash_row r = rf_flash_locate(p, m0 + wrow + 16 * mi + g + 8 * h, kv_head);
-            if (!r.valid) continue;
-            const float l = l_sum[mi][h];
-            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-#pragma unroll
-            for (int i = 0; i < DTILES; ++i) {
-                const int col = i * 8 + 2 * t;
-                if (col < D) {
-                    rf_flash_store<T>(p, b, r, split, col, o[mi][i][2 * h] * inv);
-                    rf_flash_store<T>(p, b, r, split, col + 1, o[mi][i][2 * h + 1] * inv);
-                }
-            }
-            if (t == 0) rf_flash_store_lse(p, b, r, split, m_run[mi][h], l);
-        }
-    }
+    rf_flash_store_rows<T>(p, o, m_run, l_sum, m0 + wrow, b, kv_head, split);
 }
 
 #endif // RF_FLASH_MMA
@@ -960,34 +980,6 @@ RF_DEVICE void rf_flash_stage_sw128(unsigned char* smem, int D, const void* any,
         const int r = tid / CHUNKS + i * RSTEP;
         const T* src = c * 8 < D ? row_ptr(r) : nullptr;
         rf_cp_async16(smem + rf_sw128_offset<ROWS>(r, c), src ? (const void*)(src + c * 8) : any, src ? 16 : 0);
-    }
-}
-
-// Normalises a warp's 16 rows of O (first packed row `row0`) and writes them and their LSE.
-template <typename T, int DTILES>
-RF_DEVICE void rf_flash_wgmma_epilogue(const rf_flash_params& p, const float (&o)[1][DTILES][4],
-                                       const float (&m_run)[1][2], const float (&l_run)[1][2], int row0, int b,
-                                       int kv_head, int split) {
-    const int D = p.head_dim;
-    const int lane = threadIdx.x % 32;
-    const int g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const rf_flash_row r = rf_flash_locate(p, row0 + g + 8 * h, kv_head);
-        if (!r.valid) continue;
-        float l = l_run[0][h];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-#pragma unroll
-        for (int i = 0; i < DTILES; ++i) {
-            const int col = i * 8 + 2 * t;
-            if (col < D) {
-                rf_flash_store<T>(p, b, r, split, col, o[0][i][2 * h] * inv);
-                rf_flash_store<T>(p, b, r, split, col + 1, o[0][i][2 * h + 1] * inv);
-            }
-        }
-        if (t == 0) rf_flash_store_lse(p, b, r, split, m_run[0][h], l);
     }
 }
 
@@ -1133,12 +1125,7 @@ RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
         rf_wgmma_reg_fence(o[0]);
         if (t > 0) rf_mbar_arrive(&empty[(t - 1) % STAGES]);
 #pragma unroll
-        for (int kk = 0; kk < BC / 16; ++kk) {
-            pf[kk][0] = rf_pack2_bits16<T>(s[0][2 * kk][0], s[0][2 * kk][1]);
-            pf[kk][1] = rf_pack2_bits16<T>(s[0][2 * kk][2], s[0][2 * kk][3]);
-            pf[kk][2] = rf_pack2_bits16<T>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-            pf[kk][3] = rf_pack2_bits16<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
-        }
+        for (int kk = 0; kk < BC / 16; ++kk) rf_flash_pack_p<T>(s[0], kk, pf[kk]);
         rf_flash_rescale_o(o, alpha);
     }
     if (tiles > 0) {
@@ -1148,7 +1135,9 @@ RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
         rf_wgmma_wait<0>();
         rf_wgmma_reg_fence(o[0]);
     }
-    rf_flash_wgmma_epilogue<T, DTILES>(p, o, m_run, l_run, m0 + wrow, b, kv_head, split);
+    float l_sum[1][2];
+    rf_flash_quad_sums(l_run, l_sum);
+    rf_flash_store_rows<T>(p, o, m_run, l_sum, m0 + wrow, b, kv_head, split);
 }
 
 // Entry points (only in sm_90a code; the launcher looks them up and takes the mma.sync kernel
