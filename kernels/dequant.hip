@@ -252,9 +252,30 @@ template <typename T> RF_DEVICE void rf_dequant_store8(T* dst, const float* v) {
 // exchanges: any warp width and block size.
 // ---------------------------------------------------------------------------------------------
 
+// MXFP4 and MXFP6 chunk c (r = c % 8 of block c / 8): its codes funnel-shifted to bit 0 of one
+// word (rf_dequant_words), and the block's scale.
+template <typename F> RF_DEVICE unsigned int rf_dequant_chunk_word(const unsigned char* stage, int c, float* s) {
+    typedef rf_dequant_words<F> W;
+    const int scale_at = F::BLOCK_BYTES * (c >> 3);
+    *s = rf_e8m0_to_float(stage[scale_at]);
+    return rf_stage_word(stage, scale_at + W::chunk_byte(c & 7), W::chunk_shift(c & 7));
+}
+
 // rf_dequant_quarter<F>::decode(stage, c, out): chunk c of a staged tile into out[0..4), with the
-// per-element f32 arithmetic of F::group, so the same bits.
-template <typename F> struct rf_dequant_quarter;
+// per-element f32 arithmetic of F::group, so the same bits. MXFP4 and MXFP6 (rf_dequant_words)
+// take this word path; q8_0 and q4_0 are specialised below.
+template <typename F> struct rf_dequant_quarter {
+    static RF_DEVICE void decode(const unsigned char* stage, int c, float* out) {
+        float s;
+        const unsigned int x = rf_dequant_chunk_word<F>(stage, c, &s);
+        float v8[8];
+        rf_dequant_words<F>::chunks(x, x, s, s, v8);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            out[i] = v8[i];
+        }
+    }
+};
 
 template <> struct rf_dequant_quarter<rf_q8_0> {
     static RF_DEVICE void decode(const unsigned char* stage, int c, float* out) {
@@ -283,41 +304,6 @@ template <> struct rf_dequant_quarter<rf_q4_0> {
     }
 };
 
-
-// MXFP4 and MXFP6 chunk c (r = c % 8 of block c / 8): its codes funnel-shifted to bit 0 of one
-// word (rf_dequant_words), and the block's scale.
-template <typename F> RF_DEVICE unsigned int rf_dequant_chunk_word(const unsigned char* stage, int c, float* s) {
-    typedef rf_dequant_words<F> W;
-    const int scale_at = F::BLOCK_BYTES * (c >> 3);
-    *s = rf_e8m0_to_float(stage[scale_at]);
-    return rf_stage_word(stage, scale_at + W::chunk_byte(c & 7), W::chunk_shift(c & 7));
-}
-
-template <> struct rf_dequant_quarter<rf_mxfp4> {
-    static RF_DEVICE void decode(const unsigned char* stage, int c, float* out) {
-        float s;
-        const unsigned int x = rf_dequant_chunk_word<rf_mxfp4>(stage, c, &s);
-        float v8[8];
-        rf_dequant_words<rf_mxfp4>::chunks(x, x, s, s, v8);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            out[i] = v8[i];
-        }
-    }
-};
-template <int EBITS, int MBITS> struct rf_dequant_quarter<rf_mxfp6<EBITS, MBITS>> {
-    typedef rf_mxfp6<EBITS, MBITS> F;
-    static RF_DEVICE void decode(const unsigned char* stage, int c, float* out) {
-        float s;
-        const unsigned int x = rf_dequant_chunk_word<F>(stage, c, &s);
-        float v8[8];
-        rf_dequant_words<F>::chunks(x, x, s, s, v8);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            out[i] = v8[i];
-        }
-    }
-};
 
 // Chunks c0 and c1 into out[0..4) and out[4..8): one decode for both where F has word paths.
 template <typename F> RF_DEVICE void rf_dequant_pair(const unsigned char* stage, int c0, int c1, float* out) {
