@@ -8,7 +8,9 @@
 //! the next of several copies totalling at least four times the L2: the rows measure DRAM.
 
 use rocm_kernels::Dtype;
-use rocm_kernels::quant::{BlockFormat, Fp6, MxFormat, dequantize, mx_matmul, mx_matvec};
+use rocm_kernels::quant::{
+    BlockFormat, Fp6, MxFormat, TiledCodes, TiledMxfp4, dequantize, mx_matmul, mx_matvec, mx_matvec_tiled,
+};
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 
 use super::{Bench, Row};
@@ -24,6 +26,7 @@ const PREFILL: usize = 512;
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     let (n, k) = SHAPES[0];
+    rows.push(small_copy(b, BlockFormat::Mxfp4Gguf.bytes_for(n * k).ok_or("weight size")?)?);
     for format in BlockFormat::ALL {
         rows.push(dequant::<f16>(b, format, n, k)?);
     }
@@ -35,6 +38,8 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             rows.push(matvec::<f16>(b, format, n, k)?);
             rows.push(matvec::<bf16>(b, format, n, k)?);
         }
+        rows.push(tiled_matvec::<f16>(b, n, k)?);
+        rows.push(tiled_matvec::<bf16>(b, n, k)?);
     }
     // gpt-oss-20b's expert gate/up projection: k = 2880 is not a multiple of 512 (rows are not
     // 16-byte aligned), the matrix-core kernel's any-k entry.
@@ -42,6 +47,8 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     rows.push(matvec::<f32>(b, MxFormat::Mxfp4Gguf, gn, gk)?); // the portable kernel, for comparison
     rows.push(matvec::<f16>(b, MxFormat::Mxfp4Gguf, gn, gk)?);
     rows.push(matvec::<bf16>(b, MxFormat::Mxfp4Gguf, gn, gk)?);
+    rows.push(tiled_matvec::<f16>(b, gn, gk)?);
+    rows.push(tiled_matvec::<bf16>(b, gn, gk)?);
     for format in [MxFormat::Mxfp4Gguf, MxFormat::Mxfp6(Fp6::E2M3)] {
         rows.push(matmul::<f16>(b, format, PREFILL, n, k)?);
     }
@@ -66,6 +73,35 @@ fn weights(b: &mut Bench, format: BlockFormat, n: usize, k: usize) -> Result<Vec
         out.push(b.stream.upload(&host)?);
     }
     Ok(out)
+}
+
+/// A device-to-device copy moving as many bytes (read plus written) as the MXFP4 weight holds,
+/// from rotating buffers that together exceed the L2: what one call of this size can reach,
+/// ramp-up and drain included (the 1 GiB copy hides them).
+fn small_copy(b: &mut Bench, bytes: usize) -> Result<Row> {
+    let half = bytes / 2;
+    let l2 = b.backend.info().l2_cache_bytes.max(1) as usize;
+    let copies = (4 * l2).div_ceil(bytes).clamp(2, 16);
+    let host: Vec<u8> =
+        (0..half.div_ceil(8)).flat_map(|_| b.rng.next_u64().to_le_bytes()).take(half).collect();
+    let mut bufs = Vec::with_capacity(copies);
+    for _ in 0..copies {
+        bufs.push(b.stream.upload(&host)?);
+    }
+    let mut i = 0;
+    let ms = b.time(|| {
+        i += 1;
+        let (lo, hi) = bufs.split_at_mut(1 + i % (copies - 1));
+        Ok(hi[0].copy_from_device(&lo[lo.len() - 1])?)
+    })?;
+    Ok(Row {
+        kernel: "copy (weight-sized)".into(),
+        dtype: "u8",
+        shape: format!("{} MB", bytes / 1_000_000),
+        ms,
+        bytes: 2 * half as u64,
+        flops: None,
+    })
 }
 
 fn dequant<T: Dtype>(b: &mut Bench, format: BlockFormat, n: usize, k: usize) -> Result<Row> {
@@ -98,6 +134,37 @@ fn matvec<T: Dtype>(b: &mut Bench, format: MxFormat, n: usize, k: usize) -> Resu
     })?;
     Ok(Row {
         kernel: format!("{} matvec", format.block_format().name()),
+        dtype: T::NAME,
+        shape: format!("{n}x{k}"),
+        ms,
+        bytes: (w[0].len() + (k + n) * size_of::<T>()) as u64,
+        flops: None,
+    })
+}
+
+/// The matrix-vector product over the same random MXFP4 weights re-laid out by
+/// `TiledMxfp4::from_gguf` (done before timing, as a loader would at upload). Traffic is counted
+/// as for the GGUF rows: the layout holds the same 17 bytes a block, plus padding that is not
+/// read past a row's last block (scales aside: at most 7 bytes a row).
+fn tiled_matvec<T: Dtype>(b: &mut Bench, n: usize, k: usize) -> Result<Row> {
+    let w = weights(b, BlockFormat::Mxfp4Gguf, n, k)?;
+    let mut tiled = Vec::with_capacity(w.len());
+    for copy in &w {
+        tiled.push(
+            TiledMxfp4::from_gguf(&copy.to_vec()?, n, k, TiledCodes::for_dtype(T::NAME))?
+                .upload(&b.stream)?,
+        );
+    }
+    let x = b.random::<T>(k, -1.0, 1.0);
+    let x = b.stream.upload(&x)?;
+    let mut y = b.stream.alloc::<T>(n)?;
+    let mut i = 0;
+    let ms = b.time(|| {
+        i += 1;
+        Ok(mx_matvec_tiled(&tiled[i % tiled.len()], &x, &mut y)?)
+    })?;
+    Ok(Row {
+        kernel: "mxfp4 tiled matvec".into(),
         dtype: T::NAME,
         shape: format!("{n}x{k}"),
         ms,

@@ -22,11 +22,14 @@
 //!   loaders and writers call.
 //! - [`dequant`] (`kernels/dequant.hip`) and [`mxfp`] (`kernels/mxfp.hip`) are the GPU kernels:
 //!   dequantisation of every format, and MXFP4/MXFP6 matrix-vector and matrix-matrix products.
+//! - [`mxfp4_tiled`] (`kernels/mxfp4_tiled.hip`): MXFP4 weights re-laid out once for the
+//!   matrix-vector product, the fast path for decoding.
 
 pub mod dequant;
 pub mod ggml;
 pub mod mx;
 pub mod mxfp;
+pub mod mxfp4_tiled;
 
 #[cfg(test)]
 mod tests;
@@ -38,6 +41,7 @@ pub use mx::{
     quantize_mxfp6,
 };
 pub use mxfp::{MxFormat, mx_matmul, mx_matmul_reference, mx_matvec};
+pub use mxfp4_tiled::{DeviceTiledMxfp4, TiledCodes, TiledMxfp4, mx_matvec_tiled, mx_matvec_tiled_portable};
 
 /// Elements per block, in every format here (ggml's `QK8_0`, `QK4_0`, `QK_MXFP4`; the MX spec's
 /// block size `k`).

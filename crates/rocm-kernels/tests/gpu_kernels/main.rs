@@ -16,6 +16,7 @@ mod flash_attention;
 mod gemm;
 mod kv_cache;
 mod mxfp;
+mod mxfp4_tiled;
 mod paged_attention;
 mod rmsnorm;
 mod rope;

@@ -10,7 +10,7 @@ use rocm_kernels::{Dtype, KernelError};
 use rocm_runtime::{DeviceBuffer, Error, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test};
 
-fn poisoned<T: Dtype>(gpu: &GpuTest, len: usize) -> DeviceBuffer<T> {
+pub(crate) fn poisoned<T: Dtype>(gpu: &GpuTest, len: usize) -> DeviceBuffer<T> {
     let mut buf = gpu.stream().alloc::<T>(len).unwrap();
     buf.poison().unwrap();
     buf
@@ -18,7 +18,7 @@ fn poisoned<T: Dtype>(gpu: &GpuTest, len: usize) -> DeviceBuffer<T> {
 
 /// `rows` rows of `k / 32` blocks: random payload bytes (every code, both signs, -0) and scale
 /// bytes 118..=130 (2^-9..2^3), which keep every product and sum far from f16's overflow.
-fn random_weights(rng: &mut Rng, format: MxFormat, rows: usize, k: usize) -> Vec<u8> {
+pub(crate) fn random_weights(rng: &mut Rng, format: MxFormat, rows: usize, k: usize) -> Vec<u8> {
     let bb = format.block_bytes();
     let mut w: Vec<u8> = (0..rows * (k / QK) * bb).map(|_| rng.next_u64() as u8).collect();
     for block in w.chunks_exact_mut(bb) {
@@ -27,16 +27,16 @@ fn random_weights(rng: &mut Rng, format: MxFormat, rows: usize, k: usize) -> Vec
     w
 }
 
-fn activations<T: Dtype>(rng: &mut Rng, len: usize) -> Vec<T> {
+pub(crate) fn activations<T: Dtype>(rng: &mut Rng, len: usize) -> Vec<T> {
     rng.f32_vec(len, -1.0, 1.0).into_iter().map(T::from_f32).collect()
 }
 
-fn floats<T: Dtype>(v: &[T]) -> Vec<f32> {
+pub(crate) fn floats<T: Dtype>(v: &[T]) -> Vec<f32> {
     v.iter().map(|x| x.to_f32()).collect()
 }
 
 /// `sum |W[r, c] X[i, c]|` for each output: what bounds the rounding error of a sum.
-fn magnitudes(format: MxFormat, w: &[u8], x: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
+pub(crate) fn magnitudes(format: MxFormat, w: &[u8], x: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
     let mut decoded = vec![0.0f32; n * k];
     format.block_format().dequantize(w, &mut decoded).unwrap();
     let mut out = vec![0.0f64; m * n];
@@ -57,7 +57,7 @@ fn magnitudes(format: MxFormat, w: &[u8], x: &[f32], m: usize, n: usize, k: usiz
 /// (an element of at most 4 significant bits, a power-of-two scale, an activation of at most 24),
 /// so nothing else enters before the one rounding to `T`: half an ulp, 2^-24 relative for f32,
 /// 2^-11 for f16, 2^-8 for bf16, plus f16's subnormal spacing near zero.
-fn assert_within<T: Dtype>(got: &[T], expected: &[f64], magnitude: &[f64], k: usize, what: &str) {
+pub(crate) fn assert_within<T: Dtype>(got: &[T], expected: &[f64], magnitude: &[f64], k: usize, what: &str) {
     let (out_rel, abs) = match T::NAME {
         "f32" => (2f64.powi(-24), 1e-30),
         "f16" => (2f64.powi(-11), 2f64.powi(-24)),

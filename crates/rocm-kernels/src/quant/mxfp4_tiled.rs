@@ -1,0 +1,606 @@
+//! `mxfp4_tiled` (`kernels/mxfp4_tiled.hip`): the MXFP4 matrix-vector product over a weight
+//! re-laid out once, on the host, for the kernel's loads.
+//!
+//! GGUF's `block_mxfp4` rows (17-byte blocks: a scale byte, then 16 bytes of E2M1 nibbles) are
+//! a poor shape for a memory-bound GPU kernel: blocks are not aligned, and the codes a lane's
+//! matrix-core fragment needs are scattered. [`TiledMxfp4::from_gguf`] rewrites the same bits
+//! (17 bytes a block, plus padding) so that each lane reads exactly its own codes, 16 bytes at a
+//! time, and the scales separately; [`mx_matvec_tiled`] multiplies. Decoding is exact and the
+//! sums are f32, as in [`super::mx_matvec`], which reads GGUF rows as they are.
+//!
+//! # Layout
+//!
+//! `W[n, k]`, `nb = k / 32` blocks a row. Rows are grouped in tiles of [`TILE_ROWS`] = 16; each
+//! row is padded to `nbp` = `nb` rounded up to [`GROUP_BLOCKS`] = 8 blocks, and the last tile to
+//! 16 rows, with code 0 and scale byte 0.
+//!
+//! - **Payload**, `tiles * nbp * 256` bytes: for tile `t`, block pair `p` (blocks `2p`, `2p + 1`)
+//!   and lane `l = 4g + u` (`g < 8`, `u < 4`), 16 bytes at `((t * nbp / 2 + p) * 32 + l) * 16`:
+//!   the little-endian words `W(g, 2p, u)`, `W(g + 8, 2p, u)`, `W(g, 2p + 1, u)`,
+//!   `W(g + 8, 2p + 1, u)`, rows counted inside the tile.
+//! - **Word** `W(r, b, u)`: the eight E2M1 codes (sign in bit 3) of row `r`, elements
+//!   `32b + 8u .. 32b + 8u + 8`, as pairs `i < 4` of elements (`32b + 8u + 2i`, `+ 1`) in one of
+//!   two [`TiledCodes`] orders, chosen for the activation type's decode:
+//!   - [`TiledCodes::Nibbles`] (bf16): the pair's codes are nibbles `i` and `i + 4` (bits
+//!     `4i..4i + 4` and `4i + 16..4i + 20`), the byte-permute tables' indices;
+//!   - [`TiledCodes::Fields`] (f16): the pair's magnitudes at bits `MAG(i)..MAG(i) + 3` and
+//!     `+ 16`, its signs at bits `SIGN(i)` and `+ 16`, `MAG = 9, 6, 3, 0`, `SIGN = 15, 12, 13,
+//!     14`: pair 0 is then an f16 pair (times 2^-14) after one mask, pair 1 after a shift and a
+//!     mask, pairs 2 and 3 after a mask, a multiply and a mask.
+//! - **Scales**, `tiles * 16 * nbp` bytes: the E8M0 byte of row `r` of tile `t`, block `b`, at
+//!   `((t * nbp / 8 + b / 8) * 16 + r) * 8 + b % 8`: each group of 8 blocks of a tile is 128
+//!   contiguous bytes, copied with its payload.
+
+use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
+
+use super::{MXFP4_GGUF_BLOCK_BYTES, QK};
+use crate::dtype::Dtype;
+use crate::error::{KernelError, Result, ensure};
+use crate::loader;
+
+const KERNEL: &str = "mxfp4_tiled";
+
+/// Rows of a tile (`RF_T4_ROWS`).
+pub const TILE_ROWS: usize = 16;
+/// Blocks of a group, the unit a warp loads; rows are padded to a multiple (`RF_T4_GROUP`).
+pub const GROUP_BLOCKS: usize = 8;
+/// Most warps a block of the kernel has (`RF_T4_WARPS`).
+const MAX_WARPS: usize = 8;
+/// Scale bytes up to this take the kernels' fast conversion (`RF_T4_FAST_SCALE_MAX`); a matrix
+/// with a larger one (2^114 and up, or the NaN byte) takes the `_wide` entries.
+const FAST_SCALE_MAX: u8 = 240;
+
+/// The order of the eight codes in a tiled word (module docs): each activation type's decode
+/// wants its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TiledCodes {
+    /// Sign and magnitude fields where the f16 bit placement takes them (f16 activations).
+    Fields,
+    /// Nibbles, the bf16 byte-permute tables' indices (bf16 activations).
+    Nibbles,
+}
+
+/// Bit offsets of pair `i`'s magnitudes and signs in a [`TiledCodes::Fields`] word.
+const FIELD_MAG: [u32; 4] = [9, 6, 3, 0];
+const FIELD_SIGN: [u32; 4] = [15, 12, 13, 14];
+
+impl TiledCodes {
+    /// The order the matrix-core kernel for activations of `dtype` decodes (`f16`: fields;
+    /// anything else: nibbles; the portable kernel reads both).
+    pub fn for_dtype(dtype: &str) -> TiledCodes {
+        if dtype == "f16" { TiledCodes::Fields } else { TiledCodes::Nibbles }
+    }
+
+    /// The kernels' `codes` argument (`RF_T4_NIBBLES`, `RF_T4_FIELDS`).
+    fn id(self) -> u32 {
+        match self {
+            TiledCodes::Nibbles => 0,
+            TiledCodes::Fields => 1,
+        }
+    }
+
+    /// Where code `2i + h` of a word goes: (magnitude bit offset, sign bit offset).
+    fn bits(self, i: usize, h: usize) -> (u32, u32) {
+        let half = 16 * h as u32;
+        match self {
+            TiledCodes::Nibbles => (4 * i as u32 + half, 4 * i as u32 + 3 + half),
+            TiledCodes::Fields => (FIELD_MAG[i] + half, FIELD_SIGN[i] + half),
+        }
+    }
+
+    /// The word holding `codes[e]` (E2M1, sign in bit 3) as element `e` of a lane's eight.
+    fn encode(self, codes: [u8; 8]) -> u32 {
+        let mut word = 0u32;
+        for (e, &c) in codes.iter().enumerate() {
+            let (mag, sign) = self.bits(e / 2, e % 2);
+            word |= u32::from(c & 7) << mag | u32::from(c >> 3 & 1) << sign;
+        }
+        word
+    }
+
+    /// The inverse of [`Self::encode`].
+    fn decode(self, word: u32) -> [u8; 8] {
+        std::array::from_fn(|e| {
+            let (mag, sign) = self.bits(e / 2, e % 2);
+            ((word >> mag & 7) | (word >> sign & 1) << 3) as u8
+        })
+    }
+}
+
+/// Bytes of a tiled weight: (payload, scales) for an `[n, k]` matrix, `None` on overflow.
+fn tiled_bytes(n: usize, k: usize) -> Option<(usize, usize)> {
+    let tiles = n.div_ceil(TILE_ROWS);
+    let nbp = (k / QK).div_ceil(GROUP_BLOCKS).checked_mul(GROUP_BLOCKS)?;
+    let cells = tiles.checked_mul(TILE_ROWS)?.checked_mul(nbp)?;
+    Some((cells.checked_mul(16)?, cells))
+}
+
+/// An `[n, k]` MXFP4 weight in the tiled layout (module docs), on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TiledMxfp4 {
+    n: usize,
+    k: usize,
+    codes: TiledCodes,
+    payload: Vec<u8>,
+    scales: Vec<u8>,
+    max_scale: u8,
+}
+
+impl TiledMxfp4 {
+    /// Re-lays out `n` rows of `k / 32` GGUF `block_mxfp4` blocks (`n * k / 32 * 17` bytes),
+    /// words in the `codes` order ([`TiledCodes::for_dtype`] of the activations it will meet).
+    pub fn from_gguf(blocks: &[u8], n: usize, k: usize, codes: TiledCodes) -> Result<Self> {
+        ensure(k.is_multiple_of(QK), KERNEL, || format!("k = {k} is not a multiple of {QK}"))?;
+        let nb = k / QK;
+        let need = n.checked_mul(nb).and_then(|b| b.checked_mul(MXFP4_GGUF_BLOCK_BYTES));
+        ensure(need == Some(blocks.len()), KERNEL, || match need {
+            Some(need) => {
+                format!("w holds {} bytes; {n} rows of {nb} MXFP4 blocks need {need}", blocks.len())
+            }
+            None => format!("[{n}, {k}] overflows usize"),
+        })?;
+        let (payload_bytes, scale_bytes) = tiled_bytes(n, k).ok_or_else(|| KernelError::Shape {
+            kernel: KERNEL,
+            message: format!("the tiled [{n}, {k}] weight overflows usize"),
+        })?;
+        let nbp = nb.div_ceil(GROUP_BLOCKS) * GROUP_BLOCKS;
+        let mut payload = vec![0u8; payload_bytes];
+        let mut scales = vec![0u8; scale_bytes];
+        let mut max_scale = 0u8;
+        for (r, row) in blocks.chunks_exact((nb * MXFP4_GGUF_BLOCK_BYTES).max(1)).take(n).enumerate() {
+            let (tile, rt) = (r / TILE_ROWS, r % TILE_ROWS);
+            for (b, block) in row.chunks_exact(MXFP4_GGUF_BLOCK_BYTES).enumerate() {
+                scales[scale_offset(tile, nbp, b, rt)] = block[0];
+                max_scale = max_scale.max(block[0]);
+                let payload_codes = &block[1..];
+                // GGUF: element j < 16 is the low nibble of byte j, j + 16 the high one.
+                let code = |j: usize| (payload_codes[j % 16] >> (4 * (j / 16))) & 15;
+                for u in 0..4 {
+                    let word = codes.encode(std::array::from_fn(|e| code(8 * u + e)));
+                    let at = word_offset(tile, nbp, b, rt, u);
+                    payload[at..at + 4].copy_from_slice(&word.to_le_bytes());
+                }
+            }
+        }
+        Ok(TiledMxfp4 { n, k, codes, payload, scales, max_scale })
+    }
+
+    /// The GGUF `block_mxfp4` rows this weight was made from (the inverse of [`Self::from_gguf`]).
+    pub fn to_gguf(&self) -> Vec<u8> {
+        let nb = self.k / QK;
+        let nbp = self.padded_blocks();
+        let mut out = vec![0u8; self.n * nb * MXFP4_GGUF_BLOCK_BYTES];
+        for r in 0..self.n {
+            let (tile, rt) = (r / TILE_ROWS, r % TILE_ROWS);
+            for b in 0..nb {
+                let block = &mut out[(r * nb + b) * MXFP4_GGUF_BLOCK_BYTES..][..MXFP4_GGUF_BLOCK_BYTES];
+                block[0] = self.scales[scale_offset(tile, nbp, b, rt)];
+                for u in 0..4 {
+                    let at = word_offset(tile, nbp, b, rt, u);
+                    let word = u32::from_le_bytes(self.payload[at..at + 4].try_into().unwrap());
+                    for (e, c) in self.codes.decode(word).into_iter().enumerate() {
+                        let j = 8 * u + e;
+                        block[1 + j % 16] |= c << (4 * (j / 16));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The order of the codes in a word.
+    pub fn codes(&self) -> TiledCodes {
+        self.codes
+    }
+
+    /// Blocks a row holds in the layout: `k / 32` rounded up to [`GROUP_BLOCKS`].
+    pub fn padded_blocks(&self) -> usize {
+        (self.k / QK).div_ceil(GROUP_BLOCKS) * GROUP_BLOCKS
+    }
+
+    /// The codes, in the layout's order.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// The E8M0 scale bytes, in the layout's order.
+    pub fn scales(&self) -> &[u8] {
+        &self.scales
+    }
+
+    /// The largest scale byte (0 for an empty matrix): above 240 the kernels convert every scale
+    /// the slower, general way.
+    pub fn max_scale(&self) -> u8 {
+        self.max_scale
+    }
+
+    /// Copies the weight to `stream`'s device.
+    pub fn upload(&self, stream: &Stream) -> Result<DeviceTiledMxfp4> {
+        Ok(DeviceTiledMxfp4 {
+            n: self.n,
+            k: self.k,
+            codes: self.codes,
+            max_scale: self.max_scale,
+            payload: stream.upload(&self.payload)?,
+            scales: stream.upload(&self.scales)?,
+        })
+    }
+}
+
+/// Byte offset of the scale of row `rt` of tile `tile`, block `b`.
+fn scale_offset(tile: usize, nbp: usize, b: usize, rt: usize) -> usize {
+    ((tile * nbp / GROUP_BLOCKS + b / GROUP_BLOCKS) * TILE_ROWS + rt) * GROUP_BLOCKS + b % GROUP_BLOCKS
+}
+
+/// Byte offset of word `W(rt, b, u)` (row `rt` of tile `tile`) in the payload.
+fn word_offset(tile: usize, nbp: usize, b: usize, rt: usize, u: usize) -> usize {
+    let lane = 4 * (rt % 8) + u;
+    let word = 2 * (b % 2) + rt / 8;
+    ((tile * nbp / 2 + b / 2) * 32 + lane) * 16 + 4 * word
+}
+
+/// A [`TiledMxfp4`] on a device ([`TiledMxfp4::upload`]).
+#[derive(Debug)]
+pub struct DeviceTiledMxfp4 {
+    n: usize,
+    k: usize,
+    codes: TiledCodes,
+    max_scale: u8,
+    payload: DeviceBuffer<u8>,
+    scales: DeviceBuffer<u8>,
+}
+
+impl DeviceTiledMxfp4 {
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Device bytes the weight occupies (codes and scales, padding included).
+    pub fn bytes(&self) -> usize {
+        self.payload.len() + self.scales.len()
+    }
+}
+
+/// Which entry [`mx_matvec_tiled`] launches: the matrix-core kernel on NVIDIA mma.sync devices
+/// with f16 or bf16 activations (`_wide` when a scale byte is above 240), else the portable one.
+fn entry(cores: MatrixCores, dtype: &str, max_scale: u8) -> String {
+    let prefix = match (cores, dtype) {
+        (MatrixCores::MmaSync, "f16" | "bf16") if max_scale <= FAST_SCALE_MAX => "rf_mxfp4_tiled_matvec_mma",
+        (MatrixCores::MmaSync, "f16" | "bf16") => "rf_mxfp4_tiled_matvec_mma_wide",
+        _ => "rf_mxfp4_tiled_matvec",
+    };
+    format!("{prefix}_{dtype}")
+}
+
+/// Bytes of one stage of the matrix-core kernel's per-warp ring (`RF_T4_STAGE`): a group's
+/// payload, scales and x.
+const STAGE_BYTES: usize = 2048 + 128 + 512;
+/// Stages of a warp's ring (`RF_T4_STAGES`): 2 groups in flight while one is multiplied.
+const STAGES: usize = 3;
+/// Blocks of the matrix-core kernel kept resident on a multiprocessor, where shared memory
+/// allows (24 warps; on an H100, 2 and 3 stages or blocks an SM measured within 5% of each other,
+/// docs/kernels/mxfp.md).
+const RESIDENT_BLOCKS: usize = 3;
+/// The matrix-core kernel's static shared memory (the tiles' row totals, two buffers of
+/// `RF_T4_WARPS * 16` floats), plus what the runtime reserves a block (1 KB on sm_80+).
+const STATIC_SHARED: usize = 2 * MAX_WARPS * TILE_ROWS * 4 + 1024;
+
+/// Launch shape: (blocks, warps a block, dynamic shared bytes). Warps split a tile's groups of 8
+/// blocks, so there are never more warps than groups. The matrix-core kernel keeps its blocks
+/// resident (each walks a contiguous share of the tiles: a block that waited for a slot would
+/// run its whole share after the others) and needs a ring of stages a warp; the portable one
+/// takes a tile a block.
+fn launch_shape(
+    info: &rocm_runtime::DeviceInfo,
+    matrix_cores: bool,
+    n: usize,
+    k: usize,
+) -> Result<(usize, usize, usize)> {
+    let groups = (k / QK).div_ceil(GROUP_BLOCKS);
+    let tiles = n.div_ceil(TILE_ROWS);
+    let grid_limit = info.max_grid[0].max(1) as usize;
+    let mut warps = groups.clamp(1, MAX_WARPS);
+    if !matrix_cores {
+        return Ok((tiles.clamp(1, grid_limit), warps, 0));
+    }
+    let optin = info.shared_mem_per_block_optin as usize;
+    while warps > 1 && warps * STAGES * STAGE_BYTES > optin {
+        warps /= 2;
+    }
+    let shared = warps * STAGES * STAGE_BYTES;
+    ensure(shared <= optin, KERNEL, || {
+        format!("needs {shared} bytes of shared memory, the device allows {optin}")
+    })?;
+    // A multiprocessor's shared memory is the per-block opt-in limit plus the 1 KB reserve.
+    let per_sm = ((optin + 1024) / (shared + STATIC_SHARED)).clamp(1, RESIDENT_BLOCKS * MAX_WARPS / warps);
+    let resident = info.compute_units.max(1) as usize * per_sm;
+    Ok((tiles.min(resident).clamp(1, grid_limit), warps, shared))
+}
+
+/// `y = W x` for a tiled MXFP4 weight: `x` holds `k` and `y` `n` elements, all on `y`'s stream.
+/// `k = 0` gives zeros. Products are exact and sums f32, rounded to `T` once. f16 activations
+/// need a weight tiled with [`TiledCodes::Fields`], bf16 ones [`TiledCodes::Nibbles`]
+/// ([`TiledCodes::for_dtype`]); f32 ones take either.
+pub fn mx_matvec_tiled<T: Dtype>(
+    w: &DeviceTiledMxfp4,
+    x: &DeviceBuffer<T>,
+    y: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    launch(w, x, y, false)
+}
+
+/// [`mx_matvec_tiled`] on the portable kernel, whatever the device has (tests compare the two).
+pub fn mx_matvec_tiled_portable<T: Dtype>(
+    w: &DeviceTiledMxfp4,
+    x: &DeviceBuffer<T>,
+    y: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    launch(w, x, y, true)
+}
+
+fn launch<T: Dtype>(
+    w: &DeviceTiledMxfp4,
+    x: &DeviceBuffer<T>,
+    y: &mut DeviceBuffer<T>,
+    portable: bool,
+) -> Result<()> {
+    let (n, k) = (w.n, w.k);
+    ensure(x.len() == k, KERNEL, || format!("x has {} elements, the weight has k = {k}", x.len()))?;
+    ensure(y.len() == n, KERNEL, || format!("y has {} elements, the weight has n = {n}", y.len()))?;
+    ensure(T::NAME == "f32" || w.codes == TiledCodes::for_dtype(T::NAME), KERNEL, || {
+        format!(
+            "the weight was tiled with {:?} codes; {} activations need {:?}",
+            w.codes,
+            T::NAME,
+            TiledCodes::for_dtype(T::NAME)
+        )
+    })?;
+    if n == 0 {
+        return Ok(());
+    }
+    ensure(u32::try_from(n).is_ok() && u32::try_from(k / QK).is_ok(), KERNEL, || {
+        format!("[{n}, {k}] is more than the kernel counts (32-bit rows and blocks)")
+    })?;
+    ensure(x.device_ptr().is_multiple_of(16), KERNEL, || "x must be 16-byte aligned".into())?;
+    let stream = y.stream().clone();
+    let info = stream.backend().info();
+    let cores = if portable { MatrixCores::None } else { info.matrix_cores };
+    let name = entry(cores, T::NAME, w.max_scale);
+    let kernel = loader::kernel(&stream, KERNEL, &name)?;
+    let (blocks, warps, shared) = launch_shape(info, name.contains("_mma"), n, k)?;
+    let threads = warps * 32;
+    ensure(kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
+        format!(
+            "the kernel needs {threads} threads a block, the device allows {}",
+            kernel.max_threads_per_block()
+        )
+    })?;
+    let config = LaunchConfig {
+        grid: [blocks as u32, 1, 1],
+        block: [threads as u32, 1, 1],
+        shared_mem_bytes: shared as u32,
+    };
+    // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, T* y, u32 n,
+    // u32 nb, u32 codes). For tile t < ceil(n / 16) they read payload bytes [256 t nbp,
+    // 256 (t + 1) nbp) and scale bytes [16 t nbp, 16 (t + 1) nbp) (nbp = nb rounded up to 8),
+    // which the buffers hold: a DeviceTiledMxfp4 is only built by TiledMxfp4::upload from a
+    // layout of exactly n and k. They read x[0, k) (never past the row's last block; x is
+    // 16-byte aligned, checked above, for the 16-byte copies; device allocations are 256-byte
+    // aligned, so the payload's and scales' 16- and 8-byte accesses are aligned) and write
+    // y[0, n), whose lengths were checked; `codes` is the weight's order, which matches what the
+    // matrix-core entries decode (checked above). Blocks are 1..=8 whole warps, within the
+    // entries' launch bounds, never more warps than groups (launch_shape; the matrix-core entry
+    // traps otherwise); the matrix-core entries run only on mma.sync devices (`entry`) with the
+    // ring's shared memory (launch_shape checks it against the device's limit). w and x are
+    // shared borrows distinct from y; the builder checks the streams.
+    unsafe {
+        stream
+            .launch(&kernel)
+            .buffer(&w.payload)
+            .buffer(&w.scales)
+            .buffer(x)
+            .buffer_mut(y)
+            .arg(n as u32)
+            .arg((k / QK) as u32)
+            .arg(w.codes.id())
+            .launch(config)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{dequantize_mxfp4_gguf, quantize_mxfp4_gguf};
+
+    fn random_blocks(seed: u64, n: usize, k: usize) -> Vec<u8> {
+        let mut state = seed;
+        (0..n * k / QK * MXFP4_GGUF_BLOCK_BYTES)
+            .map(|_| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (state >> 56) as u8
+            })
+            .collect()
+    }
+
+    const ORDERS: [TiledCodes; 2] = [TiledCodes::Fields, TiledCodes::Nibbles];
+
+    #[test]
+    fn words_encode_every_code_in_both_orders() {
+        for codes in ORDERS {
+            for c in 0..16u8 {
+                for e in 0..8 {
+                    let mut lane = [0u8; 8];
+                    lane[e] = c;
+                    let word = codes.encode(lane);
+                    assert_eq!(word.count_ones(), c.count_ones(), "{codes:?} code {c} element {e}");
+                    assert_eq!(codes.decode(word), lane, "{codes:?} code {c} element {e}");
+                }
+            }
+        }
+        // Fields: every bit of the word belongs to exactly one code.
+        let mut all = 0u32;
+        for e in 0..8 {
+            let word = TiledCodes::Fields.encode(std::array::from_fn(|i| if i == e { 15 } else { 0 }));
+            assert_eq!(all & word, 0, "element {e} shares a bit");
+            all |= word;
+        }
+        assert_eq!(all, u32::MAX);
+    }
+
+    /// The kernel's f16 decode (`rf_t4_decode_f16`) on the host: pair i of a Fields word, as two
+    /// f16 bit patterns, is its codes' values times 2^-14, for every code in every place.
+    #[test]
+    fn fields_decode_to_f16_values_times_2_pow_minus_14() {
+        let decode = |w: u32| -> [u32; 4] {
+            [
+                w & 0x8e00_8e00,
+                (w << 3) & 0x8e00_8e00,
+                ((w & 0x2038_2038).wrapping_mul(68)) & 0x8e00_8e00,
+                ((w & 0x4007_4007).wrapping_mul(514)) & 0x8e00_8e00,
+            ]
+        };
+        let e2m1 = [0.0f32, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+        for seed in 0..4096u32 {
+            let mixed = seed.wrapping_mul(2_654_435_761);
+            let lane: [u8; 8] = std::array::from_fn(|e| ((mixed >> (4 * e)) & 15) as u8);
+            let pairs = decode(TiledCodes::Fields.encode(lane));
+            for (e, &c) in lane.iter().enumerate() {
+                let bits = (pairs[e / 2] >> (16 * (e % 2))) as u16;
+                let value = rocm_runtime::f16::from_bits(bits).to_f32() * 16384.0;
+                let magnitude = e2m1[usize::from(c & 7)];
+                let expected = if c & 8 != 0 { -magnitude } else { magnitude };
+                assert_eq!(value.to_bits(), expected.to_bits(), "code {c} element {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn gguf_rows_survive_the_round_trip() {
+        let shapes = [(1, 32), (7, 96), (16, 256), (17, 288), (33, 2880), (5, 0), (0, 64)];
+        for ((n, k), codes) in shapes.into_iter().zip(ORDERS.into_iter().cycle()) {
+            let blocks = random_blocks(n as u64 * 31 + k as u64, n, k);
+            let tiled = TiledMxfp4::from_gguf(&blocks, n, k, codes).unwrap();
+
+            assert_eq!(tiled.to_gguf(), blocks, "n {n} k {k}");
+            let (payload, scales) = tiled_bytes(n, k).unwrap();
+            assert_eq!((tiled.payload().len(), tiled.scales().len()), (payload, scales));
+            assert_eq!(tiled.max_scale(), blocks.chunks_exact(17).map(|b| b[0]).max().unwrap_or(0));
+        }
+    }
+
+    /// One code at a time, placed by hand from the layout in the module docs.
+    #[test]
+    fn codes_land_where_the_layout_says() {
+        let (n, k) = (19, 3 * 32);
+        let nbp = 8;
+        // Row 18 (tile 1, row 2), block 1, element 13: lane 4 * 2 + 1 = 9 (u = 13 / 8), pair 0,
+        // word 2 (block 1, row < 8), element 8u + 2i + 1 with i = 2: nibble 6 (bits 24..28), or
+        // as fields magnitude bits 19..22 and sign bit 29.
+        let mut blocks = vec![0u8; n * 3 * 17];
+        let at = (18 * 3 + 1) * 17;
+        blocks[at] = 0x85; // scale
+        blocks[at + 1 + 13] = 0x0B; // element 13: low nibble of byte 13, code -1.5
+        for (codes, word) in [(TiledCodes::Nibbles, 0xBu32 << 24), (TiledCodes::Fields, 3 << 19 | 1 << 29)] {
+            let tiled = TiledMxfp4::from_gguf(&blocks, n, k, codes).unwrap();
+            let word_at = ((nbp / 2) * 32 + 9) * 16 + 4 * 2;
+            let mut expected = vec![0u8; tiled.payload().len()];
+            expected[word_at..word_at + 4].copy_from_slice(&word.to_le_bytes());
+            assert_eq!(tiled.payload(), &expected[..], "{codes:?}");
+            // Tile 1, group 0, row 2, block 1.
+            let mut scales = vec![0u8; 2 * 16 * nbp];
+            scales[(16 + 2) * 8 + 1] = 0x85;
+            assert_eq!(tiled.scales(), &scales[..]);
+        }
+        // Row 8 of a tile sits in the second word of its pair; block 2 starts pair 1.
+        assert_eq!(word_offset(0, 8, 2, 8, 3), (32 + 3) * 16 + 4);
+        // Block 9 of a row is in the tile's second group of scales.
+        assert_eq!(scale_offset(0, 16, 9, 5), (16 + 5) * 8 + 1);
+    }
+
+    #[test]
+    fn quantised_values_decode_the_same_both_ways() {
+        let (n, k) = (5, 64);
+        let values: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let mut blocks = vec![0u8; n * k / QK * 17];
+        quantize_mxfp4_gguf(&values, &mut blocks).unwrap();
+        let back = TiledMxfp4::from_gguf(&blocks, n, k, TiledCodes::Fields).unwrap().to_gguf();
+        let (mut a, mut b) = (vec![0.0; n * k], vec![0.0; n * k]);
+        dequantize_mxfp4_gguf(&blocks, &mut a).unwrap();
+        dequantize_mxfp4_gguf(&back, &mut b).unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn bad_shapes_are_refused() {
+        let message = |r: Result<TiledMxfp4>| match r {
+            Err(KernelError::Shape { kernel: KERNEL, message }) => message,
+            other => panic!("expected a shape error, got {other:?}"),
+        };
+        let f = TiledCodes::Fields;
+        assert!(message(TiledMxfp4::from_gguf(&[0; 17], 1, 33, f)).contains("not a multiple of 32"));
+        assert!(message(TiledMxfp4::from_gguf(&[0; 16], 1, 32, f)).contains("w holds 16 bytes"));
+        assert!(message(TiledMxfp4::from_gguf(&[0; 17], usize::MAX, 32, f)).contains("overflows"));
+    }
+
+    fn nvidia(name: &str, sms: u32, optin_kib: u32) -> rocm_runtime::DeviceInfo {
+        rocm_runtime::DeviceInfo {
+            ordinal: 0,
+            platform: rocm_runtime::Platform::Nvidia,
+            name: name.into(),
+            arch: "sm_90".into(),
+            compute_units: sms,
+            warp_size: 32,
+            max_threads_per_block: 1024,
+            max_grid: [i32::MAX as u32, 65_535, 65_535],
+            shared_mem_per_block: 48 * 1024,
+            shared_mem_per_block_optin: optin_kib * 1024,
+            l2_cache_bytes: 50 << 20,
+            total_memory: 80 << 30,
+            pci_bus_id: 0,
+            stream_ordered_memory: true,
+            matrix_cores: MatrixCores::MmaSync,
+        }
+    }
+
+    /// Resident blocks follow the multiprocessor's shared memory: 3 a multiprocessor on an H100
+    /// (227 KiB a block opt-in), 2 on an A100 (163 KiB); warps never outnumber groups.
+    #[test]
+    fn launch_shapes_fit_the_devices() {
+        let h100 = nvidia("H100", 132, 227);
+        let a100 = nvidia("A100", 108, 163);
+        let ring = 8 * STAGES * STAGE_BYTES;
+        assert_eq!(launch_shape(&h100, true, 14_336, 4096).unwrap(), (3 * 132, 8, ring));
+        assert_eq!(launch_shape(&a100, true, 14_336, 4096).unwrap(), (2 * 108, 8, ring));
+        // Fewer tiles than slots: a tile a block.
+        assert_eq!(launch_shape(&h100, true, 4096, 14_336).unwrap(), (256, 8, ring));
+        // k = 96: one group, one warp.
+        assert_eq!(launch_shape(&h100, true, 7, 96).unwrap(), (1, 1, STAGES * STAGE_BYTES));
+        assert_eq!(launch_shape(&h100, false, 14_336, 4096).unwrap(), (896, 8, 0));
+        // A device offering less shared memory gets fewer warps, or an error.
+        assert_eq!(launch_shape(&nvidia("small", 10, 48), true, 160, 4096).unwrap().1, 4);
+        assert!(launch_shape(&nvidia("tiny", 10, 4), true, 160, 4096).is_err());
+    }
+
+    #[test]
+    fn entries_follow_the_device_and_the_scales() {
+        assert_eq!(entry(MatrixCores::MmaSync, "f16", 240), "rf_mxfp4_tiled_matvec_mma_f16");
+        assert_eq!(entry(MatrixCores::MmaSync, "bf16", 241), "rf_mxfp4_tiled_matvec_mma_wide_bf16");
+        assert_eq!(entry(MatrixCores::MmaSync, "f32", 0), "rf_mxfp4_tiled_matvec_f32");
+        assert_eq!(entry(MatrixCores::None, "f16", 0), "rf_mxfp4_tiled_matvec_f16");
+        assert_eq!(TiledCodes::for_dtype("f16"), TiledCodes::Fields);
+        assert_eq!(TiledCodes::for_dtype("bf16"), TiledCodes::Nibbles);
+    }
+}

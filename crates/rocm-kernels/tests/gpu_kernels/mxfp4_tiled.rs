@@ -1,0 +1,230 @@
+//! `mxfp4_tiled`: the matrix-vector product over tiled MXFP4 weights against the f64 CPU
+//! reference of the GGUF rows they were made from. Random payload bytes (every code, both signs,
+//! -0), f32/f16/bf16 activations and outputs, awkward shapes (rows that leave a partial tile,
+//! rows of 1..3 blocks, 90 blocks: a partial last group; 448 blocks: seven groups a warp; more
+//! tiles than the matrix-core kernel's resident blocks), both
+//! kernels (matrix cores where the device has them, and the portable one), the scale bytes that
+//! take the general conversion (0xFF: NaN; above 240), and the shapes the launcher refuses.
+
+use rocm_kernels::quant::{
+    MxFormat, TiledCodes, TiledMxfp4, mx_matmul_reference, mx_matvec_tiled, mx_matvec_tiled_portable,
+};
+use rocm_kernels::{Dtype, KernelError};
+use rocm_runtime::{bf16, f16};
+use rocm_testkit::{GpuTest, Rng, gpu_test};
+
+use super::mxfp::{activations, assert_within, floats, magnitudes, poisoned, random_weights};
+
+const FORMAT: MxFormat = MxFormat::Mxfp4Gguf;
+
+/// (n, k): n = 1, 7 and 17 leave partial tiles; k = 32, 96 and 2880 partial groups.
+const SHAPES: &[(usize, usize)] = &[
+    (1, 32),
+    (7, 96),
+    (17, 288),
+    (16, 256),
+    (127, 4128),
+    (33, 2880),
+    (129, 14_336),
+    (4097, 4096),
+    (4097, 2880),
+    // More tiles than the matrix-core kernel has blocks (two an SM of 132, or more): each block
+    // walks several tiles, its warps' streams running on across tile boundaries.
+    (8500, 2080),
+    (14_336, 4096),
+];
+
+/// y = W x on the tiled copy of `w` (codes in T's order, or nibbles for f32: the f32 tests
+/// below take both), by the launcher's choice of kernel or the portable one.
+fn tiled_product<T: Dtype>(gpu: &GpuTest, w: &[u8], x: &[T], n: usize, k: usize, portable: bool) -> Vec<T> {
+    tiled_product_in(gpu, w, x, n, k, portable, TiledCodes::for_dtype(T::NAME))
+}
+
+fn tiled_product_in<T: Dtype>(
+    gpu: &GpuTest,
+    w: &[u8],
+    x: &[T],
+    n: usize,
+    k: usize,
+    portable: bool,
+    codes: TiledCodes,
+) -> Vec<T> {
+    let tiled = TiledMxfp4::from_gguf(w, n, k, codes).unwrap().upload(gpu.stream()).unwrap();
+    let dx = gpu.stream().upload(x).unwrap();
+    let mut y = poisoned::<T>(gpu, n);
+    if portable {
+        mx_matvec_tiled_portable(&tiled, &dx, &mut y).unwrap();
+    } else {
+        mx_matvec_tiled(&tiled, &dx, &mut y).unwrap();
+    }
+    y.to_vec().unwrap()
+}
+
+fn matches_the_reference<T: Dtype>(gpu: &GpuTest, seed: u64, portable: bool, codes: TiledCodes) {
+    let mut rng = Rng::new(seed);
+    for &(n, k) in SHAPES {
+        let w = random_weights(&mut rng, FORMAT, n, k);
+        let x = activations::<T>(&mut rng, k);
+        let got = tiled_product_in(gpu, &w, &x, n, k, portable, codes);
+        let xf = floats(&x);
+        let expected = mx_matmul_reference(FORMAT, &w, &xf, 1, n, k).unwrap();
+        let magnitude = magnitudes(FORMAT, &w, &xf, 1, n, k);
+        let what = format!("tiled matvec {} n {n} k {k} portable {portable} {codes:?}", T::NAME);
+        eprintln!("{what}");
+        assert_within(&got, &expected, &magnitude, k, &what);
+    }
+}
+
+#[test]
+fn tiled_matvec_matches_the_reference_f32() {
+    let gpu = gpu_test!();
+    matches_the_reference::<f32>(&gpu, 0x7101, false, TiledCodes::Nibbles);
+    matches_the_reference::<f32>(&gpu, 0x7106, false, TiledCodes::Fields);
+}
+
+#[test]
+fn tiled_matvec_matches_the_reference_f16() {
+    let gpu = gpu_test!();
+    matches_the_reference::<f16>(&gpu, 0x7102, false, TiledCodes::Fields);
+}
+
+#[test]
+fn tiled_matvec_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    matches_the_reference::<bf16>(&gpu, 0x7103, false, TiledCodes::Nibbles);
+}
+
+#[test]
+fn portable_tiled_matvec_matches_the_reference_f16() {
+    let gpu = gpu_test!();
+    matches_the_reference::<f16>(&gpu, 0x7104, true, TiledCodes::Fields);
+}
+
+#[test]
+fn portable_tiled_matvec_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    matches_the_reference::<bf16>(&gpu, 0x7105, true, TiledCodes::Nibbles);
+}
+
+/// Scale bytes at and off the fast conversion's range (0..=240), one matrix each: 0xFF (NaN:
+/// its row is NaN); 241..=244 in one row (results near 2^122, compared where the output type
+/// holds them); and bytes 0..=130 only (the fast conversion). Every case has a row of scale 0
+/// (2^-127).
+fn special_scales<T: Dtype>(gpu: &GpuTest, seed: u64, portable: bool) {
+    let mut rng = Rng::new(seed);
+    let (n, k) = (37, 1024);
+    let nb = k / 32;
+    let block = |r: usize, b: usize| (r * nb + b) * 17;
+    for case in ["nan", "zero scales, fast", "large"] {
+        let mut w = random_weights(&mut rng, FORMAT, n, k);
+        let mut nan_rows = Vec::new();
+        // Row 30: every block at the smallest scale, 2^-127 (its sum is near 1e-36).
+        for b in 0..nb {
+            w[block(30, b)] = 0;
+        }
+        match case {
+            "nan" => {
+                w[block(3, 5)] = 0xff;
+                w[block(20, 31)] = 0xff;
+                nan_rows = vec![3, 20];
+            }
+            "large" => {
+                // Row 9: scales 2^114..2^117 (codes of at most 6, |x| <= 1: near 2^122, finite in
+                // f32 and bf16, not in f16).
+                for b in 0..nb {
+                    w[block(9, b)] = 241 + (b % 4) as u8;
+                }
+            }
+            _ => {}
+        }
+        let x = activations::<T>(&mut rng, k);
+        let got = tiled_product(gpu, &w, &x, n, k, portable);
+        let xf = floats(&x);
+        let expected = mx_matmul_reference(FORMAT, &w, &xf, 1, n, k).unwrap();
+        let magnitude = magnitudes(FORMAT, &w, &xf, 1, n, k);
+        for &r in &nan_rows {
+            assert!(
+                got[r].to_f32().is_nan(),
+                "{case} {}: row {r} has a NaN scale, got {:?}",
+                T::NAME,
+                got[r]
+            );
+        }
+        // Rows whose exact result T cannot hold (row 9 of "large" in f16) are not compared.
+        let representable = |r: usize| T::from_f32(expected[r] as f32).to_f32().is_finite();
+        let keep: Vec<usize> = (0..n).filter(|r| !nan_rows.contains(r) && representable(*r)).collect();
+        let pick = |v: &[f64]| keep.iter().map(|&r| v[r]).collect::<Vec<_>>();
+        let got_rest: Vec<T> = keep.iter().map(|&r| got[r]).collect();
+        let what = format!("special scales ({case}) {} portable {portable}", T::NAME);
+        assert_within(&got_rest, &pick(&expected), &pick(&magnitude), k, &what);
+        if case == "large" && T::NAME != "f16" {
+            assert!(keep.contains(&9) && got[9].to_f32().abs() > 1e30, "{what}: row 9 is {:?}", got[9]);
+        }
+    }
+}
+
+#[test]
+fn tiled_special_scales_f32() {
+    let gpu = gpu_test!();
+    special_scales::<f32>(&gpu, 0x7201, false);
+}
+
+#[test]
+fn tiled_special_scales_f16() {
+    let gpu = gpu_test!();
+    special_scales::<f16>(&gpu, 0x7202, false);
+}
+
+#[test]
+fn tiled_special_scales_bf16() {
+    let gpu = gpu_test!();
+    special_scales::<bf16>(&gpu, 0x7203, false);
+}
+
+#[test]
+fn portable_tiled_special_scales_bf16() {
+    let gpu = gpu_test!();
+    special_scales::<bf16>(&gpu, 0x7204, true);
+}
+
+#[test]
+fn tiled_empty_shapes() {
+    let gpu = gpu_test!();
+    // k = 0: every row is an empty sum.
+    let w = TiledMxfp4::from_gguf(&[], 5, 0, TiledCodes::Fields).unwrap().upload(gpu.stream()).unwrap();
+    let x = gpu.stream().alloc::<f16>(0).unwrap();
+    let mut y = poisoned::<f16>(&gpu, 5);
+    mx_matvec_tiled(&w, &x, &mut y).unwrap();
+    assert_eq!(y.to_vec().unwrap(), [f16::from_f32(0.0); 5]);
+    // n = 0: nothing to write, and no launch.
+    let w = TiledMxfp4::from_gguf(&[], 0, 64, TiledCodes::Fields).unwrap().upload(gpu.stream()).unwrap();
+    let x = gpu.stream().alloc::<f16>(64).unwrap();
+    let mut y = gpu.stream().alloc::<f16>(0).unwrap();
+    mx_matvec_tiled(&w, &x, &mut y).unwrap();
+}
+
+#[test]
+fn tiled_shapes_are_refused() {
+    let gpu = gpu_test!();
+    let blocks = vec![0u8; 7 * 3 * 17];
+    let w = TiledMxfp4::from_gguf(&blocks, 7, 96, TiledCodes::Nibbles).unwrap().upload(gpu.stream()).unwrap();
+    let message = |r: Result<(), KernelError>| match r {
+        Err(KernelError::Shape { kernel: "mxfp4_tiled", message }) => message,
+        other => panic!("expected a shape error, got {other:?}"),
+    };
+    let x = gpu.stream().alloc::<f32>(95).unwrap();
+    let mut y = gpu.stream().alloc::<f32>(7).unwrap();
+    assert!(message(mx_matvec_tiled(&w, &x, &mut y)).contains("x has 95 elements"));
+    let x = gpu.stream().alloc::<f32>(96).unwrap();
+    let mut y8 = gpu.stream().alloc::<f32>(8).unwrap();
+    assert!(message(mx_matvec_tiled(&w, &x, &mut y8)).contains("y has 8 elements"));
+    mx_matvec_tiled(&w, &x, &mut y).unwrap();
+    assert_eq!(y.to_vec().unwrap(), [0.0; 7], "all-zero codes");
+    // f16 activations decode fields, not the nibbles this weight holds.
+    let x16 = gpu.stream().alloc::<f16>(96).unwrap();
+    let mut y16 = gpu.stream().alloc::<f16>(7).unwrap();
+    assert!(
+        message(mx_matvec_tiled(&w, &x16, &mut y16))
+            .contains("tiled with Nibbles codes; f16 activations need Fields")
+    );
+}

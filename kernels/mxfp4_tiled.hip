@@ -1,0 +1,427 @@
+// MXFP4 matrix-vector product over the tiled layout: y[r] = sum_c W[r, c] x[c] (decode).
+//
+// The weight is the [n, k] MXFP4 matrix of GGUF's block_mxfp4 rows, re-laid out once on the
+// host (crates/rocm-kernels/src/quant/mxfp4_tiled.rs documents the layout in full) so that a
+// warp's share of the weight is one contiguous run of bytes and each lane's 16 bytes are exactly
+// the codes its matrix-core fragments need:
+//
+//   tiles of 16 rows; nbp = k / 32 rounded up to 8 blocks a row (padding: code 0, scale 0);
+//   payload: tile t, block pair p, lane l = 4g + u: 16 bytes = words W(g, 2p, u), W(g + 8, 2p, u),
+//            W(g, 2p + 1, u), W(g + 8, 2p + 1, u) at byte ((t * nbp / 2 + p) * 32 + l) * 16;
+//   W(r, b, u): the 8 E2M1 codes of row r, elements 32b + 8u + 2i (i < 4) and 32b + 8u + 2i + 1,
+//            in one of two orders (RF_T4_FIELDS for f16 activations, RF_T4_NIBBLES for bf16);
+//   scales:  E8M0 byte of (tile t, row r < 16, block b) at ((t * nbp / 8 + b / 8) * 16 + r) * 8
+//            + b % 8: a group of 8 blocks of a tile is 128 contiguous bytes.
+//
+// Entries, (payload, scales, x, y, u32 n, u32 nb, u32 codes): nb = k / 32, codes the word order:
+//   rf_mxfp4_tiled_matvec_mma_<dt>       f16 (FIELDS) / bf16 (NIBBLES) on NVIDIA sm_80+, scale
+//                                        bytes all <= 240 (the launcher knows the maximum)
+//   rf_mxfp4_tiled_matvec_mma_wide_<dt>  the same for any scale byte (0xFF: NaN)
+//   rf_mxfp4_tiled_matvec_<dt>           portable: f32, f16, bf16, either order, any device
+//
+// Matrix-core kernel. A block of W warps walks a contiguous range of tiles (the grid is sized to
+// the device, so each block is resident for the whole launch); its warps split each tile's
+// groups of 8 blocks round-robin (warp w: groups w, w + W, ...). Each warp streams its groups
+// through its own ring of RF_T4_STAGES shared-memory stages with cp.async: the group's payload
+// (2 KB), its scales (128 bytes) and its x (512 bytes), so that RF_T4_STAGES - 1 groups are in
+// flight while one is multiplied, across tile boundaries too. Copies past the row's last block
+// (payload and x) are zero-filled, never read. At the end of a tile the warps' row totals are
+// added in shared memory in warp order (deterministic) and written to y.
+//
+// Per block of 32 elements, one m16n8k16 step for elements 8u..8u+3 of each lane's share and
+// one for 8u+4..8u+7 (k inside a step is ordered as the layout orders the codes, and x is read
+// to match: lane u's 16 bytes of x are x[32b + 8u .. 32b + 8u + 8]):
+//   A: rows g and g + 8 of the tile, decoded from W(g, b, u) and W(g + 8, b, u);
+//   B: x, the same in all 8 columns, so every column of D is the block's row sums;
+//   the block's sums (from zero, f32) times the E8M0 scale (a power of two: exact) are added
+//   to the row's f32 total. Every product is exact; the sums are f32, as in the other kernels.
+// Decoding into A pairs:
+//   f16:  bit placement: a code's magnitude bits under the f16 exponent and mantissa are its
+//         value times 2^-14 exactly (codes 0 and 1 become f16 subnormals, which the tensor
+//         cores take as they are), its sign at bit 15. The FIELDS order stores each pair's
+//         fields where one mask (pair 0), a shift and a mask (pair 1) or a mask, a multiply (two
+//         shifts at once, no carries) and a mask (pairs 2, 3) put them: 9 operations for 8
+//         codes. The scale absorbs the 2^14: 2^(e - 127 + 14) is the float with exponent field
+//         e + 14, normal for every e <= 240.
+//   bf16: a bf16 subnormal times an activation could underflow f32, so the magnitudes, halved
+//         (exact, all normal), come from byte-permute tables in registers indexed by the
+//         NIBBLES order's codes; the scale absorbs the 2 (exponent field e + 1).
+//   The _wide entries convert each scale exactly (0: 2^-127, 0xFF: NaN) and multiply the block
+//   sum by 2^14 (2) first.
+
+#include "rocmforge_quant.h"
+#include "rocmforge_mma.h"
+
+#define RF_T4_ROWS 16
+#define RF_T4_GROUP 8
+#define RF_T4_WARPS 8
+// Code orders of a word (the `codes` argument); crates/rocm-kernels/src/quant/mxfp4_tiled.rs.
+//   RF_T4_NIBBLES: element 8u + 2i in bits 4i..4i+3, element 8u + 2i + 1 in bits 4i+16..4i+19
+//                  (sign in the nibble's bit 3).
+//   RF_T4_FIELDS:  pair i (elements 8u + 2i, 8u + 2i + 1) has its magnitudes at bits
+//                  MAG(i)..MAG(i)+2 and MAG(i)+16.., its signs at SIGN(i) and SIGN(i) + 16,
+//                  MAG = 9, 6, 3, 0 and SIGN = 15, 12, 13, 14.
+#define RF_T4_NIBBLES 0u
+#define RF_T4_FIELDS 1u
+// Scale bytes up to this value take the fast conversion (exponent field e + 14 <= 254).
+#define RF_T4_FAST_SCALE_MAX 240
+// A group's bytes in a stage: payload, then scales, then x (16-bit activations).
+#define RF_T4_PAYLOAD_BYTES 2048
+#define RF_T4_SCALE_BYTES 128
+#define RF_T4_X_BYTES 512
+#define RF_T4_STAGE (RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + RF_T4_X_BYTES)
+#define RF_T4_STAGES 3
+
+RF_DEVICE unsigned rf_t4_padded_blocks(unsigned nb) { return (nb + RF_T4_GROUP - 1) & ~(unsigned)(RF_T4_GROUP - 1); }
+
+// Scale byte j (< 8) of a lane's 8 scales of a row.
+RF_DEVICE unsigned rf_t4_scale_byte(uint2 s, int j) { return __byte_perm(j < 4 ? s.x : s.y, 0u, 0x4440 | (j & 3)); }
+
+// Code (sign in bit 3) of element 8u + 2i + h of a word in either order (the portable kernel's
+// decode; the matrix-core ones decode whole pairs).
+RF_DEVICE unsigned rf_t4_code(unsigned w, int i, int h, unsigned codes) {
+    if (codes == RF_T4_NIBBLES) {
+        return (w >> (4 * i + 16 * h)) & 15u;
+    }
+    const int mag = 9 - 3 * i;
+    const int sign = i == 0 ? 15 : 11 + i;
+    return ((w >> (mag + 16 * h)) & 7u) | (((w >> (sign + 16 * h)) & 1u) << 3);
+}
+
+// Adds the warps' row totals (shared `totals[warp * 16 + row]`, `per_row` values each) in warp
+// order and writes the tile's rows of y; every thread of the block calls it.
+template <typename T>
+RF_DEVICE void rf_t4_finish(const float* totals, int warps, int per_row, unsigned tile, unsigned n, T* y) {
+    __syncthreads();
+    const unsigned r = threadIdx.x;
+    const unsigned row = tile * RF_T4_ROWS + r;
+    if (r < RF_T4_ROWS && row < n) {
+        float sum = 0.0f;
+        for (int w = 0; w < warps; ++w) {
+            for (int i = 0; i < per_row; ++i) {
+                sum += totals[(w * RF_T4_ROWS + (int)r) * per_row + i];
+            }
+        }
+        y[row] = rf_from_float<T>(sum);
+    }
+    __syncthreads(); // the totals are read before the next tile writes them
+}
+
+#if RF_MMA_SYNC
+
+// f16, FIELDS order: word -> A pairs o[i] (elements 8u + 2i, 8u + 2i + 1), values times 2^-14.
+// Pairs 2 and 3: the masked fields times 2^6 + 2^2 (2^9 + 2^1) land the magnitudes at 9..11
+// and the signs at 15; the other copies fall on bits the final mask clears, and the two copies'
+// bits never overlap, so nothing carries.
+RF_DEVICE void rf_t4_decode_f16(unsigned w, unsigned (&o)[4]) {
+    o[0] = w & 0x8e008e00u;
+    o[1] = (w << 3) & 0x8e008e00u;
+    o[2] = ((w & 0x20382038u) * 68u) & 0x8e008e00u;
+    o[3] = ((w & 0x40074007u) * 514u) & 0x8e008e00u;
+}
+
+// Half the E2M1 magnitudes (0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3) as bf16 patterns 0x0000 0x3E80
+// 0x3F00 0x3F40 0x3F80 0x3FC0 0x4000 0x4040: low bytes (LO) and high bytes (HI), byte c of
+// (word 1 : word 0) the entry of code c. Halved so that every nonzero one is a normal number.
+#define RF_T4_BF16_LO0 0x40008000u // codes 3..0: 0x40 0x00 0x80 0x00
+#define RF_T4_BF16_LO1 0x4000C080u // codes 7..4: 0x40 0x00 0xC0 0x80
+#define RF_T4_BF16_HI0 0x3F3F3E00u // codes 3..0: 0x3F 0x3F 0x3E 0x00
+#define RF_T4_BF16_HI1 0x40403F3Fu // codes 7..4: 0x40 0x40 0x3F 0x3F
+
+// bf16, NIBBLES order: word -> A pairs o[i] = (nibble i, nibble i + 4), each value halved.
+RF_DEVICE void rf_t4_decode_bf16(unsigned w, unsigned (&o)[4]) {
+    const unsigned mags = w & 0x77777777u;
+    // Table bytes of nibbles 0..3 (selectors: the low half of mags) and 4..7 (the high half).
+    const unsigned lo_a = __byte_perm(RF_T4_BF16_LO0, RF_T4_BF16_LO1, mags);
+    const unsigned hi_a = __byte_perm(RF_T4_BF16_HI0, RF_T4_BF16_HI1, mags);
+    const unsigned lo_b = __byte_perm(RF_T4_BF16_LO0, RF_T4_BF16_LO1, mags >> 16);
+    const unsigned hi_b = __byte_perm(RF_T4_BF16_HI0, RF_T4_BF16_HI1, mags >> 16);
+    // [LO(n0), LO(n4), LO(n1), LO(n5)], [LO(n2), LO(n6), LO(n3), LO(n7)], and the same of HI.
+    const unsigned lo01 = __byte_perm(lo_a, lo_b, 0x5140);
+    const unsigned lo23 = __byte_perm(lo_a, lo_b, 0x7362);
+    const unsigned hi01 = __byte_perm(hi_a, hi_b, 0x5140);
+    const unsigned hi23 = __byte_perm(hi_a, hi_b, 0x7362);
+    // Pair i: [LO(ni), HI(ni), LO(ni+4), HI(ni+4)], then the signs (bit 4i + 3 -> 15, +16 -> 31).
+    o[0] = __byte_perm(lo01, hi01, 0x5140) | ((w << 12) & 0x80008000u);
+    o[1] = __byte_perm(lo01, hi01, 0x7362) | ((w << 8) & 0x80008000u);
+    o[2] = __byte_perm(lo23, hi23, 0x5140) | ((w << 4) & 0x80008000u);
+    o[3] = __byte_perm(lo23, hi23, 0x7362) | (w & 0x80008000u);
+}
+
+template <typename T> struct rf_t4_mma;
+template <> struct rf_t4_mma<__half> {
+    static constexpr unsigned SCALE_BIAS = 14u; // decoded values are the codes' times 2^-14
+    static constexpr float UNIT = 16384.0f;
+    static RF_DEVICE void decode(unsigned w, unsigned (&o)[4]) { rf_t4_decode_f16(w, o); }
+};
+template <> struct rf_t4_mma<rf_bf16> {
+    static constexpr unsigned SCALE_BIAS = 1u; // decoded values are the codes' halves
+    static constexpr float UNIT = 2.0f;
+    static RF_DEVICE void decode(unsigned w, unsigned (&o)[4]) { rf_t4_decode_bf16(w, o); }
+};
+
+// A warp's place in its block's stream of (tile, group) pairs, the groups w, w + W, ... < G of
+// each tile in turn, with the lane's source addresses of the group: its 16 bytes of payload
+// (pair 0; pair i is 512 i bytes on), the tile's scales of the group, and its 16 bytes of x.
+template <typename T> struct rf_t4_cursor {
+    unsigned tile;
+    unsigned q;
+    const unsigned char* payload; // this lane's bytes of pair 0 of group q
+    const unsigned char* scales;  // the group's 128 scale bytes
+    const T* x;                   // x[256 q + 8 lane]
+    // Moves to the warp's next group; true when that starts a new tile.
+    RF_DEVICE bool advance(unsigned first_q, unsigned step, unsigned groups, unsigned nbp) {
+        q += step;
+        payload += step * RF_T4_PAYLOAD_BYTES;
+        scales += step * RF_T4_SCALE_BYTES;
+        x += step * (RF_T4_GROUP * RF_QK);
+        if (q < groups) {
+            return false;
+        }
+        // The next tile's group first_q: its payload and scales follow this tile's. `back`
+        // groups past first_q (a tile's worth plus the overshoot; more than the tile holds when
+        // the overshoot is large, hence signed steps).
+        const long long back = (long long)(q - first_q);
+        payload += (long long)nbp * 256 - back * RF_T4_PAYLOAD_BYTES;
+        scales += (long long)nbp * RF_T4_ROWS - back * RF_T4_SCALE_BYTES;
+        x -= back * (RF_T4_GROUP * RF_QK);
+        q = first_q;
+        ++tile;
+        return true;
+    }
+};
+
+// Copies the cursor's group and its x into a stage: payload pairs and x past the row's last
+// block are zero-filled, not read.
+template <typename T>
+RF_DEVICE void rf_t4_stage_in(unsigned char* stage, const rf_t4_cursor<T>& c, unsigned nb, int lane) {
+    const unsigned valid = nb - c.q * RF_T4_GROUP; // blocks of the group that exist (>= 1)
+#pragma unroll
+    for (int i = 0; i < RF_T4_GROUP / 2; ++i) {
+        rf_cp_async16(stage + 512 * i + 16 * lane, c.payload + 512 * i, 2u * (unsigned)i < valid ? 16 : 0);
+    }
+    if (lane < RF_T4_SCALE_BYTES / 16) {
+        rf_cp_async16(stage + RF_T4_PAYLOAD_BYTES + 16 * lane, c.scales + 16 * lane, 16);
+    }
+    // Lane l copies x[256q + 8l .. + 8]: block 8q + l / 4.
+    rf_cp_async16(stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + 16 * lane, c.x, (unsigned)(lane >> 2) < valid ? 16 : 0);
+}
+
+// Multiplies a staged group into the lane's row totals.
+template <typename T, bool WIDE>
+RF_DEVICE void rf_t4_group_mma(const unsigned char* stage, int lane, float& total_g, float& total_h) {
+    typedef rf_t4_mma<T> D;
+    const int g = lane >> 2;
+    const int u = lane & 3;
+    uint4 pair[RF_T4_GROUP / 2];
+#pragma unroll
+    for (int i = 0; i < RF_T4_GROUP / 2; ++i) {
+        pair[i] = *reinterpret_cast<const uint4*>(stage + 512 * i + 16 * lane);
+    }
+    const uint2 sg = *reinterpret_cast<const uint2*>(stage + RF_T4_PAYLOAD_BYTES + 8 * g);
+    const uint2 sh = *reinterpret_cast<const uint2*>(stage + RF_T4_PAYLOAD_BYTES + 8 * (g + 8));
+    const unsigned char* xs = stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + 16 * u;
+#pragma unroll
+    for (int j = 0; j < RF_T4_GROUP; ++j) {
+        unsigned ag[4];
+        unsigned ah[4];
+        D::decode(j & 1 ? pair[j >> 1].z : pair[j >> 1].x, ag);
+        D::decode(j & 1 ? pair[j >> 1].w : pair[j >> 1].y, ah);
+        const uint4 xb = *reinterpret_cast<const uint4*>(xs + 64 * j);
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const unsigned a0[4] = {ag[0], ah[0], ag[1], ah[1]};
+        const unsigned a1[4] = {ag[2], ah[2], ag[3], ah[3]};
+        rf_mma<T>::run(d, a0, xb.x, xb.y);
+        rf_mma<T>::run(d, a1, xb.z, xb.w);
+        const unsigned eg = rf_t4_scale_byte(sg, j);
+        const unsigned eh = rf_t4_scale_byte(sh, j);
+        if (WIDE) {
+            total_g = fmaf(d[0] * D::UNIT, rf_e8m0_to_float(eg), total_g);
+            total_h = fmaf(d[2] * D::UNIT, rf_e8m0_to_float(eh), total_h);
+        } else {
+            total_g = fmaf(d[0], __uint_as_float((eg + D::SCALE_BIAS) << 23), total_g);
+            total_h = fmaf(d[2], __uint_as_float((eh + D::SCALE_BIAS) << 23), total_h);
+        }
+    }
+}
+
+template <typename T, bool WIDE>
+RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scales, const T* x, T* y, unsigned n,
+                                unsigned nb) {
+    extern __shared__ __align__(16) unsigned char rf_t4_smem[];
+    __shared__ float totals[2][RF_T4_WARPS * RF_T4_ROWS]; // by tile parity
+    const int lane = (int)threadIdx.x & 31;
+    const int warp = (int)threadIdx.x >> 5;
+    const unsigned warps = blockDim.x >> 5;
+    const unsigned nbp = rf_t4_padded_blocks(nb);
+    const unsigned groups = nbp / RF_T4_GROUP;
+    const unsigned tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
+    // This block's tiles: a contiguous share of them.
+    const unsigned first = (unsigned)((rf_u64)tiles * blockIdx.x / gridDim.x);
+    const unsigned last = (unsigned)((rf_u64)tiles * (blockIdx.x + 1) / gridDim.x);
+    if (first == last || groups == 0) {
+        // k = 0 (every row an empty sum) or no tiles; uniform across the block.
+        for (unsigned tile = first; tile < last; ++tile) {
+            const unsigned row = tile * RF_T4_ROWS + threadIdx.x;
+            if (threadIdx.x < RF_T4_ROWS && row < n) {
+                y[row] = rf_from_float<T>(0.0f);
+            }
+        }
+        return;
+    }
+    if (groups < warps) {
+        __trap(); // the launcher never asks for more warps than groups (a warp with none would
+                  // miss the tiles' barriers)
+    }
+    const unsigned per_tile = (groups - (unsigned)warp + warps - 1) / warps; // this warp's groups a tile
+    const unsigned items = (last - first) * per_tile;
+    unsigned char* ring = rf_t4_smem + warp * (RF_T4_STAGES * RF_T4_STAGE);
+    rf_t4_cursor<T> fetch;
+    fetch.tile = first;
+    fetch.q = (unsigned)warp;
+    fetch.payload = reinterpret_cast<const unsigned char*>(payload) + (rf_u64)first * nbp * 256u +
+                    (unsigned)warp * RF_T4_PAYLOAD_BYTES + 16 * lane;
+    fetch.scales = scales + (rf_u64)first * nbp * RF_T4_ROWS + (unsigned)warp * RF_T4_SCALE_BYTES;
+    fetch.x = x + (unsigned)warp * (RF_T4_GROUP * RF_QK) + 8 * lane;
+    unsigned fetched = 0;
+    // Prologue: the first RF_T4_STAGES - 1 groups; one commit group per stage, empty ones
+    // included, so that wait_group counts stages.
+#pragma unroll
+    for (int s = 0; s < RF_T4_STAGES - 1; ++s) {
+        if (fetched < items) {
+            rf_t4_stage_in(ring + s * RF_T4_STAGE, fetch, nb, lane);
+            fetch.advance((unsigned)warp, warps, groups, nbp);
+            ++fetched;
+        }
+        rf_cp_async_commit();
+    }
+    unsigned tile = first;
+    unsigned at_q = (unsigned)warp;
+    float total_g = 0.0f; // row g of the current tile
+    float total_h = 0.0f; // row g + 8
+    int slot = 0;
+    for (unsigned i = 0; i < items; ++i) {
+        rf_cp_async_wait<RF_T4_STAGES - 2>(); // this lane's copies of item i have landed ...
+        __syncwarp();                   // ... and every lane's
+        if (fetched < items) {
+            // The slot item i - 1 used, freed by the __syncwarp after it.
+            const int free_slot = slot == 0 ? RF_T4_STAGES - 1 : slot - 1;
+            rf_t4_stage_in(ring + free_slot * RF_T4_STAGE, fetch, nb, lane);
+            fetch.advance((unsigned)warp, warps, groups, nbp);
+            ++fetched;
+        }
+        rf_cp_async_commit();
+        rf_t4_group_mma<T, WIDE>(ring + slot * RF_T4_STAGE, lane, total_g, total_h);
+        __syncwarp(); // every lane is done with the slot before it is refilled
+        slot = slot == RF_T4_STAGES - 1 ? 0 : slot + 1;
+        at_q += warps;
+        if (at_q >= groups) {
+            // The tile is done. Lanes 4g..4g+3 hold the same sums (D's columns are equal); one
+            // writes them, into the buffer of the tile's parity: the one barrier below orders
+            // these writes before the reads, and the reads of tile t before the writes of tile
+            // t + 2 (which come after the barrier of tile t + 1, that the readers pass too).
+            float* sums = totals[tile & 1];
+            if ((lane & 3) == 0) {
+                sums[warp * RF_T4_ROWS + (lane >> 2)] = total_g;
+                sums[warp * RF_T4_ROWS + (lane >> 2) + 8] = total_h;
+            }
+            __syncthreads();
+            const unsigned r = threadIdx.x;
+            const unsigned row = tile * RF_T4_ROWS + r;
+            if (r < RF_T4_ROWS && row < n) {
+                float sum = 0.0f;
+                for (unsigned w = 0; w < warps; ++w) {
+                    sum += sums[w * RF_T4_ROWS + r];
+                }
+                y[row] = rf_from_float<T>(sum);
+            }
+            total_g = 0.0f;
+            total_h = 0.0f;
+            at_q = (unsigned)warp;
+            ++tile;
+        }
+    }
+    rf_cp_async_wait<0>(); // nothing is left in flight at exit (the last commits are empty)
+}
+
+#define RF_T4_MMA_BODY(T, WIDE) rf_t4_matvec_mma<T, WIDE>(payload, scales, x, y, n, nb);
+#else
+#define RF_T4_MMA_BODY(T, WIDE) RF_MMA_UNAVAILABLE();
+#endif // RF_MMA_SYNC
+
+// Portable: the same layout, one tile a block (grid-stride), the warps splitting its groups
+// round-robin; each lane reads its 16-byte words straight from global memory, decodes its codes
+// to f32 (exact) and multiplies by x in f32; its 8 products of a block are summed, times the
+// scale, into its rows' totals, and the four lanes of a row are added in shared memory with the
+// warps'. Any warp width: "warp" here is 32 consecutive threads, and nothing is exchanged
+// between threads but through shared memory.
+template <typename T>
+RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, const T* x, T* y, unsigned n,
+                            unsigned nb, unsigned codes) {
+    __shared__ float totals[RF_T4_WARPS * 4 * RF_T4_ROWS];
+    const int lane = (int)threadIdx.x & 31;
+    const int warp = (int)threadIdx.x >> 5;
+    const int warps = (int)blockDim.x >> 5;
+    const int u = lane & 3;
+    const int g = lane >> 2;
+    const unsigned nbp = rf_t4_padded_blocks(nb);
+    const unsigned tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
+    for (unsigned tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const uint4* pt = payload + (rf_u64)tile * nbp * 16u + lane; // nbp / 2 pairs of 32 lanes
+        const unsigned char* st = scales + (rf_u64)tile * nbp * RF_T4_ROWS;
+        float total_g = 0.0f;
+        float total_h = 0.0f;
+        for (unsigned b = (unsigned)warp * RF_T4_GROUP; b < nb; b += (unsigned)warps * RF_T4_GROUP) {
+            const unsigned q = b / RF_T4_GROUP;
+            const uint2 sg = *reinterpret_cast<const uint2*>(st + q * RF_T4_SCALE_BYTES + 8 * g);
+            const uint2 sh = *reinterpret_cast<const uint2*>(st + q * RF_T4_SCALE_BYTES + 8 * (g + 8));
+            for (int j = 0; j < RF_T4_GROUP && b + (unsigned)j < nb; ++j) {
+                const uint4 pair = pt[(b / 2 + (unsigned)(j >> 1)) * 32u];
+                const unsigned wg = j & 1 ? pair.z : pair.x;
+                const unsigned wh = j & 1 ? pair.w : pair.y;
+                const T* xb = x + 32u * (b + (unsigned)j) + 8u * (unsigned)u;
+                float pg = 0.0f;
+                float ph = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const float xv = rf_to_float(xb[2 * i + h]);
+                        pg = fmaf(rf_mxfp4::element(rf_t4_code(wg, i, h, codes)), xv, pg);
+                        ph = fmaf(rf_mxfp4::element(rf_t4_code(wh, i, h, codes)), xv, ph);
+                    }
+                }
+                total_g = fmaf(pg, rf_e8m0_to_float(rf_t4_scale_byte(sg, j)), total_g);
+                total_h = fmaf(ph, rf_e8m0_to_float(rf_t4_scale_byte(sh, j)), total_h);
+            }
+        }
+        // totals[(warp * 16 + row) * 4 + u], added up per row by rf_t4_finish.
+        totals[(warp * RF_T4_ROWS + g) * 4 + u] = total_g;
+        totals[(warp * RF_T4_ROWS + g + 8) * 4 + u] = total_h;
+        rf_t4_finish(totals, warps, 4, tile, n, y);
+    }
+}
+
+// blockDim.x: 32..RF_T4_WARPS * 32, whole warps; the matrix-core entries need dynamic shared
+// memory of warps * RF_T4_STAGES * RF_T4_STAGE bytes and at least as many groups as warps.
+#define RF_T4_ARGS(T)                                                                                     \
+    const uint4 *payload, const unsigned char *scales, const T *x, T *y, unsigned n, unsigned nb, unsigned codes
+#define RF_T4_MMA_ENTRIES(suffix, T)                                                                      \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS) rf_mxfp4_tiled_matvec_mma_##suffix(RF_T4_ARGS(T)) { \
+        (void)codes;                                                                                      \
+        RF_T4_MMA_BODY(T, false)                                                                          \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS)                                                    \
+        rf_mxfp4_tiled_matvec_mma_wide_##suffix(RF_T4_ARGS(T)) {                                          \
+        (void)codes;                                                                                      \
+        RF_T4_MMA_BODY(T, true)                                                                           \
+    }
+#define RF_T4_ENTRY(suffix, T)                                                                            \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS) rf_mxfp4_tiled_matvec_##suffix(RF_T4_ARGS(T)) {    \
+        rf_t4_matvec<T>(payload, scales, x, y, n, nb, codes);                                             \
+    }
+
+RF_T4_MMA_ENTRIES(f16, __half)
+
+RF_T4_MMA_ENTRIES(bf16, rf_bf16)
+RF_FOR_EACH_DTYPE(RF_T4_ENTRY)
