@@ -19,8 +19,8 @@
 //   rf_mxfp4_tiled_matvec_mma_wide_<dt>  the same for any scale byte (0xFF: NaN)
 //   rf_mxfp4_tiled_matvec_<dt>           portable: f32, f16, bf16, either order, any device
 //
-// Matrix-core kernel. A block of W warps walks a contiguous range of tiles (the grid is sized to
-// the device, so each block is resident for the whole launch); its warps split each tile's
+// Matrix-core kernel. Block b of W warps walks tiles b, b + grid, ... (the grid is sized to the
+// device, so each block is resident for the whole launch); its warps split each tile's
 // groups of 8 blocks round-robin (warp w: groups w, w + W, ...). Each warp streams its groups
 // through its own ring of RF_T4_STAGES shared-memory stages with cp.async: the group's payload
 // (2 KB), its scales (128 bytes) and its x (512 bytes), so that RF_T4_STAGES - 1 groups are in
@@ -170,7 +170,7 @@ template <typename T> struct rf_t4_cursor {
     const unsigned char* scales;  // the group's 128 scale bytes
     const T* x;                   // x[256 q + 8 lane]
     // Moves to the warp's next group; true when that starts a new tile.
-    RF_DEVICE bool advance(unsigned first_q, unsigned step, unsigned groups, unsigned nbp) {
+    RF_DEVICE bool advance(unsigned first_q, unsigned step, unsigned groups, unsigned nbp, unsigned tile_step) {
         q += step;
         payload += step * RF_T4_PAYLOAD_BYTES;
         scales += step * RF_T4_SCALE_BYTES;
@@ -182,11 +182,11 @@ template <typename T> struct rf_t4_cursor {
         // groups past first_q (a tile's worth plus the overshoot; more than the tile holds when
         // the overshoot is large, hence signed steps).
         const long long back = (long long)(q - first_q);
-        payload += (long long)nbp * 256 - back * RF_T4_PAYLOAD_BYTES;
-        scales += (long long)nbp * RF_T4_ROWS - back * RF_T4_SCALE_BYTES;
+        payload += (long long)tile_step * nbp * 256 - back * RF_T4_PAYLOAD_BYTES;
+        scales += (long long)tile_step * nbp * RF_T4_ROWS - back * RF_T4_SCALE_BYTES;
         x -= back * (RF_T4_GROUP * RF_QK);
         q = first_q;
-        ++tile;
+        tile += tile_step;
         return true;
     }
 };
@@ -256,12 +256,12 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
     const unsigned nbp = rf_t4_padded_blocks(nb);
     const unsigned groups = nbp / RF_T4_GROUP;
     const unsigned tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
-    // This block's tiles: a contiguous share of them.
-    const unsigned first = (unsigned)((rf_u64)tiles * blockIdx.x / gridDim.x);
-    const unsigned last = (unsigned)((rf_u64)tiles * (blockIdx.x + 1) / gridDim.x);
-    if (first == last || groups == 0) {
+    // This block's tiles: first, first + grid, ... (all blocks sweep the weight together).
+    const unsigned first = blockIdx.x;
+    const unsigned count = first < tiles ? (tiles - first + gridDim.x - 1) / gridDim.x : 0u;
+    if (count == 0 || groups == 0) {
         // k = 0 (every row an empty sum) or no tiles; uniform across the block.
-        for (unsigned tile = first; tile < last; ++tile) {
+        for (unsigned tile = first; tile < tiles; tile += gridDim.x) {
             const unsigned row = tile * RF_T4_ROWS + threadIdx.x;
             if (threadIdx.x < RF_T4_ROWS && row < n) {
                 y[row] = rf_from_float<T>(0.0f);
@@ -274,7 +274,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
                   // miss the tiles' barriers)
     }
     const unsigned per_tile = (groups - (unsigned)warp + warps - 1) / warps; // this warp's groups a tile
-    const unsigned items = (last - first) * per_tile;
+    const unsigned items = count * per_tile;
     unsigned char* ring = rf_t4_smem + warp * (RF_T4_STAGES * RF_T4_STAGE);
     rf_t4_cursor<T> fetch;
     fetch.tile = first;
@@ -290,7 +290,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
     for (int s = 0; s < RF_T4_STAGES - 1; ++s) {
         if (fetched < items) {
             rf_t4_stage_in(ring + s * RF_T4_STAGE, fetch, nb, lane);
-            fetch.advance((unsigned)warp, warps, groups, nbp);
+            fetch.advance((unsigned)warp, warps, groups, nbp, gridDim.x);
             ++fetched;
         }
         rf_cp_async_commit();
@@ -307,7 +307,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
             // The slot item i - 1 used, freed by the __syncwarp after it.
             const int free_slot = slot == 0 ? RF_T4_STAGES - 1 : slot - 1;
             rf_t4_stage_in(ring + free_slot * RF_T4_STAGE, fetch, nb, lane);
-            fetch.advance((unsigned)warp, warps, groups, nbp);
+            fetch.advance((unsigned)warp, warps, groups, nbp, gridDim.x);
             ++fetched;
         }
         rf_cp_async_commit();
@@ -338,7 +338,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
             total_g = 0.0f;
             total_h = 0.0f;
             at_q = (unsigned)warp;
-            ++tile;
+            tile += gridDim.x;
         }
     }
     rf_cp_async_wait<0>(); // nothing is left in flight at exit (the last commits are empty)

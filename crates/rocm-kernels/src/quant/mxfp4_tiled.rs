@@ -299,9 +299,9 @@ const STATIC_SHARED: usize = 2 * MAX_WARPS * TILE_ROWS * 4 + 1024;
 
 /// Launch shape: (blocks, warps a block, dynamic shared bytes). Warps split a tile's groups of 8
 /// blocks, so there are never more warps than groups. The matrix-core kernel keeps its blocks
-/// resident (each walks a contiguous share of the tiles: a block that waited for a slot would
-/// run its whole share after the others) and needs a ring of stages a warp; the portable one
-/// takes a tile a block.
+/// resident (block b walks tiles b, b + grid, ...: a block that waited for a slot would run its
+/// whole share after the others) and needs a ring of stages a warp; the portable one takes a
+/// tile a block.
 fn launch_shape(
     info: &rocm_runtime::DeviceInfo,
     matrix_cores: bool,
