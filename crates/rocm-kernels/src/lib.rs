@@ -21,6 +21,7 @@ pub mod rmsnorm;
 pub mod rope;
 pub mod softmax;
 pub mod spin;
+pub mod stream_read;
 pub mod swiglu;
 
 pub use dtype::{Dtype, kernel_name};

@@ -1,6 +1,10 @@
 //! The ceiling for memory-bound kernels: a device-to-device copy of 1 GiB, counting the bytes
 //! read plus the bytes written. Also the driver's memset of 1 GiB, the write-only ceiling for
-//! kernels that only store (`causal_mask`), reported next to it; the target stays the copy.
+//! kernels that only store (`causal_mask`), and `stream_read` of 1 GiB, the read-only one for
+//! kernels that mostly load (the matrix-vector products), reported next to it; the target stays
+//! the copy.
+
+use rocm_kernels::stream_read::stream_read;
 
 use super::{Bench, Row};
 use crate::Result;
@@ -20,6 +24,17 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
         bytes: 2 * n as u64,
         flops: None,
     };
+    // dst holds the copy of random bytes: read before the memset makes it uniform.
+    let mut partial = b.stream.alloc::<u32>(8 * b.backend.info().compute_units.max(1) as usize)?;
+    let ms = b.time(|| Ok(stream_read(&dst, &mut partial)?))?;
+    let read = Row {
+        kernel: "read (read-only)".into(),
+        dtype: "u8",
+        shape: "1 GiB".into(),
+        ms,
+        bytes: n as u64,
+        flops: None,
+    };
     drop(src);
     let ms = b.time(|| Ok(dst.fill_bytes(0x5a)?))?;
     let memset = Row {
@@ -30,5 +45,5 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
         bytes: n as u64,
         flops: None,
     };
-    Ok(vec![copy, memset])
+    Ok(vec![copy, memset, read])
 }

@@ -21,4 +21,5 @@ mod paged_attention;
 mod rmsnorm;
 mod rope;
 mod softmax;
+mod stream_read;
 mod swiglu;
