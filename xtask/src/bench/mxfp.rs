@@ -129,20 +129,36 @@ fn dequant<T: Dtype>(b: &mut Bench, format: BlockFormat, n: usize, k: usize) -> 
 
 fn matvec<T: Dtype>(b: &mut Bench, format: MxFormat, n: usize, k: usize) -> Result<Row> {
     let w = weights(b, format.block_format(), n, k)?;
+    let label = format!("{} matvec", format.block_format().name());
+    time_matvec::<T>(b, label, n, k, w[0].len(), |i, x, y| {
+        Ok(mx_matvec(format, &w[i % w.len()], x, y, n, k)?)
+    })
+}
+
+/// Times `launch(i, x, y)`, the i-th launch of a matrix-vector product with random x: the row
+/// counts the weight's `weight_bytes`, x and y.
+fn time_matvec<T: Dtype>(
+    b: &mut Bench,
+    kernel: String,
+    n: usize,
+    k: usize,
+    weight_bytes: usize,
+    mut launch: impl FnMut(usize, &DeviceBuffer<T>, &mut DeviceBuffer<T>) -> Result<()>,
+) -> Result<Row> {
     let x = b.random::<T>(k, -1.0, 1.0);
     let x = b.stream.upload(&x)?;
     let mut y = b.stream.alloc::<T>(n)?;
     let mut i = 0;
     let ms = b.time(|| {
         i += 1;
-        Ok(mx_matvec(format, &w[i % w.len()], &x, &mut y, n, k)?)
+        launch(i, &x, &mut y)
     })?;
     Ok(Row {
-        kernel: format!("{} matvec", format.block_format().name()),
+        kernel,
         dtype: T::NAME,
         shape: format!("{n}x{k}"),
         ms,
-        bytes: (w[0].len() + (k + n) * size_of::<T>()) as u64,
+        bytes: (weight_bytes + (k + n) * size_of::<T>()) as u64,
         flops: None,
     })
 }
@@ -155,26 +171,12 @@ fn tiled_matvec<T: Dtype>(b: &mut Bench, n: usize, k: usize) -> Result<Row> {
     let w = weights(b, BlockFormat::Mxfp4Gguf, n, k)?;
     let mut tiled = Vec::with_capacity(w.len());
     for copy in &w {
-        tiled.push(
-            TiledMxfp4::from_gguf(&copy.to_vec()?, n, k, TiledCodes::for_dtype(T::NAME))?
-                .upload(&b.stream)?,
-        );
+        let codes = TiledCodes::for_dtype(T::NAME);
+        tiled.push(TiledMxfp4::from_gguf(&copy.to_vec()?, n, k, codes)?.upload(&b.stream)?);
     }
-    let x = b.random::<T>(k, -1.0, 1.0);
-    let x = b.stream.upload(&x)?;
-    let mut y = b.stream.alloc::<T>(n)?;
-    let mut i = 0;
-    let ms = b.time(|| {
-        i += 1;
-        Ok(mx_matvec_tiled(&tiled[i % tiled.len()], &x, &mut y)?)
-    })?;
-    Ok(Row {
-        kernel: "mxfp4 tiled matvec".into(),
-        dtype: T::NAME,
-        shape: format!("{n}x{k}"),
-        ms,
-        bytes: (w[0].len() + (k + n) * size_of::<T>()) as u64,
-        flops: None,
+    let label = "mxfp4 tiled matvec".to_string();
+    time_matvec::<T>(b, label, n, k, w[0].len(), |i, x, y| {
+        Ok(mx_matvec_tiled(&tiled[i % tiled.len()], x, y)?)
     })
 }
 
