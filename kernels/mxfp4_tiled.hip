@@ -88,23 +88,26 @@ RF_DEVICE unsigned rf_t4_code(unsigned w, int i, int h, unsigned codes) {
     return ((w >> (mag + 16 * h)) & 7u) | (((w >> (sign + 16 * h)) & 1u) << 3);
 }
 
-// Adds the warps' row totals (shared `totals[warp * 16 + row]`, `per_row` values each) in warp
-// order and writes the tile's rows of y; every thread of the block calls it.
-template <typename T>
-RF_DEVICE void rf_t4_finish(const float* totals, int warps, int per_row, unsigned tile, unsigned n, T* y) {
+// Adds the warps' row totals of a tile (shared `sums[(warp * 16 + row) * PER_ROW + i]`) in warp
+// order and writes the tile's rows of y; every thread of the block calls it, once the totals are
+// written. One barrier: callers alternate two buffers by tile parity, so the next tile's writes go
+// to the other one, and the writes of tile t + 2 come after the barrier of tile t + 1, which the
+// readers of tile t pass too.
+template <int PER_ROW, typename T>
+RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, unsigned n, T* y) {
     __syncthreads();
     const unsigned r = threadIdx.x;
     const unsigned row = tile * RF_T4_ROWS + r;
     if (r < RF_T4_ROWS && row < n) {
         float sum = 0.0f;
-        for (int w = 0; w < warps; ++w) {
-            for (int i = 0; i < per_row; ++i) {
-                sum += totals[(w * RF_T4_ROWS + (int)r) * per_row + i];
+        for (unsigned w = 0; w < warps; ++w) {
+#pragma unroll
+            for (int i = 0; i < PER_ROW; ++i) {
+                sum += sums[(w * RF_T4_ROWS + r) * PER_ROW + i];
             }
         }
         y[row] = rf_from_float<T>(sum);
     }
-    __syncthreads(); // the totals are read before the next tile writes them
 }
 
 #if RF_MMA_SYNC
@@ -164,19 +167,18 @@ template <> struct rf_t4_mma<rf_bf16> {
 // each tile in turn, with the lane's source addresses of the group: its 16 bytes of payload
 // (pair 0; pair i is 512 i bytes on), the tile's scales of the group, and its 16 bytes of x.
 template <typename T> struct rf_t4_cursor {
-    unsigned tile;
     unsigned q;
     const unsigned char* payload; // this lane's bytes of pair 0 of group q
     const unsigned char* scales;  // the group's 128 scale bytes
     const T* x;                   // x[256 q + 8 lane]
-    // Moves to the warp's next group; true when that starts a new tile.
-    RF_DEVICE bool advance(unsigned first_q, unsigned step, unsigned groups, unsigned nbp, unsigned tile_step) {
+    // Moves to the warp's next group, in the next of its tiles (tile_step on) past the last.
+    RF_DEVICE void advance(unsigned first_q, unsigned step, unsigned groups, unsigned nbp, unsigned tile_step) {
         q += step;
         payload += step * RF_T4_PAYLOAD_BYTES;
         scales += step * RF_T4_SCALE_BYTES;
         x += step * (RF_T4_GROUP * RF_QK);
         if (q < groups) {
-            return false;
+            return;
         }
         // The next tile's group first_q: its payload and scales follow this tile's. `back`
         // groups past first_q (a tile's worth plus the overshoot; more than the tile holds when
@@ -186,8 +188,6 @@ template <typename T> struct rf_t4_cursor {
         scales += (long long)tile_step * nbp * RF_T4_ROWS - back * RF_T4_SCALE_BYTES;
         x -= back * (RF_T4_GROUP * RF_QK);
         q = first_q;
-        tile += tile_step;
-        return true;
     }
 };
 
@@ -277,7 +277,6 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
     const unsigned items = count * per_tile;
     unsigned char* ring = rf_t4_smem + warp * (RF_T4_STAGES * RF_T4_STAGE);
     rf_t4_cursor<T> fetch;
-    fetch.tile = first;
     fetch.q = (unsigned)warp;
     fetch.payload = reinterpret_cast<const unsigned char*>(payload) + (rf_u64)first * nbp * 256u +
                     (unsigned)warp * RF_T4_PAYLOAD_BYTES + 16 * lane;
@@ -317,24 +316,13 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
         at_q += warps;
         if (at_q >= groups) {
             // The tile is done. Lanes 4g..4g+3 hold the same sums (D's columns are equal); one
-            // writes them, into the buffer of the tile's parity: the one barrier below orders
-            // these writes before the reads, and the reads of tile t before the writes of tile
-            // t + 2 (which come after the barrier of tile t + 1, that the readers pass too).
+            // writes them.
             float* sums = totals[tile & 1];
             if ((lane & 3) == 0) {
                 sums[warp * RF_T4_ROWS + (lane >> 2)] = total_g;
                 sums[warp * RF_T4_ROWS + (lane >> 2) + 8] = total_h;
             }
-            __syncthreads();
-            const unsigned r = threadIdx.x;
-            const unsigned row = tile * RF_T4_ROWS + r;
-            if (r < RF_T4_ROWS && row < n) {
-                float sum = 0.0f;
-                for (unsigned w = 0; w < warps; ++w) {
-                    sum += sums[w * RF_T4_ROWS + r];
-                }
-                y[row] = rf_from_float<T>(sum);
-            }
+            rf_t4_finish<1>(sums, warps, tile, n, y);
             total_g = 0.0f;
             total_h = 0.0f;
             at_q = (unsigned)warp;
@@ -358,7 +346,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
 template <typename T>
 RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, const T* x, T* y, unsigned n,
                             unsigned nb, unsigned codes) {
-    __shared__ float totals[RF_T4_WARPS * 4 * RF_T4_ROWS];
+    __shared__ float totals[2][RF_T4_WARPS * 4 * RF_T4_ROWS]; // by tile parity (rf_t4_finish)
     const int lane = (int)threadIdx.x & 31;
     const int warp = (int)threadIdx.x >> 5;
     const int warps = (int)blockDim.x >> 5;
@@ -395,10 +383,11 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
                 total_h = fmaf(ph, rf_e8m0_to_float(rf_t4_scale_byte(sh, j)), total_h);
             }
         }
-        // totals[(warp * 16 + row) * 4 + u], added up per row by rf_t4_finish.
-        totals[(warp * RF_T4_ROWS + g) * 4 + u] = total_g;
-        totals[(warp * RF_T4_ROWS + g + 8) * 4 + u] = total_h;
-        rf_t4_finish(totals, warps, 4, tile, n, y);
+        // sums[(warp * 16 + row) * 4 + u], added up per row by rf_t4_finish.
+        float* sums = totals[((tile - blockIdx.x) / gridDim.x) & 1];
+        sums[(warp * RF_T4_ROWS + g) * 4 + u] = total_g;
+        sums[(warp * RF_T4_ROWS + g + 8) * 4 + u] = total_h;
+        rf_t4_finish<4>(sums, (unsigned)warps, tile, n, y);
     }
 }
 
@@ -422,6 +411,5 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
     }
 
 RF_T4_MMA_ENTRIES(f16, __half)
-
 RF_T4_MMA_ENTRIES(bf16, rf_bf16)
 RF_FOR_EACH_DTYPE(RF_T4_ENTRY)
