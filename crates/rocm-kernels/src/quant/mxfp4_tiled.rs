@@ -107,11 +107,16 @@ impl TiledCodes {
     }
 }
 
+/// Blocks a row of `k` elements holds in the layout: `k / 32` rounded up to [`GROUP_BLOCKS`]
+/// (`k / 32` is at most `usize::MAX / 32`, so this does not overflow).
+fn padded_blocks(k: usize) -> usize {
+    (k / QK).div_ceil(GROUP_BLOCKS) * GROUP_BLOCKS
+}
+
 /// Bytes of a tiled weight: (payload, scales) for an `[n, k]` matrix, `None` on overflow.
 fn tiled_bytes(n: usize, k: usize) -> Option<(usize, usize)> {
     let tiles = n.div_ceil(TILE_ROWS);
-    let nbp = (k / QK).div_ceil(GROUP_BLOCKS).checked_mul(GROUP_BLOCKS)?;
-    let cells = tiles.checked_mul(TILE_ROWS)?.checked_mul(nbp)?;
+    let cells = tiles.checked_mul(TILE_ROWS)?.checked_mul(padded_blocks(k))?;
     Some((cells.checked_mul(16)?, cells))
 }
 
@@ -143,7 +148,7 @@ impl TiledMxfp4 {
             kernel: KERNEL,
             message: format!("the tiled [{n}, {k}] weight overflows usize"),
         })?;
-        let nbp = nb.div_ceil(GROUP_BLOCKS) * GROUP_BLOCKS;
+        let nbp = padded_blocks(k);
         let mut payload = vec![0u8; payload_bytes];
         let mut scales = vec![0u8; scale_bytes];
         let mut max_scale = 0u8;
@@ -203,7 +208,7 @@ impl TiledMxfp4 {
 
     /// Blocks a row holds in the layout: `k / 32` rounded up to [`GROUP_BLOCKS`].
     pub fn padded_blocks(&self) -> usize {
-        (self.k / QK).div_ceil(GROUP_BLOCKS) * GROUP_BLOCKS
+        padded_blocks(self.k)
     }
 
     /// The codes, in the layout's order.
@@ -273,13 +278,19 @@ impl DeviceTiledMxfp4 {
     }
 }
 
-/// Which entry [`mx_matvec_tiled`] launches: the matrix-core kernel on NVIDIA mma.sync devices
-/// with f16 or bf16 activations (`_wide` when a scale byte is above 240), else the portable one.
+/// Whether [`mx_matvec_tiled`] runs the matrix-core kernel: NVIDIA mma.sync devices with f16 or
+/// bf16 activations.
+fn on_matrix_cores(cores: MatrixCores, dtype: &str) -> bool {
+    cores == MatrixCores::MmaSync && matches!(dtype, "f16" | "bf16")
+}
+
+/// Which entry [`mx_matvec_tiled`] launches: the matrix-core kernel where [`on_matrix_cores`]
+/// (`_wide` when a scale byte is above 240), else the portable one.
 fn entry(cores: MatrixCores, dtype: &str, max_scale: u8) -> String {
-    let prefix = match (cores, dtype) {
-        (MatrixCores::MmaSync, "f16" | "bf16") if max_scale <= FAST_SCALE_MAX => "rf_mxfp4_tiled_matvec_mma",
-        (MatrixCores::MmaSync, "f16" | "bf16") => "rf_mxfp4_tiled_matvec_mma_wide",
-        _ => "rf_mxfp4_tiled_matvec",
+    let prefix = match on_matrix_cores(cores, dtype) {
+        true if max_scale <= FAST_SCALE_MAX => "rf_mxfp4_tiled_matvec_mma",
+        true => "rf_mxfp4_tiled_matvec_mma_wide",
+        false => "rf_mxfp4_tiled_matvec",
     };
     format!("{prefix}_{dtype}")
 }
@@ -377,9 +388,8 @@ fn launch<T: Dtype>(
     let stream = y.stream().clone();
     let info = stream.backend().info();
     let cores = if portable { MatrixCores::None } else { info.matrix_cores };
-    let name = entry(cores, T::NAME, w.max_scale);
-    let kernel = loader::kernel(&stream, KERNEL, &name)?;
-    let (blocks, warps, shared) = launch_shape(info, name.contains("_mma"), n, k)?;
+    let kernel = loader::kernel(&stream, KERNEL, &entry(cores, T::NAME, w.max_scale))?;
+    let (blocks, warps, shared) = launch_shape(info, on_matrix_cores(cores, T::NAME), n, k)?;
     let threads = warps * 32;
     ensure(kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
         format!(
