@@ -4,15 +4,12 @@
 //! kernels that mostly load (the matrix-vector products), reported next to it; the target stays
 //! the copy.
 
-use rocm_kernels::stream_read::stream_read;
-
 use super::{Bench, Row};
 use crate::Result;
 
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let n = 1usize << 30;
-    // Random bytes, never a constant: some memory systems compress uniform data.
-    let host: Vec<u8> = (0..n / 8).flat_map(|_| b.rng.next_u64().to_le_bytes()).collect();
+    let host = b.random_bytes(n);
     let src = b.stream.upload(&host)?;
     let mut dst = b.stream.alloc::<u8>(n)?;
     let ms = b.time(|| Ok(dst.copy_from_device(&src)?))?;
@@ -25,8 +22,7 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
         flops: None,
     };
     // dst holds the copy of random bytes: read before the memset makes it uniform.
-    let mut partial = b.stream.alloc::<u32>(8 * b.backend.info().compute_units.max(1) as usize)?;
-    let ms = b.time(|| Ok(stream_read(&dst, &mut partial)?))?;
+    let ms = b.time_read(std::slice::from_ref(&dst))?;
     let read = Row {
         kernel: "read (read-only)".into(),
         dtype: "u8",

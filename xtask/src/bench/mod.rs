@@ -73,6 +73,23 @@ impl Bench {
         self.rng.f32_vec(len, lo, hi).into_iter().map(T::from_f32).collect()
     }
 
+    /// `len` random bytes (never a constant: some memory systems compress uniform data).
+    pub fn random_bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len.div_ceil(8)).flat_map(|_| self.rng.next_u64().to_le_bytes()).take(len).collect()
+    }
+
+    /// Median milliseconds of `stream_read` over `bufs`, the i-th launch reading `bufs[i % len]`,
+    /// with 8 blocks of 256 threads a compute unit (the device's thread limit): the read-only
+    /// ceiling rows.
+    pub fn time_read(&mut self, bufs: &[DeviceBuffer<u8>]) -> Result<f64> {
+        let mut partial = self.stream.alloc::<u32>(8 * self.backend.info().compute_units.max(1) as usize)?;
+        let mut i = 0;
+        self.time(|| {
+            i += 1;
+            Ok(rocm_kernels::stream_read::stream_read(&bufs[i % bufs.len()], &mut partial)?)
+        })
+    }
+
     /// `len` uniform values in `[lo, hi)` of the storage type, on the device.
     pub fn upload_random<T: Dtype>(&mut self, len: usize, lo: f32, hi: f32) -> Result<DeviceBuffer<T>> {
         let host = self.random::<T>(len, lo, hi);

@@ -11,7 +11,6 @@ use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
     BlockFormat, Fp6, MxFormat, TiledCodes, TiledMxfp4, dequantize, mx_matmul, mx_matvec, mx_matvec_tiled,
 };
-use rocm_kernels::stream_read::stream_read;
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 
 use super::{Bench, Row};
@@ -58,23 +57,28 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
 }
 
 /// Copies of a random `[n, k]` weight in `format` (scale bytes 118..=130, so products stay
-/// finite), enough of them to cover four times the L2 (at most 8).
-fn weights(b: &mut Bench, format: BlockFormat, n: usize, k: usize) -> Result<Vec<DeviceBuffer<u8>>> {
+/// finite), enough of them to cover four times the L2 (at most 8), on the host.
+fn host_weights(b: &mut Bench, format: BlockFormat, n: usize, k: usize) -> Result<Vec<Vec<u8>>> {
     let bytes = format.bytes_for(n * k).ok_or("weight size")?;
     let l2 = b.backend.info().l2_cache_bytes.max(1) as usize;
     let copies = (4 * l2).div_ceil(bytes).clamp(1, 8);
     let mut out = Vec::with_capacity(copies);
     for _ in 0..copies {
-        let mut host: Vec<u8> = (0..bytes.div_ceil(8)).flat_map(|_| b.rng.next_u64().to_le_bytes()).collect();
-        host.truncate(bytes);
+        let mut host = b.random_bytes(bytes);
         if matches!(format, BlockFormat::Mxfp4Gguf | BlockFormat::Mxfp6(_)) {
             for block in host.chunks_exact_mut(format.block_bytes()) {
                 block[0] = 118 + (block[0] % 13);
             }
         }
-        out.push(b.stream.upload(&host)?);
+        out.push(host);
     }
     Ok(out)
+}
+
+/// [`host_weights`], uploaded.
+fn weights(b: &mut Bench, format: BlockFormat, n: usize, k: usize) -> Result<Vec<DeviceBuffer<u8>>> {
+    let host = host_weights(b, format, n, k)?;
+    Ok(host.iter().map(|w| b.stream.upload(w)).collect::<std::result::Result<_, _>>()?)
 }
 
 /// `stream_read` over as many bytes as the MXFP4 weight holds, from rotating buffers that
@@ -86,19 +90,9 @@ fn small_read(b: &mut Bench, bytes: usize) -> Result<Row> {
     let bytes = bytes / 16 * 16;
     let l2 = b.backend.info().l2_cache_bytes.max(1) as usize;
     let copies = (4 * l2).div_ceil(bytes).clamp(1, 16);
-    let host: Vec<u8> =
-        (0..bytes.div_ceil(8)).flat_map(|_| b.rng.next_u64().to_le_bytes()).take(bytes).collect();
-    let mut bufs = Vec::with_capacity(copies);
-    for _ in 0..copies {
-        bufs.push(b.stream.upload(&host)?);
-    }
-    // 8 blocks of 256 threads an SM: the device's thread limit.
-    let mut partial = b.stream.alloc::<u32>(8 * b.backend.info().compute_units.max(1) as usize)?;
-    let mut i = 0;
-    let ms = b.time(|| {
-        i += 1;
-        Ok(stream_read(&bufs[i % copies], &mut partial)?)
-    })?;
+    let host = b.random_bytes(bytes);
+    let bufs = (0..copies).map(|_| b.stream.upload(&host)).collect::<std::result::Result<Vec<_>, _>>()?;
+    let ms = b.time_read(&bufs)?;
     Ok(Row {
         kernel: "read (weight-sized)".into(),
         dtype: "u8",
@@ -168,14 +162,14 @@ fn time_matvec<T: Dtype>(
 /// as for the GGUF rows: the layout holds the same 17 bytes a block, plus padding that is not
 /// read past a row's last block (scales aside: at most 7 bytes a row).
 fn tiled_matvec<T: Dtype>(b: &mut Bench, n: usize, k: usize) -> Result<Row> {
-    let w = weights(b, BlockFormat::Mxfp4Gguf, n, k)?;
-    let mut tiled = Vec::with_capacity(w.len());
-    for copy in &w {
+    let host = host_weights(b, BlockFormat::Mxfp4Gguf, n, k)?;
+    let mut tiled = Vec::with_capacity(host.len());
+    for w in &host {
         let codes = TiledCodes::for_dtype(T::NAME);
-        tiled.push(TiledMxfp4::from_gguf(&copy.to_vec()?, n, k, codes)?.upload(&b.stream)?);
+        tiled.push(TiledMxfp4::from_gguf(w, n, k, codes)?.upload(&b.stream)?);
     }
     let label = "mxfp4 tiled matvec".to_string();
-    time_matvec::<T>(b, label, n, k, w[0].len(), |i, x, y| {
+    time_matvec::<T>(b, label, n, k, host[0].len(), |i, x, y| {
         Ok(mx_matvec_tiled(&tiled[i % tiled.len()], x, y)?)
     })
 }
