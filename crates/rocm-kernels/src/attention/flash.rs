@@ -2,7 +2,7 @@
 //! (matrix cores or portable), the key split, and runs the combine pass when it splits.
 
 use bytemuck::{Pod, Zeroable};
-use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
+use rocm_runtime::{DeviceBuffer, Function, LaunchConfig, MatrixCores, Stream};
 
 use super::Attention;
 use crate::dtype::{Dtype, kernel_name};
@@ -150,6 +150,7 @@ fn mfma_plan(dtype: &str, dt: usize, rows: usize, paged: bool, elem_bytes: usize
     let smem = 2 * MFMA_KEYS * (dt + 8) * elem_bytes;
     Plan {
         entry: format!("rf_flash_mfma_{dtype}_d{dt}_w{waves}{}", if paged { "_paged" } else { "" }),
+        function: None,
         rows_per_block: 16 * waves,
         threads: 64 * waves as u32,
         shared_mem_bytes: smem as u32,
@@ -220,9 +221,11 @@ pub(super) struct PagedSource<'a> {
 }
 
 /// The kernel a launch runs: its entry point, rows a block, dynamic shared memory.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 struct Plan {
     entry: String,
+    /// The entry, where choosing the plan already looked it up (the warpgroup kernel's probe).
+    function: Option<Function>,
     rows_per_block: usize,
     threads: u32,
     shared_mem_bytes: u32,
@@ -292,8 +295,11 @@ pub(super) fn run<T: Dtype>(
     }
     let stream = o.stream().clone();
     let ptrs = [q.device_ptr(), k.device_ptr(), v.device_ptr(), o.device_ptr()];
-    let plan = plan::<T>(&stream, attn, kernel, splits, &ptrs, paged.is_some())?;
-    let function = loader::kernel(&stream, MODULE, &plan.entry)?;
+    let mut plan = plan::<T>(&stream, attn, kernel, splits, &ptrs, paged.is_some())?;
+    let function = match plan.function.take() {
+        Some(function) => function,
+        None => loader::kernel(&stream, MODULE, &plan.entry)?,
+    };
     let row_blocks = (attn.group() * attn.seq_q).div_ceil(plan.rows_per_block);
     let blocks = row_blocks * attn.kv_heads * attn.batch;
     let num_splits =
@@ -466,6 +472,7 @@ fn plan<T: Dtype>(
             let smem = (block_rows + 2 * variant.stages * variant.keys) * (dt + 8) * size_of::<T>();
             Plan {
                 entry: format!("rf_flash_mma_{}_d{dt}_{}{paged_suffix}", T::NAME, variant.suffix),
+                function: None,
                 rows_per_block: block_rows,
                 threads: 32 * variant.warps as u32,
                 shared_mem_bytes: smem as u32,
@@ -478,6 +485,7 @@ fn plan<T: Dtype>(
             let floats = PORTABLE_ROWS * ld + PORTABLE_KEYS * ld + PORTABLE_ROWS * PORTABLE_KEYS;
             Plan {
                 entry: format!("rf_flash_{}_d{dmax}{}", T::NAME, if paged { "_paged" } else { "" }),
+                function: None,
                 rows_per_block: PORTABLE_ROWS,
                 threads: THREADS,
                 shared_mem_bytes: (floats * 4) as u32,
@@ -499,9 +507,16 @@ fn warpgroup_plan<T: Dtype>(stream: &Stream, dt: usize, rows: usize, paged: bool
         return None;
     }
     let entry = format!("rf_flash_wgmma_{}_d{dt}", T::NAME);
-    loader::kernel(stream, MODULE, &entry).ok()?;
+    let function = loader::kernel(stream, MODULE, &entry).ok()?;
     let smem = warpgroup_smem(dt, size_of::<T>());
-    Some(Plan { entry, rows_per_block: 128, threads: 384, shared_mem_bytes: smem as u32, blocks_per_cu: 1 })
+    Some(Plan {
+        entry,
+        function: Some(function),
+        rows_per_block: 128,
+        threads: 384,
+        shared_mem_bytes: smem as u32,
+        blocks_per_cu: 1,
+    })
 }
 
 /// Dynamic shared memory of the warpgroup kernel: 128 Q rows and four buffers of 64 K and 64 V
