@@ -943,8 +943,8 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
 
 // ---------------------------------------------------------------------------------------------
 // Warpgroup kernel, NVIDIA Hopper (wgmma.mma_async, sm_90a; rocmforge_wgmma.h): prefill at
-// head_dim 128. 384 threads: warpgroup 0 copies K and V tiles (cp.async), warpgroups 1 and 2
-// compute, 64 packed rows each (128 rows a block). Q (staged once by everyone) and STAGES K/V
+// head_dim 64 and 128. Warpgroup 0 copies Q, then K and V tiles (cp.async); the MATH_WGS
+// warpgroups after it compute, 64 packed rows each (64 MATH_WGS rows a block). Q and STAGES K/V
 // buffers sit in shared memory in the 128-byte swizzled layout, as DT / 64 column blocks of
 // 128-byte rows. Per key tile, each math warpgroup runs
 //   S (64 x BC) = Q K^T: DT / 16 wgmma with both operands in shared memory (K-major: Q and K rows
@@ -985,17 +985,19 @@ RF_DEVICE void rf_flash_stage_sw128(unsigned char* smem, int D, const void* any,
 
 // The buffers hand over through mbarriers, two a buffer: `full` (the 128 copying threads arrive
 // once their copies of the tile have landed and been fenced for the async proxy) and `empty`
-// (the 256 math threads arrive once the tile's P V is done). There is no block barrier in the
-// loop, so the math warpgroups drift apart and one's softmax runs under the other's products.
+// (the math threads, 128 a warpgroup, arrive once the tile's P V is done). There is no block
+// barrier in the loop, so the math warpgroups drift apart and one's softmax runs under another's
+// products.
 // The copying warps keep two tiles in flight; the math warps hold tile t's K and tile t - 1's V,
 // so STAGES >= 3 (and 4 lets the copies run a tile further ahead).
-template <typename T, int DT, int BC, int STAGES>
+template <typename T, int DT, int BC, int STAGES, int MATH_WGS, int COPY_REGS, int MATH_REGS>
 RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
-    constexpr int ROWS = 128;
+    constexpr int ROWS = 64 * MATH_WGS;
     constexpr int NT = BC / 8;
     constexpr int DTILES = DT / 8;
     constexpr unsigned Q_BYTES = ROWS * DT * 2, KV_BYTES = BC * DT * 2;
     static_assert(DT % 64 == 0 && BC % 64 == 0 && STAGES >= 3, "swizzle atoms; the producer keeps two tiles in flight");
+    static_assert(128 * (COPY_REGS + MATH_WGS * MATH_REGS) <= 65536, "setmaxnreg within the SM's registers");
     extern __shared__ __align__(1024) unsigned char rf_flash_wgmma_smem[];
     __shared__ unsigned long long full[STAGES], empty[STAGES], q_full;
     unsigned char* qs = rf_flash_wgmma_smem + ((1024u - (rf_smem_addr(rf_flash_wgmma_smem) & 1023u)) & 1023u);
@@ -1017,7 +1019,7 @@ RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
 #pragma unroll
         for (int st = 0; st < STAGES; ++st) {
             rf_mbar_init(&full[st], 128);
-            rf_mbar_init(&empty[st], 256);
+            rf_mbar_init(&empty[st], 128 * MATH_WGS);
         }
         rf_mbar_init(&q_full, 128);
     }
@@ -1028,7 +1030,7 @@ RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
         // warpgroup-wide setmaxnreg is also what lets ptxas see the math warps' wgmma as
         // convergent after this divergent branch: without it they are serialised (C7520, which
         // `cargo xtask kernels` refuses), 335 instead of 384-390 TFLOP/s on an H100.
-        rf_setmaxnreg_dec<40>();
+        rf_setmaxnreg_dec<COPY_REGS>();
         const T* kbase = (const T*)p.k + (rf_u64)b * p.k_batch + (rf_u64)kv_head * p.k_head;
         const T* vbase = (const T*)p.v + (rf_u64)b * p.v_batch + (rf_u64)kv_head * p.v_head;
         // Copy groups in order: Q, tile 0, tile 1, ...; each is handed over once the next is
@@ -1064,7 +1066,7 @@ RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
         return;
     }
 
-    rf_setmaxnreg_inc<232>(); // 128 x 40 + 256 x 232 = 64512 of the SM's 65536
+    rf_setmaxnreg_inc<MATH_REGS>();
     const int warp = threadIdx.x / 32 - 4;
     const int wrow = 64 * (warp / 4) + 16 * (warp % 4); // the warp's first row in the block
     const long long all_see = rf_flash_locate(p, m0, kv_head).last_key + 1;
@@ -1076,7 +1078,8 @@ RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
     // This warpgroup's 64 Q rows.
     const unsigned q_addr = rf_smem_addr(qs) + (warp / 4) * 64 * 128;
     // O += P V for the tile in buffer `st`: step kk takes keys 16 kk .. 16 kk + 15, V's rows
-    // 16 kk.. (2048 bytes a step); V's column blocks (head_dim 128) are BC * 128 bytes apart.
+    // 16 kk.. (2048 bytes a step); V's column blocks (two at head_dim 128, one at 64) are
+    // BC * 128 bytes apart.
     auto issue_pv = [&](int st) {
         const unsigned v_addr = rf_smem_addr(vs + st * KV_BYTES);
 #pragma unroll
@@ -1141,11 +1144,25 @@ RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
 }
 
 // Entry points (only in sm_90a code; the launcher looks them up and takes the mma.sync kernel
-// where they are absent): head_dim 128, 64-key tiles, four K/V buffers.
-#define RF_FLASH_WGMMA_ENTRY(T, NAME) \
-    RF_KERNEL void __launch_bounds__(384, 1) NAME(rf_flash_params p) { rf_flash_wgmma<T, 128, 64, 4>(p); }
-RF_FLASH_WGMMA_ENTRY(__half, rf_flash_wgmma_f16_d128)
-RF_FLASH_WGMMA_ENTRY(rf_bf16, rf_flash_wgmma_bf16_d128)
+// where they are absent), one block an SM, 64-key tiles and four K/V buffers each. More math
+// warpgroups keep the tensor cores busy while others run the softmax, as far as the registers
+// allow (two blocks an SM instead would leave too few: at 104 a math thread ptxas serialised
+// every wgmma, C7512):
+// - head_dim 128: three math warpgroups (192 rows, 178 KiB of shared memory), 24 registers a
+//   copying thread and 160 a math thread (O takes 64, S 32, P 16);
+// - head_dim 64: four math warpgroups (256 rows, 98 KiB), 24 and 112 (O 32, S 32, P 16).
+// Measured on an H100 (docs/kernels/attention.md, version 11), TFLOP/s, non-causal / causal:
+// head_dim 128 420-430 / 351-354 against two math warpgroups' 394-408 / 347; head_dim 64
+// 403-409 / 318-326 against two's 283 / 240, two blocks of two 343 / 295, and the mma.sync
+// kernel's 324-332 / 285-291.
+#define RF_FLASH_WGMMA_ENTRY(T, NAME, DT, MATH_WGS, COPY_REGS, MATH_REGS)           \
+    RF_KERNEL void __launch_bounds__(128 * (MATH_WGS + 1), 1) NAME(rf_flash_params p) { \
+        rf_flash_wgmma<T, DT, 64, 4, MATH_WGS, COPY_REGS, MATH_REGS>(p);             \
+    }
+RF_FLASH_WGMMA_ENTRY(__half, rf_flash_wgmma_f16_d128, 128, 3, 24, 160)
+RF_FLASH_WGMMA_ENTRY(rf_bf16, rf_flash_wgmma_bf16_d128, 128, 3, 24, 160)
+RF_FLASH_WGMMA_ENTRY(__half, rf_flash_wgmma_f16_d64, 64, 4, 24, 112)
+RF_FLASH_WGMMA_ENTRY(rf_bf16, rf_flash_wgmma_bf16_d64, 64, 4, 24, 112)
 
 #endif // RF_WGMMA
 

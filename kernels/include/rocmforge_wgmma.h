@@ -84,26 +84,34 @@ RF_DEVICE rf_u64 rf_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
 //   ss: A (64 x 16) and B (16 x N) both K-major in shared memory (descriptors a, b);
 //   rs: A from registers, B N-major in shared memory (a row of 16-bit values along N).
 // The operand lists are spelled out because inline assembly names each register, so only the
-// shapes the flash kernel uses exist: ss at N = 64 (S = Q K^T over a 64-key tile) and rs at
-// N = 128 (O += P V at head_dim 128).
+// shapes the flash kernel uses exist: ss and rs at N = 64 (S = Q K^T over a 64-key tile; O +=
+// P V at head_dim 64) and rs at N = 128 (O += P V at head_dim 128).
 template <typename T, int N> struct rf_wgmma;
-#define RF_WGMMA_SS_N64(T, ty) \
+#define RF_WGMMA_N64(T, ty) \
     template <> struct rf_wgmma<T, 64> {\
     static RF_DEVICE void ss(float (&d)[8][4], rf_u64 a, rf_u64 b, int accumulate) {\
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                 \
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32." ty "." ty " "          \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"\
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32." ty "." ty " "\
                      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "\
                      "%32, %33, p, 1, 1, 0, 0;\n}\n"\
                      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])\
                      : "l"(a), "l"(b), "r"(accumulate));\
     }\
+    static RF_DEVICE void rs(float (&d)[8][4], const unsigned (&a)[4], rf_u64 b, int accumulate) {\
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"\
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32." ty "." ty " "\
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "\
+                     "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"\
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])\
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));\
+    }\
     };
 
-#define RF_WGMMA_RS_N128(T, ty) \
+#define RF_WGMMA_N128(T, ty) \
     template <> struct rf_wgmma<T, 128> {\
     static RF_DEVICE void rs(float (&d)[16][4], const unsigned (&a)[4], rf_u64 b, int accumulate) {\
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                 \
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." ty "." ty " "          \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"\
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." ty "." ty " "\
                      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "\
                      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"\
                      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])\
@@ -111,12 +119,12 @@ template <typename T, int N> struct rf_wgmma;
     }\
     };
 
-RF_WGMMA_SS_N64(__half, "f16")
-RF_WGMMA_SS_N64(rf_bf16, "bf16")
-RF_WGMMA_RS_N128(__half, "f16")
-RF_WGMMA_RS_N128(rf_bf16, "bf16")
-#undef RF_WGMMA_SS_N64
-#undef RF_WGMMA_RS_N128
+RF_WGMMA_N64(__half, "f16")
+RF_WGMMA_N64(rf_bf16, "bf16")
+RF_WGMMA_N128(__half, "f16")
+RF_WGMMA_N128(rf_bf16, "bf16")
+#undef RF_WGMMA_N64
+#undef RF_WGMMA_N128
 
 #endif // RF_WGMMA
 

@@ -479,13 +479,20 @@ impl Job {
     }
 }
 
-/// Compiler advisories that are errors here. ptxas reports serialised `wgmma` (C7520: it could
-/// not prove a warpgroup's products convergent and waits out each one) as information only, yet
-/// it cost the flash-attention warpgroup kernel 15% (docs/kernels/attention.md, version 10).
+/// Compiler advisories that are errors here. ptxas reports serialised `wgmma` (it waits out each
+/// product before the next) as information only, yet it cost the flash-attention warpgroup
+/// kernel 15% where it could not prove a warpgroup's products convergent (C7520, version 10 in
+/// docs/kernels/attention.md); and a head_dim-64 build whose accumulators did not fit its
+/// 104-register math threads (C7512) ran at 343 TFLOP/s where the kept one runs at 401-409
+/// (version 11).
 fn refused_advisory(output: &str) -> Option<&'static str> {
-    output
-        .contains("(C7520)")
-        .then_some("ptxas serialised wgmma instructions (C7520); keep every warpgroup on one path to them")
+    if output.contains("(C7520)") {
+        return Some("ptxas serialised wgmma instructions (C7520); keep every warpgroup on one path to them");
+    }
+    output.contains("(C7512)").then_some(
+        "ptxas serialised wgmma instructions for want of registers (C7512); give the math warps more \
+         (setmaxnreg, fewer threads) or hold fewer accumulators",
+    )
 }
 
 fn display_path(path: &Path, root: &Path) -> String {
@@ -707,6 +714,9 @@ mod tests {
         let advisory = "ptxas info    : (C7520) Potential Performance Loss: wgmma.mma_async instructions are \
                         serialized due to program dependence on compiler-inserted WG.AR in divergent path";
         assert!(refused_advisory(advisory).is_some());
+        let registers = "ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are \
+                         serialized due to insufficient register resources for the function 'f'";
+        assert!(refused_advisory(registers).is_some());
         assert!(refused_advisory("ptxas info    : (C7519) warpgroup.arrive is injected").is_none());
     }
 

@@ -27,10 +27,12 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             rows.push(flash::<bf16>(b, prefill(4, 32, d, causal), AUTO)?);
         }
     }
-    // Hopper's head_dim-128 rows above take the warpgroup kernel; these the mma.sync kernel
-    // (the same as above on other devices).
-    for causal in [false, true] {
-        rows.push(flash::<f16>(b, prefill(4, 32, 128, causal), MMA_SYNC)?);
+    // Hopper's rows above take the warpgroup kernel; these the mma.sync kernel (the same as
+    // above on other devices).
+    for d in [128, 64] {
+        for causal in [false, true] {
+            rows.push(flash::<f16>(b, prefill(4, 32, d, causal), MMA_SYNC)?);
+        }
     }
     let decode = Attention::new(32, 1, 4096, 32, 4, 128).causal();
     rows.push(flash::<f16>(b, decode, AUTO)?);

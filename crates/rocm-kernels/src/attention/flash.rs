@@ -23,8 +23,9 @@ pub enum FlashKernel {
     /// The portable kernel (f32 arithmetic on every platform).
     Portable,
     /// The matrix-core kernel, or an error saying why it cannot run this problem. On an sm_90
-    /// device (H100/H200) with the sm_90a kernels built, prefill at head_dim 97 to 128 takes
-    /// the warpgroup (`wgmma`) kernel; everything else the mma.sync kernel (NVIDIA) or MFMA (AMD).
+    /// device (H100/H200) with the sm_90a kernels built, prefill at head_dim up to 64 and 97 to
+    /// 128 takes the warpgroup (`wgmma`) kernel; everything else the mma.sync kernel (NVIDIA) or
+    /// MFMA (AMD).
     MatrixCores,
     /// As [`FlashKernel::MatrixCores`], but never the warpgroup kernel: the mma.sync kernel on
     /// Hopper too (to compare the two, and to test both on one device); elsewhere the same as
@@ -495,34 +496,46 @@ fn plan<T: Dtype>(
     })
 }
 
-/// The warpgroup kernel (`wgmma`, sm_90a only, `rf_flash_wgmma_<T>_d128`): prefill (more than 64
-/// packed rows) at padded head_dim 128 from contiguous K/V, on an sm_90 device whose module has
-/// the entry (it exists only in sm_90a SASS: `ROCMFORGE_NVIDIA_ARCHS` with `90a`, the default).
-/// 384 threads: one copying warpgroup and two math warpgroups of 64 rows; Q and four 64-key K/V
-/// buffers in shared memory, plus 2 KiB for the mbarriers and the alignment to the 1024-byte
-/// swizzle pattern. On an H100 it runs at 400-406 TFLOP/s against the mma.sync kernel's 341-349
-/// (docs/kernels/attention.md, version 10); at head_dim 64 the mma.sync kernel stays ahead.
+/// The warpgroup kernel (`wgmma`, sm_90a only, `rf_flash_wgmma_<T>_d<64|128>`): prefill (more
+/// than 64 packed rows) at padded head_dim 64 or 128 from contiguous K/V, on an sm_90 device
+/// whose module has the entry (it exists only in sm_90a SASS: `ROCMFORGE_NVIDIA_ARCHS` with
+/// `90a`, the default). One copying warpgroup and [`warpgroup_math_groups`] math warpgroups of
+/// 64 rows; Q and four 64-key K/V buffers in shared memory, plus 2 KiB for the mbarriers and the
+/// alignment to the 1024-byte swizzle pattern. One block an SM. On an H100
+/// (docs/kernels/attention.md, version 11): head_dim 128 at 420-430 TFLOP/s against the mma.sync
+/// kernel's 339-341, causal 351-354 against 316-320; head_dim 64 at 403-409 against 324-332,
+/// causal 318-326 against 285-291.
 fn warpgroup_plan<T: Dtype>(stream: &Stream, dt: usize, rows: usize, paged: bool) -> Option<Plan> {
-    if paged || rows <= 64 || dt != 128 || stream.backend().info().arch != "sm_90" {
+    if paged || rows <= 64 || !WARPGROUP_HEAD_DIMS.contains(&dt) || stream.backend().info().arch != "sm_90" {
         return None;
     }
+    let groups = warpgroup_math_groups(dt);
     let entry = format!("rf_flash_wgmma_{}_d{dt}", T::NAME);
     let function = loader::kernel(stream, MODULE, &entry).ok()?;
-    let smem = warpgroup_smem(dt, size_of::<T>());
     Some(Plan {
         entry,
         function: Some(function),
-        rows_per_block: 128,
-        threads: 384,
-        shared_mem_bytes: smem as u32,
+        rows_per_block: 64 * groups,
+        threads: 128 * (groups as u32 + 1),
+        shared_mem_bytes: warpgroup_smem(dt, groups, size_of::<T>()) as u32,
         blocks_per_cu: 1,
     })
 }
 
-/// Dynamic shared memory of the warpgroup kernel: 128 Q rows and four buffers of 64 K and 64 V
-/// rows, plus 2 KiB (the 1024-byte alignment, and the static mbarriers' share of the SM's).
-const fn warpgroup_smem(dt: usize, elem: usize) -> usize {
-    (128 + 2 * 4 * 64) * dt * elem + 2048
+/// Padded head_dims with a warpgroup kernel.
+const WARPGROUP_HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// Math warpgroups in a block of the warpgroup kernel (its entries' `MATH_WGS`): as many as the
+/// registers allow, so that some keep the tensor cores busy while others run the softmax: four
+/// at head_dim 64 (112 registers a math thread), three at 128 (160).
+const fn warpgroup_math_groups(dt: usize) -> usize {
+    if dt <= 64 { 4 } else { 3 }
+}
+
+/// Dynamic shared memory of the warpgroup kernel: 64 Q rows a math warpgroup and four buffers of
+/// 64 K and 64 V rows, plus 2 KiB (the 1024-byte alignment, and the static mbarriers' share).
+const fn warpgroup_smem(dt: usize, math_groups: usize, elem: usize) -> usize {
+    (64 * math_groups + 2 * 4 * 64) * dt * elem + 2048
 }
 
 /// Splits of the keys when the grid is smaller than the device: as many as keep the blocks
@@ -543,7 +556,11 @@ mod tests {
 
     #[test]
     fn variants_fit_their_rows_and_shared_memory() {
-        assert!(warpgroup_smem(128, 2) <= 227 * 1024, "the warpgroup kernel's buffers fit an sm_90 block");
+        // The warpgroup kernel's buffers fit an sm_90 block.
+        for dt in WARPGROUP_HEAD_DIMS {
+            let smem = warpgroup_smem(dt, warpgroup_math_groups(dt), 2);
+            assert!(smem <= 227 << 10, "d{dt}: {smem} bytes");
+        }
         assert_eq!(MmaVariant::choose(128, 8).suffix, "ks");
         assert_eq!(MmaVariant::choose(128, 17).suffix, "w4");
         assert_eq!(MmaVariant::choose(128, 65).suffix, "m2");

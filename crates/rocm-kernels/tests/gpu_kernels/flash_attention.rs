@@ -90,10 +90,12 @@ const CASES: &[Case] = &[
     case(3, 1000, 255, 4, 4, 64).offset(-500),
     case(2, 2, 300, 6, 1, 80).causal(),
     case(1, 3, 500, 4, 1, 96).scaled(),
-    // Non-causal prefill past 64 packed rows: GQA 3 with a partial last key tile (Hopper's
-    // warpgroup kernel), and head_dim 40 zero-padded to 64.
+    // Prefill past 64 packed rows (Hopper's warpgroup kernels): non-causal GQA 3 with a partial
+    // last key tile, head_dim 40 zero-padded to 64, and causal GQA 4 at head_dim 64 (the
+    // diagonal crossing 128-row blocks and 64-key tiles at odd places).
     case(1, 300, 1000, 6, 2, 128),
     case(2, 100, 77, 3, 1, 40).scaled(),
+    case(3, 255, 255, 8, 2, 64).causal().scaled(),
 ];
 
 /// Normal values of standard deviation `sd`, rounded to the storage type.
