@@ -21,6 +21,9 @@ type Case = (&'static str, usize, usize, usize, usize, usize, usize, Option<i64>
 
 const CASES: &[Case] = &[
     ("f16", 2, 17, 17, 3, 3, 64, Some(0), 1.0),
+    // Prefill at head_dim 64 past 64 packed rows: Hopper's four-warpgroup wgmma kernel.
+    ("bf16", 1, 1000, 1000, 8, 2, 64, Some(0), 30.0),
+    ("f16", 2, 300, 300, 4, 4, 64, None, 1.0),
     ("bf16", 1, 255, 255, 8, 2, 128, Some(0), 30.0),
     ("f16", 3, 1, 1000, 8, 1, 128, None, 1.0),
     ("bf16", 1, 17, 4097, 8, 1, 96, Some(4080), 1.0),
