@@ -91,8 +91,8 @@ const CASES: &[Case] = &[
     case(2, 2, 300, 6, 1, 80).causal(),
     case(1, 3, 500, 4, 1, 96).scaled(),
     // Prefill past 64 packed rows (Hopper's warpgroup kernels): non-causal GQA 3 with a partial
-    // last key tile, head_dim 40 zero-padded to 64, and causal GQA 4 at head_dim 64 (the
-    // diagonal crossing 128-row blocks and 64-key tiles at odd places).
+    // last key tile, head_dim 40 zero-padded to 64, and causal GQA 4 at head_dim 64 (1020
+    // packed rows: the diagonal crosses the 256-row blocks and 64-key tiles at odd places).
     case(1, 300, 1000, 6, 2, 128),
     case(2, 100, 77, 3, 1, 40).scaled(),
     case(3, 255, 255, 8, 2, 64).causal().scaled(),
