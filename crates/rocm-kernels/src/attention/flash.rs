@@ -517,7 +517,7 @@ fn warpgroup_plan<T: Dtype>(stream: &Stream, dt: usize, rows: usize, paged: bool
         function: Some(function),
         rows_per_block: 64 * groups,
         threads: 128 * (groups as u32 + 1),
-        shared_mem_bytes: warpgroup_smem(dt, groups, size_of::<T>()) as u32,
+        shared_mem_bytes: warpgroup_smem(dt, size_of::<T>()) as u32,
         blocks_per_cu: 1,
     })
 }
@@ -534,8 +534,8 @@ const fn warpgroup_math_groups(dt: usize) -> usize {
 
 /// Dynamic shared memory of the warpgroup kernel: 64 Q rows a math warpgroup and four buffers of
 /// 64 K and 64 V rows, plus 2 KiB (the 1024-byte alignment, and the static mbarriers' share).
-const fn warpgroup_smem(dt: usize, math_groups: usize, elem: usize) -> usize {
-    (64 * math_groups + 2 * 4 * 64) * dt * elem + 2048
+const fn warpgroup_smem(dt: usize, elem: usize) -> usize {
+    (64 * warpgroup_math_groups(dt) + 2 * 4 * 64) * dt * elem + 2048
 }
 
 /// Splits of the keys when the grid is smaller than the device: as many as keep the blocks
@@ -558,7 +558,7 @@ mod tests {
     fn variants_fit_their_rows_and_shared_memory() {
         // The warpgroup kernel's buffers fit an sm_90 block.
         for dt in WARPGROUP_HEAD_DIMS {
-            let smem = warpgroup_smem(dt, warpgroup_math_groups(dt), 2);
+            let smem = warpgroup_smem(dt, 2);
             assert!(smem <= 227 << 10, "d{dt}: {smem} bytes");
         }
         assert_eq!(MmaVariant::choose(128, 8).suffix, "ks");
