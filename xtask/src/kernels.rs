@@ -486,14 +486,18 @@ impl Job {
 /// 104-register math threads (C7512) ran at 343 TFLOP/s where the kept one runs at 401-409
 /// (version 11).
 fn refused_advisory(output: &str) -> Option<&'static str> {
-    if output.contains("(C7520)") {
-        return Some("ptxas serialised wgmma instructions (C7520); keep every warpgroup on one path to them");
-    }
-    output.contains("(C7512)").then_some(
+    REFUSED_ADVISORIES.iter().find(|(code, _)| output.contains(code)).map(|&(_, why)| why)
+}
+
+/// (the advisory's code as ptxas prints it, what to tell the author).
+const REFUSED_ADVISORIES: [(&str, &str); 2] = [
+    ("(C7520)", "ptxas serialised wgmma instructions (C7520); keep every warpgroup on one path to them"),
+    (
+        "(C7512)",
         "ptxas serialised wgmma instructions for want of registers (C7512); give the math warps more \
          (setmaxnreg, fewer threads) or hold fewer accumulators",
-    )
-}
+    ),
+];
 
 fn display_path(path: &Path, root: &Path) -> String {
     path.strip_prefix(root).unwrap_or(path).display().to_string()
