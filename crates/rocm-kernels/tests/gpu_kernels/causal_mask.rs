@@ -1,7 +1,7 @@
 //! `causal_mask` against its CPU reference: KV-cache and square offsets, negative and extreme
 //! offsets, awkward sizes (unaligned row starts and mask starts, so the scalar heads and tails
 //! of each row run), strided and head-interleaved layouts, all three dtypes, elements outside
-//! the mask left untouched, and shapes the launcher must refuse.
+//! the mask unchanged to the bit, and shapes the launcher must refuse.
 
 use rocm_kernels::causal_mask::{CausalMask, causal_mask, causal_mask_reference};
 use rocm_kernels::{Dtype, KernelError};
@@ -116,7 +116,7 @@ fn the_contiguous_launcher_is_the_kv_cache_mask() {
 }
 
 #[test]
-fn unmasked_elements_are_never_written() {
+fn unmasked_elements_stay_poisoned() {
     let gpu = gpu_test!();
     // Poisoned scores and a fill of 0: masked elements become 0, everything else stays NaN.
     fn poisoned<T: Dtype + Into<f64>>(gpu: &GpuTest) {
@@ -134,6 +134,41 @@ fn unmasked_elements_are_never_written() {
     poisoned::<f32>(&gpu);
     poisoned::<f16>(&gpu);
     poisoned::<bf16>(&gpu);
+}
+
+/// Each row's first masked element shares a 32-byte sector with up to 7 (f32) or 15 (16-bit)
+/// unmasked ones, which the kernel reads and writes back so that the sector is stored whole.
+/// Every bit pattern must survive that, NaN payloads included: scores of random bits, masks
+/// starting at every position of a sector, rows whose sectors cross the row's start or end
+/// (odd row strides and lengths), interleaved heads, whole rows masked.
+#[test]
+fn unmasked_elements_keep_their_bits() {
+    let gpu = gpu_test!();
+    fn run<T: Dtype>(gpu: &GpuTest, seed: u64, from_bits: fn(u32) -> T, to_bits: fn(T) -> u32) {
+        let mut rng = Rng::new(seed);
+        let masks = [
+            CausalMask::new(2, 40, 40),
+            CausalMask::new(3, 33, 70).with_row_stride(75),
+            CausalMask::new(2, 17, 129).with_row_stride(131).with_offset(-1),
+            CausalMask::new(2, 24, 64).with_row_stride(128).with_batch_stride(64).with_offset(3),
+            CausalMask::new(1, 50, 200).with_offset(-60),
+        ];
+        for mask in masks {
+            let len = mask.required_len().unwrap() + 5;
+            let scores: Vec<T> = (0..len).map(|_| from_bits(rng.next_u64() as u32)).collect();
+            let mut d = gpu.stream().upload(&scores).unwrap();
+            mask.apply(&mut d).unwrap();
+            let got = d.to_vec().unwrap();
+            let mut expected = scores.clone();
+            causal_mask_reference(&mask, &mut expected);
+            for (k, (&g, &e)) in got.iter().zip(&expected).enumerate() {
+                assert_eq!(to_bits(g), to_bits(e), "{} {mask:?}: element {k}", T::NAME);
+            }
+        }
+    }
+    run::<f32>(&gpu, 0x7601, f32::from_bits, f32::to_bits);
+    run::<f16>(&gpu, 0x7602, |b| f16::from_bits(b as u16), |v| v.to_bits() as u32);
+    run::<bf16>(&gpu, 0x7603, |b| bf16::from_bits(b as u16), |v| v.to_bits() as u32);
 }
 
 fn layouts<T: Dtype + Into<f64>>(gpu: &GpuTest, seed: u64) {
