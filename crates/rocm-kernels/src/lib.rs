@@ -22,6 +22,7 @@ pub mod rope;
 pub mod softmax;
 pub mod spin;
 pub mod stream_read;
+pub mod stream_rmw;
 pub mod swiglu;
 
 pub use dtype::{Dtype, kernel_name};

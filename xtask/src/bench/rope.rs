@@ -4,9 +4,13 @@
 //! Minimal traffic: the rotated elements of Q and K read and written once, plus the positions
 //! (4 bytes a token). Pass-through elements (GLM's second half) are not counted: the kernel
 //! never touches them.
+//!
+//! Next to the GLM rows, the ceiling of their layout: `stream_rmw` reading and writing back the
+//! same bytes (the first half of every head of 40 heads a token) and nothing else.
 
 use rocm_kernels::Dtype;
 use rocm_kernels::rope::{Rope, RopeStyle, RopeTensor};
+use rocm_kernels::stream_rmw::stream_rmw;
 use rocm_runtime::{bf16, f16};
 
 use super::{Bench, Row};
@@ -57,5 +61,20 @@ fn dtype<T: Dtype>(b: &mut Bench) -> Result<Vec<Row>> {
             flops: None,
         });
     }
+    drop((q, k));
+    // The GLM layout's ceiling: half of every head read and written back in place. Random bytes,
+    // as the rope rows have (never a constant: some memory systems compress uniform data).
+    let head = HEAD_DIM * size_of::<T>();
+    let host = b.random_bytes(TOKENS * (Q_HEADS + K_HEADS) * head);
+    let mut heads = b.stream.upload(&host)?;
+    let ms = b.time(|| Ok(stream_rmw(&mut heads, head / 2, head, 0x8000_8000)?))?;
+    rows.push(Row {
+        kernel: "rmw, rope glm layout".into(),
+        dtype: T::NAME,
+        shape: format!("{} of every {head} B", head / 2),
+        ms,
+        bytes: 2 * (TOKENS * (Q_HEADS + K_HEADS) * head / 2) as u64,
+        flops: None,
+    });
     Ok(rows)
 }

@@ -22,4 +22,5 @@ mod rmsnorm;
 mod rope;
 mod softmax;
 mod stream_read;
+mod stream_rmw;
 mod swiglu;
