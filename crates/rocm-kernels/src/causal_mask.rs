@@ -6,9 +6,11 @@
 //! that share a 32-byte sector with their row's first masked element (at most 7 f32 or 15
 //! f16/bf16 a row) are read and written back, unchanged, so that the sector is stored whole
 //! (a partial sector costs the memory a read-modify-write: see `kernels/causal_mask.hip`);
-//! nothing else is read, and nothing outside the rows is touched. The default offset, `seq_k - seq_q`, is the KV-cache case: the `seq_q` queries are
-//! the last `seq_q` tokens of a `seq_k`-token sequence, so query `i` sees keys `0..=i + seq_k -
-//! seq_q`. Offset 0 is the plain lower-triangular mask; negative offsets mask whole rows.
+//! nothing else is read, and nothing outside the rows is touched.
+//!
+//! The default offset, `seq_k - seq_q`, is the KV-cache case: the `seq_q` queries are the last
+//! `seq_q` tokens of a `seq_k`-token sequence, so query `i` sees keys `0..=i + seq_k - seq_q`.
+//! Offset 0 is the plain lower-triangular mask; negative offsets mask whole rows.
 
 use rocm_runtime::{DeviceBuffer, LaunchConfig};
 
