@@ -19,13 +19,13 @@
 // The row's first 32-byte sector: a store that covers part of a sector makes the memory read
 // the sector and merge before it can write it (DRAM writes whole sectors). One such read a row,
 // scattered through a stream of writes, cost this kernel 15% (f32) to 21% (f16) of its time on
-// an H100 (causal_mask.md, version 5). So, before any item, the grid's threads take one row each and
-// write the sector holding the row's first masked element whole: its elements left of the mask
-// (at most 7 f32 or 15 f16/bf16, all in the same row) are read and written back with the bits
-// they had, the rest get the fill. The items then start after that sector. Rows whose first
-// masked element is sector-aligned, or whose sector would reach outside the row, skip this.
-// So these few unmasked elements are rewritten, unchanged, during the kernel: nothing else may
-// write them concurrently (nothing should: the mask and whatever produced the scores are
+// an H100 (causal_mask.md, version 5). So, before any item, the grid's threads take one row
+// each and write the sector holding the row's first masked element whole: its elements left of
+// the mask (at most 7 f32 or 15 f16/bf16, all in the same row) are read and written back with
+// the bits they had, the rest get the fill. The items then start after that sector. Rows whose
+// first masked element is sector-aligned, or whose sector would reach outside the row, skip
+// this. So these few unmasked elements are rewritten, unchanged, during the kernel: nothing else
+// may write them concurrently (nothing should: the mask and whatever produced the scores are
 // ordered on a stream).
 
 #include "rocmforge.h"
@@ -96,7 +96,8 @@ RF_DEVICE void rf_causal_mask(T* scores, rf_u64 batch, rf_u64 seq_q, rf_u64 seq_
         const rf_u64 start = rf_mask_start(i, offset, seq_k);
         char* sector = rf_mask_head_sector(row, start, seq_k);
         if (sector != nullptr) {
-            rf_mask_merge_sector(sector, (unsigned)(reinterpret_cast<char*>(row + start) - sector), fill_packed);
+            const unsigned kept = (unsigned)(reinterpret_cast<char*>(row + start) - sector);
+            rf_mask_merge_sector(sector, kept, fill_packed);
         }
     }
     const rf_u64 first = (rf_u64)blockIdx.x * warps_per_block + threadIdx.x / warp;
