@@ -49,6 +49,27 @@ template <typename T> RF_DEVICE char* rf_mask_head_sector(T* row, rf_u64 start, 
     return reinterpret_cast<char*>(sector);
 }
 
+// Row r (of batch * seq_q): where it starts, its first masked column, and its head sector (or
+// nullptr), as both the sector loop and the items need them.
+template <typename T> struct rf_mask_row {
+    T* row;
+    rf_u64 start;
+    char* sector;
+};
+
+template <typename T>
+RF_DEVICE rf_mask_row<T> rf_mask_row_at(T* scores, rf_u64 r, rf_u64 seq_q, rf_u64 seq_k, rf_u64 batch_stride,
+                                        rf_u64 row_stride, long long offset) {
+    rf_u64 b;
+    rf_u64 i;
+    rf_divmod_u64(r, seq_q, &b, &i);
+    rf_mask_row<T> m;
+    m.row = scores + b * batch_stride + i * row_stride;
+    m.start = rf_mask_start(i, offset, seq_k);
+    m.sector = rf_mask_head_sector(m.row, m.start, seq_k);
+    return m;
+}
+
 // Writes the sector whole: its first `kept` bytes (the unmasked elements, a whole number of
 // them) with the bits read, the rest with the fill. Little-endian: the lower address is the low
 // half of a 32-bit word.
@@ -89,15 +110,10 @@ RF_DEVICE void rf_causal_mask(T* scores, rf_u64 batch, rf_u64 seq_q, rf_u64 seq_
     // kernel's only reads, issued together at its start.
     const rf_u64 threads = (rf_u64)gridDim.x * blockDim.x;
     for (rf_u64 r = (rf_u64)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += threads) {
-        rf_u64 b;
-        rf_u64 i;
-        rf_divmod_u64(r, seq_q, &b, &i);
-        T* row = scores + b * batch_stride + i * row_stride;
-        const rf_u64 start = rf_mask_start(i, offset, seq_k);
-        char* sector = rf_mask_head_sector(row, start, seq_k);
-        if (sector != nullptr) {
-            const unsigned kept = (unsigned)(reinterpret_cast<char*>(row + start) - sector);
-            rf_mask_merge_sector(sector, kept, fill_packed);
+        const rf_mask_row<T> m = rf_mask_row_at(scores, r, seq_q, seq_k, batch_stride, row_stride, offset);
+        if (m.sector != nullptr) {
+            const unsigned kept = (unsigned)(reinterpret_cast<char*>(m.row + m.start) - m.sector);
+            rf_mask_merge_sector(m.sector, kept, fill_packed);
         }
     }
     const rf_u64 first = (rf_u64)blockIdx.x * warps_per_block + threadIdx.x / warp;
@@ -113,17 +129,12 @@ RF_DEVICE void rf_causal_mask(T* scores, rf_u64 batch, rf_u64 seq_q, rf_u64 seq_
         rf_u64 r;
         rf_u64 c;
         rf_divmod_u64(item, chunks_per_row, &r, &c);
-        rf_u64 b;
-        rf_u64 i;
-        rf_divmod_u64(r, seq_q, &b, &i);
+        const rf_mask_row<T> m = rf_mask_row_at(scores, r, seq_q, seq_k, batch_stride, row_stride, offset);
+        T* const row = m.row;
         // The first column this item may store: the row's first masked one, or the first after
         // its head sector when the loop above wrote that.
-        T* row = scores + b * batch_stride + i * row_stride;
-        rf_u64 start = rf_mask_start(i, offset, seq_k);
-        const char* sector = rf_mask_head_sector(row, start, seq_k);
-        if (sector != nullptr) {
-            start = (rf_u64)(sector + 32 - reinterpret_cast<const char*>(row)) / sizeof(T);
-        }
+        const rf_u64 start =
+            m.sector != nullptr ? (rf_u64)(m.sector + 32 - reinterpret_cast<char*>(row)) / sizeof(T) : m.start;
         const rf_u64 chunk_lo = c * chunk;
         const rf_u64 chunk_hi = chunk_lo + chunk < seq_k ? chunk_lo + chunk : seq_k;
         const rf_u64 lo = chunk_lo > start ? chunk_lo : start;
