@@ -10,7 +10,7 @@ use crate::loader;
 const KERNEL: &str = "stream_rmw";
 const THREADS: u32 = 256;
 /// Blocks a compute unit: the measured best of 8, 16 and 32 on an H100 (docs/kernels/rope.md).
-const BLOCKS_PER_CU: usize = 32;
+const BLOCKS_PER_CU: u32 = 32;
 
 /// In place: every 32-bit word (little-endian) of the bytes `[k * pitch, k * pitch + run)`, for
 /// each `k` whose run ends inside `buf`, XOR-ed with `mask`; every other byte untouched. `run`
@@ -28,13 +28,8 @@ pub fn stream_rmw(buf: &mut DeviceBuffer<u8>, run: usize, pitch: usize, mask: u3
     let stream = buf.stream().clone();
     let kernel = loader::kernel(&stream, KERNEL, "rf_stream_rmw")?;
     ensure(kernel.max_threads_per_block() >= THREADS, KERNEL, || format!("{THREADS} threads do not fit"))?;
-    let info = stream.backend().info();
-    let vectors = runs * (run / 16);
-    let grid = vectors
-        .div_ceil(THREADS as usize)
-        .clamp(1, info.compute_units.max(1) as usize * BLOCKS_PER_CU)
-        .min(info.max_grid[0].max(1) as usize);
-    let config = LaunchConfig { grid: [grid as u32, 1, 1], block: [THREADS, 1, 1], shared_mem_bytes: 0 };
+    let cus = stream.backend().info().compute_units.max(1);
+    let config = LaunchConfig::linear(runs * (run / 16), THREADS, cus.saturating_mul(BLOCKS_PER_CU));
     // SAFETY: rf_stream_rmw(uint4* buf, u64 runs, u64 run_vecs, u64 pitch_vecs, u32 mask) touches
     // vectors k * pitch_vecs + [0, run_vecs) for k < runs: the last ends at byte (runs - 1) *
     // pitch + run <= buf.len() (`runs`); device allocations are 256-byte aligned, so every
