@@ -25,8 +25,11 @@ struct Binding {
     vars: &'static [&'static str],
 }
 
-/// The HIP runtime API subset rocm-runtime uses. Device-wide synchronisation
-/// (`hipDeviceSynchronize`, `hipDeviceReset`) is deliberately absent: it cannot be called.
+/// The HIP runtime API subset rocm-runtime uses, every release from 5.x on: the required entry
+/// points of `rocm_sys::hip_facts::HIP_SYMBOLS`. The optional ones (the stream-ordered allocator,
+/// the versioned device-properties calls) are looked up one by one (`rocm_sys::HipExtras`).
+/// Device-wide synchronisation (`hipDeviceSynchronize`, `hipDeviceReset`) is deliberately
+/// absent: it cannot be called.
 const HIP: Binding = Binding {
     file: "hip.rs",
     header: "hip.h",
@@ -51,8 +54,6 @@ const HIP: Binding = Binding {
         "hipStreamWaitEvent",
         "hipMalloc",
         "hipFree",
-        "hipMallocAsync",
-        "hipFreeAsync",
         "hipMemcpyHtoDAsync",
         "hipMemcpyDtoHAsync",
         "hipMemcpyDtoDAsync",
@@ -72,7 +73,8 @@ const HIP: Binding = Binding {
         "hipFuncGetAttribute",
     ],
     newtype_enums: &["hipError_t", "hipDeviceAttribute_t", "hipFunction_attribute"],
-    types: &[],
+    // The 5.x device-properties layout, so a unit test can hold `rocm_sys::hip_facts` to it.
+    types: &["hipDeviceProp_t"],
     vars: &["hipStreamNonBlocking", "hipEventDefault", "hipEventDisableTiming"],
 };
 

@@ -14,6 +14,14 @@ fn lookup(table: &'static [(&'static str, &'static [u8])], name: &str) -> Option
     table.binary_search_by(|(n, _)| (*n).cmp(name)).ok().map(|i| table[i].1)
 }
 
+/// The code object of `kind` built from `kernels/<name>.hip`, if it was built.
+pub fn image(kind: rocm_runtime::CodeObjectKind, name: &str) -> Option<&'static [u8]> {
+    match kind {
+        rocm_runtime::CodeObjectKind::Amd => amd(name),
+        rocm_runtime::CodeObjectKind::Nvidia => nvidia(name),
+    }
+}
+
 /// The NVIDIA fatbin built from `kernels/<name>.hip` (for `cuModuleLoadData`), if it was built.
 pub fn nvidia(name: &str) -> Option<&'static [u8]> {
     lookup(NVIDIA, name)

@@ -1,16 +1,17 @@
 //! Errors of the typed launchers.
 
-use rocm_runtime::Platform;
+use rocm_runtime::CodeObjectKind;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
     #[error(transparent)]
     Runtime(#[from] rocm_runtime::Error),
-    /// The kernel's code object was not built for this platform when this crate was compiled.
+    /// No code object of the kind the device loads was built for this module when this crate
+    /// was compiled.
     #[error(
-        "kernel module `{module}` is not built for {platform}: run `cargo xtask kernels --platform {platform}` and rebuild"
+        "kernel module `{module}` has no {kind} code object: run `cargo xtask kernels --platform {kind}` and rebuild"
     )]
-    NotBuilt { module: &'static str, platform: Platform },
+    NotBuilt { module: &'static str, kind: CodeObjectKind },
     /// Arguments that do not fit together (lengths, shapes).
     #[error("{kernel}: {message}")]
     Shape { kernel: &'static str, message: String },

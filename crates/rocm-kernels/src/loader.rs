@@ -1,7 +1,7 @@
-//! Finding a kernel for the stream's device: the embedded image for its platform, loaded once
-//! per backend (the backend's module cache), then the function by name.
+//! Finding a kernel for the stream's device: the embedded image of the kind of code object the
+//! device loads, loaded once per backend (the backend's module cache), then the function by name.
 
-use rocm_runtime::{Function, LaunchConfig, Platform, Stream};
+use rocm_runtime::{Function, LaunchConfig, Stream};
 
 use crate::embedded;
 use crate::error::{KernelError, Result};
@@ -9,12 +9,8 @@ use crate::error::{KernelError, Result};
 /// The kernel `function` of module `module` (`kernels/<module>.hip`) on the stream's device.
 pub(crate) fn kernel(stream: &Stream, module: &'static str, function: &str) -> Result<Function> {
     let backend = stream.backend();
-    let platform = backend.platform();
-    let image = match platform {
-        Platform::Nvidia => embedded::nvidia(module),
-        Platform::Amd => embedded::amd(module),
-    };
-    let image = image.ok_or(KernelError::NotBuilt { module, platform })?;
+    let kind = backend.info().code_objects;
+    let image = embedded::image(kind, module).ok_or(KernelError::NotBuilt { module, kind })?;
     let loaded = backend.cached_module(module, || Ok(image))?;
     Ok(loaded.function(function)?)
 }

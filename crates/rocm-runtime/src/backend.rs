@@ -20,30 +20,57 @@ pub const MEM_FRACTION_ENV: &str = "ROCMFORGE_MEM_FRACTION";
 pub const DEFAULT_MEM_FRACTION: f64 = 0.7;
 
 /// The platform this process runs on and how many devices it has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Platforms {
     pub platform: Platform,
     pub device_count: usize,
+    /// The platforms tried before it and why each was passed over (`auto` only).
+    pub skipped: Vec<String>,
 }
 
-/// Finds the platform (per `ROCMFORGE_PLATFORM`) with at least one device. Checked once per
-/// process; never panics: no library, no driver or no device is an [`Error::NoDevice`] that
-/// says what each platform answered.
+/// Finds the platform (per `ROCMFORGE_PLATFORM`) whose first device opens. Checked once per
+/// process; never panics: no library, no driver, no device, or a device that cannot be opened
+/// is a reason to try the next platform, and when none is left an [`Error::NoDevice`] that says
+/// what each platform answered.
 pub fn detect() -> Result<Platforms> {
     static DETECTED: OnceLock<Result<Platforms, String>> = OnceLock::new();
     let detected = DETECTED.get_or_init(|| {
         let choice = PlatformChoice::from_env().map_err(|e| e.to_string())?;
-        let mut reasons = Vec::new();
-        for &platform in choice.candidates() {
-            match driver::device_count(platform) {
-                Ok(0) => reasons.push(format!("{platform}: driver loaded but no device found")),
-                Ok(device_count) => return Ok(Platforms { platform, device_count }),
-                Err(e) => reasons.push(format!("{platform}: {e}")),
-            }
-        }
-        Err(reasons.join("; "))
+        pick_platform(choice.candidates(), probe)
     });
     detected.clone().map_err(Error::NoDevice)
+}
+
+/// Whether `platform` has a device that opens and answers its queries: the device count, or why not.
+fn probe(platform: Platform) -> std::result::Result<usize, String> {
+    match driver::device_count(platform) {
+        Ok(0) => Err("driver loaded but no device found".to_string()),
+        Ok(count) => match driver::open(platform, 0).and_then(|d| d.info()) {
+            Ok(_) => Ok(count),
+            Err(e) => Err(format!("device 0 cannot be opened: {e}")),
+        },
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The first of `candidates` that `probe` accepts, with the reasons the earlier ones were not.
+fn pick_platform(
+    candidates: &[Platform],
+    probe: impl Fn(Platform) -> std::result::Result<usize, String>,
+) -> std::result::Result<Platforms, String> {
+    let mut reasons = Vec::new();
+    for &platform in candidates {
+        match probe(platform) {
+            Ok(device_count) => {
+                for skipped in &reasons {
+                    tracing::info!("platform skipped: {skipped}");
+                }
+                return Ok(Platforms { platform, device_count, skipped: reasons });
+            }
+            Err(why) => reasons.push(format!("{platform}: {why}")),
+        }
+    }
+    Err(reasons.join("; "))
 }
 
 /// Owns one device: its driver binding, its ledger and memory guard, its module cache.
@@ -97,6 +124,9 @@ impl Backend {
         let driver = driver::open(platform, ordinal)?;
         let info = driver.info()?;
         let versions = driver.versions();
+        for fallback in &versions.fallbacks {
+            tracing::warn!(device = %info.name, "{fallback}");
+        }
         let (free, _total) = driver.mem_info()?;
         let budget = (free as f64 * fraction) as u64;
         tracing::debug!(device = %info.name, arch = %info.arch, free, budget, "backend ready");
@@ -128,6 +158,23 @@ impl Backend {
     /// The HIP runtime's version (AMD only).
     pub fn runtime_version(&self) -> Option<i32> {
         self.versions.runtime
+    }
+
+    /// The host library in words: `HIP 6.4.43484`, `HIP for NVIDIA over the CUDA 11.8 runtime`,
+    /// `CUDA driver 13.0`.
+    pub fn driver_description(&self) -> &str {
+        &self.versions.description
+    }
+
+    /// The host library's file, as the loader found it.
+    pub fn driver_library(&self) -> Option<&std::path::Path> {
+        self.versions.library.as_deref()
+    }
+
+    /// What the runtime does without on this device and why (for example the
+    /// synchronise-then-free fallback where memory pools are off); empty when nothing.
+    pub fn fallbacks(&self) -> &[String] {
+        &self.versions.fallbacks
     }
 
     /// Free and total device memory now, as the driver sees it (other processes included).
@@ -234,6 +281,27 @@ fn mem_fraction_from_env() -> Result<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_takes_the_first_platform_whose_device_opens_and_says_why_it_skipped() {
+        let probe = |p: Platform| match p {
+            Platform::Amd => Err("device 0 cannot be opened: hipDeviceGetAttribute failed".to_string()),
+            Platform::Nvidia => Ok(2),
+        };
+        let picked = pick_platform(&[Platform::Amd, Platform::Nvidia], probe).unwrap();
+        assert_eq!(picked.platform, Platform::Nvidia);
+        assert_eq!(picked.device_count, 2);
+        assert_eq!(picked.skipped, ["amd: device 0 cannot be opened: hipDeviceGetAttribute failed"]);
+
+        let first = pick_platform(&[Platform::Amd, Platform::Nvidia], |_| Ok(1)).unwrap();
+        assert_eq!((first.platform, first.skipped.len()), (Platform::Amd, 0));
+
+        // Only AMD asked for: its failure is the answer, naming the platform.
+        let err = pick_platform(&[Platform::Amd], probe).unwrap_err();
+        assert_eq!(err, "amd: device 0 cannot be opened: hipDeviceGetAttribute failed");
+        let none = pick_platform(&[Platform::Amd, Platform::Nvidia], |p| Err(format!("no {p}"))).unwrap_err();
+        assert_eq!(none, "amd: no amd; nvidia: no nvidia");
+    }
 
     #[test]
     fn fractions_outside_zero_one_are_refused() {

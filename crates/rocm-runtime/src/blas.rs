@@ -23,9 +23,9 @@ use parking_lot::Mutex;
 
 use crate::backend::Backend;
 use crate::buffer::{DeviceBuffer, DeviceCopy};
+use crate::device::CodeObjectKind;
 use crate::driver::{InitFailure, RawStream};
 use crate::error::{Error, Result};
-use crate::platform::Platform;
 
 /// Whether an operand is used as stored or transposed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -428,9 +428,18 @@ impl Blas {
         let _span = tracing::debug_span!("blas_open", platform = %backend.platform()).entered();
         // Handles belong to the device current on the calling thread.
         backend.driver().bind_thread()?;
-        let (library, vendor) = match backend.platform() {
-            Platform::Nvidia => ("cuBLAS", cuda::create(&backend.info().arch)?),
-            Platform::Amd => ("rocBLAS", rocm::create()?),
+        // The vendor library follows the silicon: cuBLAS takes the streams of AMD's HIP for
+        // NVIDIA too (they are CUDA streams), as hipBLAS would hand them over.
+        let (library, vendor) = match backend.info().code_objects {
+            CodeObjectKind::Nvidia => ("cuBLAS", cuda::create(&backend.info().arch)?),
+            CodeObjectKind::Amd => {
+                let hip = backend.driver_library().ok_or_else(|| {
+                    Error::InvalidArgument(
+                        "the HIP runtime's folder is unknown: rocBLAS is not opened".into(),
+                    )
+                })?;
+                ("rocBLAS", rocm::create(hip)?)
+            }
         };
         tracing::debug!(library, "vendor BLAS ready");
         backend.note_library_state();

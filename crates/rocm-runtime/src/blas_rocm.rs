@@ -10,6 +10,7 @@
 //! hand-written (`rocm_sys::rocblas` says from what).
 
 use std::ffi::c_void;
+use std::path::Path;
 use std::sync::OnceLock;
 
 use rocm_sys::rocblas as sys;
@@ -28,10 +29,11 @@ const RECOMMENDED_WORKSPACE: usize = 32 << 20;
 /// the handle back to allocating memory itself, behind the ledger.
 const MIN_WORKSPACE: usize = 256;
 
-fn library() -> Result<&'static RocblasLibrary> {
+/// rocBLAS from the installation of the HIP runtime at `hip_library` (one per process, as HIP is).
+fn library(hip_library: &Path) -> Result<&'static RocblasLibrary> {
     static ROCBLAS: OnceLock<Result<RocblasLibrary, InitFailure>> = OnceLock::new();
     // SAFETY: loads AMD's rocBLAS; the declarations follow its headers (see rocm_sys::rocblas).
-    load_once(&ROCBLAS, || unsafe { rocm_sys::load_rocblas() }, |_| Ok(()))
+    load_once(&ROCBLAS, || unsafe { rocm_sys::load_rocblas(hip_library) }, |_| Ok(()))
 }
 
 fn error(lib: &RocblasLibrary, call: &'static str, status: rocblas_status) -> Error {
@@ -60,9 +62,10 @@ impl std::fmt::Debug for RocblasHandle {
 // under its lock, with the handle's device made current.
 unsafe impl Send for RocblasHandle {}
 
-/// A handle for the device current on the calling thread.
-pub(super) fn create() -> Result<Box<dyn VendorBlas>> {
-    let lib = library()?;
+/// A handle for the device current on the calling thread, from the rocBLAS beside the HIP
+/// runtime at `hip_library`.
+pub(super) fn create(hip_library: &Path) -> Result<Box<dyn VendorBlas>> {
+    let lib = library(hip_library)?;
     let mut handle = std::ptr::null_mut();
     // SAFETY: the out-pointer is valid; the caller made the device current.
     check(lib, "rocblas_create_handle", unsafe { (lib.rocblas_create_handle)(&mut handle) })?;

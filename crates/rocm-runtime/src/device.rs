@@ -7,9 +7,14 @@ use crate::platform::Platform;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceInfo {
     pub ordinal: usize,
+    /// The host API the device is driven through.
     pub platform: Platform,
+    /// The kind of kernel binary it loads. Not the same question as the host API: AMD's HIP for
+    /// NVIDIA drives an NVIDIA GPU through HIP, and it loads NVIDIA code objects.
+    pub code_objects: CodeObjectKind,
     pub name: String,
-    /// Compilation target: `sm_90`, `gfx90a`, ...
+    /// Compilation target: `sm_90`, or an AMD GPU's full target ID with its features
+    /// (`gfx90a:sramecc+:xnack-`), which is what its code objects are checked against.
     pub arch: String,
     /// Streaming multiprocessors (NVIDIA) or compute units (AMD).
     pub compute_units: u32,
@@ -32,6 +37,31 @@ pub struct DeviceInfo {
     pub matrix_cores: MatrixCores,
 }
 
+/// The kind of kernel binary a device loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CodeObjectKind {
+    /// AMDGPU code objects (hipcc `--genco` offload bundles), checked against the device's target ID.
+    Amd,
+    /// NVIDIA fatbins (SASS per SM arch plus PTX).
+    Nvidia,
+}
+
+impl CodeObjectKind {
+    /// Lower-case name, also the folder `cargo xtask kernels` writes them to (`amd`, `nvidia`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CodeObjectKind::Amd => "amd",
+            CodeObjectKind::Nvidia => "nvidia",
+        }
+    }
+}
+
+impl std::fmt::Display for CodeObjectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 /// Matrix-core instruction families the kernels have fast paths for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatrixCores {
@@ -46,6 +76,12 @@ pub enum MatrixCores {
 }
 
 impl MatrixCores {
+    /// What an NVIDIA device of compute capability `major.x` has a fast path for: mma.sync
+    /// m16n8k16 with bf16 inputs needs sm_80 (Ampere) or later.
+    pub fn for_nvidia_major(major: u32) -> MatrixCores {
+        if major >= 8 { MatrixCores::MmaSync } else { MatrixCores::None }
+    }
+
     /// What an AMD device of compilation target `arch` (`gfx90a`, or with target features:
     /// `gfx90a:sramecc+:xnack-`) has a fast path for.
     pub fn for_amd_arch(arch: &str) -> MatrixCores {

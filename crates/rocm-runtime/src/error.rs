@@ -73,6 +73,10 @@ pub enum Error {
         "a buffer of stream {buffer_stream} was used on stream {stream}; use a buffer on the stream it belongs to"
     )]
     StreamMismatch { stream: u64, buffer_stream: u64 },
+    /// An AMD code object with no entry the device can run, found before it was handed to the
+    /// driver (which would fail later with `hipErrorNoBinaryForGpu`).
+    #[error("device {ordinal} ({device}): {source}")]
+    CodeObject { ordinal: usize, device: String, source: crate::code_object::CodeObjectError },
     #[error("`{name}` not found in module: {source}")]
     FunctionNotFound { name: String, source: DriverError },
 }

@@ -24,6 +24,7 @@
 mod backend;
 mod blas;
 mod buffer;
+pub mod code_object;
 mod device;
 mod driver;
 mod error;
@@ -37,7 +38,7 @@ mod stream;
 pub use backend::{Backend, DEFAULT_MEM_FRACTION, MEM_FRACTION_ENV, Platforms, detect};
 pub use blas::{Blas, BlasElement, ColMajorGemm, ElementType, GemmDesc, Transpose};
 pub use buffer::{DeviceBuffer, DeviceCopy};
-pub use device::{DeviceInfo, MatrixCores, MemoryInfo};
+pub use device::{CodeObjectKind, DeviceInfo, MatrixCores, MemoryInfo};
 pub use error::{Bytes, DriverError, Error, OverBudget, Result};
 pub use event::Event;
 pub use launch::{Launch, LaunchConfig};

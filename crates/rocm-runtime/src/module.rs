@@ -6,8 +6,10 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use crate::backend::Backend;
+use crate::code_object;
+use crate::device::CodeObjectKind;
 use crate::driver::{RawFunction, RawModule};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 struct ModuleInner {
     backend: Arc<Backend>,
@@ -48,8 +50,20 @@ impl std::fmt::Debug for Module {
 }
 
 impl Module {
+    /// Loads `image` on the backend's device. An AMD code object is checked first against the
+    /// device's full target ID ([`code_object::preflight`]): one without an entry the device can
+    /// run is [`Error::CodeObject`], naming the targets it holds and the command that builds one.
     pub(crate) fn load(backend: Arc<Backend>, image: &[u8]) -> Result<Self> {
         let _span = tracing::debug_span!("module_load", bytes = image.len()).entered();
+        let info = backend.info();
+        if info.code_objects == CodeObjectKind::Amd {
+            let chosen = code_object::preflight(image, &info.arch).map_err(|source| Error::CodeObject {
+                ordinal: info.ordinal,
+                device: info.name.clone(),
+                source,
+            })?;
+            tracing::debug!(device = %info.arch, code_object = %chosen, "code object preflight passed");
+        }
         let raw = backend.driver().module_load(image)?;
         Ok(Module { inner: Arc::new(ModuleInner { backend, raw, functions: RwLock::default() }) })
     }

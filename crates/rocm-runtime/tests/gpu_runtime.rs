@@ -1,6 +1,6 @@
 //! The runtime on a real device: discovery, copies, memsets, events, the memory guard.
 
-use rocm_runtime::{Error, Platform, f16};
+use rocm_runtime::{CodeObjectKind, Error, Platform, f16};
 use rocm_testkit::{Rng, gpu_test};
 
 /// Sizes that are not multiples of any block or vector width.
@@ -12,11 +12,15 @@ fn devices_are_found_and_described() {
     let info = gpu.backend().info();
     eprintln!("{info:?}");
     assert!(!info.name.trim().is_empty());
-    match info.platform {
-        Platform::Nvidia => assert!(info.arch.starts_with("sm_") && info.warp_size == 32, "{info:?}"),
-        Platform::Amd => {
+    match info.code_objects {
+        CodeObjectKind::Nvidia => assert!(info.arch.starts_with("sm_") && info.warp_size == 32, "{info:?}"),
+        CodeObjectKind::Amd => {
             assert!(info.arch.starts_with("gfx") && matches!(info.warp_size, 32 | 64), "{info:?}")
         }
+    }
+    // The host API follows the platform asked for; CUDA's driver loads nothing but NVIDIA's.
+    if info.platform == Platform::Nvidia {
+        assert_eq!(info.code_objects, CodeObjectKind::Nvidia);
     }
     assert!(info.compute_units > 0 && info.max_threads_per_block >= 256);
     assert!(

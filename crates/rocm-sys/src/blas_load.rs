@@ -97,19 +97,25 @@ pub unsafe fn load_cublas() -> Result<CublasLibrary, LoadError> {
     open("cuBLAS (libcublas)", list, |lib| unsafe { CublasLibrary::from_library(lib) }).map(|(l, _)| l)
 }
 
-/// Opens rocBLAS: `$ROCMFORGE_ROCBLAS_LIBRARY` if set, else `librocblas.so.5` ... `.so` on the
-/// loader path, then under `$ROCM_PATH/lib` and `/opt/rocm/lib`.
+/// Where rocBLAS is looked for: `$ROCMFORGE_ROCBLAS_LIBRARY` alone when set, else each of
+/// [`ROCBLAS_NAMES`] in the folder of the HIP runtime that was loaded, and nowhere else: a
+/// rocBLAS from another ROCm installation would bring a second HIP runtime into the process
+/// and be handed the first one's streams.
+pub fn rocblas_candidates(env: impl Fn(&str) -> Option<OsString>, hip_library: &Path) -> Vec<OsString> {
+    if let Some(exact) = env(ROCBLAS_LIBRARY_ENV).filter(|v| !v.is_empty()) {
+        return vec![exact];
+    }
+    let dir = hip_library.parent().unwrap_or(Path::new("."));
+    ROCBLAS_NAMES.iter().map(|n| dir.join(n).into_os_string()).collect()
+}
+
+/// Opens rocBLAS from the installation of the HIP runtime at `hip_library` (see
+/// [`rocblas_candidates`]).
 ///
 /// # Safety
 /// As [`load_cublas`]; the declarations are hand-written (`rocblas.rs` says from what).
-pub unsafe fn load_rocblas() -> Result<RocblasLibrary, LoadError> {
-    let mut dirs = Vec::new();
-    if let Some(rocm) = std::env::var_os("ROCM_PATH").filter(|v| !v.is_empty()) {
-        dirs.push(PathBuf::from(rocm).join("lib"));
-    }
-    dirs.push(PathBuf::from("/opt/rocm/lib"));
-    dirs.retain(|d| d.is_dir());
-    let list: Vec<OsString> = candidates(ROCBLAS_LIBRARY_ENV, ROCBLAS_NAMES, &dirs);
+pub unsafe fn load_rocblas(hip_library: &Path) -> Result<RocblasLibrary, LoadError> {
+    let list = rocblas_candidates(|v| std::env::var_os(v), hip_library);
     // SAFETY: see this function's contract.
     open("rocBLAS (librocblas)", list, |lib| unsafe { RocblasLibrary::from_library(lib) }).map(|(l, _)| l)
 }
@@ -127,6 +133,23 @@ mod tests {
         assert_eq!(site_packages_under(&root), vec![site]);
         assert!(site_packages_under(&root.join("missing")).is_empty());
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn rocblas_comes_from_the_hip_runtime_folder_only() {
+        let none = |_: &str| None;
+        let hip = Path::new("/opt/rocm-6.2.0/lib/libamdhip64.so.6");
+        let list = rocblas_candidates(none, hip);
+        assert_eq!(list.len(), ROCBLAS_NAMES.len());
+        assert!(
+            list.iter().all(|c| Path::new(c).parent() == Some(Path::new("/opt/rocm-6.2.0/lib"))),
+            "{list:?}"
+        );
+        // Two installations: the second one's HIP gets the second one's rocBLAS.
+        let other = rocblas_candidates(none, Path::new("/opt/rocm-7.0.0/lib/libamdhip64.so.7"));
+        assert_eq!(Path::new(&other[0]), Path::new("/opt/rocm-7.0.0/lib/librocblas.so.5"));
+        let exact = |v: &str| (v == ROCBLAS_LIBRARY_ENV).then(|| OsString::from("/x/librocblas.so.4"));
+        assert_eq!(rocblas_candidates(exact, hip), [OsString::from("/x/librocblas.so.4")]);
     }
 
     #[test]

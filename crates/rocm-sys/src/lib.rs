@@ -22,10 +22,14 @@ pub mod cuda;
 #[rustfmt::skip]
 pub mod cublas;
 mod blas_load;
+pub mod hip_facts;
 pub mod rocblas;
 #[rustfmt::skip]
 pub mod hip;
 mod load;
 
-pub use blas_load::{CUBLAS_LIBRARY_ENV, ROCBLAS_LIBRARY_ENV, load_cublas, load_rocblas};
-pub use load::{CudaExtras, LoadError, load_cuda, load_hip};
+pub use blas_load::{CUBLAS_LIBRARY_ENV, ROCBLAS_LIBRARY_ENV, load_cublas, load_rocblas, rocblas_candidates};
+pub use load::{
+    CudaExtras, HIP_LIBRARY_ENV, HIP_SONAMES, HipExtras, HipGetDeviceProperties, HipLoaded, LoadError,
+    hip_candidates, load_cuda, load_hip, loaded_path,
+};

@@ -1,10 +1,12 @@
 //! Opening the driver libraries: candidate names, the env overrides, and the optional symbols.
 
-use std::ffi::OsString;
-use std::path::PathBuf;
+use std::ffi::{OsString, c_void};
+use std::os::raw::c_int;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use crate::cuda::{CUevent, CUfunction, CUresult, CudaLibrary};
-use crate::hip::HipLibrary;
+use crate::hip::{HipLibrary, hipError_t, hipStream_t};
 
 /// A driver library could not be opened or lacks a symbol rocmforge needs.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -68,22 +70,140 @@ pub(crate) fn open<T>(
     Err(LoadError { library, tried })
 }
 
-/// Opens the HIP runtime: `$ROCMFORGE_HIP_LIBRARY` if set, else `libamdhip64.so`, `.so.6`,
-/// `.so.5` on the loader path, then under `$ROCM_PATH/lib` and `/opt/rocm/lib`.
+/// HIP runtime sonames, newest first: the suffix is HIP's major version (ROCm 7 ships
+/// `libamdhip64.so.7`), then the development link, which TheRock's installs do not have.
+pub const HIP_SONAMES: &[&str] =
+    &["libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"];
+
+/// Where to look for the HIP runtime, in order: `$ROCMFORGE_HIP_LIBRARY` alone when set; else
+/// each of [`HIP_SONAMES`] in `$ROCM_PATH/lib` and `$HIP_PATH/lib` (the user's choice first), on
+/// the loader's path, in `<opt_rocm>/lib`, then in TheRock's per-release folders
+/// `<opt_rocm>/core-<version>/lib`, newest version first.
+pub fn hip_candidates(env: impl Fn(&str) -> Option<OsString>, opt_rocm: &Path) -> Vec<OsString> {
+    let set = |name: &str| env(name).filter(|v| !v.is_empty());
+    if let Some(exact) = set(HIP_LIBRARY_ENV) {
+        return vec![exact];
+    }
+    let in_dir = |dir: &Path| HIP_SONAMES.iter().map(|n| dir.join(n).into_os_string()).collect::<Vec<_>>();
+    let mut out: Vec<OsString> = Vec::new();
+    for var in ["ROCM_PATH", "HIP_PATH"] {
+        if let Some(root) = set(var) {
+            out.extend(in_dir(&PathBuf::from(root).join("lib")));
+        }
+    }
+    out.extend(HIP_SONAMES.iter().map(OsString::from));
+    out.extend(in_dir(&opt_rocm.join("lib")));
+    for core in therock_cores(opt_rocm) {
+        out.extend(in_dir(&core.join("lib")));
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|c| seen.insert(c.clone()));
+    out
+}
+
+/// TheRock's `<opt_rocm>/core-<version>` folders, newest version first (numeric comparison of
+/// the dot-separated parts, so `core-7.10` sorts above `core-7.9`).
+fn therock_cores(opt_rocm: &Path) -> Vec<PathBuf> {
+    let mut cores: Vec<(Vec<u64>, PathBuf)> = std::fs::read_dir(opt_rocm)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let version = name.strip_prefix("core-")?;
+            let parts: Vec<u64> = version.split(['.', '-']).map_while(|p| p.parse().ok()).collect();
+            e.path().is_dir().then_some((parts, e.path()))
+        })
+        .collect();
+    cores.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    cores.into_iter().map(|(_, p)| p).collect()
+}
+
+/// The HIP runtime, opened: the generated table of required entry points, the optional ones,
+/// and the file the loader actually mapped.
+#[derive(Debug)]
+pub struct HipLoaded {
+    pub lib: HipLibrary,
+    pub extras: HipExtras,
+    /// The library's real path (for a bare soname, where the loader found it): the vendor BLAS is
+    /// opened from the same folder, so one process never mixes two ROCm installations.
+    pub path: PathBuf,
+}
+
+/// `hipGetDeviceProperties` / `hipGetDevicePropertiesR0600`: both write the layout of their
+/// release into an opaque buffer the caller sizes from `hip_facts::PROPS_LAYOUTS`.
+pub type HipGetDeviceProperties = unsafe extern "C" fn(*mut c_void, c_int) -> hipError_t;
+
+/// HIP entry points that not every supported release exports (`hip_facts::HIP_SYMBOLS` says
+/// which release added each), resolved one by one.
+#[derive(Debug, Clone, Copy)]
+pub struct HipExtras {
+    pub get_device_properties: Option<HipGetDeviceProperties>,
+    pub get_device_properties_r0600: Option<HipGetDeviceProperties>,
+    pub malloc_async: Option<unsafe extern "C" fn(*mut *mut c_void, usize, hipStream_t) -> hipError_t>,
+    pub free_async: Option<unsafe extern "C" fn(*mut c_void, hipStream_t) -> hipError_t>,
+}
+
+/// Opens the HIP runtime from the first of [`hip_candidates`] that loads and exports every
+/// required entry point.
 ///
 /// # Safety
 /// Loading runs the library's initialisers, and every bound symbol is trusted to have the
 /// signature of the headers the bindings were generated from.
-pub unsafe fn load_hip() -> Result<HipLibrary, LoadError> {
-    let mut dirs = Vec::new();
-    if let Some(rocm) = std::env::var_os("ROCM_PATH") {
-        dirs.push(PathBuf::from(rocm).join("lib"));
-    }
-    dirs.push(PathBuf::from("/opt/rocm/lib"));
-    let names = ["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"];
-    let list = candidates(HIP_LIBRARY_ENV, &names, &dirs);
+pub unsafe fn load_hip() -> Result<HipLoaded, LoadError> {
+    let list = hip_candidates(|v| std::env::var_os(v), Path::new("/opt/rocm"));
+    const NAME: &str = "HIP runtime (libamdhip64)";
     // SAFETY: see this function's contract.
-    open("HIP runtime (libamdhip64)", list, |lib| unsafe { HipLibrary::from_library(lib) }).map(|(l, _)| l)
+    let (lib, candidate) = open(NAME, list, |lib| unsafe { HipLibrary::from_library(lib) })?;
+    // A second handle to the same library (reference-counted by the loader) for the optional
+    // symbols; kept for the process, like the one inside `lib`, so the pointers stay valid.
+    // SAFETY: the library at `candidate` was opened a moment ago.
+    let extra = unsafe { libloading::Library::new(&candidate) }.map_err(|e| LoadError {
+        library: NAME,
+        tried: vec![(candidate.to_string_lossy().into_owned(), e.to_string())],
+    })?;
+    // SAFETY: the types are those AMD's headers declare for these symbols.
+    let extras = unsafe {
+        HipExtras {
+            get_device_properties: extra.get(b"hipGetDeviceProperties\0").map(|s| *s).ok(),
+            get_device_properties_r0600: extra.get(b"hipGetDevicePropertiesR0600\0").map(|s| *s).ok(),
+            malloc_async: extra.get(b"hipMallocAsync\0").map(|s| *s).ok(),
+            free_async: extra.get(b"hipFreeAsync\0").map(|s| *s).ok(),
+        }
+    };
+    std::mem::forget(extra);
+    let path = loaded_path(lib.hipInit as *const c_void).unwrap_or_else(|| PathBuf::from(&candidate));
+    Ok(HipLoaded { lib, extras, path })
+}
+
+/// The file that holds `symbol`, as the dynamic loader mapped it (`dladdr`).
+// dladdr compares the address with the loader's mappings; it never reads through it.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn loaded_path(symbol: *const c_void) -> Option<PathBuf> {
+    #[repr(C)]
+    struct DlInfo {
+        fname: *const std::os::raw::c_char,
+        fbase: *mut c_void,
+        sname: *const std::os::raw::c_char,
+        saddr: *mut c_void,
+    }
+    unsafe extern "C" {
+        fn dladdr(addr: *const c_void, info: *mut DlInfo) -> c_int;
+    }
+    let mut info = DlInfo {
+        fname: std::ptr::null(),
+        fbase: std::ptr::null_mut(),
+        sname: std::ptr::null(),
+        saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only reads the loader's tables and fills `info`; any address is allowed.
+    if unsafe { dladdr(symbol, &mut info) } == 0 || info.fname.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null `dli_fname` is a NUL-terminated path owned by the loader.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.fname) };
+    let path = PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes()));
+    Some(std::fs::canonicalize(&path).unwrap_or(path))
 }
 
 /// Driver entry points that not every supported driver has, resolved one by one.
@@ -158,6 +278,92 @@ mod tests {
         })
         .expect_err("loading must fail");
         assert!(err.to_string().contains("hip"), "{err}");
+    }
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let map: std::collections::HashMap<String, OsString> =
+            pairs.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    fn strings(list: Vec<OsString>) -> Vec<String> {
+        list.into_iter().map(|s| s.to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn hip_sonames_go_newest_first_in_each_folder() {
+        let list = strings(hip_candidates(env_of(&[]), Path::new("/nonexistent/rocm")));
+        assert_eq!(
+            list,
+            [
+                "libamdhip64.so.7",
+                "libamdhip64.so.6",
+                "libamdhip64.so.5",
+                "libamdhip64.so",
+                "/nonexistent/rocm/lib/libamdhip64.so.7",
+                "/nonexistent/rocm/lib/libamdhip64.so.6",
+                "/nonexistent/rocm/lib/libamdhip64.so.5",
+                "/nonexistent/rocm/lib/libamdhip64.so",
+            ]
+        );
+    }
+
+    #[test]
+    fn rocm_path_and_hip_path_come_before_the_loader_path() {
+        let env = env_of(&[("ROCM_PATH", "/r"), ("HIP_PATH", "/h"), ("UNRELATED", "/x")]);
+        let list = strings(hip_candidates(env, Path::new("/nonexistent/rocm")));
+        assert_eq!(&list[0], "/r/lib/libamdhip64.so.7");
+        assert_eq!(&list[3], "/r/lib/libamdhip64.so");
+        assert_eq!(&list[4], "/h/lib/libamdhip64.so.7");
+        assert_eq!(&list[8], "libamdhip64.so.7");
+        // An empty variable is no choice at all.
+        let list = strings(hip_candidates(env_of(&[("ROCM_PATH", "")]), Path::new("/nonexistent")));
+        assert_eq!(&list[0], "libamdhip64.so.7");
+    }
+
+    #[test]
+    fn the_hip_override_is_the_only_candidate() {
+        let env = env_of(&[(HIP_LIBRARY_ENV, "/exact/libamdhip64.so.6"), ("ROCM_PATH", "/r")]);
+        assert_eq!(strings(hip_candidates(env, Path::new("/opt/rocm"))), ["/exact/libamdhip64.so.6"]);
+    }
+
+    #[test]
+    fn therock_release_folders_are_searched_newest_first() {
+        let root = std::env::temp_dir().join(format!("rocmforge-therock-{}", std::process::id()));
+        for dir in ["core-7.9.0", "core-7.10.1", "core-6.4", "lib", "core-notes.txt.d"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        std::fs::write(root.join("core-8.0"), b"a file, not a release folder").unwrap();
+        let list = strings(hip_candidates(env_of(&[]), &root));
+        let folders: Vec<&str> = list
+            .iter()
+            .filter(|c| c.ends_with("libamdhip64.so.7"))
+            .map(|c| c.trim_end_matches("/lib/libamdhip64.so.7"))
+            .collect();
+        let r = root.to_string_lossy();
+        assert_eq!(
+            folders,
+            [
+                "libamdhip64.so.7".to_string(),
+                r.to_string(),
+                format!("{r}/core-7.10.1"),
+                format!("{r}/core-7.9.0"),
+                format!("{r}/core-6.4"),
+                format!("{r}/core-notes.txt.d"),
+            ]
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn loaded_path_finds_the_file_of_a_symbol() {
+        // `dladdr` of a libc function names libc's file.
+        unsafe extern "C" {
+            fn strlen(s: *const std::os::raw::c_char) -> usize;
+        }
+        let path = loaded_path(strlen as *const c_void).expect("libc is mapped");
+        assert!(path.to_string_lossy().contains("libc"), "{}", path.display());
+        assert!(path.is_absolute() && path.is_file(), "{}", path.display());
     }
 
     #[test]

@@ -569,6 +569,7 @@ mod tests {
         rocm_runtime::DeviceInfo {
             ordinal: 0,
             platform: rocm_runtime::Platform::Nvidia,
+            code_objects: rocm_runtime::CodeObjectKind::Nvidia,
             name: name.into(),
             arch: "sm_90".into(),
             compute_units: sms,

@@ -2,7 +2,7 @@
 
 use rocm_kernels::KernelError;
 use rocm_kernels::axpy::{axpy_f32, axpy_reference};
-use rocm_runtime::{Error, LaunchConfig, Platform};
+use rocm_runtime::{Error, LaunchConfig};
 use rocm_testkit::{Rng, Tolerance, assert_close, gpu_test};
 
 #[test]
@@ -47,10 +47,7 @@ fn a_buffer_of_another_stream_is_refused() {
 fn wrong_argument_sizes_are_refused_where_the_driver_reports_them() {
     let gpu = gpu_test!();
     let backend = gpu.backend();
-    let image = match backend.platform() {
-        Platform::Nvidia => rocm_kernels::embedded::nvidia("axpy"),
-        Platform::Amd => rocm_kernels::embedded::amd("axpy"),
-    };
+    let image = rocm_kernels::embedded::image(backend.info().code_objects, "axpy");
     let image = image.expect("the axpy kernel is built (cargo xtask kernels)");
     let kernel = backend.load_module(image).unwrap().function("rf_axpy_f32").unwrap();
     let Some(sizes) = kernel.param_sizes() else {

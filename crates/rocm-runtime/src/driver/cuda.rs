@@ -15,7 +15,7 @@ use super::{
     DeviceDriver, DevicePtr, DriverVersions, InitFailure, RawEvent, RawFunction, RawModule, RawStream,
     aligned_image, c_string, function_not_found, load_once,
 };
-use crate::device::{DeviceInfo, MatrixCores};
+use crate::device::{CodeObjectKind, DeviceInfo, MatrixCores};
 use crate::error::{DriverError, Error, Result};
 use crate::platform::Platform;
 
@@ -166,6 +166,7 @@ impl DeviceDriver for CudaDevice {
         Ok(DeviceInfo {
             ordinal: self.ordinal,
             platform: Platform::Nvidia,
+            code_objects: CodeObjectKind::Nvidia,
             name,
             arch: format!("sm_{major}{minor}"),
             compute_units: a(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
@@ -182,15 +183,25 @@ impl DeviceDriver for CudaDevice {
             total_memory: total as u64,
             pci_bus_id: a(Attr::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
             stream_ordered_memory: self.memory_pools,
-            // mma.sync.m16n8k16 with bf16 inputs needs sm_80 (Ampere) or later.
-            matrix_cores: if major >= 8 { MatrixCores::MmaSync } else { MatrixCores::None },
+            matrix_cores: MatrixCores::for_nvidia_major(major),
         })
     }
 
     fn versions(&self) -> DriverVersions {
         let mut driver = 0;
         let _ = call!(self.lib(), cuDriverGetVersion(&mut driver));
-        DriverVersions { driver, runtime: None }
+        let fallbacks = if self.memory_pools {
+            Vec::new()
+        } else {
+            vec!["the device reports no memory pools: frees wait for their stream".to_string()]
+        };
+        DriverVersions {
+            driver,
+            runtime: None,
+            description: format!("CUDA driver {}.{}", driver / 1000, driver % 1000 / 10),
+            library: rocm_sys::loaded_path(self.lib().lib.cuInit as *const c_void),
+            fallbacks,
+        }
     }
 
     fn mem_info(&self) -> Result<(u64, u64)> {

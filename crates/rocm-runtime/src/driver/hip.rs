@@ -5,7 +5,10 @@
 //! stream-ordered (`hipMallocAsync`/`hipFreeAsync`) where the device supports memory pools.
 
 use std::ffi::{CString, c_void};
+use std::path::PathBuf;
 use std::sync::OnceLock;
+
+use rocm_sys::hip_facts::{self, HipRuntime, HipVersion};
 
 use rocm_sys::hip as sys;
 use rocm_sys::hip::{hipDeviceAttribute_t as Attr, hipError_t};
@@ -14,17 +17,22 @@ use super::{
     DeviceDriver, DevicePtr, DriverVersions, InitFailure, RawEvent, RawFunction, RawModule, RawStream,
     aligned_image, c_string, function_not_found, load_once,
 };
-use crate::device::{DeviceInfo, MatrixCores};
+use crate::device::{CodeObjectKind, DeviceInfo, MatrixCores};
 use crate::error::{DriverError, Error, Result};
 use crate::platform::Platform;
 
 struct Hip {
     lib: sys::HipLibrary,
+    extras: rocm_sys::HipExtras,
+    path: PathBuf,
+    /// What `hipRuntimeGetVersion` reported, decoded: which release's symbols, attributes and
+    /// properties layout apply, and whether the library drives AMD or NVIDIA GPUs.
+    runtime: HipRuntime,
 }
 
 impl std::fmt::Debug for Hip {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("libamdhip64")
+        write!(f, "libamdhip64 ({}, {})", self.runtime, self.path.display())
     }
 }
 
@@ -32,8 +40,22 @@ fn hip() -> Result<&'static Hip> {
     static HIP: OnceLock<Result<Hip, InitFailure>> = OnceLock::new();
     load_once(
         &HIP,
-        // SAFETY: loads the vendor's runtime library; bindings match its headers.
-        || unsafe { rocm_sys::load_hip() }.map(|lib| Hip { lib }),
+        || {
+            // SAFETY: loads the vendor's runtime library; bindings match its headers.
+            let loaded = unsafe { rocm_sys::load_hip() }?;
+            let mut version = 0;
+            // SAFETY: hipRuntimeGetVersion only writes the int; it needs no hipInit first.
+            let r = unsafe { loaded.lib.hipRuntimeGetVersion(&mut version) };
+            let runtime = (r == hipError_t::hipSuccess).then(|| HipRuntime::decode(version)).flatten();
+            let runtime = runtime.ok_or_else(|| rocm_sys::LoadError {
+                library: "HIP runtime (libamdhip64)",
+                tried: vec![(
+                    loaded.path.display().to_string(),
+                    format!("hipRuntimeGetVersion answered {} with {version}", r.0),
+                )],
+            })?;
+            Ok(Hip { lib: loaded.lib, extras: loaded.extras, path: loaded.path, runtime })
+        },
         |hip: &Hip| {
             // SAFETY: hipInit takes flags (must be 0).
             let r = unsafe { hip.lib.hipInit(0) };
@@ -53,7 +75,15 @@ impl Hip {
         };
         Err(Error::Driver(DriverError { platform: Platform::Amd, call, code: result.0, name, description }))
     }
+
+    /// The stream-ordered allocator's entry points, when this release has them.
+    fn pool_entries(&self) -> Option<(MallocAsync, FreeAsync)> {
+        Some((self.extras.malloc_async?, self.extras.free_async?))
+    }
 }
+
+type MallocAsync = unsafe extern "C" fn(*mut *mut c_void, usize, sys::hipStream_t) -> hipError_t;
+type FreeAsync = unsafe extern "C" fn(*mut c_void, sys::hipStream_t) -> hipError_t;
 
 macro_rules! call {
     ($hip:expr, $f:ident($($arg:expr),* $(,)?)) => {{
@@ -72,20 +102,12 @@ pub(crate) fn device_count() -> Result<usize> {
     Ok(count.max(0) as usize)
 }
 
-/// `gfx` target name from HIP's numeric `gcnArch` attribute (the name itself is only in the
-/// device-properties struct, whose layout changed between ROCm 5 and 6).
-fn gfx_name(gcn_arch: i32) -> String {
-    match gcn_arch {
-        910 => "gfx90a".to_string(),
-        n => format!("gfx{n}"),
-    }
-}
-
 #[derive(Debug)]
 pub(crate) struct HipDevice {
     hip: &'static Hip,
     ordinal: i32,
-    memory_pools: bool,
+    /// `None` when allocations are stream-ordered; otherwise why they are not.
+    pool_fallback: Option<String>,
 }
 
 impl HipDevice {
@@ -95,9 +117,34 @@ impl HipDevice {
         if ordinal >= count {
             return Err(Error::DeviceOutOfRange { ordinal, count });
         }
-        let mut this = HipDevice { hip, ordinal: ordinal as i32, memory_pools: false };
-        this.memory_pools = this.attribute(Attr::hipDeviceAttributeMemoryPoolsSupported)? != 0;
+        let mut this = HipDevice { hip, ordinal: ordinal as i32, pool_fallback: None };
+        this.pool_fallback = this.memory_pool_fallback()?;
         Ok(this)
+    }
+
+    /// Why allocations cannot be stream-ordered on this device, or `None` when they can: the
+    /// release must export the allocator and the device must report pools (off by default
+    /// before ROCm 6.2, so 5.x-6.1 users get the synchronise-then-free fallback).
+    fn memory_pool_fallback(&self) -> Result<Option<String>> {
+        let release = self.hip.runtime.api_version();
+        if self.hip.pool_entries().is_none() {
+            let since = hip_facts::symbol("hipMallocAsync").map_or(release, |s| s.since);
+            return Ok(Some(format!(
+                "{} does not export hipMallocAsync/hipFreeAsync (added in HIP {}.{}): frees wait for \
+                 their stream",
+                self.hip.runtime, since.major, since.minor
+            )));
+        }
+        if self.attribute(Attr::hipDeviceAttributeMemoryPoolsSupported)? != 0 {
+            return Ok(None);
+        }
+        let default_since = hip_facts::MEMORY_POOLS_DEFAULT_SINCE;
+        let hint = if matches!(self.hip.runtime, HipRuntime::Amd(v) if !v.at_least(default_since)) {
+            format!(" (pools are on by default from ROCm {}.{})", default_since.major, default_since.minor)
+        } else {
+            String::new()
+        };
+        Ok(Some(format!("the device reports no memory pools{hint}: frees wait for their stream")))
     }
 
     /// Makes this device current on the calling thread, if it is not.
@@ -115,6 +162,47 @@ impl HipDevice {
         call!(self.hip, hipDeviceGetAttribute(&mut value, attr, self.ordinal))?;
         Ok(value)
     }
+
+    /// The device's full target ID (`gfx90a:sramecc+:xnack-`), from the device-properties
+    /// layout of the running release ([`hip_facts::props_layout`]).
+    fn amd_target_id(&self, release: HipVersion) -> Result<String> {
+        let layout = hip_facts::props_layout(release).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "HIP {release} is older than the oldest release rocmforge reads (5.0)"
+            ))
+        })?;
+        let entry = match layout.symbol {
+            "hipGetDevicePropertiesR0600" => self.hip.extras.get_device_properties_r0600,
+            _ => self.hip.extras.get_device_properties,
+        };
+        let entry = entry.ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{} at {} does not export {}, which HIP {}.{} and later provide",
+                self.hip.runtime,
+                self.hip.path.display(),
+                layout.symbol,
+                layout.since.major,
+                layout.since.minor
+            ))
+        })?;
+        // Room for the layout and then some: a release that appended fields still writes only
+        // what its own layout holds, and every layout keeps the name where the table says.
+        let mut props = vec![0u64; (layout.size + 4096).div_ceil(8)];
+        // SAFETY: `props` is larger than the layout this entry point fills.
+        let r = unsafe { entry(props.as_mut_ptr().cast(), self.ordinal) };
+        self.hip.check(layout.symbol, r)?;
+        let bytes: &[u8] = bytemuck::cast_slice(&props);
+        let name = &bytes[layout.gcn_arch_name..layout.gcn_arch_name + hip_facts::GCN_ARCH_NAME_LEN];
+        let name = name.split(|b| *b == 0).next().unwrap_or_default();
+        let name = String::from_utf8_lossy(name).into_owned();
+        if !name.starts_with("gfx") {
+            return Err(Error::InvalidArgument(format!(
+                "{} reported the target name {name:?} for device {}, not a gfx target",
+                self.hip.runtime, self.ordinal
+            )));
+        }
+        Ok(name)
+    }
 }
 
 impl DeviceDriver for HipDevice {
@@ -130,12 +218,40 @@ impl DeviceDriver for HipDevice {
         let mut total = 0usize;
         call!(self.hip, hipDeviceTotalMem(&mut total, self.ordinal))?;
         let a = |attr| self.attribute(attr).map(|v| v.max(0) as u32);
-        let arch = gfx_name(self.attribute(Attr::hipDeviceAttributeGcnArch)?);
+        let (arch, code_objects, matrix_cores) = match self.hip.runtime {
+            HipRuntime::Amd(release) => {
+                let arch = self.amd_target_id(release)?;
+                // CDNA's MFMA. Launchers decide what they run on it: flash attention's `Auto`
+                // keeps the portable kernel until the MFMA kernel has passed the GPU tests on
+                // AMD hardware (`FlashKernel::MatrixCores` runs it, and the GPU tests do).
+                let cores = MatrixCores::for_amd_arch(&arch);
+                (arch, CodeObjectKind::Amd, cores)
+            }
+            // AMD's HIP for NVIDIA: an NVIDIA GPU, named by its compute capability, that
+            // loads NVIDIA code objects through hipModuleLoadData.
+            HipRuntime::NvidiaCuda { .. } => {
+                let major = a(Attr::hipDeviceAttributeComputeCapabilityMajor)?;
+                let minor = a(Attr::hipDeviceAttributeComputeCapabilityMinor)?;
+                (format!("sm_{major}{minor}"), CodeObjectKind::Nvidia, MatrixCores::for_nvidia_major(major))
+            }
+        };
+        let shared_mem_per_block = a(Attr::hipDeviceAttributeMaxSharedMemoryPerBlock)?;
+        // Where the release does not answer the opt-in attribute, a block gets what every
+        // kernel gets: all of the LDS on AMD before 6.0, and on HIP for NVIDIA, whose module
+        // API has no way to opt a kernel in, the 48 KiB of a kernel that did not.
+        let optin = hip_facts::attribute_fact("hipDeviceAttributeSharedMemPerBlockOptin");
+        let optin_answered = optin.is_some_and(|f| f.answered_by(self.hip.runtime));
+        let shared_mem_per_block_optin = if optin_answered {
+            a(Attr::hipDeviceAttributeSharedMemPerBlockOptin)?
+        } else {
+            shared_mem_per_block
+        };
         Ok(DeviceInfo {
             ordinal: self.ordinal as usize,
             platform: Platform::Amd,
+            code_objects,
             name,
-            arch: arch.clone(),
+            arch,
             compute_units: a(Attr::hipDeviceAttributeMultiprocessorCount)?,
             warp_size: a(Attr::hipDeviceAttributeWarpSize)?,
             max_threads_per_block: a(Attr::hipDeviceAttributeMaxThreadsPerBlock)?,
@@ -144,17 +260,13 @@ impl DeviceDriver for HipDevice {
                 a(Attr::hipDeviceAttributeMaxGridDimY)?,
                 a(Attr::hipDeviceAttributeMaxGridDimZ)?,
             ],
-            shared_mem_per_block: a(Attr::hipDeviceAttributeMaxSharedMemoryPerBlock)?,
-            shared_mem_per_block_optin: a(Attr::hipDeviceAttributeSharedMemPerBlockOptin)
-                .or_else(|_| a(Attr::hipDeviceAttributeMaxSharedMemoryPerBlock))?,
+            shared_mem_per_block,
+            shared_mem_per_block_optin,
             l2_cache_bytes: a(Attr::hipDeviceAttributeL2CacheSize)?,
             total_memory: total as u64,
             pci_bus_id: a(Attr::hipDeviceAttributePciBusId)?,
-            stream_ordered_memory: self.memory_pools,
-            // CDNA's MFMA. Launchers decide what they run on it: flash attention's `Auto`
-            // keeps the portable kernel until the MFMA kernel has passed the GPU tests on AMD
-            // hardware (`FlashKernel::MatrixCores` runs it, and the GPU tests do).
-            matrix_cores: MatrixCores::for_amd_arch(&arch),
+            stream_ordered_memory: self.pool_fallback.is_none(),
+            matrix_cores,
         })
     }
 
@@ -162,7 +274,13 @@ impl DeviceDriver for HipDevice {
         let (mut driver, mut runtime) = (0, 0);
         let _ = call!(self.hip, hipDriverGetVersion(&mut driver));
         let runtime = call!(self.hip, hipRuntimeGetVersion(&mut runtime)).ok().map(|()| runtime);
-        DriverVersions { driver, runtime }
+        DriverVersions {
+            driver,
+            runtime,
+            description: self.hip.runtime.to_string(),
+            library: Some(self.hip.path.clone()),
+            fallbacks: self.pool_fallback.iter().cloned().collect(),
+        }
     }
 
     fn mem_info(&self) -> Result<(u64, u64)> {
@@ -207,8 +325,10 @@ impl DeviceDriver for HipDevice {
     fn alloc(&self, bytes: u64, stream: RawStream) -> Result<DevicePtr> {
         self.bind()?;
         let mut ptr: *mut c_void = std::ptr::null_mut();
-        if self.memory_pools {
-            call!(self.hip, hipMallocAsync(&mut ptr, bytes as usize, stream.0.cast()))?;
+        if let (None, Some((malloc_async, _))) = (&self.pool_fallback, self.hip.pool_entries()) {
+            // SAFETY: `ptr` is writable and the stream is live (owned by the caller).
+            let r = unsafe { malloc_async(&mut ptr, bytes as usize, stream.0.cast()) };
+            self.hip.check("hipMallocAsync", r)?;
         } else {
             call!(self.hip, hipMalloc(&mut ptr, bytes as usize))?;
         }
@@ -217,8 +337,10 @@ impl DeviceDriver for HipDevice {
 
     fn free(&self, ptr: DevicePtr, stream: RawStream) -> Result<()> {
         self.bind()?;
-        if self.memory_pools {
-            call!(self.hip, hipFreeAsync(ptr as *mut c_void, stream.0.cast()))
+        if let (None, Some((_, free_async))) = (&self.pool_fallback, self.hip.pool_entries()) {
+            // SAFETY: `ptr` came from hipMallocAsync on this device; the stream is live.
+            let r = unsafe { free_async(ptr as *mut c_void, stream.0.cast()) };
+            self.hip.check("hipFreeAsync", r)
         } else {
             // Without pools a free is immediate: wait for the owning stream's work first.
             self.stream_synchronize(stream)?;
@@ -382,15 +504,5 @@ impl DeviceDriver for HipDevice {
                 std::ptr::null_mut(),
             )
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn gfx_names() {
-        assert_eq!(super::gfx_name(908), "gfx908");
-        assert_eq!(super::gfx_name(910), "gfx90a");
-        assert_eq!(super::gfx_name(1030), "gfx1030");
     }
 }

@@ -50,6 +50,12 @@ pub(crate) type DevicePtr = u64;
 pub(crate) struct DriverVersions {
     pub driver: i32,
     pub runtime: Option<i32>,
+    /// The host library in words: `HIP 6.4.43484`, `CUDA driver 13.0`.
+    pub description: String,
+    /// The file the loader mapped, where it can tell.
+    pub library: Option<std::path::PathBuf>,
+    /// What the runtime does without on this device, and why (one line each).
+    pub fallbacks: Vec<String>,
 }
 
 /// One device of one vendor stack. Implementations bind their device to the calling thread
