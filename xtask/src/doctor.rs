@@ -29,6 +29,9 @@ fn report_devices() {
         }
     };
     println!("platform: {} ({} device(s))", detected.platform, detected.device_count);
+    for skipped in &detected.skipped {
+        println!("  skipped {skipped}");
+    }
     for ordinal in 0..detected.device_count {
         let backend = match Backend::open(ordinal) {
             Ok(b) => b,
@@ -39,6 +42,12 @@ fn report_devices() {
         };
         let i = backend.info();
         println!("device {ordinal}: {} ({}), pci bus {}", i.name, i.arch, i.pci_bus_id);
+        let library = backend.driver_library().map(|p| p.display().to_string()).unwrap_or_else(|| "?".into());
+        println!(
+            "  host API: {} ({library}), loads {} code objects",
+            backend.driver_description(),
+            i.code_objects
+        );
         println!(
             "  compute units {}, warp {}, max threads/block {}, shared memory/block {} ({} opt-in), L2 {}",
             i.compute_units,
@@ -49,12 +58,15 @@ fn report_devices() {
             Bytes(i.l2_cache_bytes as u64)
         );
         let runtime = backend.runtime_version().map(|v| format!(", runtime {v}")).unwrap_or_default();
+        let ordered = if i.stream_ordered_memory { "active" } else { "off" };
         println!(
-            "  driver {}{runtime}, stream-ordered memory: {}, matrix cores: {:?}",
+            "  driver {}{runtime}, stream-ordered memory: {ordered}, matrix cores: {:?}",
             backend.driver_version(),
-            i.stream_ordered_memory,
             i.matrix_cores
         );
+        for fallback in backend.fallbacks() {
+            println!("  fallback: {fallback}");
+        }
         match backend.memory_info() {
             Ok(m) => println!("  memory: free {}, total {}", Bytes(m.free), Bytes(m.total)),
             Err(e) => println!("  memory: unknown ({e})"),

@@ -14,7 +14,7 @@ use std::process::Command;
 use rocm_runtime::Platform;
 
 use crate::Result;
-use crate::kernels;
+use crate::{hip_nvidia, kernels};
 
 /// The nextest archive inside the folder `gpu-archive` writes.
 const ARCHIVE_FILE: &str = "rocmforge-gpu.tar.zst";
@@ -27,7 +27,7 @@ const NEXTEST_PROFILE: &str = "gpu";
 const TEST_GROUP: &str = "gpu";
 const NEXTEST_CONFIG: &str = ".config/nextest.toml";
 
-const TEST_USAGE: &str = "usage: cargo xtask gpu-test [--archive DIR] [--gpus N] [--sanitize[=memcheck,racecheck,synccheck]] [-- nextest args]";
+const TEST_USAGE: &str = "usage: cargo xtask gpu-test [--archive DIR] [--gpus N] [--hip-nvidia] [--sanitize[=memcheck,racecheck,synccheck]] [-- nextest args]";
 const ARCHIVE_USAGE: &str = "usage: cargo xtask gpu-archive [--out DIR] [--platform amd|nvidia|all]";
 
 /// Tells rocm-kernels' build script which platforms' code objects to embed (all when unset).
@@ -42,6 +42,9 @@ struct TestArgs {
     gpus: Option<usize>,
     /// `--sanitize[=TOOLS]`: the vendor checkers to run the GPU tests under.
     sanitize: Vec<String>,
+    /// `--hip-nvidia`: drive the NVIDIA GPU through AMD's HIP for NVIDIA (`cargo xtask
+    /// hip-nvidia`) and the runtime's HIP driver, instead of the CUDA driver.
+    hip_nvidia: bool,
     nextest: Vec<String>,
 }
 
@@ -57,6 +60,8 @@ fn parse_test_args(args: &[String]) -> Result<TestArgs> {
             break;
         } else if let Some(dir) = option_value(arg, "--archive", &mut rest)? {
             out.archive = Some(PathBuf::from(dir));
+        } else if arg == "--hip-nvidia" {
+            out.hip_nvidia = true;
         } else if arg == "--sanitize" {
             out.sanitize = SANITIZERS.iter().map(|t| t.to_string()).collect();
         } else if let Some(tools) = arg.strip_prefix("--sanitize=") {
@@ -78,10 +83,44 @@ fn parse_test_args(args: &[String]) -> Result<TestArgs> {
 
 pub fn test(args: &[String]) -> Result<()> {
     let args = parse_test_args(args)?;
+    if args.hip_nvidia {
+        use_hip_nvidia(args.archive.as_deref())?;
+    }
     match &args.archive {
         None => test_here(&args),
         Some(dir) => test_archive(dir, &args),
     }
+}
+
+/// Points this process, and so the test processes it starts, at the HIP-for-NVIDIA library:
+/// `<archive>/hip-nvidia/` for an archived suite, else `target/hip-nvidia/` (built if missing).
+fn use_hip_nvidia(archive: Option<&Path>) -> Result<()> {
+    let library = match archive {
+        Some(dir) => std::env::current_dir()?.join(dir).join("hip-nvidia").join(hip_nvidia::LIBRARY),
+        None => {
+            let root = crate::workspace_root();
+            let out = hip_nvidia::default_out(&root);
+            let library = out.join(hip_nvidia::LIBRARY);
+            if !library.is_file() {
+                hip_nvidia::build(&root, &hip_nvidia::Inputs::find(&root)?, &out)?;
+            }
+            library
+        }
+    };
+    if !library.is_file() {
+        return Err(format!(
+            "--hip-nvidia: {} is missing (gpu-archive packs it where `cargo xtask hip-nvidia` can build it)",
+            library.display()
+        )
+        .into());
+    }
+    println!("gpu-test: through AMD's HIP for NVIDIA: {}", library.display());
+    // SAFETY: set before any thread is started; the tests inherit them.
+    unsafe {
+        std::env::set_var("ROCMFORGE_PLATFORM", "amd");
+        std::env::set_var(rocm_sys::HIP_LIBRARY_ENV, &library);
+    }
+    Ok(())
 }
 
 /// Builds this machine's kernels and runs the suite with cargo.
@@ -92,7 +131,7 @@ fn test_here(args: &TestArgs) -> Result<()> {
     kernels::build(&[gpu.platform])?;
 
     let gpus = gpu_count(args.gpus, Some(&gpu));
-    let platform = gpu.platform;
+    let platform = if args.hip_nvidia { Platform::Nvidia } else { gpu.platform };
     run_suite(args, platform, || {
         let mut cmd = Command::new(cargo());
         cmd.current_dir(&root)
@@ -135,7 +174,12 @@ fn test_archive(dir: &Path, args: &TestArgs) -> Result<()> {
         Err(why) => eprintln!("gpu-test: {why}\ngpu-test: running the suite anyway; its GPU tests will fail"),
     }
     let gpus = gpu_count(args.gpus, gpu.as_ref().ok());
-    let platform = gpu.as_ref().map(|g| g.platform).unwrap_or(Platform::Nvidia);
+    // The silicon decides the sanitizer: HIP for NVIDIA runs on an NVIDIA GPU.
+    let platform = match &gpu {
+        Ok(_) if args.hip_nvidia => Platform::Nvidia,
+        Ok(gpu) => gpu.platform,
+        Err(_) => Platform::Nvidia,
+    };
     run_suite(args, platform, || {
         let mut cmd = Command::new(&nextest);
         cmd.current_dir(&root)
@@ -480,6 +524,18 @@ pub fn archive(args: &[String]) -> Result<()> {
     copy_exe(&nextest, &out.join("cargo-nextest"))?;
     copy_exe(&xtask, &out.join("xtask"))?;
 
+    // (c2) AMD's HIP for NVIDIA, so an NVIDIA host can run the suite through the HIP driver too
+    // (`gpu-test --hip-nvidia`).
+    let _ = fs::remove_dir_all(out.join("hip-nvidia"));
+    if platforms.contains(&Platform::Nvidia) {
+        match hip_nvidia::Inputs::find(&root) {
+            Ok(inputs) => {
+                hip_nvidia::build(&root, &inputs, &out.join("hip-nvidia"))?;
+            }
+            Err(why) => println!("gpu-archive: leaving out the HIP-for-NVIDIA library: {why}"),
+        }
+    }
+
     // (d) How to run it.
     let shown_dir = out.strip_prefix(&root).unwrap_or(&out).display().to_string();
     fs::write(out.join("README.txt"), readme(&shown_dir, &names, &root))?;
@@ -689,14 +745,23 @@ mod tests {
 
     #[test]
     fn test_args_take_archive_gpus_and_pass_the_rest_through() {
-        let args =
-            parse_test_args(&strings(&["--archive", ".gpu", "--gpus=2", "--", "-E", "--gpus"])).unwrap();
+        let args = parse_test_args(&strings(&[
+            "--archive",
+            ".gpu",
+            "--gpus=2",
+            "--hip-nvidia",
+            "--",
+            "-E",
+            "--gpus",
+        ]))
+        .unwrap();
         assert_eq!(
             args,
             TestArgs {
                 archive: Some(".gpu".into()),
                 gpus: Some(2),
                 sanitize: Vec::new(),
+                hip_nvidia: true,
                 nextest: strings(&["-E", "--gpus"])
             }
         );

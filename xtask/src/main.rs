@@ -6,6 +6,7 @@ mod bench;
 mod bindgen;
 mod doctor;
 mod gpu;
+mod hip_nvidia;
 mod kernels;
 mod lint;
 mod toolchain;
@@ -29,6 +30,8 @@ tasks:
   bench [FILTER...]             time kernels on the GPU: GB/s or TFLOP/s against measured copy bandwidth
   attention-dump DIR            write attention inputs/outputs for scripts/check_attention_torch.py
   bindgen [--check]             regenerate rocm-sys bindings (or check they are current)
+  hip-nvidia [--out DIR]        build a libamdhip64 for NVIDIA GPUs from AMD's HIP-for-NVIDIA headers,
+                                to run the suite through the HIP driver on an NVIDIA machine
   lint                          project rules: no device-wide synchronisation outside rocm-sys
 ";
 
@@ -46,6 +49,7 @@ fn main() {
         "bench" => bench::run(rest),
         "attention-dump" => attention_dump::run(rest),
         "bindgen" => bindgen::run(rest),
+        "hip-nvidia" => hip_nvidia::run(rest),
         "lint" => lint::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
