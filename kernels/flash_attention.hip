@@ -23,7 +23,7 @@
 //     f32 accumulation), chosen by the launcher where the device reports them
 //     (`DeviceInfo::matrix_cores`). On other targets the entry exists but traps: the launcher
 //     never selects it there.
-//   - rf_flash_mfma_<dt>_d<D>: AMD CDNA matrix cores (MFMA 16x16x16, gfx908/90a/94x), the same
+//   - rf_flash_mfma_<dt>_d<D>: AMD CDNA matrix cores (MFMA 16x16x16, gfx908/90a/94x/950), the same
 //     way: built with a body for those targets only, chosen where the device reports MFMA.
 // The softmax runs in the log2 domain: scale_log2 = scale * log2(e), p = exp2(s * scale_log2 - m).
 
@@ -1225,9 +1225,9 @@ RF_FLASH_MMA_ENTRIES(f16, __half)
 RF_FLASH_MMA_ENTRIES(bf16, rf_bf16)
 
 // ---------------------------------------------------------------------------------------------
-// Matrix-core kernel, AMD CDNA (MFMA; gfx908, gfx90a, gfx940-942). W wavefronts of 64 lanes,
-// 16 packed rows each (16 * W a block), 32-key tiles. K and V tiles are staged in LDS as T (rows
-// padded by 16 bytes, zero past the keys and past head_dim); Q stays in registers.
+// Matrix-core kernel, AMD CDNA (MFMA; gfx908, gfx90a, gfx940-942, gfx950). W wavefronts of 64
+// lanes, 16 packed rows each (16 * W a block), 32-key tiles. K and V tiles are staged in LDS as T
+// (rows padded by 16 bytes, zero past the keys and past head_dim); Q stays in registers.
 //
 // v_mfma_f32_16x16x16{f16,bf16_1k} computes D (16 x 16, f32) += A (16 x 16) B (16 x 16). Operand
 // layout (AMD's CDNA3 ISA guide, the ROCm blog "Matrix Core Programming on AMD CDNA3 and CDNA4",
@@ -1248,7 +1248,7 @@ RF_FLASH_MMA_ENTRIES(bf16, rf_bf16)
 // ---------------------------------------------------------------------------------------------
 
 #if RF_PLATFORM_AMD && (defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__) || \
-                        defined(__gfx941__) || defined(__gfx942__))
+                        defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__))
 #define RF_FLASH_MFMA 1
 #else
 #define RF_FLASH_MFMA 0

@@ -70,8 +70,8 @@ pub enum MatrixCores {
     /// NVIDIA `mma.sync` with f16/bf16 inputs and f32 accumulation (sm_80 and later).
     MmaSync,
     /// AMD CDNA MFMA (`v_mfma_f32_16x16x16f16` / `..bf16_1k`, f32 accumulation) on 64-lane
-    /// wavefronts: gfx908 (CDNA 1), gfx90a (CDNA 2), gfx940-gfx942 (CDNA 3), the targets the
-    /// kernels build an MFMA body for.
+    /// wavefronts: gfx908 (CDNA 1), gfx90a (CDNA 2), gfx940-gfx942 (CDNA 3), gfx950 (CDNA 4),
+    /// the targets the kernels build an MFMA body for.
     Mfma,
 }
 
@@ -87,7 +87,7 @@ impl MatrixCores {
     pub fn for_amd_arch(arch: &str) -> MatrixCores {
         let base = arch.split(':').next().unwrap_or("");
         match base {
-            "gfx908" | "gfx90a" | "gfx940" | "gfx941" | "gfx942" => MatrixCores::Mfma,
+            "gfx908" | "gfx90a" | "gfx940" | "gfx941" | "gfx942" | "gfx950" => MatrixCores::Mfma,
             _ => MatrixCores::None,
         }
     }
@@ -99,10 +99,10 @@ mod tests {
 
     #[test]
     fn amd_matrix_cores_by_arch() {
-        for arch in ["gfx908", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx90a:sramecc+:xnack-"] {
+        for arch in ["gfx908", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx950", "gfx90a:sramecc+:xnack-"] {
             assert_eq!(MatrixCores::for_amd_arch(arch), MatrixCores::Mfma, "{arch}");
         }
-        for arch in ["gfx906", "gfx1030", "gfx1100", "gfx950", "", "sm_90"] {
+        for arch in ["gfx906", "gfx1030", "gfx1100", "gfx1201", "", "sm_90"] {
             assert_eq!(MatrixCores::for_amd_arch(arch), MatrixCores::None, "{arch}");
         }
     }

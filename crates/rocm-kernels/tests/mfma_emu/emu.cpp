@@ -1,16 +1,28 @@
-// CPU emulation of the MFMA flash-attention kernels (kernels/flash_attention.hip), for checking
-// them without AMD hardware. Not part of the cargo build or CI: `./run.sh` (this folder) builds
-// and runs it. The .hip file is compiled for the host against the stand-in headers in hip/ with
-// __gfx90a__ (or __gfx908__) defined, so the MFMA body is what runs. Each GPU lane is a fiber
-// (ucontext); blocks run one at a time; __syncthreads is a block barrier; shuffles and MFMA are
-// wavefront operations (64 lanes deposit their operands, meet, read). The MFMA builtins are
-// written from AMD's documented operand layouts, independently of how the kernel uses them:
+// CPU emulation of the flash-attention kernels (kernels/flash_attention.hip), for checking them
+// without AMD hardware. `./run.sh [quick] [TARGET...]` (this folder) builds and runs it;
+// tests/mfma_emu.rs runs `run.sh quick` for each target under cargo test / nextest.
+//
+// The .hip file is compiled for the host against the stand-in headers in hip/ with __HIP__ and
+// the target's __gfx*__ macro defined, and what runs depends on the target:
+//   - MFMA targets (gfx908, gfx90a, gfx942, gfx950): the MFMA kernels (rf_flash_mfma_*), as
+//     64-lane wavefronts; the build fails unless the kernel enables its MFMA body there;
+//   - gfx1100 (RDNA3, no MFMA; the build fails if the kernel enables it there): the portable
+//     kernels (rf_flash_<dt>_d<DMAX>) at 32- and 64-lane wavefronts (RDNA's wave32 and wave64;
+//     CDNA runs them at 64), and rocmforge.h's wavefront helpers at both widths.
+//
+// Each GPU lane is a fiber (ucontext); blocks run one at a time; __syncthreads is a block
+// barrier; shuffles and MFMA are wavefront operations (every lane deposits its operands, the
+// last to arrive computes all the lanes' results, and each lane takes its own). A wavefront
+// operation that not all lanes of a wavefront reach together (divergence) aborts, and so does a
+// barrier no lane can pass (deadlock). The MFMA builtins are written from AMD's documented
+// operand layouts, independently of how the kernel uses them:
 //   16x16x16 (f16, bf16_1k): lane l holds A[l % 16][4 (l / 16) + i], B[4 (l / 16) + i][l % 16],
 //                            D[4 (l / 16) + i][l % 16], i = 0..3;
 //   16x16x8 bf16 (gfx908):   lane l holds A[l % 16][2 (l / 16) + i], B[2 (l / 16) + i][l % 16],
 //                            i = 0..1, D as above.
 // Every case runs against an f64 reference here, with the GPU tests' tolerances; outputs are
-// poisoned (NaN), inputs end at a guard page (an over-read faults).
+// poisoned (NaN), inputs end at a guard page (an over-read faults). EMU_TRANSPOSE_D=1 makes the
+// MFMA emulation use a wrong D layout, to see that the comparison catches it.
 
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -18,8 +30,10 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -27,11 +41,24 @@
 
 #include "hip/hip_runtime.h"
 
+#ifndef EMU_TARGET_NAME
+#error "define EMU_TARGET_NAME (run.sh does: the gfx target, as a string)"
+#endif
+
 emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+int warpSize = 64;
 alignas(16) unsigned char rf_flash_mfma_smem[64 * 1024];
 alignas(16) float rf_flash_smem[64 * 1024];
 
 #include "flash_attention.hip"
+
+// The kernel must enable its MFMA body exactly on the targets that have the instructions.
+#if EMU_HAS_MFMA && !RF_FLASH_MFMA
+#error "kernels/flash_attention.hip does not enable its MFMA body (RF_FLASH_MFMA) for this MFMA target"
+#endif
+#if !EMU_HAS_MFMA && RF_FLASH_MFMA
+#error "kernels/flash_attention.hip enables its MFMA body for a target without MFMA"
+#endif
 
 // ------------------------------------------------------------------------------------------
 // Fibers
@@ -41,37 +68,44 @@ namespace emu {
 
 struct Fiber {
     ucontext_t ctx;
-    std::vector<char> stack;
+    char* stack = nullptr; // kept from block to block
     bool done = false;
 };
+constexpr size_t STACK_BYTES = 256 * 1024;
 
 struct Barrier {
     int expected = 0, arrived = 0;
     unsigned long gen = 0;
 };
 
+// A lane's operands of a wavefront operation, or its result.
+struct Slot {
+    int tag;
+    uint64_t a, b;
+    float c[4];
+};
+
+struct Wave {
+    Barrier barrier;
+    std::vector<Slot> in, out;
+};
+
+static int wave_width = 64; // lanes a wavefront in the current launch
 static ucontext_t sched_ctx;
 static std::vector<Fiber> fibers;
 static int current = -1;
 static unsigned long progress = 0;
 static Barrier block_barrier;
-static std::vector<Barrier> wave_barriers;
+static std::vector<Wave> waves;
 static std::function<void()> body;
-
-// Per wavefront: each lane's deposit for the current wave operation.
-struct Slot {
-    int tag;
-    uint64_t a, b;
-    float c[4];
-    float f;
-};
-static std::vector<std::vector<Slot>> slots;
 
 static void yield() { swapcontext(&fibers[current].ctx, &sched_ctx); }
 
-static void wait(Barrier& b) {
+// Arrives at `b` and waits for the others; the last to arrive runs `last` first.
+template <typename F> static void wait(Barrier& b, F&& last) {
     const unsigned long gen = b.gen;
     if (++b.arrived == b.expected) {
+        last();
         b.arrived = 0;
         ++b.gen;
         ++progress;
@@ -87,20 +121,21 @@ static void entry() {
     swapcontext(&fibers[current].ctx, &sched_ctx);
 }
 
-// Runs one block of `threads` lanes through `kernel`.
+// Runs one block of `threads` lanes through `kernel`, in wavefronts of wave_width lanes.
 static void run_block(int threads, std::function<void()> kernel) {
-    assert(threads % 64 == 0);
+    assert(threads % wave_width == 0);
     body = std::move(kernel);
-    fibers.assign(threads, Fiber{});
+    if ((int)fibers.size() < threads) fibers.resize(threads);
     block_barrier = Barrier{threads, 0, 0};
-    wave_barriers.assign(threads / 64, Barrier{64, 0, 0});
-    slots.assign(threads / 64, std::vector<Slot>(64));
+    waves.assign(threads / wave_width, Wave{Barrier{wave_width, 0, 0}, std::vector<Slot>(wave_width),
+                                            std::vector<Slot>(wave_width)});
     for (int t = 0; t < threads; ++t) {
         Fiber& f = fibers[t];
-        f.stack.resize(256 * 1024);
+        if (!f.stack) f.stack = new char[STACK_BYTES];
+        f.done = false;
         getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack.data();
-        f.ctx.uc_stack.ss_size = f.stack.size();
+        f.ctx.uc_stack.ss_sp = f.stack;
+        f.ctx.uc_stack.ss_size = STACK_BYTES;
         f.ctx.uc_link = nullptr;
         makecontext(&f.ctx, entry, 0);
     }
@@ -123,76 +158,103 @@ static void run_block(int threads, std::function<void()> kernel) {
     current = -1;
 }
 
-// A wavefront operation: deposit, meet, compute from everyone's deposits, meet again.
-template <typename F>
-static void wave_op(int tag, const Slot& mine, F&& read) {
-    const int w = current / 64, l = current % 64;
-    Slot s = mine;
-    s.tag = tag;
-    slots[w][l] = s;
-    wait(wave_barriers[w]);
-    for (int j = 0; j < 64; ++j) {
-        if (slots[w][j].tag != tag) {
-            std::fprintf(stderr, "divergent wave operation: lane %d tag %d, lane %d tag %d\n", l, tag, j,
-                         slots[w][j].tag);
-            std::abort();
+// A wavefront operation: deposit `mine`, meet; the last lane to arrive checks that every lane
+// is at the same operation and runs `compute(in, out)` for all of them; return this lane's out.
+template <typename F> static Slot wave_op(int tag, Slot mine, F&& compute) {
+    const int l = current % wave_width;
+    Wave& w = waves[current / wave_width];
+    mine.tag = tag;
+    w.in[l] = mine;
+    wait(w.barrier, [&] {
+        for (int j = 0; j < wave_width; ++j) {
+            if (w.in[j].tag != tag) {
+                std::fprintf(stderr, "divergent wave operation: lane %d tag %d, lane %d tag %d\n", l, tag, j,
+                             w.in[j].tag);
+                std::abort();
+            }
         }
-    }
-    read(slots[w], l);
-    wait(wave_barriers[w]);
+        compute(w.in, w.out);
+    });
+    return w.out[l];
 }
 
 static float bf16f(uint16_t b) { return __uint_as_float((unsigned)b << 16); }
-static float f16f(uint16_t b) { return __half2float(__ushort_as_half(b)); }
+// binary16 -> f32 by table: the host converts _Float16 in software (libgcc), slowly.
+static const std::vector<float> f16_table = [] {
+    std::vector<float> t(65536);
+    for (unsigned u = 0; u < 65536; ++u) t[u] = __half2float(__ushort_as_half((unsigned short)u));
+    return t;
+}();
+static float f16f(uint16_t b) { return f16_table[b]; }
 
-// D = A B + C for a 16 x 16 x K step; `a_at(lane, e)` is element e of a lane's operand, and
-// lane + 16 (k / E) holds k (E = values a lane).
-template <int E>
-static emu_f32x4 mfma(int tag, uint64_t a, uint64_t b, emu_f32x4 c, float (*cvt)(uint16_t)) {
+// D = A B + C for a 16 x 16 x K step (K = 4 E); element e of a lane's operand is bits
+// 16 e.. of a / b, and lane + 16 (k / E) holds k (E = values a lane).
+template <int E> static emu_f32x4 mfma(int tag, uint64_t a, uint64_t b, emu_f32x4 c, float (*cvt)(uint16_t)) {
+    if (wave_width != 64) {
+        std::fprintf(stderr, "MFMA on a %d-lane wavefront (it needs 64)\n", wave_width);
+        std::abort();
+    }
     Slot s{};
     s.a = a;
     s.b = b;
     for (int i = 0; i < 4; ++i) s.c[i] = c[i];
-    emu_f32x4 d;
-    wave_op(tag, s, [&](const std::vector<Slot>& all, int l) {
-        // EMU_TRANSPOSE_D=1 swaps D's row and column (a deliberately wrong layout, to see that
-        // the comparison catches it).
+    const Slot r = wave_op(tag, s, [&](const std::vector<Slot>& all, std::vector<Slot>& out) {
         static const bool wrong = std::getenv("EMU_TRANSPOSE_D") != nullptr;
-        for (int i = 0; i < 4; ++i) {
-            const int row = wrong ? l % 16 : 4 * (l / 16) + i; // D layout
-            const int col = wrong ? 4 * (l / 16) + i : l % 16;
-            double acc = 0.0;
-            for (int k = 0; k < 4 * E; ++k) {
-                const uint64_t av = all[row + 16 * (k / E)].a; // A[row][k]
-                const uint64_t bv = all[col + 16 * (k / E)].b;      // B[k][col]
-                const int e = k % E;
-                acc += (double)cvt((uint16_t)(av >> (16 * e))) * (double)cvt((uint16_t)(bv >> (16 * e)));
+        // A and B from the lanes' operands: lane l holds A[l % 16][E (l / 16) + e] and
+        // B[E (l / 16) + e][l % 16] in bits 16 e.. (e < E).
+        double A[16][4 * E], Bt[16][4 * E]; // Bt[col][k] = B[k][col]
+        for (int l = 0; l < 64; ++l)
+            for (int e = 0; e < E; ++e) {
+                const int k = E * (l / 16) + e;
+                A[l % 16][k] = cvt((uint16_t)(all[l].a >> (16 * e)));
+                Bt[l % 16][k] = cvt((uint16_t)(all[l].b >> (16 * e)));
             }
-            d[i] = (float)(acc + (double)all[l].c[i]);
+        for (int l = 0; l < 64; ++l) {
+            for (int i = 0; i < 4; ++i) {
+                const int row = wrong ? l % 16 : 4 * (l / 16) + i; // D layout
+                const int col = wrong ? 4 * (l / 16) + i : l % 16;
+                double acc = 0.0;
+                for (int k = 0; k < 4 * E; ++k) acc += A[row][k] * Bt[col][k];
+                out[l].c[i] = (float)(acc + (double)all[l].c[i]);
+            }
         }
     });
+    emu_f32x4 d;
+    for (int i = 0; i < 4; ++i) d[i] = r.c[i];
     return d;
 }
 
 } // namespace emu
 
-void emu_syncthreads() { emu::wait(emu::block_barrier); }
-
-template <typename V> static V shfl(V v, int src_of_lane_xor, bool xor_mode, unsigned delta) {
-    emu::Slot s{};
-    std::memcpy(&s.f, &v, 4);
-    V r;
-    emu::wave_op(xor_mode ? 1000 + src_of_lane_xor : 2000 + (int)delta, s, [&](const std::vector<emu::Slot>& all, int l) {
-        int src = xor_mode ? (l ^ src_of_lane_xor) : l + (int)delta;
-        if (src >= 64) src = l;
-        std::memcpy(&r, &all[src].f, 4);
-    });
-    return r;
+void emu_syncthreads() {
+    emu::wait(emu::block_barrier, [] {});
 }
-float __shfl_xor(float v, int mask) { return shfl(v, mask, true, 0); }
-int __shfl_xor(int v, int mask) { return shfl(v, mask, true, 0); }
-float __shfl_down(float v, unsigned d) { return shfl(v, 0, false, d); }
-int __shfl_down(int v, unsigned d) { return shfl(v, 0, false, d); }
+
+// HIP's __shfl_xor / __shfl_down at width warpSize: a source outside the wavefront gives the
+// lane its own value.
+template <typename V> static V shfl(V v, bool xor_mode, int arg) {
+    static_assert(sizeof(V) == 4, "32-bit shuffles only");
+    emu::Slot s{};
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    s.a = bits;
+    const emu::Slot r =
+        emu::wave_op(xor_mode ? 1000 + arg : 2000 + arg, s, [&](const std::vector<emu::Slot>& in, std::vector<emu::Slot>& out) {
+            const int width = emu::wave_width;
+            for (int l = 0; l < width; ++l) {
+                const int src = xor_mode ? (l ^ arg) : l + arg;
+                out[l].a = in[src >= 0 && src < width ? src : l].a;
+            }
+        });
+    bits = (uint32_t)r.a;
+    V res;
+    std::memcpy(&res, &bits, 4);
+    return res;
+}
+float __shfl_xor(float v, int mask) { return shfl(v, true, mask); }
+int __shfl_xor(int v, int mask) { return shfl(v, true, mask); }
+float __shfl_down(float v, unsigned d) { return shfl(v, false, (int)d); }
+int __shfl_down(int v, unsigned d) { return shfl(v, false, (int)d); }
 
 static uint64_t bits64(const void* p) {
     uint64_t u;
@@ -239,8 +301,15 @@ struct Case {
     bool bhsd;
     float magnitude;
     int splits;       // 1: no split (direct store), else through rf_flash_combine
-    int waves;        // 4 or 1
+    int waves;        // MFMA kernel: 4 or 1 wavefronts a block (the portable kernel has one shape)
     int block_size;   // 0: contiguous; else paged with this block size
+    bool quick;       // also in quick mode
+};
+
+// Which kernel a case runs: the MFMA kernel (64 lanes) or the portable one (at `width` lanes).
+struct Kind {
+    bool mfma;
+    int width;
 };
 
 template <typename T> struct Dt;
@@ -265,10 +334,13 @@ struct Entry {
 };
 #define E(x) {#x, x}
 static const Entry ENTRIES[] = {
-#define DIMS(dt, d) E(rf_flash_mfma_##dt##_d##d##_w4), E(rf_flash_mfma_##dt##_d##d##_w1), \
+#define MFMA_DIMS(dt, d) E(rf_flash_mfma_##dt##_d##d##_w4), E(rf_flash_mfma_##dt##_d##d##_w1), \
     E(rf_flash_mfma_##dt##_d##d##_w4_paged), E(rf_flash_mfma_##dt##_d##d##_w1_paged)
-    DIMS(f16, 64), DIMS(f16, 80), DIMS(f16, 96), DIMS(f16, 128), DIMS(f16, 256),
-    DIMS(bf16, 64), DIMS(bf16, 80), DIMS(bf16, 96), DIMS(bf16, 128), DIMS(bf16, 256),
+    MFMA_DIMS(f16, 64), MFMA_DIMS(f16, 80), MFMA_DIMS(f16, 96), MFMA_DIMS(f16, 128), MFMA_DIMS(f16, 256),
+    MFMA_DIMS(bf16, 64), MFMA_DIMS(bf16, 80), MFMA_DIMS(bf16, 96), MFMA_DIMS(bf16, 128), MFMA_DIMS(bf16, 256),
+#define PORTABLE_DIMS(dt, d) E(rf_flash_##dt##_d##d), E(rf_flash_##dt##_d##d##_paged)
+    PORTABLE_DIMS(f16, 64), PORTABLE_DIMS(f16, 128), PORTABLE_DIMS(f16, 256),
+    PORTABLE_DIMS(bf16, 64), PORTABLE_DIMS(bf16, 128), PORTABLE_DIMS(bf16, 256),
 };
 static Kernel find(const std::string& name) {
     for (const Entry& e : ENTRIES)
@@ -277,8 +349,10 @@ static Kernel find(const std::string& name) {
     std::abort();
 }
 
-// Runs a grid of `threads`-lane blocks.
-static void launch(Kernel k, const rf_flash_params& p, emu_dim3 grid, int threads) {
+// Runs a grid of `threads`-lane blocks in wavefronts of `width` lanes.
+static void launch(Kernel k, const rf_flash_params& p, emu_dim3 grid, int threads, int width) {
+    emu::wave_width = width;
+    warpSize = width;
     gridDim = grid;
     blockDim = emu_dim3{(unsigned)threads, 1, 1};
     for (unsigned z = 0; z < grid.z; ++z)
@@ -291,8 +365,9 @@ static void launch(Kernel k, const rf_flash_params& p, emu_dim3 grid, int thread
 
 static double worst_ratio = 0.0;
 static int failures = 0;
+static int cases_run = 0;
 
-template <typename T> static void run_case(const Case& c, std::mt19937_64& rng) {
+template <typename T> static void run_case(const Case& c, Kind kind, std::mt19937_64& rng) {
     const int B = c.batch, SQ = c.seq_q, HQ = c.q_heads, HKV = c.kv_heads, D = c.head_dim;
     const int group = HQ / HKV;
     const bool paged = c.block_size > 0;
@@ -371,7 +446,7 @@ template <typename T> static void run_case(const Case& c, std::mt19937_64& rng) 
     float* lse = guarded<float>((size_t)B * HQ * SQ);
     for (int i = 0; i < B * HQ * SQ; ++i) lse[i] = NAN;
 
-    // The launcher's split arithmetic.
+    // The launcher's split arithmetic (SPLIT_ALIGN = 64).
     int keys_per_split = ((SK + c.splits - 1) / c.splits + 63) / 64 * 64;
     if (keys_per_split < 64) keys_per_split = 64;
     const int num_splits = std::max(1, (SK + keys_per_split - 1) / keys_per_split);
@@ -421,26 +496,46 @@ template <typename T> static void run_case(const Case& c, std::mt19937_64& rng) 
         p.block_shift = -1;
     }
 
-    int dt = 0;
-    for (int d : {64, 80, 96, 128, 256})
-        if (d >= D) {
-            dt = d;
-            break;
-        }
-    const std::string entry = std::string("rf_flash_mfma_") + Dt<T>::name + "_d" + std::to_string(dt) +
-                              (c.waves == 4 ? "_w4" : "_w1") + (paged ? "_paged" : "");
-    const int rows_per_block = 16 * c.waves;
+    // The launcher's plan (crates/rocm-kernels/src/attention/flash.rs): mfma_plan, or the
+    // portable kernel's 128 threads and 16 rows a block.
+    std::string entry;
+    int rows_per_block, threads;
+    if (kind.mfma) {
+        int dt = 0;
+        for (int d : {64, 80, 96, 128, 256})
+            if (d >= D) {
+                dt = d;
+                break;
+            }
+        entry = std::string("rf_flash_mfma_") + Dt<T>::name + "_d" + std::to_string(dt) + (c.waves == 4 ? "_w4" : "_w1") +
+                (paged ? "_paged" : "");
+        rows_per_block = 16 * c.waves;
+        threads = 64 * c.waves;
+    } else {
+        int dmax = 0;
+        for (int d : {64, 128, 256})
+            if (d >= D) {
+                dmax = d;
+                break;
+            }
+        entry = std::string("rf_flash_") + Dt<T>::name + "_d" + std::to_string(dmax) + (paged ? "_paged" : "");
+        rows_per_block = RF_FLASH_P_ROWS;
+        threads = RF_FLASH_P_THREADS;
+    }
     const unsigned row_blocks = (unsigned)((group * SQ + rows_per_block - 1) / rows_per_block);
-    launch(find(entry), p, emu_dim3{row_blocks, (unsigned)(HKV * num_splits), (unsigned)B}, 64 * c.waves);
+    launch(find(entry), p, emu_dim3{row_blocks, (unsigned)(HKV * num_splits), (unsigned)B}, threads, kind.width);
     if (num_splits > 1) {
         // rf_flash_combine_<dt> over a grid-stride grid of 64-lane blocks.
         const Kernel comb = std::string(Dt<T>::name) == "f16" ? rf_flash_combine_f16 : rf_flash_combine_bf16;
-        launch(comb, p, emu_dim3{4, 1, 1}, 64);
+        launch(comb, p, emu_dim3{4, 1, 1}, 64, kind.width);
     }
 
     // f64 reference and comparison.
+    std::vector<double> kd(kl.size()), vd(vl.size()), qd(D);
+    for (size_t i = 0; i < kl.size(); ++i) kd[i] = Dt<T>::to(kl[i]);
+    for (size_t i = 0; i < vl.size(); ++i) vd[i] = Dt<T>::to(vl[i]);
     double vmax = 0;
-    for (auto x : vl) vmax = std::max(vmax, (double)std::fabs(Dt<T>::to(x)));
+    for (double x : vd) vmax = std::max(vmax, std::fabs(x));
     const double tol = vmax * (4 * Dt<T>::eps + (c.magnitude > 1 ? 2e-3 : 2e-5));
     double worst = 0;
     int bad = 0;
@@ -451,12 +546,14 @@ template <typename T> static void run_case(const Case& c, std::mt19937_64& rng) 
             for (int h = 0; h < HQ; ++h) {
                 const int kh = h / group;
                 const uint16_t* qr = q + b * qs_b + i * qs_s + h * qs_h;
+                for (int d = 0; d < D; ++d) qd[d] = Dt<T>::to(qr[d]);
                 std::vector<double> s;
                 double mx = -INFINITY;
                 for (int j = 0; j < sk; ++j) {
                     if (c.causal && j > i + off) break;
+                    const double* kr = &kd[lidx(b, j, kh, 0)];
                     double dot = 0;
-                    for (int d = 0; d < D; ++d) dot += (double)Dt<T>::to(qr[d]) * Dt<T>::to(kl[lidx(b, j, kh, d)]);
+                    for (int d = 0; d < D; ++d) dot += qd[d] * kr[d];
                     s.push_back(dot * scale);
                     mx = std::max(mx, dot * scale);
                 }
@@ -465,7 +562,7 @@ template <typename T> static void run_case(const Case& c, std::mt19937_64& rng) 
                 const uint16_t* orow = o + b * os_b + i * os_s + h * os_h;
                 for (int d = 0; d < D; ++d) {
                     double want = 0;
-                    for (size_t j = 0; j < s.size(); ++j) want += s[j] * Dt<T>::to(vl[lidx(b, (int)j, kh, d)]);
+                    for (size_t j = 0; j < s.size(); ++j) want += s[j] * vd[lidx(b, (int)j, kh, d)];
                     if (!s.empty()) want /= sum;
                     const double got = Dt<T>::to(orow[d]);
                     const double err = std::fabs(got - want);
@@ -493,50 +590,131 @@ template <typename T> static void run_case(const Case& c, std::mt19937_64& rng) 
                         std::printf("    gap after token %d written\n", i);
     }
     worst_ratio = std::max(worst_ratio, worst);
-    std::printf("%-4s %-32s b%d sq%-4d sk%-4d hq%d hkv%d d%-3d causal%d(%lld) %s mag%-2g splits%d -> %s (worst %.3f of tol)\n",
-                bad ? "FAIL" : "ok", entry.c_str(), B, SQ, SK, HQ, HKV, D, c.causal, c.causal ? offset : 0,
+    ++cases_run;
+    std::printf("%-4s %-32s w%d b%d sq%-4d sk%-4d hq%-2d hkv%d d%-3d causal%d(%lld) %s mag%-2g splits%d -> %s (worst %.3f of tol)\n",
+                bad ? "FAIL" : "ok", entry.c_str(), kind.width, B, SQ, SK, HQ, HKV, D, c.causal, c.causal ? offset : 0,
                 c.bhsd ? "bhsd" : "bshd", c.magnitude, num_splits, bad ? "mismatch" : "match", worst);
+    std::fflush(stdout);
+    if (bad) ++failures;
+}
+
+// rocmforge.h's wavefront helpers (rf_warp_sum, rf_warp_max, rf_shfl_down, rf_lane_id,
+// rf_warp_width) on one 128-lane block of `width`-lane wavefronts, against the CPU. Values are
+// small integers, so every summation order gives the same bits.
+static void check_wave_helpers(int width) {
+    const int threads = 128;
+    std::vector<float> val(threads), sum(threads), mx(threads), down_f(threads);
+    std::vector<int> down_i(threads), lane(threads), wwidth(threads);
+    for (int t = 0; t < threads; ++t) val[t] = (float)((t * 37 + 11) % 101) - 50.0f;
+    emu::wave_width = width;
+    warpSize = width;
+    gridDim = emu_dim3{1, 1, 1};
+    blockDim = emu_dim3{(unsigned)threads, 1, 1};
+    blockIdx = emu_dim3{0, 0, 0};
+    emu::run_block(threads, [&] {
+        const int t = threadIdx.x;
+        sum[t] = rf_warp_sum(val[t]);
+        mx[t] = rf_warp_max(val[t]);
+        down_f[t] = rf_shfl_down(val[t], 5u);
+        down_i[t] = rf_shfl_down(t * 3 + 1, 17u);
+        lane[t] = rf_lane_id();
+        wwidth[t] = (int)rf_warp_width();
+    });
+    int bad = 0;
+    for (int t = 0; t < threads; ++t) {
+        const int w0 = t / width * width, l = t % width;
+        float s = 0.0f, m = -INFINITY;
+        for (int j = w0; j < w0 + width; ++j) s += val[j], m = std::max(m, val[j]);
+        const float df = l + 5 < width ? val[t + 5] : val[t];
+        const int di = l + 17 < width ? (t + 17) * 3 + 1 : t * 3 + 1;
+        if (sum[t] != s || mx[t] != m || down_f[t] != df || down_i[t] != di || lane[t] != l || wwidth[t] != width) {
+            if (bad++ < 5)
+                std::printf("    lane %d: sum %g (want %g) max %g (%g) down %g (%g) %d (%d) lane %d (%d) width %d\n", t,
+                            sum[t], s, mx[t], m, down_f[t], df, down_i[t], di, lane[t], l, wwidth[t]);
+        }
+    }
+    ++cases_run;
+    std::printf("%-4s rocmforge.h wave helpers          w%d (rf_warp_sum, rf_warp_max, rf_shfl_down, rf_lane_id, "
+                "rf_warp_width) -> %s\n",
+                bad ? "FAIL" : "ok", width, bad ? "mismatch" : "match");
     if (bad) ++failures;
 }
 
 int main(int argc, char** argv) {
     std::mt19937_64 rng(0x3fa);
-    const bool quick = argc > 1 && std::string(argv[1]) == "quick";
-    // {batch, seq_q, seq_k, q_heads, kv_heads, head_dim, causal, offset, bhsd, magnitude, splits,
-    //  waves, block_size}
-    std::vector<Case> cases = {
-        {1, 1, 1, 1, 1, 64, 0, 0, false, 1, 1, 4, 0},
-        {3, 17, 17, 3, 3, 64, 1, 0, false, 1, 1, 4, 0},
-        {1, 255, 255, 8, 2, 128, 1, 0, false, 30, 1, 4, 0},
-        {3, 1, 255, 8, 1, 128, 0, 0, false, 1, 1, 1, 0},    // decode, GQA 8, one wavefront
-        {3, 1, 255, 8, 1, 128, 0, 0, false, 1, 3, 4, 0},    // the same through 3 splits
-        {1, 255, 255, 5, 5, 80, 1, 0, true, 1, 1, 4, 0},
-        {1, 17, 300, 8, 1, 96, 1, 0, false, 1, 1, 4, 0},    // chunked prefill, GQA 8
-        {2, 17, 255, 4, 1, 256, 0, 0, false, 30, 2, 4, 0},  // head_dim 256, splits
-        {1, 33, 20, 2, 2, 64, 1, 0, false, 1, 1, 4, 0},     // more queries than keys
-        {1, 7, 9, 2, 1, 40, 2, 3, true, 1, 1, 4, 0},        // explicit offset, padded dim
-        {2, 1, 255, 32, 4, 128, 1, 0, false, 30, 1, 1, 0},  // decode, GQA 8, magnitude 30
-        {3, 255, 17, 4, 4, 64, 2, -200, false, 1, 1, 4, 0}, // negative offset: masked rows
-        {2, 2, 300, 6, 1, 80, 1, 0, false, 1, 1, 4, 0},     // MQA
-        {1, 3, 255, 4, 1, 96, 0, 0, false, 30, 1, 1, 0},
-        {1, 1, 1, 4, 4, 128, 1, 0, true, 1, 1, 1, 0},
-        // Paged (shuffled block table; per-batch lengths seq_k - 37 b).
-        {3, 1, 200, 8, 1, 128, 1, 0, false, 1, 1, 1, 16},
-        {2, 3, 150, 4, 2, 64, 1, 0, false, 1, 2, 4, 16},
-        {2, 17, 100, 6, 1, 80, 0, 0, false, 1, 1, 4, 12},   // block size not a power of two
-        {2, 1, 90, 4, 1, 256, 1, 0, false, 30, 1, 1, 32},
-    };
-    if (quick) cases.resize(4);
-    for (const Case& c : cases) {
-        run_case<__half>(c, rng);
-        run_case<rf_bf16>(c, rng);
+    bool quick = false;
+    for (int i = 1; i < argc; ++i) {
+        if (std::string(argv[i]) == "quick") {
+            quick = true;
+        } else {
+            std::fprintf(stderr, "usage: %s [quick]\n", argv[0]);
+            return 2;
+        }
     }
-    std::printf("%s: %d failures, worst error %.3f of the tolerance\n",
+    // {batch, seq_q, seq_k, q_heads, kv_heads, head_dim, causal, offset, bhsd, magnitude, splits,
+    //  waves, block_size, quick}
+    const std::vector<Case> mfma_cases = {
+        {1, 1, 1, 1, 1, 64, 0, 0, false, 1, 1, 4, 0, true},
+        {3, 17, 17, 3, 3, 64, 1, 0, false, 1, 1, 4, 0, true},
+        {1, 255, 255, 8, 2, 128, 1, 0, false, 30, 1, 4, 0, false},
+        {1, 100, 100, 8, 2, 128, 1, 0, false, 30, 1, 4, 0, true}, // the same, smaller, for quick
+        {3, 1, 255, 8, 1, 128, 0, 0, false, 1, 1, 1, 0, true},    // decode, GQA 8, one wavefront
+        {3, 1, 255, 8, 1, 128, 0, 0, false, 1, 3, 4, 0, true},    // the same through 3 splits
+        {1, 255, 255, 5, 5, 80, 1, 0, true, 1, 1, 4, 0, false},
+        {1, 17, 300, 8, 1, 96, 1, 0, false, 1, 1, 4, 0, false},   // chunked prefill, GQA 8
+        {2, 17, 255, 4, 1, 256, 0, 0, false, 30, 2, 4, 0, false}, // head_dim 256, splits
+        {1, 33, 20, 2, 2, 64, 1, 0, false, 1, 1, 4, 0, false},    // more queries than keys
+        {1, 7, 9, 2, 1, 40, 2, 3, true, 1, 1, 4, 0, true},        // explicit offset, padded dim
+        {2, 1, 255, 32, 4, 128, 1, 0, false, 30, 1, 1, 0, false}, // decode, GQA 8, magnitude 30
+        {3, 255, 17, 4, 4, 64, 2, -200, false, 1, 1, 4, 0, false}, // negative offset: masked rows
+        {2, 2, 300, 6, 1, 80, 1, 0, false, 1, 1, 4, 0, false},    // MQA
+        {1, 3, 255, 4, 1, 96, 0, 0, false, 30, 1, 1, 0, false},
+        {1, 1, 1, 4, 4, 128, 1, 0, true, 1, 1, 1, 0, false},
+        // Paged (shuffled block table; per-batch lengths seq_k - 37 b).
+        {3, 1, 200, 8, 1, 128, 1, 0, false, 1, 1, 1, 16, true},
+        {2, 3, 150, 4, 2, 64, 1, 0, false, 1, 2, 4, 16, false},
+        {2, 17, 100, 6, 1, 80, 0, 0, false, 1, 1, 4, 12, true},   // block size not a power of two
+        {2, 1, 90, 4, 1, 256, 1, 0, false, 30, 1, 1, 32, false},
+    };
+    // The portable kernel (16 rows a block of 128 threads, 32-key tiles; any head_dim).
+    const std::vector<Case> portable_cases = {
+        {3, 17, 17, 3, 3, 64, 1, 0, false, 1, 1, 4, 0, true},
+        {1, 40, 100, 4, 2, 128, 1, 0, false, 30, 1, 4, 0, true},  // several tiles and row blocks, GQA 2
+        {3, 1, 255, 8, 1, 128, 0, 0, false, 1, 3, 4, 0, true},    // decode, GQA 8, 3 splits
+        {1, 7, 9, 2, 1, 33, 2, 3, true, 1, 1, 4, 0, true},        // odd head_dim, explicit offset
+        {3, 255, 17, 4, 4, 64, 2, -200, false, 1, 1, 4, 0, false}, // negative offset: masked rows
+        {2, 17, 255, 4, 1, 256, 0, 0, false, 30, 2, 4, 0, false}, // head_dim 256, splits
+        {2, 2, 300, 6, 1, 80, 1, 0, false, 1, 1, 4, 0, false},    // MQA
+        {3, 1, 200, 8, 1, 128, 1, 0, false, 1, 1, 1, 16, true},   // paged decode
+        {2, 17, 100, 6, 1, 80, 0, 0, false, 1, 1, 4, 12, false},  // paged, block size 12
+    };
+    std::string what;
+#if RF_FLASH_MFMA
+    what = "MFMA kernel, wave64";
 #if defined(__gfx908__)
-                "gfx908 (bf16 as two 16x16x8 steps)",
-#else
-                "gfx90a",
+    what += ", bf16 as two 16x16x8 steps";
 #endif
-                failures, worst_ratio);
+    for (const Case& c : mfma_cases) {
+        if (quick && !c.quick) continue;
+        run_case<__half>(c, Kind{true, 64}, rng);
+        run_case<rf_bf16>(c, Kind{true, 64}, rng);
+    }
+#else
+    what = "portable kernel and wave helpers, wave32 and wave64";
+    for (int width : {32, 64}) {
+        check_wave_helpers(width);
+        for (const Case& c : portable_cases) {
+            if (quick && !c.quick) continue;
+            run_case<__half>(c, Kind{false, width}, rng);
+            run_case<rf_bf16>(c, Kind{false, width}, rng);
+        }
+    }
+#endif
+    std::printf("%s (%s): %d checks, %d failures, worst error %.3f of the tolerance\n", EMU_TARGET_NAME, what.c_str(),
+                cases_run, failures, worst_ratio);
+    if (cases_run == 0) {
+        std::printf("no checks ran\n");
+        return 1;
+    }
     return failures ? 1 : 0;
 }

@@ -1,15 +1,93 @@
 #!/bin/sh
-# Builds and runs the CPU emulation of the MFMA flash-attention kernels (see emu.cpp), once as
-# gfx90a (16x16x16 f16 / bf16_1k) and once as gfx908 (bf16 as two 16x16x8 steps).
-# Usage: crates/rocm-kernels/tests/mfma_emu/run.sh [quick]   (needs clang++ with _Float16)
-set -e
+# Builds and runs the CPU emulation of the flash-attention kernels (see emu.cpp), once per target:
+#   gfx908   MFMA kernel, bf16 as two 16x16x8 steps
+#   gfx90a   MFMA kernel, 16x16x16 f16 / bf16_1k
+#   gfx942   MFMA kernel (CDNA3), as gfx90a
+#   gfx950   MFMA kernel (CDNA4), as gfx942
+#   gfx1100  no MFMA (RDNA3): the portable kernel and rocmforge.h's wave helpers at wave32 and wave64
+# Usage: crates/rocm-kernels/tests/mfma_emu/run.sh [quick] [TARGET...]   (default: all targets)
+# Needs clang (ext_vector_type, _Float16 on the host: clang 15 or newer on x86-64): $CXX if that
+# is clang, else clang++, else the newest clang++-NN on PATH. Binaries go to $MFMA_EMU_OUT, else
+# ${CARGO_TARGET_DIR:-target}/mfma_emu. Optimisation: $MFMA_EMU_OPT, else -O0 for quick (the build
+# dominates there) and -O1 for the full run (every level gives the same results).
+# Exit status: 0 only if every target built and passed.
+set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../../.." && pwd)
-out=${CARGO_TARGET_DIR:-$root/target}/mfma_emu
-mkdir -p "$out"
-CXX=${CXX:-clang++}
-for arch in gfx90a gfx908; do
-    $CXX -std=c++17 -O2 -Wall -Wno-unused-function -D__HIP__ -D__${arch}__ -I"$here" -I"$root/kernels" \
-        -I"$root/kernels/include" -o "$out/emu_$arch" "$here/emu.cpp"
-    "$out/emu_$arch" "$@"
+out=${MFMA_EMU_OUT:-${CARGO_TARGET_DIR:-$root/target}/mfma_emu}
+all_targets="gfx908 gfx90a gfx942 gfx950 gfx1100"
+
+mode=
+targets=
+for arg in "$@"; do
+    case $arg in
+    quick) mode=quick ;;
+    gfx908 | gfx90a | gfx942 | gfx950 | gfx1100) targets="$targets $arg" ;;
+    *)
+        echo "run.sh: unknown argument '$arg' (usage: run.sh [quick] [TARGET...], targets: $all_targets)" >&2
+        exit 2
+        ;;
+    esac
 done
+targets=${targets:-$all_targets}
+if [ "$mode" = quick ]; then opt=${MFMA_EMU_OPT:--O0}; else opt=${MFMA_EMU_OPT:--O1}; fi
+
+is_clang() {
+    "$1" --version 2>/dev/null | grep -qi clang
+}
+
+# The compiler: $CXX if it is clang, else clang++, else the newest clang++-NN on PATH.
+cxx=
+if [ -n "${CXX:-}" ]; then
+    if is_clang "$CXX"; then
+        cxx=$CXX
+    else
+        echo "run.sh: CXX=$CXX is not clang (the emulation needs clang's ext_vector_type and _Float16); looking for clang++" >&2
+    fi
+fi
+if [ -z "$cxx" ] && command -v clang++ >/dev/null 2>&1 && is_clang clang++; then
+    cxx=clang++
+fi
+if [ -z "$cxx" ]; then
+    best=0
+    old_ifs=$IFS
+    IFS=:
+    for dir in $PATH; do
+        IFS=$old_ifs
+        for candidate in "${dir:-.}"/clang++-[0-9]*; do
+            [ -x "$candidate" ] || continue
+            version=${candidate##*/clang++-}
+            case $version in *[!0-9]*) continue ;; esac
+            if [ "$version" -gt "$best" ] && is_clang "$candidate"; then
+                best=$version
+                cxx=$candidate
+            fi
+        done
+    done
+    IFS=$old_ifs
+fi
+if [ -z "$cxx" ]; then
+    cat >&2 <<EOF
+run.sh: no clang C++ compiler found: set CXX to a clang++ (15 or newer on x86-64), or put clang++
+or clang++-NN on PATH (Debian/Ubuntu: apt-get install clang, or hipcc, which brings clang++-NN).
+EOF
+    exit 127
+fi
+echo "run.sh: compiler $cxx ($("$cxx" --version | head -n 1))"
+
+mkdir -p "$out"
+status=0
+for arch in $targets; do
+    echo "== $arch${mode:+ ($mode)}"
+    if ! "$cxx" -std=c++17 $opt -Wall -Wno-unused-function -D__HIP__ -D__${arch}__ -DEMU_TARGET_NAME="\"$arch\"" \
+        -I"$here" -I"$root/kernels" -I"$root/kernels/include" -o "$out/emu_$arch" "$here/emu.cpp"; then
+        echo "run.sh: $arch: build failed" >&2
+        status=1
+        continue
+    fi
+    if ! "$out/emu_$arch" $mode; then
+        echo "run.sh: $arch: FAILED" >&2
+        status=1
+    fi
+done
+exit $status

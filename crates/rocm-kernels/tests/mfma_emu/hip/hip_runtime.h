@@ -1,6 +1,6 @@
 // Stand-in for HIP's hip_runtime.h: compiles kernels/*.hip for the host, one fiber per GPU lane
 // (../emu.cpp runs them). Only what kernels/include/rocmforge.h and
-// kernels/flash_attention.hip use on AMD.
+// kernels/flash_attention.hip use on AMD. The target is the __gfx*__ macro run.sh defines.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -11,17 +11,22 @@
 #define __host__
 #define __forceinline__ inline
 #define __shared__
-#define __launch_bounds__(n)
+// (max threads) or (max threads, min blocks a CU): the kernels use both forms.
+#define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 
 struct emu_dim3 {
     unsigned x, y, z;
 };
 extern emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
-constexpr int warpSize = 64;
+// The wavefront width of the launch being emulated (64 for MFMA; 32 or 64 for the portable
+// kernels). A variable, as on current HIP, where warpSize is not a compile-time constant.
+extern int warpSize;
 
 void emu_syncthreads();
 #define __syncthreads() emu_syncthreads()
+// HIP's shuffles at their default width (warpSize): a source lane outside the wavefront gives
+// the lane its own value.
 float __shfl_xor(float v, int mask);
 int __shfl_xor(int v, int mask);
 float __shfl_down(float v, unsigned delta);
@@ -65,7 +70,12 @@ inline __half __float2half(float x) {
 inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
 inline unsigned short __half_as_ushort(__half h) { return h.bits; }
 
-// MFMA, implemented in ../emu.cpp from AMD's documented operand layouts.
+// MFMA, implemented in ../emu.cpp from AMD's documented operand layouts. Each builtin is
+// defined only for the targets that have the instruction, so a kernel that uses one elsewhere
+// fails to compile here as it would with hipcc:
+//   v_mfma_f32_16x16x16f16:      gfx908, gfx90a, gfx940-942, gfx950;
+//   v_mfma_f32_16x16x16bf16_1k:  gfx90a, gfx940-942, gfx950 (CDNA3/4 name it v_mfma_f32_16x16x16_bf16);
+//   v_mfma_f32_16x16x8bf16:      gfx908 and gfx90a only (CDNA3 kept only the _1k bf16 forms).
 typedef float emu_f32x4 __attribute__((ext_vector_type(4)));
 typedef _Float16 emu_f16x4 __attribute__((ext_vector_type(4)));
 typedef short emu_i16x4 __attribute__((ext_vector_type(4)));
@@ -73,6 +83,17 @@ typedef short emu_i16x2 __attribute__((ext_vector_type(2)));
 emu_f32x4 emu_mfma_f32_16x16x16f16(emu_f16x4 a, emu_f16x4 b, emu_f32x4 c, int cbsz, int abid, int blgp);
 emu_f32x4 emu_mfma_f32_16x16x16bf16_1k(emu_i16x4 a, emu_i16x4 b, emu_f32x4 c, int cbsz, int abid, int blgp);
 emu_f32x4 emu_mfma_f32_16x16x8bf16(emu_i16x2 a, emu_i16x2 b, emu_f32x4 c, int cbsz, int abid, int blgp);
+
+#if defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || \
+    defined(__gfx942__) || defined(__gfx950__)
+#define EMU_HAS_MFMA 1
 #define __builtin_amdgcn_mfma_f32_16x16x16f16 emu_mfma_f32_16x16x16f16
+#else
+#define EMU_HAS_MFMA 0
+#endif
+#if EMU_HAS_MFMA && !defined(__gfx908__)
 #define __builtin_amdgcn_mfma_f32_16x16x16bf16_1k emu_mfma_f32_16x16x16bf16_1k
+#endif
+#if defined(__gfx908__) || defined(__gfx90a__)
 #define __builtin_amdgcn_mfma_f32_16x16x8bf16 emu_mfma_f32_16x16x8bf16
+#endif

@@ -1,0 +1,83 @@
+//! The CPU emulation of the AMD flash-attention kernels (`tests/mfma_emu/`, see `emu.cpp` there):
+//! `run.sh quick <target>` for each target it knows, one test per target. Without AMD hardware
+//! this is the only check of the MFMA kernel (and of the portable kernel at 32-lane wavefronts).
+//!
+//! It needs a clang C++ compiler on the machine (run.sh takes `$CXX`, `clang++` or the newest
+//! `clang++-NN` on PATH; CI gets clang with the `hipcc` package). Without one these tests fail,
+//! saying so: they never pass by skipping.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+/// `crates/rocm-kernels`: at run time when the runner says (nextest, also for an archive run
+/// elsewhere with `--workspace-remap`), else where it was built.
+fn package_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.join("tests/mfma_emu/run.sh").is_file())
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// Where the emulator binaries go: cargo's scratch folder for integration tests, or the system
+/// temporary folder when that is not on this machine (an archived suite).
+fn out_dir() -> PathBuf {
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let base = if tmp.is_dir() { tmp } else { std::env::temp_dir() };
+    base.join("mfma_emu")
+}
+
+fn emulate(target: &str) {
+    let script = package_dir().join("tests/mfma_emu/run.sh");
+    let started = Instant::now();
+    let output = Command::new("sh")
+        .arg(&script)
+        .args(["quick", target])
+        .env("MFMA_EMU_OUT", out_dir())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `sh {}`: {e}", script.display()));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Captured: shown for a failure (and with --no-capture).
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    println!("{target}: {:.1} s", started.elapsed().as_secs_f64());
+    assert!(
+        output.status.success(),
+        "`sh {} quick {target}` failed ({}); its output is above. Last lines of stderr:\n{}",
+        script.display(),
+        output.status,
+        stderr.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+    );
+    // The emulator's summary: it ran checks and none failed (not merely a zero exit status).
+    let summary = stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("{target} (")))
+        .unwrap_or_else(|| panic!("no `{target} (...)` summary line in the output above"));
+    assert!(summary.contains(" 0 failures") && !summary.contains(": 0 checks"), "{summary}");
+}
+
+#[test]
+fn mfma_gfx908() {
+    emulate("gfx908");
+}
+
+#[test]
+fn mfma_gfx90a() {
+    emulate("gfx90a");
+}
+
+#[test]
+fn mfma_gfx942() {
+    emulate("gfx942");
+}
+
+#[test]
+fn mfma_gfx950() {
+    emulate("gfx950");
+}
+
+#[test]
+fn portable_wave32_and_wave64_gfx1100() {
+    emulate("gfx1100");
+}
