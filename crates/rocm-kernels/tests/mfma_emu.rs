@@ -58,26 +58,26 @@ fn emulate(target: &str) {
 }
 
 #[test]
-fn mfma_gfx908() {
+fn emulated_mfma_gfx908() {
     emulate("gfx908");
 }
 
 #[test]
-fn mfma_gfx90a() {
+fn emulated_mfma_gfx90a() {
     emulate("gfx90a");
 }
 
 #[test]
-fn mfma_gfx942() {
+fn emulated_mfma_gfx942() {
     emulate("gfx942");
 }
 
 #[test]
-fn mfma_gfx950() {
+fn emulated_mfma_gfx950() {
     emulate("gfx950");
 }
 
 #[test]
-fn portable_wave32_and_wave64_gfx1100() {
+fn emulated_portable_wave32_and_wave64_gfx1100() {
     emulate("gfx1100");
 }

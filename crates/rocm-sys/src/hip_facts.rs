@@ -202,8 +202,8 @@ pub const HIP_ATTRIBUTES: &[AttributeFact] = &[
     attribute("hipDeviceAttributePciBusId", 67, true, true),
     attribute("hipDeviceAttributeMaxSharedMemoryPerBlock", 74, true, true),
     // No case for it before 6.0 (the 5.x properties have no such field; AMD gives a block all
-    // of the LDS anyway). HIP 5.2 for NVIDIA has none either, so a block there gets the 48 KiB
-    // every kernel may use without opting in.
+    // of the LDS anyway). HIP 5.2 for NVIDIA has none either (nor a call to opt a module kernel
+    // in), so the runtime asks the CUDA driver there.
     AttributeFact {
         name: "hipDeviceAttributeSharedMemPerBlockOptin",
         value: 75,

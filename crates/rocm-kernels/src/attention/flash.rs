@@ -453,7 +453,41 @@ fn plan<T: Dtype>(
             mma_fits().map_err(|why| crate::KernelError::Shape { kernel: super::KERNEL, message: why })?,
         ),
     };
-    Ok(match mma {
+    let chosen = kernel_plan::<T>(stream, attn, kernel, splits, paged, mma);
+    // A device (or host API) may give a block less shared memory than a plan needs: HIP for
+    // NVIDIA cannot opt a module kernel in past 48 KiB. `Auto` then takes the portable kernel.
+    let limit = info.shared_mem_per_block_optin;
+    let chosen = match chosen {
+        plan if plan.shared_mem_bytes <= limit => plan,
+        _ if kernel == FlashKernel::Auto && mma.is_some() => {
+            kernel_plan::<T>(stream, attn, kernel, splits, paged, None)
+        }
+        plan => plan,
+    };
+    if chosen.shared_mem_bytes > limit {
+        return Err(crate::KernelError::Shape {
+            kernel: super::KERNEL,
+            message: format!(
+                "`{}` needs {} bytes of shared memory a block; {} ({}) allows {limit}",
+                chosen.entry, chosen.shared_mem_bytes, info.name, info.arch
+            ),
+        });
+    }
+    Ok(chosen)
+}
+
+/// The plan of the kernel `mma` selects: the matrix-core kernel at padded head_dim `dt`, or the
+/// portable one for `None`.
+fn kernel_plan<T: Dtype>(
+    stream: &Stream,
+    attn: &Attention,
+    kernel: FlashKernel,
+    splits: Option<usize>,
+    paged: bool,
+    mma: Option<usize>,
+) -> Plan {
+    let info = stream.backend().info();
+    match mma {
         Some(dt) if info.matrix_cores == MatrixCores::Mfma => {
             mfma_plan(T::NAME, dt, attn.group() * attn.seq_q, paged, size_of::<T>())
         }
@@ -462,7 +496,7 @@ fn plan<T: Dtype>(
             if kernel != FlashKernel::MmaSync
                 && let Some(plan) = warpgroup_plan::<T>(stream, dt, rows, paged)
             {
-                return Ok(plan);
+                return plan;
             }
             let variant =
                 if paged { MmaVariant::choose_paged(dt, rows) } else { MmaVariant::choose(dt, rows) };
@@ -493,7 +527,7 @@ fn plan<T: Dtype>(
                 blocks_per_cu: 2,
             }
         }
-    })
+    }
 }
 
 /// The warpgroup kernel (`wgmma`, sm_90a only, `rf_flash_wgmma_<T>_d<64|128>`): prefill (more

@@ -81,6 +81,32 @@ pub(crate) fn device_count() -> Result<usize> {
     Ok(count.max(0) as usize)
 }
 
+/// What AMD's HIP for NVIDIA cannot do through HIP, done through the CUDA driver on the same
+/// objects (there a `hipFunction_t` is a `CUfunction` and a HIP device ordinal a CUDA one).
+/// HIP's module API has no call to let a kernel use more than 48 KiB of shared memory, and its
+/// `hipDeviceGetAttribute` does not answer the opt-in limit; every other call stays HIP's.
+pub(crate) mod for_hip {
+    use super::*;
+
+    /// The shared memory a block of device `ordinal` may opt in to.
+    pub(crate) fn shared_mem_per_block_optin(ordinal: usize) -> Result<u32> {
+        let cuda = cuda()?;
+        let mut device = 0;
+        call!(cuda, cuDeviceGet(&mut device, ordinal as i32))?;
+        let mut value = 0;
+        let attr = Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN;
+        call!(cuda, cuDeviceGetAttribute(&mut value, attr, device))?;
+        Ok(value.max(0) as u32)
+    }
+
+    /// Lets `function` (a `CUfunction` behind HIP's handle) use `bytes` of dynamic shared memory.
+    pub(crate) fn set_max_dynamic_shared(function: RawFunction, bytes: u32) -> Result<()> {
+        let cuda = cuda()?;
+        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        call!(cuda, cuFuncSetAttribute(function.0.cast(), attr, bytes as i32))
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct CudaDevice {
     cuda: &'static Cuda,

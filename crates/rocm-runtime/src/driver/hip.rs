@@ -102,6 +102,31 @@ pub(crate) fn device_count() -> Result<usize> {
     Ok(count.max(0) as usize)
 }
 
+/// Why allocations cannot be stream-ordered, or `None` when they can: the release must export
+/// the allocator (`exported`) and the device must report memory pools (`pools`; off by default
+/// before ROCm 6.2, so 5.x-6.1 users get the synchronise-then-free fallback).
+fn pool_fallback(runtime: HipRuntime, exported: bool, pools: bool) -> Option<String> {
+    if !exported {
+        let since = hip_facts::symbol("hipMallocAsync").map(|s| s.since).unwrap_or(runtime.api_version());
+        return Some(format!(
+            "{runtime} does not export hipMallocAsync/hipFreeAsync (added in HIP {}.{}): frees wait \
+             for their stream",
+            since.major, since.minor
+        ));
+    }
+    if pools {
+        return None;
+    }
+    let default_since = hip_facts::MEMORY_POOLS_DEFAULT_SINCE;
+    let hint = match runtime {
+        HipRuntime::Amd(v) if !v.at_least(default_since) => {
+            format!(" (pools are on by default from ROCm {}.{})", default_since.major, default_since.minor)
+        }
+        _ => String::new(),
+    };
+    Some(format!("the device reports no memory pools{hint}: frees wait for their stream"))
+}
+
 #[derive(Debug)]
 pub(crate) struct HipDevice {
     hip: &'static Hip,
@@ -122,29 +147,11 @@ impl HipDevice {
         Ok(this)
     }
 
-    /// Why allocations cannot be stream-ordered on this device, or `None` when they can: the
-    /// release must export the allocator and the device must report pools (off by default
-    /// before ROCm 6.2, so 5.x-6.1 users get the synchronise-then-free fallback).
+    /// Why allocations cannot be stream-ordered on this device, or `None` when they can.
     fn memory_pool_fallback(&self) -> Result<Option<String>> {
-        let release = self.hip.runtime.api_version();
-        if self.hip.pool_entries().is_none() {
-            let since = hip_facts::symbol("hipMallocAsync").map_or(release, |s| s.since);
-            return Ok(Some(format!(
-                "{} does not export hipMallocAsync/hipFreeAsync (added in HIP {}.{}): frees wait for \
-                 their stream",
-                self.hip.runtime, since.major, since.minor
-            )));
-        }
-        if self.attribute(Attr::hipDeviceAttributeMemoryPoolsSupported)? != 0 {
-            return Ok(None);
-        }
-        let default_since = hip_facts::MEMORY_POOLS_DEFAULT_SINCE;
-        let hint = if matches!(self.hip.runtime, HipRuntime::Amd(v) if !v.at_least(default_since)) {
-            format!(" (pools are on by default from ROCm {}.{})", default_since.major, default_since.minor)
-        } else {
-            String::new()
-        };
-        Ok(Some(format!("the device reports no memory pools{hint}: frees wait for their stream")))
+        let exported = self.hip.pool_entries().is_some();
+        let pools = exported && self.attribute(Attr::hipDeviceAttributeMemoryPoolsSupported)? != 0;
+        Ok(pool_fallback(self.hip.runtime, exported, pools))
     }
 
     /// Makes this device current on the calling thread, if it is not.
@@ -236,15 +243,18 @@ impl DeviceDriver for HipDevice {
             }
         };
         let shared_mem_per_block = a(Attr::hipDeviceAttributeMaxSharedMemoryPerBlock)?;
-        // Where the release does not answer the opt-in attribute, a block gets what every
-        // kernel gets: all of the LDS on AMD before 6.0, and on HIP for NVIDIA, whose module
-        // API has no way to opt a kernel in, the 48 KiB of a kernel that did not.
         let optin = hip_facts::attribute_fact("hipDeviceAttributeSharedMemPerBlockOptin");
-        let optin_answered = optin.is_some_and(|f| f.answered_by(self.hip.runtime));
-        let shared_mem_per_block_optin = if optin_answered {
-            a(Attr::hipDeviceAttributeSharedMemPerBlockOptin)?
-        } else {
-            shared_mem_per_block
+        let shared_mem_per_block_optin = match self.hip.runtime {
+            _ if optin.is_some_and(|f| f.answered_by(self.hip.runtime)) => {
+                a(Attr::hipDeviceAttributeSharedMemPerBlockOptin)?
+            }
+            // HIP for NVIDIA answers neither this nor the opt-in call: the CUDA driver does,
+            // on the same device and kernels (`function_set_max_dynamic_shared`).
+            HipRuntime::NvidiaCuda { .. } => {
+                super::cuda::for_hip::shared_mem_per_block_optin(self.ordinal as usize)?
+            }
+            // AMD before 6.0: a block may use all of the LDS, which is what it reports.
+            HipRuntime::Amd(_) => shared_mem_per_block,
         };
         Ok(DeviceInfo {
             ordinal: self.ordinal as usize,
@@ -473,9 +483,15 @@ impl DeviceDriver for HipDevice {
         Ok(value.max(0) as u32)
     }
 
-    fn function_set_max_dynamic_shared(&self, _function: RawFunction, _bytes: u32) -> Result<()> {
-        // AMD GPUs give a block all of the LDS it asks for up to the device limit; no opt-in.
-        Ok(())
+    fn function_set_max_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()> {
+        match self.hip.runtime {
+            // AMD GPUs give a block all of the LDS it asks for up to the device limit; no opt-in.
+            HipRuntime::Amd(_) => Ok(()),
+            HipRuntime::NvidiaCuda { .. } => {
+                self.bind()?;
+                super::cuda::for_hip::set_max_dynamic_shared(function, bytes)
+            }
+        }
     }
 
     unsafe fn launch(
@@ -504,5 +520,30 @@ impl DeviceDriver for HipDevice {
                 std::ptr::null_mut(),
             )
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_ordered_allocation_needs_the_symbols_and_the_pools() {
+        let amd = |major, minor| HipRuntime::Amd(HipVersion { major, minor, patch: 0 });
+        assert_eq!(pool_fallback(amd(6, 4), true, true), None);
+        let old = pool_fallback(amd(5, 0), false, false).unwrap();
+        assert!(
+            old.starts_with("HIP 5.0.0 does not export hipMallocAsync/hipFreeAsync (added in HIP 5.1)"),
+            "{old}"
+        );
+        let off = pool_fallback(amd(6, 1), true, false).unwrap();
+        assert_eq!(
+            off,
+            "the device reports no memory pools (pools are on by default from ROCm 6.2): frees wait for their stream"
+        );
+        let off_new = pool_fallback(amd(6, 4), true, false).unwrap();
+        assert_eq!(off_new, "the device reports no memory pools: frees wait for their stream");
+        let nvidia = HipRuntime::NvidiaCuda { cuda_major: 11, cuda_minor: 8 };
+        assert_eq!(pool_fallback(nvidia, true, true), None);
     }
 }
