@@ -3,8 +3,13 @@
 //!
 //! - NVIDIA: `nvcc -x cu --fatbin`, SASS for each SM arch plus PTX for the newest, so newer GPUs
 //!   JIT the PTX. `<out>/nvidia/<stem>.fatbin`.
-//! - AMD: `hipcc --genco`, one offload bundle holding a code object per gfx target the installed
-//!   hipcc supports. `<out>/amd/<stem>.hsaco`.
+//! - AMD: `hipcc --genco`, one offload bundle holding a code object per gfx target.
+//!   `<out>/amd/<stem>.hsaco`. With the chroot of `cargo xtask amd-toolchain` (forky's hipcc 7.0.2,
+//!   clang 21), every target of [`AMD_TARGETS`], compiled inside the chroot with `kernels/` and
+//!   `<out>/amd` bind-mounted in a private mount namespace; without it, the host's hipcc and the
+//!   targets among [`AMD_ARCH_CANDIDATES`] it accepts. Then the resource table of every code
+//!   object (registers, spills, LDS, scratch; `amd_resources`) is checked against the committed
+//!   `docs/kernels/amd-resources.md` and rewritten.
 //!
 //! `<out>` is `$ROCMFORGE_KERNELS_DIR` (relative paths are taken from the workspace root, as
 //! `rocm-kernels`' build script does) or `<workspace>/target/kernels`. Warnings are errors on both
@@ -12,16 +17,19 @@
 //! header in `kernels/include` is newer than its object, or when the compiler, flags or target
 //! list changed since the last build (recorded in `<out>/<platform>/.build-stamp`).
 
+use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Instant, SystemTime};
 
 use rocm_runtime::Platform;
 
-use crate::{Result, toolchain};
+use crate::amd_toolchain::{Bind, Chroot};
+use crate::toolchain::{self, AmdCompiler};
+use crate::{Result, amd_resources, amd_toolchain};
 
 const USAGE: &str = "usage: cargo xtask kernels [--platform amd|nvidia|all|auto]
 
@@ -33,8 +41,14 @@ environment:
   ROCMFORGE_KERNELS_DIR   output folder (default <workspace>/target/kernels)
   ROCMFORGE_NVIDIA_ARCHS  SM archs, e.g. \"80,90a\" (default 80,90a; SASS for each, arch-neutral PTX
                           for the newest)
-  ROCMFORGE_AMD_ARCHS     gfx targets, e.g. \"gfx90a,gfx1030\" (default: those of gfx908, gfx90a,
-                          gfx940, gfx942, gfx1030, gfx1100 the installed hipcc accepts)
+  ROCMFORGE_AMD_ARCHS     gfx targets, e.g. \"gfx90a,gfx1030\" (default with the chroot of
+                          `cargo xtask amd-toolchain`: gfx90a gfx942 gfx950 gfx1030 gfx1100 gfx1101
+                          gfx1102 gfx1151 gfx1200 gfx1201 gfx10-3-generic gfx11-generic; with the
+                          host's hipcc: those of gfx908, gfx90a, gfx940, gfx942, gfx1030, gfx1100
+                          it accepts)
+  ROCMFORGE_AMD_CHROOT    the toolchain chroot (default <workspace>/target/amd-toolchain/forky)
+  ROCMFORGE_ACCEPT_SPILLS =1: record new register spills in docs/kernels/amd-resources.md instead
+                          of failing
 ";
 
 /// SM archs built when `ROCMFORGE_NVIDIA_ARCHS` is not set: Ampere and Hopper. Hopper as `90a`,
@@ -42,8 +56,38 @@ environment:
 /// (`wgmma`) kernels; launchers fall back to the mma.sync kernels where those entries are absent.
 const DEFAULT_NVIDIA_ARCHS: &[&str] = &["80", "90a"];
 
-/// gfx targets tried when `ROCMFORGE_AMD_ARCHS` is not set: CDNA 1-3 and RDNA 2-3. Each is probed,
-/// since older hipcc releases reject the newer ones.
+/// gfx targets built with the chroot's toolchain when `ROCMFORGE_AMD_ARCHS` is not set:
+/// - CDNA 2-4: gfx90a (MI210, MI250), gfx942 (MI300A/X, MI325X), gfx950 (MI350X, MI355X);
+/// - RDNA 2: gfx1030 (RX 6800 to 6950 XT); RDNA 3: gfx1100 (RX 7900), gfx1101 (RX 7800/7700 XT),
+///   gfx1102 (RX 7600); RDNA 3.5: gfx1151 (Strix Halo); RDNA 4: gfx1200 (RX 9060), gfx1201
+///   (RX 9070);
+/// - generic targets for the RDNA 2 and 3 chips with no code object of their own:
+///   gfx10-3-generic (gfx1031-1036: RX 6700/6600/6500, Steam Deck, Ryzen 6000/7000 graphics) and
+///   gfx11-generic (gfx1103, gfx1150, gfx1152, gfx1153: Ryzen 7040/8040 and AI 300 graphics).
+///   They need code object v6 (what this clang emits for every target by default) and a runtime
+///   that knows generic targets (HIP 6.4 does). gfx12-generic is left out: its only chips,
+///   gfx1200 and gfx1201, have their own; so is gfx9-4-generic (gfx942 and gfx950 are built).
+///
+/// Not probed: the chroot's compiler is known to accept all of them, and a target it refused
+/// should fail the build rather than vanish from it.
+pub const AMD_TARGETS: &[&str] = &[
+    "gfx90a",
+    "gfx942",
+    "gfx950",
+    "gfx1030",
+    "gfx1100",
+    "gfx1101",
+    "gfx1102",
+    "gfx1151",
+    "gfx1200",
+    "gfx1201",
+    "gfx10-3-generic",
+    "gfx11-generic",
+];
+
+/// gfx targets tried with the host's hipcc when `ROCMFORGE_AMD_ARCHS` is not set: CDNA 1-3 and
+/// RDNA 2-3. Each is probed, since older hipcc releases reject the newer ones (bookworm's 5.2
+/// builds gfx908, gfx90a, gfx940 and gfx1030 of them).
 const AMD_ARCH_CANDIDATES: &[&str] = &["gfx908", "gfx90a", "gfx940", "gfx942", "gfx1030", "gfx1100"];
 
 /// `-compress-all`: the fatbin's cubins and PTX are stored compressed (the driver inflates them
@@ -80,7 +124,7 @@ impl PlatformToolchain for Platform {
 
     fn compiler(self) -> Option<PathBuf> {
         match self {
-            Platform::Amd => toolchain::hipcc(),
+            Platform::Amd => toolchain::amd_compiler().map(|c| c.hipcc()),
             Platform::Nvidia => toolchain::nvcc(),
         }
     }
@@ -277,15 +321,25 @@ fn nvidia_gencode_args(archs: &[SmArch]) -> Vec<String> {
     args
 }
 
-/// A gfx target ID: `gfx` + hex digits, then optional `:feature+` / `:feature-` parts.
+/// A gfx processor: `gfx` + lowercase hex digits (`gfx90a`, `gfx1151`), or a generic family
+/// (`gfx11-generic`, `gfx10-3-generic`).
+fn is_gfx_processor(processor: &str) -> bool {
+    let Some(name) = processor.strip_prefix("gfx") else { return false };
+    match name.strip_suffix("-generic") {
+        Some(family) => {
+            let parts: Vec<&str> = family.split('-').collect();
+            parts.len() <= 2 && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        }
+        None => !name.is_empty() && name.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()),
+    }
+}
+
+/// A gfx target ID: a gfx processor, then optional `:feature+` / `:feature-` parts.
 fn parse_amd_archs(list: &str) -> Result<Vec<String>> {
     let mut archs: Vec<String> = Vec::new();
     for token in split_list(list) {
         let mut parts = token.split(':');
-        let processor = parts.next().unwrap_or_default();
-        let proc_ok = processor.strip_prefix("gfx").is_some_and(|n| {
-            !n.is_empty() && n.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
-        });
+        let proc_ok = is_gfx_processor(parts.next().unwrap_or_default());
         let features_ok = parts.all(|f| {
             f.len() > 1
                 && (f.ends_with('+') || f.ends_with('-'))
@@ -293,7 +347,7 @@ fn parse_amd_archs(list: &str) -> Result<Vec<String>> {
         });
         if !proc_ok || !features_ok {
             return Err(format!(
-                "`{token}` is not a gfx target (expected e.g. gfx90a, gfx1030, gfx90a:xnack-)"
+                "`{token}` is not a gfx target (expected e.g. gfx90a, gfx1030, gfx11-generic, gfx90a:xnack-)"
             )
             .into());
         }
@@ -341,22 +395,27 @@ fn probe_amd_archs(hipcc: &Path, candidates: &[&str]) -> Result<Vec<String>> {
 /// How the target list is chosen, recorded in the stamp so a change rebuilds everything.
 enum ArchSpec {
     Nvidia(Vec<SmArch>),
+    /// `ROCMFORGE_AMD_ARCHS`.
     AmdListed(Vec<String>),
+    /// [`AMD_TARGETS`], with the chroot's compiler.
+    AmdDefault,
+    /// Those of [`AMD_ARCH_CANDIDATES`] the host's hipcc accepts.
     AmdProbe,
 }
 
-fn arch_spec(platform: Platform) -> Result<ArchSpec> {
-    let var = match platform {
-        Platform::Amd => "ROCMFORGE_AMD_ARCHS",
-        Platform::Nvidia => "ROCMFORGE_NVIDIA_ARCHS",
+fn arch_spec(compiler: &Compiler) -> Result<ArchSpec> {
+    let var = match compiler {
+        Compiler::Nvcc(_) => "ROCMFORGE_NVIDIA_ARCHS",
+        _ => "ROCMFORGE_AMD_ARCHS",
     };
     let value = std::env::var(var).ok().filter(|v| !v.trim().is_empty());
     let in_var = |e: Box<dyn std::error::Error>| format!("{var}: {e}");
-    Ok(match (platform, value) {
-        (Platform::Nvidia, Some(v)) => ArchSpec::Nvidia(parse_nvidia_archs(&v).map_err(in_var)?),
-        (Platform::Nvidia, None) => ArchSpec::Nvidia(parse_nvidia_archs(&DEFAULT_NVIDIA_ARCHS.join(","))?),
-        (Platform::Amd, Some(v)) => ArchSpec::AmdListed(parse_amd_archs(&v).map_err(in_var)?),
-        (Platform::Amd, None) => ArchSpec::AmdProbe,
+    Ok(match (compiler, value) {
+        (Compiler::Nvcc(_), Some(v)) => ArchSpec::Nvidia(parse_nvidia_archs(&v).map_err(in_var)?),
+        (Compiler::Nvcc(_), None) => ArchSpec::Nvidia(parse_nvidia_archs(&DEFAULT_NVIDIA_ARCHS.join(","))?),
+        (_, Some(v)) => ArchSpec::AmdListed(parse_amd_archs(&v).map_err(in_var)?),
+        (Compiler::ChrootHipcc(_), None) => ArchSpec::AmdDefault,
+        (Compiler::Hipcc(_), None) => ArchSpec::AmdProbe,
     })
 }
 
@@ -365,6 +424,7 @@ impl ArchSpec {
         match self {
             ArchSpec::Nvidia(archs) => nvidia_gencode_args(archs).join(" "),
             ArchSpec::AmdListed(archs) => format!("listed: {}", archs.join(",")),
+            ArchSpec::AmdDefault => format!("default: {}", AMD_TARGETS.join(",")),
             ArchSpec::AmdProbe => format!("probed among: {}", AMD_ARCH_CANDIDATES.join(",")),
         }
     }
@@ -380,6 +440,7 @@ impl ArchSpec {
                 (nvidia_gencode_args(archs), names.join(", ") + " (+ PTX)")
             }
             ArchSpec::AmdListed(archs) => amd(archs),
+            ArchSpec::AmdDefault => amd(&AMD_TARGETS.iter().map(|t| t.to_string()).collect::<Vec<_>>()),
             ArchSpec::AmdProbe => {
                 let archs = probe_amd_archs(compiler, AMD_ARCH_CANDIDATES)?;
                 if archs.is_empty() {
@@ -396,84 +457,190 @@ impl ArchSpec {
     }
 }
 
-/// What the objects of one platform were built with: the compiler (path and modification time,
-/// so an upgrade in place counts), the flags and the target list.
-fn stamp_text(platform: Platform, compiler: &Path, spec: &ArchSpec) -> String {
-    let compiler_time = std::fs::canonicalize(compiler)
-        .ok()
-        .and_then(|c| mtime(&c))
-        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_secs());
-    let flags = match platform {
-        Platform::Amd => HIPCC_FLAGS,
-        Platform::Nvidia => NVCC_FLAGS,
-    };
+/// A platform's compiler, as the build runs it.
+enum Compiler {
+    Nvcc(PathBuf),
+    /// The host's hipcc.
+    Hipcc(PathBuf),
+    /// forky's hipcc in the chroot of `cargo xtask amd-toolchain`.
+    ChrootHipcc(Chroot),
+}
+
+impl Compiler {
+    fn find(platform: Platform) -> Option<Compiler> {
+        match platform {
+            Platform::Nvidia => toolchain::nvcc().map(Compiler::Nvcc),
+            Platform::Amd => toolchain::amd_compiler().map(|c| match c {
+                AmdCompiler::Chroot(chroot) => Compiler::ChrootHipcc(chroot),
+                AmdCompiler::Host(path) => Compiler::Hipcc(path),
+            }),
+        }
+    }
+
+    /// The compiler's path on this machine, for messages and probing.
+    fn path(&self) -> PathBuf {
+        match self {
+            Compiler::Nvcc(p) | Compiler::Hipcc(p) => p.clone(),
+            Compiler::ChrootHipcc(c) => c.hipcc(),
+        }
+    }
+
+    fn flags(&self) -> &'static [&'static str] {
+        match self {
+            Compiler::Nvcc(_) => NVCC_FLAGS,
+            _ => HIPCC_FLAGS,
+        }
+    }
+
+    /// How the compiler is named in the stamp: a host compiler by path and modification time (so
+    /// an upgrade in place counts); the chroot by its folder and installed package versions.
+    fn identity(&self) -> String {
+        match self {
+            Compiler::Nvcc(p) | Compiler::Hipcc(p) => {
+                let time = std::fs::canonicalize(p)
+                    .ok()
+                    .and_then(|c| mtime(&c))
+                    .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_secs());
+                format!("{} (modified {time})", p.display())
+            }
+            Compiler::ChrootHipcc(c) => {
+                let versions: Vec<&str> = c.versions.lines().collect();
+                format!("hipcc in the chroot {} ({})", c.root.display(), versions.join(", "))
+            }
+        }
+    }
+
+    /// The job compiling `kernels/<stem>.hip` into `object` with `target_args`.
+    fn job(
+        &self,
+        platform: Platform,
+        stem: &str,
+        root: &Path,
+        object: PathBuf,
+        target_args: &[String],
+    ) -> Job {
+        let tmp = object.with_extension(format!("{}.tmp", platform.object_extension()));
+        let mut args: Vec<String> = self.flags().iter().map(|s| s.to_string()).collect();
+        args.push("-I".into());
+        args.push("kernels/include".into());
+        args.extend(target_args.iter().cloned());
+        args.push(format!("kernels/{stem}.hip"));
+        args.push("-o".into());
+        match self {
+            Compiler::Nvcc(p) | Compiler::Hipcc(p) => {
+                args.push(tmp.to_string_lossy().into_owned());
+                let shown = command_line(&p.to_string_lossy(), &args);
+                let env = if platform == Platform::Amd { vec![("HIP_PLATFORM", "amd")] } else { Vec::new() };
+                let args = args.into_iter().map(OsString::from).collect();
+                Job {
+                    platform,
+                    stem: stem.to_string(),
+                    program: p.clone().into(),
+                    args,
+                    env,
+                    shown,
+                    tmp,
+                    object,
+                }
+            }
+            Compiler::ChrootHipcc(chroot) => {
+                // Inside: kernels/ read-only and <out>/amd at /rocmforge, compiled from there.
+                let out_dir = object.parent().unwrap_or(root).to_path_buf();
+                let file_name = tmp.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                args.push(format!("out/{file_name}"));
+                let shown = format!(
+                    "(in the chroot {}, from /rocmforge: kernels/ and out/ are {} and {}) {}",
+                    chroot.root.display(),
+                    root.join("kernels").display(),
+                    out_dir.display(),
+                    command_line("hipcc", &args)
+                );
+                let mut argv = vec!["HIP_PLATFORM=amd".to_string(), "hipcc".to_string()];
+                argv.extend(args);
+                let kernels_dir = root.join("kernels");
+                let binds = [
+                    Bind { host: &kernels_dir, inside: "/rocmforge/kernels", read_only: true },
+                    Bind { host: &out_dir, inside: "/rocmforge/out", read_only: false },
+                ];
+                let cmd = chroot.command("/rocmforge", &binds, &argv);
+                Job {
+                    platform,
+                    stem: stem.to_string(),
+                    program: cmd.get_program().to_os_string(),
+                    args: cmd.get_args().map(|a| a.to_os_string()).collect(),
+                    env: Vec::new(),
+                    shown,
+                    tmp,
+                    object,
+                }
+            }
+        }
+    }
+}
+
+/// What the objects of one platform were built with: the compiler, the flags and the target list.
+fn stamp_text(compiler: &Compiler, spec: &ArchSpec) -> String {
     format!(
-        "compiler: {} (modified {compiler_time})\nflags: {}\ntargets: {}\n",
-        compiler.display(),
-        flags.join(" "),
+        "compiler: {}\nflags: {}\ntargets: {}\n",
+        compiler.identity(),
+        compiler.flags().join(" "),
         spec.describe()
     )
+}
+
+/// A command line as a shell would take it.
+fn command_line(program: &str, args: &[String]) -> String {
+    let quote = |s: &str| {
+        if s.is_empty() || s.contains(|c: char| c.is_whitespace() || "\"'$\\".contains(c)) {
+            format!("'{}'", s.replace('\'', r"'\''"))
+        } else {
+            s.to_string()
+        }
+    };
+    let mut line = quote(program);
+    for a in args {
+        line.push(' ');
+        line.push_str(&quote(a));
+    }
+    line
 }
 
 /// One kernel to compile for one platform.
 struct Job {
     platform: Platform,
     stem: String,
-    program: PathBuf,
-    args: Vec<String>,
+    program: OsString,
+    /// Everything after the program, `-o <tmp>` (as the compiler sees that path) included.
+    args: Vec<OsString>,
+    env: Vec<(&'static str, &'static str)>,
+    /// The compile as shown when it fails.
+    shown: String,
+    /// Where the compiler writes, renamed to `object` on success.
+    tmp: PathBuf,
     object: PathBuf,
 }
 
 impl Job {
-    fn command_line(&self) -> String {
-        let quote = |s: &str| {
-            if s.is_empty() || s.contains(|c: char| c.is_whitespace() || "\"'$\\".contains(c)) {
-                format!("'{}'", s.replace('\'', r"'\''"))
-            } else {
-                s.to_string()
-            }
-        };
-        let mut line = quote(&self.program.to_string_lossy());
-        for a in &self.args {
-            line.push(' ');
-            line.push_str(&quote(a));
-        }
-        line
-    }
-
     /// Compiles into a temporary file renamed into place on success, so a failed or interrupted
     /// compile never leaves an object that looks up to date.
     fn run(&self, root: &Path) -> std::result::Result<(u64, String), String> {
-        let tmp = self.object.with_extension(format!("{}.tmp", self.platform.object_extension()));
+        let tmp = &self.tmp;
         let mut cmd = Command::new(&self.program);
-        cmd.current_dir(root).args(&self.args).arg("-o").arg(&tmp);
-        if self.platform == Platform::Amd {
-            cmd.env("HIP_PLATFORM", "amd");
-        }
-        let output = cmd.output().map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
+        cmd.current_dir(root).args(&self.args).envs(self.env.iter().copied()).stdin(Stdio::null());
+        let output =
+            cmd.output().map_err(|e| format!("cannot run {}: {e}", Path::new(&self.program).display()))?;
         let text =
             String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
         if !output.status.success() {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(format!(
-                "{}\n$ {} -o {}\n{}",
-                output.status,
-                self.command_line(),
-                tmp.display(),
-                text.trim_end()
-            ));
+            let _ = std::fs::remove_file(tmp);
+            return Err(format!("{}\n$ {}\n{}", output.status, self.shown, text.trim_end()));
         }
         if let Some(why) = refused_advisory(&text) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(format!(
-                "{why}\n$ {} -o {}\n{}",
-                self.command_line(),
-                tmp.display(),
-                text.trim_end()
-            ));
+            let _ = std::fs::remove_file(tmp);
+            return Err(format!("{why}\n$ {}\n{}", self.shown, text.trim_end()));
         }
-        std::fs::rename(&tmp, &self.object).map_err(|e| format!("{}: {e}", self.object.display()))?;
+        std::fs::rename(tmp, &self.object).map_err(|e| format!("{}: {e}", self.object.display()))?;
         let size = std::fs::metadata(&self.object).map(|m| m.len()).unwrap_or(0);
         Ok((size, text))
     }
@@ -505,11 +672,13 @@ fn display_path(path: &Path, root: &Path) -> String {
 
 /// Compiles every `kernels/*.hip` for each of `platforms`, skipping objects that are up to date.
 /// Prints one line per kernel per platform; on a compile failure prints the compiler's output and
-/// returns an error once every other kernel has been tried.
+/// returns an error once every other kernel has been tried. An AMD build then checks and writes
+/// the resource table (`amd_resources`).
 pub fn build(platforms: &[Platform]) -> Result<()> {
     if platforms.is_empty() {
         return Err("no platform to build kernels for".into());
     }
+    let started = Instant::now();
     let root = crate::workspace_root();
     let kernels_dir = root.join("kernels");
     let include_dir = kernels_dir.join("include");
@@ -523,15 +692,16 @@ pub fn build(platforms: &[Platform]) -> Result<()> {
     let mut jobs = Vec::new();
     // Platforms whose stamp is written once all of their jobs succeed.
     let mut stamps: Vec<(Platform, PathBuf, String)> = Vec::new();
+    let mut amd: Option<(Compiler, ArchSpec)> = None;
     for &platform in platforms {
-        let compiler = platform.compiler().ok_or_else(|| platform.missing_compiler())?;
-        let spec = arch_spec(platform)?;
+        let compiler = Compiler::find(platform).ok_or_else(|| platform.missing_compiler())?;
+        let spec = arch_spec(&compiler)?;
         let dir = out_dir.join(platform.name());
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         remove_stale(&dir, platform, &sources, &root)?;
 
         let stamp_path = dir.join(".build-stamp");
-        let stamp = stamp_text(platform, &compiler, &spec);
+        let stamp = stamp_text(&compiler, &spec);
         let stamp_current = std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp);
         let mut pending = Vec::new();
         for (stem, source) in &sources {
@@ -539,41 +709,112 @@ pub fn build(platforms: &[Platform]) -> Result<()> {
             if stamp_current && is_up_to_date(mtime(&object), &[mtime(source), headers_time]) {
                 println!("kernels: {platform:<6} {stem:<24} up to date    {}", display_path(&object, &root));
             } else {
-                pending.push((stem, source, object));
+                pending.push((stem, object));
             }
         }
-        if pending.is_empty() {
-            continue;
+        if !pending.is_empty() {
+            let (target_args, targets) = spec.target_args(&compiler.path())?;
+            println!("kernels: {platform:<6} {} targets: {targets}", compiler.path().display());
+            for (stem, object) in pending {
+                jobs.push(compiler.job(platform, stem, &root, object, &target_args));
+            }
+            stamps.push((platform, stamp_path, stamp));
         }
-        let (target_args, targets) = spec.target_args(&compiler)?;
-        println!("kernels: {platform:<6} {} targets: {targets}", compiler.display());
-        let flags = match platform {
-            Platform::Amd => HIPCC_FLAGS,
-            Platform::Nvidia => NVCC_FLAGS,
-        };
-        for (stem, source, object) in pending {
-            let mut args: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
-            args.push("-I".into());
-            args.push(display_path(&include_dir, &root));
-            args.extend(target_args.iter().cloned());
-            args.push(display_path(source, &root));
-            jobs.push(Job { platform, stem: stem.clone(), program: compiler.clone(), args, object });
+        if platform == Platform::Amd {
+            amd = Some((compiler, spec));
         }
-        stamps.push((platform, stamp_path, stamp));
     }
 
     let failures = run_jobs(&jobs, &root);
+    if !jobs.is_empty() {
+        println!("kernels: compiled {} object(s) in {:.1} s", jobs.len(), started.elapsed().as_secs_f64());
+    }
     for (platform, stamp_path, stamp) in stamps {
         if !failures.iter().any(|(p, _)| *p == platform) {
             std::fs::write(&stamp_path, stamp).map_err(|e| format!("{}: {e}", stamp_path.display()))?;
         }
     }
-    if failures.is_empty() {
-        Ok(())
-    } else {
+    if !failures.is_empty() {
         let names: Vec<String> = failures.iter().map(|(p, s)| format!("{p}/{s}")).collect();
-        Err(format!("{} kernel(s) failed to compile: {}", failures.len(), names.join(", ")).into())
+        return Err(format!("{} kernel(s) failed to compile: {}", failures.len(), names.join(", ")).into());
     }
+    if let Some((compiler, spec)) = amd {
+        let stems: Vec<String> = sources.iter().map(|(s, _)| s.clone()).collect();
+        amd_resource_table(&compiler, &spec, &out_dir.join(Platform::Amd.name()), &stems, &root)?;
+    }
+    Ok(())
+}
+
+/// Reads the resources of every AMD code object, prints each target's wavefront size, and with
+/// the chroot's compiler checks them against the committed table: an entry spilling where the
+/// table records no spill fails the build (unless `ROCMFORGE_ACCEPT_SPILLS=1`). The table is
+/// rewritten only from a build of the default targets with the chroot's compiler, the build it
+/// describes.
+fn amd_resource_table(
+    compiler: &Compiler,
+    spec: &ArchSpec,
+    dir: &Path,
+    stems: &[String],
+    root: &Path,
+) -> Result<()> {
+    let resources = amd_resources::read_all(dir, stems)?;
+    for line in amd_resources::target_summary(&resources) {
+        println!("kernels: amd    {line}");
+    }
+    let Compiler::ChrootHipcc(chroot) = compiler else {
+        println!(
+            "kernels: amd    {} not checked: it records the chroot toolchain's code objects \
+             (`cargo xtask amd-toolchain`), and these come from the host's hipcc",
+            amd_resources::TABLE_PATH
+        );
+        return Ok(());
+    };
+    let table_path = root.join(amd_resources::TABLE_PATH);
+    let committed = std::fs::read_to_string(&table_path).ok();
+    let now = amd_resources::spills(&resources);
+    let new = match &committed {
+        Some(md) => {
+            let known_targets = amd_resources::parse_table_targets(md);
+            let checked: amd_resources::Spills = now
+                .iter()
+                .filter(|((_, _, t), _)| known_targets.contains(t))
+                .map(|(k, v)| (k.clone(), *v))
+                .collect();
+            amd_resources::new_spills(&checked, &amd_resources::parse_table_spills(md))
+        }
+        None => Vec::new(),
+    };
+    let accept = std::env::var(amd_resources::ACCEPT_VAR).is_ok_and(|v| v == "1");
+    if !new.is_empty() {
+        let list = new.iter().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n");
+        if !accept {
+            return Err(format!(
+                "new register spills, where {} records none:\n{list}\nmake the kernel fit its registers, or accept the \
+                 spills: {}=1 cargo xtask kernels --platform amd, and commit the table",
+                amd_resources::TABLE_PATH,
+                amd_resources::ACCEPT_VAR
+            )
+            .into());
+        }
+        println!("kernels: amd    accepting new spills ({}=1):\n{list}", amd_resources::ACCEPT_VAR);
+    }
+    if !matches!(spec, ArchSpec::AmdDefault) {
+        println!(
+            "kernels: amd    {} not rewritten: it describes the default targets, and ROCMFORGE_AMD_ARCHS chose others",
+            amd_resources::TABLE_PATH
+        );
+        return Ok(());
+    }
+    let versions: Vec<&str> = chroot.versions.lines().filter(|l| !l.starts_with("suite ")).collect();
+    let toolchain = format!("Debian {} chroot: {}", amd_toolchain::SUITE, versions.join(", "));
+    let md = amd_resources::render(&resources, &toolchain);
+    if committed.as_deref() == Some(md.as_str()) {
+        println!("kernels: amd    {} unchanged", amd_resources::TABLE_PATH);
+    } else {
+        std::fs::write(&table_path, &md).map_err(|e| format!("{}: {e}", table_path.display()))?;
+        println!("kernels: amd    wrote {}", amd_resources::TABLE_PATH);
+    }
+    Ok(())
 }
 
 /// Runs the compiles on every core; returns the (platform, kernel) pairs that failed.
@@ -728,7 +969,26 @@ mod tests {
     fn amd_arch_list() {
         assert_eq!(parse_amd_archs("gfx90a, gfx1030 gfx90a").unwrap(), ["gfx90a", "gfx1030"]);
         assert_eq!(parse_amd_archs("gfx90a:xnack-:sramecc+").unwrap(), ["gfx90a:xnack-:sramecc+"]);
-        for bad in ["", "gfx", "sm_80", "90", "gfx90a:xnack", "gfx90a:+", "GFX90A", "gfx90z"] {
+        assert_eq!(
+            parse_amd_archs("gfx11-generic,gfx10-3-generic gfx1151").unwrap(),
+            ["gfx11-generic", "gfx10-3-generic", "gfx1151"]
+        );
+        let defaults = parse_amd_archs(&AMD_TARGETS.join(",")).unwrap();
+        assert_eq!(defaults.len(), AMD_TARGETS.len(), "every default target parses, none twice");
+        for bad in [
+            "",
+            "gfx",
+            "sm_80",
+            "90",
+            "gfx90a:xnack",
+            "gfx90a:+",
+            "GFX90A",
+            "gfx90z",
+            "gfx-generic",
+            "gfx11-generic-",
+            "gfx1-2-3-generic",
+            "gfx1a-generic",
+        ] {
             assert!(parse_amd_archs(bad).is_err(), "{bad:?} accepted");
         }
     }

@@ -1,6 +1,8 @@
 //! rocmforge's task runner (`cargo xtask <task>`), in the xtask pattern: plain Rust instead of
 //! shell scripts, so every task runs the same way on every machine.
 
+mod amd_resources;
+mod amd_toolchain;
 mod attention_dump;
 mod bench;
 mod bindgen;
@@ -21,6 +23,8 @@ usage: cargo xtask <task> [args]
 tasks:
   doctor                        platform, devices, memory, guard budget, toolchains found
   kernels [--platform P]        compile kernels/*.hip (P: amd, nvidia, all, auto; default auto)
+  amd-toolchain [--rebuild]     make (or reuse) the Debian forky chroot with hipcc 7 that AMD kernels
+                                are built with (root, debootstrap)
   gpu-test [--archive DIR] [--gpus N] [--sanitize[=TOOLS]] [-- nextest args]
                                 run the GPU suite under the nextest `gpu` profile
                                 (--sanitize: under compute-sanitizer memcheck, racecheck, synccheck)
@@ -44,6 +48,7 @@ fn main() {
     let result = match task.as_str() {
         "doctor" => doctor::run(rest),
         "kernels" => kernels::run(rest),
+        "amd-toolchain" => amd_toolchain::run(rest),
         "gpu-test" => gpu::test(rest),
         "gpu-archive" => gpu::archive(rest),
         "bench" => bench::run(rest),

@@ -1,8 +1,12 @@
 //! Finding the GPU toolchains where people keep them: `PATH`, `ROCM_PATH`, `CUDA_HOME` /
-//! `CUDA_PATH`, the usual install prefixes, and NVIDIA's pip wheels (`nvidia-cuda-nvcc`).
+//! `CUDA_PATH`, the usual install prefixes, NVIDIA's pip wheels (`nvidia-cuda-nvcc`), and the
+//! forky chroot of `cargo xtask amd-toolchain`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::amd_toolchain::{self, Chroot};
 
 fn env_dir(var: &str) -> Option<PathBuf> {
     std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from)
@@ -48,6 +52,43 @@ pub fn hipcc() -> Option<PathBuf> {
     rocm_roots().into_iter().map(|r| r.join("bin/hipcc")).find(|p| p.is_file()).or_else(|| on_path("hipcc"))
 }
 
+/// The compiler AMD kernels are built with.
+#[derive(Debug, Clone)]
+pub enum AmdCompiler {
+    /// forky's hipcc, in the chroot `cargo xtask amd-toolchain` makes.
+    Chroot(Chroot),
+    /// The host's hipcc.
+    Host(PathBuf),
+}
+
+impl AmdCompiler {
+    /// hipcc's path on this machine (inside the chroot's folder for a chroot).
+    pub fn hipcc(&self) -> PathBuf {
+        match self {
+            AmdCompiler::Chroot(c) => c.hipcc(),
+            AmdCompiler::Host(p) => p.clone(),
+        }
+    }
+}
+
+/// The chroot's hipcc when the chroot is complete and can be entered, else the host's hipcc.
+/// Looked up once per process.
+pub fn amd_compiler() -> Option<AmdCompiler> {
+    static FOUND: OnceLock<Option<AmdCompiler>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let dir = amd_toolchain::chroot_dir();
+            if amd_toolchain::marker(&dir).is_some() {
+                match Chroot::open(&dir) {
+                    Ok(chroot) => return Some(AmdCompiler::Chroot(chroot)),
+                    Err(e) => eprintln!("warning: {e}; falling back to the host's hipcc"),
+                }
+            }
+            hipcc().map(AmdCompiler::Host)
+        })
+        .clone()
+}
+
 pub fn nvcc() -> Option<PathBuf> {
     on_path("nvcc").or_else(|| cuda_roots().into_iter().map(|r| r.join("bin/nvcc")).find(|p| p.is_file()))
 }
@@ -68,7 +109,10 @@ pub fn cuda_include_dir() -> Option<PathBuf> {
 /// How to get what is missing, named so a user can act on it.
 pub fn install_hint(what: &str) -> &'static str {
     match what {
-        "hipcc" | "hip.h" => {
+        "hipcc" => {
+            "run `cargo xtask amd-toolchain` as root (a Debian forky chroot with hipcc 7 for every current AMD GPU), or install hipcc and libamdhip64-dev (Debian/Ubuntu: `apt-get install hipcc libamdhip64-dev`) or ROCm, and set ROCM_PATH if it is not in /opt/rocm"
+        }
+        "hip.h" => {
             "install hipcc and libamdhip64-dev (Debian/Ubuntu: `apt-get install hipcc libamdhip64-dev`) or ROCm, and set ROCM_PATH if it is not in /opt/rocm"
         }
         "libclang" => "install libclang (Debian/Ubuntu: `apt-get install libclang-dev`)",
