@@ -1,7 +1,7 @@
 //! Typed launchers for the HIP kernels in `kernels/`, with a CPU reference for each.
 //!
 //! Each kernel family has one module here named like its source: `kernels/axpy.hip` ->
-//! [`axpy`] (launcher `axpy_f32`, reference `axpy_reference`) -> `tests/gpu_axpy.rs`. A
+//! [`axpy`] (launcher `axpy_f32`, reference `axpy_reference`) -> `tests/gpu_kernels/axpy.rs`. A
 //! launcher checks shapes, computes the grid from the device's attributes and returns a
 //! `Result`; it never branches on the platform (the runtime hides it). The compiled code
 //! objects are embedded ([`embedded`]), so test binaries and archives carry their kernels.

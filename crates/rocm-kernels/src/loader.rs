@@ -1,7 +1,10 @@
 //! Finding a kernel for the stream's device: the embedded image of the kind of code object the
-//! device loads, loaded once per backend (the backend's module cache), then the function by name.
+//! device loads, loaded once per backend (this module's cache), then the function by name.
 
-use rocm_runtime::{Function, LaunchConfig, Stream};
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use rocm_runtime::{Backend, Function, LaunchConfig, Module, Stream};
 
 use crate::embedded;
 use crate::error::{KernelError, Result};
@@ -11,8 +14,35 @@ pub(crate) fn kernel(stream: &Stream, module: &'static str, function: &str) -> R
     let backend = stream.backend();
     let kind = backend.info().code_objects;
     let image = embedded::image(kind, module).ok_or(KernelError::NotBuilt { module, kind })?;
-    let loaded = backend.cached_module(module, || Ok(image))?;
+    let loaded = cached_module(backend, module, image)?;
     Ok(loaded.function(function)?)
+}
+
+/// Modules loaded so far, by backend (its address) and module name. Entries are only ever
+/// added, so a module handed out stays valid for the process. A cached module holds its
+/// backend, so an address is never reused while its entries exist (and backends live for the
+/// process anyway: `Backend::open` keeps them).
+type ModuleCache = HashMap<(usize, &'static str), Module>;
+static MODULES: RwLock<Option<ModuleCache>> = RwLock::new(None);
+
+/// The module `name` of `backend`, loaded from `image` the first time.
+fn cached_module(backend: &Arc<Backend>, name: &'static str, image: &'static [u8]) -> Result<Module> {
+    let key = (Arc::as_ptr(backend) as usize, name);
+    // A panic elsewhere while holding the lock leaves the map as it was: insert-only, so the
+    // entries in it are still right.
+    if let Some(module) =
+        MODULES.read().unwrap_or_else(PoisonError::into_inner).as_ref().and_then(|m| m.get(&key))
+    {
+        return Ok(module.clone());
+    }
+    let mut modules = MODULES.write().unwrap_or_else(PoisonError::into_inner);
+    let modules = modules.get_or_insert_with(HashMap::new);
+    if let Some(module) = modules.get(&key) {
+        return Ok(module.clone());
+    }
+    let module = backend.load_module(image)?;
+    modules.insert(key, module.clone());
+    Ok(module)
 }
 
 /// One block per row: `rows` blocks (2-D grid when there are more than the x limit allows),

@@ -1,10 +1,9 @@
 //! The backend: one per device per process, shared through `Arc`, safe from any thread.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use crate::device::{DeviceInfo, MemoryInfo};
 use crate::driver::{self, DeviceDriver, DriverVersions};
@@ -73,7 +72,9 @@ fn pick_platform(
     Err(reasons.join("; "))
 }
 
-/// Owns one device: its driver binding, its ledger and memory guard, its module cache.
+/// Owns one device: its driver binding, its ledger and memory guard. It holds no module: a
+/// `Module` holds its backend, so a cache of them here would be a reference cycle; kernel
+/// libraries keep their own (rocm-kernels' loader).
 ///
 /// There is one per device per process ([`Backend::open`] hands out the same one), so the
 /// guard's budget is the process's budget for that device. Work is done on [`Stream`]s, each
@@ -85,7 +86,6 @@ pub struct Backend {
     versions: DriverVersions,
     ledger: Ledger,
     free_at_start: u64,
-    modules: RwLock<HashMap<&'static str, Module>>,
     next_stream_id: AtomicU64,
     library_states: AtomicU64,
 }
@@ -136,7 +136,6 @@ impl Backend {
             versions,
             ledger: Ledger::new(budget),
             free_at_start: free,
-            modules: RwLock::new(HashMap::new()),
             next_stream_id: AtomicU64::new(1),
             library_states: AtomicU64::new(0),
         })
@@ -216,25 +215,6 @@ impl Backend {
     /// Loads a module (code object or fatbin) from an image.
     pub fn load_module(self: &Arc<Self>, image: &[u8]) -> Result<Module> {
         Module::load(self.clone(), image)
-    }
-
-    /// The module cached under `key`, loading it from `image()` the first time. Entries are
-    /// never replaced or removed, so a module handed out stays valid for the process.
-    pub fn cached_module(
-        self: &Arc<Self>,
-        key: &'static str,
-        image: impl FnOnce() -> Result<&'static [u8]>,
-    ) -> Result<Module> {
-        if let Some(module) = self.modules.read().get(key) {
-            return Ok(module.clone());
-        }
-        let mut modules = self.modules.write();
-        if let Some(module) = modules.get(key) {
-            return Ok(module.clone());
-        }
-        let module = self.load_module(image()?)?;
-        modules.insert(key, module.clone());
-        Ok(module)
     }
 
     pub(crate) fn driver(&self) -> &dyn DeviceDriver {

@@ -12,18 +12,12 @@
 //! matrix read column-major is its transpose, so the call swaps the operands and keeps the
 //! transpose flags ([`GemmDesc::col_major`]): no data is moved.
 
-#[path = "blas_cuda.rs"]
-mod cuda;
-#[path = "blas_rocm.rs"]
-mod rocm;
-
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use crate::backend::Backend;
 use crate::buffer::{DeviceBuffer, DeviceCopy};
-use crate::device::CodeObjectKind;
 use crate::driver::{InitFailure, RawStream};
 use crate::error::{Error, Result};
 
@@ -405,42 +399,24 @@ impl Blas {
             return match state {
                 Ok(blas) if Arc::ptr_eq(&blas.backend, backend) => Ok(blas.clone()),
                 Ok(_) => Err(Error::InvalidArgument(format!("a second backend for device {ordinal}"))),
-                Err(InitFailure::Load(e)) => Err(Error::Load(e.clone())),
-                Err(InitFailure::Init(e)) => Err(Error::Driver(e.clone())),
+                Err(failure) => Err(failure.error()),
             };
         }
         let state = match Blas::create(backend) {
             Ok(blas) => Ok(Arc::new(blas)),
-            Err(Error::Load(e)) => Err(InitFailure::Load(e)),
-            Err(Error::Driver(e)) => Err(InitFailure::Init(e)),
-            // Anything else is not a property of the machine: report it, remember nothing.
-            Err(other) => return Err(other),
+            // A missing library or a refused start is a property of the machine: remembered.
+            // Anything else is reported and forgotten.
+            Err(e) => Err(InitFailure::remembered(&e).ok_or(e)?),
         };
         handles.push((ordinal, state.clone()));
-        match state {
-            Ok(blas) => Ok(blas),
-            Err(InitFailure::Load(e)) => Err(Error::Load(e)),
-            Err(InitFailure::Init(e)) => Err(Error::Driver(e)),
-        }
+        state.map_err(|failure| failure.error())
     }
 
     fn create(backend: &Arc<Backend>) -> Result<Blas> {
         let _span = tracing::debug_span!("blas_open", platform = %backend.platform()).entered();
         // Handles belong to the device current on the calling thread.
         backend.driver().bind_thread()?;
-        // The vendor library follows the silicon: cuBLAS takes the streams of AMD's HIP for
-        // NVIDIA too (they are CUDA streams), as hipBLAS would hand them over.
-        let (library, vendor) = match backend.info().code_objects {
-            CodeObjectKind::Nvidia => ("cuBLAS", cuda::create(&backend.info().arch)?),
-            CodeObjectKind::Amd => {
-                let hip = backend.driver_library().ok_or_else(|| {
-                    Error::InvalidArgument(
-                        "the HIP runtime's folder is unknown: rocBLAS is not opened".into(),
-                    )
-                })?;
-                ("rocBLAS", rocm::create(hip)?)
-            }
-        };
+        let (library, vendor) = backend.driver().vendor_blas()?;
         tracing::debug!(library, "vendor BLAS ready");
         backend.note_library_state();
         let recommended_workspace = vendor.recommended_workspace();

@@ -53,7 +53,13 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         let id = ledger
             .reserve(bytes, site, std::any::type_name::<T>(), stream.account(), memory)
             .map_err(Error::OverBudget)?;
-        match backend.driver().alloc(bytes, stream.raw()) {
+        let driver = backend.driver();
+        let allocated = if driver.stream_ordered_memory() {
+            driver.alloc_async(bytes, stream.raw())
+        } else {
+            driver.alloc_sync(bytes)
+        };
+        match allocated {
             Ok(ptr) => {
                 buffer.ptr = ptr;
                 buffer.allocation = Some(id);
@@ -215,7 +221,18 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         let Some(id) = self.allocation.take() else { return };
         let backend = self.stream.backend();
-        if let Err(e) = backend.driver().free(self.ptr, self.stream.raw()) {
+        let driver = backend.driver();
+        let freed = if driver.stream_ordered_memory() {
+            // SAFETY: `ptr` was allocated with alloc_async on this buffer's device and is freed
+            // once (`allocation` was taken); every use of it was queued on its own stream, so
+            // the free queued there runs after them.
+            unsafe { driver.free_async(self.ptr, self.stream.raw()) }
+        } else {
+            // Without memory pools a free is immediate: wait for the owning stream's work first.
+            // SAFETY: as above, with alloc_sync; the wait means no queued work uses it.
+            self.stream.synchronize().and_then(|()| unsafe { driver.free_sync(self.ptr) })
+        };
+        if let Err(e) = freed {
             tracing::error!(error = %e, bytes = self.size_bytes(), "freeing a device buffer failed");
         }
         backend.ledger().release(id);

@@ -35,6 +35,9 @@ pub struct DeviceInfo {
     /// capability, not a platform: launchers pick a fast kernel by it and keep the portable
     /// one for [`MatrixCores::None`].
     pub matrix_cores: MatrixCores,
+    /// Hopper's warpgroup MMA (`wgmma`): an sm_90 device, whose code objects the kernels build
+    /// as sm_90a SASS (which runs there only). Launchers take the warpgroup kernels by this.
+    pub warpgroup_mma: bool,
 }
 
 /// The kind of kernel binary a device loads.

@@ -26,6 +26,18 @@ impl fmt::Display for DriverError {
 
 impl std::error::Error for DriverError {}
 
+impl DriverError {
+    /// Whether this is the driver's answer to a query of unfinished work
+    /// (`CUDA_ERROR_NOT_READY`, `hipErrorNotReady`): not a failure.
+    pub fn is_not_ready(&self) -> bool {
+        let not_ready = match self.platform {
+            Platform::Nvidia => rocm_sys::cuda::CUresult::CUDA_ERROR_NOT_READY.0,
+            Platform::Amd => rocm_sys::hip::hipError_t::hipErrorNotReady.0,
+        };
+        self.code == not_ready
+    }
+}
+
 /// The memory guard refused an allocation: it would take the ledger past its budget.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OverBudget {

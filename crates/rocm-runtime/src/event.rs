@@ -22,7 +22,8 @@ impl std::fmt::Debug for Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        if let Err(e) = self.backend.driver().event_destroy(self.raw) {
+        // SAFETY: this event was created on this backend and is owned by this value alone.
+        if let Err(e) = unsafe { self.backend.driver().event_destroy(self.raw) } {
             tracing::error!(error = %e, "destroying an event failed");
         }
     }
@@ -58,7 +59,7 @@ impl Event {
 
     /// `true` when the work before this event has completed (does not block).
     pub fn is_complete(&self) -> Result<bool> {
-        self.backend.driver().event_is_complete(self.raw)
+        crate::driver::ready(self.backend.driver().event_query(self.raw))
     }
 
     /// Milliseconds of device time from `start` to this event; waits for this event first.

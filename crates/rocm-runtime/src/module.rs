@@ -31,7 +31,9 @@ struct FunctionInfo {
 
 impl Drop for ModuleInner {
     fn drop(&mut self) {
-        if let Err(e) = self.backend.driver().module_unload(self.raw) {
+        // SAFETY: the module was loaded on this backend; the last `Module` and `Function` (each
+        // holds this inner value) are gone, so nothing can look up or launch from it any more.
+        if let Err(e) = unsafe { self.backend.driver().module_unload(self.raw) } {
             tracing::error!(error = %e, "unloading a module failed");
         }
     }

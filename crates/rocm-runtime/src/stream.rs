@@ -42,8 +42,10 @@ impl std::fmt::Debug for Stream {
 
 impl Drop for StreamInner {
     fn drop(&mut self) {
-        // The driver lets queued work finish before it releases the stream.
-        if let Err(e) = self.backend.driver().stream_destroy(self.raw) {
+        // SAFETY: this stream was created on this backend and the last handle to it goes now
+        // (buffers and launches hold a `Stream`, so none is left). The driver lets queued work
+        // finish before it releases the stream.
+        if let Err(e) = unsafe { self.backend.driver().stream_destroy(self.raw) } {
             tracing::error!(stream = self.id, error = %e, "destroying a stream failed");
         }
     }
@@ -88,7 +90,7 @@ impl Stream {
 
     /// `true` when all queued work has completed (does not block).
     pub fn is_idle(&self) -> Result<bool> {
-        self.inner.backend.driver().stream_is_idle(self.raw())
+        crate::driver::ready(self.inner.backend.driver().stream_query(self.raw()))
     }
 
     /// Allocates `len` elements, uninitialised, ordered on this stream and charged to its

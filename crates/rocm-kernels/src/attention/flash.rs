@@ -531,16 +531,14 @@ fn kernel_plan<T: Dtype>(
 }
 
 /// The warpgroup kernel (`wgmma`, sm_90a only, `rf_flash_wgmma_<T>_d<64|128>`): prefill (more
-/// than 64 packed rows) at padded head_dim 64 or 128 from contiguous K/V, on an sm_90 device
-/// whose module has the entry (it exists only in sm_90a SASS: `ROCMFORGE_NVIDIA_ARCHS` with
-/// `90a`, the default). One copying warpgroup and [`warpgroup_math_groups`] math warpgroups of
-/// 64 rows; Q and four 64-key K/V buffers in shared memory, plus 2 KiB for the mbarriers and the
-/// alignment to the 1024-byte swizzle pattern. One block an SM. On an H100
-/// (docs/kernels/attention.md, version 11): head_dim 128 at 420-430 TFLOP/s against the mma.sync
-/// kernel's 339-341, causal 351-354 against 316-320; head_dim 64 at 403-409 against 324-332,
-/// causal 318-326 against 285-291.
+/// than 64 packed rows) at padded head_dim 64 or 128 from contiguous K/V, on a device with
+/// warpgroup MMA (`DeviceInfo::warpgroup_mma`) whose module has the entry (it exists only in
+/// sm_90a SASS: `ROCMFORGE_NVIDIA_ARCHS` with `90a`, the default). One copying warpgroup and
+/// [`warpgroup_math_groups`] math warpgroups of 64 rows; Q and four 64-key K/V buffers in shared
+/// memory, plus 2 KiB for the mbarriers and the alignment to the 1024-byte swizzle pattern. One
+/// block an SM. Its speed against the mma.sync kernel: docs/kernels/attention.md (version 11).
 fn warpgroup_plan<T: Dtype>(stream: &Stream, dt: usize, rows: usize, paged: bool) -> Option<Plan> {
-    if paged || rows <= 64 || !WARPGROUP_HEAD_DIMS.contains(&dt) || stream.backend().info().arch != "sm_90" {
+    if paged || rows <= 64 || !WARPGROUP_HEAD_DIMS.contains(&dt) || !stream.backend().info().warpgroup_mma {
         return None;
     }
     let groups = warpgroup_math_groups(dt);

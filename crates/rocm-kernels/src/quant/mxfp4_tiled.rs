@@ -583,6 +583,7 @@ mod tests {
             pci_bus_id: 0,
             stream_ordered_memory: true,
             matrix_cores: MatrixCores::MmaSync,
+            warpgroup_mma: true,
         }
     }
 

@@ -220,7 +220,7 @@ fn all_cases<T: Dtype>(gpu: &GpuTest, seed: u64) {
                 FlashOptions { kernel: FlashKernel::MatrixCores, splits: None },
             );
             // Hopper: the warpgroup kernel above (where it applies), the mma.sync kernel here.
-            if gpu.backend().info().arch == "sm_90" {
+            if gpu.backend().info().warpgroup_mma {
                 let mma_sync = FlashOptions { kernel: FlashKernel::MmaSync, splits: None };
                 check_flash(gpu, &attn, case, &x, mma_sync);
             }

@@ -5,8 +5,15 @@
 //! platform is underneath; everything above them is written once. Every method binds the
 //! device (CUDA context / HIP device) to the calling thread first, so callers never do.
 //!
-//! Nothing here synchronises the device: only streams, events and (for allocation fallbacks)
-//! the stream an allocation belongs to.
+//! The seam holds no policy: each method is one vendor call (plus binding the device). What to
+//! do with the answers (whether a free may be queued or must wait, what "not ready" means, how a
+//! failed library load is remembered) is decided once, above it.
+//!
+//! Methods that end a handle's life are `unsafe fn`: a handle is a plain `Copy` token, so only
+//! the caller can promise that it is live, owned, and never used again. The safe owners
+//! (`Stream`, `Event`, `Module`, `DeviceBuffer`) make that promise in their `Drop`.
+//!
+//! Nothing here synchronises the device: only streams and events.
 
 pub(crate) mod cuda;
 pub(crate) mod hip;
@@ -70,16 +77,35 @@ pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
     fn mem_info(&self) -> Result<(u64, u64)>;
 
     fn stream_create(&self) -> Result<RawStream>;
-    fn stream_destroy(&self, stream: RawStream) -> Result<()>;
+    /// # Safety
+    /// `stream` came from [`Self::stream_create`] on this device and is not used after this call
+    /// (the driver lets its queued work finish first).
+    unsafe fn stream_destroy(&self, stream: RawStream) -> Result<()>;
     fn stream_synchronize(&self, stream: RawStream) -> Result<()>;
-    /// `true` when all work queued on the stream has completed.
-    fn stream_is_idle(&self, stream: RawStream) -> Result<bool>;
+    /// `Ok` when all work queued on the stream has completed; the driver's "not ready" error
+    /// otherwise ([`DriverError::is_not_ready`]).
+    fn stream_query(&self, stream: RawStream) -> Result<()>;
     fn stream_wait_event(&self, stream: RawStream, event: RawEvent) -> Result<()>;
 
-    /// Allocates `bytes` (> 0) ordered on `stream`.
-    fn alloc(&self, bytes: u64, stream: RawStream) -> Result<DevicePtr>;
+    /// Whether allocations can be ordered on a stream (memory pools): then [`Self::alloc_async`]
+    /// and [`Self::free_async`] apply, else [`Self::alloc_sync`] and [`Self::free_sync`].
+    fn stream_ordered_memory(&self) -> bool;
+    /// Allocates `bytes` (> 0) ordered on `stream`; only where [`Self::stream_ordered_memory`].
+    fn alloc_async(&self, bytes: u64, stream: RawStream) -> Result<DevicePtr>;
+    /// Allocates `bytes` (> 0) now.
+    fn alloc_sync(&self, bytes: u64) -> Result<DevicePtr>;
     /// Frees `ptr` once the work queued on `stream` before this call has completed.
-    fn free(&self, ptr: DevicePtr, stream: RawStream) -> Result<()>;
+    ///
+    /// # Safety
+    /// `ptr` came from [`Self::alloc_async`] on this device, is freed once, and nothing queued
+    /// after this call on any stream uses it.
+    unsafe fn free_async(&self, ptr: DevicePtr, stream: RawStream) -> Result<()>;
+    /// Frees `ptr` now.
+    ///
+    /// # Safety
+    /// `ptr` came from [`Self::alloc_sync`] on this device, is freed once, and no queued or
+    /// running work uses it any more (the caller waited for its streams).
+    unsafe fn free_sync(&self, ptr: DevicePtr) -> Result<()>;
 
     /// # Safety
     /// `dst..dst+bytes` is device memory this process owns; `src..src+bytes` is readable host
@@ -104,15 +130,22 @@ pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
     unsafe fn memset_d32(&self, dst: DevicePtr, value: u32, count: usize, stream: RawStream) -> Result<()>;
 
     fn event_create(&self, timing: bool) -> Result<RawEvent>;
-    fn event_destroy(&self, event: RawEvent) -> Result<()>;
+    /// # Safety
+    /// `event` came from [`Self::event_create`] on this device and is not used after this call.
+    unsafe fn event_destroy(&self, event: RawEvent) -> Result<()>;
     fn event_record(&self, event: RawEvent, stream: RawStream) -> Result<()>;
     fn event_synchronize(&self, event: RawEvent) -> Result<()>;
-    fn event_is_complete(&self, event: RawEvent) -> Result<bool>;
+    /// `Ok` when the work before the event has completed; "not ready" otherwise, as
+    /// [`Self::stream_query`].
+    fn event_query(&self, event: RawEvent) -> Result<()>;
     fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32>;
 
     /// Loads a code object (AMD) or fatbin/cubin/PTX (NVIDIA) image.
     fn module_load(&self, image: &[u8]) -> Result<RawModule>;
-    fn module_unload(&self, module: RawModule) -> Result<()>;
+    /// # Safety
+    /// `module` came from [`Self::module_load`] on this device, and neither it nor any function
+    /// looked up in it is used after this call.
+    unsafe fn module_unload(&self, module: RawModule) -> Result<()>;
     fn module_function(&self, module: RawModule, name: &str) -> Result<RawFunction>;
     /// Byte sizes of the kernel's parameters, where the driver can tell (CUDA 12.4+).
     fn function_param_sizes(&self, function: RawFunction) -> Option<Vec<usize>>;
@@ -122,6 +155,11 @@ pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
     fn function_static_shared(&self, function: RawFunction) -> Result<u32>;
     /// Lets the kernel use `bytes` of dynamic shared memory (needed above 48 KiB on NVIDIA).
     fn function_set_max_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()>;
+
+    /// A handle of the vendor BLAS for this device (the device is current on the calling
+    /// thread), and the library's name. Which library follows the silicon, not the host API:
+    /// cuBLAS takes the streams of AMD's HIP for NVIDIA too, as hipBLAS would hand them over.
+    fn vendor_blas(&self) -> Result<(&'static str, Box<dyn crate::blas::VendorBlas>)>;
 
     /// # Safety
     /// `params` points at one readable value per kernel parameter, of the parameter's type,
@@ -165,11 +203,41 @@ pub(crate) unsafe fn c_string(ptr: *const std::os::raw::c_char) -> String {
     unsafe { std::ffi::CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
 }
 
+/// Whether a query answered "done" (`Ok(true)`) or "not yet" (`Ok(false)`): the one place a
+/// driver's not-ready error becomes a boolean.
+pub(crate) fn ready(query: Result<()>) -> Result<bool> {
+    match query {
+        Ok(()) => Ok(true),
+        Err(Error::Driver(e)) if e.is_not_ready() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Why a vendor library is unusable in this process; kept so every later call reports it.
 #[derive(Clone)]
 pub(crate) enum InitFailure {
     Load(rocm_sys::LoadError),
     Init(DriverError),
+}
+
+impl InitFailure {
+    /// The failure to remember for `error`, if it is one a later call would meet again (the
+    /// library is missing or refused to start); other errors say nothing about the machine.
+    pub(crate) fn remembered(error: &Error) -> Option<InitFailure> {
+        match error {
+            Error::Load(e) => Some(InitFailure::Load(e.clone())),
+            Error::Driver(e) => Some(InitFailure::Init(e.clone())),
+            _ => None,
+        }
+    }
+
+    /// The error a call reports for this failure.
+    pub(crate) fn error(&self) -> Error {
+        match self {
+            InitFailure::Load(e) => Error::Load(e.clone()),
+            InitFailure::Init(e) => Error::Driver(e.clone()),
+        }
+    }
 }
 
 /// Loads a vendor library and initialises it, once per process: later calls get the same
@@ -183,15 +251,11 @@ pub(crate) fn load_once<T>(
         let lib = load().map_err(InitFailure::Load)?;
         match init(&lib) {
             Ok(()) => Ok(lib),
-            Err(Error::Driver(e)) => Err(InitFailure::Init(e)),
-            Err(other) => unreachable!("initialisation fails only with driver errors: {other}"),
+            Err(e) => Err(InitFailure::remembered(&e)
+                .unwrap_or_else(|| unreachable!("initialisation fails only with driver errors: {e}"))),
         }
     });
-    match state {
-        Ok(lib) => Ok(lib),
-        Err(InitFailure::Load(e)) => Err(Error::Load(e.clone())),
-        Err(InitFailure::Init(e)) => Err(Error::Driver(e.clone())),
-    }
+    state.as_ref().map_err(InitFailure::error)
 }
 
 /// A copy of a code-object image in 8-byte-aligned memory: both drivers parse fatbin and

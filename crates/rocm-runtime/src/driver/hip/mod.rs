@@ -82,6 +82,8 @@ impl Hip {
     }
 }
 
+mod blas;
+
 type MallocAsync = unsafe extern "C" fn(*mut *mut c_void, usize, sys::hipStream_t) -> hipError_t;
 type FreeAsync = unsafe extern "C" fn(*mut c_void, sys::hipStream_t) -> hipError_t;
 
@@ -89,7 +91,8 @@ macro_rules! call {
     ($hip:expr, $f:ident($($arg:expr),* $(,)?)) => {{
         let hip: &Hip = $hip;
         #[allow(unused_unsafe, clippy::macro_metavars_in_unsafe)]
-        // SAFETY: every use passes arguments valid for this entry point, as its caller states.
+        // SAFETY: out-parameters point at locals and handles are live (their owners' contract);
+        // where more is needed (memory ranges, lifetimes, images) the call site says why.
         let r = unsafe { hip.lib.$f($($arg),*) };
         hip.check(stringify!($f), r)
     }};
@@ -152,6 +155,17 @@ impl HipDevice {
         let exported = self.hip.pool_entries().is_some();
         let pools = exported && self.attribute(Attr::hipDeviceAttributeMemoryPoolsSupported)? != 0;
         Ok(pool_fallback(self.hip.runtime, exported, pools))
+    }
+
+    /// The stream-ordered allocator, where this device uses it.
+    fn pool_entries(&self) -> Result<(MallocAsync, FreeAsync)> {
+        match (&self.pool_fallback, self.hip.pool_entries()) {
+            (None, Some(entries)) => Ok(entries),
+            (why, _) => Err(Error::InvalidArgument(format!(
+                "stream-ordered allocation is off on this device: {}",
+                why.as_deref().unwrap_or("the allocator is not exported")
+            ))),
+        }
     }
 
     /// Makes this device current on the calling thread, if it is not.
@@ -225,21 +239,22 @@ impl DeviceDriver for HipDevice {
         let mut total = 0usize;
         call!(self.hip, hipDeviceTotalMem(&mut total, self.ordinal))?;
         let a = |attr| self.attribute(attr).map(|v| v.max(0) as u32);
-        let (arch, code_objects, matrix_cores) = match self.hip.runtime {
+        let (arch, code_objects, matrix_cores, warpgroup_mma) = match self.hip.runtime {
             HipRuntime::Amd(release) => {
                 let arch = self.amd_target_id(release)?;
                 // CDNA's MFMA. Launchers decide what they run on it: flash attention's `Auto`
                 // keeps the portable kernel until the MFMA kernel has passed the GPU tests on
                 // AMD hardware (`FlashKernel::MatrixCores` runs it, and the GPU tests do).
                 let cores = MatrixCores::for_amd_arch(&arch);
-                (arch, CodeObjectKind::Amd, cores)
+                (arch, CodeObjectKind::Amd, cores, false)
             }
             // AMD's HIP for NVIDIA: an NVIDIA GPU, named by its compute capability, that
             // loads NVIDIA code objects through hipModuleLoadData.
             HipRuntime::NvidiaCuda { .. } => {
                 let major = a(Attr::hipDeviceAttributeComputeCapabilityMajor)?;
                 let minor = a(Attr::hipDeviceAttributeComputeCapabilityMinor)?;
-                (format!("sm_{major}{minor}"), CodeObjectKind::Nvidia, MatrixCores::for_nvidia_major(major))
+                let cores = MatrixCores::for_nvidia_major(major);
+                (format!("sm_{major}{minor}"), CodeObjectKind::Nvidia, cores, (major, minor) == (9, 0))
             }
         };
         let shared_mem_per_block = a(Attr::hipDeviceAttributeMaxSharedMemoryPerBlock)?;
@@ -277,6 +292,7 @@ impl DeviceDriver for HipDevice {
             pci_bus_id: a(Attr::hipDeviceAttributePciBusId)?,
             stream_ordered_memory: self.pool_fallback.is_none(),
             matrix_cores,
+            warpgroup_mma,
         })
     }
 
@@ -307,8 +323,10 @@ impl DeviceDriver for HipDevice {
         Ok(RawStream(stream.cast()))
     }
 
-    fn stream_destroy(&self, stream: RawStream) -> Result<()> {
+    unsafe fn stream_destroy(&self, stream: RawStream) -> Result<()> {
         self.bind()?;
+        // SAFETY: the stream is live and never used again (stream_destroy's contract); queued work
+        // finishes first.
         call!(self.hip, hipStreamDestroy(stream.0.cast()))
     }
 
@@ -317,45 +335,51 @@ impl DeviceDriver for HipDevice {
         call!(self.hip, hipStreamSynchronize(stream.0.cast()))
     }
 
-    fn stream_is_idle(&self, stream: RawStream) -> Result<bool> {
+    fn stream_query(&self, stream: RawStream) -> Result<()> {
         self.bind()?;
-        // SAFETY: the stream handle is live (owned by the caller).
-        let r = unsafe { self.hip.lib.hipStreamQuery(stream.0.cast()) };
-        if r == hipError_t::hipErrorNotReady {
-            return Ok(false);
-        }
-        self.hip.check("hipStreamQuery", r).map(|()| true)
+        call!(self.hip, hipStreamQuery(stream.0.cast()))
     }
 
     fn stream_wait_event(&self, stream: RawStream, event: RawEvent) -> Result<()> {
         self.bind()?;
+        // SAFETY: both handles are live: their owners (`Stream`, `Event`) outlive this call.
         call!(self.hip, hipStreamWaitEvent(stream.0.cast(), event.0.cast(), 0))
     }
 
-    fn alloc(&self, bytes: u64, stream: RawStream) -> Result<DevicePtr> {
+    fn stream_ordered_memory(&self) -> bool {
+        self.pool_fallback.is_none()
+    }
+
+    fn alloc_async(&self, bytes: u64, stream: RawStream) -> Result<DevicePtr> {
+        let (malloc_async, _) = self.pool_entries()?;
         self.bind()?;
         let mut ptr: *mut c_void = std::ptr::null_mut();
-        if let (None, Some((malloc_async, _))) = (&self.pool_fallback, self.hip.pool_entries()) {
-            // SAFETY: `ptr` is writable and the stream is live (owned by the caller).
-            let r = unsafe { malloc_async(&mut ptr, bytes as usize, stream.0.cast()) };
-            self.hip.check("hipMallocAsync", r)?;
-        } else {
-            call!(self.hip, hipMalloc(&mut ptr, bytes as usize))?;
-        }
+        // SAFETY: `ptr` is writable and the stream is live (owned by the caller).
+        let r = unsafe { malloc_async(&mut ptr, bytes as usize, stream.0.cast()) };
+        self.hip.check("hipMallocAsync", r)?;
         Ok(ptr as DevicePtr)
     }
 
-    fn free(&self, ptr: DevicePtr, stream: RawStream) -> Result<()> {
+    fn alloc_sync(&self, bytes: u64) -> Result<DevicePtr> {
         self.bind()?;
-        if let (None, Some((_, free_async))) = (&self.pool_fallback, self.hip.pool_entries()) {
-            // SAFETY: `ptr` came from hipMallocAsync on this device; the stream is live.
-            let r = unsafe { free_async(ptr as *mut c_void, stream.0.cast()) };
-            self.hip.check("hipFreeAsync", r)
-        } else {
-            // Without pools a free is immediate: wait for the owning stream's work first.
-            self.stream_synchronize(stream)?;
-            call!(self.hip, hipFree(ptr as *mut c_void))
-        }
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        call!(self.hip, hipMalloc(&mut ptr, bytes as usize))?;
+        Ok(ptr as DevicePtr)
+    }
+
+    unsafe fn free_async(&self, ptr: DevicePtr, stream: RawStream) -> Result<()> {
+        let (_, free_async) = self.pool_entries()?;
+        self.bind()?;
+        // SAFETY: per this method's contract, `ptr` came from hipMallocAsync on this device.
+        let r = unsafe { free_async(ptr as *mut c_void, stream.0.cast()) };
+        self.hip.check("hipFreeAsync", r)
+    }
+
+    unsafe fn free_sync(&self, ptr: DevicePtr) -> Result<()> {
+        self.bind()?;
+        // SAFETY: `ptr` came from the plain allocator on this device, is freed once, and no work
+        // uses it (free_sync's contract).
+        call!(self.hip, hipFree(ptr as *mut c_void))
     }
 
     unsafe fn copy_htod(
@@ -367,11 +391,15 @@ impl DeviceDriver for HipDevice {
     ) -> Result<()> {
         self.bind()?;
         // HIP declares the source mutable; it is only read.
+        // SAFETY: `dst..dst+bytes` is ours and `src` stays readable until the copy ran (copy_htod's
+        // contract).
         call!(self.hip, hipMemcpyHtoDAsync(dst as *mut c_void, src as *mut c_void, bytes, stream.0.cast()))
     }
 
     unsafe fn copy_dtoh(&self, dst: *mut u8, src: DevicePtr, bytes: usize, stream: RawStream) -> Result<()> {
         self.bind()?;
+        // SAFETY: `src..src+bytes` is ours and `dst` stays writable until the copy ran (copy_dtoh's
+        // contract).
         call!(self.hip, hipMemcpyDtoHAsync(dst.cast(), src as *mut c_void, bytes, stream.0.cast()))
     }
 
@@ -383,21 +411,25 @@ impl DeviceDriver for HipDevice {
         stream: RawStream,
     ) -> Result<()> {
         self.bind()?;
+        // SAFETY: both ranges are device memory this process owns (copy_dtod's contract).
         call!(self.hip, hipMemcpyDtoDAsync(dst as *mut c_void, src as *mut c_void, bytes, stream.0.cast()))
     }
 
     unsafe fn memset_d8(&self, dst: DevicePtr, value: u8, count: usize, stream: RawStream) -> Result<()> {
         self.bind()?;
+        // SAFETY: `dst..dst+count` is ours (memset_d8's contract).
         call!(self.hip, hipMemsetD8Async(dst as *mut c_void, value, count, stream.0.cast()))
     }
 
     unsafe fn memset_d16(&self, dst: DevicePtr, value: u16, count: usize, stream: RawStream) -> Result<()> {
         self.bind()?;
+        // SAFETY: `dst..dst+2*count` is ours, 2-byte aligned (memset_d16's contract).
         call!(self.hip, hipMemsetD16Async(dst as *mut c_void, value, count, stream.0.cast()))
     }
 
     unsafe fn memset_d32(&self, dst: DevicePtr, value: u32, count: usize, stream: RawStream) -> Result<()> {
         self.bind()?;
+        // SAFETY: `dst..dst+4*count` is ours, 4-byte aligned (memset_d32's contract).
         call!(self.hip, hipMemsetD32Async(dst as *mut c_void, value as i32, count, stream.0.cast()))
     }
 
@@ -409,13 +441,15 @@ impl DeviceDriver for HipDevice {
         Ok(RawEvent(event.cast()))
     }
 
-    fn event_destroy(&self, event: RawEvent) -> Result<()> {
+    unsafe fn event_destroy(&self, event: RawEvent) -> Result<()> {
         self.bind()?;
+        // SAFETY: the event is live and never used again (event_destroy's contract).
         call!(self.hip, hipEventDestroy(event.0.cast()))
     }
 
     fn event_record(&self, event: RawEvent, stream: RawStream) -> Result<()> {
         self.bind()?;
+        // SAFETY: both handles are live: their owners outlive this call.
         call!(self.hip, hipEventRecord(event.0.cast(), stream.0.cast()))
     }
 
@@ -424,14 +458,9 @@ impl DeviceDriver for HipDevice {
         call!(self.hip, hipEventSynchronize(event.0.cast()))
     }
 
-    fn event_is_complete(&self, event: RawEvent) -> Result<bool> {
+    fn event_query(&self, event: RawEvent) -> Result<()> {
         self.bind()?;
-        // SAFETY: the event handle is live (owned by the caller).
-        let r = unsafe { self.hip.lib.hipEventQuery(event.0.cast()) };
-        if r == hipError_t::hipErrorNotReady {
-            return Ok(false);
-        }
-        self.hip.check("hipEventQuery", r).map(|()| true)
+        call!(self.hip, hipEventQuery(event.0.cast()))
     }
 
     fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32> {
@@ -445,12 +474,16 @@ impl DeviceDriver for HipDevice {
         self.bind()?;
         let aligned = aligned_image(image);
         let mut module = std::ptr::null_mut();
+        // SAFETY: `aligned` is an 8-byte-aligned copy of the whole image, alive for the call; the
+        // driver copies what it keeps.
         call!(self.hip, hipModuleLoadData(&mut module, aligned.as_ptr().cast()))?;
         Ok(RawModule(module.cast()))
     }
 
-    fn module_unload(&self, module: RawModule) -> Result<()> {
+    unsafe fn module_unload(&self, module: RawModule) -> Result<()> {
         self.bind()?;
+        // SAFETY: the module is live and neither it nor its functions are used again
+        // (module_unload's contract).
         call!(self.hip, hipModuleUnload(module.0.cast()))
     }
 
@@ -459,6 +492,8 @@ impl DeviceDriver for HipDevice {
         let cname =
             CString::new(name).map_err(|_| Error::InvalidArgument(format!("kernel name {name:?}")))?;
         let mut function = std::ptr::null_mut();
+        // SAFETY: `cname` is NUL-terminated and outlives the call; the module is live (its `Module`
+        // owns it).
         call!(self.hip, hipModuleGetFunction(&mut function, module.0.cast(), cname.as_ptr()))
             .map_err(|e| function_not_found(name, e))?;
         Ok(RawFunction(function.cast()))
@@ -490,6 +525,19 @@ impl DeviceDriver for HipDevice {
             HipRuntime::NvidiaCuda { .. } => {
                 self.bind()?;
                 super::cuda::for_hip::set_max_dynamic_shared(function, bytes)
+            }
+        }
+    }
+
+    fn vendor_blas(&self) -> Result<(&'static str, Box<dyn crate::blas::VendorBlas>)> {
+        self.bind()?;
+        match self.hip.runtime {
+            // rocBLAS from the folder of the HIP runtime that was loaded, never another install.
+            HipRuntime::Amd(_) => Ok(("rocBLAS", blas::create(&self.hip.path)?)),
+            HipRuntime::NvidiaCuda { .. } => {
+                let major = self.attribute(Attr::hipDeviceAttributeComputeCapabilityMajor)?;
+                let minor = self.attribute(Attr::hipDeviceAttributeComputeCapabilityMinor)?;
+                Ok(("cuBLAS", super::cuda::blas::create(&format!("sm_{major}{minor}"))?))
             }
         }
     }

@@ -68,7 +68,8 @@ macro_rules! call {
     ($cuda:expr, $f:ident($($arg:expr),* $(,)?)) => {{
         let cuda: &Cuda = $cuda;
         #[allow(unused_unsafe, clippy::macro_metavars_in_unsafe)]
-        // SAFETY: every use passes arguments valid for this entry point, as its caller states.
+        // SAFETY: out-parameters point at locals and handles are live (their owners' contract);
+        // where more is needed (memory ranges, lifetimes, images) the call site says why.
         let r = unsafe { cuda.lib.$f($($arg),*) };
         cuda.check(stringify!($f), r)
     }};
@@ -85,6 +86,8 @@ pub(crate) fn device_count() -> Result<usize> {
 /// objects (there a `hipFunction_t` is a `CUfunction` and a HIP device ordinal a CUDA one).
 /// HIP's module API has no call to let a kernel use more than 48 KiB of shared memory, and its
 /// `hipDeviceGetAttribute` does not answer the opt-in limit; every other call stays HIP's.
+pub(crate) mod blas;
+
 pub(crate) mod for_hip {
     use super::*;
 
@@ -210,6 +213,7 @@ impl DeviceDriver for CudaDevice {
             pci_bus_id: a(Attr::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
             stream_ordered_memory: self.memory_pools,
             matrix_cores: MatrixCores::for_nvidia_major(major),
+            warpgroup_mma: (major, minor) == (9, 0),
         })
     }
 
@@ -245,8 +249,10 @@ impl DeviceDriver for CudaDevice {
         Ok(RawStream(stream.cast()))
     }
 
-    fn stream_destroy(&self, stream: RawStream) -> Result<()> {
+    unsafe fn stream_destroy(&self, stream: RawStream) -> Result<()> {
         self.bind()?;
+        // SAFETY: the stream is live and never used again (stream_destroy's contract); queued work
+        // finishes first.
         call!(self.lib(), cuStreamDestroy_v2(stream.0.cast()))
     }
 
@@ -255,41 +261,47 @@ impl DeviceDriver for CudaDevice {
         call!(self.lib(), cuStreamSynchronize(stream.0.cast()))
     }
 
-    fn stream_is_idle(&self, stream: RawStream) -> Result<bool> {
+    fn stream_query(&self, stream: RawStream) -> Result<()> {
         self.bind()?;
-        // SAFETY: the stream handle is live (owned by the caller).
-        let r = unsafe { self.lib().lib.cuStreamQuery(stream.0.cast()) };
-        if r == CUresult::CUDA_ERROR_NOT_READY {
-            return Ok(false);
-        }
-        self.lib().check("cuStreamQuery", r).map(|()| true)
+        call!(self.lib(), cuStreamQuery(stream.0.cast()))
     }
 
     fn stream_wait_event(&self, stream: RawStream, event: RawEvent) -> Result<()> {
         self.bind()?;
+        // SAFETY: both handles are live: their owners (`Stream`, `Event`) outlive this call.
         call!(self.lib(), cuStreamWaitEvent(stream.0.cast(), event.0.cast(), 0))
     }
 
-    fn alloc(&self, bytes: u64, stream: RawStream) -> Result<DevicePtr> {
+    fn stream_ordered_memory(&self) -> bool {
+        self.memory_pools
+    }
+
+    fn alloc_async(&self, bytes: u64, stream: RawStream) -> Result<DevicePtr> {
         self.bind()?;
         let mut ptr: sys::CUdeviceptr = 0;
-        if self.memory_pools {
-            call!(self.lib(), cuMemAllocAsync(&mut ptr, bytes as usize, stream.0.cast()))?;
-        } else {
-            call!(self.lib(), cuMemAlloc_v2(&mut ptr, bytes as usize))?;
-        }
+        call!(self.lib(), cuMemAllocAsync(&mut ptr, bytes as usize, stream.0.cast()))?;
         Ok(ptr)
     }
 
-    fn free(&self, ptr: DevicePtr, stream: RawStream) -> Result<()> {
+    fn alloc_sync(&self, bytes: u64) -> Result<DevicePtr> {
         self.bind()?;
-        if self.memory_pools {
-            call!(self.lib(), cuMemFreeAsync(ptr, stream.0.cast()))
-        } else {
-            // Without pools a free is immediate: wait for the owning stream's work first.
-            self.stream_synchronize(stream)?;
-            call!(self.lib(), cuMemFree_v2(ptr))
-        }
+        let mut ptr: sys::CUdeviceptr = 0;
+        call!(self.lib(), cuMemAlloc_v2(&mut ptr, bytes as usize))?;
+        Ok(ptr)
+    }
+
+    unsafe fn free_async(&self, ptr: DevicePtr, stream: RawStream) -> Result<()> {
+        self.bind()?;
+        // SAFETY: `ptr` came from the stream-ordered allocator on this device and is freed once
+        // (free_async's contract).
+        call!(self.lib(), cuMemFreeAsync(ptr, stream.0.cast()))
+    }
+
+    unsafe fn free_sync(&self, ptr: DevicePtr) -> Result<()> {
+        self.bind()?;
+        // SAFETY: `ptr` came from the plain allocator on this device, is freed once, and no work
+        // uses it (free_sync's contract).
+        call!(self.lib(), cuMemFree_v2(ptr))
     }
 
     unsafe fn copy_htod(
@@ -300,11 +312,15 @@ impl DeviceDriver for CudaDevice {
         stream: RawStream,
     ) -> Result<()> {
         self.bind()?;
+        // SAFETY: `dst..dst+bytes` is ours and `src` stays readable until the copy ran (copy_htod's
+        // contract).
         call!(self.lib(), cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, stream.0.cast()))
     }
 
     unsafe fn copy_dtoh(&self, dst: *mut u8, src: DevicePtr, bytes: usize, stream: RawStream) -> Result<()> {
         self.bind()?;
+        // SAFETY: `src..src+bytes` is ours and `dst` stays writable until the copy ran (copy_dtoh's
+        // contract).
         call!(self.lib(), cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, stream.0.cast()))
     }
 
@@ -316,21 +332,25 @@ impl DeviceDriver for CudaDevice {
         stream: RawStream,
     ) -> Result<()> {
         self.bind()?;
+        // SAFETY: both ranges are device memory this process owns (copy_dtod's contract).
         call!(self.lib(), cuMemcpyDtoDAsync_v2(dst, src, bytes, stream.0.cast()))
     }
 
     unsafe fn memset_d8(&self, dst: DevicePtr, value: u8, count: usize, stream: RawStream) -> Result<()> {
         self.bind()?;
+        // SAFETY: `dst..dst+count` is ours (memset_d8's contract).
         call!(self.lib(), cuMemsetD8Async(dst, value, count, stream.0.cast()))
     }
 
     unsafe fn memset_d16(&self, dst: DevicePtr, value: u16, count: usize, stream: RawStream) -> Result<()> {
         self.bind()?;
+        // SAFETY: `dst..dst+2*count` is ours, 2-byte aligned (memset_d16's contract).
         call!(self.lib(), cuMemsetD16Async(dst, value, count, stream.0.cast()))
     }
 
     unsafe fn memset_d32(&self, dst: DevicePtr, value: u32, count: usize, stream: RawStream) -> Result<()> {
         self.bind()?;
+        // SAFETY: `dst..dst+4*count` is ours, 4-byte aligned (memset_d32's contract).
         call!(self.lib(), cuMemsetD32Async(dst, value, count, stream.0.cast()))
     }
 
@@ -346,13 +366,15 @@ impl DeviceDriver for CudaDevice {
         Ok(RawEvent(event.cast()))
     }
 
-    fn event_destroy(&self, event: RawEvent) -> Result<()> {
+    unsafe fn event_destroy(&self, event: RawEvent) -> Result<()> {
         self.bind()?;
+        // SAFETY: the event is live and never used again (event_destroy's contract).
         call!(self.lib(), cuEventDestroy_v2(event.0.cast()))
     }
 
     fn event_record(&self, event: RawEvent, stream: RawStream) -> Result<()> {
         self.bind()?;
+        // SAFETY: both handles are live: their owners outlive this call.
         call!(self.lib(), cuEventRecord(event.0.cast(), stream.0.cast()))
     }
 
@@ -361,14 +383,9 @@ impl DeviceDriver for CudaDevice {
         call!(self.lib(), cuEventSynchronize(event.0.cast()))
     }
 
-    fn event_is_complete(&self, event: RawEvent) -> Result<bool> {
+    fn event_query(&self, event: RawEvent) -> Result<()> {
         self.bind()?;
-        // SAFETY: the event handle is live (owned by the caller).
-        let r = unsafe { self.lib().lib.cuEventQuery(event.0.cast()) };
-        if r == CUresult::CUDA_ERROR_NOT_READY {
-            return Ok(false);
-        }
-        self.lib().check("cuEventQuery", r).map(|()| true)
+        call!(self.lib(), cuEventQuery(event.0.cast()))
     }
 
     fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32> {
@@ -384,12 +401,16 @@ impl DeviceDriver for CudaDevice {
         self.bind()?;
         let aligned = aligned_image(image);
         let mut module = std::ptr::null_mut();
+        // SAFETY: `aligned` is an 8-byte-aligned copy of the whole image, alive for the call; the
+        // driver copies what it keeps.
         call!(self.lib(), cuModuleLoadData(&mut module, aligned.as_ptr().cast()))?;
         Ok(RawModule(module.cast()))
     }
 
-    fn module_unload(&self, module: RawModule) -> Result<()> {
+    unsafe fn module_unload(&self, module: RawModule) -> Result<()> {
         self.bind()?;
+        // SAFETY: the module is live and neither it nor its functions are used again
+        // (module_unload's contract).
         call!(self.lib(), cuModuleUnload(module.0.cast()))
     }
 
@@ -398,6 +419,8 @@ impl DeviceDriver for CudaDevice {
         let cname =
             CString::new(name).map_err(|_| Error::InvalidArgument(format!("kernel name {name:?}")))?;
         let mut function = std::ptr::null_mut();
+        // SAFETY: `cname` is NUL-terminated and outlives the call; the module is live (its `Module`
+        // owns it).
         call!(self.lib(), cuModuleGetFunction(&mut function, module.0.cast(), cname.as_ptr()))
             .map_err(|e| function_not_found(name, e))?;
         Ok(RawFunction(function.cast()))
@@ -436,6 +459,13 @@ impl DeviceDriver for CudaDevice {
     fn function_set_max_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()> {
         let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         call!(self.lib(), cuFuncSetAttribute(function.0.cast(), attr, bytes as i32))
+    }
+
+    fn vendor_blas(&self) -> Result<(&'static str, Box<dyn crate::blas::VendorBlas>)> {
+        self.bind()?;
+        let major = self.attribute(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = self.attribute(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        Ok(("cuBLAS", blas::create(&format!("sm_{major}{minor}"))?))
     }
 
     unsafe fn launch(

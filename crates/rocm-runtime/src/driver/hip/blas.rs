@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use rocm_sys::rocblas as sys;
 use rocm_sys::rocblas::{RocblasLibrary, rocblas_status};
 
-use super::{ElementType, GemmCall, Transpose, VendorBlas};
+use crate::blas::{ElementType, GemmCall, Transpose, VendorBlas};
 use crate::driver::{InitFailure, RawStream, c_string, load_once};
 use crate::error::{DriverError, Error, Result};
 use crate::platform::Platform;
@@ -64,7 +64,7 @@ unsafe impl Send for RocblasHandle {}
 
 /// A handle for the device current on the calling thread, from the rocBLAS beside the HIP
 /// runtime at `hip_library`.
-pub(super) fn create(hip_library: &Path) -> Result<Box<dyn VendorBlas>> {
+pub(crate) fn create(hip_library: &Path) -> Result<Box<dyn VendorBlas>> {
     let lib = library(hip_library)?;
     let mut handle = std::ptr::null_mut();
     // SAFETY: the out-pointer is valid; the caller made the device current.

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use rocm_sys::cublas as sys;
 use rocm_sys::cublas::{CublasLibrary, cublasStatus_t};
 
-use super::{ElementType, GemmCall, Transpose, VendorBlas};
+use crate::blas::{ElementType, GemmCall, Transpose, VendorBlas};
 use crate::driver::{InitFailure, RawStream, c_string, load_once};
 use crate::error::{DriverError, Error, Result};
 use crate::platform::Platform;
@@ -35,7 +35,7 @@ fn check(lib: &CublasLibrary, call: &'static str, status: cublasStatus_t) -> Res
 
 /// NVIDIA's recommended workspace for `cublasSetWorkspace`: 32 MiB on Hopper and later (the
 /// arch is `sm_<major><minor>`), 4 MiB on earlier GPUs.
-pub(super) fn recommended_workspace(arch: &str) -> usize {
+pub(crate) fn recommended_workspace(arch: &str) -> usize {
     let major = arch.strip_prefix("sm_").and_then(|v| v.parse::<u32>().ok()).map_or(0, |v| v / 10);
     if major >= 9 { 32 << 20 } else { 4 << 20 }
 }
@@ -58,7 +58,7 @@ impl std::fmt::Debug for CublasHandle {
 unsafe impl Send for CublasHandle {}
 
 /// A handle for the device bound to the calling thread, whose arch is `arch`.
-pub(super) fn create(arch: &str) -> Result<Box<dyn VendorBlas>> {
+pub(crate) fn create(arch: &str) -> Result<Box<dyn VendorBlas>> {
     let lib = library()?;
     let mut handle = std::ptr::null_mut();
     // SAFETY: the out-pointer is valid; the caller made the device's context current.
