@@ -3,26 +3,27 @@
 //! The bindings are generated once, by a developer, and committed: building rocmforge never
 //! needs libclang or the HIP/CUDA headers. `--check` regenerates into memory and fails when the
 //! committed files differ, so a header or allowlist change cannot drift silently (CI runs it).
+//! It also compares what the HIP binding (from HIP 5.2) relies on with the newer HIP headers of
+//! the `cargo xtask amd-toolchain` chroot, when that exists ([`crate::hip_drift`]).
 
 use std::path::Path;
 
-use crate::toolchain;
-use crate::{Result, workspace_root};
+use crate::{Result, hip_drift, toolchain, workspace_root};
 
 /// One generated file: which header, which items, which loader struct.
-struct Binding {
+pub(crate) struct Binding {
     /// Output file, relative to `crates/rocm-sys/src/`.
-    file: &'static str,
+    pub(crate) file: &'static str,
     /// Wrapper header, relative to `crates/rocm-sys/wrapper/`.
-    header: &'static str,
+    pub(crate) header: &'static str,
     /// Name of the generated libloading struct.
-    library: &'static str,
-    functions: &'static [&'static str],
+    pub(crate) library: &'static str,
+    pub(crate) functions: &'static [&'static str],
     /// Enums the driver returns or takes: generated as integer newtypes so an unknown value
     /// from a newer driver is just another number, never undefined behaviour.
-    newtype_enums: &'static [&'static str],
-    types: &'static [&'static str],
-    vars: &'static [&'static str],
+    pub(crate) newtype_enums: &'static [&'static str],
+    pub(crate) types: &'static [&'static str],
+    pub(crate) vars: &'static [&'static str],
 }
 
 /// The HIP runtime API subset rocm-runtime uses, every release from 5.x on: the required entry
@@ -30,7 +31,7 @@ struct Binding {
 /// the versioned device-properties calls) are looked up one by one (`rocm_sys::HipExtras`).
 /// Device-wide synchronisation (`hipDeviceSynchronize`, `hipDeviceReset`) is deliberately
 /// absent: it cannot be called.
-const HIP: Binding = Binding {
+pub(crate) const HIP: Binding = Binding {
     file: "hip.rs",
     header: "hip.h",
     library: "HipLibrary",
@@ -174,6 +175,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let root = workspace_root();
     let sys = root.join("crates/rocm-sys");
     let mut stale = Vec::new();
+    let mut hip_text = None;
     for binding in [&HIP, &CUDA, &CUBLAS] {
         let include = match binding.header {
             "hip.h" => toolchain::hip_include_dir(),
@@ -196,6 +198,9 @@ pub fn run(args: &[String]) -> Result<()> {
             if committed != text {
                 stale.push(out);
             }
+            if binding.file == HIP.file {
+                hip_text = Some((text, include));
+            }
         } else {
             std::fs::write(&out, text).map_err(|e| format!("writing {}: {e}", out.display()))?;
             println!("wrote {}", out.display());
@@ -212,10 +217,21 @@ pub fn run(args: &[String]) -> Result<()> {
     if check {
         println!("bindings are up to date");
     }
+    if let Some((text, include)) = hip_text {
+        hip_drift::check(&text, &include)?;
+    }
     Ok(())
 }
 
 fn generate(binding: &Binding, header: &Path, include: &Path) -> Result<String> {
+    let bindings = builder(binding, header, include)
+        .generate()
+        .map_err(|e| format!("bindgen failed on {}: {e}", header.display()))?;
+    Ok(bindings.to_string())
+}
+
+/// The configuration every binding is generated with; `hip_drift` adds to it.
+pub(crate) fn builder(binding: &Binding, header: &Path, include: &Path) -> bindgen::Builder {
     let mut builder = bindgen::Builder::default()
         .header(header.to_string_lossy())
         .clang_arg(format!("-I{}", include.display()))
@@ -240,6 +256,5 @@ fn generate(binding: &Binding, header: &Path, include: &Path) -> Result<String> 
     for v in binding.vars {
         builder = builder.allowlist_var(v);
     }
-    let bindings = builder.generate().map_err(|e| format!("bindgen failed on {}: {e}", header.display()))?;
-    Ok(bindings.to_string())
+    builder
 }

@@ -8,6 +8,7 @@ mod bench;
 mod bindgen;
 mod doctor;
 mod gpu;
+mod hip_drift;
 mod hip_nvidia;
 mod kernels;
 mod lint;
