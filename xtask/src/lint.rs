@@ -37,7 +37,7 @@ fn rules() -> Vec<Rule> {
     ];
     vec![Rule {
         names: device_wide,
-        why: "is device-wide synchronisation (docs/architecture.md, \"Why there is no hipDeviceSynchronize\"); synchronise the stream you own instead",
+        why: "is device-wide synchronisation (docs/architecture.md says why it is banned); synchronise the stream you own instead",
         exempt: &["crates/rocm-sys/"],
     }]
 }
