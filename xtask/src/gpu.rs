@@ -233,8 +233,7 @@ fn run_suite(
         );
         cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", runner)
             .env(rocm_testkit::SANITIZER_ENV, tool)
-            .args(["-E", "binary(/^gpu_/)"])
-            .args(&args.nextest);
+            .args(gpu_tests_only(&args.nextest));
         println!("gpu-test: sanitizer {tool}");
         let code = run_nextest(cmd, config)?;
         let (processes, errors) = summarise_sanitizer_logs(&logs)?;
@@ -250,6 +249,36 @@ fn run_suite(
     } else {
         Err(format!("the GPU suite failed under: {}", failed.join(", ")).into())
     }
+}
+
+/// The nextest arguments of a sanitizer run: `args` limited to the GPU test binaries. nextest
+/// unions repeated `-E` expressions, so each of the user's is intersected with the GPU binaries
+/// instead of adding one of our own (which would run every GPU test).
+fn gpu_tests_only(args: &[String]) -> Vec<String> {
+    const GPU: &str = "binary(/^gpu_/)";
+    let mut out = Vec::with_capacity(args.len() + 2);
+    let mut filtered = false;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let expr = match arg.as_str() {
+            "-E" | "--filterset" | "--filter-expr" => rest.next().cloned(),
+            other => ["-E=", "--filterset=", "--filter-expr="]
+                .iter()
+                .find_map(|p| other.strip_prefix(p))
+                .map(str::to_string),
+        };
+        match expr {
+            Some(expr) => {
+                out.extend(["-E".to_string(), format!("({expr}) and {GPU}")]);
+                filtered = true;
+            }
+            None => out.push(arg.clone()),
+        }
+    }
+    if !filtered {
+        out.extend(["-E".to_string(), GPU.to_string()]);
+    }
+    out
 }
 
 /// Counts the checked processes in a folder of compute-sanitizer logs and the errors their
@@ -775,6 +804,21 @@ mod tests {
         assert_eq!(sanitizer_errors("========= ERROR SUMMARY: 1 error\n"), 1);
         assert_eq!(sanitizer_errors("RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)"), 2);
         assert_eq!(sanitizer_errors("no summary at all"), 0);
+    }
+
+    #[test]
+    fn sanitizer_runs_intersect_the_users_filters_with_the_gpu_binaries() {
+        assert_eq!(gpu_tests_only(&[]), strings(&["-E", "binary(/^gpu_/)"]));
+        assert_eq!(
+            gpu_tests_only(&strings(&["-E", "test(/mxfp/)", "--no-fail-fast", "-E=binary(gpu_runtime)"])),
+            strings(&[
+                "-E",
+                "(test(/mxfp/)) and binary(/^gpu_/)",
+                "--no-fail-fast",
+                "-E",
+                "(binary(gpu_runtime)) and binary(/^gpu_/)"
+            ])
+        );
     }
 
     #[test]
