@@ -430,6 +430,12 @@ pub fn render(resources: &Resources, toolchain: &str) -> String {
          registers (CDNA only). SGPR spills usually go to VGPR lanes, VGPR spills to scratch memory.\n\
          LDS is static shared memory per workgroup, scratch private memory per lane, both in bytes.\n\n",
     );
+    md.push_str(
+        "Code object is the AMDHSA code object version of each target's code, which the HIP runtime\n\
+         that loads it must know: HIP 5.0 and later load v4 and v5, HIP 6.4 and later v6 too (the\n\
+         only version with generic targets). The build makes processor-specific targets v5 and\n\
+         generic ones v6, in one bundle per kernel file.\n\n",
+    );
 
     md.push_str("## Targets\n\n");
     md.push_str("| target | code object | wavefront | entries | entries spilling | max SGPR | max VGPR | max AGPR | max LDS | max scratch |\n");

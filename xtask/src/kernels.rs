@@ -7,9 +7,11 @@
 //!   `<out>/amd/<stem>.hsaco`. With the chroot of `cargo xtask amd-toolchain` (forky's hipcc 7.0.2,
 //!   clang 21), every target of [`AMD_TARGETS`], compiled inside the chroot with `kernels/` and
 //!   `<out>/amd` bind-mounted in a private mount namespace; without it, the host's hipcc and the
-//!   targets among [`AMD_ARCH_CANDIDATES`] it accepts. Then the resource table of every code
-//!   object (registers, spills, LDS, scratch; `amd_resources`) is checked against the committed
-//!   `docs/kernels/amd-resources.md` and rewritten.
+//!   targets among [`AMD_ARCH_CANDIDATES`] it accepts. With the chroot, processor-specific targets
+//!   are code object v5 and generic ones v6, in the same bundle (`amd_code_object_args`), so HIP
+//!   from ROCm 5.x on finds code it loads; the host's hipcc keeps its own default. Then the
+//!   resource table of every code object (registers, spills, LDS, scratch; `amd_resources`) is
+//!   checked against the committed `docs/kernels/amd-resources.md` and rewritten.
 //!
 //! `<out>` is `$ROCMFORGE_KERNELS_DIR` (relative paths are taken from the workspace root, as
 //! `rocm-kernels`' build script does) or `<workspace>/target/kernels`. Warnings are errors on both
@@ -64,9 +66,10 @@ const DEFAULT_NVIDIA_ARCHS: &[&str] = &["80", "90a"];
 /// - generic targets for the RDNA 2 and 3 chips with no code object of their own:
 ///   gfx10-3-generic (gfx1031-1036: RX 6700/6600/6500, Steam Deck, Ryzen 6000/7000 graphics) and
 ///   gfx11-generic (gfx1103, gfx1150, gfx1152, gfx1153: Ryzen 7040/8040 and AI 300 graphics).
-///   They need code object v6 (what this clang emits for every target by default) and a runtime
-///   that knows generic targets (HIP 6.4 does). gfx12-generic is left out: its only chips,
-///   gfx1200 and gfx1201, have their own; so is gfx9-4-generic (gfx942 and gfx950 are built).
+///   They need code object v6 and a runtime that knows generic targets (HIP 6.4 does); every
+///   other target is built as v5, which HIP loads from ROCm 5.0 on ([`amd_code_object_args`]).
+///   gfx12-generic is left out: its only chips, gfx1200 and gfx1201, have their own; so is
+///   gfx9-4-generic (gfx942 and gfx950 are built).
 ///
 /// Not probed: the chroot's compiler is known to accept all of them, and a target it refused
 /// should fail the build rather than vanish from it.
@@ -96,6 +99,57 @@ const AMD_ARCH_CANDIDATES: &[&str] = &["gfx908", "gfx90a", "gfx940", "gfx942", "
 const NVCC_FLAGS: &[&str] =
     &["-x", "cu", "--fatbin", "-O3", "-std=c++17", "-Werror", "all-warnings", "-Xfatbin=-compress-all"];
 const HIPCC_FLAGS: &[&str] = &["--genco", "-O3", "-std=c++17", "-Wall", "-Werror"];
+
+/// The code object version of processor-specific targets built with the chroot's clang, which
+/// would write v6 (its default) for every target: v5 is the newest the HIP runtimes of ROCm 5.x
+/// load (`rocm_sys::hip_facts::CODE_OBJECT_VERSIONS`), and HIP 6.x and 7.x load it too.
+const AMD_CODE_OBJECT_VERSION: u8 = 5;
+/// The code object version of generic targets (`gfx11-generic`): the first that has them.
+const AMD_GENERIC_CODE_OBJECT_VERSION: u8 = 6;
+
+/// Whether a gfx target ID names a generic processor (`gfx11-generic`, `gfx9-4-generic:xnack+`).
+fn is_generic_target(target: &str) -> bool {
+    target.split(':').next().is_some_and(|p| p.ends_with("-generic"))
+}
+
+/// A target ID with its features in the canonical (alphabetical) order, as clang spells the
+/// offload target it binds `-Xarch_` options to: `gfx9-4-generic:xnack+:sramecc-` gives
+/// `gfx9-4-generic:sramecc-:xnack+`.
+fn canonical_target_id(target: &str) -> String {
+    let mut parts = target.split(':');
+    let processor = parts.next().unwrap_or_default();
+    let mut features: Vec<&str> = parts.collect();
+    features.sort_by_key(|f| f.trim_end_matches(['+', '-']));
+    std::iter::once(processor).chain(features).collect::<Vec<_>>().join(":")
+}
+
+/// The chroot's code object flags for `targets`, one compile for all of them:
+/// `-mcode-object-version=5`, then `-Xarch_<target> -mcode-object-version=6` for each generic
+/// target, which clang's driver applies to that offload target alone (its device libraries'
+/// ABI version included). Clang itself bundles the two versions into one offload bundle. A
+/// `-Xarch_` that names no target is an unused argument, which `-Werror` makes a build error
+/// rather than a silent v5 build (the backend refuses generic targets below v6 anyway).
+fn amd_code_object_args(targets: &[String]) -> Vec<String> {
+    let mut args = vec![format!("-mcode-object-version={AMD_CODE_OBJECT_VERSION}")];
+    for target in targets.iter().filter(|t| is_generic_target(t)) {
+        args.push(format!("-Xarch_{}", canonical_target_id(target)));
+        args.push(format!("-mcode-object-version={AMD_GENERIC_CODE_OBJECT_VERSION}"));
+    }
+    args
+}
+
+/// How the code object versions of `targets` read in the build log.
+fn amd_code_object_summary(targets: &[String]) -> String {
+    let generic: Vec<&str> = targets.iter().filter(|t| is_generic_target(t)).map(String::as_str).collect();
+    if generic.is_empty() {
+        format!("code object v{AMD_CODE_OBJECT_VERSION}")
+    } else {
+        format!(
+            "code object v{AMD_CODE_OBJECT_VERSION}; v{AMD_GENERIC_CODE_OBJECT_VERSION} for {}",
+            generic.join(", ")
+        )
+    }
+}
 
 /// How kernels are built for each platform (`rocm_runtime::Platform`).
 pub trait PlatformToolchain: Copy {
@@ -429,6 +483,15 @@ impl ArchSpec {
         }
     }
 
+    /// The AMD targets when the list is known without probing hipcc.
+    fn amd_targets(&self) -> Option<Vec<String>> {
+        match self {
+            ArchSpec::AmdListed(archs) => Some(archs.clone()),
+            ArchSpec::AmdDefault => Some(AMD_TARGETS.iter().map(|t| t.to_string()).collect()),
+            ArchSpec::Nvidia(_) | ArchSpec::AmdProbe => None,
+        }
+    }
+
     /// The compiler's target flags (probing hipcc if the list was not given).
     fn target_args(&self, compiler: &Path) -> Result<(Vec<String>, String)> {
         let amd = |archs: &[String]| {
@@ -489,6 +552,15 @@ impl Compiler {
         match self {
             Compiler::Nvcc(_) => NVCC_FLAGS,
             _ => HIPCC_FLAGS,
+        }
+    }
+
+    /// The code object flags for `spec`'s targets ([`amd_code_object_args`]): the chroot's
+    /// compiler only; the host's hipcc keeps its own default.
+    fn code_object_args(&self, spec: &ArchSpec) -> Vec<String> {
+        match (self, spec.amd_targets()) {
+            (Compiler::ChrootHipcc(_), Some(targets)) => amd_code_object_args(&targets),
+            _ => Vec::new(),
         }
     }
 
@@ -579,14 +651,12 @@ impl Compiler {
     }
 }
 
-/// What the objects of one platform were built with: the compiler, the flags and the target list.
+/// What the objects of one platform were built with: the compiler, the flags (code object
+/// versions included) and the target list.
 fn stamp_text(compiler: &Compiler, spec: &ArchSpec) -> String {
-    format!(
-        "compiler: {}\nflags: {}\ntargets: {}\n",
-        compiler.identity(),
-        compiler.flags().join(" "),
-        spec.describe()
-    )
+    let mut flags: Vec<String> = compiler.flags().iter().map(|f| f.to_string()).collect();
+    flags.extend(compiler.code_object_args(spec));
+    format!("compiler: {}\nflags: {}\ntargets: {}\n", compiler.identity(), flags.join(" "), spec.describe())
 }
 
 /// A command line as a shell would take it.
@@ -713,7 +783,13 @@ pub fn build(platforms: &[Platform]) -> Result<()> {
             }
         }
         if !pending.is_empty() {
-            let (target_args, targets) = spec.target_args(&compiler.path())?;
+            let (mut target_args, mut targets) = spec.target_args(&compiler.path())?;
+            let code_object_args = compiler.code_object_args(&spec);
+            if !code_object_args.is_empty() {
+                let listed = spec.amd_targets().unwrap_or_default();
+                targets = format!("{targets} ({})", amd_code_object_summary(&listed));
+            }
+            target_args.extend(code_object_args);
             println!("kernels: {platform:<6} {} targets: {targets}", compiler.path().display());
             for (stem, object) in pending {
                 jobs.push(compiler.job(platform, stem, &root, object, &target_args));
@@ -991,6 +1067,29 @@ mod tests {
         ] {
             assert!(parse_amd_archs(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn specific_targets_are_v5_and_generic_ones_v6() {
+        let defaults: Vec<String> = AMD_TARGETS.iter().map(|t| t.to_string()).collect();
+        assert_eq!(
+            amd_code_object_args(&defaults).join(" "),
+            "-mcode-object-version=5 -Xarch_gfx10-3-generic -mcode-object-version=6 \
+             -Xarch_gfx11-generic -mcode-object-version=6"
+        );
+        assert_eq!(
+            amd_code_object_summary(&defaults),
+            "code object v5; v6 for gfx10-3-generic, gfx11-generic"
+        );
+        let specific = parse_amd_archs("gfx90a:xnack-,gfx1100").unwrap();
+        assert_eq!(amd_code_object_args(&specific), ["-mcode-object-version=5"]);
+        assert_eq!(amd_code_object_summary(&specific), "code object v5");
+        // clang binds -Xarch_ to the canonical spelling of the target ID.
+        let generic = parse_amd_archs("gfx9-4-generic:xnack+:sramecc-").unwrap();
+        assert_eq!(amd_code_object_args(&generic)[1], "-Xarch_gfx9-4-generic:sramecc-:xnack+");
+        assert_eq!(canonical_target_id("gfx90a:sramecc+:xnack-"), "gfx90a:sramecc+:xnack-");
+        assert_eq!(canonical_target_id("gfx11-generic"), "gfx11-generic");
+        assert!(is_generic_target("gfx9-4-generic:xnack+") && !is_generic_target("gfx1151"));
     }
 
     #[test]

@@ -8,9 +8,14 @@
 //! `hip_code_object.cpp`): a code object for processor P runs on a device of processor P when
 //! every feature it pins (`sramecc`, `xnack`) equals the device's setting, a feature it leaves
 //! unspecified running under either; a generic target (`gfx11-generic`) runs on its family.
+//! Given the running HIP release, an entry also has to be of a code object version that release
+//! loads (`rocm_sys::hip_facts::CODE_OBJECT_VERSIONS`: v6, and so every generic target, from
+//! HIP 6.4); an image whose entries for the device are all too new says so, naming the release.
 
 use std::fmt;
 use std::str::FromStr;
+
+use rocm_sys::hip_facts::{self, HipVersion};
 
 /// The command that builds the kernels for AMD, and the variable that names its targets.
 pub const BUILD_COMMAND: &str = "cargo xtask kernels --platform amd";
@@ -119,8 +124,9 @@ pub const GENERIC_TARGETS: &[GenericTarget] = &[
 
 /// Generic processors exist only in code object v6 and later (AMDGPUUsage).
 pub const GENERIC_MIN_CODE_OBJECT_VERSION: u8 = 6;
-/// The first ROCm release whose HIP runtime loads generic code objects, (major, minor). Whether
-/// to build generic targets for older runtimes is the caller's policy, not this module's.
+/// The first ROCm release whose HIP runtime loads generic code objects, (major, minor): that of
+/// code object v6 in `hip_facts::CODE_OBJECT_VERSIONS`. Whether to build generic targets for
+/// older runtimes is the caller's policy, not this module's.
 pub const GENERIC_MIN_ROCM: (u32, u32) = (6, 4);
 
 /// One target feature's setting in a target ID.
@@ -255,6 +261,20 @@ impl Entry {
     pub fn checkable(&self) -> bool {
         self.code_object_version.is_none_or(|v| v >= 4)
     }
+
+    /// The code object version a runtime must load for this entry: its ELF's, or for a generic
+    /// target whose code is not an ELF, the first version with generic targets.
+    pub fn required_version(&self) -> Option<u8> {
+        self.code_object_version.or(self.target.generic().map(|_| GENERIC_MIN_CODE_OBJECT_VERSION))
+    }
+
+    /// Whether the HIP runtime of `release` loads this entry's code object version
+    /// (`hip_facts::CODE_OBJECT_VERSIONS`). An unknown release, or an entry whose version is
+    /// unknown, is taken to load.
+    pub fn loads_on(&self, release: Option<HipVersion>) -> bool {
+        let (Some(release), Some(version)) = (release, self.required_version()) else { return true };
+        hip_facts::code_object_version_since(version).is_some_and(|since| release.at_least(since))
+    }
 }
 
 impl fmt::Display for Entry {
@@ -284,6 +304,32 @@ pub enum CodeObjectError {
     InvalidTargetId { text: String, reason: String },
     #[error("{}", no_match_message(.device, .present))]
     NoMatch { device: TargetId, present: Vec<Entry> },
+    /// The image has code for the device, but only in code object versions the running HIP
+    /// release does not load (a generic target's v6 on HIP before 6.4).
+    #[error("{}", not_loadable_message(.device, .release, .candidates))]
+    NotLoadable { device: TargetId, release: HipVersion, candidates: Vec<Entry> },
+}
+
+fn not_loadable_message(device: &TargetId, release: &HipVersion, candidates: &[Entry]) -> String {
+    let version = |e: &Entry| e.required_version().map_or("?".to_string(), |v| format!("v{v}"));
+    let held: Vec<String> =
+        candidates.iter().map(|e| format!("{} (code object {})", e.target, version(e))).collect();
+    let loaded: Vec<String> =
+        hip_facts::code_object_versions_loaded_by(*release).iter().map(|v| format!("v{v}")).collect();
+    let loaded = if loaded.is_empty() { "none".to_string() } else { loaded.join(", ") };
+    let newer = candidates
+        .iter()
+        .filter_map(|e| e.required_version().and_then(hip_facts::code_object_version_since))
+        .min()
+        .map(|since| format!(", or run on HIP {}.{} or later", since.major, since.minor))
+        .unwrap_or_default();
+    format!(
+        "the image's code for device target `{device}` is of a code object version HIP {release} does not \
+         load (the image has for it: {}; this release loads code object {loaded}); build code for the \
+         device itself with `{ARCHS_ENV}={} {BUILD_COMMAND}`{newer}",
+        held.join(", "),
+        device.processor()
+    )
 }
 
 fn no_match_message(device: &TargetId, present: &[Entry]) -> String {
@@ -319,13 +365,16 @@ pub fn targets(image: &[u8]) -> Result<Vec<TargetId>, CodeObjectError> {
     Ok(entries(image)?.into_iter().map(|e| e.target).collect())
 }
 
-/// The entry a device of target `device` should load: an exact processor match before a generic
-/// one (generic code trades some speed for reach), then the entry pinning more features (built
-/// for exactly this mode), then the first in the image.
-pub fn select<'a>(entries: &'a [Entry], device: &TargetId) -> Option<&'a Entry> {
+/// The entry a device of target `device` should load under the HIP runtime of `release` (`None`:
+/// unknown, every code object version taken to load): among those it can run and that release
+/// loads, an exact processor match before a generic one (generic code trades some speed for
+/// reach), then the entry pinning more features (built for exactly this mode), then the first in
+/// the image.
+pub fn select<'a>(entries: &'a [Entry], device: &TargetId, release: Option<HipVersion>) -> Option<&'a Entry> {
     let rank = |e: &Entry| (e.target.processor == device.processor, e.target.pinned_features());
     let mut best: Option<&Entry> = None;
-    for entry in entries.iter().filter(|e| e.checkable() && e.target.runs_on(device)) {
+    let loadable = |e: &&Entry| e.checkable() && e.target.runs_on(device) && e.loads_on(release);
+    for entry in entries.iter().filter(loadable) {
         if best.is_none_or(|b| rank(entry) > rank(b)) {
             best = Some(entry);
         }
@@ -334,14 +383,26 @@ pub fn select<'a>(entries: &'a [Entry], device: &TargetId) -> Option<&'a Entry> 
 }
 
 /// Checks that `image` has code for the device whose full target ID (as the runtime reports it,
-/// features included, e.g. `gfx90a:sramecc+:xnack-`) is `device_target`, and returns the target
-/// of the entry it would load.
-pub fn preflight(image: &[u8], device_target: &str) -> Result<TargetId, CodeObjectError> {
+/// features included, e.g. `gfx90a:sramecc+:xnack-`) is `device_target`, in a code object
+/// version the running HIP `release` loads (`None`: unknown, every version accepted), and
+/// returns the target of the entry it would load.
+pub fn preflight(
+    image: &[u8],
+    device_target: &str,
+    release: Option<HipVersion>,
+) -> Result<TargetId, CodeObjectError> {
     let device: TargetId = device_target.parse()?;
     let present = entries(image)?;
-    match select(&present, &device) {
-        Some(entry) => Ok(entry.target.clone()),
-        None => Err(CodeObjectError::NoMatch { device, present }),
+    if let Some(entry) = select(&present, &device, release) {
+        return Ok(entry.target.clone());
+    }
+    let candidates: Vec<Entry> =
+        present.iter().filter(|e| e.checkable() && e.target.runs_on(&device)).cloned().collect();
+    match release {
+        Some(release) if !candidates.is_empty() => {
+            Err(CodeObjectError::NotLoadable { device, release, candidates })
+        }
+        _ => Err(CodeObjectError::NoMatch { device, present }),
     }
 }
 
@@ -502,6 +563,15 @@ mod tests {
     use super::*;
 
     const HOST: &str = "host-x86_64-unknown-linux-gnu-";
+
+    /// The release-agnostic preflight most tests use (no HIP release known: every version loads).
+    fn preflight(image: &[u8], device_target: &str) -> Result<TargetId, CodeObjectError> {
+        super::preflight(image, device_target, None)
+    }
+
+    fn hip(major: u32, minor: u32) -> Option<HipVersion> {
+        Some(HipVersion { major, minor, patch: 41133 })
+    }
 
     fn hipv4(target: &str) -> String {
         format!("hipv4-amdgcn-amd-amdhsa--{target}")
@@ -826,6 +896,88 @@ mod tests {
         assert_eq!(preflight(&image, "gfx942:sramecc+:xnack-").unwrap(), id("gfx942:sramecc+"));
         let err = preflight(&image, "gfx942:sramecc-:xnack-").unwrap_err().to_string();
         assert!(err.contains("gfx942:sramecc+") && err.contains("ROCMFORGE_AMD_ARCHS=gfx942"), "{err}");
+    }
+
+    #[test]
+    fn generic_code_needs_hip_6_4() {
+        let generic = elf(mach("gfx11-generic") | 0x0100_0000, 6);
+        let only_generic = bundle(&[(HOST, b""), (&hipv4("gfx11-generic"), &generic)]);
+        let err = super::preflight(&only_generic, "gfx1101", hip(6, 2)).unwrap_err();
+        let CodeObjectError::NotLoadable { device, release, candidates } = &err else { panic!("{err}") };
+        assert_eq!((device, release.minor, candidates.len()), (&id("gfx1101"), 2, 1));
+        let text = err.to_string();
+        for needle in [
+            "HIP 6.2.41133",
+            "gfx11-generic (code object v6)",
+            "loads code object v4, v5",
+            "`ROCMFORGE_AMD_ARCHS=gfx1101 cargo xtask kernels --platform amd`",
+            "HIP 6.4 or later",
+        ] {
+            assert!(text.contains(needle), "`{needle}` missing from: {text}");
+        }
+        assert!(!text.contains("no code object in the image runs"), "{text}");
+        for release in [hip(6, 4), hip(7, 0), None] {
+            assert_eq!(super::preflight(&only_generic, "gfx1101", release).unwrap(), id("gfx11-generic"));
+        }
+        // No entry for the device at all is still `NoMatch`, whatever the release.
+        assert!(matches!(
+            super::preflight(&only_generic, "gfx1201", hip(6, 2)),
+            Err(CodeObjectError::NoMatch { .. })
+        ));
+        // A generic entry whose code is not an ELF still needs v6.
+        let not_elf = bundle(&[(&hipv4("gfx11-generic"), b"g")]);
+        assert!(matches!(
+            super::preflight(&not_elf, "gfx1151", hip(5, 7)),
+            Err(CodeObjectError::NotLoadable { .. })
+        ));
+    }
+
+    #[test]
+    fn code_object_v5_loads_on_5x() {
+        let v5 = elf(mach("gfx1100"), 5);
+        let image = bundle(&[(HOST, b""), (&hipv4("gfx1100"), &v5)]);
+        for release in [hip(5, 0), hip(5, 7), hip(6, 2), hip(7, 1)] {
+            assert_eq!(super::preflight(&image, "gfx1100", release).unwrap(), id("gfx1100"), "{release:?}");
+        }
+        // Before any release this table knows, nothing loads.
+        let err = super::preflight(&image, "gfx1100", hip(4, 5)).unwrap_err().to_string();
+        assert!(err.contains("HIP 4.5.41133") && err.contains("loads code object none"), "{err}");
+        // v6 for a processor-specific target is held to 6.4 too.
+        let v6 = bundle(&[(&hipv4("gfx1100"), &elf(mach("gfx1100"), 6))]);
+        assert!(super::preflight(&v6, "gfx1100", hip(6, 3)).is_err());
+        assert!(super::preflight(&v6, "gfx1100", hip(6, 4)).is_ok());
+    }
+
+    #[test]
+    fn exact_preferred_over_generic_on_every_release() {
+        // What `cargo xtask kernels` builds: processor-specific v5, generic v6, one bundle.
+        let image = bundle(&[
+            (HOST, b""),
+            (&hipv4("gfx10-3-generic"), &elf(mach("gfx10-3-generic") | 0x0100_0000, 6)),
+            (&hipv4("gfx1100"), &elf(mach("gfx1100"), 5)),
+            (&hipv4("gfx11-generic"), &elf(mach("gfx11-generic") | 0x0100_0000, 6)),
+            (&hipv4("gfx1030"), &elf(mach("gfx1030"), 5)),
+        ]);
+        for release in [hip(5, 7), hip(6, 2), hip(6, 4), hip(7, 0), None] {
+            assert_eq!(super::preflight(&image, "gfx1100", release).unwrap(), id("gfx1100"));
+            assert_eq!(super::preflight(&image, "gfx1030", release).unwrap(), id("gfx1030"));
+        }
+        assert_eq!(super::preflight(&image, "gfx1103", hip(6, 4)).unwrap(), id("gfx11-generic"));
+        assert_eq!(super::preflight(&image, "gfx1032", None).unwrap(), id("gfx10-3-generic"));
+        let err = super::preflight(&image, "gfx1103", hip(6, 1)).unwrap_err();
+        assert!(
+            matches!(&err, CodeObjectError::NotLoadable { candidates, .. } if candidates.len() == 1),
+            "{err}"
+        );
+        let entries = entries(&image).unwrap();
+        assert_eq!(select(&entries, &id("gfx1102"), hip(6, 2)), None);
+        assert_eq!(select(&entries, &id("gfx1102"), hip(6, 4)).unwrap().target, id("gfx11-generic"));
+    }
+
+    #[test]
+    fn generic_minimum_matches_the_facts() {
+        let since = hip_facts::code_object_version_since(GENERIC_MIN_CODE_OBJECT_VERSION).unwrap();
+        assert_eq!((since.major, since.minor), GENERIC_MIN_ROCM);
     }
 
     #[test]

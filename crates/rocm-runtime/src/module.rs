@@ -59,10 +59,13 @@ impl Module {
         let _span = tracing::debug_span!("module_load", bytes = image.len()).entered();
         let info = backend.info();
         if info.code_objects == CodeObjectKind::Amd {
-            let chosen = code_object::preflight(image, &info.arch).map_err(|source| Error::CodeObject {
-                ordinal: info.ordinal,
-                device: info.name.clone(),
-                source,
+            // The running HIP release decides which code object versions load; unknown: all.
+            let release = match backend.runtime_version().and_then(rocm_sys::hip_facts::HipRuntime::decode) {
+                Some(rocm_sys::hip_facts::HipRuntime::Amd(version)) => Some(version),
+                _ => None,
+            };
+            let chosen = code_object::preflight(image, &info.arch, release).map_err(|source| {
+                Error::CodeObject { ordinal: info.ordinal, device: info.name.clone(), source }
             })?;
             tracing::debug!(device = %info.arch, code_object = %chosen, "code object preflight passed");
         }

@@ -268,6 +268,35 @@ pub fn props_layout(version: HipVersion) -> Option<&'static PropsLayout> {
 /// `hipDeviceAttributeMemoryPoolsSupported` = 0 unless the user sets the flag.
 pub const MEMORY_POOLS_DEFAULT_SINCE: HipVersion = HipVersion::new(6, 2);
 
+/// The AMDHSA code object versions (ELF `EI_ABIVERSION` + 2) the HIP runtime loads, each with the
+/// first release that loads it; a version not listed loads on no release this table knows.
+/// Where each comes from, and how sure it is:
+/// - v4: the default of AMD's compilers for ROCm 4.x and 5.x (upstream clang made it the default
+///   in D117845, and later v5 in llvm-project #79038), so every 5.x runtime loads it. 5.0 is the
+///   oldest release rocmforge supports, not the first that had v4.
+/// - v5: 5.0 is the figure this table was given, not confirmed here. What is confirmed is 5.2:
+///   Debian's `libamdhip64.so.5.2.21153` (HIP 5.2.3) reads the v5-only hidden kernel arguments
+///   (`hidden_block_count_x`, `hidden_heap_v1` are among its strings).
+/// - v6: 6.4. ROCr before 6.3 refuses a v6 object as `HSA_STATUS_ERROR_INVALID_CODE_OBJECT`
+///   (ROCR-Runtime issue #321), and generic targets, which exist only in v6 (LLVM AMDGPUUsage,
+///   "Generic Processors"), need a HIP runtime that matches them to devices: AMD names 6.4 (as
+///   this table was told; no release note checked here), and ROCm's own composable_kernel
+///   waited for 6.4.1 to build them. A processor-specific v6 object may already load on 6.3;
+///   not confirmed, so 6.4 for all of v6.
+pub const CODE_OBJECT_VERSIONS: &[(u8, HipVersion)] =
+    &[(4, HipVersion::new(5, 0)), (5, HipVersion::new(5, 0)), (6, HipVersion::new(6, 4))];
+
+/// The first release whose HIP runtime loads code object `version` ([`CODE_OBJECT_VERSIONS`]),
+/// or `None` for a version no known release loads.
+pub fn code_object_version_since(version: u8) -> Option<HipVersion> {
+    CODE_OBJECT_VERSIONS.iter().find(|(v, _)| *v == version).map(|&(_, since)| since)
+}
+
+/// The code object versions `release` loads, oldest first.
+pub fn code_object_versions_loaded_by(release: HipVersion) -> Vec<u8> {
+    CODE_OBJECT_VERSIONS.iter().filter(|(_, since)| release.at_least(*since)).map(|&(v, _)| v).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,6 +373,21 @@ mod tests {
         assert!(!optin.answered_by(amd(5, 7)) && optin.answered_by(amd(6, 0)) && !optin.answered_by(nvidia));
         let warp = attribute_fact("hipDeviceAttributeWarpSize").unwrap();
         assert!(warp.answered_by(amd(5, 2)) && warp.answered_by(nvidia));
+    }
+
+    #[test]
+    fn code_object_versions_by_release() {
+        let v = |major, minor| HipVersion { major, minor, patch: 7 };
+        assert_eq!(code_object_versions_loaded_by(v(5, 0)), [4, 5]);
+        assert_eq!(code_object_versions_loaded_by(v(5, 7)), [4, 5]);
+        assert_eq!(code_object_versions_loaded_by(v(6, 3)), [4, 5]);
+        assert_eq!(code_object_versions_loaded_by(v(6, 4)), [4, 5, 6]);
+        assert_eq!(code_object_versions_loaded_by(v(7, 0)), [4, 5, 6]);
+        assert!(code_object_versions_loaded_by(v(4, 5)).is_empty());
+        assert_eq!(code_object_version_since(6), Some(HipVersion::new(6, 4)));
+        assert_eq!(code_object_version_since(3), None);
+        assert_eq!(code_object_version_since(7), None);
+        assert!(CODE_OBJECT_VERSIONS.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
     }
 
     #[test]
