@@ -407,8 +407,19 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
                         const unsigned char* row = src + (rf_u64)r * row_bytes;
                         const unsigned char* vec = row - (reinterpret_cast<rf_u64>(row) & 15u) + 16 * v;
                         const rf_u64 left = r < rows && vec < w_end ? (rf_u64)(w_end - vec) : 0u;
-                        const int bytes = left < 16u ? (int)left : 16;
-                        rf_cp_async16(dst + r * RS + 16 * v, bytes > 0 ? (const void*)vec : (const void*)w, bytes);
+                        unsigned char* to = dst + r * RS + 16 * v;
+                        if (left >= 16u) {
+                            rf_cp_async16(to, vec, 16);
+                        } else {
+                            // The vector w ends in (or one past it): read only w's bytes and
+                            // zero the rest. A 16-byte cp.async with a shorter source size
+                            // still names 16 bytes at `vec`, past the end of w, and
+                            // compute-sanitizer reports it as an out-of-bounds read. One vector
+                            // a row at the very end of w: plain loads cost nothing here.
+                            for (int b = 0; b < 16; ++b) {
+                                to[b] = (rf_u64)b < left ? vec[b] : (unsigned char)0;
+                            }
+                        }
                     }
                 }
             }
