@@ -61,14 +61,14 @@ template <typename T> RF_DEVICE bool rf_gemm_vector_ok(const T* base, rf_u64 ld)
     return rf_is_aligned16(base) && ld % (rf_u64)rf_pack16<T>::N == 0;
 }
 
-// out[0..8) = x[r * ld + c + j] as floats, zero outside rows [0, rows) and columns [0, cols).
+// out[0..8) = x[r * ld + c + j] as floats, zero outside rows [0, rows) and columns [0, cols):
+// 16-byte vectors (rf_load_n) when `vector` (rf_gemm_vector_ok) and all 8 lie inside the row.
 template <typename T>
 RF_DEVICE void rf_gemm_load8(const T* x, rf_u64 ld, int rows, int cols, int r, int c, bool vector, float* out) {
     if (r < rows) {
         const T* p = x + (rf_u64)r * ld + (rf_u64)c;
         if (vector && c + 8 <= cols) {
-#pragma unroll
-            for (int v = 0; v < 8; v += rf_pack16<T>::N) rf_access<T, true>::load(p + v, out + v);
+            rf_load_n<T, 8, true>(p, out);
             return;
         }
 #pragma unroll

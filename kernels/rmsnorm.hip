@@ -12,37 +12,18 @@
 // from memory once; rows longer than the block can cache take a streaming path that reads them
 // twice. Loads and stores are 16 bytes wide when the pointers and strides allow it (a scalar
 // tail covers cols % N), one element wide otherwise. The sum of squares is reduced with warp
-// shuffles, then across warps through shared memory. Two kernels: the group path (v3) for
-// 16-byte rows of up to 2 vectors a thread (raw vectors, few registers, many rows in flight),
-// the block path (v1) for every other row.
+// shuffles, then across warps through shared memory (rf_block_sum, rocmforge_reduce.h). Two
+// kernels: the group path (v3) for 16-byte rows of up to 2 vectors a thread (raw vectors, few
+// registers, many rows in flight), the block path (v1) for every other row.
 
 #include "rocmforge.h"
+#include "rocmforge_reduce.h"
 
 // Elements of a row each thread keeps in registers: rows of up to RF_RMS_CACHE * blockDim.x
 // elements (RF_RMS_CACHE_SCALAR on the scalar path, where each element needs its own address)
 // are read from memory once.
 #define RF_RMS_CACHE 32
 #define RF_RMS_CACHE_SCALAR 8
-
-// Most warps a block can have: 1024 threads of at least 32 lanes.
-#define RF_RMS_MAX_WARPS 32
-
-// Sum of `v` over the block; every thread gets it. `scratch` holds one float per warp and must
-// not be written again until every thread has read it (callers alternate two).
-RF_DEVICE float rf_rms_block_sum(float v, float* scratch) {
-    v = rf_warp_sum(v);
-    const unsigned int warp = (unsigned int)rf_warp_size();
-    if (threadIdx.x % warp == 0) {
-        scratch[threadIdx.x / warp] = v;
-    }
-    __syncthreads();
-    const unsigned int warps = blockDim.x / warp;
-    float total = 0.0f;
-    for (unsigned int w = 0; w < warps; ++w) {
-        total += scratch[w];
-    }
-    return total;
-}
 
 // The value a T store followed by a load gives back.
 template <typename T> RF_DEVICE float rf_rms_round(float v) { return rf_to_float(rf_from_float<T>(v)); }
@@ -53,7 +34,7 @@ template <typename T> RF_DEVICE float rf_rms_round(float v) { return rf_to_float
 template <typename T, bool RESIDUAL, bool VECTOR, bool STREAM_ONLY = false>
 RF_DEVICE void rf_rms_rows(const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride,
                            rf_u64 residual_stride, rf_u64 out_stride, rf_u64 rows, unsigned int cols,
-                           float eps, float (*scratch)[RF_RMS_MAX_WARPS]) {
+                           float eps, float (*scratch)[RF_BLOCK_MAX_WARPS]) {
     typedef rf_access<T, VECTOR> A;
     constexpr int V = A::V;
     constexpr int K = VECTOR ? RF_RMS_CACHE / V : RF_RMS_CACHE_SCALAR; // accesses cached per thread
@@ -104,7 +85,7 @@ RF_DEVICE void rf_rms_rows(const T* x, T* residual, const T* weight, T* out, rf_
                 }
                 sumsq = fmaf(ct, ct, sumsq);
             }
-            const float scale = rsqrtf(rf_rms_block_sum(sumsq, red) * inv_cols + eps);
+            const float scale = rsqrtf(rf_block_sum(sumsq, red) * inv_cols + eps);
 #pragma unroll
             for (int k = 0; k < K; ++k) {
                 const unsigned int i = t + (unsigned int)k * block;
@@ -151,7 +132,7 @@ RF_DEVICE void rf_rms_rows(const T* x, T* residual, const T* weight, T* out, rf_
                 }
                 sumsq = fmaf(v, v, sumsq);
             }
-            const float scale = rsqrtf(rf_rms_block_sum(sumsq, red) * inv_cols + eps);
+            const float scale = rsqrtf(rf_block_sum(sumsq, red) * inv_cols + eps);
             const T* src = RESIDUAL ? rr : xr;
             for (unsigned int i = t; i < nv; i += block) {
                 float v[V];
@@ -201,7 +182,7 @@ RF_DEVICE unsigned int rf_rms_opaque_zero() {
 template <typename T, bool RESIDUAL, int K>
 RF_DEVICE void rf_rms_group_rows(const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride,
                                  rf_u64 residual_stride, rf_u64 out_stride, rf_u64 rows, unsigned int cols,
-                                 float eps, float (*scratch)[RF_RMS_MAX_WARPS]) {
+                                 float eps, float (*scratch)[RF_BLOCK_MAX_WARPS]) {
     typedef rf_pack16<T> P;
     constexpr int V = P::N;
     const unsigned int t = threadIdx.x;
@@ -294,7 +275,7 @@ RF_DEVICE void rf_rms_group_rows(const T* x, T* residual, const T* weight, T* ou
         for (int k = 0; k < K; ++k) {
             sumsq += part[k];
         }
-        const float scale = rsqrtf(rf_rms_block_sum(sumsq, scratch[parity]) * inv_cols + eps);
+        const float scale = rsqrtf(rf_block_sum(sumsq, scratch[parity]) * inv_cols + eps);
         parity ^= 1;
 #pragma unroll
         for (int k = 0; k < K; ++k) {
@@ -337,7 +318,7 @@ template <typename T, bool RESIDUAL>
 RF_DEVICE void rf_rmsnorm(const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride,
                           rf_u64 residual_stride, rf_u64 out_stride, rf_u64 rows, unsigned int cols,
                           float eps) {
-    __shared__ float scratch[2][RF_RMS_MAX_WARPS];
+    __shared__ float scratch[2][RF_BLOCK_MAX_WARPS];
     if (rf_rms_vector<T, RESIDUAL>(x, residual, weight, out, x_stride, residual_stride, out_stride, cols)) {
         rf_rms_rows<T, RESIDUAL, true>(x, residual, weight, out, x_stride, residual_stride, out_stride,
                                        rows, cols, eps, scratch);
@@ -354,7 +335,7 @@ template <typename T, bool RESIDUAL>
 RF_DEVICE void rf_rmsnorm_group(const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride,
                                 rf_u64 residual_stride, rf_u64 out_stride, rf_u64 rows, unsigned int cols,
                                 float eps) {
-    __shared__ float scratch[2][RF_RMS_MAX_WARPS];
+    __shared__ float scratch[2][RF_BLOCK_MAX_WARPS];
     const bool vector =
         rf_rms_vector<T, RESIDUAL>(x, residual, weight, out, x_stride, residual_stride, out_stride, cols);
     const bool fits = cols / (unsigned int)rf_pack16<T>::N <= RF_RMS_GROUP_CACHE * blockDim.x;

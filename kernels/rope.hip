@@ -48,40 +48,6 @@ struct Freqs {
 
 RF_DEVICE float quiet_nan() { return __int_as_float(0x7fc00000); }
 
-// K consecutive elements: K / N 16-byte accesses when VECTOR (then K is a multiple of
-// N = rf_pack16<T>::N and p is 16-byte aligned), K scalar accesses otherwise.
-template <typename T, int K, bool VECTOR> RF_DEVICE void load_n(const T* p, float* f) {
-    if constexpr (VECTOR) {
-        constexpr int N = rf_pack16<T>::N;
-        static_assert(K % N == 0, "vector accesses move 16 bytes each");
-#pragma unroll
-        for (int v = 0; v < K / N; ++v) {
-            rf_access<T, true>::load(p + v * N, f + v * N);
-        }
-    } else {
-#pragma unroll
-        for (int e = 0; e < K; ++e) {
-            f[e] = rf_to_float(p[e]);
-        }
-    }
-}
-
-template <typename T, int K, bool VECTOR> RF_DEVICE void store_n(T* p, const float* f) {
-    if constexpr (VECTOR) {
-        constexpr int N = rf_pack16<T>::N;
-        static_assert(K % N == 0, "vector accesses move 16 bytes each");
-#pragma unroll
-        for (int v = 0; v < K / N; ++v) {
-            rf_access<T, true>::store(p + v * N, f + v * N);
-        }
-    } else {
-#pragma unroll
-        for (int e = 0; e < K; ++e) {
-            p[e] = rf_from_float<T>(f[e]);
-        }
-    }
-}
-
 // cos and sin of p * inv_freq: product and reduction to [-pi, pi] in f64, then f32 sincosf.
 RF_DEVICE void angle_cos_sin(int p, double inv_freq, float* c, float* s) {
     const double angle = (double)p * inv_freq;
@@ -107,15 +73,15 @@ template <typename T, bool INTERLEAVED, bool VECTOR> struct Group {
     RF_DEVICE void load(const T* seg, unsigned int half, unsigned int i0) {
         if constexpr (INTERLEAVED) {
             float v[2 * PP];
-            load_n<T, 2 * PP, VECTOR>(seg + 2 * i0, v);
+            rf_load_n<T, 2 * PP, VECTOR>(seg + 2 * i0, v);
 #pragma unroll
             for (int m = 0; m < PP; ++m) {
                 a[m] = v[2 * m];
                 b[m] = v[2 * m + 1];
             }
         } else {
-            load_n<T, PP, VECTOR>(seg + i0, a);
-            load_n<T, PP, VECTOR>(seg + half + i0, b);
+            rf_load_n<T, PP, VECTOR>(seg + i0, a);
+            rf_load_n<T, PP, VECTOR>(seg + half + i0, b);
         }
     }
 
@@ -127,10 +93,10 @@ template <typename T, bool INTERLEAVED, bool VECTOR> struct Group {
                 v[2 * m] = a[m];
                 v[2 * m + 1] = b[m];
             }
-            store_n<T, 2 * PP, VECTOR>(seg + 2 * i0, v);
+            rf_store_n<T, 2 * PP, VECTOR>(seg + 2 * i0, v);
         } else {
-            store_n<T, PP, VECTOR>(seg + i0, a);
-            store_n<T, PP, VECTOR>(seg + half + i0, b);
+            rf_store_n<T, PP, VECTOR>(seg + i0, a);
+            rf_store_n<T, PP, VECTOR>(seg + half + i0, b);
         }
     }
 
@@ -276,8 +242,8 @@ RF_DEVICE void rope(T* q, T* k, const int* pos, const int* block_pos, rf_u64 tok
 
 // Work items a lane loads at once (the first batch before its angles are formed). Items of two
 // 16-byte accesses (half-split pairs): 5, 32 bytes each; items of one access (interleaved pairs,
-// half the registers): 8. Measured on an H200 (docs/kernels/rope.md, version 3): 2 to 8 of the
-// first kind were within 3% of each other; these keep sm_90 under ~90 registers.
+// half the registers): 8. These keep sm_90 under ~90 registers; docs/kernels/rope.md (version 3)
+// has the measurements of other batch sizes.
 constexpr int WARP_BATCH = 5;
 constexpr int WARP_BATCH_ONE = 8;
 

@@ -24,15 +24,17 @@
 //
 // Each thread keeps its elements in registers and computes, against its OWN maximum m_t,
 // p = exp2((t - m_t) * c) and s_t = sum p. One block-wide combine of the (m_t, s_t) pairs
-// (warp shuffles, one shared-memory step, one barrier) gives the row's (M, S); the thread then
-// writes p * (exp2((m_t - M) * c) / S): one multiply an element. The fast entry's 16-bit rows
-// keep x as the loaded 16-bit words instead of p (half the registers: 32 a thread, 16 blocks an
-// SM) and compute p again, bit for bit the same, in the store pass (packed_row).
+// (rf_block_max_sum: warp shuffles, one shared-memory step, one barrier) gives the row's (M, S);
+// the thread then writes p * (exp2((m_t - M) * c) / S): one multiply an element. The fast
+// entry's 16-bit rows keep x as the loaded 16-bit words instead of p (half the registers: 32 a
+// thread, 16 blocks an SM) and compute p again, bit for bit the same, in the store pass
+// (packed_row).
 //
 // In place (x == y) is fine: every element is loaded and stored by the same thread, and loaded
 // before it is stored. The mask must not alias y.
 
 #include "rocmforge.h"
+#include "rocmforge_reduce.h"
 
 namespace rf_softmax {
 
@@ -52,135 +54,6 @@ template <typename T> struct FastBlocks {
 template <> struct FastBlocks<float> {
     static constexpr int value = 6;
 };
-
-RF_DEVICE float neg_inf() { return __int_as_float((int)0xff800000u); }
-
-// 2^x: the hardware exponential (relative error about 2^-22; subnormal results flush to 0,
-// exp2(0) = 1 and exp2(-inf) = 0 exactly).
-RF_DEVICE float fast_exp2(float x) {
-#if RF_PLATFORM_NVIDIA
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-#else
-    return exp2f(x);
-#endif
-}
-
-// N elements of T in 16 bytes, widened to f32 in memory order (element 2k of a 16-bit vector
-// is the low half of word k): one instruction an element.
-template <typename T> struct Unpack;
-template <> struct Unpack<float> {
-    static RF_DEVICE void run(uint4 v, float* f) { rf_pack16<float>::unpack(v, f); }
-};
-template <> struct Unpack<__half> {
-    static RF_DEVICE void word(unsigned int w, float* f) {
-        f[0] = rf_half_to_float(__ushort_as_half((unsigned short)(w & 0xffffu)));
-        f[1] = rf_half_to_float(__ushort_as_half((unsigned short)(w >> 16)));
-    }
-    static RF_DEVICE void run(uint4 v, float* f) {
-        word(v.x, f);
-        word(v.y, f + 2);
-        word(v.z, f + 4);
-        word(v.w, f + 6);
-    }
-};
-template <> struct Unpack<rf_bf16> {
-    // A bf16 is the top half of an f32: a shift for the low element, a mask for the high one.
-    static RF_DEVICE void word(unsigned int w, float* f) {
-        f[0] = __uint_as_float(w << 16);
-        f[1] = __uint_as_float(w & 0xffff0000u);
-    }
-    static RF_DEVICE void run(uint4 v, float* f) {
-        word(v.x, f);
-        word(v.y, f + 2);
-        word(v.z, f + 4);
-        word(v.w, f + 6);
-    }
-};
-
-// f[e] = row[c0 + e] for the N elements from c0 (a multiple of N): one vector load when the row
-// is 16-byte aligned and all N lie below `end`, else one load per element below `end`; elements
-// at or past `end` are not read and get `fill`.
-template <typename T>
-RF_DEVICE void load_vec(const T* row, unsigned int c0, unsigned int end, bool aligned, float fill, float* f) {
-    constexpr int N = rf_pack16<T>::N;
-    if (aligned && c0 + N <= end) {
-        Unpack<T>::run(rf_load16(row + c0), f);
-    } else {
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-            f[e] = (c0 + e < end) ? rf_to_float(row[c0 + e]) : fill;
-        }
-    }
-}
-
-// row[c0 + e] = f[e] for the N elements from c0 that lie below `end`.
-template <typename T>
-RF_DEVICE void store_vec(T* row, unsigned int c0, unsigned int end, bool aligned, const float* f) {
-    constexpr int N = rf_pack16<T>::N;
-    if (aligned && c0 + N <= end) {
-        rf_store16(row + c0, rf_pack16<T>::pack(f));
-    } else {
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-            if (c0 + e < end) {
-                row[c0 + e] = rf_from_float<T>(f[e]);
-            }
-        }
-    }
-}
-
-// The factor exp2((m - to) * c) that moves a sum taken against maximum m to maximum to >= m;
-// 1 when m == to (also when both are -inf: an empty part stays 0, a NaN part stays NaN).
-RF_DEVICE float rescale(float m, float to, float c) { return m == to ? 1.0f : fast_exp2((m - to) * c); }
-
-struct MaxSum {
-    float m; // maximum of the logits
-    float s; // sum of exp2((t - m) * c) over them
-};
-
-// Combines every thread's (m, s) into the row's (M, S); every thread gets the same bits.
-// blockDim.x must be a whole number of warps (the launcher rounds it), so every lane of every
-// warp takes part in the shuffles. One barrier; `scratch` holds one pair per warp and is used
-// once per block.
-RF_DEVICE MaxSum block_combine(float m, float s, float c, float2* scratch) {
-    const float w = rf_warp_max(m);
-    s = rf_warp_sum(s * rescale(m, w, c));
-    const unsigned int warps = blockDim.x / rf_warp_width();
-    if (warps == 1) {
-        return MaxSum{w, s};
-    }
-    const unsigned int lane = threadIdx.x % rf_warp_width();
-    if (lane == 0) {
-        scratch[threadIdx.x / rf_warp_width()] = make_float2(w, s);
-    }
-    __syncthreads();
-    // Every aligned group of G lanes (G: the power of two >= warps; warps <= 1024 / warp width
-    // <= warp width, so G <= the warp width) holds all the pairs and reduces them with xor
-    // butterflies that stay inside the group.
-    unsigned int groups = 2;
-    while (groups < warps) {
-        groups *= 2;
-    }
-    const unsigned int i = lane & (groups - 1);
-    const float2 q = i < warps ? scratch[i] : make_float2(neg_inf(), 0.0f);
-    float top = q.x;
-#pragma unroll
-    for (int o = 1; o < RF_WARP_LIMIT; o *= 2) {
-        if ((unsigned int)o < groups) {
-            top = fmaxf(top, rf_shfl_xor(top, o));
-        }
-    }
-    float sum = q.y * rescale(q.x, top, c);
-#pragma unroll
-    for (int o = 1; o < RF_WARP_LIMIT; o *= 2) {
-        if ((unsigned int)o < groups) {
-            sum += rf_shfl_xor(sum, o);
-        }
-    }
-    return MaxSum{top, sum};
-}
 
 // r % d (rf_divmod_u64: 32-bit division when both fit).
 RF_DEVICE rf_u64 rem(rf_u64 r, rf_u64 d) {
@@ -267,7 +140,7 @@ RF_DEVICE void packed_row(const T* xr, T* yr, unsigned int ncols, unsigned int v
         }
     }
     // This thread's maximum over its visible elements (-inf for none).
-    float top = neg_inf();
+    float top = rf_neg_inf();
 #if RF_SOFTMAX_MAX2
     unsigned int top2 = NegInf2<T>::value;
 #pragma unroll
@@ -277,14 +150,16 @@ RF_DEVICE void packed_row(const T* xr, T* yr, unsigned int ncols, unsigned int v
             top2 = max2<T>(top2, max2<T>(max2<T>(raw[k].x, raw[k].y), max2<T>(raw[k].z, raw[k].w)));
         }
     }
-    top = fmaxf(rf_bits16_to_float<T>(top2 & 0xffffu), rf_bits16_to_float<T>(top2 >> 16));
+    float pair[2];
+    rf_unpack2_bits16<T>(top2, pair);
+    top = fmaxf(pair[0], pair[1]);
 #else
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
         const unsigned int c0 = (k * blockDim.x + tid) * N;
         if (c0 < visible) {
             float f[N];
-            Unpack<T>::run(raw[k], f);
+            rf_pack16<T>::unpack(raw[k], f);
 #pragma unroll
             for (int e = 0; e < N; ++e) {
                 top = fmaxf(top, f[e]);
@@ -292,27 +167,27 @@ RF_DEVICE void packed_row(const T* xr, T* yr, unsigned int ncols, unsigned int v
         }
     }
 #endif
-    const float sub = top == neg_inf() ? 0.0f : top;
+    const float sub = top == rf_neg_inf() ? 0.0f : top;
     float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
         const unsigned int c0 = (k * blockDim.x + tid) * N;
         if (c0 < visible) {
             float f[N];
-            Unpack<T>::run(raw[k], f);
+            rf_pack16<T>::unpack(raw[k], f);
 #pragma unroll
             for (int e = 0; e < N; ++e) {
-                sum += fast_exp2((f[e] - sub) * c);
+                sum += rf_fast_exp2((f[e] - sub) * c);
             }
         }
     }
-    const MaxSum row_ms = block_combine(top, sum, c, scratch);
+    const rf_max_sum row_ms = rf_block_max_sum(top, sum, c, scratch);
     // y = p * factor, rounded and packed a pair at a time (one cvt a pair on NVIDIA sm_80+, the
     // same bits as the scalar rounding); a fully masked row (block-uniform) writes zeros. A
     // thread whose maximum is -inf gets factor 0 (its p are 0, or NaN, which stays NaN); vectors
     // past the causal boundary write 0 * factor (0, or NaN in a NaN row, as the float path does).
-    const bool empty = row_ms.m == neg_inf();
-    const float factor = empty ? 0.0f : rescale(top, row_ms.m, c) / row_ms.s;
+    const bool empty = row_ms.m == rf_neg_inf();
+    const float factor = empty ? 0.0f : rf_exp2_rescale(top, row_ms.m, c) / row_ms.s;
     const unsigned int zero2 = rf_pack2_bits16<T>(0.0f * factor, 0.0f * factor);
     unsigned short* yb = reinterpret_cast<unsigned short*>(yr);
 #pragma unroll
@@ -330,9 +205,9 @@ RF_DEVICE void packed_row(const T* xr, T* yr, unsigned int ncols, unsigned int v
 #pragma unroll
                 for (int i = 0; i < N / 2; ++i) {
                     float f[2];
-                    Unpack<T>::word(in[i], f);
-                    w[i] = rf_pack2_bits16<T>(fast_exp2((f[0] - sub) * c) * factor,
-                                              fast_exp2((f[1] - sub) * c) * factor);
+                    rf_unpack2_bits16<T>(in[i], f);
+                    w[i] = rf_pack2_bits16<T>(rf_fast_exp2((f[0] - sub) * c) * factor,
+                                              rf_fast_exp2((f[1] - sub) * c) * factor);
                 }
             }
             if (y_aligned && c0 + N <= ncols) {
@@ -357,7 +232,7 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
                            rf_u64 rows, rf_u64 cols, rf_u64 x_stride, rf_u64 y_stride, rf_u64 mask_rows,
                            rf_u64 seq_q, long long offset, int causal, float scale) {
     constexpr int N = rf_pack16<T>::N;
-    __shared__ float2 scratch[32];
+    __shared__ float2 scratch[RF_BLOCK_MAX_WARPS];
 
     const rf_u64 block = (rf_u64)blockIdx.y * (rf_u64)gridDim.x + (rf_u64)blockIdx.x;
     if (block >= rows) {
@@ -422,12 +297,9 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
         for (int k = 0; k < VPT; ++k) {
             const unsigned int c0 = (k * blockDim.x + tid) * N;
             if (x_aligned && c0 + N <= visible) {
-                Unpack<T>::run(raw[k], v[k]);
+                rf_pack16<T>::unpack(raw[k], v[k]);
             } else if (c0 < visible) { // the boundary vector, or an unaligned row
-#pragma unroll
-                for (int e = 0; e < N; ++e) {
-                    v[k][e] = (c0 + e < visible) ? rf_to_float(xr[c0 + e]) : neg_inf();
-                }
+                rf_load_bounded<T, N>(xr, c0, visible, false, rf_neg_inf(), v[k]);
             }
         }
         if (GENERIC) {
@@ -438,18 +310,18 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
                 if (c0 < visible) {
                     float a[N];
                     if (mr != nullptr) {
-                        load_vec(mr, c0, visible, m_aligned, 0.0f, a);
+                        rf_load_bounded<T, N>(mr, c0, visible, m_aligned, 0.0f, a);
                     }
 #pragma unroll
                     for (int e = 0; e < N; ++e) {
                         const float t = mr != nullptr ? fmaf(v[k][e], scale, a[e]) : v[k][e] * scale;
-                        v[k][e] = (c0 + e < visible) ? t : neg_inf();
+                        v[k][e] = (c0 + e < visible) ? t : rf_neg_inf();
                     }
                 }
             }
         }
         // This thread's maximum over its visible elements (-inf for none).
-        float top = neg_inf();
+        float top = rf_neg_inf();
 #pragma unroll
         for (int k = 0; k < VPT; ++k) {
             const unsigned int c0 = (k * blockDim.x + tid) * N;
@@ -462,7 +334,7 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
         }
         // p = exp2((t - top) * c) against the thread's own maximum: 0 for -inf logits and for
         // hidden vectors; a thread with nothing visible subtracts 0 (its p are 0, or NaN for NaN).
-        const float sub = top == neg_inf() ? 0.0f : top;
+        const float sub = top == rf_neg_inf() ? 0.0f : top;
         float sum = 0.0f;
 #pragma unroll
         for (int k = 0; k < VPT; ++k) {
@@ -470,7 +342,7 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
             if (c0 < visible) {
 #pragma unroll
                 for (int e = 0; e < N; ++e) {
-                    const float p = fast_exp2((v[k][e] - sub) * c);
+                    const float p = rf_fast_exp2((v[k][e] - sub) * c);
                     v[k][e] = p;
                     sum += p;
                 }
@@ -481,20 +353,20 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
                 }
             }
         }
-        const MaxSum row_ms = block_combine(top, sum, c, scratch);
-        if (row_ms.m == neg_inf()) { // fully masked row: zeros (block-uniform branch)
+        const rf_max_sum row_ms = rf_block_max_sum(top, sum, c, scratch);
+        if (row_ms.m == rf_neg_inf()) { // fully masked row: zeros (block-uniform branch)
 #pragma unroll
             for (int k = 0; k < VPT; ++k) {
                 const unsigned int c0 = (k * blockDim.x + tid) * N;
                 if (c0 < ncols) {
-                    store_vec(yr, c0, ncols, y_aligned, zeros);
+                    rf_store_bounded<T, N>(yr, c0, ncols, y_aligned, zeros);
                 }
             }
             return;
         }
         // S >= 1 (the maximum's own term is exp2(0) = 1). A thread whose maximum is -inf gets
         // factor 0 (its p are 0, or NaN, which stays NaN).
-        const float factor = rescale(top, row_ms.m, c) / row_ms.s;
+        const float factor = rf_exp2_rescale(top, row_ms.m, c) / row_ms.s;
 #pragma unroll
         for (int k = 0; k < VPT; ++k) {
             const unsigned int c0 = (k * blockDim.x + tid) * N;
@@ -503,7 +375,7 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
                 for (int e = 0; e < N; ++e) {
                     v[k][e] *= factor;
                 }
-                store_vec(yr, c0, ncols, y_aligned, v[k]);
+                rf_store_bounded<T, N>(yr, c0, ncols, y_aligned, v[k]);
             }
         }
         return;
@@ -511,38 +383,38 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
 
     // Streaming path for long rows (GENERIC only): a running (max, sum) per thread, rescaled
     // when the maximum grows, combined across the block; then a second read of x to write y.
-    float top = neg_inf();
+    float top = rf_neg_inf();
     float sum = 0.0f;
     for (unsigned int c0 = tid * N; c0 < visible; c0 += step) {
         float t[N];
         float a[N];
-        load_vec(xr, c0, visible, x_aligned, 0.0f, t);
+        rf_load_bounded<T, N>(xr, c0, visible, x_aligned, 0.0f, t);
         if (mr != nullptr) {
-            load_vec(mr, c0, visible, m_aligned, 0.0f, a);
+            rf_load_bounded<T, N>(mr, c0, visible, m_aligned, 0.0f, a);
         }
-        float local = neg_inf();
+        float local = rf_neg_inf();
 #pragma unroll
         for (int e = 0; e < N; ++e) {
             const float l = mr != nullptr ? fmaf(t[e], scale, a[e]) : t[e] * scale;
-            t[e] = (c0 + e < visible) ? l : neg_inf();
+            t[e] = (c0 + e < visible) ? l : rf_neg_inf();
             local = fmaxf(local, t[e]);
         }
         const float next = fmaxf(top, local);
-        if (next == neg_inf()) {
+        if (next == rf_neg_inf()) {
             continue; // nothing visible yet in this thread's elements
         }
         float part = 0.0f;
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-            part += fast_exp2((t[e] - next) * c);
+            part += rf_fast_exp2((t[e] - next) * c);
         }
-        sum = sum * rescale(top, next, c) + part; // rescale(-inf, finite) = 0
+        sum = sum * rf_exp2_rescale(top, next, c) + part; // rf_exp2_rescale(-inf, finite) = 0
         top = next;
     }
-    const MaxSum row_ms = block_combine(top, sum, c, scratch);
-    if (row_ms.m == neg_inf()) {
+    const rf_max_sum row_ms = rf_block_max_sum(top, sum, c, scratch);
+    if (row_ms.m == rf_neg_inf()) {
         for (unsigned int c0 = tid * N; c0 < ncols; c0 += step) {
-            store_vec(yr, c0, ncols, y_aligned, zeros);
+            rf_store_bounded<T, N>(yr, c0, ncols, y_aligned, zeros);
         }
         return;
     }
@@ -551,14 +423,14 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
         float t[N];
         if (c0 < visible) {
             float a[N];
-            load_vec(xr, c0, visible, x_aligned, 0.0f, t);
+            rf_load_bounded<T, N>(xr, c0, visible, x_aligned, 0.0f, t);
             if (mr != nullptr) {
-                load_vec(mr, c0, visible, m_aligned, 0.0f, a);
+                rf_load_bounded<T, N>(mr, c0, visible, m_aligned, 0.0f, a);
             }
 #pragma unroll
             for (int e = 0; e < N; ++e) {
                 const float l = mr != nullptr ? fmaf(t[e], scale, a[e]) : t[e] * scale;
-                t[e] = (c0 + e < visible) ? fast_exp2((l - row_ms.m) * c) * inv : 0.0f;
+                t[e] = (c0 + e < visible) ? rf_fast_exp2((l - row_ms.m) * c) * inv : 0.0f;
             }
         } else {
 #pragma unroll
@@ -566,7 +438,7 @@ RF_DEVICE void softmax_row(const T* x_all, T* y_all, const T* __restrict__ mask,
                 t[e] = 0.0f;
             }
         }
-        store_vec(yr, c0, ncols, y_aligned, t);
+        rf_store_bounded<T, N>(yr, c0, ncols, y_aligned, t);
     }
 }
 

@@ -200,10 +200,13 @@ template <> RF_DEVICE rf_bf16 rf_from_float<rf_bf16>(float v) { return rf_float_
 #define RF_FOR_EACH_DTYPE(X) X(f32, float) X(f16, __half) X(bf16, rf_bf16)
 
 // ---------------------------------------------------------------------------------------------
-// 16-byte vectors (rmsnorm, swiglu, causal_mask). Memory-bound kernels move data as uint4: 16
-// bytes, 4 f32 or 8 f16/bf16, one 128-bit load or store per thread on both platforms. Only on
-// 16-byte-aligned addresses: check the base pointers and row strides first (rf_is_aligned16)
-// and keep a scalar path for everything else.
+// 16-byte vectors. Memory-bound kernels move data as uint4: 16 bytes, 4 f32 or 8 f16/bf16, one
+// 128-bit load or store per thread on both platforms. Only on 16-byte-aligned addresses: check
+// the base pointers and row strides first (rf_is_aligned16) and keep a scalar path for
+// everything else. The helpers below, from the rawest up: one 16-byte access and its packing
+// (rf_load16, rf_store16, rf_pack16), one access of V elements as floats (rf_access), K
+// consecutive elements (rf_load_n, rf_store_n), and K elements that may run past the end of a
+// row (rf_load_bounded, rf_store_bounded). Kernels use these rather than their own copies.
 // ---------------------------------------------------------------------------------------------
 
 RF_DEVICE bool rf_is_aligned16(const void* p) { return ((rf_u64)p & 15ull) == 0; }
@@ -219,6 +222,18 @@ template <> RF_DEVICE float rf_bits16_to_float<__half>(unsigned int bits) {
 }
 template <> RF_DEVICE float rf_bits16_to_float<rf_bf16>(unsigned int bits) {
     return rf_bf16_to_float((rf_bf16)bits);
+}
+// Both 16-bit elements of a 32-bit word widened to f32, f[0] from the low half. Exact. For bf16
+// each is one instruction: a shift for the low half, a mask for the high one (a bf16 is the top
+// half of an f32, so the high half needs no shift at all).
+template <typename T> RF_DEVICE void rf_unpack2_bits16(unsigned int w, float* f);
+template <> RF_DEVICE void rf_unpack2_bits16<__half>(unsigned int w, float* f) {
+    f[0] = rf_bits16_to_float<__half>(w & 0xffffu);
+    f[1] = rf_bits16_to_float<__half>(w >> 16);
+}
+template <> RF_DEVICE void rf_unpack2_bits16<rf_bf16>(unsigned int w, float* f) {
+    f[0] = __uint_as_float(w << 16);
+    f[1] = __uint_as_float(w & 0xffff0000u);
 }
 template <typename T> RF_DEVICE unsigned int rf_float_to_bits16(float f);
 template <> RF_DEVICE unsigned int rf_float_to_bits16<__half>(float f) {
@@ -256,7 +271,9 @@ template <> RF_DEVICE unsigned int rf_pack2_bits16<rf_bf16>(float lo, float hi) 
 }
 
 // rf_pack16<T>: N elements of T in 16 bytes. unpack(v, f) widens them to f[0..N) in memory
-// order; pack(f) rounds f[0..N) to T exactly as rf_from_float<T> does and packs them.
+// order, one instruction an element; pack(f) rounds f[0..N) to T exactly as rf_from_float<T>
+// does and packs them. The 16-bit types also take one 32-bit word at a time (unpack_word,
+// pack_word: two elements).
 template <typename T> struct rf_pack16;
 
 template <> struct rf_pack16<float> {
@@ -279,10 +296,7 @@ template <> struct rf_pack16<float> {
 
 template <typename T> struct rf_pack16_half_width {
     static constexpr int N = 8;
-    static RF_DEVICE void unpack_word(unsigned int w, float* f) {
-        f[0] = rf_bits16_to_float<T>(w & 0xffffu);
-        f[1] = rf_bits16_to_float<T>(w >> 16);
-    }
+    static RF_DEVICE void unpack_word(unsigned int w, float* f) { rf_unpack2_bits16<T>(w, f); }
     static RF_DEVICE unsigned int pack_word(const float* f) { return rf_pack2_bits16<T>(f[0], f[1]); }
     static RF_DEVICE void unpack(uint4 v, float* f) {
         unpack_word(v.x, f);
@@ -330,5 +344,58 @@ template <typename T> struct rf_access<T, false> {
     static RF_DEVICE Raw pack(const float* f) { return rf_from_float<T>(f[0]); }
     static RF_DEVICE void store_raw(T* p, Raw r) { *p = r; }
 };
+
+// K consecutive elements p[0..K) as floats, and back: K / V accesses of rf_access<T, VECTOR> (K
+// a multiple of V; when VECTOR, p 16-byte aligned).
+template <typename T, int K, bool VECTOR> RF_DEVICE void rf_load_n(const T* p, float* f) {
+    typedef rf_access<T, VECTOR> A;
+    static_assert(K % A::V == 0, "vector accesses move 16 bytes each");
+#pragma unroll
+    for (int v = 0; v < K / A::V; ++v) {
+        A::load(p + v * A::V, f + v * A::V);
+    }
+}
+
+template <typename T, int K, bool VECTOR> RF_DEVICE void rf_store_n(T* p, const float* f) {
+    typedef rf_access<T, VECTOR> A;
+    static_assert(K % A::V == 0, "vector accesses move 16 bytes each");
+#pragma unroll
+    for (int v = 0; v < K / A::V; ++v) {
+        A::store(p + v * A::V, f + v * A::V);
+    }
+}
+
+// The K elements base[i .. i + K) of a row that ends at `end`, for a thread that may straddle the
+// end: f[e] = base[i + e] as a float below `end`; elements at or past it are not read and get
+// `fill`. 16-byte accesses (rf_load_n) when `vector` (base + i 16-byte aligned, K a multiple of
+// rf_pack16<T>::N) and all K lie below `end`; a scalar load per element otherwise. I is the
+// index type (int or unsigned int): the bounds are compared in it.
+template <typename T, int K, typename I>
+RF_DEVICE void rf_load_bounded(const T* base, I i, I end, bool vector, float fill, float* f) {
+    if (vector && i + K <= end) {
+        rf_load_n<T, K, true>(base + i, f);
+    } else {
+#pragma unroll
+        for (int e = 0; e < K; ++e) {
+            f[e] = (i + e < end) ? rf_to_float(base[i + e]) : fill;
+        }
+    }
+}
+
+// base[i + e] = f[e] for the elements of base[i .. i + K) below `end`, as rf_load_bounded reads
+// them.
+template <typename T, int K, typename I>
+RF_DEVICE void rf_store_bounded(T* base, I i, I end, bool vector, const float* f) {
+    if (vector && i + K <= end) {
+        rf_store_n<T, K, true>(base + i, f);
+    } else {
+#pragma unroll
+        for (int e = 0; e < K; ++e) {
+            if (i + e < end) {
+                base[i + e] = rf_from_float<T>(f[e]);
+            }
+        }
+    }
+}
 
 #endif // ROCMFORGE_H
