@@ -2,7 +2,7 @@
 //! device loads, loaded once per backend (this module's cache), then the function by name.
 
 use std::collections::HashMap;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, LazyLock, PoisonError, RwLock};
 
 use rocm_runtime::{Backend, Function, LaunchConfig, Module, Stream};
 
@@ -22,21 +22,17 @@ pub(crate) fn kernel(stream: &Stream, module: &'static str, function: &str) -> R
 /// added, so a module handed out stays valid for the process. A cached module holds its
 /// backend, so an address is never reused while its entries exist (and backends live for the
 /// process anyway: `Backend::open` keeps them).
-type ModuleCache = HashMap<(usize, &'static str), Module>;
-static MODULES: RwLock<Option<ModuleCache>> = RwLock::new(None);
+static MODULES: LazyLock<RwLock<HashMap<(usize, &'static str), Module>>> = LazyLock::new(RwLock::default);
 
 /// The module `name` of `backend`, loaded from `image` the first time.
 fn cached_module(backend: &Arc<Backend>, name: &'static str, image: &'static [u8]) -> Result<Module> {
     let key = (Arc::as_ptr(backend) as usize, name);
     // A panic elsewhere while holding the lock leaves the map as it was: insert-only, so the
     // entries in it are still right.
-    if let Some(module) =
-        MODULES.read().unwrap_or_else(PoisonError::into_inner).as_ref().and_then(|m| m.get(&key))
-    {
+    if let Some(module) = MODULES.read().unwrap_or_else(PoisonError::into_inner).get(&key) {
         return Ok(module.clone());
     }
     let mut modules = MODULES.write().unwrap_or_else(PoisonError::into_inner);
-    let modules = modules.get_or_insert_with(HashMap::new);
     if let Some(module) = modules.get(&key) {
         return Ok(module.clone());
     }

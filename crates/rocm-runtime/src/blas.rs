@@ -416,7 +416,7 @@ impl Blas {
         let _span = tracing::debug_span!("blas_open", platform = %backend.platform()).entered();
         // Handles belong to the device current on the calling thread.
         backend.driver().bind_thread()?;
-        let (library, vendor) = backend.driver().vendor_blas()?;
+        let (library, vendor) = backend.driver().vendor_blas(&backend.info().arch)?;
         tracing::debug!(library, "vendor BLAS ready");
         backend.note_library_state();
         let recommended_workspace = vendor.recommended_workspace();

@@ -156,10 +156,10 @@ pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
     /// Lets the kernel use `bytes` of dynamic shared memory (needed above 48 KiB on NVIDIA).
     fn function_set_max_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()>;
 
-    /// A handle of the vendor BLAS for this device (the device is current on the calling
-    /// thread), and the library's name. Which library follows the silicon, not the host API:
-    /// cuBLAS takes the streams of AMD's HIP for NVIDIA too, as hipBLAS would hand them over.
-    fn vendor_blas(&self) -> Result<(&'static str, Box<dyn crate::blas::VendorBlas>)>;
+    /// A handle of the vendor BLAS for this device (`arch`: its `DeviceInfo::arch`), and the
+    /// library's name. Which library follows the silicon, not the host API: cuBLAS takes the
+    /// streams of AMD's HIP for NVIDIA too, as hipBLAS would hand them over.
+    fn vendor_blas(&self, arch: &str) -> Result<(&'static str, Box<dyn crate::blas::VendorBlas>)>;
 
     /// # Safety
     /// `params` points at one readable value per kernel parameter, of the parameter's type,

@@ -461,11 +461,9 @@ impl DeviceDriver for CudaDevice {
         call!(self.lib(), cuFuncSetAttribute(function.0.cast(), attr, bytes as i32))
     }
 
-    fn vendor_blas(&self) -> Result<(&'static str, Box<dyn crate::blas::VendorBlas>)> {
+    fn vendor_blas(&self, arch: &str) -> Result<(&'static str, Box<dyn crate::blas::VendorBlas>)> {
         self.bind()?;
-        let major = self.attribute(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        let minor = self.attribute(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-        Ok(("cuBLAS", blas::create(&format!("sm_{major}{minor}"))?))
+        Ok(("cuBLAS", blas::create(arch)?))
     }
 
     unsafe fn launch(

@@ -529,16 +529,12 @@ impl DeviceDriver for HipDevice {
         }
     }
 
-    fn vendor_blas(&self) -> Result<(&'static str, Box<dyn crate::blas::VendorBlas>)> {
+    fn vendor_blas(&self, arch: &str) -> Result<(&'static str, Box<dyn crate::blas::VendorBlas>)> {
         self.bind()?;
         match self.hip.runtime {
             // rocBLAS from the folder of the HIP runtime that was loaded, never another install.
             HipRuntime::Amd(_) => Ok(("rocBLAS", blas::create(&self.hip.path)?)),
-            HipRuntime::NvidiaCuda { .. } => {
-                let major = self.attribute(Attr::hipDeviceAttributeComputeCapabilityMajor)?;
-                let minor = self.attribute(Attr::hipDeviceAttributeComputeCapabilityMinor)?;
-                Ok(("cuBLAS", super::cuda::blas::create(&format!("sm_{major}{minor}"))?))
-            }
+            HipRuntime::NvidiaCuda { .. } => Ok(("cuBLAS", super::cuda::blas::create(arch)?)),
         }
     }
 
