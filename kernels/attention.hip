@@ -4,7 +4,7 @@
 //   weighted: O[b, i, h, d] = sum_j P[b, h, i, j] * V[b, j, h / group, d]            (P in f32)
 //
 // with softmax (kernels/softmax.hip, causal mask and all) in between. This is the debugging and
-// reference pipeline next to flash attention (kernels/flash_attention.hip): it materialises the
+// reference pipeline next to flash attention (kernels/flash_*.hip): it materialises the
 // [batch, heads, seq_q, seq_k] scores, so it is for checking, not for speed.
 //
 // Both are one batched GEMM, C[m, n] = alpha * sum_k A[m, k] * B[k, n], per (batch, head), with

@@ -51,26 +51,7 @@
 
 #include "rocmforge_quant.h"
 #include "rocmforge_mma.h"
-
-#define RF_T4_ROWS 16
-#define RF_T4_GROUP 8
-#define RF_T4_WARPS 8
-// Code orders of a word (the `codes` argument); crates/rocm-kernels/src/quant/mxfp4_tiled.rs.
-//   RF_T4_NIBBLES: element 8u + 2i in bits 4i..4i+3, element 8u + 2i + 1 in bits 4i+16..4i+19
-//                  (sign in the nibble's bit 3).
-//   RF_T4_FIELDS:  pair i (elements 8u + 2i, 8u + 2i + 1) has its magnitudes at bits
-//                  MAG(i)..MAG(i)+2 and MAG(i)+16.., its signs at SIGN(i) and SIGN(i) + 16,
-//                  MAG = 9, 6, 3, 0 and SIGN = 15, 12, 13, 14.
-#define RF_T4_NIBBLES 0u
-#define RF_T4_FIELDS 1u
-// Scale bytes up to this value take the fast conversion (exponent field e + 14 <= 254).
-#define RF_T4_FAST_SCALE_MAX 240
-// A group's bytes in a stage: payload, then scales, then x (16-bit activations).
-#define RF_T4_PAYLOAD_BYTES 2048
-#define RF_T4_SCALE_BYTES 128
-#define RF_T4_X_BYTES 512
-#define RF_T4_STAGE (RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + RF_T4_X_BYTES)
-#define RF_T4_STAGES 3
+#include "rocmforge_mxfp4_tiled_abi.h"
 
 RF_DEVICE unsigned rf_t4_padded_blocks(unsigned nb) { return (nb + RF_T4_GROUP - 1) & ~(unsigned)(RF_T4_GROUP - 1); }
 

@@ -1,5 +1,11 @@
 //! Embeds the code objects `cargo xtask kernels` built (`<dir>/nvidia/*.fatbin`,
-//! `<dir>/amd/*.hsaco`) by writing `$OUT_DIR/embedded.rs`, which `src/embedded.rs` includes.
+//! `<dir>/amd/*.hsaco`, each with the `<stem>.symbols` list of its entry points by target) by
+//! writing `$OUT_DIR/embedded.rs`, which `src/embedded.rs` includes, and the `KernelModule` enum,
+//! one variant per `kernels/*.hip` file, to `$OUT_DIR/modules.rs` (`src/modules.rs`).
+//!
+//! An object older than its source, or than a header in `kernels/include/`, is embedded with a
+//! warning: the kernels need rebuilding (`cargo xtask kernels`). An object whose source is gone
+//! is left out, with a warning.
 //!
 //! `<dir>` is `$ROCMFORGE_KERNELS_DIR` (relative paths are taken from the workspace root, as xtask
 //! does) or `<workspace>/target/kernels`. Nothing built is not an error: the tables are empty and
@@ -14,6 +20,9 @@ use std::path::{Path, PathBuf};
 
 /// (table name, subfolder, object extension)
 const PLATFORMS: &[(&str, &str, &str)] = &[("NVIDIA", "nvidia", "fatbin"), ("AMD", "amd", "hsaco")];
+
+/// What `cargo xtask kernels` writes next to each object: its entry points by target.
+const SYMBOLS_EXTENSION: &str = "symbols";
 
 fn main() {
     let manifest =
@@ -34,6 +43,16 @@ fn main() {
         let _ = std::fs::create_dir_all(&kernels_dir);
     }
     let kernels_dir = std::fs::canonicalize(&kernels_dir).unwrap_or(kernels_dir);
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+
+    // The sources: one module each, whatever is built.
+    let sources_dir = workspace.join("kernels");
+    println!("cargo::rerun-if-changed={}", sources_dir.display());
+    let sources = sources(&sources_dir);
+    let modules = out_dir.join("modules.rs");
+    std::fs::write(&modules, modules_rs(&sources))
+        .unwrap_or_else(|e| panic!("writing {}: {e}", modules.display()));
+    let headers_time = newest(&sources_dir.join("include"));
     // Cargo scans a watched directory recursively: new platform folders and objects, and rewritten
     // ones, all rerun this script.
     println!("cargo::rerun-if-changed={}", kernels_dir.display());
@@ -55,7 +74,25 @@ fn main() {
         if dir.is_dir() {
             println!("cargo::rerun-if-changed={}", dir.display());
         }
-        let objects = if wanted(sub) { objects(&dir, ext) } else { Vec::new() };
+        let mut objects = if wanted(sub) { objects(&dir, ext) } else { Vec::new() };
+        objects.retain(|(stem, path)| {
+            let source = sources_dir.join(format!("{stem}.hip"));
+            let Some(source_time) = mtime(&source) else {
+                println!(
+                    "cargo::warning=leaving out {}: kernels/{stem}.hip no longer exists (cargo xtask kernels removes it)",
+                    path.display()
+                );
+                return false;
+            };
+            if mtime(path) < Some(source_time.max(headers_time.unwrap_or(source_time))) {
+                println!(
+                    "cargo::warning={} is older than kernels/{stem}.hip or a header it includes: the embedded kernel \
+                     is stale; run `cargo xtask kernels`",
+                    path.display()
+                );
+            }
+            true
+        });
         writeln!(code).unwrap();
         writeln!(
             code,
@@ -74,9 +111,93 @@ fn main() {
             .unwrap();
         }
         writeln!(code, "];").unwrap();
+        writeln!(code).unwrap();
+        writeln!(
+            code,
+            "/// The entry points of each {table} object by target (`<stem>.symbols`), sorted by name; \
+             absent where the build wrote none."
+        )
+        .unwrap();
+        writeln!(code, "pub static {table}_SYMBOLS: &[(&str, &str)] = &[").unwrap();
+        for (stem, path) in &objects {
+            let symbols = path.with_extension(SYMBOLS_EXTENSION);
+            if symbols.is_file() {
+                println!("cargo::rerun-if-changed={}", symbols.display());
+                let symbols = symbols.to_str().expect("object paths are UTF-8 (checked in objects())");
+                writeln!(code, "    ({stem:?}, include_str!({symbols:?})),").unwrap();
+            }
+        }
+        writeln!(code, "];").unwrap();
     }
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("embedded.rs");
+    let out = out_dir.join("embedded.rs");
     std::fs::write(&out, code).unwrap_or_else(|e| panic!("writing {}: {e}", out.display()));
+}
+
+/// The stems of `kernels/*.hip`, sorted.
+fn sources(dir: &Path) -> Vec<String> {
+    let mut stems: Vec<String> = objects(dir, "hip").into_iter().map(|(stem, _)| stem).collect();
+    stems.dedup();
+    stems
+}
+
+/// `$OUT_DIR/modules.rs`: the `KernelModule` enum, a variant per kernel source
+/// (`flash_mma` -> `FlashMma`).
+fn modules_rs(stems: &[String]) -> String {
+    let variant = |stem: &str| -> String {
+        stem.split('_')
+            .map(|part| {
+                let mut chars = part.chars();
+                chars.next().map_or(String::new(), |c| c.to_ascii_uppercase().to_string() + chars.as_str())
+            })
+            .collect()
+    };
+    let mut code = String::new();
+    writeln!(
+        code,
+        "/// A kernel module: one `kernels/<name>.hip` file, compiled into one code object per platform"
+    )
+    .unwrap();
+    writeln!(
+        code,
+        "/// (`cargo xtask kernels`). Generated from the sources by `build.rs`, so a launcher can only name"
+    )
+    .unwrap();
+    writeln!(code, "/// a file that exists.").unwrap();
+    writeln!(code, "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]").unwrap();
+    writeln!(code, "pub enum KernelModule {{").unwrap();
+    for stem in stems {
+        writeln!(code, "    /// `kernels/{stem}.hip`").unwrap();
+        writeln!(code, "    {},", variant(stem)).unwrap();
+    }
+    writeln!(code, "}}").unwrap();
+    writeln!(code).unwrap();
+    writeln!(code, "impl KernelModule {{").unwrap();
+    writeln!(code, "    /// Every module, in the order of their names.").unwrap();
+    writeln!(code, "    pub const ALL: &[KernelModule] = &[").unwrap();
+    for stem in stems {
+        writeln!(code, "        KernelModule::{},", variant(stem)).unwrap();
+    }
+    writeln!(code, "    ];").unwrap();
+    writeln!(code).unwrap();
+    writeln!(code, "    /// The file stem: `kernels/<name>.hip`, `<name>.fatbin`, `<name>.hsaco`.").unwrap();
+    writeln!(code, "    pub const fn name(self) -> &'static str {{").unwrap();
+    writeln!(code, "        match self {{").unwrap();
+    for stem in stems {
+        writeln!(code, "            KernelModule::{} => {stem:?},", variant(stem)).unwrap();
+    }
+    writeln!(code, "        }}").unwrap();
+    writeln!(code, "    }}").unwrap();
+    writeln!(code, "}}").unwrap();
+    code
+}
+
+fn mtime(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// The newest modification time of the files in `dir` (not recursive: `kernels/include` is flat).
+fn newest(dir: &Path) -> Option<std::time::SystemTime> {
+    std::fs::read_dir(dir).into_iter().flatten().flatten().filter_map(|e| mtime(&e.path())).max()
 }
 
 /// `(stem, path)` of every `*.<ext>` file in `dir`, sorted by stem; empty if `dir` does not exist.

@@ -1,8 +1,10 @@
 // rocmforge_mma.h: NVIDIA matrix-core and asynchronous-copy primitives (sm_80+), shared by the
-// kernels that have a matrix-core path (flash_attention.hip, mxfp.hip). Everything here exists only
-// where RF_MMA_SYNC is 1; a kernel's entry point compiles its matrix-core body under
-// `#if RF_MMA_SYNC` and RF_MMA_UNAVAILABLE() (a trap: the launchers never pick such an entry
-// there) everywhere else, so the portable kernels are always built and tested.
+// kernels that have a matrix-core path (flash_mma.hip, flash_wgmma.hip, mxfp.hip,
+// mxfp4_tiled.hip). Everything here exists only where RF_MMA_SYNC is 1. A file of NVIDIA
+// matrix-core kernels alone (flash_mma.hip) is built for those targets only; one that mixes them
+// with portable kernels compiles each matrix-core body under `#if RF_MMA_SYNC` and
+// RF_MMA_UNAVAILABLE() (a trap: the launchers never pick such an entry there) everywhere else,
+// so its portable kernels are built and tested on every target.
 
 #ifndef ROCMFORGE_MMA_H
 #define ROCMFORGE_MMA_H

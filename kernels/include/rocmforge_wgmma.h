@@ -1,6 +1,6 @@
 // rocmforge_wgmma.h: Hopper warpgroup matrix multiply (wgmma.mma_async, sm_90a) and the
 // mbarriers that hand shared-memory buffers between copying and computing warps, for the kernels
-// that have a warpgroup path (flash_attention.hip). Everything here exists only where RF_WGMMA is
+// that have a warpgroup path (flash_wgmma.hip). Everything here exists only where RF_WGMMA is
 // 1: SASS built for the arch-specific target sm_90a (`ROCMFORGE_NVIDIA_ARCHS` with `90a`, the
 // default). Kernels built on it define their entry points only there; launchers look the entry
 // up and take their mma.sync kernel where it is absent.

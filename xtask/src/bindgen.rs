@@ -1,4 +1,5 @@
-//! `cargo xtask bindgen [--check]`: regenerate rocm-sys's committed bindings.
+//! `cargo xtask bindgen [--check]`: regenerate rocm-sys's committed bindings, and the Rust side
+//! of the kernels' ABI headers ([`abi_bindgen`]).
 //!
 //! The bindings are generated once, by a developer, and committed: building rocmforge never
 //! needs libclang or the HIP/CUDA headers. `--check` regenerates into memory and fails when the
@@ -8,7 +9,7 @@
 
 use std::path::Path;
 
-use crate::{Result, hip_drift, toolchain, workspace_root};
+use crate::{Result, abi_bindgen, hip_drift, toolchain, workspace_root};
 
 /// One generated file: which header, which items, which loader struct.
 pub(crate) struct Binding {
@@ -206,6 +207,7 @@ pub fn run(args: &[String]) -> Result<()> {
             println!("wrote {}", out.display());
         }
     }
+    stale.extend(abi_bindgen::run(&root, check)?);
     if !stale.is_empty() {
         let names: Vec<_> = stale.iter().map(|p| p.display().to_string()).collect();
         return Err(format!(

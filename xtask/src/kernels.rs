@@ -31,7 +31,7 @@ use rocm_runtime::Platform;
 
 use crate::amd_toolchain::{Bind, Chroot};
 use crate::toolchain::{self, AmdCompiler};
-use crate::{Result, amd_resources, amd_toolchain};
+use crate::{Result, amd_resources, amd_toolchain, kernel_files, kernel_symbols};
 
 const USAGE: &str = "usage: cargo xtask kernels [--platform amd|nvidia|all|auto]
 
@@ -359,16 +359,16 @@ fn parse_nvidia_archs(list: &str) -> Result<Vec<SmArch>> {
     Ok(archs)
 }
 
-/// `-gencode` flags: SASS for every arch, plus PTX for the newest arch in its arch-neutral form
-/// (`90a` gives `compute_90`: arch-specific `a`/`f` PTX does not run on later GPUs), so GPUs newer
-/// than the list still load the fatbin.
-fn nvidia_gencode_args(archs: &[SmArch]) -> Vec<String> {
+/// `-gencode` flags: SASS for every arch, plus (with `ptx`) PTX for the newest arch in its
+/// arch-neutral form (`90a` gives `compute_90`: arch-specific `a`/`f` PTX does not run on later
+/// GPUs), so GPUs newer than the list still load the fatbin.
+fn nvidia_gencode_args(archs: &[SmArch], ptx: bool) -> Vec<String> {
     let mut args = Vec::new();
     for a in archs {
         args.push("-gencode".to_string());
         args.push(format!("arch=compute_{a},code=sm_{a}"));
     }
-    if let Some(newest) = archs.last() {
+    if let Some(newest) = archs.last().filter(|_| ptx) {
         args.push("-gencode".to_string());
         args.push(format!("arch=compute_{n},code=compute_{n}", n = newest.number));
     }
@@ -476,7 +476,7 @@ fn arch_spec(compiler: &Compiler) -> Result<ArchSpec> {
 impl ArchSpec {
     fn describe(&self) -> String {
         match self {
-            ArchSpec::Nvidia(archs) => nvidia_gencode_args(archs).join(" "),
+            ArchSpec::Nvidia(archs) => nvidia_gencode_args(archs, true).join(" "),
             ArchSpec::AmdListed(archs) => format!("listed: {}", archs.join(",")),
             ArchSpec::AmdDefault => format!("default: {}", AMD_TARGETS.join(",")),
             ArchSpec::AmdProbe => format!("probed among: {}", AMD_ARCH_CANDIDATES.join(",")),
@@ -492,18 +492,27 @@ impl ArchSpec {
         }
     }
 
-    /// The compiler's target flags (probing hipcc if the list was not given).
-    fn target_args(&self, compiler: &Path) -> Result<(Vec<String>, String)> {
-        let amd = |archs: &[String]| {
-            (archs.iter().map(|a| format!("--offload-arch={a}")).collect(), archs.join(", "))
-        };
+    /// Whether `kernels/<stem>.hip` is built for this platform: always, unless the file is for
+    /// other chips ([`kernel_files`]): then only when the target list, where it is known without
+    /// probing, has one of them.
+    fn builds(&self, platform: Platform, stem: &str) -> bool {
+        let Some(only) = kernel_files::only(stem) else { return true };
+        if only.platform() != platform {
+            return false;
+        }
+        match (self, self.amd_targets()) {
+            (ArchSpec::Nvidia(archs), _) => archs.iter().any(|a| only.keeps_sm(a.number, &a.suffix)),
+            (_, Some(targets)) => targets.iter().any(|t| only.keeps_gfx(t)),
+            (_, None) => true,
+        }
+    }
+
+    /// The platform's target list (probing hipcc if it was not given).
+    fn targets(&self, compiler: &Path) -> Result<Targets> {
         Ok(match self {
-            ArchSpec::Nvidia(archs) => {
-                let names: Vec<String> = archs.iter().map(|a| format!("sm_{a}")).collect();
-                (nvidia_gencode_args(archs), names.join(", ") + " (+ PTX)")
-            }
-            ArchSpec::AmdListed(archs) => amd(archs),
-            ArchSpec::AmdDefault => amd(&AMD_TARGETS.iter().map(|t| t.to_string()).collect::<Vec<_>>()),
+            ArchSpec::Nvidia(archs) => Targets::Nvidia(archs.clone()),
+            ArchSpec::AmdListed(archs) => Targets::Amd(archs.clone()),
+            ArchSpec::AmdDefault => Targets::Amd(AMD_TARGETS.iter().map(|t| t.to_string()).collect()),
             ArchSpec::AmdProbe => {
                 let archs = probe_amd_archs(compiler, AMD_ARCH_CANDIDATES)?;
                 if archs.is_empty() {
@@ -514,9 +523,69 @@ impl ArchSpec {
                     )
                     .into());
                 }
-                amd(&archs)
+                Targets::Amd(archs)
             }
         })
+    }
+}
+
+/// The targets one compile builds for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Targets {
+    Nvidia(Vec<SmArch>),
+    Amd(Vec<String>),
+}
+
+impl Targets {
+    /// Those `kernels/<stem>.hip` is built for ([`kernel_files`]); empty when none.
+    fn for_file(&self, stem: &str) -> Targets {
+        let Some(only) = kernel_files::only(stem) else { return self.clone() };
+        match self {
+            Targets::Nvidia(archs) => Targets::Nvidia(
+                archs.iter().filter(|a| only.keeps_sm(a.number, &a.suffix)).cloned().collect(),
+            ),
+            Targets::Amd(targets) => {
+                Targets::Amd(targets.iter().filter(|t| only.keeps_gfx(t)).cloned().collect())
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Targets::Nvidia(archs) => archs.is_empty(),
+            Targets::Amd(targets) => targets.is_empty(),
+        }
+    }
+
+    /// The compiler's target flags for `kernels/<stem>.hip`, code object versions included
+    /// (the chroot's compiler: [`amd_code_object_args`]; the host's hipcc keeps its default).
+    fn args(&self, compiler: &Compiler, stem: &str) -> Vec<String> {
+        match self {
+            Targets::Nvidia(archs) => {
+                nvidia_gencode_args(archs, kernel_files::only(stem).is_none_or(|o| o.ptx()))
+            }
+            Targets::Amd(targets) => {
+                let mut args: Vec<String> = targets.iter().map(|a| format!("--offload-arch={a}")).collect();
+                if matches!(compiler, Compiler::ChrootHipcc(_)) {
+                    args.extend(amd_code_object_args(targets));
+                }
+                args
+            }
+        }
+    }
+
+    /// How the build log names them, for `kernels/<stem>.hip`.
+    fn describe(&self, compiler: &Compiler, stem: &str) -> String {
+        match self {
+            Targets::Nvidia(archs) => {
+                let ptx = if kernel_files::only(stem).is_none_or(|o| o.ptx()) { " (+ PTX)" } else { "" };
+                archs.iter().map(|a| format!("sm_{a}")).collect::<Vec<_>>().join(", ") + ptx
+            }
+            Targets::Amd(targets) if matches!(compiler, Compiler::ChrootHipcc(_)) => {
+                format!("{} ({})", targets.join(", "), amd_code_object_summary(targets))
+            }
+            Targets::Amd(targets) => targets.join(", "),
+        }
     }
 }
 
@@ -656,7 +725,13 @@ impl Compiler {
 fn stamp_text(compiler: &Compiler, spec: &ArchSpec) -> String {
     let mut flags: Vec<String> = compiler.flags().iter().map(|f| f.to_string()).collect();
     flags.extend(compiler.code_object_args(spec));
-    format!("compiler: {}\nflags: {}\ntargets: {}\n", compiler.identity(), flags.join(" "), spec.describe())
+    format!(
+        "compiler: {}\nflags: {}\ntargets: {}\n{}",
+        compiler.identity(),
+        flags.join(" "),
+        spec.describe(),
+        kernel_files::stamp_line()
+    )
 }
 
 /// A command line as a shell would take it.
@@ -768,13 +843,15 @@ pub fn build(platforms: &[Platform]) -> Result<()> {
         let spec = arch_spec(&compiler)?;
         let dir = out_dir.join(platform.name());
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        remove_stale(&dir, platform, &sources, &root)?;
+        let files: Vec<&(String, PathBuf)> =
+            sources.iter().filter(|(stem, _)| spec.builds(platform, stem)).collect();
+        remove_stale(&dir, platform, &files, &root)?;
 
         let stamp_path = dir.join(".build-stamp");
         let stamp = stamp_text(&compiler, &spec);
         let stamp_current = std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp);
         let mut pending = Vec::new();
-        for (stem, source) in &sources {
+        for (stem, source) in files.iter().copied() {
             let object = object_path(platform, stem);
             if stamp_current && is_up_to_date(mtime(&object), &[mtime(source), headers_time]) {
                 println!("kernels: {platform:<6} {stem:<24} up to date    {}", display_path(&object, &root));
@@ -783,16 +860,30 @@ pub fn build(platforms: &[Platform]) -> Result<()> {
             }
         }
         if !pending.is_empty() {
-            let (mut target_args, mut targets) = spec.target_args(&compiler.path())?;
-            let code_object_args = compiler.code_object_args(&spec);
-            if !code_object_args.is_empty() {
-                let listed = spec.amd_targets().unwrap_or_default();
-                targets = format!("{targets} ({})", amd_code_object_summary(&listed));
-            }
-            target_args.extend(code_object_args);
-            println!("kernels: {platform:<6} {} targets: {targets}", compiler.path().display());
+            let targets = spec.targets(&compiler.path())?;
+            println!(
+                "kernels: {platform:<6} {} targets: {}",
+                compiler.path().display(),
+                targets.describe(&compiler, "")
+            );
             for (stem, object) in pending {
-                jobs.push(compiler.job(platform, stem, &root, object, &target_args));
+                let file_targets = targets.for_file(stem);
+                if file_targets.is_empty() {
+                    // Only where the list was probed: `builds` kept the file without knowing it.
+                    println!(
+                        "kernels: {platform:<6} {stem:<24} not built: it is for {}, none of the targets",
+                        kernel_files::only(stem).map_or("", |o| o.describe())
+                    );
+                    continue;
+                }
+                if file_targets != targets {
+                    println!(
+                        "kernels: {platform:<6} {stem:<24} targets: {}",
+                        file_targets.describe(&compiler, stem)
+                    );
+                }
+                let args = file_targets.args(&compiler, stem);
+                jobs.push(compiler.job(platform, stem, &root, object, &args));
             }
             stamps.push((platform, stamp_path, stamp));
         }
@@ -814,8 +905,24 @@ pub fn build(platforms: &[Platform]) -> Result<()> {
         let names: Vec<String> = failures.iter().map(|(p, s)| format!("{p}/{s}")).collect();
         return Err(format!("{} kernel(s) failed to compile: {}", failures.len(), names.join(", ")).into());
     }
+    // Each object's entry points by target, for rocm-kernels' host test of what launchers pick:
+    // written for every object newer than its record (so a build from before records existed
+    // gets them too).
+    for &platform in platforms {
+        for (stem, _) in &sources {
+            let object = object_path(platform, stem);
+            let record = kernel_symbols::record_path(&object);
+            if object.is_file() && !is_up_to_date(mtime(&record), &[mtime(&object)]) {
+                kernel_symbols::record(platform, &object)?;
+            }
+        }
+    }
     if let Some((compiler, spec)) = amd {
-        let stems: Vec<String> = sources.iter().map(|(s, _)| s.clone()).collect();
+        let stems: Vec<String> = sources
+            .iter()
+            .map(|(s, _)| s.clone())
+            .filter(|s| object_path(Platform::Amd, s).is_file())
+            .collect();
         amd_resource_table(&compiler, &spec, &out_dir.join(Platform::Amd.name()), &stems, &root)?;
     }
     Ok(())
@@ -932,13 +1039,14 @@ fn run_jobs(jobs: &[Job], root: &Path) -> Vec<(Platform, String)> {
 
 /// Removes objects whose source is gone and temporaries of interrupted compiles, so nothing stale
 /// gets embedded.
-fn remove_stale(dir: &Path, platform: Platform, sources: &[(String, PathBuf)], root: &Path) -> Result<()> {
+fn remove_stale(dir: &Path, platform: Platform, sources: &[&(String, PathBuf)], root: &Path) -> Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         let is_tmp = name.ends_with(".tmp");
-        let orphan = path.extension().is_some_and(|e| e == platform.object_extension())
-            && !sources.iter().any(|(stem, _)| path.file_stem().is_some_and(|s| s == stem.as_str()));
+        let ours = path.extension().is_some_and(|e| e == platform.object_extension() || e == "symbols");
+        let orphan =
+            ours && !sources.iter().any(|(stem, _)| path.file_stem().is_some_and(|s| s == stem.as_str()));
         if path.is_file() && (is_tmp || orphan) {
             std::fs::remove_file(&path)?;
             println!("kernels: {platform:<6} removed stale {}", display_path(&path, root));
@@ -1018,7 +1126,7 @@ mod tests {
     fn default_gencode_is_sass_for_each_and_ptx_for_the_newest() {
         let archs = parse_nvidia_archs(&DEFAULT_NVIDIA_ARCHS.join(",")).unwrap();
         assert_eq!(
-            nvidia_gencode_args(&archs).join(" "),
+            nvidia_gencode_args(&archs, true).join(" "),
             [
                 "-gencode arch=compute_80,code=sm_80",
                 "-gencode arch=compute_90a,code=sm_90a",
@@ -1027,7 +1135,7 @@ mod tests {
             .join(" ")
         );
         let archs = parse_nvidia_archs("80,86").unwrap();
-        assert!(nvidia_gencode_args(&archs).join(" ").ends_with("arch=compute_86,code=compute_86"));
+        assert!(nvidia_gencode_args(&archs, true).join(" ").ends_with("arch=compute_86,code=compute_86"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! rocmforge's task runner (`cargo xtask <task>`), in the xtask pattern: plain Rust instead of
 //! shell scripts, so every task runs the same way on every machine.
 
+mod abi_bindgen;
 mod amd_resources;
 mod amd_toolchain;
 mod attention_dump;
@@ -10,6 +11,8 @@ mod doctor;
 mod gpu;
 mod hip_drift;
 mod hip_nvidia;
+mod kernel_files;
+mod kernel_symbols;
 mod kernels;
 mod lint;
 mod toolchain;

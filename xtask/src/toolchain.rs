@@ -12,7 +12,7 @@ fn env_dir(var: &str) -> Option<PathBuf> {
     std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
-fn on_path(exe: &str) -> Option<PathBuf> {
+pub(crate) fn on_path(exe: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|d| d.join(exe)).find(|p| p.is_file())
 }

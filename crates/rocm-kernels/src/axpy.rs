@@ -2,7 +2,9 @@
 
 use rocm_runtime::DeviceBuffer;
 
+use crate::KernelModule;
 use crate::error::{Result, ensure};
+use crate::launchable::{Launchable, Needs};
 use crate::loader;
 
 /// `y[i] = a * x[i] + y[i]` (one fused multiply-add), queued on `y`'s stream. `x` must belong
@@ -13,7 +15,7 @@ pub fn axpy_f32(a: f32, x: &DeviceBuffer<f32>, y: &mut DeviceBuffer<f32>) -> Res
         return Ok(());
     }
     let stream = y.stream().clone();
-    let kernel = loader::kernel(&stream, "axpy", "rf_axpy_f32")?;
+    let kernel = loader::kernel(&stream, KernelModule::Axpy, "rf_axpy_f32")?;
     let config = loader::grid_stride(&stream, &kernel, y.len());
     let n = y.len() as u64;
     // SAFETY: rf_axpy_f32(float a, const float* x, float* y, u64 n) touches x[0..n) and
@@ -28,4 +30,9 @@ pub fn axpy_reference(a: f32, x: &[f32], y: &mut [f32]) {
     for (y, &x) in y.iter_mut().zip(x) {
         *y = a.mul_add(x, *y);
     }
+}
+
+/// The entries [`axpy_f32`] launches ([`crate::launchable`]).
+pub(crate) fn launchable() -> Vec<Launchable> {
+    vec![Launchable::new(KernelModule::Axpy, "rf_axpy_f32", Needs::Nothing)]
 }

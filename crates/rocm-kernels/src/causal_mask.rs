@@ -14,11 +14,14 @@
 
 use rocm_runtime::{DeviceBuffer, LaunchConfig};
 
+use crate::KernelModule;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
+use crate::launchable::{Launchable, every_dtype};
 use crate::loader;
 
 const KERNEL: &str = "causal_mask";
+const MODULE: KernelModule = KernelModule::CausalMask;
 
 /// Threads per block (whole warps), and blocks per compute unit of the grid: the kernel's warps
 /// walk their (row, column chunk) items grid-stride, a few items each.
@@ -208,7 +211,7 @@ impl CausalMask {
             message: format!("{} x {} rows overflow usize", self.batch, self.seq_q),
         })?;
         let stream = scores.stream().clone();
-        let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_causal_mask"))?;
+        let kernel = loader::kernel(&stream, MODULE, &kernel_name::<T>("rf_causal_mask"))?;
         let info = stream.backend().info();
         let warp = info.warp_size.max(1) as usize;
         let block = (BLOCK.min(kernel.max_threads_per_block() as usize).max(warp) / warp * warp).max(1);
@@ -288,6 +291,11 @@ pub fn causal_mask_reference<T: Dtype>(mask: &CausalMask, scores: &mut [T]) {
             }
         }
     }
+}
+
+/// The entries this module launches ([`crate::launchable`]).
+pub(crate) fn launchable() -> Vec<Launchable> {
+    every_dtype(MODULE, "rf_causal_mask")
 }
 
 #[cfg(test)]

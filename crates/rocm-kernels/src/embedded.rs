@@ -14,12 +14,22 @@ fn lookup(table: &'static [(&'static str, &'static [u8])], name: &str) -> Option
     table.binary_search_by(|(n, _)| (*n).cmp(name)).ok().map(|i| table[i].1)
 }
 
-/// The code object of `kind` built from `kernels/<name>.hip`, if it was built.
-pub fn image(kind: rocm_runtime::CodeObjectKind, name: &str) -> Option<&'static [u8]> {
+/// The code object of `kind` built from `module`'s source, if it was built.
+pub fn image(kind: rocm_runtime::CodeObjectKind, module: crate::KernelModule) -> Option<&'static [u8]> {
     match kind {
-        rocm_runtime::CodeObjectKind::Amd => amd(name),
-        rocm_runtime::CodeObjectKind::Nvidia => nvidia(name),
+        rocm_runtime::CodeObjectKind::Amd => amd(module.name()),
+        rocm_runtime::CodeObjectKind::Nvidia => nvidia(module.name()),
     }
+}
+
+/// The entry points of `kind`'s object built from `module`'s source, by target, as
+/// `cargo xtask kernels` recorded them: `None` where the object (or its record) is absent.
+pub fn symbols(kind: rocm_runtime::CodeObjectKind, module: crate::KernelModule) -> Option<&'static str> {
+    let table = match kind {
+        rocm_runtime::CodeObjectKind::Amd => AMD_SYMBOLS,
+        rocm_runtime::CodeObjectKind::Nvidia => NVIDIA_SYMBOLS,
+    };
+    table.binary_search_by(|(n, _)| (*n).cmp(module.name())).ok().map(|i| table[i].1)
 }
 
 /// The NVIDIA fatbin built from `kernels/<name>.hip` (for `cuModuleLoadData`), if it was built.

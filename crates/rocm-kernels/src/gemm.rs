@@ -22,11 +22,14 @@ use bytemuck::{Pod, Zeroable};
 use rocm_runtime::{Blas, BlasElement, DeviceBuffer, LaunchConfig, Stream};
 pub use rocm_runtime::{GemmDesc, Transpose};
 
+use crate::KernelModule;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
+use crate::launchable::{Launchable, every_dtype};
 use crate::loader;
 
 const KERNEL: &str = "gemm";
+const MODULE: KernelModule = KernelModule::Gemm;
 /// Output rows and columns of a tiled block (`RF_GEMM_BM`, `RF_GEMM_BN`).
 const TILE: usize = 128;
 /// Threads of every GEMM block (`RF_GEMM_THREADS`): the tile loaders are written for it.
@@ -153,7 +156,7 @@ pub fn gemm_portable<T: Dtype>(
     }
     let stream = c.stream().clone();
     let name = kernel_for(desc);
-    let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>(name))?;
+    let kernel = loader::kernel(&stream, MODULE, &kernel_name::<T>(name))?;
     ensure(kernel.max_threads_per_block() >= THREADS, KERNEL, || {
         format!(
             "{name} runs {THREADS} threads a block; this device allows {}",
@@ -286,6 +289,22 @@ pub fn gemm_reference<T: Dtype>(desc: &GemmDesc, a: &[T], b: &[T], c: &[T]) -> R
         }
     }
     Ok(out)
+}
+
+/// The entries this module launches ([`crate::launchable`]): [`kernel_for`]'s every answer.
+pub(crate) fn launchable() -> Vec<Launchable> {
+    let mut names = Vec::new();
+    for m in [1, SKINNY_M + 1] {
+        for trans_a in [Transpose::No, Transpose::Yes] {
+            for trans_b in [Transpose::No, Transpose::Yes] {
+                let desc = GemmDesc { trans_a, trans_b, ..GemmDesc::new(m, 64, 64) };
+                names.push(kernel_for(&desc));
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names.iter().flat_map(|name| every_dtype(MODULE, name)).collect()
 }
 
 #[cfg(test)]

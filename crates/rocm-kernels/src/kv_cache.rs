@@ -8,11 +8,14 @@
 use bytemuck::{Pod, Zeroable};
 use rocm_runtime::DeviceBuffer;
 
+use crate::KernelModule;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
+use crate::launchable::{Launchable, every_dtype};
 use crate::loader;
 
 const KERNEL: &str = "kv_cache";
+const MODULE: KernelModule = KernelModule::KvCache;
 
 /// The shape of one K or V cache tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +117,7 @@ pub fn kv_cache_write<T: Dtype>(
         return Ok(());
     }
     let stream = k_cache.stream().clone();
-    let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_kv_cache_write"))?;
+    let kernel = loader::kernel(&stream, MODULE, &kernel_name::<T>("rf_kv_cache_write"))?;
     let params = WriteParams {
         k: k.device_ptr(),
         v: v.device_ptr(),
@@ -175,7 +178,7 @@ pub fn kv_cache_copy_blocks<T: Dtype>(
     let stream = k_cache.stream().clone();
     let flat: Vec<i32> = pairs.iter().flat_map(|&(s, d)| [s as i32, d as i32]).collect();
     let device_pairs = stream.upload(&flat)?;
-    let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_kv_cache_copy_blocks"))?;
+    let kernel = loader::kernel(&stream, MODULE, &kernel_name::<T>("rf_kv_cache_copy_blocks"))?;
     let block_elems = shape.block_size * shape.row();
     let params = CopyParams {
         k_cache: k_cache.device_ptr(),
@@ -220,6 +223,11 @@ pub fn kv_cache_write_reference<T: Dtype>(
         k_cache[s..s + row].copy_from_slice(&k[t * row..(t + 1) * row]);
         v_cache[s..s + row].copy_from_slice(&v[t * row..(t + 1) * row]);
     }
+}
+
+/// The entries this module launches ([`crate::launchable`]).
+pub(crate) fn launchable() -> Vec<Launchable> {
+    [every_dtype(MODULE, "rf_kv_cache_write"), every_dtype(MODULE, "rf_kv_cache_copy_blocks")].concat()
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! `Result`; it never branches on the platform (the runtime hides it). The compiled code
 //! objects are embedded ([`embedded`]), so test binaries and archives carry their kernels.
 
+mod abi;
 pub mod attention;
 pub mod axpy;
 pub mod causal_mask;
@@ -15,7 +16,9 @@ mod error;
 pub mod fill;
 pub mod gemm;
 pub mod kv_cache;
+pub mod launchable;
 mod loader;
+mod modules;
 pub mod quant;
 pub mod rmsnorm;
 pub mod rope;
@@ -27,3 +30,4 @@ pub mod swiglu;
 
 pub use dtype::{Dtype, kernel_name};
 pub use error::{KernelError, Result};
+pub use modules::KernelModule;

@@ -6,14 +6,15 @@ use std::sync::{Arc, LazyLock, PoisonError, RwLock};
 
 use rocm_runtime::{Backend, Function, LaunchConfig, Module, Stream};
 
+use crate::KernelModule;
 use crate::embedded;
 use crate::error::{KernelError, Result};
 
-/// The kernel `function` of module `module` (`kernels/<module>.hip`) on the stream's device.
-pub(crate) fn kernel(stream: &Stream, module: &'static str, function: &str) -> Result<Function> {
+/// The kernel `function` of `module` (`kernels/<module>.hip`) on the stream's device.
+pub(crate) fn kernel(stream: &Stream, module: KernelModule, function: &str) -> Result<Function> {
     let backend = stream.backend();
     let kind = backend.info().code_objects;
-    let image = embedded::image(kind, module).ok_or(KernelError::NotBuilt { module, kind })?;
+    let image = embedded::image(kind, module).ok_or(KernelError::NotBuilt { module: module.name(), kind })?;
     let loaded = cached_module(backend, module, image)?;
     Ok(loaded.function(function)?)
 }
@@ -22,10 +23,10 @@ pub(crate) fn kernel(stream: &Stream, module: &'static str, function: &str) -> R
 /// added, so a module handed out stays valid for the process. A cached module holds its
 /// backend, so an address is never reused while its entries exist (and backends live for the
 /// process anyway: `Backend::open` keeps them).
-static MODULES: LazyLock<RwLock<HashMap<(usize, &'static str), Module>>> = LazyLock::new(RwLock::default);
+static MODULES: LazyLock<RwLock<HashMap<(usize, KernelModule), Module>>> = LazyLock::new(RwLock::default);
 
 /// The module `name` of `backend`, loaded from `image` the first time.
-fn cached_module(backend: &Arc<Backend>, name: &'static str, image: &'static [u8]) -> Result<Module> {
+fn cached_module(backend: &Arc<Backend>, name: KernelModule, image: &'static [u8]) -> Result<Module> {
     let key = (Arc::as_ptr(backend) as usize, name);
     // A panic elsewhere while holding the lock leaves the map as it was: insert-only, so the
     // entries in it are still right.

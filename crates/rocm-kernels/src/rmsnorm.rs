@@ -16,11 +16,14 @@
 
 use rocm_runtime::{DeviceBuffer, Function, LaunchConfig, Stream};
 
+use crate::KernelModule;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{Result, ensure};
+use crate::launchable::{Launchable, every_dtype};
 use crate::loader::{self, strided_len};
 
 const KERNEL: &str = "rmsnorm";
+const MODULE: KernelModule = KernelModule::Rmsnorm;
 
 /// Elements of a row each thread keeps in registers on the scalar path (`RF_RMS_CACHE_SCALAR`
 /// in the kernel; the vector path keeps 32); the block size is chosen so that a row fits.
@@ -277,11 +280,11 @@ impl RmsNorm {
         let vector = vectorised::<T>(self.cols, ptrs, strides);
         let warp = stream.backend().info().warp_size.max(1) as usize;
         if let Some(block) = group_block::<T>(self.cols, vector, warp) {
-            let kernel = loader::kernel(stream, KERNEL, &kernel_name::<T>(&format!("{name}_group")))?;
+            let kernel = loader::kernel(stream, MODULE, &kernel_name::<T>(&format!("{name}_group")))?;
             let config = loader::row_per_block(stream, &kernel, self.rows, block as u32);
             return Ok((kernel, config));
         }
-        let kernel = loader::kernel(stream, KERNEL, &kernel_name::<T>(name))?;
+        let kernel = loader::kernel(stream, MODULE, &kernel_name::<T>(name))?;
         let config = self.config::<T>(stream, &kernel, vector);
         Ok((kernel, config))
     }
@@ -414,6 +417,14 @@ pub fn rmsnorm_residual_reference<T: Dtype>(
         let values: Vec<f64> = rr.iter().map(|v| v.to_f32() as f64).collect();
         normalise_row(&values, weight, shape.eps, &mut out[r * out_stride..][..shape.cols]);
     }
+}
+
+/// The entries this module launches ([`crate::launchable`]): each kernel and its group path.
+pub(crate) fn launchable() -> Vec<Launchable> {
+    ["rf_rmsnorm", "rf_rmsnorm_residual"]
+        .iter()
+        .flat_map(|name| [every_dtype(MODULE, name), every_dtype(MODULE, &format!("{name}_group"))].concat())
+        .collect()
 }
 
 #[cfg(test)]

@@ -44,11 +44,14 @@
 
 use rocm_runtime::{DeviceBuffer, LaunchConfig, Stream};
 
+use crate::KernelModule;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
+use crate::launchable::{Launchable, every_dtype};
 use crate::loader;
 
 const KERNEL: &str = "rope";
+const MODULE: KernelModule = KernelModule::Rope;
 
 /// Pairs of one rotated segment the kernel's frequency table holds (`MAX_PAIRS` in the kernel):
 /// `rotary_dim <= 512`, and `head_dim <= 1024` for the ChatGLM 2D form.
@@ -211,7 +214,7 @@ impl Rope {
             && k_ptr.is_none_or(|p| vectorizable(&layout, self.head_dim, n, p, k_stride));
         let warp = stream.backend().info().warp_size.max(1) as usize;
         let path = path(&layout, vectorized, n, warp);
-        let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>(path.kernel(&layout)))?;
+        let kernel = loader::kernel(&stream, MODULE, &kernel_name::<T>(path.kernel(&layout)))?;
         let config = match path {
             Path::Warp => warp_config(&stream, &kernel, tokens, warp),
             Path::Table => config(&stream, &kernel, &layout, q.heads + k_heads, tokens, vectorized, n),
@@ -499,6 +502,19 @@ pub fn rope_reference(
         }
     }
     out
+}
+
+/// The entries this module launches ([`crate::launchable`]): [`Path::kernel`]'s every answer.
+pub(crate) fn launchable() -> Vec<Launchable> {
+    let mut names = Vec::new();
+    for path in [Path::Warp, Path::Table] {
+        for interleaved in [false, true] {
+            names.push(path.kernel(&Layout { seg_dim: 64, segments: 1, interleaved, base: 10_000.0 }));
+        }
+    }
+    names.sort();
+    names.dedup();
+    names.iter().flat_map(|name| every_dtype(MODULE, name)).collect()
 }
 
 #[cfg(test)]

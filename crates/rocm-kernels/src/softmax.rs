@@ -37,11 +37,14 @@
 
 use rocm_runtime::DeviceBuffer;
 
+use crate::KernelModule;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
+use crate::launchable::{Launchable, every_dtype};
 use crate::loader::{self, strided_len};
 
 const KERNEL: &str = "softmax";
+const MODULE: KernelModule = KernelModule::Softmax;
 
 /// Elements of a row each thread of `rf_softmax_<T>` keeps in registers (`ITEMS` in the kernel).
 /// The block is sized so that a row fits when it can (up to 16 * 1024 elements); longer rows take
@@ -269,7 +272,7 @@ impl Softmax {
         let additive = matches!(mask, Mask::Additive { .. });
         let plan = Plan::new(self.cols, size_of::<T>(), warp, additive, self.scale);
         let name = if plan.fast { "rf_softmax_fast" } else { "rf_softmax" };
-        let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>(name))?;
+        let kernel = loader::kernel(&stream, MODULE, &kernel_name::<T>(name))?;
         let config = loader::row_per_block(&stream, &kernel, self.rows, plan.block as u32);
         let (seq_q, offset, causal, mask_rows) = match mask {
             Mask::None | Mask::Additive { .. } => (1u64, 0i64, 0i32, 1u64),
@@ -383,6 +386,11 @@ pub fn softmax_reference(shape: &Softmax, x: &[f32], mask: Mask<&[f32]>) -> Vec<
         }
     }
     out
+}
+
+/// The entries this module launches ([`crate::launchable`]).
+pub(crate) fn launchable() -> Vec<Launchable> {
+    [every_dtype(MODULE, "rf_softmax_fast"), every_dtype(MODULE, "rf_softmax")].concat()
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 
 use rocm_runtime::{DeviceBuffer, LaunchConfig};
 
+use crate::KernelModule;
 use crate::error::{Result, ensure};
+use crate::launchable::{Launchable, Needs};
 use crate::loader;
 
 const THREADS: u32 = 256;
@@ -17,7 +19,7 @@ pub fn stream_read(src: &DeviceBuffer<u8>, partial: &mut DeviceBuffer<u32>) -> R
     })?;
     ensure(!partial.is_empty(), "stream_read", || "`partial` needs one element a block".into())?;
     let stream = partial.stream().clone();
-    let kernel = loader::kernel(&stream, "stream_read", "rf_stream_read")?;
+    let kernel = loader::kernel(&stream, KernelModule::StreamRead, "rf_stream_read")?;
     let grid_limit = stream.backend().info().max_grid[0].max(1) as usize;
     ensure(partial.len() <= grid_limit && kernel.max_threads_per_block() >= THREADS, "stream_read", || {
         format!("{} blocks of {THREADS} threads do not fit the device", partial.len())
@@ -36,4 +38,9 @@ pub fn stream_read(src: &DeviceBuffer<u8>, partial: &mut DeviceBuffer<u32>) -> R
 /// little-endian 32-bit words.
 pub fn stream_read_reference(src: &[u8]) -> u32 {
     src.chunks_exact(4).fold(0u32, |acc, w| acc.wrapping_add(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
+}
+
+/// The entries this module launches ([`crate::launchable`]).
+pub(crate) fn launchable() -> Vec<Launchable> {
+    vec![Launchable::new(KernelModule::StreamRead, "rf_stream_read", Needs::Nothing)]
 }

@@ -4,10 +4,13 @@
 
 use rocm_runtime::{DeviceBuffer, LaunchConfig};
 
+use crate::KernelModule;
 use crate::error::{Result, ensure};
+use crate::launchable::{Launchable, Needs};
 use crate::loader;
 
 const KERNEL: &str = "stream_rmw";
+const MODULE: KernelModule = KernelModule::StreamRmw;
 const THREADS: u32 = 256;
 /// Blocks a compute unit: the measured best of 8, 16 and 32 on an H100 (docs/kernels/rope.md).
 const BLOCKS_PER_CU: u32 = 32;
@@ -26,7 +29,7 @@ pub fn stream_rmw(buf: &mut DeviceBuffer<u8>, run: usize, pitch: usize, mask: u3
         return Ok(());
     }
     let stream = buf.stream().clone();
-    let kernel = loader::kernel(&stream, KERNEL, "rf_stream_rmw")?;
+    let kernel = loader::kernel(&stream, MODULE, "rf_stream_rmw")?;
     ensure(kernel.max_threads_per_block() >= THREADS, KERNEL, || format!("{THREADS} threads do not fit"))?;
     let cus = stream.backend().info().compute_units.max(1);
     let config = LaunchConfig::linear(runs * (run / 16), THREADS, cus.saturating_mul(BLOCKS_PER_CU));
@@ -60,6 +63,11 @@ pub fn stream_rmw_reference(buf: &mut [u8], run: usize, pitch: usize, mask: u32)
             word.copy_from_slice(&v.to_le_bytes());
         }
     }
+}
+
+/// The entries this module launches ([`crate::launchable`]).
+pub(crate) fn launchable() -> Vec<Launchable> {
+    vec![Launchable::new(MODULE, "rf_stream_rmw", Needs::Nothing)]
 }
 
 #[cfg(test)]

@@ -11,11 +11,14 @@
 
 use rocm_runtime::{DeviceBuffer, LaunchConfig, Stream};
 
+use crate::KernelModule;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
+use crate::launchable::{Launchable, every_dtype};
 use crate::loader;
 
 const KERNEL: &str = "swiglu";
+const MODULE: KernelModule = KernelModule::Swiglu;
 
 /// Threads per block; elements per thread per pass on the scalar path (`RF_SWIGLU_UNROLL`). The
 /// 16-byte path takes one vector a thread per pass, and its grid has a thread per vector.
@@ -37,7 +40,7 @@ pub fn swiglu<T: Dtype>(
         return Ok(());
     }
     let stream = out.stream().clone();
-    let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_swiglu"))?;
+    let kernel = loader::kernel(&stream, MODULE, &kernel_name::<T>("rf_swiglu"))?;
     let ptrs = [gate.device_ptr(), up.device_ptr(), out.device_ptr()];
     let config = config::<T>(&stream, &kernel, 1, n, &ptrs, &[0]);
     // SAFETY: rf_swiglu_<T>(const T* gate, const T* up, T* out, u64 gate_stride, u64 up_stride,
@@ -81,7 +84,7 @@ pub fn swiglu_fused<T: Dtype>(
         return Ok(());
     }
     let stream = out.stream().clone();
-    let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_swiglu"))?;
+    let kernel = loader::kernel(&stream, MODULE, &kernel_name::<T>("rf_swiglu"))?;
     let gate = gate_up.device_ptr();
     let up = gate + (ffn * size_of::<T>()) as u64;
     let ptrs = [gate, up, out.device_ptr()];
@@ -196,6 +199,11 @@ pub fn swiglu_fused_reference<T: Dtype>(gate_up: &[T], rows: usize, ffn: usize, 
         let (gate, up) = row.split_at(ffn);
         swiglu_reference(gate, up, o);
     }
+}
+
+/// The entries this module launches ([`crate::launchable`]).
+pub(crate) fn launchable() -> Vec<Launchable> {
+    every_dtype(MODULE, "rf_swiglu")
 }
 
 #[cfg(test)]

@@ -1,15 +1,16 @@
-//! Flash attention forward (`kernels/flash_attention.hip`): the launcher picks the kernel
-//! (matrix cores or portable), the key split, and runs the combine pass when it splits.
+//! Flash attention forward (`kernels/flash_*.hip`, one file per implementation; the shared
+//! contract is `kernels/include/rocmforge_flash.h`): the launcher picks the kernel (matrix cores
+//! or portable), the key split, and runs the combine pass when it splits.
 
-use bytemuck::{Pod, Zeroable};
 use rocm_runtime::{DeviceBuffer, Function, LaunchConfig, MatrixCores, Stream};
 
 use super::Attention;
+use crate::KernelModule;
+use crate::abi::flash as abi;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{Result, ensure};
+use crate::launchable::{DTYPES, Launchable, Needs};
 use crate::loader;
-
-const MODULE: &str = "flash_attention";
 
 /// Which flash-attention kernel to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -42,11 +43,10 @@ pub struct FlashOptions {
     pub splits: Option<usize>,
 }
 
-/// Packed (query, head) rows of a block, keys of a tile and threads of the portable kernel
-/// (`RF_FLASH_P_ROWS`, `RF_FLASH_P_KEYS`, `RF_FLASH_P_THREADS`).
-const PORTABLE_ROWS: usize = 16;
-const PORTABLE_KEYS: usize = 32;
-const THREADS: u32 = 128;
+/// Packed (query, head) rows of a block, keys of a tile and threads of the portable kernel.
+const PORTABLE_ROWS: usize = abi::RF_FLASH_P_ROWS as usize;
+const PORTABLE_KEYS: usize = abi::RF_FLASH_P_KEYS as usize;
+const THREADS: u32 = abi::RF_FLASH_P_THREADS;
 
 /// Head dimensions the matrix-core kernel is instantiated for; a problem takes the smallest at
 /// least its head_dim (the rest zero-padded on chip).
@@ -140,8 +140,8 @@ fn auto_uses(cores: MatrixCores) -> bool {
     }
 }
 
-/// Keys a tile of the MFMA kernel (`RF_FLASH_MFMA_KEYS`).
-const MFMA_KEYS: usize = 32;
+/// Keys a tile of the MFMA kernel.
+const MFMA_KEYS: usize = abi::RF_FLASH_MFMA_KEYS as usize;
 
 /// The MFMA kernel (`RF_FLASH_MFMA_ENTRIES`) for padded head_dim `dt` and `rows` packed rows a
 /// (batch, KV head): one 64-lane wavefront a 16-row block up to 16 rows (decode), four beyond.
@@ -150,6 +150,7 @@ fn mfma_plan(dtype: &str, dt: usize, rows: usize, paged: bool, elem_bytes: usize
     let waves = if rows <= 16 { 1 } else { 4 };
     let smem = 2 * MFMA_KEYS * (dt + 8) * elem_bytes;
     Plan {
+        module: KernelModule::FlashMfma,
         entry: format!("rf_flash_mfma_{dtype}_d{dt}_w{waves}{}", if paged { "_paged" } else { "" }),
         function: None,
         rows_per_block: 16 * waves,
@@ -160,6 +161,21 @@ fn mfma_plan(dtype: &str, dt: usize, rows: usize, paged: bool, elem_bytes: usize
     }
 }
 
+/// The combine pass's entries (`rf_flash_combine_<dtype>`).
+const COMBINE: &str = "rf_flash_combine";
+
+fn portable_entry(dtype: &str, dmax: usize, paged: bool) -> String {
+    format!("rf_flash_{dtype}_d{dmax}{}", if paged { "_paged" } else { "" })
+}
+
+fn mma_entry(dtype: &str, dt: usize, suffix: &str, paged: bool) -> String {
+    format!("rf_flash_mma_{dtype}_d{dt}_{suffix}{}", if paged { "_paged" } else { "" })
+}
+
+fn wgmma_entry(dtype: &str, dt: usize) -> String {
+    format!("rf_flash_wgmma_{dtype}_d{dt}")
+}
+
 /// And the portable kernel's register tiles.
 const PORTABLE_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 
@@ -167,49 +183,9 @@ const PORTABLE_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 const SPLIT_ALIGN: usize = 64;
 const MAX_SPLITS: usize = 64;
 
-/// `rf_flash_params` in `kernels/flash_attention.hip`, field for field.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct FlashParams {
-    q: u64,
-    k: u64,
-    v: u64,
-    o: u64,
-    lse: u64,
-    partial_o: u64,
-    partial_lse: u64,
-    q_batch: u64,
-    q_seq: u64,
-    q_head: u64,
-    k_batch: u64,
-    k_seq: u64,
-    k_head: u64,
-    v_batch: u64,
-    v_seq: u64,
-    v_head: u64,
-    o_batch: u64,
-    o_seq: u64,
-    o_head: u64,
-    causal_offset: i64,
-    batch: i32,
-    q_heads: i32,
-    kv_heads: i32,
-    seq_q: i32,
-    seq_k: i32,
-    head_dim: i32,
-    group: i32,
-    keys_per_split: i32,
-    num_splits: i32,
-    causal: i32,
-    scale_log2: f32,
-    pad: i32,
-    block_table: u64,
-    seq_lens: u64,
-    block_size: i32,
-    max_blocks: i32,
-    num_blocks: i32,
-    block_shift: i32,
-}
+/// Every entry's one argument (`rf_flash_params`, generated from
+/// `kernels/include/rocmforge_flash_abi.h`).
+type FlashParams = abi::rf_flash_params;
 
 /// K and V in a paged cache (`rf_flash_params`' paged fields; see [`super::paged`]).
 #[derive(Debug, Clone, Copy)]
@@ -224,6 +200,7 @@ pub(super) struct PagedSource<'a> {
 /// The kernel a launch runs: its entry point, rows a block, dynamic shared memory.
 #[derive(Debug, Clone)]
 struct Plan {
+    module: KernelModule,
     entry: String,
     /// The entry, where choosing the plan already looked it up (the warpgroup kernel's probe).
     function: Option<Function>,
@@ -299,7 +276,7 @@ pub(super) fn run<T: Dtype>(
     let mut plan = plan::<T>(&stream, attn, kernel, splits, &ptrs, paged.is_some())?;
     let function = match plan.function.take() {
         Some(function) => function,
-        None => loader::kernel(&stream, MODULE, &plan.entry)?,
+        None => loader::kernel(&stream, plan.module, &plan.entry)?,
     };
     let row_blocks = (attn.group() * attn.seq_q).div_ceil(plan.rows_per_block);
     let blocks = row_blocks * attn.kv_heads * attn.batch;
@@ -395,7 +372,7 @@ pub(super) fn run<T: Dtype>(
         }
     }
     if let Some((po, pl)) = &partial {
-        let combine = loader::kernel(&stream, MODULE, &kernel_name::<T>("rf_flash_combine"))?;
+        let combine = loader::kernel(&stream, KernelModule::FlashCombine, &kernel_name::<T>(COMBINE))?;
         let config = loader::grid_stride(&stream, &combine, rows * attn.head_dim);
         // SAFETY: rf_flash_combine_<T>(rf_flash_params) reads the two temporaries (num_splits
         // x rows x head_dim and num_splits x rows, written above on this stream) and writes o
@@ -502,11 +479,11 @@ fn kernel_plan<T: Dtype>(
                 if paged { MmaVariant::choose_paged(dt, rows) } else { MmaVariant::choose(dt, rows) };
             let blocks = rows.div_ceil(variant.rows()) * attn.kv_heads * attn.batch;
             let variant = variant.widen_decode(dt, blocks, info.compute_units as usize, splits);
-            let paged_suffix = if paged { "_paged" } else { "" };
             let block_rows = variant.rows();
             let smem = (block_rows + 2 * variant.stages * variant.keys) * (dt + 8) * size_of::<T>();
             Plan {
-                entry: format!("rf_flash_mma_{}_d{dt}_{}{paged_suffix}", T::NAME, variant.suffix),
+                module: KernelModule::FlashMma,
+                entry: mma_entry(T::NAME, dt, variant.suffix, paged),
                 function: None,
                 rows_per_block: block_rows,
                 threads: 32 * variant.warps as u32,
@@ -519,7 +496,8 @@ fn kernel_plan<T: Dtype>(
             let ld = attn.head_dim + 1;
             let floats = PORTABLE_ROWS * ld + PORTABLE_KEYS * ld + PORTABLE_ROWS * PORTABLE_KEYS;
             Plan {
-                entry: format!("rf_flash_{}_d{dmax}{}", T::NAME, if paged { "_paged" } else { "" }),
+                module: KernelModule::FlashPortable,
+                entry: portable_entry(T::NAME, dmax, paged),
                 function: None,
                 rows_per_block: PORTABLE_ROWS,
                 threads: THREADS,
@@ -542,9 +520,10 @@ fn warpgroup_plan<T: Dtype>(stream: &Stream, dt: usize, rows: usize, paged: bool
         return None;
     }
     let groups = warpgroup_math_groups(dt);
-    let entry = format!("rf_flash_wgmma_{}_d{dt}", T::NAME);
-    let function = loader::kernel(stream, MODULE, &entry).ok()?;
+    let entry = wgmma_entry(T::NAME, dt);
+    let function = loader::kernel(stream, KernelModule::FlashWgmma, &entry).ok()?;
     Some(Plan {
+        module: KernelModule::FlashWgmma,
         entry,
         function: Some(function),
         rows_per_block: 64 * groups,
@@ -580,6 +559,56 @@ fn auto_splits(stream: &Stream, blocks_per_cu: usize, blocks: usize, seq_k: usiz
     let by_grid = wave / blocks.max(1);
     let by_keys = (seq_k / (4 * SPLIT_ALIGN)).max(1);
     by_grid.clamp(1, by_keys).min(MAX_SPLITS)
+}
+
+/// The entries this module launches ([`crate::launchable`]), named by the plans themselves: the
+/// portable kernel and the combine for every dtype; the mma.sync variants [`MmaVariant`]'s
+/// choices reach (every row count class, paged or not, widened for decode); the warpgroup and
+/// MFMA kernels at every padded head_dim.
+pub(crate) fn launchable() -> Vec<Launchable> {
+    let mut out = Vec::new();
+    for dtype in DTYPES {
+        out.push(Launchable::new(KernelModule::FlashCombine, format!("{COMBINE}_{dtype}"), Needs::Nothing));
+        for dmax in PORTABLE_HEAD_DIMS {
+            for paged in [false, true] {
+                out.push(Launchable::new(
+                    KernelModule::FlashPortable,
+                    portable_entry(dtype, dmax, paged),
+                    Needs::Nothing,
+                ));
+            }
+        }
+    }
+    for dtype in ["f16", "bf16"] {
+        for dt in MMA_HEAD_DIMS {
+            for paged in [false, true] {
+                for rows in [1, 16, 17, 64, 65, 4096] {
+                    let variant =
+                        if paged { MmaVariant::choose_paged(dt, rows) } else { MmaVariant::choose(dt, rows) };
+                    // 100 blocks fill a 132-unit device once: the widened decode variant.
+                    for v in [variant, variant.widen_decode(dt, 100, 132, None)] {
+                        let l = Launchable::new(
+                            KernelModule::FlashMma,
+                            mma_entry(dtype, dt, v.suffix, paged),
+                            Needs::MmaSync,
+                        );
+                        if !out.contains(&l) {
+                            out.push(l);
+                        }
+                    }
+                    let entry = mfma_plan(dtype, dt, rows, paged, 2).entry;
+                    let l = Launchable::new(KernelModule::FlashMfma, entry, Needs::Mfma);
+                    if !out.contains(&l) {
+                        out.push(l);
+                    }
+                }
+            }
+        }
+        for dt in WARPGROUP_HEAD_DIMS {
+            out.push(Launchable::new(KernelModule::FlashWgmma, wgmma_entry(dtype, dt), Needs::WarpgroupMma));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

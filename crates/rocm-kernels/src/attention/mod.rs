@@ -1,7 +1,7 @@
 //! Attention: `O = softmax(scale * Q K^T [+ causal mask]) V` per batch and query head.
 //!
 //! Two ways to compute it, with one description of the problem, [`Attention`]:
-//! - [`flash_attention`] (`kernels/flash_attention.hip`): fused and tiled with an online
+//! - [`flash_attention`] (`kernels/flash_*.hip`): fused and tiled with an online
 //!   softmax; the scores never reach memory. A matrix-core kernel where the device has one
 //!   ([`rocm_runtime::MatrixCores`]) for f16/bf16, a portable kernel everywhere else, and a
 //!   split over the keys (with a combine pass) when the grid would not fill the device, as in
@@ -31,10 +31,10 @@
 //! - `head_dim` from 1 to 256 (the matrix-core kernel takes multiples of 8; others run portably).
 //! - Storage f32, f16 or bf16; products and the softmax in f32, one rounding of the output.
 
-mod flash;
+pub(crate) mod flash;
 mod paged;
 mod reference;
-mod unfused;
+pub(crate) mod unfused;
 
 pub use flash::{FlashKernel, FlashOptions, flash_attention, flash_attention_with};
 pub use paged::{PagedAttention, PagedKv, paged_attention};

@@ -4,10 +4,14 @@ use bytemuck::{Pod, Zeroable};
 use rocm_runtime::{DeviceBuffer, LaunchConfig, Stream};
 
 use super::{Attention, KERNEL, Tensor};
+use crate::KernelModule;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
+use crate::launchable::{Launchable, every_dtype};
 use crate::loader;
 use crate::softmax::{Mask, Softmax};
+
+const MODULE: KernelModule = KernelModule::Attention;
 
 /// Outputs a block computes along each of m and n (`RF_GEMM_TILE`), and its threads.
 const TILE: usize = 64;
@@ -88,7 +92,7 @@ pub fn attention_scores<T: Dtype>(
         return Ok(());
     }
     let stream = scores.stream().clone();
-    let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_attention_scores"))?;
+    let kernel = loader::kernel(&stream, MODULE, &kernel_name::<T>("rf_attention_scores"))?;
     let config = config(&stream, attn, attn.seq_q, attn.seq_k)?;
     // SAFETY: rf_attention_scores_<T>(rf_attn_gemm_params) reads q and k at the strides checked
     // against their lengths (check_tensor) for i < seq_q, j < seq_k, d < head_dim, and writes
@@ -144,7 +148,7 @@ pub fn attention_weighted<T: Dtype>(
         return Ok(());
     }
     let stream = o.stream().clone();
-    let kernel = loader::kernel(&stream, KERNEL, &kernel_name::<T>("rf_attention_weighted"))?;
+    let kernel = loader::kernel(&stream, MODULE, &kernel_name::<T>("rf_attention_weighted"))?;
     let config = config(&stream, attn, attn.seq_q, attn.head_dim)?;
     // SAFETY: rf_attention_weighted_<T>(rf_attn_gemm_params) reads probs (length checked
     // above) and v at its checked strides for i < seq_q, j < seq_k, d < head_dim, and writes o
@@ -201,4 +205,9 @@ fn config(stream: &Stream, attn: &Attention, m: usize, n: usize) -> Result<Launc
         block: [THREADS, 1, 1],
         shared_mem_bytes: 0,
     })
+}
+
+/// The entries this module launches ([`crate::launchable`]).
+pub(crate) fn launchable() -> Vec<Launchable> {
+    [every_dtype(MODULE, "rf_attention_scores"), every_dtype(MODULE, "rf_attention_weighted")].concat()
 }

@@ -13,11 +13,14 @@ use super::mx::{self, Fp6};
 use super::{
     MXFP4_GGUF_BLOCK_BYTES, MXFP6_BLOCK_BYTES, Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK, QuantError, ggml,
 };
+use crate::KernelModule;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
+use crate::launchable::{Launchable, every_dtype};
 use crate::loader;
 
 const KERNEL: &str = "dequant";
+const MODULE: KernelModule = KernelModule::Dequant;
 
 /// Quant blocks a thread block of the kernel stages and decodes at a time (`RF_DEQUANT_TILE` in
 /// `kernels/dequant.hip`).
@@ -136,7 +139,7 @@ pub fn dequantize<T: Dtype>(
     ensure(out.device_ptr().is_multiple_of(16), KERNEL, || "out is not 16-byte aligned".into())?;
     let stream = out.stream().clone();
     let name = kernel_name::<T>(&format!("rf_dequant_{}", format.name()));
-    let kernel = loader::kernel(&stream, KERNEL, &name)?;
+    let kernel = loader::kernel(&stream, MODULE, &name)?;
     let config = tile_config(nblocks, kernel.max_threads_per_block(), stream.backend().info().compute_units);
     // SAFETY: rf_dequant_<fmt>_<T>(const u8* blocks, T* out, u64 nblocks) reads bytes
     // [0, nblocks * block_bytes) of `blocks` (16-byte loads only where `blocks` is 16-byte aligned
@@ -159,6 +162,11 @@ pub fn dequantize_reference<T: Dtype>(format: BlockFormat, blocks: &[u8]) -> Res
         .dequantize(blocks, &mut values)
         .map_err(|e| KernelError::Shape { kernel: KERNEL, message: e.to_string() })?;
     Ok(values.into_iter().map(T::from_f32).collect())
+}
+
+/// The entries this module launches ([`crate::launchable`]): every block format, every dtype.
+pub(crate) fn launchable() -> Vec<Launchable> {
+    BlockFormat::ALL.iter().flat_map(|f| every_dtype(MODULE, &format!("rf_dequant_{}", f.name()))).collect()
 }
 
 #[cfg(test)]

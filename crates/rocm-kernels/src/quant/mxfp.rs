@@ -20,11 +20,14 @@ use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
 use super::QK;
 use super::dequant::BlockFormat;
 use super::mx::{Fp6, MxElem};
+use crate::KernelModule;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
+use crate::launchable::{DTYPES, Launchable, Needs, every_dtype};
 use crate::loader;
 
 const KERNEL: &str = "mxfp";
+const MODULE: KernelModule = KernelModule::Mxfp;
 
 /// Rows of `W` a warp of the matrix-vector kernel owns (`RF_MX_ROWS`).
 const ROWS_PER_WARP: usize = 2;
@@ -145,12 +148,12 @@ pub fn mx_matvec<T: Dtype>(
         let any_k = !k.is_multiple_of(QK * MMA_CHUNK_BLOCKS);
         let variant = if any_k { "matvec_mma_anyk" } else { "matvec_mma" };
         let name = kernel_name::<T>(&format!("rf_{}_{variant}", format.block_format().name()));
-        let kernel = loader::kernel(&stream, KERNEL, &name)?;
+        let kernel = loader::kernel(&stream, MODULE, &name)?;
         let config = matvec_mma_config(&stream, &kernel, format, n, k)?;
         (kernel, config)
     } else {
         let name = kernel_name::<T>(&format!("rf_{}_matvec", format.block_format().name()));
-        let kernel = loader::kernel(&stream, KERNEL, &name)?;
+        let kernel = loader::kernel(&stream, MODULE, &name)?;
         let config = matvec_config(&stream, &kernel, format, n)?;
         (kernel, config)
     };
@@ -298,7 +301,7 @@ pub fn mx_matmul<T: Dtype>(
     }
     let stream = y.stream().clone();
     let name = kernel_name::<T>(&format!("rf_{}_matmul", format.block_format().name()));
-    let kernel = loader::kernel(&stream, KERNEL, &name)?;
+    let kernel = loader::kernel(&stream, MODULE, &name)?;
     ensure(kernel.max_threads_per_block() >= MATMUL_THREADS, KERNEL, || {
         format!(
             "the matmul kernel needs {MATMUL_THREADS} threads a block, the device allows {}",
@@ -355,6 +358,26 @@ pub fn mx_matmul_reference(
         }
     }
     Ok(y)
+}
+
+/// The entries this module launches ([`crate::launchable`]): the portable matrix-vector and
+/// matrix-matrix kernels for every format and dtype, and the matrix-core matrix-vector kernels
+/// (both `k` forms) where [`matvec_on_matrix_cores`] takes them.
+pub(crate) fn launchable() -> Vec<Launchable> {
+    let mut out = Vec::new();
+    for format in MxFormat::ALL {
+        let fmt = format.block_format().name();
+        out.extend(every_dtype(MODULE, &format!("rf_{fmt}_matvec")));
+        out.extend(every_dtype(MODULE, &format!("rf_{fmt}_matmul")));
+        for dtype in
+            DTYPES.iter().filter(|dt| matvec_on_matrix_cores(MatrixCores::MmaSync, format, dt, QK, 0))
+        {
+            for variant in ["matvec_mma", "matvec_mma_anyk"] {
+                out.push(Launchable::new(MODULE, format!("rf_{fmt}_{variant}_{dtype}"), Needs::MmaSync));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -34,21 +34,25 @@
 use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
 
 use super::{MXFP4_GGUF_BLOCK_BYTES, QK};
+use crate::KernelModule;
+use crate::abi::mxfp4_tiled as abi;
 use crate::dtype::Dtype;
 use crate::error::{KernelError, Result, ensure};
+use crate::launchable::{DTYPES, Launchable, Needs};
 use crate::loader;
 
 const KERNEL: &str = "mxfp4_tiled";
+const MODULE: KernelModule = KernelModule::Mxfp4Tiled;
 
-/// Rows of a tile (`RF_T4_ROWS`).
-pub const TILE_ROWS: usize = 16;
-/// Blocks of a group, the unit a warp loads; rows are padded to a multiple (`RF_T4_GROUP`).
-pub const GROUP_BLOCKS: usize = 8;
-/// Most warps a block of the kernel has (`RF_T4_WARPS`).
-const MAX_WARPS: usize = 8;
-/// Scale bytes up to this take the kernels' fast conversion (`RF_T4_FAST_SCALE_MAX`); a matrix
-/// with a larger one (2^114 and up, or the NaN byte) takes the `_wide` entries.
-const FAST_SCALE_MAX: u8 = 240;
+/// Rows of a tile.
+pub const TILE_ROWS: usize = abi::RF_T4_ROWS as usize;
+/// Blocks of a group, the unit a warp loads; rows are padded to a multiple.
+pub const GROUP_BLOCKS: usize = abi::RF_T4_GROUP as usize;
+/// Most warps a block of the kernel has.
+const MAX_WARPS: usize = abi::RF_T4_WARPS as usize;
+/// Scale bytes up to this take the kernels' fast conversion; a matrix with a larger one (2^114
+/// and up, or the NaN byte) takes the `_wide` entries.
+const FAST_SCALE_MAX: u8 = abi::RF_T4_FAST_SCALE_MAX as u8;
 
 /// The order of the eight codes in a tiled word (module docs): each activation type's decode
 /// wants its own.
@@ -71,11 +75,11 @@ impl TiledCodes {
         if dtype == "f16" { TiledCodes::Fields } else { TiledCodes::Nibbles }
     }
 
-    /// The kernels' `codes` argument (`RF_T4_NIBBLES`, `RF_T4_FIELDS`).
+    /// The kernels' `codes` argument.
     fn id(self) -> u32 {
         match self {
-            TiledCodes::Nibbles => 0,
-            TiledCodes::Fields => 1,
+            TiledCodes::Nibbles => abi::RF_T4_NIBBLES,
+            TiledCodes::Fields => abi::RF_T4_FIELDS,
         }
     }
 
@@ -295,11 +299,10 @@ fn entry(cores: MatrixCores, dtype: &str, max_scale: u8) -> String {
     format!("{prefix}_{dtype}")
 }
 
-/// Bytes of one stage of the matrix-core kernel's per-warp ring (`RF_T4_STAGE`): a group's
-/// payload, scales and x.
-const STAGE_BYTES: usize = 2048 + 128 + 512;
-/// Stages of a warp's ring (`RF_T4_STAGES`): 2 groups in flight while one is multiplied.
-const STAGES: usize = 3;
+/// Bytes of one stage of the matrix-core kernel's per-warp ring: a group's payload, scales and x.
+const STAGE_BYTES: usize = (abi::RF_T4_PAYLOAD_BYTES + abi::RF_T4_SCALE_BYTES + abi::RF_T4_X_BYTES) as usize;
+/// Stages of a warp's ring: 2 groups in flight while one is multiplied.
+const STAGES: usize = abi::RF_T4_STAGES as usize;
 /// Blocks of the matrix-core kernel kept resident on a multiprocessor, where shared memory
 /// allows (24 warps; on an H100, 2 and 3 stages or blocks an SM measured within 5% of each other,
 /// docs/kernels/mxfp.md).
@@ -388,7 +391,7 @@ fn launch<T: Dtype>(
     let stream = y.stream().clone();
     let info = stream.backend().info();
     let cores = if portable { MatrixCores::None } else { info.matrix_cores };
-    let kernel = loader::kernel(&stream, KERNEL, &entry(cores, T::NAME, w.max_scale))?;
+    let kernel = loader::kernel(&stream, MODULE, &entry(cores, T::NAME, w.max_scale))?;
     let (blocks, warps, shared) = launch_shape(info, on_matrix_cores(cores, T::NAME), n, k)?;
     let threads = warps * 32;
     ensure(kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
@@ -428,6 +431,24 @@ fn launch<T: Dtype>(
             .launch(config)?;
     }
     Ok(())
+}
+
+/// The entries this module launches ([`crate::launchable`]): [`entry`]'s every answer.
+pub(crate) fn launchable() -> Vec<Launchable> {
+    let mut out = Vec::new();
+    for dtype in DTYPES {
+        out.push(Launchable::new(MODULE, entry(MatrixCores::None, dtype, 0), Needs::Nothing));
+        if on_matrix_cores(MatrixCores::MmaSync, dtype) {
+            for max_scale in [0, u8::MAX] {
+                out.push(Launchable::new(
+                    MODULE,
+                    entry(MatrixCores::MmaSync, dtype, max_scale),
+                    Needs::MmaSync,
+                ));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

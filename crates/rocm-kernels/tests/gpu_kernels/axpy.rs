@@ -47,7 +47,7 @@ fn a_buffer_of_another_stream_is_refused() {
 fn wrong_argument_sizes_are_refused_where_the_driver_reports_them() {
     let gpu = gpu_test!();
     let backend = gpu.backend();
-    let image = rocm_kernels::embedded::image(backend.info().code_objects, "axpy");
+    let image = rocm_kernels::embedded::image(backend.info().code_objects, rocm_kernels::KernelModule::Axpy);
     let image = image.expect("the axpy kernel is built (cargo xtask kernels)");
     let kernel = backend.load_module(image).unwrap().function("rf_axpy_f32").unwrap();
     let Some(sizes) = kernel.param_sizes() else {

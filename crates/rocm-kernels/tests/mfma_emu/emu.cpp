@@ -1,8 +1,9 @@
-// CPU emulation of the flash-attention kernels (kernels/flash_attention.hip), for checking them
-// without AMD hardware. `./run.sh [quick] [TARGET...]` (this folder) builds and runs it;
-// tests/mfma_emu.rs runs `run.sh quick` for each target under cargo test / nextest.
+// CPU emulation of the flash-attention kernels (kernels/flash_portable.hip, flash_combine.hip and
+// flash_mfma.hip), for checking them without AMD hardware. `./run.sh [quick] [TARGET...]` (this
+// folder) builds and runs it; tests/mfma_emu.rs runs `run.sh quick` for each target under cargo
+// test / nextest.
 //
-// The .hip file is compiled for the host against the stand-in headers in hip/ with __HIP__ and
+// The .hip files are compiled for the host against the stand-in headers in hip/ with __HIP__ and
 // the target's __gfx*__ macro defined, and what runs depends on the target:
 //   - MFMA targets (gfx908, gfx90a, gfx942, gfx950): the MFMA kernels (rf_flash_mfma_*), as
 //     64-lane wavefronts; the build fails unless the kernel enables its MFMA body there;
@@ -50,14 +51,16 @@ int warpSize = 64;
 alignas(16) unsigned char rf_flash_mfma_smem[64 * 1024];
 alignas(16) float rf_flash_smem[64 * 1024];
 
-#include "flash_attention.hip"
+#include "flash_portable.hip"
+#include "flash_combine.hip"
+#include "flash_mfma.hip"
 
 // The kernel must enable its MFMA body exactly on the targets that have the instructions.
 #if EMU_HAS_MFMA && !RF_FLASH_MFMA
-#error "kernels/flash_attention.hip does not enable its MFMA body (RF_FLASH_MFMA) for this MFMA target"
+#error "kernels/flash_mfma.hip does not enable its MFMA body (RF_FLASH_MFMA) for this MFMA target"
 #endif
 #if !EMU_HAS_MFMA && RF_FLASH_MFMA
-#error "kernels/flash_attention.hip enables its MFMA body for a target without MFMA"
+#error "kernels/flash_mfma.hip enables its MFMA body for a target without MFMA"
 #endif
 
 // ------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // Stand-in for HIP's hip_runtime.h: compiles kernels/*.hip for the host, one fiber per GPU lane
 // (../emu.cpp runs them). Only what kernels/include/rocmforge.h and
-// kernels/flash_attention.hip use on AMD. The target is the __gfx*__ macro run.sh defines.
+// kernels/flash_*.hip use on AMD. The target is the __gfx*__ macro run.sh defines.
 #pragma once
 #include <cmath>
 #include <cstdint>
