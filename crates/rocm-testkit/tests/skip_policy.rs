@@ -37,6 +37,7 @@ fn without_a_gpu_a_test_skips_with_a_one_line_reason() {
     let skip_lines: Vec<_> = stderr.lines().filter(|l| l.starts_with("SKIP ")).collect();
     assert_eq!(skip_lines.len(), 1, "{stderr}");
     assert!(skip_lines[0].starts_with("SKIP probe_gpu_scope: no GPU: "), "{}", skip_lines[0]);
+    assert_eq!(skip_lines[0].matches("no GPU").count(), 1, "said once: {}", skip_lines[0]);
     assert!(
         skip_lines[0].contains("/nonexistent/libcuda.so.1"),
         "the reason names what was tried: {}",
