@@ -372,6 +372,15 @@ pub struct Blas {
     vendor: Mutex<Box<dyn VendorBlas>>,
 }
 
+impl Drop for Blas {
+    fn drop(&mut self) {
+        // The vendor handle (dropped after this) is destroyed on its own device.
+        if let Err(e) = self.backend.driver().bind_thread() {
+            tracing::warn!("binding the device to destroy its BLAS handle: {e}");
+        }
+    }
+}
+
 impl std::fmt::Debug for Blas {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Blas")
@@ -381,10 +390,12 @@ impl std::fmt::Debug for Blas {
     }
 }
 
-/// Handles (or why there is none) by device ordinal. Handles are never destroyed: like the
-/// backends they belong to, they live for the process (destroying one at exit would race the
-/// driver's own teardown).
+/// Handles (or why there is none) by device ordinal. A handle lives until [`Blas::release_all`]
+/// (and its last user) lets it go; never from an exit handler, which would race the driver's own
+/// teardown.
 type Registry = Vec<(usize, Result<Arc<Blas>, InitFailure>)>;
+
+static HANDLES: Mutex<Registry> = Mutex::new(Vec::new());
 
 impl Blas {
     /// The vendor BLAS of `backend`'s device, created on first use: loads the library
@@ -392,7 +403,6 @@ impl Blas {
     /// a handle. A missing library is [`Error::Load`] naming every path tried; a failure stays
     /// the answer for the process.
     pub fn open(backend: &Arc<Backend>) -> Result<Arc<Blas>> {
-        static HANDLES: Mutex<Registry> = Mutex::new(Vec::new());
         let ordinal = backend.info().ordinal;
         let mut handles = HANDLES.lock();
         if let Some((_, state)) = handles.iter().find(|(o, _)| *o == ordinal) {
@@ -410,6 +420,24 @@ impl Blas {
         };
         handles.push((ordinal, state.clone()));
         state.map_err(|failure| failure.error())
+    }
+
+    /// Lets the process's handles go: each is destroyed (with the device memory the library
+    /// holds for it, ~70 MiB for cuBLAS) once no caller holds an `Arc` of it, and the next
+    /// [`Blas::open`] creates a new one. Remembered failures stay. For a program that ends its GPU
+    /// work before it exits: tools that report what is alive at exit (compute-sanitizer's leak
+    /// check) then find nothing; the test kit calls it when the last test scope of a process
+    /// ends.
+    pub fn release_all() {
+        // Dropped outside the lock: destroying a handle calls the library.
+        let released: Vec<Arc<Blas>> = {
+            let mut handles = HANDLES.lock();
+            let (ok, failed): (Registry, Registry) =
+                std::mem::take(&mut *handles).into_iter().partition(|(_, s)| s.is_ok());
+            *handles = failed;
+            ok.into_iter().filter_map(|(_, s)| s.ok()).collect()
+        };
+        drop(released);
     }
 
     fn create(backend: &Arc<Backend>) -> Result<Blas> {

@@ -57,6 +57,18 @@ impl std::fmt::Debug for CublasHandle {
 // lets one thread at a time use it, under its lock, with the device's context made current.
 unsafe impl Send for CublasHandle {}
 
+impl Drop for CublasHandle {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from cublasCreate_v2 and is destroyed once, here, by its only
+        // owner; `Blas::drop` made its device's context current. Work queued with it is ordered
+        // on its streams, which cuBLAS synchronises before freeing the handle's memory.
+        let status = unsafe { self.lib.cublasDestroy_v2(self.handle) };
+        if let Err(e) = check(self.lib, "cublasDestroy_v2", status) {
+            tracing::warn!("destroying the cuBLAS handle: {e}");
+        }
+    }
+}
+
 /// A handle for the device bound to the calling thread, whose arch is `arch`.
 pub(crate) fn create(arch: &str) -> Result<Box<dyn VendorBlas>> {
     let lib = library()?;

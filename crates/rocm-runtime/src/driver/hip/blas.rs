@@ -62,6 +62,17 @@ impl std::fmt::Debug for RocblasHandle {
 // under its lock, with the handle's device made current.
 unsafe impl Send for RocblasHandle {}
 
+impl Drop for RocblasHandle {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from rocblas_create_handle and is destroyed once, here, by its
+        // only owner; `Blas::drop` made its device current.
+        let status = unsafe { (self.lib.rocblas_destroy_handle)(self.handle) };
+        if let Err(e) = check(self.lib, "rocblas_destroy_handle", status) {
+            tracing::warn!("destroying the rocBLAS handle: {e}");
+        }
+    }
+}
+
 /// A handle for the device current on the calling thread, from the rocBLAS beside the HIP
 /// runtime at `hip_library`.
 pub(crate) fn create(hip_library: &Path) -> Result<Box<dyn VendorBlas>> {
