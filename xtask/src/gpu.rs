@@ -232,7 +232,7 @@ fn run_suite(
             if tool == "memcheck" { " --leak-check full" } else { "" }
         );
         cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", runner)
-            .env(rocm_testkit::SANITIZER_ENV, tool)
+            .env(rocm_runtime::SANITIZER_ENV, tool)
             .args(gpu_tests_only(&args.nextest));
         println!("gpu-test: sanitizer {tool}");
         let code = run_nextest(cmd, config)?;
