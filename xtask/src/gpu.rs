@@ -4,8 +4,9 @@
 //!   under the nextest `gpu` profile with `ROCMFORGE_REQUIRE_GPU=1`, so a missing GPU is a failure
 //!   and never a run that passes by skipping everything.
 //! - `gpu-archive` packs what a GPU host without cargo needs into one folder: a nextest archive
-//!   (test binaries with their kernels embedded), the nextest binary and a lean build of xtask.
-//!   `DIR/xtask gpu-test --archive DIR`, run from the root of a checkout, runs it there.
+//!   (test binaries with their kernels embedded), the nextest binary and lean builds of xtask and
+//!   rocm-bench (benchmarks, with the same kernels embedded). `DIR/xtask gpu-test --archive DIR`,
+//!   run from the root of a checkout, runs it there.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -133,7 +134,7 @@ fn test_here(args: &TestArgs) -> Result<()> {
     let gpus = gpu_count(args.gpus, Some(&gpu));
     let platform = if args.hip_nvidia { Platform::Nvidia } else { gpu.platform };
     run_suite(args, platform, || {
-        let mut cmd = Command::new(cargo());
+        let mut cmd = Command::new(crate::cargo());
         cmd.current_dir(&root)
             .args(["nextest", "run", "--workspace", "--cargo-profile", CARGO_PROFILE])
             .args(["--profile", NEXTEST_PROFILE]);
@@ -526,10 +527,10 @@ pub fn archive(args: &[String]) -> Result<()> {
 
     // (b) The nextest archive of the workspace's tests.
     let archive = out.join(ARCHIVE_FILE);
-    for stale in [ARCHIVE_FILE, "cargo-nextest", "xtask", "README.txt"] {
+    for stale in [ARCHIVE_FILE, "cargo-nextest", "xtask", "rocm-bench", "README.txt"] {
         let _ = fs::remove_file(out.join(stale));
     }
-    let mut cmd = Command::new(cargo());
+    let mut cmd = Command::new(crate::cargo());
     // Every test binary embeds the kernels: only those of the platforms asked for.
     let embed = names.join(",");
     cmd.current_dir(&root)
@@ -538,20 +539,27 @@ pub fn archive(args: &[String]) -> Result<()> {
         .arg(&archive);
     run_checked(cmd)?;
 
-    // (c) The nextest binary, and xtask built lean (the dev build that runs now is ~50 MB).
-    let mut cmd = Command::new(cargo());
+    // (c) The nextest binary, and xtask and rocm-bench built lean (dev builds weigh tens of MB).
+    // rocm-bench embeds the kernels like the test binaries, so it gets the same profile and
+    // EMBED_ENV: the cargo build of rocm-kernels the archive made is reused, and the benchmarks
+    // launch the kernels the tests test. xtask embeds none; EMBED_ENV is harmless to it.
+    let mut cmd = Command::new(crate::cargo());
     cmd.current_dir(&root).env(EMBED_ENV, &embed).args([
         "build",
         "--quiet",
         "--package",
         "xtask",
+        "--package",
+        "rocm-bench",
         "--profile",
         CARGO_PROFILE,
     ]);
     run_checked(cmd)?;
-    let xtask = target_dir(&root)?.join(CARGO_PROFILE).join(format!("xtask{}", std::env::consts::EXE_SUFFIX));
+    let built = target_dir(&root)?.join(CARGO_PROFILE);
     copy_exe(&nextest, &out.join("cargo-nextest"))?;
-    copy_exe(&xtask, &out.join("xtask"))?;
+    for exe in ["xtask", "rocm-bench"] {
+        copy_exe(&built.join(format!("{exe}{}", std::env::consts::EXE_SUFFIX)), &out.join(exe))?;
+    }
 
     // (c2) AMD's HIP for NVIDIA, so an NVIDIA host can run the suite through the HIP driver too
     // (`gpu-test --hip-nvidia`).
@@ -586,6 +594,8 @@ fn readme(dir: &str, platforms: &[&str], root: &Path) -> String {
          {pad}  kernels embedded in the test binaries)\n\
          cargo-nextest          the nextest that made the archive\n\
          xtask                  rocmforge's task runner\n\
+         rocm-bench             kernel benchmarks (`{dir}/xtask bench [FILTER...]` runs it); its\n\
+         \x20                      `kernels` command lists the kernels embedded, as in the tests\n\
          \n\
          On the GPU host, from the root of a checkout of the same commit (the folder holding\n\
          Cargo.toml and .config/nextest.toml), with this folder copied to {dir}/; no cargo needed:\n\
@@ -700,7 +710,7 @@ fn copy_exe(from: &Path, to: &Path) -> Result<()> {
 
 /// The cargo target folder, as cargo resolves it (CARGO_TARGET_DIR, config, `<root>/target`).
 fn target_dir(root: &Path) -> Result<PathBuf> {
-    let out = Command::new(cargo())
+    let out = Command::new(crate::cargo())
         .current_dir(root)
         .args(["metadata", "--no-deps", "--format-version", "1"])
         .output()
@@ -721,10 +731,6 @@ fn option_value(arg: &str, name: &str, rest: &mut std::slice::Iter<'_, String>) 
         return rest.next().cloned().map(Some).ok_or_else(|| format!("{name} needs a value").into());
     }
     Ok(arg.strip_prefix(name).and_then(|r| r.strip_prefix('=')).map(str::to_owned))
-}
-
-fn cargo() -> String {
-    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
 }
 
 fn run_checked(mut cmd: Command) -> Result<()> {
