@@ -4,13 +4,12 @@
 use rocm_runtime::{Backend, Blas, Bytes, PLATFORM_ENV, Platform};
 
 use crate::Result;
+use crate::flags::Flags;
 use crate::kernels::{self, PlatformToolchain};
 use crate::toolchain;
 
 pub fn run(args: &[String]) -> Result<()> {
-    if !args.is_empty() {
-        return Err("usage: cargo xtask doctor".into());
-    }
+    Flags::new(args, "usage: cargo xtask doctor").finish()?;
     println!("rocmforge doctor");
     let choice = std::env::var(PLATFORM_ENV).unwrap_or_else(|_| "auto".into());
     println!("{PLATFORM_ENV}: {choice}");

@@ -5,6 +5,7 @@ mod amd_resources;
 mod amd_toolchain;
 mod bindgen;
 mod doctor;
+mod flags;
 mod gpu;
 mod hip_drift;
 mod hip_nvidia;

@@ -6,10 +6,9 @@ use std::process::Command;
 
 use rocm_runtime::Platform;
 
-use super::{
-    ARCHIVE_FILE, CARGO_PROFILE, NEXTEST_PROFILE, find_nextest, option_value, run_checked, target_dir,
-};
+use super::{ARCHIVE_FILE, CARGO_PROFILE, NEXTEST_PROFILE, find_nextest, run_checked, target_dir};
 use crate::Result;
+use crate::flags::Flags;
 use crate::{hip_nvidia, kernels};
 
 /// What a remote GPU host accepts in one transfer.
@@ -29,26 +28,19 @@ struct ArchiveArgs {
 }
 
 fn parse_archive_args(args: &[String]) -> Result<ArchiveArgs> {
-    let mut parsed = ArchiveArgs::default();
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        if let Some(dir) = option_value(arg, "--out", &mut rest)? {
-            parsed.out = Some(PathBuf::from(dir));
-        } else if let Some(p) = option_value(arg, "--platform", &mut rest)? {
-            parsed.platform = match p.as_str() {
-                "all" => None,
-                name => Some(
-                    Platform::ALL
-                        .into_iter()
-                        .find(|x| x.name() == name)
-                        .ok_or_else(|| format!("unknown platform `{name}`\n{ARCHIVE_USAGE}"))?,
-                ),
-            };
-        } else {
-            return Err(format!("unexpected argument `{arg}`\n{ARCHIVE_USAGE}").into());
-        }
-    }
-    Ok(parsed)
+    let mut flags = Flags::new(args, ARCHIVE_USAGE);
+    let out = flags.value("--out")?.map(PathBuf::from);
+    let platform = match flags.value("--platform")?.as_deref() {
+        None | Some("all") => None,
+        Some(name) => Some(
+            Platform::ALL
+                .into_iter()
+                .find(|x| x.name() == name)
+                .ok_or_else(|| flags.invalid("--platform", format!("unknown platform `{name}`")))?,
+        ),
+    };
+    flags.finish()?;
+    Ok(ArchiveArgs { out, platform })
 }
 
 pub fn archive(args: &[String]) -> Result<()> {
@@ -250,10 +242,7 @@ fn git(root: &Path, args: &[&str]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(args: &[&str]) -> Vec<String> {
-        args.iter().map(|s| s.to_string()).collect()
-    }
+    use crate::flags::strings;
 
     #[test]
     fn bad_archive_args_are_errors() {

@@ -69,14 +69,6 @@ fn target_dir(root: &Path) -> Result<PathBuf> {
     Ok(PathBuf::from(json[start..end].replace("\\\\", "\\")))
 }
 
-/// The value of `--name VALUE` or `--name=VALUE` when `arg` is that option, else `None`.
-fn option_value(arg: &str, name: &str, rest: &mut std::slice::Iter<'_, String>) -> Result<Option<String>> {
-    if arg == name {
-        return rest.next().cloned().map(Some).ok_or_else(|| format!("{name} needs a value").into());
-    }
-    Ok(arg.strip_prefix(name).and_then(|r| r.strip_prefix('=')).map(str::to_owned))
-}
-
 fn run_checked(mut cmd: Command) -> Result<()> {
     println!("+ {}", shown(&cmd));
     let status =

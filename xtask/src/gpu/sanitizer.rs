@@ -99,10 +99,7 @@ pub(super) fn sanitizer(platform: Platform) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(args: &[&str]) -> Vec<String> {
-        args.iter().map(|s| s.to_string()).collect()
-    }
+    use crate::flags::strings;
 
     #[test]
     fn sanitizer_summaries_are_counted() {

@@ -9,8 +9,9 @@ use rocm_runtime::Platform;
 
 use super::devices::{detect_gpu, gpu_count, parse_gpus};
 use super::sanitizer::{SANITIZERS, gpu_tests_only, sanitizer, summarise_sanitizer_logs};
-use super::{ARCHIVE_FILE, CARGO_PROFILE, NEXTEST_CONFIG, NEXTEST_PROFILE, option_value, shown};
+use super::{ARCHIVE_FILE, CARGO_PROFILE, NEXTEST_CONFIG, NEXTEST_PROFILE, shown};
 use crate::Result;
+use crate::flags::Flags;
 use crate::{hip_nvidia, kernels};
 
 const TEST_USAGE: &str = "usage: cargo xtask gpu-test [--archive DIR] [--gpus N] [--hip-nvidia] [--sanitize[=memcheck,racecheck,synccheck]] [-- nextest args]";
@@ -30,33 +31,31 @@ struct TestArgs {
 }
 
 fn parse_test_args(args: &[String]) -> Result<TestArgs> {
-    let mut out = TestArgs::default();
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        if arg == "--" {
-            out.nextest = rest.cloned().collect();
-            break;
-        } else if let Some(dir) = option_value(arg, "--archive", &mut rest)? {
-            out.archive = Some(PathBuf::from(dir));
-        } else if arg == "--hip-nvidia" {
-            out.hip_nvidia = true;
-        } else if arg == "--sanitize" {
-            out.sanitize = SANITIZERS.iter().map(|t| t.to_string()).collect();
-        } else if let Some(tools) = arg.strip_prefix("--sanitize=") {
-            out.sanitize =
-                tools.split(',').map(str::trim).filter(|t| !t.is_empty()).map(String::from).collect();
-            if let Some(bad) = out.sanitize.iter().find(|t| !SANITIZERS.contains(&t.as_str())) {
-                return Err(
-                    format!("--sanitize: unknown tool `{bad}` (tools: {})", SANITIZERS.join(", ")).into()
-                );
-            }
-        } else if let Some(n) = option_value(arg, "--gpus", &mut rest)? {
-            out.gpus = Some(parse_gpus(&n).map_err(|e| format!("--gpus: {e}"))?);
-        } else {
-            return Err(format!("unexpected argument `{arg}`\n{TEST_USAGE}").into());
-        }
+    let mut flags = Flags::new(args, TEST_USAGE);
+    let archive = flags.value("--archive")?.map(PathBuf::from);
+    let gpus = match flags.value("--gpus")? {
+        Some(n) => Some(parse_gpus(&n).map_err(|e| flags.invalid("--gpus", e))?),
+        None => None,
+    };
+    let sanitize = match flags.optional_value("--sanitize") {
+        None => Vec::new(),
+        Some(None) => SANITIZERS.iter().map(|t| t.to_string()).collect(),
+        Some(Some(tools)) => sanitizer_list(&tools).map_err(|e| flags.invalid("--sanitize", e))?,
+    };
+    let hip_nvidia = flags.switch("--hip-nvidia");
+    let nextest = flags.rest_after_dashdash();
+    flags.finish()?;
+    Ok(TestArgs { archive, gpus, sanitize, hip_nvidia, nextest })
+}
+
+/// `--sanitize=TOOLS`: a comma-separated list of [`SANITIZERS`] (empty: none).
+fn sanitizer_list(tools: &str) -> std::result::Result<Vec<String>, String> {
+    let tools: Vec<String> =
+        tools.split(',').map(str::trim).filter(|t| !t.is_empty()).map(String::from).collect();
+    match tools.iter().find(|t| !SANITIZERS.contains(&t.as_str())) {
+        Some(bad) => Err(format!("unknown tool `{bad}` (tools: {})", SANITIZERS.join(", "))),
+        None => Ok(tools),
     }
-    Ok(out)
 }
 
 pub fn test(args: &[String]) -> Result<()> {
@@ -286,10 +285,7 @@ fn set_group_max_threads(text: &str, group: &str, n: usize) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(args: &[&str]) -> Vec<String> {
-        args.iter().map(|s| s.to_string()).collect()
-    }
+    use crate::flags::strings;
 
     #[test]
     fn test_args_take_archive_gpus_and_pass_the_rest_through() {
