@@ -16,11 +16,11 @@ pub fn forward(subcommand: &str, args: &[String]) -> Result<()> {
     replace_process(cmd)
 }
 
-/// The `rocm-bench` that `gpu-archive` packs next to xtask (`.gpu/rocm-bench`), where there is
-/// no cargo to build one. Not under cargo (`cargo xtask`, which sets `CARGO`): there the binary
-/// beside xtask is whatever `cargo build` left in `target/debug/`, possibly older than the
-/// sources and the kernels, where `cargo run` rebuilds what changed, as `cargo xtask bench` did
-/// when the benchmarks were part of xtask.
+/// The `rocm-bench` that `gpu-archive` packs next to xtask (`.gpu/rocm-bench`), for a host
+/// without cargo. Not when cargo started xtask (`cargo xtask` sets `CARGO`): there the binary
+/// beside it is whatever `cargo build` last left in `target/debug/`, possibly older than the
+/// sources and the kernels, while `cargo run` rebuilds what changed, as `cargo xtask bench`
+/// always did when the benchmarks were part of xtask.
 fn packed_beside_me() -> Option<PathBuf> {
     if std::env::var_os("CARGO").is_some() {
         return None;

@@ -253,4 +253,13 @@ mod tests {
         assert_eq!(parse_archive_args(&strings(&["--platform", "all"])).unwrap().platform, None);
         assert!(parse_archive_args(&strings(&["--platform", "cpu"])).is_err());
     }
+
+    #[test]
+    fn the_readme_lists_every_file_packed() {
+        let text = readme(".gpu", &["nvidia"], Path::new("/nonexistent"));
+        for file in [ARCHIVE_FILE, "cargo-nextest", "xtask", "rocm-bench"] {
+            assert!(text.lines().any(|l| l.starts_with(&format!("{file} "))), "{file} in:\n{text}");
+        }
+        assert!(text.contains(".gpu/xtask bench"), "{text}");
+    }
 }
