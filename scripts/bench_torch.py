@@ -2,8 +2,8 @@
 """PyTorch side of `cargo xtask bench`, for the same device in the same session.
 
 Runs each module in scripts/torch_bench/ (named like the kernel family it mirrors), with the
-same shapes and the same minimal-traffic byte counts as xtask/src/bench/, and prints the same
-table. Usage on the GPU host: python3 scripts/bench_torch.py [FILTER...]
+same shapes and the same minimal-traffic byte counts as crates/rocm-bench/src/bench/, and prints
+the same table. Usage on the GPU host: python3 scripts/bench_torch.py [FILTER...]
 """
 
 import importlib

@@ -1,4 +1,5 @@
-"""PyTorch side of xtask/src/bench/causal_mask.rs: the same shape and minimal-traffic bytes.
+"""PyTorch side of crates/rocm-bench/src/bench/causal_mask.rs: the same shape and minimal-traffic
+bytes.
 
 scores.masked_fill_(mask, -inf) with mask = triu(ones(seq, seq), diagonal=1) broadcast over the
 32 matrices. The byte count is the masked elements written once, as for rocmforge's kernel;

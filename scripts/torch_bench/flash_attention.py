@@ -1,6 +1,6 @@
-"""PyTorch side of xtask/src/bench/flash_attention.rs: scaled_dot_product_attention with each of
-its CUDA backends (FlashAttention-2, cuDNN, memory-efficient) at the same shapes, with the same
-FLOP and byte counts.
+"""PyTorch side of crates/rocm-bench/src/bench/flash_attention.rs: scaled_dot_product_attention
+with each of its CUDA backends (FlashAttention-2, cuDNN, memory-efficient) at the same shapes,
+with the same FLOP and byte counts.
 
 PyTorch takes [batch, heads, seq, head_dim]; the layout does not change the work. The decode
 shape uses enable_gqa (K and V keep their 4 heads, as in rocmforge). A backend that refuses a

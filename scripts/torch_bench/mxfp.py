@@ -1,4 +1,5 @@
-"""PyTorch side of xtask/src/bench/mxfp.rs: the same weight shapes and minimal-traffic byte counts.
+"""PyTorch side of crates/rocm-bench/src/bench/mxfp.rs: the same weight shapes and minimal-traffic
+byte counts.
 
 PyTorch has no MXFP4/MXFP6 matrix-vector product, so two reference points:
 - the same product with an unquantised weight (torch.mv, bf16 and f16): what quantisation saves;

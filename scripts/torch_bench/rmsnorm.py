@@ -1,4 +1,5 @@
-"""PyTorch side of xtask/src/bench/rmsnorm.rs: the same shapes and minimal-traffic byte counts.
+"""PyTorch side of crates/rocm-bench/src/bench/rmsnorm.rs: the same shapes and minimal-traffic byte
+counts.
 
 rms_norm through torch.nn.functional.rms_norm; the fused residual form as PyTorch users write it
 (residual += x, then rms_norm of the residual), eager and, where it works, torch.compile'd.

@@ -1,4 +1,4 @@
-"""PyTorch side of xtask/src/bench/rope.rs: RoPE in place on Q [16384, 32, 128] and K
+"""PyTorch side of crates/rocm-bench/src/bench/rope.rs: RoPE in place on Q [16384, 32, 128] and K
 [16384, 8, 128], each dtype, NeoX (full rotary, base 500000) and GLM (interleaved pairs on the
 first half of the head), written in plain torch ops the way model code does it: the angles from
 the position ids and inv_freq in f32, cos/sin cast to the storage dtype, the rotation, and a copy

@@ -1,5 +1,5 @@
-"""PyTorch side of xtask/src/bench/softmax.rs: softmax over 16384 rows of 4096, each dtype,
-plain and causal, with the same minimal-traffic byte counts.
+"""PyTorch side of crates/rocm-bench/src/bench/softmax.rs: softmax over 16384 rows of 4096, each
+dtype, plain and causal, with the same minimal-traffic byte counts.
 
 - plain: torch.softmax(x, -1). PyTorch's softmax has no scale argument, and attention code folds
   it into Q or the scores elsewhere, so the scale is left out here (rocmforge applies it inside).

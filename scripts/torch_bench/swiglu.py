@@ -1,4 +1,5 @@
-"""PyTorch side of xtask/src/bench/swiglu.rs: the same shapes and minimal-traffic byte counts.
+"""PyTorch side of crates/rocm-bench/src/bench/swiglu.rs: the same shapes and minimal-traffic byte
+counts.
 
 silu(gate) * up eager (two kernels: silu, then the product) and torch.compile'd (one fused
 kernel), from separate tensors and from the fused [rows, 2 * ffn] gate-up tensor (gate first).

@@ -18,6 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use crate::Result;
+use crate::flags::Flags;
 
 const USAGE: &str = "usage: cargo xtask amd-toolchain [--rebuild]
 
@@ -299,17 +300,13 @@ impl Timer {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let mut rebuild = false;
-    for arg in args {
-        match arg.as_str() {
-            "-h" | "--help" => {
-                print!("{USAGE}");
-                return Ok(());
-            }
-            "--rebuild" => rebuild = true,
-            other => return Err(format!("unknown argument `{other}`\n{USAGE}").into()),
-        }
+    let mut flags = Flags::new(args, USAGE);
+    if flags.help() {
+        print!("{USAGE}");
+        return Ok(());
     }
+    let rebuild = flags.switch("--rebuild");
+    flags.finish()?;
     let dir = chroot_dir();
     let start = Instant::now();
     let mut timer = Timer { steps: Vec::new() };

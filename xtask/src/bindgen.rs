@@ -9,7 +9,10 @@
 
 use std::path::Path;
 
+use crate::flags::Flags;
 use crate::{Result, abi_bindgen, hip_drift, toolchain, workspace_root};
+
+const USAGE: &str = "usage: cargo xtask bindgen [--check]";
 
 /// One generated file: which header, which items, which loader struct.
 pub(crate) struct Binding {
@@ -168,11 +171,9 @@ const CUBLAS: Binding = Binding {
 };
 
 pub fn run(args: &[String]) -> Result<()> {
-    let check = match args {
-        [] => false,
-        [flag] if flag == "--check" => true,
-        _ => return Err("usage: cargo xtask bindgen [--check]".into()),
-    };
+    let mut flags = Flags::new(args, USAGE);
+    let check = flags.switch("--check");
+    flags.finish()?;
     let root = workspace_root();
     let sys = root.join("crates/rocm-sys");
     let mut stale = Vec::new();

@@ -4,13 +4,12 @@
 use rocm_runtime::{Backend, Blas, Bytes, PLATFORM_ENV, Platform};
 
 use crate::Result;
+use crate::flags::Flags;
 use crate::kernels::{self, PlatformToolchain};
 use crate::toolchain;
 
 pub fn run(args: &[String]) -> Result<()> {
-    if !args.is_empty() {
-        return Err("usage: cargo xtask doctor".into());
-    }
+    Flags::new(args, "usage: cargo xtask doctor").finish()?;
     println!("rocmforge doctor");
     let choice = std::env::var(PLATFORM_ENV).unwrap_or_else(|_| "auto".into());
     println!("{PLATFORM_ENV}: {choice}");
@@ -101,15 +100,6 @@ fn report_toolchains() {
 }
 
 fn report_kernels() {
-    // What this binary (and every test binary built with it) carries, whatever is on disk here.
-    let names = |table: &[(&str, &[u8])]| table.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
-    println!("kernels embedded in this build:");
-    for (platform, table) in
-        [("amd", rocm_kernels::embedded::AMD), ("nvidia", rocm_kernels::embedded::NVIDIA)]
-    {
-        let list = names(table);
-        println!("  {platform}: {}", if list.is_empty() { "none".to_string() } else { list });
-    }
     println!("kernel objects in {}:", kernels::output_dir().display());
     for platform in Platform::ALL {
         let dir = kernels::output_dir().join(platform.name());
@@ -128,4 +118,10 @@ fn report_kernels() {
             println!("  {platform}: {}", names.join(", "));
         }
     }
+    // xtask embeds no kernels (it does not link rocm-kernels, so it never rebuilds with them):
+    // what a build embeds, which can differ from what is on disk now, is rocm-bench's to say.
+    println!(
+        "kernels embedded in a build: `cargo run --release -p rocm-bench -- kernels` \
+         (in a gpu-archive: `.gpu/rocm-bench kernels`)"
+    );
 }

@@ -19,6 +19,7 @@ use std::process::Command;
 
 use rocm_sys::hip_facts::{self, HipRuntime};
 
+use crate::flags::Flags;
 use crate::{Result, toolchain};
 
 const USAGE: &str = "usage: cargo xtask hip-nvidia [--out DIR]
@@ -40,18 +41,13 @@ const CUDART_VERSION: &str = "11080";
 
 pub fn run(args: &[String]) -> Result<()> {
     let root = crate::workspace_root();
-    let mut out = default_out(&root);
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        match arg.as_str() {
-            "--out" => out = PathBuf::from(rest.next().ok_or(USAGE)?),
-            "-h" | "--help" => {
-                print!("{USAGE}");
-                return Ok(());
-            }
-            other => return Err(format!("unexpected argument `{other}`\n{USAGE}").into()),
-        }
+    let mut flags = Flags::new(args, USAGE);
+    if flags.help() {
+        print!("{USAGE}");
+        return Ok(());
     }
+    let out = flags.value("--out")?.map_or_else(|| default_out(&root), PathBuf::from);
+    flags.finish()?;
     let inputs = Inputs::find(&root)?;
     let library = build(&root, &inputs, &out)?;
     println!("hip-nvidia: wrote {} (with {CUDART} beside it)", library.display());

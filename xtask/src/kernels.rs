@@ -30,6 +30,7 @@ use std::time::{Instant, SystemTime};
 use rocm_runtime::Platform;
 
 use crate::amd_toolchain::{Bind, Chroot};
+use crate::flags::Flags;
 use crate::toolchain::{self, AmdCompiler};
 use crate::{Result, amd_resources, amd_toolchain, kernel_files, kernel_symbols};
 
@@ -207,26 +208,18 @@ enum Selection {
 
 /// `None` means `--help` was asked for.
 fn parse_args(args: &[String]) -> Result<Option<Selection>> {
-    let mut selection = Selection::Auto;
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let value = match arg.as_str() {
-            "-h" | "--help" => return Ok(None),
-            "--platform" => it.next().ok_or("--platform needs a value: amd, nvidia, all or auto")?.as_str(),
-            other => match other.strip_prefix("--platform=") {
-                Some(v) => v,
-                None => return Err(format!("unknown argument `{other}`\n{USAGE}").into()),
-            },
-        };
-        selection = match value {
-            "auto" => Selection::Auto,
-            "all" => Selection::All,
-            v => Selection::Only(
-                parse_platform(v)
-                    .ok_or_else(|| format!("unknown platform `{v}`: expected amd, nvidia, all or auto"))?,
-            ),
-        };
+    let mut flags = Flags::new(args, USAGE);
+    if flags.help() {
+        return Ok(None);
     }
+    let selection = match flags.value("--platform")?.as_deref() {
+        None | Some("auto") => Selection::Auto,
+        Some("all") => Selection::All,
+        Some(v) => Selection::Only(parse_platform(v).ok_or_else(|| {
+            flags.invalid("--platform", format!("unknown platform `{v}`: expected amd, nvidia, all or auto"))
+        })?),
+    };
+    flags.finish()?;
     Ok(Some(selection))
 }
 
@@ -1058,11 +1051,8 @@ fn remove_stale(dir: &Path, platform: Platform, sources: &[&(String, PathBuf)], 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flags::strings as args;
     use std::time::Duration;
-
-    fn args(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| s.to_string()).collect()
-    }
 
     #[test]
     fn platform_flag_forms() {

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::Result;
+use crate::flags::Flags;
 
 /// Extensions of the files that are checked.
 const EXTENSIONS: &[&str] = &["rs", "hip", "h", "hpp", "cpp", "cu", "py", "sh"];
@@ -51,9 +52,7 @@ struct Finding {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    if let Some(arg) = args.first() {
-        return Err(format!("`lint` takes no arguments (got `{arg}`)").into());
-    }
+    Flags::new(args, "usage: cargo xtask lint").finish()?;
     let root = crate::workspace_root();
     let rules = rules();
     let files = source_files(&root)?;

@@ -4,10 +4,9 @@
 mod abi_bindgen;
 mod amd_resources;
 mod amd_toolchain;
-mod attention_dump;
-mod bench;
 mod bindgen;
 mod doctor;
+mod flags;
 mod gpu;
 mod hip_drift;
 mod hip_nvidia;
@@ -15,6 +14,7 @@ mod kernel_files;
 mod kernel_symbols;
 mod kernels;
 mod lint;
+mod rocm_bench;
 mod toolchain;
 
 use std::path::PathBuf;
@@ -37,6 +37,8 @@ tasks:
                                 P: the host's platform only, a smaller archive)
   bench [FILTER...]             time kernels on the GPU: GB/s or TFLOP/s against measured copy bandwidth
   attention-dump DIR            write attention inputs/outputs for scripts/check_attention_torch.py
+                                (bench, attention-dump: run by rocm-bench, the packed one beside this
+                                binary or `cargo run --release -p rocm-bench`)
   bindgen [--check]             regenerate rocm-sys bindings (or check they are current)
   hip-nvidia [--out DIR]        build a libamdhip64 for NVIDIA GPUs from AMD's HIP-for-NVIDIA headers,
                                 to run the suite through the HIP driver on an NVIDIA machine
@@ -55,8 +57,7 @@ fn main() {
         "amd-toolchain" => amd_toolchain::run(rest),
         "gpu-test" => gpu::test(rest),
         "gpu-archive" => gpu::archive(rest),
-        "bench" => bench::run(rest),
-        "attention-dump" => attention_dump::run(rest),
+        "bench" | "attention-dump" => rocm_bench::forward(task, rest),
         "bindgen" => bindgen::run(rest),
         "hip-nvidia" => hip_nvidia::run(rest),
         "lint" => lint::run(rest),
@@ -84,4 +85,9 @@ pub fn workspace_root() -> PathBuf {
         Some(root) if root.join("Cargo.toml").is_file() => root.to_path_buf(),
         _ => std::env::current_dir().expect("the current directory is readable"),
     }
+}
+
+/// The cargo that started this process (`CARGO`), else the one on PATH.
+pub fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
 }

@@ -47,6 +47,12 @@ pub use module::{Function, Module};
 pub use platform::{PLATFORM_ENV, Platform, PlatformChoice};
 pub use stream::Stream;
 
+/// Set (to the tool's name) by `cargo xtask gpu-test --sanitize` while tests run under a
+/// memory or race checker, where every launch costs orders of magnitude more. Defined here, below
+/// both the task runner that sets it and the test kit that reads it (`rocm_testkit::sanitizer`),
+/// so the name has one home and xtask need not depend on the test kit.
+pub const SANITIZER_ENV: &str = "ROCMFORGE_SANITIZER";
+
 /// Half-precision element types, re-exported so users and kernels agree on them.
 pub use half::{bf16, f16};
 

@@ -8,9 +8,9 @@ use rocm_runtime::Backend;
 /// run can never pass by skipping everything.
 pub const REQUIRE_GPU_ENV: &str = "ROCMFORGE_REQUIRE_GPU";
 
-/// Set (to the tool's name) by `cargo xtask gpu-test --sanitize` while tests run under a
-/// memory or race checker, where every launch costs orders of magnitude more.
-pub const SANITIZER_ENV: &str = "ROCMFORGE_SANITIZER";
+/// Re-exported from the runtime, where the name is defined once for xtask (which sets it) and
+/// this kit (which reads it).
+pub use rocm_runtime::SANITIZER_ENV;
 
 /// The checker this process runs under, if any: stress tests use it to scale their repetitions
 /// down (the checker is there for what each launch does, not for how many there are).

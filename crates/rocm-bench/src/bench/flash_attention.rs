@@ -1,4 +1,4 @@
-//! Benchmark of `kernels/flash_attention.hip` (and, small, the unfused pipeline of
+//! Benchmark of flash attention (`kernels/flash_*.hip`; and, small, the unfused pipeline of
 //! `kernels/attention.hip`).
 //!
 //! - Prefill: batch 4, 32 heads, 4096 queries over 4096 keys, head_dim 128 and 64, f16 and

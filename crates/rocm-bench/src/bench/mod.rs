@@ -1,4 +1,5 @@
-//! `cargo xtask bench [FILTER...]`: kernel speed on the local GPU, as a table.
+//! `rocm-bench bench [FILTER...]` (or `cargo xtask bench`, which forwards here): kernel speed on
+//! the local GPU, as a table.
 //!
 //! Each kernel family has a module here named like its kernel (`bench/rmsnorm.rs` for
 //! `kernels/rmsnorm.hip`) returning [`Row`]s. Every row states the minimal traffic (each input

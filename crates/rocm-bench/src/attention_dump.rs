@@ -1,7 +1,8 @@
-//! `cargo xtask attention-dump DIR`: runs flash attention and the unfused pipeline on a few
-//! problems and writes inputs and outputs to DIR, for `scripts/check_attention_torch.py` to
-//! compare with PyTorch's `scaled_dot_product_attention` on the same machine (an independent
-//! implementation; the GPU tests compare with rocmforge's own f64 reference).
+//! `rocm-bench attention-dump DIR` (or `cargo xtask attention-dump DIR`, which forwards here):
+//! runs flash attention and the unfused pipeline on a few problems and writes inputs and outputs
+//! to DIR, for `scripts/check_attention_torch.py` to compare with PyTorch's
+//! `scaled_dot_product_attention` on the same machine (an independent implementation; the GPU
+//! tests compare with rocmforge's own f64 reference).
 //!
 //! Per case `caseN`: `caseN.json` (the problem), `caseN.{q,k,v}.f32` (the stored inputs widened
 //! to f32, `[batch, seq, heads, head_dim]`), `caseN.{fused,unfused}.f32` (outputs, same
@@ -33,7 +34,7 @@ const CASES: &[Case] = &[
 ];
 
 pub fn run(args: &[String]) -> Result<()> {
-    let [dir] = args else { return Err("usage: cargo xtask attention-dump DIR".into()) };
+    let [dir] = args else { return Err("usage: rocm-bench attention-dump DIR".into()) };
     let dir = Path::new(dir);
     std::fs::create_dir_all(dir)?;
     let backend = Backend::open(0)?;

@@ -1,0 +1,127 @@
+//! `gpu-test --sanitize`: the vendor checker, the GPU tests it runs, and what its logs report.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rocm_runtime::Platform;
+
+use crate::Result;
+
+/// compute-sanitizer's tools `--sanitize` runs by default.
+pub(super) const SANITIZERS: [&str; 3] = ["memcheck", "racecheck", "synccheck"];
+
+/// The nextest arguments of a sanitizer run: `args` limited to the GPU test binaries. nextest
+/// unions repeated `-E` expressions, so each of the user's is intersected with the GPU binaries
+/// instead of adding one of our own (which would run every GPU test).
+pub(super) fn gpu_tests_only(args: &[String]) -> Vec<String> {
+    const GPU: &str = "binary(/^gpu_/)";
+    let mut out = Vec::with_capacity(args.len() + 2);
+    let mut filtered = false;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let expr = match arg.as_str() {
+            "-E" | "--filterset" | "--filter-expr" => rest.next().cloned(),
+            other => ["-E=", "--filterset=", "--filter-expr="]
+                .iter()
+                .find_map(|p| other.strip_prefix(p))
+                .map(str::to_string),
+        };
+        match expr {
+            Some(expr) => {
+                out.extend(["-E".to_string(), format!("({expr}) and {GPU}")]);
+                filtered = true;
+            }
+            None => out.push(arg.clone()),
+        }
+    }
+    if !filtered {
+        out.extend(["-E".to_string(), GPU.to_string()]);
+    }
+    out
+}
+
+/// Counts the checked processes in a folder of compute-sanitizer logs and the errors their
+/// summaries report, printing every log that reports any.
+pub(super) fn summarise_sanitizer_logs(dir: &Path) -> Result<(usize, u64)> {
+    let (mut processes, mut errors) = (0, 0);
+    for entry in fs::read_dir(dir)? {
+        let text = fs::read_to_string(entry?.path())?;
+        let reported = sanitizer_errors(&text);
+        // Processes that never initialised CUDA (test listing) write no summary.
+        if text.contains("SUMMARY") {
+            processes += 1;
+        }
+        if reported > 0 {
+            println!("{text}");
+        }
+        errors += reported;
+    }
+    Ok((processes, errors))
+}
+
+/// The error count in a compute-sanitizer log: `ERROR SUMMARY: N errors` (memcheck, synccheck)
+/// or `RACECHECK SUMMARY: ... (N errors, M warnings)`.
+fn sanitizer_errors(log: &str) -> u64 {
+    log.lines()
+        .filter(|l| l.contains("SUMMARY"))
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split(|c: char| c.is_whitespace() || c == '(' || c == ',').collect();
+            words.windows(2).find(|w| w[1].starts_with("error")).and_then(|w| w[0].parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// The platform's memory and race checker.
+pub(super) fn sanitizer(platform: Platform) -> Result<PathBuf> {
+    match platform {
+        Platform::Nvidia => {
+            let roots = ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(std::env::var_os).map(PathBuf::from);
+            std::env::var_os("PATH")
+                .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+                .unwrap_or_default()
+                .into_iter()
+                .chain(roots.chain([PathBuf::from("/usr/local/cuda")]).map(|r| r.join("bin")))
+                .map(|d| d.join("compute-sanitizer"))
+                .find(|p| p.is_file())
+                .ok_or_else(|| {
+                    "compute-sanitizer not found (it ships with the CUDA toolkit; set CUDA_HOME)".into()
+                })
+        }
+        // ROCm's checker is an address-sanitizer build of the kernels and the runtime (ROCm 5.7+,
+        // `-fsanitize=address -shared-libasan`, xnack on); hipcc 5.2, the one rocmforge builds
+        // with in CI, cannot make one.
+        Platform::Amd => {
+            Err("--sanitize on AMD needs an address-sanitizer build (ROCm 5.7+), not available yet".into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flags::strings;
+
+    #[test]
+    fn sanitizer_summaries_are_counted() {
+        assert_eq!(sanitizer_errors("========= ERROR SUMMARY: 0 errors\n"), 0);
+        assert_eq!(sanitizer_errors("========= ERROR SUMMARY: 3 errors\n"), 3);
+        assert_eq!(sanitizer_errors("========= ERROR SUMMARY: 1 error\n"), 1);
+        assert_eq!(sanitizer_errors("RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)"), 2);
+        assert_eq!(sanitizer_errors("no summary at all"), 0);
+    }
+
+    #[test]
+    fn sanitizer_runs_intersect_the_users_filters_with_the_gpu_binaries() {
+        assert_eq!(gpu_tests_only(&[]), strings(&["-E", "binary(/^gpu_/)"]));
+        assert_eq!(
+            gpu_tests_only(&strings(&["-E", "test(/mxfp/)", "--no-fail-fast", "-E=binary(gpu_runtime)"])),
+            strings(&[
+                "-E",
+                "(test(/mxfp/)) and binary(/^gpu_/)",
+                "--no-fail-fast",
+                "-E",
+                "(binary(gpu_runtime)) and binary(/^gpu_/)"
+            ])
+        );
+    }
+}
