@@ -91,6 +91,13 @@ fn report_toolchains() {
         Some(p) => println!("nvcc: {} ({})", p.display(), toolchain::version_line(&p, "--version")),
         None => println!("nvcc: not found: {}", toolchain::install_hint("nvcc")),
     }
+    match crate::kernel_symbols::cuobjdump() {
+        Some(p) => println!("cuobjdump: {} (lists each fatbin's entry points)", p.display()),
+        None => println!(
+            "cuobjdump: not found: `cargo xtask kernels --platform nvidia` needs it to record entry points \
+             (the CUDA toolkit, or `pip install nvidia-cuda-cuobjdump==13.2.51`)"
+        ),
+    }
     let show = |dir: Option<std::path::PathBuf>| dir.map_or("not found".into(), |p| p.display().to_string());
     println!(
         "headers for bindgen: hip {}, cuda {}",
