@@ -8,7 +8,7 @@ use std::process::Command;
 use rocm_runtime::Platform;
 
 use super::devices::{detect_gpu, gpu_count, parse_gpus};
-use super::sanitizer::{SANITIZERS, gpu_tests_only, sanitizer, summarise_sanitizer_logs};
+use super::sanitizer::{SANITIZERS, canary_only, gpu_tests_only, sanitizer, summarise_sanitizer_logs};
 use super::{ARCHIVE_FILE, CARGO_PROFILE, NEXTEST_CONFIG, NEXTEST_PROFILE, shown};
 use crate::Result;
 use crate::flags::Flags;
@@ -208,7 +208,7 @@ fn run_suite(
             logs.display(),
             if tool == "memcheck" { " --leak-check full" } else { "" }
         );
-        cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", runner)
+        cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", &runner)
             .env(rocm_runtime::SANITIZER_ENV, tool)
             .args(gpu_tests_only(&args.nextest));
         println!("gpu-test: sanitizer {tool}");
@@ -218,6 +218,9 @@ fn run_suite(
         if code != 0 || errors != 0 {
             failed.push(tool.clone());
         }
+        if tool == "memcheck" && !canary_caught(&make, &runner, &logs)? {
+            failed.push("memcheck (the planted out-of-bounds read went unreported)".into());
+        }
     }
     let _ = fs::remove_dir_all(&logs);
     if failed.is_empty() {
@@ -226,6 +229,36 @@ fn run_suite(
     } else {
         Err(format!("the GPU suite failed under: {}", failed.join(", ")).into())
     }
+}
+
+/// Runs the sanitizer canary alone under memcheck (`runner`): true when memcheck reported its
+/// planted out-of-bounds read. A check that reports nothing there would pass any suite.
+fn canary_caught(
+    make: &impl Fn() -> Result<(Command, Option<PathBuf>)>,
+    runner: &str,
+    logs: &Path,
+) -> Result<bool> {
+    let _ = fs::remove_dir_all(logs);
+    fs::create_dir_all(logs)?;
+    let (mut cmd, config) = make()?;
+    cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", runner)
+        .env(rocm_runtime::SANITIZER_ENV, "memcheck")
+        .args(canary_only());
+    println!("gpu-test: memcheck canary (a test that reads past its input on purpose; it must be reported)");
+    // The canary's process exits with memcheck's error code, so nextest reports it failed: that
+    // is the expected outcome, and the logs say whether memcheck saw the read.
+    run_nextest(cmd, config)?;
+    let (processes, errors) = summarise_sanitizer_logs(logs)?;
+    let caught = processes == 1 && errors > 0;
+    println!(
+        "gpu-test: memcheck canary: {}",
+        if caught {
+            format!("caught ({errors} error(s) reported), as it must be")
+        } else {
+            format!("NOT caught ({processes} process(es), {errors} error(s))")
+        }
+    );
+    Ok(caught)
 }
 
 /// Runs nextest and returns its exit code. `config` (generated) is removed after.

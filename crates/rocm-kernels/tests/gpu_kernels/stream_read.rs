@@ -2,6 +2,7 @@
 //! sizes (so that blocks see zero, one or many vectors), poisoned partials.
 
 use rocm_kernels::stream_read::{stream_read, stream_read_reference};
+use rocm_runtime::LaunchConfig;
 use rocm_testkit::{Rng, gpu_test};
 
 #[test]
@@ -28,4 +29,37 @@ fn stream_read_refuses_partial_vectors() {
     let mut partial = gpu.stream().alloc::<u32>(1).unwrap();
     let err = stream_read(&src, &mut partial).unwrap_err().to_string();
     assert!(err.contains("24 bytes are not a whole number of 16-byte vectors"), "{err}");
+}
+
+/// The sanitizer's canary: `cargo xtask gpu-test --sanitize` runs it apart and fails unless
+/// memcheck reports it. Under memcheck it deliberately reads one 16-byte vector past the end of
+/// its input (so the check is known to bite); in every other run it reads exactly its input and
+/// checks the sum.
+#[test]
+fn sanitizer_canary_reads_one_vector_past_its_input() {
+    let gpu = gpu_test!();
+    let backend = gpu.backend();
+    let image =
+        rocm_kernels::embedded::image(backend.info().code_objects, rocm_kernels::KernelModule::StreamRead)
+            .expect("the stream_read kernel is built (cargo xtask kernels)");
+    let kernel = backend.load_module(image).unwrap().function("rf_stream_read").unwrap();
+    let vectors = 5usize;
+    let host: Vec<u8> = (0..vectors * 16).map(|i| i as u8).collect();
+    let src = gpu.stream().upload(&host).unwrap();
+    let mut partial = gpu.stream().alloc::<u32>(1).unwrap();
+    partial.poison().unwrap();
+    let past_the_end = rocm_testkit::sanitizer().as_deref() == Some("memcheck");
+    let read = vectors as u64 + u64::from(past_the_end);
+    let config = LaunchConfig { grid: [1, 1, 1], block: [256, 1, 1], shared_mem_bytes: 0 };
+    // SAFETY: rf_stream_read(const uint4* src, u64 n, u32* partial) with 256 threads and one
+    // block reads src[0, n) and writes partial[0]. n is src's vector count, except under
+    // memcheck, where the one extra vector is the planted out-of-bounds read it must report (a
+    // read of pool memory past a small allocation, which faults nowhere).
+    unsafe {
+        gpu.stream().launch(&kernel).buffer(&src).arg(read).buffer_mut(&mut partial).launch(config).unwrap()
+    };
+    let got = partial.to_vec().unwrap()[0];
+    if !past_the_end {
+        assert_eq!(got, stream_read_reference(&host));
+    }
 }
