@@ -23,6 +23,7 @@
 
 mod backend;
 mod blas;
+mod budget;
 mod buffer;
 pub mod code_object;
 mod device;
@@ -37,6 +38,10 @@ mod stream;
 
 pub use backend::{Backend, DEFAULT_MEM_FRACTION, MEM_FRACTION_ENV, Platforms, detect};
 pub use blas::{Blas, BlasElement, ColMajorGemm, ElementType, GemmDesc, Transpose};
+pub use budget::{
+    BUDGET_DIR_ENV, BudgetError, BudgetFigure, GPU_BUDGET_ENV, GPU_BUDGET_FRACTION_ENV, Reservation,
+    SLOT_BYTES, SharedBudget, budget_figure, default_budget,
+};
 pub use buffer::{DeviceBuffer, DeviceCopy};
 pub use device::{CodeObjectKind, DeviceInfo, MatrixCores, MemoryInfo};
 pub use error::{Bytes, DriverError, Error, OverBudget, Result};
