@@ -41,6 +41,12 @@ fn report_devices() {
         };
         let i = backend.info();
         println!("device {ordinal}: {} ({}), pci bus {}", i.name, i.arch, i.pci_bus_id);
+        if i.drives_display {
+            println!(
+                "  drives a display: GPU test runs default to a small budget and one test at a time on it \
+                 (gpu-test --jobs-per-gpu N overrides)"
+            );
+        }
         let library = backend.driver_library().map(|p| p.display().to_string()).unwrap_or_else(|| "?".into());
         println!(
             "  host API: {} ({library}), loads {} code objects",

@@ -38,6 +38,11 @@ pub struct DeviceInfo {
     /// Hopper's warpgroup MMA (`wgmma`): an sm_90 device, whose code objects the kernels build
     /// as sm_90a SASS (which runs there only). Launchers take the warpgroup kernels by this.
     pub warpgroup_mma: bool,
+    /// Whether the device drives a display (a desktop's GPU, shared with the compositor):
+    /// NVIDIA reports the display watchdog (the kernel-execution timeout); on AMD, sysfs says
+    /// whether the card is the boot VGA device or has a connected connector. GPU test runs
+    /// default to a small budget and one test at a time on such a device.
+    pub drives_display: bool,
 }
 
 /// The kind of kernel binary a device loads.

@@ -27,6 +27,7 @@ mod budget;
 mod buffer;
 pub mod code_object;
 mod device;
+mod display;
 mod driver;
 mod error;
 mod event;

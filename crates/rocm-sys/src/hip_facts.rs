@@ -191,6 +191,8 @@ impl AttributeFact {
 /// `hipDeviceAttributeUnused4` in 6.0) is listed because no release answers it: the target
 /// name is only in the device-properties struct ([`PROPS_LAYOUTS`]).
 pub const HIP_ATTRIBUTES: &[AttributeFact] = &[
+    // AMD's runtime answers it (0: no watchdog); AMD's HIP for NVIDIA passes CUDA's on.
+    attribute("hipDeviceAttributeKernelExecTimeout", 18, true, true),
     attribute("hipDeviceAttributeL2CacheSize", 19, true, true),
     attribute("hipDeviceAttributeComputeCapabilityMajor", 23, true, true),
     attribute("hipDeviceAttributeMaxGridDimX", 29, true, true),
@@ -343,6 +345,7 @@ mod tests {
     #[test]
     fn attribute_values_match_the_bindings() {
         let bound = [
+            (Attr::hipDeviceAttributeKernelExecTimeout, "hipDeviceAttributeKernelExecTimeout"),
             (Attr::hipDeviceAttributeL2CacheSize, "hipDeviceAttributeL2CacheSize"),
             (Attr::hipDeviceAttributeComputeCapabilityMajor, "hipDeviceAttributeComputeCapabilityMajor"),
             (Attr::hipDeviceAttributeMaxGridDimX, "hipDeviceAttributeMaxGridDimX"),

@@ -605,6 +605,7 @@ mod tests {
             stream_ordered_memory: true,
             matrix_cores: MatrixCores::MmaSync,
             warpgroup_mma: true,
+            drives_display: false,
         }
     }
 

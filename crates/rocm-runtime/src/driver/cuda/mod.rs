@@ -214,6 +214,7 @@ impl DeviceDriver for CudaDevice {
             stream_ordered_memory: self.memory_pools,
             matrix_cores: MatrixCores::for_nvidia_major(major),
             warpgroup_mma: (major, minor) == (9, 0),
+            drives_display: a(Attr::CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT)? != 0,
         })
     }
 

@@ -257,6 +257,14 @@ impl DeviceDriver for HipDevice {
                 (format!("sm_{major}{minor}"), CodeObjectKind::Nvidia, cores, (major, minor) == (9, 0))
             }
         };
+        let pci_bus_id = a(Attr::hipDeviceAttributePciBusId)?;
+        let drives_display = match self.hip.runtime {
+            // AMD's runtime has no display watchdog to report; its sysfs says.
+            HipRuntime::Amd(_) => {
+                crate::display::amd_drives_display(std::path::Path::new("/sys/class/drm"), pci_bus_id)
+            }
+            HipRuntime::NvidiaCuda { .. } => a(Attr::hipDeviceAttributeKernelExecTimeout)? != 0,
+        };
         let shared_mem_per_block = a(Attr::hipDeviceAttributeMaxSharedMemoryPerBlock)?;
         let optin = hip_facts::attribute_fact("hipDeviceAttributeSharedMemPerBlockOptin");
         let shared_mem_per_block_optin = match self.hip.runtime {
@@ -289,10 +297,11 @@ impl DeviceDriver for HipDevice {
             shared_mem_per_block_optin,
             l2_cache_bytes: a(Attr::hipDeviceAttributeL2CacheSize)?,
             total_memory: total as u64,
-            pci_bus_id: a(Attr::hipDeviceAttributePciBusId)?,
+            pci_bus_id,
             stream_ordered_memory: self.pool_fallback.is_none(),
             matrix_cores,
             warpgroup_mma,
+            drives_display,
         })
     }
 
