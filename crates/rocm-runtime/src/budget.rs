@@ -15,6 +15,9 @@
 //!   the slot.
 //! - `holder-<pid>[-<n>]`: who holds a reservation, locked for as long as it does, so that a
 //!   process that waited in vain can say whom it waited for.
+//! - `faulted`: written by a participant whose work faulted the device (an illegal address, a
+//!   sticky context error); later participants of the run read it and stay off the device.
+//!   A new run starts without it.
 
 use std::collections::hash_map::RandomState;
 use std::env::VarError;
@@ -39,6 +42,9 @@ pub const GPU_BUDGET_ENV: &str = "ROCMFORGE_GPU_BUDGET";
 
 /// The fraction of the device (0 < f <= 1) the computed figure starts from.
 pub const GPU_BUDGET_FRACTION_ENV: &str = "ROCMFORGE_GPU_BUDGET_FRACTION";
+
+/// The run's fault record (see the module docs).
+const FAULT_FILE: &str = "faulted";
 
 const FIRST_PAUSE: Duration = Duration::from_millis(10);
 const LONGEST_PAUSE: Duration = Duration::from_millis(200);
@@ -133,6 +139,14 @@ impl SharedBudget {
         let run_lock = open_rw(&run_path)?;
         match run_lock.try_lock() {
             Ok(()) => {
+                // A new run: an earlier run's fault is not this one's.
+                let faulted = dir.join(FAULT_FILE);
+                match fs::remove_file(&faulted) {
+                    Err(error) if error.kind() != io::ErrorKind::NotFound => {
+                        return Err(BudgetError::Io { path: faulted, error });
+                    }
+                    _ => {}
+                }
                 write_budget(&dir, &figure()?)?;
                 // Not atomic: another process may find run.lock free in between and compute the
                 // figure again. Harmless: it computes the same kind of figure at the same time,
@@ -169,6 +183,22 @@ impl SharedBudget {
     /// The device's budget directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Records that `what` (a test, and the error it got) faulted the device, for the rest of
+    /// the run; the first record stands.
+    pub fn mark_faulted(&self, what: &str) -> Result<(), BudgetError> {
+        let path = self.dir.join(FAULT_FILE);
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(mut file) => file.write_all(what.as_bytes()).map_err(io_at(&path)),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            Err(error) => Err(BudgetError::Io { path, error }),
+        }
+    }
+
+    /// What faulted the device earlier in this run, if anything did.
+    pub fn fault(&self) -> Option<String> {
+        fs::read_to_string(self.dir.join(FAULT_FILE)).ok()
     }
 
     /// Reserves `bytes` (rounded up to whole slots, at least one) for `who` (shown to processes
@@ -555,6 +585,23 @@ mod tests {
         assert_eq!(second.figure().how, "8 slots for a test");
         drop((first, second));
         assert_eq!(root.join(3).slot_count(), 3, "a figure left by an earlier run must be recomputed");
+    }
+
+    #[test]
+    fn a_fault_is_kept_for_the_run_and_forgotten_by_the_next() {
+        let root = TempRoot::new("fault");
+        let first = root.join(2);
+        assert_eq!(first.fault(), None);
+        first.mark_faulted("test a: CUDA_ERROR_ILLEGAL_ADDRESS").unwrap();
+        first.mark_faulted("test b: later").unwrap();
+        let second = root.join(2);
+        assert_eq!(
+            second.fault().as_deref(),
+            Some("test a: CUDA_ERROR_ILLEGAL_ADDRESS"),
+            "the first record stands"
+        );
+        drop((first, second));
+        assert_eq!(root.join(2).fault(), None, "a new run starts without the old fault");
     }
 
     #[test]

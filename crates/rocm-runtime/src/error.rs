@@ -36,6 +36,17 @@ impl DriverError {
         };
         self.code == not_ready
     }
+
+    /// Whether a kernel faulted the device's context: an illegal or misaligned address, an
+    /// illegal instruction, a trap or assertion, a watchdog timeout, an uncorrectable ECC error.
+    /// The context is unusable afterwards (every later call of the process fails the same way;
+    /// on AMD the device may be reset). HIP gives these the CUDA driver's numbers.
+    pub fn is_device_fault(&self) -> bool {
+        // ECC_UNCORRECTABLE 214, ILLEGAL_ADDRESS 700, LAUNCH_TIMEOUT 702, ASSERT 710,
+        // HARDWARE_STACK_ERROR 714, ILLEGAL_INSTRUCTION 715, MISALIGNED_ADDRESS 716,
+        // INVALID_ADDRESS_SPACE 717, INVALID_PC 718, LAUNCH_FAILED 719.
+        matches!(self.code, 214 | 700 | 702 | 710 | 714..=719)
+    }
 }
 
 /// The memory guard refused an allocation: it would take the ledger past its budget.
@@ -46,6 +57,14 @@ pub struct OverBudget {
     pub in_use: u64,
     pub free: u64,
     pub total: u64,
+    /// The largest live allocations then (at most [`OverBudget::SITES`]), largest first: where
+    /// the budget went.
+    pub largest: Vec<crate::LiveAllocation>,
+}
+
+impl OverBudget {
+    /// How many of the largest live allocations a refusal names.
+    pub const SITES: usize = 3;
 }
 
 impl std::error::Error for OverBudget {}
@@ -60,7 +79,11 @@ impl fmt::Display for OverBudget {
             Bytes(self.in_use),
             Bytes(self.free),
             Bytes(self.total)
-        )
+        )?;
+        for (i, live) in self.largest.iter().enumerate() {
+            write!(f, "{} {live}", if i == 0 { "; largest live:" } else { ";" })?;
+        }
+        Ok(())
     }
 }
 
@@ -101,6 +124,10 @@ impl Error {
             _ => None,
         }
     }
+    /// Whether this is a [`DriverError::is_device_fault`].
+    pub fn is_device_fault(&self) -> bool {
+        self.driver().is_some_and(DriverError::is_device_fault)
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -132,13 +159,46 @@ mod tests {
 
     #[test]
     fn over_budget_names_every_figure() {
-        let e =
-            OverBudget { requested: 3 << 30, budget: 2 << 30, in_use: 1024, free: 5 << 30, total: 8 << 30 };
+        let e = OverBudget {
+            requested: 3 << 30,
+            budget: 2 << 30,
+            in_use: 1024,
+            free: 5 << 30,
+            total: 8 << 30,
+            largest: Vec::new(),
+        };
         let text = Error::OverBudget(e).to_string();
         for needle in
             ["3.00 GiB", "budget 2147483648 B", "in use 1024 B", "free 5368709120", "total 8589934592"]
         {
             assert!(text.contains(needle), "`{needle}` missing from: {text}");
         }
+    }
+
+    #[test]
+    fn device_faults_are_the_sticky_codes_on_both_platforms() {
+        use rocm_sys::cuda::CUresult as Cu;
+        use rocm_sys::hip::hipError_t as Hip;
+        let error = |platform, code| DriverError {
+            platform,
+            call: "x",
+            code,
+            name: String::new(),
+            description: String::new(),
+        };
+        for code in [
+            Cu::CUDA_ERROR_ILLEGAL_ADDRESS.0,
+            Cu::CUDA_ERROR_LAUNCH_FAILED.0,
+            Cu::CUDA_ERROR_LAUNCH_TIMEOUT.0,
+        ] {
+            assert!(error(Platform::Nvidia, code).is_device_fault(), "{code}");
+        }
+        for code in
+            [Hip::hipErrorIllegalAddress.0, Hip::hipErrorLaunchFailure.0, Hip::hipErrorECCNotCorrectable.0]
+        {
+            assert!(error(Platform::Amd, code as _).is_device_fault(), "{code}");
+        }
+        assert!(!error(Platform::Nvidia, Cu::CUDA_ERROR_OUT_OF_MEMORY.0).is_device_fault());
+        assert!(!error(Platform::Amd, Hip::hipErrorNotReady.0 as _).is_device_fault());
     }
 }

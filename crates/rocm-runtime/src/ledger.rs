@@ -123,7 +123,10 @@ impl Ledger {
             None => Ok(AllocationId(id)),
             Some((budget, in_use)) => {
                 let (free, total) = memory();
-                Err(OverBudget { requested: bytes, budget, in_use, free, total })
+                let mut largest = self.live_allocations();
+                largest.sort_by_key(|a| std::cmp::Reverse(a.bytes));
+                largest.truncate(OverBudget::SITES);
+                Err(OverBudget { requested: bytes, budget, in_use, free, total, largest })
             }
         }
     }
@@ -256,9 +259,17 @@ mod tests {
     #[test]
     fn the_guard_refuses_past_the_budget_and_keeps_working() {
         let ledger = Ledger::new(1000);
-        let a = ledger.reserve(600, here(), "f32", None, || (0, 0)).unwrap();
+        let here_a = here();
+        let a = ledger.reserve(600, here_a, "f32", None, || (0, 0)).unwrap();
         let refused = ledger.reserve(401, here(), "f32", None, || (7, 9)).unwrap_err();
-        assert_eq!(refused, OverBudget { requested: 401, budget: 1000, in_use: 600, free: 7, total: 9 });
+        assert_eq!(
+            (refused.requested, refused.budget, refused.in_use, refused.free, refused.total),
+            (401, 1000, 600, 7, 9)
+        );
+        // The refusal names where the budget went.
+        assert_eq!(refused.largest.len(), 1);
+        assert_eq!((refused.largest[0].bytes, refused.largest[0].site), (600, here_a));
+        assert!(refused.to_string().contains("largest live: 600 bytes of f32 allocated at"), "{refused}");
         let b = ledger.reserve(400, here(), "f32", None, || (0, 0)).unwrap();
         assert_eq!(ledger.in_use(), 1000);
         ledger.release(a);

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use rocm_runtime::{Account, Backend, Bytes, LiveAllocation, Stream};
 
 use crate::fixture::{GpuUnavailable, gpu_backend, require_gpu};
+use crate::memory::{self, DEFAULT_TEST_MEMORY, TestMemory};
 
 /// How far the driver's free-memory reading may fall over one test before the second-line
 /// check complains: module loads and driver bookkeeping take a few MiB the first time.
@@ -67,6 +68,8 @@ pub struct GpuTest {
     account: Account,
     free_at_start: Option<u64>,
     library_states_at_start: u64,
+    /// The test's share of the device's budget; dropped after the end-of-test checks.
+    memory: Option<TestMemory>,
     done: bool,
 }
 
@@ -75,14 +78,24 @@ impl GpuTest {
     /// after it). Without a GPU: prints one line and returns `None`, or panics when
     /// `ROCMFORGE_REQUIRE_GPU=1`.
     pub fn begin() -> Option<GpuTest> {
+        Self::begin_with_memory(DEFAULT_TEST_MEMORY)
+    }
+
+    /// As [`GpuTest::begin`], declaring the device memory the test needs (its reservation from
+    /// the device's shared budget, and its guard budget): `gpu_test!(memory = BYTES)`.
+    pub fn begin_with_memory(bytes: u64) -> Option<GpuTest> {
         let name = std::thread::current().name().unwrap_or("unnamed test").to_string();
-        Self::begin_named(name)
+        Self::begin_named_with_memory(name, bytes)
     }
 
     /// As [`GpuTest::begin`], with an explicit name.
     pub fn begin_named(name: impl Into<String>) -> Option<GpuTest> {
+        Self::begin_named_with_memory(name, DEFAULT_TEST_MEMORY)
+    }
+
+    fn begin_named_with_memory(name: impl Into<String>, bytes: u64) -> Option<GpuTest> {
         let name = name.into();
-        match Self::try_begin(&name) {
+        match Self::try_begin_with_memory(&name, bytes) {
             Ok(scope) => Some(scope),
             Err(why) if require_gpu() => {
                 panic!("GPU required (ROCMFORGE_REQUIRE_GPU=1) but unavailable for `{name}`: {why}")
@@ -95,9 +108,18 @@ impl GpuTest {
         }
     }
 
-    /// Opens a scope, or says why it cannot.
+    /// Opens a scope with the default memory, or says why it cannot.
     pub fn try_begin(name: &str) -> Result<GpuTest, GpuUnavailable> {
+        Self::try_begin_with_memory(name, DEFAULT_TEST_MEMORY)
+    }
+
+    /// Opens a scope holding `bytes` of the device's shared budget, or says why there is no
+    /// GPU. A GPU that is there but cannot give the test its memory (the budget stayed full for
+    /// the whole wait, the request exceeds the budget, the device faulted earlier in the run)
+    /// fails the test: that is not a missing GPU.
+    pub fn try_begin_with_memory(name: &str, bytes: u64) -> Result<GpuTest, GpuUnavailable> {
         let backend = gpu_backend()?;
+        let memory = TestMemory::reserve(&backend, name, bytes).unwrap_or_else(|why| panic!("{why}"));
         let account = backend.ledger().open_account(name);
         let stream = backend.create_stream_for(&account).map_err(|e| GpuUnavailable(e.to_string()))?;
         let alone = ACTIVE_SCOPES.fetch_add(1, Ordering::SeqCst) == 0;
@@ -110,6 +132,7 @@ impl GpuTest {
             account,
             free_at_start,
             library_states_at_start,
+            memory: Some(memory),
             done: false,
         })
     }
@@ -139,6 +162,10 @@ impl GpuTest {
     /// Synchronises the test's stream and checks that nothing it allocated is live.
     pub fn check_leaks(&self) -> Result<(), LeakReport> {
         if let Err(e) = self.stream.synchronize() {
+            if e.is_device_fault() {
+                // Later tests of the run stay off this device, saying why (`memory`).
+                memory::mark_faulted(&self.backend, &self.name, &e);
+            }
             return Err(LeakReport::Stream { test: self.name.clone(), error: e.to_string() });
         }
         let bytes = self.account.live_bytes();
@@ -152,7 +179,9 @@ impl GpuTest {
     /// The second-line check: only sound when no other test of this process is running and
     /// tests run one at a time (the nextest `gpu` profile's test group).
     fn check_driver_memory(&self) -> Result<(), LeakReport> {
-        let serialised = std::env::var("NEXTEST_TEST_GROUP").is_ok_and(|g| g == "gpu");
+        // Other processes' work moves the reading too: only sound with one test per GPU.
+        let serialised =
+            std::env::var("NEXTEST_TEST_GROUP").is_ok_and(|g| g == "gpu") && memory::one_job_per_gpu();
         let alone = ACTIVE_SCOPES.load(Ordering::SeqCst) == 1;
         let (Some(free_at_start), true, true) = (self.free_at_start, serialised, alone) else {
             return Ok(());
@@ -187,6 +216,8 @@ impl Drop for GpuTest {
         if ACTIVE_SCOPES.fetch_sub(1, Ordering::SeqCst) == 1 {
             rocm_runtime::Blas::release_all();
         }
+        // Its share of the budget goes back last, once its memory is freed.
+        drop(self.memory.take());
         if let Err(report) = result {
             if std::thread::panicking() {
                 eprintln!("{report}");
