@@ -29,8 +29,10 @@ tasks:
   kernels [--platform P]        compile kernels/*.hip (P: amd, nvidia, all, auto; default auto)
   amd-toolchain [--rebuild]     make (or reuse) the Debian forky chroot with hipcc 7 that AMD kernels
                                 are built with (root, debootstrap)
-  gpu-test [--archive DIR] [--gpus N] [--sanitize[=TOOLS]] [-- nextest args]
-                                run the GPU suite under the nextest `gpu` profile
+  gpu-test [--archive DIR] [--gpus N] [--jobs-per-gpu N | --serial] [--repeat N] [--junit PATH]
+           [--partition K/N] [--hip-nvidia] [--sanitize[=TOOLS]] [-- nextest args]
+                                run the GPU suite under the nextest `gpu` profile, several tests per
+                                GPU (one on a GPU that drives a display; docs/gpu-runs.md)
                                 (--sanitize: under compute-sanitizer memcheck, racecheck, synccheck)
   gpu-archive [--out DIR] [--platform P]
                                 pack the GPU suite to run on another host (default .gpu/;

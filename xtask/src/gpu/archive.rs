@@ -149,10 +149,15 @@ fn readme(dir: &str, platforms: &[&str], root: &Path) -> String {
          \x20   {dir}/xtask gpu-test --archive {dir}\n\
          \n\
          It runs the suite under the nextest `{NEXTEST_PROFILE}` profile with ROCMFORGE_REQUIRE_GPU=1: a GPU\n\
-         test that finds no GPU fails. Options: --gpus N (GPU tests run at once; default\n\
-         ROCMFORGE_GPUS, else the devices the driver reports); nextest arguments after `--`, e.g.\n\
+         test that finds no GPU fails. Several tests run at once on each GPU. Options: --gpus N\n\
+         (default ROCMFORGE_GPUS, else the devices the driver reports); --jobs-per-gpu N or\n\
+         --serial (default: the CPUs per GPU, at most 16; 1 where a GPU drives a display);\n\
+         --repeat N (a table of the tests that failed in some runs); --junit PATH; --partition K/N\n\
+         (this host's share of N hosts); nextest arguments after `--`, e.g.\n\
          \n\
-         \x20   {dir}/xtask gpu-test --archive {dir} -- -E 'binary(/^gpu_/)'\n",
+         \x20   {dir}/xtask gpu-test --archive {dir} -- -E 'binary(/^gpu_/)'\n\
+         \n\
+         docs/gpu-runs.md in the checkout says more.\n",
         platforms = platforms.join(", "),
         pad = " ".repeat(ARCHIVE_FILE.len()),
     )

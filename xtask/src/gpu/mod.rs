@@ -8,23 +8,27 @@
 //!   rocm-bench (benchmarks, with the same kernels embedded). `DIR/xtask gpu-test --archive DIR`,
 //!   run from the root of a checkout, runs it there.
 //!
-//! `test.rs` runs the suite (with `devices.rs` counting the GPUs and `sanitizer.rs` the checkers'
+//! `test.rs` runs the suite (with `devices.rs` counting the GPUs and choosing how many tests
+//! share each, `report.rs` reading the runs' JUnit reports and `sanitizer.rs` the checkers'
 //! reports), `archive.rs` packs it; this file holds what both sides agree on (the profiles, the
-//! archive's name) and the cargo plumbing: finding nextest and the target folder, running and
-//! showing commands.
+//! archive's name, the `gpu` test group of the nextest config) and the cargo plumbing: finding
+//! nextest and the target folder, running and showing commands.
 
 mod archive;
 mod devices;
+mod report;
 mod sanitizer;
 mod test;
 
 pub use archive::archive;
 pub use test::test;
 
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::Result;
+use devices::JOBS_PER_GPU_ENV;
 
 /// The nextest archive inside the folder `gpu-archive` writes.
 const ARCHIVE_FILE: &str = "rocmforge-gpu.tar.zst";
@@ -33,6 +37,12 @@ const CARGO_PROFILE: &str = "gpu";
 /// The nextest profile GPU tests run under (`.config/nextest.toml`), and that file.
 const NEXTEST_PROFILE: &str = "gpu";
 const NEXTEST_CONFIG: &str = ".config/nextest.toml";
+/// The test group GPU tests share (`.config/nextest.toml`).
+const TEST_GROUP: &str = "gpu";
+/// Where nextest writes the `gpu` profile's JUnit report, from the workspace root (for an
+/// archive, the checkout it is remapped to): `[store] dir`, the profile, `[profile.gpu.junit]
+/// path`. Not under CARGO_TARGET_DIR: nextest puts its store under the workspace root.
+const JUNIT_REPORT: &str = "target/nextest/gpu/junit.xml";
 
 /// cargo-nextest as cargo would find it: on PATH, next to cargo, or in `$CARGO_HOME/bin`.
 fn find_nextest() -> Result<PathBuf> {
@@ -100,6 +110,58 @@ fn shown(cmd: &Command) -> String {
     line
 }
 
+/// Runs `gpus * jobs_per_gpu` GPU tests at once: with more than one, nextest gets a copy of the
+/// repository config whose `gpu` test group has that many slots. The test kit puts slot
+/// `NEXTEST_TEST_GROUP_SLOT` on device `slot % devices`, so the tests spread evenly over the
+/// GPUs; it also learns how many share each GPU ([`JOBS_PER_GPU_ENV`]).
+///
+/// `--config-file` replaces `.config/nextest.toml` rather than layering on it, hence a full copy.
+/// `--tool-config-file` cannot do this: tool configs rank below the repository config, and may
+/// only define test groups of their own (`@tool:` names).
+pub(super) fn add_group_config(
+    cmd: &mut Command,
+    root: &Path,
+    gpus: usize,
+    jobs_per_gpu: usize,
+) -> Result<Option<PathBuf>> {
+    cmd.env(JOBS_PER_GPU_ENV, jobs_per_gpu.to_string());
+    let slots = gpus.saturating_mul(jobs_per_gpu);
+    if slots <= 1 {
+        return Ok(None);
+    }
+    let config = root.join(NEXTEST_CONFIG);
+    let text = fs::read_to_string(&config).map_err(|e| format!("cannot read {}: {e}", config.display()))?;
+    let patched = set_group_max_threads(&text, TEST_GROUP, slots)
+        .ok_or_else(|| format!("{} has no `max-threads` in [test-groups.{TEST_GROUP}]", config.display()))?;
+    let path =
+        std::env::temp_dir().join(format!("rocmforge-nextest-{slots}slots-{}.toml", std::process::id()));
+    fs::write(&path, patched).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    cmd.arg("--config-file").arg(&path);
+    Ok(Some(path))
+}
+
+/// `text` with `max-threads` of `[test-groups.<group>]` set to `n`; `None` if it has none.
+fn set_group_max_threads(text: &str, group: &str, n: usize) -> Option<String> {
+    let header = format!("[test-groups.{group}]");
+    let (mut in_group, mut done) = (false, false);
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('[') {
+            in_group = trimmed.split('#').next().map(str::trim) == Some(header.as_str());
+        }
+        let is_key = trimmed.strip_prefix("max-threads").is_some_and(|r| r.trim_start().starts_with('='));
+        if in_group && !done && is_key {
+            out.push_str(&format!("max-threads = {n}"));
+            done = true;
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    done.then_some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +171,55 @@ mod tests {
         let mut cmd = Command::new("nextest");
         cmd.args(["run", "-E", "binary(/^gpu_/)"]).env("A", "1");
         assert_eq!(shown(&cmd), "A=1 nextest run -E 'binary(/^gpu_/)'");
+    }
+
+    #[test]
+    fn max_threads_is_set_in_the_named_group_only() {
+        let text = "[test-groups.other]\nmax-threads = 1\n\n[test-groups.gpu] # GPUs\nmax-threads = 1\n";
+        let patched = set_group_max_threads(text, "gpu", 4).unwrap();
+        assert_eq!(
+            patched,
+            "[test-groups.other]\nmax-threads = 1\n\n[test-groups.gpu] # GPUs\nmax-threads = 4\n"
+        );
+        assert!(set_group_max_threads("[test-groups.other]\nmax-threads = 1\n", "gpu", 2).is_none());
+    }
+
+    #[test]
+    fn the_repository_config_has_a_gpu_group_to_patch() {
+        let text = fs::read_to_string(repository_root().join(NEXTEST_CONFIG)).unwrap();
+        let patched = set_group_max_threads(&text, TEST_GROUP, 3).expect("[test-groups.gpu] max-threads");
+        assert!(patched.contains("max-threads = 3"));
+    }
+
+    #[test]
+    fn the_junit_report_is_where_the_repository_config_puts_it() {
+        let text = fs::read_to_string(repository_root().join(NEXTEST_CONFIG)).unwrap();
+        let store = toml_string(&text, "[store]", "dir").expect("[store] dir");
+        let path = toml_string(&text, &format!("[profile.{NEXTEST_PROFILE}.junit]"), "path")
+            .expect("[profile.gpu.junit] path");
+        assert_eq!(format!("{store}/{NEXTEST_PROFILE}/{path}"), JUNIT_REPORT);
+    }
+
+    /// The checkout this test runs in. At run time, not `env!`: nextest points
+    /// CARGO_MANIFEST_DIR at the remapped checkout when the test runs from an archive on
+    /// another host.
+    fn repository_root() -> PathBuf {
+        let xtask_dir = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from);
+        xtask_dir.and_then(|d| d.parent().map(Path::to_path_buf)).unwrap_or_else(crate::workspace_root)
+    }
+
+    /// The string `key = "..."` of the TOML table `header`, for the simple lines of our config.
+    fn toml_string(text: &str, header: &str, key: &str) -> Option<String> {
+        let mut in_table = false;
+        for line in text.lines().map(str::trim) {
+            if line.starts_with('[') {
+                in_table = line.split('#').next().map(str::trim) == Some(header);
+            } else if let Some((k, v)) = line.split_once('=').filter(|_| in_table)
+                && k.trim() == key
+            {
+                return Some(v.split('#').next()?.trim().trim_matches('"').to_string());
+            }
+        }
+        None
     }
 }

@@ -1,5 +1,6 @@
 //! `cargo xtask gpu-test`: the suite run here with cargo, or from a `gpu-archive` folder
-//! without it; once, or once per sanitizer tool.
+//! without it; once, `--repeat N` times (`report.rs` counts what failed), or once per sanitizer
+//! tool. Several tests share each GPU (`--jobs-per-gpu`; `devices.rs` picks the default).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -7,21 +8,32 @@ use std::process::Command;
 
 use rocm_runtime::Platform;
 
-use super::devices::{detect_gpu, gpu_count, parse_gpus};
+use super::devices::{detect_gpu, gpu_count, jobs_per_gpu, parse_gpus, parse_jobs_per_gpu};
+use super::report::{Repeats, collect_run, parse_partition, parse_repeat, partition_args};
 use super::sanitizer::{SANITIZERS, canary_only, gpu_tests_only, sanitizer, summarise_sanitizer_logs};
-use super::{ARCHIVE_FILE, CARGO_PROFILE, NEXTEST_CONFIG, NEXTEST_PROFILE, shown};
+use super::{
+    ARCHIVE_FILE, CARGO_PROFILE, JUNIT_REPORT, NEXTEST_CONFIG, NEXTEST_PROFILE, add_group_config, shown,
+};
 use crate::Result;
 use crate::flags::Flags;
 use crate::{hip_nvidia, kernels};
 
-const TEST_USAGE: &str = "usage: cargo xtask gpu-test [--archive DIR] [--gpus N] [--hip-nvidia] [--sanitize[=memcheck,racecheck,synccheck]] [-- nextest args]";
-/// The test group GPU tests share (`.config/nextest.toml`).
-const TEST_GROUP: &str = "gpu";
+const TEST_USAGE: &str = "usage: cargo xtask gpu-test [--archive DIR] [--gpus N] [--jobs-per-gpu N | --serial] \
+     [--repeat N] [--junit PATH] [--partition K/N] [--hip-nvidia] [--sanitize[=memcheck,racecheck,synccheck]] \
+     [-- nextest args]";
 
 #[derive(Debug, Default, PartialEq)]
 struct TestArgs {
     archive: Option<PathBuf>,
     gpus: Option<usize>,
+    /// `--jobs-per-gpu N`, or 1 for `--serial`; `None`: the default for the devices found.
+    jobs_per_gpu: Option<usize>,
+    /// `--repeat N`: how many times to run the suite (once when `None`).
+    repeat: Option<usize>,
+    /// `--junit PATH`: where to copy the JUnit report of the (last) run.
+    junit: Option<PathBuf>,
+    /// `--partition K/N`: run only this host's share K of N (nextest's `hash:K/N`).
+    partition: Option<(usize, usize)>,
     /// `--sanitize[=TOOLS]`: the vendor checkers to run the GPU tests under.
     sanitize: Vec<String>,
     /// `--hip-nvidia`: drive the NVIDIA GPU through AMD's HIP for NVIDIA (`cargo xtask
@@ -37,15 +49,43 @@ fn parse_test_args(args: &[String]) -> Result<TestArgs> {
         Some(n) => Some(parse_gpus(&n).map_err(|e| flags.invalid("--gpus", e))?),
         None => None,
     };
+    let jobs_per_gpu = match flags.value("--jobs-per-gpu")? {
+        Some(n) => Some(parse_jobs_per_gpu(&n).map_err(|e| flags.invalid("--jobs-per-gpu", e))?),
+        None => None,
+    };
+    let repeat = match flags.value("--repeat")? {
+        Some(n) => Some(parse_repeat(&n).map_err(|e| flags.invalid("--repeat", e))?),
+        None => None,
+    };
+    let junit = flags.value("--junit")?.map(PathBuf::from);
+    let partition = match flags.value("--partition")? {
+        Some(p) => Some(parse_partition(&p).map_err(|e| flags.invalid("--partition", e))?),
+        None => None,
+    };
     let sanitize = match flags.optional_value("--sanitize") {
         None => Vec::new(),
         Some(None) => SANITIZERS.iter().map(|t| t.to_string()).collect(),
         Some(Some(tools)) => sanitizer_list(&tools).map_err(|e| flags.invalid("--sanitize", e))?,
     };
+    let serial = flags.switch("--serial");
     let hip_nvidia = flags.switch("--hip-nvidia");
     let nextest = flags.rest_after_dashdash();
+    let jobs_per_gpu = match (serial, jobs_per_gpu) {
+        (true, Some(_)) => {
+            return Err(flags.invalid("--serial", "is --jobs-per-gpu 1: give one or the other"));
+        }
+        (true, None) => Some(1),
+        (false, jobs) => jobs,
+    };
+    // A sanitizer run is one nextest run per tool plus the canary's: which of them would
+    // `--junit` keep, or `--repeat` repeat? Rather than guess, refuse.
+    if !sanitize.is_empty() && (repeat.is_some() || junit.is_some()) {
+        return Err(
+            flags.invalid("--sanitize", "runs once per tool; --repeat and --junit are for plain runs")
+        );
+    }
     flags.finish()?;
-    Ok(TestArgs { archive, gpus, sanitize, hip_nvidia, nextest })
+    Ok(TestArgs { archive, gpus, jobs_per_gpu, repeat, junit, partition, sanitize, hip_nvidia, nextest })
 }
 
 /// `--sanitize=TOOLS`: a comma-separated list of [`SANITIZERS`] (empty: none).
@@ -108,13 +148,14 @@ fn test_here(args: &TestArgs) -> Result<()> {
     kernels::build(&[gpu.platform])?;
 
     let gpus = gpu_count(args.gpus, Some(&gpu));
+    let jobs = jobs_per_gpu(args.jobs_per_gpu, gpus, Some(&gpu));
     let platform = if args.hip_nvidia { Platform::Nvidia } else { gpu.platform };
-    run_suite(args, platform, || {
+    run_suite(args, &root, platform, || {
         let mut cmd = Command::new(crate::cargo());
         cmd.current_dir(&root)
             .args(["nextest", "run", "--workspace", "--cargo-profile", CARGO_PROFILE])
             .args(["--profile", NEXTEST_PROFILE]);
-        let config = add_group_config(&mut cmd, &root, gpus)?;
+        let config = add_group_config(&mut cmd, &root, gpus, jobs)?;
         cmd.env("ROCMFORGE_REQUIRE_GPU", "1").env("ROCMFORGE_PLATFORM", gpu.platform_name());
         Ok((cmd, config))
     })
@@ -151,13 +192,14 @@ fn test_archive(dir: &Path, args: &TestArgs) -> Result<()> {
         Err(why) => eprintln!("gpu-test: {why}\ngpu-test: running the suite anyway; its GPU tests will fail"),
     }
     let gpus = gpu_count(args.gpus, gpu.as_ref().ok());
+    let jobs = jobs_per_gpu(args.jobs_per_gpu, gpus, gpu.as_ref().ok());
     // The silicon decides the sanitizer: HIP for NVIDIA runs on an NVIDIA GPU.
     let platform = match &gpu {
         Ok(_) if args.hip_nvidia => Platform::Nvidia,
         Ok(gpu) => gpu.platform,
         Err(_) => Platform::Nvidia,
     };
-    run_suite(args, platform, || {
+    run_suite(args, &root, platform, || {
         let mut cmd = Command::new(&nextest);
         cmd.current_dir(&root)
             .args(["nextest", "run", "--archive-file"])
@@ -165,7 +207,7 @@ fn test_archive(dir: &Path, args: &TestArgs) -> Result<()> {
             .arg("--workspace-remap")
             .arg(&root)
             .args(["--profile", NEXTEST_PROFILE]);
-        let config = add_group_config(&mut cmd, &root, gpus)?;
+        let config = add_group_config(&mut cmd, &root, gpus, jobs)?;
         cmd.env("ROCMFORGE_REQUIRE_GPU", "1");
         if let (Ok(gpu), None) = (&gpu, std::env::var_os("ROCMFORGE_PLATFORM")) {
             cmd.env("ROCMFORGE_PLATFORM", gpu.platform_name());
@@ -174,21 +216,17 @@ fn test_archive(dir: &Path, args: &TestArgs) -> Result<()> {
     })
 }
 
-/// Runs the suite once, or once per sanitizer tool (GPU tests only, each test binary started
-/// under the checker through nextest's target runner). Exits with nextest's status on failure.
+/// Runs the suite once or `--repeat` times ([`run_repeated`]), or once per sanitizer tool (GPU
+/// tests only, each test binary started under the checker through nextest's target runner).
+/// `root`: the workspace root nextest runs in (for an archive, the one it is remapped to).
 fn run_suite(
     args: &TestArgs,
+    root: &Path,
     platform: Platform,
     make: impl Fn() -> Result<(Command, Option<PathBuf>)>,
 ) -> Result<()> {
     if args.sanitize.is_empty() {
-        let (mut cmd, config) = make()?;
-        cmd.args(&args.nextest);
-        let code = run_nextest(cmd, config)?;
-        if code != 0 {
-            std::process::exit(code);
-        }
-        return Ok(());
+        return run_repeated(args, root, make);
     }
     let checker = sanitizer(platform)?;
     let logs = std::env::temp_dir().join(format!("rocmforge-sanitizer-{}", std::process::id()));
@@ -210,6 +248,7 @@ fn run_suite(
         );
         cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", &runner)
             .env(rocm_runtime::SANITIZER_ENV, tool)
+            .args(partition_args(args.partition, &args.nextest))
             .args(gpu_tests_only(&args.nextest));
         println!("gpu-test: sanitizer {tool}");
         let code = run_nextest(cmd, config)?;
@@ -228,6 +267,47 @@ fn run_suite(
         Ok(())
     } else {
         Err(format!("the GPU suite failed under: {}", failed.join(", ")).into())
+    }
+}
+
+/// Runs the suite `--repeat` times (once by default), reading each run's JUnit report, and with
+/// more than one run prints the tests that failed and in how many runs. Exits with the status of
+/// the last run that failed, if any did.
+fn run_repeated(
+    args: &TestArgs,
+    root: &Path,
+    make: impl Fn() -> Result<(Command, Option<PathBuf>)>,
+) -> Result<()> {
+    let runs = args.repeat.unwrap_or(1);
+    let report = root.join(JUNIT_REPORT);
+    let keep = match &args.junit {
+        Some(path) => Some(std::env::current_dir()?.join(path)),
+        None => None,
+    };
+    let mut repeats = Repeats::default();
+    let mut failed_code = None;
+    for run in 1..=runs {
+        if runs > 1 {
+            println!("gpu-test: run {run} of {runs}");
+        }
+        let (mut cmd, config) = make()?;
+        cmd.args(partition_args(args.partition, &args.nextest)).args(&args.nextest);
+        // A report an earlier run left must not stand in for one this run did not write.
+        let _ = fs::remove_file(&report);
+        let code = run_nextest(cmd, config)?;
+        let cases = collect_run(&report, keep.as_deref(), run, runs)?;
+        repeats.record(code, cases.as_deref());
+        if code != 0 {
+            failed_code = Some(code);
+        }
+    }
+    if runs > 1 {
+        print!("{}", repeats.render());
+    }
+    match failed_code {
+        Some(code) => std::process::exit(code),
+        None if repeats.any_failed() => Err("a run reported failed tests, yet nextest exited 0".into()),
+        None => Ok(()),
     }
 }
 
@@ -272,49 +352,6 @@ fn run_nextest(mut cmd: Command, config: Option<PathBuf>) -> Result<i32> {
     Ok(status.code().unwrap_or(1))
 }
 
-/// With more than one GPU, nextest gets a copy of the repository config whose `gpu` test group
-/// runs `gpus` tests at once, so each test group slot (`NEXTEST_TEST_GROUP_SLOT`) is a device.
-///
-/// `--config-file` replaces `.config/nextest.toml` rather than layering on it, hence a full copy.
-/// `--tool-config-file` cannot do this: tool configs rank below the repository config, and may
-/// only define test groups of their own (`@tool:` names).
-fn add_group_config(cmd: &mut Command, root: &Path, gpus: usize) -> Result<Option<PathBuf>> {
-    println!("gpu-test: the `{TEST_GROUP}` test group runs {gpus} test(s) at once");
-    if gpus <= 1 {
-        return Ok(None);
-    }
-    let config = root.join(NEXTEST_CONFIG);
-    let text = fs::read_to_string(&config).map_err(|e| format!("cannot read {}: {e}", config.display()))?;
-    let patched = set_group_max_threads(&text, TEST_GROUP, gpus)
-        .ok_or_else(|| format!("{} has no `max-threads` in [test-groups.{TEST_GROUP}]", config.display()))?;
-    let path = std::env::temp_dir().join(format!("rocmforge-nextest-{gpus}gpus-{}.toml", std::process::id()));
-    fs::write(&path, patched).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    cmd.arg("--config-file").arg(&path);
-    Ok(Some(path))
-}
-
-/// `text` with `max-threads` of `[test-groups.<group>]` set to `n`; `None` if it has none.
-fn set_group_max_threads(text: &str, group: &str, n: usize) -> Option<String> {
-    let header = format!("[test-groups.{group}]");
-    let (mut in_group, mut done) = (false, false);
-    let mut out = String::with_capacity(text.len());
-    for line in text.lines() {
-        let trimmed = line.trim_start();
-        if trimmed.starts_with('[') {
-            in_group = trimmed.split('#').next().map(str::trim) == Some(header.as_str());
-        }
-        let is_key = trimmed.strip_prefix("max-threads").is_some_and(|r| r.trim_start().starts_with('='));
-        if in_group && !done && is_key {
-            out.push_str(&format!("max-threads = {n}"));
-            done = true;
-        } else {
-            out.push_str(line);
-        }
-        out.push('\n');
-    }
-    done.then_some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,6 +364,13 @@ mod tests {
             ".gpu",
             "--gpus=2",
             "--hip-nvidia",
+            "--jobs-per-gpu",
+            "4",
+            "--repeat=3",
+            "--junit",
+            "out/junit.xml",
+            "--partition",
+            "2/3",
             "--",
             "-E",
             "--gpus",
@@ -337,6 +381,10 @@ mod tests {
             TestArgs {
                 archive: Some(".gpu".into()),
                 gpus: Some(2),
+                jobs_per_gpu: Some(4),
+                repeat: Some(3),
+                junit: Some("out/junit.xml".into()),
+                partition: Some((2, 3)),
                 sanitize: Vec::new(),
                 hip_nvidia: true,
                 nextest: strings(&["-E", "--gpus"])
@@ -353,33 +401,38 @@ mod tests {
     }
 
     #[test]
+    fn serial_is_one_test_per_gpu() {
+        assert_eq!(parse_test_args(&strings(&["--serial"])).unwrap().jobs_per_gpu, Some(1));
+        assert_eq!(parse_test_args(&strings(&["--jobs-per-gpu=1"])).unwrap().jobs_per_gpu, Some(1));
+    }
+
+    /// The error for `args`, which must be one.
+    fn error(args: &[&str]) -> String {
+        parse_test_args(&strings(args)).unwrap_err().to_string()
+    }
+
+    #[test]
     fn bad_test_args_are_errors() {
         assert!(parse_test_args(&strings(&["--gpus", "0"])).is_err());
         assert!(parse_test_args(&strings(&["--gpus"])).is_err());
         assert!(parse_test_args(&strings(&["--archives", "x"])).is_err());
-    }
-
-    #[test]
-    fn max_threads_is_set_in_the_named_group_only() {
-        let text = "[test-groups.other]\nmax-threads = 1\n\n[test-groups.gpu] # GPUs\nmax-threads = 1\n";
-        let patched = set_group_max_threads(text, "gpu", 4).unwrap();
-        assert_eq!(
-            patched,
-            "[test-groups.other]\nmax-threads = 1\n\n[test-groups.gpu] # GPUs\nmax-threads = 4\n"
+        let e = error(&["--jobs-per-gpu", "0"]);
+        assert!(e.starts_with("--jobs-per-gpu: zero tests per GPU runs nothing\nusage:"), "{e}");
+        assert!(
+            error(&["--jobs-per-gpu", "x"])
+                .starts_with("--jobs-per-gpu: `x` is not a number of tests per GPU")
         );
-        assert!(set_group_max_threads("[test-groups.other]\nmax-threads = 1\n", "gpu", 2).is_none());
-    }
-
-    #[test]
-    fn the_repository_config_has_a_gpu_group_to_patch() {
-        // At run time, not `env!`: nextest points CARGO_MANIFEST_DIR at the remapped checkout
-        // when the test runs from an archive on another host.
-        let xtask_dir = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from);
-        let root =
-            xtask_dir.and_then(|d| d.parent().map(Path::to_path_buf)).unwrap_or_else(crate::workspace_root);
-        let config = root.join(NEXTEST_CONFIG);
-        let text = fs::read_to_string(config).unwrap();
-        let patched = set_group_max_threads(&text, TEST_GROUP, 3).expect("[test-groups.gpu] max-threads");
-        assert!(patched.contains("max-threads = 3"));
+        assert!(error(&["--repeat", "0"]).starts_with("--repeat: `0` is not a positive number of runs"));
+        assert!(error(&["--repeat=-2"]).starts_with("--repeat: "));
+        for bad in ["3/2", "0/2", "2", "a/b", "1/0", "/"] {
+            let e = error(&["--partition", bad]);
+            assert!(e.starts_with(&format!("--partition: `{bad}` is not K/N with 1 <= K <= N")), "{e}");
+        }
+        let e = error(&["--serial", "--jobs-per-gpu", "2"]);
+        assert!(e.starts_with("--serial: is --jobs-per-gpu 1: give one or the other"), "{e}");
+        assert!(error(&["--jobs-per-gpu=1", "--serial"]).starts_with("--serial: "));
+        assert!(error(&["--serial=yes"]).starts_with("unexpected argument `--serial=yes`"));
+        assert!(error(&["--sanitize", "--repeat", "2"]).starts_with("--sanitize: runs once per tool"));
+        assert!(error(&["--sanitize=memcheck", "--junit", "j.xml"]).starts_with("--sanitize: "));
     }
 }
