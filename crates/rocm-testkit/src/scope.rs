@@ -93,7 +93,8 @@ impl GpuTest {
         Self::begin_named_with_memory(name, DEFAULT_TEST_MEMORY)
     }
 
-    fn begin_named_with_memory(name: impl Into<String>, bytes: u64) -> Option<GpuTest> {
+    /// As [`GpuTest::begin_named`], declaring the test's device memory.
+    pub fn begin_named_with_memory(name: impl Into<String>, bytes: u64) -> Option<GpuTest> {
         let name = name.into();
         match Self::try_begin_with_memory(&name, bytes) {
             Ok(scope) => Some(scope),

@@ -8,7 +8,8 @@ use rocm_testkit::{GpuTest, LeakReport, Rng, gpu_test};
 #[test]
 fn a_planted_leak_fails_the_check_and_names_its_site() {
     let gpu = gpu_test!();
-    let inner = GpuTest::begin_named("planted leak").expect("the GPU is there: the outer scope opened");
+    let inner = GpuTest::begin_named_with_memory("planted leak", 256 << 20)
+        .expect("the GPU is there: the outer scope opened");
     let leaked = inner.stream().alloc::<f32>(1234).unwrap();
     let line = line!() - 1;
     let report = inner.check_leaks().unwrap_err();
@@ -29,7 +30,8 @@ fn a_planted_leak_fails_the_check_and_names_its_site() {
 #[test]
 fn a_scope_dropped_with_live_memory_panics() {
     let _outer = gpu_test!();
-    let gpu = GpuTest::begin_named("leaky scope").expect("the GPU is there: the outer scope opened");
+    let gpu = GpuTest::begin_named_with_memory("leaky scope", 256 << 20)
+        .expect("the GPU is there: the outer scope opened");
     let buffer = gpu.stream().alloc::<u8>(100).unwrap();
     let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(gpu)))
         .expect_err("dropping a scope with live memory must panic");
@@ -46,7 +48,8 @@ fn sixteen_threads_with_their_own_streams_get_exact_results() {
     std::thread::scope(|s| {
         for t in 0..16u64 {
             s.spawn(move || {
-                let gpu = GpuTest::begin_named(format!("worker {t}")).unwrap();
+                // A few MiB each: 16 default reservations would hold 64 GiB of the device.
+                let gpu = GpuTest::begin_named_with_memory(format!("worker {t}"), 256 << 20).unwrap();
                 let mut rng = Rng::new(1000 + t);
                 for i in 0..rounds {
                     let n = 1 + rng.below(5000) as usize;
