@@ -43,6 +43,13 @@ pub const GPU_BUDGET_ENV: &str = "ROCMFORGE_GPU_BUDGET";
 /// The fraction of the device (0 < f <= 1) the computed figure starts from.
 pub const GPU_BUDGET_FRACTION_ENV: &str = "ROCMFORGE_GPU_BUDGET_FRACTION";
 
+/// The share of a device [`SharedBudget::join_device`] starts from: the rest is for the test
+/// processes' contexts and other programs' growth.
+pub const DEVICE_FRACTION: f64 = 0.85;
+
+/// The share on a device that drives a display: the desktop keeps the rest.
+pub const DESKTOP_FRACTION: f64 = 0.5;
+
 /// The run's fault record (see the module docs).
 const FAULT_FILE: &str = "faulted";
 
@@ -77,6 +84,9 @@ pub enum BudgetError {
     /// A setting from the environment that does not parse.
     #[error("{name}={value:?}: expected {expected}")]
     BadSetting { name: &'static str, value: String, expected: &'static str },
+    /// The device could not say how much memory it has.
+    #[error("shared GPU budget: reading the device's memory: {0}")]
+    Device(String),
     #[error("shared GPU budget: {}: {error}", .path.display())]
     Io {
         path: PathBuf,
@@ -183,6 +193,22 @@ impl SharedBudget {
     /// The device's budget directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The budget of `backend`'s device, under a key naming the physical device (PCI bus and
+    /// name, whichever host API opened it), from [`default_budget`] with [`DEVICE_FRACTION`]
+    /// ([`DESKTOP_FRACTION`] on a device that drives a display). A run's coordinator
+    /// (`cargo xtask gpu-test`) joins first and holds it for the run, so the figure is taken
+    /// once, before any test, and a fault record lasts the whole run; test processes join the
+    /// same way.
+    pub fn join_device(backend: &crate::Backend) -> Result<SharedBudget, BudgetError> {
+        let info = backend.info();
+        let key = format!("pci{:02x}-{}", info.pci_bus_id, info.name);
+        let fraction = if info.drives_display { DESKTOP_FRACTION } else { DEVICE_FRACTION };
+        SharedBudget::join(&key, || {
+            let memory = backend.memory_info().map_err(|e| BudgetError::Device(e.to_string()))?;
+            default_budget(memory.total, memory.free, fraction)
+        })
     }
 
     /// Records that `what` (a test, and the error it got) faulted the device, for the rest of

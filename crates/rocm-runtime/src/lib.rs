@@ -40,8 +40,8 @@ mod stream;
 pub use backend::{Backend, DEFAULT_MEM_FRACTION, MEM_FRACTION_ENV, Platforms, detect};
 pub use blas::{Blas, BlasElement, ColMajorGemm, ElementType, GemmDesc, Transpose};
 pub use budget::{
-    BUDGET_DIR_ENV, BudgetError, BudgetFigure, GPU_BUDGET_ENV, GPU_BUDGET_FRACTION_ENV, Reservation,
-    SLOT_BYTES, SharedBudget, budget_figure, default_budget,
+    BUDGET_DIR_ENV, BudgetError, BudgetFigure, DESKTOP_FRACTION, DEVICE_FRACTION, GPU_BUDGET_ENV,
+    GPU_BUDGET_FRACTION_ENV, Reservation, SLOT_BYTES, SharedBudget, budget_figure, default_budget,
 };
 pub use buffer::{DeviceBuffer, DeviceCopy};
 pub use device::{CodeObjectKind, DeviceInfo, MatrixCores, MemoryInfo};

@@ -20,9 +20,7 @@ mod scope;
 
 pub use compare::{Comparison, Tolerance, assert_close, compare, max_abs_diff, relative_l2};
 pub use fixture::{GpuUnavailable, REQUIRE_GPU_ENV, SANITIZER_ENV, gpu_backend, require_gpu, sanitizer};
-pub use memory::{
-    BUDGET_WAIT_ENV, DEFAULT_TEST_MEMORY, DEFAULT_WAIT, DESKTOP_FRACTION, FRACTION, JOBS_PER_GPU_ENV,
-};
+pub use memory::{BUDGET_WAIT_ENV, DEFAULT_TEST_MEMORY, DEFAULT_WAIT, JOBS_PER_GPU_ENV};
 pub use random::Rng;
 pub use scope::{GpuTest, LeakReport};
 

@@ -9,9 +9,11 @@
 //! allocation that does, naming its largest live allocations. The kernel releases a killed
 //! process's reservation (the budget holds it with file locks).
 //!
-//! The budget defaults to [`FRACTION`] of the device less what other programs use when the run
-//! starts, [`DESKTOP_FRACTION`] on a device that drives a display; `ROCMFORGE_GPU_BUDGET` and
-//! `ROCMFORGE_GPU_BUDGET_FRACTION` set it.
+//! The budget defaults to `rocm_runtime::DEVICE_FRACTION` of the device less what other programs
+//! use when the run starts (`DESKTOP_FRACTION` on a device that drives a display);
+//! `ROCMFORGE_GPU_BUDGET` and `ROCMFORGE_GPU_BUDGET_FRACTION` set it. `cargo xtask gpu-test`
+//! joins first and holds the budget for its run; without it, each test process that finds no
+//! other running takes the figure anew.
 //!
 //! A test whose kernel faults the device (an illegal address, a sticky context error; on AMD a
 //! reset) records it in the run's budget folder; every later test of the run on that device
@@ -20,7 +22,7 @@
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use rocm_runtime::{Backend, Reservation, SharedBudget, default_budget};
+use rocm_runtime::{Backend, Reservation, SharedBudget};
 
 /// What a test that declares nothing reserves.
 pub const DEFAULT_TEST_MEMORY: u64 = 4 << 30;
@@ -36,12 +38,6 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(240);
 /// reading only tells this test's leaks from other processes' work when it is 1.
 pub const JOBS_PER_GPU_ENV: &str = "ROCMFORGE_JOBS_PER_GPU";
 
-/// The share of a device the budget starts from (the rest: contexts, other programs' growth).
-pub const FRACTION: f64 = 0.85;
-
-/// The share on a device that drives a display: the desktop keeps the rest.
-pub const DESKTOP_FRACTION: f64 = 0.5;
-
 /// Whether tests run one at a time on each GPU (unset: as cargo test or nextest decide).
 pub(crate) fn one_job_per_gpu() -> bool {
     std::env::var(JOBS_PER_GPU_ENV).is_ok_and(|v| v.trim() == "1")
@@ -51,17 +47,7 @@ pub(crate) fn one_job_per_gpu() -> bool {
 fn shared_budget(backend: &Arc<Backend>) -> Result<&'static SharedBudget, String> {
     static BUDGET: OnceLock<Result<SharedBudget, String>> = OnceLock::new();
     BUDGET
-        .get_or_init(|| {
-            let info = backend.info();
-            // The PCI bus and name tell physical devices apart whatever each process's
-            // visible-device list makes their ordinals.
-            let key = format!("{}-pci{:02x}-{}", info.platform, info.pci_bus_id, info.name);
-            let fraction = if info.drives_display { DESKTOP_FRACTION } else { FRACTION };
-            // Read by every joiner, used by the first of the run only.
-            let memory = backend.memory_info().map_err(|e| format!("reading device memory: {e}"))?;
-            SharedBudget::join(&key, || default_budget(memory.total, memory.free, fraction))
-                .map_err(|e| e.to_string())
-        })
+        .get_or_init(|| SharedBudget::join_device(backend).map_err(|e| e.to_string()))
         .as_ref()
         .map_err(Clone::clone)
 }

@@ -150,6 +150,32 @@ fn probe_displays(devices: usize) -> Vec<bool> {
         .collect()
 }
 
+/// Joins every device's shared budget and holds it while one nextest run lasts: the figure is
+/// taken once, before any test (what other programs use then), and a test's fault record stays
+/// for the rest of the run instead of being cleared by the next test process that finds itself
+/// alone. A device that does not open is left to the tests, which report it.
+pub(super) fn hold_budgets() -> Vec<rocm_runtime::SharedBudget> {
+    let devices = rocm_runtime::detect().map_or(0, |d| d.device_count);
+    let mut held = Vec::new();
+    for ordinal in 0..devices {
+        let joined = rocm_runtime::Backend::open(ordinal)
+            .map_err(|e| e.to_string())
+            .and_then(|b| rocm_runtime::SharedBudget::join_device(&b).map_err(|e| e.to_string()));
+        match joined {
+            Ok(budget) => {
+                println!(
+                    "gpu-test: device {ordinal}: shared budget {} ({})",
+                    rocm_runtime::Bytes(budget.budget_bytes()),
+                    budget.figure().how
+                );
+                held.push(budget);
+            }
+            Err(e) => println!("gpu-test: device {ordinal}: no shared budget held for the run: {e}"),
+        }
+    }
+    held
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

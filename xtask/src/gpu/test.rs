@@ -341,10 +341,13 @@ fn canary_caught(
     Ok(caught)
 }
 
-/// Runs nextest and returns its exit code. `config` (generated) is removed after.
+/// Runs nextest and returns its exit code. `config` (generated) is removed after. The devices'
+/// shared budgets are held for the run (`devices::hold_budgets`).
 fn run_nextest(mut cmd: Command, config: Option<PathBuf>) -> Result<i32> {
+    let budgets = super::devices::hold_budgets();
     println!("+ {}", shown(&cmd));
     let status = cmd.status();
+    drop(budgets);
     if let Some(config) = config {
         let _ = fs::remove_file(config);
     }
