@@ -276,6 +276,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
         rf_cp_async_commit();
     }
     unsigned tile = first;
+    unsigned done = 0; // tiles this block has finished: their parity picks the totals buffer
     unsigned at_q = (unsigned)warp;
     float total_g = 0.0f; // row g of the current tile
     float total_h = 0.0f; // row g + 8
@@ -298,12 +299,16 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
         if (at_q >= groups) {
             // The tile is done. Lanes 4g..4g+3 hold the same sums (D's columns are equal); one
             // writes them.
-            float* sums = totals[tile & 1];
+            // By the block's own tile count: `tile & 1` is the same for every tile of a block
+            // when the grid is even (tiles are gridDim.x apart), and the next tile's writes
+            // would race the readers of this one (compute-sanitizer racecheck found it).
+            float* sums = totals[done & 1];
             if ((lane & 3) == 0) {
                 sums[warp * RF_T4_ROWS + (lane >> 2)] = total_g;
                 sums[warp * RF_T4_ROWS + (lane >> 2) + 8] = total_h;
             }
             rf_t4_finish<1>(sums, warps, tile, n, y);
+            ++done;
             total_g = 0.0f;
             total_h = 0.0f;
             at_q = (unsigned)warp;
