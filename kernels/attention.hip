@@ -17,26 +17,11 @@
 // operand's strides is 1, so they are coalesced for every layout above.
 
 #include "rocmforge.h"
+#include "rocmforge_attention_abi.h"
 
 #define RF_GEMM_TILE 64
 #define RF_GEMM_K 16
 #define RF_GEMM_THREADS 256
-
-// Mirrors `GemmParams` in crates/rocm-kernels/src/attention/unfused.rs (field order and types).
-struct rf_attn_gemm_params {
-    const void* a;
-    const void* b;
-    void* c;
-    rf_u64 a_batch, a_head, a_m, a_k;
-    rf_u64 b_batch, b_head, b_k, b_n;
-    rf_u64 c_batch, c_head, c_m, c_n;
-    int m, n, k;
-    int heads;   // heads of A and C; the grid's z walks batch * heads
-    int batch;
-    int group_b; // B's head = h / group_b
-    float alpha;
-    int pad;
-};
 
 template <typename TA, typename TB, typename TC>
 RF_DEVICE void rf_attn_gemm(const rf_attn_gemm_params& p) {

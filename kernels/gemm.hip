@@ -30,6 +30,7 @@
 // written yet: with a vendor BLAS present, the front door does not call this kernel at all.
 
 #include "rocmforge.h"
+#include "rocmforge_gemm_abi.h"
 
 #define RF_GEMM_BM 128
 #define RF_GEMM_BN 128
@@ -41,19 +42,6 @@
 #define RF_SKINNY_M 8
 #define RF_SKINNY_COLS 32
 #define RF_SKINNY_GROUPS (RF_GEMM_THREADS / RF_SKINNY_COLS)
-
-// Mirrors `GemmParams` in crates/rocm-kernels/src/gemm.rs (field order and types).
-struct rf_gemm_params {
-    const void* a;
-    const void* b;
-    void* c;
-    rf_u64 lda, ldb, ldc;
-    rf_u64 stride_a, stride_b, stride_c;
-    int m, n, k, batch;
-    float alpha, beta;
-    int trans_a; // read by rf_gemm_skinny_n (the tiled kernels are instantiated per layout)
-    int pad;
-};
 
 // Whether 8 consecutive elements from a multiple-of-8 offset of every row are whole 16-byte
 // vectors: an aligned base and a leading dimension of whole vectors.

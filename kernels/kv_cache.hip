@@ -14,19 +14,7 @@
 // Elementwise and memory-bound; decode writes a few rows a step, so simplicity wins here.
 
 #include "rocmforge.h"
-
-// Mirrors `WriteParams` in crates/rocm-kernels/src/kv_cache.rs.
-struct rf_kv_write_params {
-    const void* k;
-    const void* v;
-    void* k_cache;
-    void* v_cache;
-    const int* slots;
-    rf_u64 k_stride, v_stride;
-    rf_u64 row;
-    rf_u64 tokens;
-    rf_u64 num_slots;
-};
+#include "rocmforge_kv_cache_abi.h"
 
 template <typename T>
 RF_DEVICE void rf_kv_cache_write(const rf_kv_write_params& p) {
@@ -38,16 +26,6 @@ RF_DEVICE void rf_kv_cache_write(const rf_kv_write_params& p) {
         ((T*)p.v_cache)[(rf_u64)slot * p.row + i] = ((const T*)p.v)[t * p.v_stride + i];
     }
 }
-
-// Mirrors `CopyParams` in crates/rocm-kernels/src/kv_cache.rs.
-struct rf_kv_copy_params {
-    void* k_cache;
-    void* v_cache;
-    const int* pairs; // [n][2]: src, dst
-    rf_u64 n;
-    rf_u64 block_elems; // block_size * row
-    rf_u64 num_blocks;
-};
 
 template <typename T>
 RF_DEVICE void rf_kv_cache_copy_blocks(const rf_kv_copy_params& p) {

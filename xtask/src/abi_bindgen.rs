@@ -14,8 +14,13 @@ use std::path::{Path, PathBuf};
 use crate::Result;
 
 /// `(header in kernels/include, generated file in crates/rocm-kernels/src/abi)`.
-pub const HEADERS: &[(&str, &str)] =
-    &[("rocmforge_flash_abi.h", "flash.rs"), ("rocmforge_mxfp4_tiled_abi.h", "mxfp4_tiled.rs")];
+pub const HEADERS: &[(&str, &str)] = &[
+    ("rocmforge_attention_abi.h", "attention.rs"),
+    ("rocmforge_flash_abi.h", "flash.rs"),
+    ("rocmforge_gemm_abi.h", "gemm.rs"),
+    ("rocmforge_kv_cache_abi.h", "kv_cache.rs"),
+    ("rocmforge_mxfp4_tiled_abi.h", "mxfp4_tiled.rs"),
+];
 
 /// Adds bytemuck's derives to every struct.
 #[derive(Debug)]

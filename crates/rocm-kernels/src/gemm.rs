@@ -18,7 +18,6 @@
 
 use std::sync::Arc;
 
-use bytemuck::{Pod, Zeroable};
 use rocm_runtime::{Blas, BlasElement, DeviceBuffer, LaunchConfig, Stream};
 pub use rocm_runtime::{GemmDesc, Transpose};
 
@@ -39,28 +38,9 @@ const SKINNY_M: usize = 8;
 /// Columns of a skinny block when `B` is stored `[K, N]` (`RF_SKINNY_COLS`).
 const SKINNY_COLS: usize = 32;
 
-/// `rf_gemm_params` in `kernels/gemm.hip`, field for field.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct GemmParams {
-    a: u64,
-    b: u64,
-    c: u64,
-    lda: u64,
-    ldb: u64,
-    ldc: u64,
-    stride_a: u64,
-    stride_b: u64,
-    stride_c: u64,
-    m: i32,
-    n: i32,
-    k: i32,
-    batch: i32,
-    alpha: f32,
-    beta: f32,
-    trans_a: i32,
-    pad: i32,
-}
+/// The kernels' one argument (`rf_gemm_params`, generated from
+/// `kernels/include/rocmforge_gemm_abi.h`).
+type GemmParams = crate::abi::gemm::rf_gemm_params;
 
 /// Storage types both paths take: f32, f16, bf16 (f32 accumulation for all).
 pub trait GemmElement: Dtype + BlasElement {}

@@ -5,7 +5,6 @@
 //! token slots of `kv_heads * head_dim` elements ([`CacheShape`]); paged attention
 //! ([`crate::attention::paged_attention`]) reads it through block tables.
 
-use bytemuck::{Pod, Zeroable};
 use rocm_runtime::DeviceBuffer;
 
 use crate::KernelModule;
@@ -61,33 +60,11 @@ impl CacheShape {
     }
 }
 
-/// `rf_kv_write_params`, field for field.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct WriteParams {
-    k: u64,
-    v: u64,
-    k_cache: u64,
-    v_cache: u64,
-    slots: u64,
-    k_stride: u64,
-    v_stride: u64,
-    row: u64,
-    tokens: u64,
-    num_slots: u64,
-}
+/// `rf_kv_cache_write`'s argument (generated from `kernels/include/rocmforge_kv_cache_abi.h`).
+type WriteParams = crate::abi::kv_cache::rf_kv_write_params;
 
-/// `rf_kv_copy_params`, field for field.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct CopyParams {
-    k_cache: u64,
-    v_cache: u64,
-    pairs: u64,
-    n: u64,
-    block_elems: u64,
-    num_blocks: u64,
-}
+/// `rf_kv_cache_copy_blocks`' argument (generated from `kernels/include/rocmforge_kv_cache_abi.h`).
+type CopyParams = crate::abi::kv_cache::rf_kv_copy_params;
 
 /// Writes `tokens` new rows of `k` and `v` (`[tokens, kv_heads, head_dim]`, contiguous) to the
 /// cache slots `slots[t]` (`[tokens]` i32, on the device as the allocator produced them). A

@@ -4,7 +4,13 @@
 //! cannot be changed on one side only. Each struct's size and field offsets, as clang lays out
 //! the header the kernels compile, are asserted when this crate compiles.
 
+/// `rocmforge_attention_abi.h`: the unfused attention kernels' parameter block.
+pub(crate) mod attention;
 /// `rocmforge_flash_abi.h`: the flash-attention kernels' parameter block and tile sizes.
 pub(crate) mod flash;
+/// `rocmforge_gemm_abi.h`: the portable GEMM kernels' parameter block.
+pub(crate) mod gemm;
+/// `rocmforge_kv_cache_abi.h`: the KV-cache kernels' parameter blocks.
+pub(crate) mod kv_cache;
 /// `rocmforge_mxfp4_tiled_abi.h`: the tiled MXFP4 layout and kernel constants.
 pub(crate) mod mxfp4_tiled;

@@ -1,6 +1,5 @@
 //! The unfused attention pipeline (`kernels/attention.hip`): scores, softmax, weighted sum.
 
-use bytemuck::{Pod, Zeroable};
 use rocm_runtime::{DeviceBuffer, LaunchConfig, Stream};
 
 use super::{Attention, KERNEL, Tensor};
@@ -17,34 +16,9 @@ const MODULE: KernelModule = KernelModule::Attention;
 const TILE: usize = 64;
 const THREADS: u32 = 256;
 
-/// `rf_attn_gemm_params` in `kernels/attention.hip`, field for field.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct GemmParams {
-    a: u64,
-    b: u64,
-    c: u64,
-    a_batch: u64,
-    a_head: u64,
-    a_m: u64,
-    a_k: u64,
-    b_batch: u64,
-    b_head: u64,
-    b_k: u64,
-    b_n: u64,
-    c_batch: u64,
-    c_head: u64,
-    c_m: u64,
-    c_n: u64,
-    m: i32,
-    n: i32,
-    k: i32,
-    heads: i32,
-    batch: i32,
-    group_b: i32,
-    alpha: f32,
-    pad: i32,
-}
+/// The kernels' one argument (`rf_attn_gemm_params`, generated from
+/// `kernels/include/rocmforge_attention_abi.h`).
+type GemmParams = crate::abi::attention::rf_attn_gemm_params;
 
 /// `scores[b, h, i, j] = scale * q[b, i, h] . k[b, j, h / group]` for every query and key (no
 /// mask: the softmax applies it), as a contiguous `[batch, q_heads, seq_q, seq_k]` f32 tensor.

@@ -1,0 +1,23 @@
+// rocmforge_gemm_abi.h: the parameter block of the portable GEMM kernels (kernels/gemm.hip),
+// shared with their launcher (crates/rocm-kernels/src/gemm.rs, through the generated
+// abi/gemm.rs). See rocmforge_abi.h for the rules of an ABI header.
+
+#ifndef ROCMFORGE_GEMM_ABI_H
+#define ROCMFORGE_GEMM_ABI_H
+
+#include "rocmforge_abi.h"
+
+// C = alpha op(A) op(B) + beta C, row-major with leading dimensions, batched by strides.
+struct rf_gemm_params {
+    RF_ABI_PTR(const void) a;
+    RF_ABI_PTR(const void) b;
+    RF_ABI_PTR(void) c;
+    unsigned long long lda, ldb, ldc;
+    unsigned long long stride_a, stride_b, stride_c;
+    int m, n, k, batch;
+    float alpha, beta;
+    int trans_a; // read by rf_gemm_skinny_n (the tiled kernels are instantiated per layout)
+    int pad;
+};
+
+#endif // ROCMFORGE_GEMM_ABI_H
