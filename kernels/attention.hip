@@ -19,10 +19,6 @@
 #include "rocmforge.h"
 #include "rocmforge_attention_abi.h"
 
-#define RF_GEMM_TILE 64
-#define RF_GEMM_K 16
-#define RF_GEMM_THREADS 256
-
 template <typename TA, typename TB, typename TC>
 RF_DEVICE void rf_attn_gemm(const rf_attn_gemm_params& p) {
     __shared__ float as[RF_GEMM_K][RF_GEMM_TILE + 1];

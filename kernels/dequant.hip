@@ -41,9 +41,7 @@
 // advance by constants as for MXFP4 (blockDim.x a multiple of 16 for f16/bf16, 32 for f32).
 
 #include "rocmforge_quant.h"
-
-// Quant blocks a tile: 256 x 34 bytes (q8_0, the largest) = 8.5 KB of shared memory.
-#define RF_DEQUANT_TILE 256
+#include "rocmforge_dequant_abi.h"
 
 // ---------------------------------------------------------------------------------------------
 // MXFP4 by table lookups in RF_E2M1_{LO,HI} (rocmforge_quant.h), read by __byte_perm with a
@@ -303,7 +301,6 @@ template <> struct rf_dequant_quarter<rf_q4_0> {
         }
     }
 };
-
 
 // Chunks c0 and c1 into out[0..4) and out[4..8): one decode for both where F has word paths.
 template <typename F> RF_DEVICE void rf_dequant_pair(const unsigned char* stage, int c0, int c1, float* out) {

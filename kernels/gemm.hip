@@ -32,15 +32,9 @@
 #include "rocmforge.h"
 #include "rocmforge_gemm_abi.h"
 
-#define RF_GEMM_BM 128
-#define RF_GEMM_BN 128
-#define RF_GEMM_BK 16
-#define RF_GEMM_THREADS 256
 // Padding keeps rows 16-byte aligned for the float4 reads (and moves rows across banks).
 #define RF_GEMM_LDS (RF_GEMM_BM + 4)
 
-#define RF_SKINNY_M 8
-#define RF_SKINNY_COLS 32
 #define RF_SKINNY_GROUPS (RF_GEMM_THREADS / RF_SKINNY_COLS)
 
 // Whether 8 consecutive elements from a multiple-of-8 offset of every row are whole 16-byte

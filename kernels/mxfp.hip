@@ -25,13 +25,7 @@
 
 #include "rocmforge_quant.h"
 #include "rocmforge_mma.h"
-
-// Rows of W each warp of the matrix-vector kernel owns (the launcher sizes shared memory for it).
-#define RF_MX_ROWS 2
-// Floats a staged group of 32 activations occupies (4 of padding against bank conflicts).
-#define RF_MX_XGROUP 36
-// Bytes of the element table at the start of shared memory (64 floats: the 6-bit codes).
-#define RF_MX_LUT_BYTES 256
+#include "rocmforge_mxfp_abi.h"
 
 extern __shared__ uint4 rf_mx_smem[];
 
@@ -219,11 +213,6 @@ RF_DEVICE void rf_mx_matvec(const unsigned char* w, const T* x, T* y, rf_u64 n, 
 // Entry: blockDim.x a multiple of 32 up to 32 * RF_MXM_WARPS, k % 512 == 0 (_anyk: k % 32 == 0),
 // 16 * row bytes < 2^32, w and x 16-byte aligned; dynamic shared memory warps * RF_MXM_STAGES *
 // (16 * stage row bytes + 1024) + warps * 16 * 4 (matvec_mma_shared_bytes in mxfp.rs).
-
-#define RF_MXM_ROWS 16
-#define RF_MXM_WARPS 4
-#define RF_MXM_CHUNK 16
-#define RF_MXM_STAGES 2
 
 #if RF_MMA_SYNC
 
@@ -520,9 +509,6 @@ RF_MXM_ENTRIES(mxfp6_e3m2, rf_mxfp6_e3m2, f16, __half)
 // ---------------------------------------------------------------------------------------------
 // Matrix-matrix product
 // ---------------------------------------------------------------------------------------------
-
-#define RF_MX_TILE 64
-#define RF_MX_MM_THREADS 256
 
 // Entry: blockDim.x == RF_MX_MM_THREADS (the launcher's), k % 32 == 0. Grid: x over n tiles, y
 // over m tiles, both grid-stride.

@@ -18,12 +18,7 @@
 
 #include "rocmforge.h"
 #include "rocmforge_reduce.h"
-
-// Elements of a row each thread keeps in registers: rows of up to RF_RMS_CACHE * blockDim.x
-// elements (RF_RMS_CACHE_SCALAR on the scalar path, where each element needs its own address)
-// are read from memory once.
-#define RF_RMS_CACHE 32
-#define RF_RMS_CACHE_SCALAR 8
+#include "rocmforge_rmsnorm_abi.h"
 
 // The value a T store followed by a load gives back.
 template <typename T> RF_DEVICE float rf_rms_round(float v) { return rf_to_float(rf_from_float<T>(v)); }
@@ -165,8 +160,6 @@ RF_DEVICE void rf_rms_rows(const T* x, T* residual, const T* weight, T* out, rf_
 // its loads land is short. The host sends scalar rows and rows longer than the cache to the
 // block path; launched for one anyway, the kernel streams it (rf_rms_rows), correct but slow.
 // ---------------------------------------------------------------------------------------------
-
-#define RF_RMS_GROUP_CACHE 2
 
 // A zero the compiler cannot see through: added to the weight pointer inside the row loop, it
 // keeps the compiler from hoisting the weight's addresses out of the loop and holding them in

@@ -17,9 +17,7 @@
 // pass); cols % N elements of a vectorised row are a scalar tail.
 
 #include "rocmforge.h"
-
-// Scalar path: elements each thread loads from each input before it stores any.
-#define RF_SWIGLU_UNROLL 4
+#include "rocmforge_swiglu_abi.h"
 
 // Stable form: e = exp(-|g|) is never infinite, so very negative gates give their tiny true
 // value instead of g / inf = -0 (expf(-g) overflows f32 for g < -88.7).

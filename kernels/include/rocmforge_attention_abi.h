@@ -8,6 +8,12 @@
 
 #include "rocmforge_abi.h"
 
+// A block computes an RF_GEMM_TILE x RF_GEMM_TILE tile of C with RF_GEMM_THREADS threads,
+// RF_GEMM_K values of k a step.
+#define RF_GEMM_TILE 64
+#define RF_GEMM_K 16
+#define RF_GEMM_THREADS 256
+
 // One batched product C = alpha A B (QK^T or P V) over [batch, heads] planes, element strides.
 struct rf_attn_gemm_params {
     RF_ABI_PTR(const void) a;

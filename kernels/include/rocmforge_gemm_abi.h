@@ -7,6 +7,16 @@
 
 #include "rocmforge_abi.h"
 
+// The tiled kernels: RF_GEMM_BM x RF_GEMM_BN outputs a block, RF_GEMM_BK values of k a step,
+// RF_GEMM_THREADS threads (the tile loaders are written for it). The skinny kernels take up to
+// RF_SKINNY_M output rows, RF_SKINNY_COLS columns a block when B is stored [K, N].
+#define RF_GEMM_BM 128
+#define RF_GEMM_BN 128
+#define RF_GEMM_BK 16
+#define RF_GEMM_THREADS 256
+#define RF_SKINNY_M 8
+#define RF_SKINNY_COLS 32
+
 // C = alpha op(A) op(B) + beta C, row-major with leading dimensions, batched by strides.
 struct rf_gemm_params {
     RF_ABI_PTR(const void) a;

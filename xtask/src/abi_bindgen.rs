@@ -16,10 +16,14 @@ use crate::Result;
 /// `(header in kernels/include, generated file in crates/rocm-kernels/src/abi)`.
 pub const HEADERS: &[(&str, &str)] = &[
     ("rocmforge_attention_abi.h", "attention.rs"),
+    ("rocmforge_dequant_abi.h", "dequant.rs"),
     ("rocmforge_flash_abi.h", "flash.rs"),
     ("rocmforge_gemm_abi.h", "gemm.rs"),
     ("rocmforge_kv_cache_abi.h", "kv_cache.rs"),
+    ("rocmforge_mxfp_abi.h", "mxfp.rs"),
     ("rocmforge_mxfp4_tiled_abi.h", "mxfp4_tiled.rs"),
+    ("rocmforge_rmsnorm_abi.h", "rmsnorm.rs"),
+    ("rocmforge_swiglu_abi.h", "swiglu.rs"),
 ];
 
 /// Adds bytemuck's derives to every struct.

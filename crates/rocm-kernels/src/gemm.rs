@@ -22,6 +22,7 @@ use rocm_runtime::{Blas, BlasElement, DeviceBuffer, LaunchConfig, Stream};
 pub use rocm_runtime::{GemmDesc, Transpose};
 
 use crate::KernelModule;
+use crate::abi::gemm as abi;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
 use crate::launchable::{Launchable, every_dtype};
@@ -29,14 +30,15 @@ use crate::loader;
 
 const KERNEL: &str = "gemm";
 const MODULE: KernelModule = KernelModule::Gemm;
-/// Output rows and columns of a tiled block (`RF_GEMM_BM`, `RF_GEMM_BN`).
-const TILE: usize = 128;
-/// Threads of every GEMM block (`RF_GEMM_THREADS`): the tile loaders are written for it.
-const THREADS: u32 = 256;
-/// At most this many output rows go to the skinny kernels (`RF_SKINNY_M`).
-const SKINNY_M: usize = 8;
-/// Columns of a skinny block when `B` is stored `[K, N]` (`RF_SKINNY_COLS`).
-const SKINNY_COLS: usize = 32;
+/// Output rows and columns of a tiled block (the kernels' tiles are square).
+const TILE: usize = abi::RF_GEMM_BM as usize;
+const _: () = assert!(abi::RF_GEMM_BM == abi::RF_GEMM_BN, "the launcher's grid assumes square tiles");
+/// Threads of every GEMM block: the tile loaders are written for it.
+const THREADS: u32 = abi::RF_GEMM_THREADS;
+/// At most this many output rows go to the skinny kernels.
+const SKINNY_M: usize = abi::RF_SKINNY_M as usize;
+/// Columns of a skinny block when `B` is stored `[K, N]`.
+const SKINNY_COLS: usize = abi::RF_SKINNY_COLS as usize;
 
 /// The kernels' one argument (`rf_gemm_params`, generated from
 /// `kernels/include/rocmforge_gemm_abi.h`).

@@ -25,14 +25,14 @@ use crate::loader::{self, strided_len};
 const KERNEL: &str = "rmsnorm";
 const MODULE: KernelModule = KernelModule::Rmsnorm;
 
-/// Elements of a row each thread keeps in registers on the scalar path (`RF_RMS_CACHE_SCALAR`
-/// in the kernel; the vector path keeps 32); the block size is chosen so that a row fits.
-const CACHE_SCALAR: usize = 8;
+/// Elements of a row each thread keeps in registers on the scalar path (the vector path keeps
+/// `RF_RMS_CACHE`); the block size is chosen so that a row fits.
+const CACHE_SCALAR: usize = crate::abi::rmsnorm::RF_RMS_CACHE_SCALAR as usize;
 
-/// Group path (v3): 16-byte vectors each thread keeps in registers (`RF_RMS_GROUP_CACHE`); a row
+/// Group path (v3): 16-byte vectors each thread keeps in registers; a row
 /// of `n` vectors gets a block of `n / GROUP_CACHE` threads (rounded up to whole warps), which
 /// must not pass 1024.
-const GROUP_CACHE: usize = 2;
+const GROUP_CACHE: usize = crate::abi::rmsnorm::RF_RMS_GROUP_CACHE as usize;
 
 /// Shape and layout of an RMSNorm launch: `rows` rows of `cols` elements, normalised with `eps`.
 ///

@@ -20,10 +20,10 @@ use crate::loader;
 const KERNEL: &str = "swiglu";
 const MODULE: KernelModule = KernelModule::Swiglu;
 
-/// Threads per block; elements per thread per pass on the scalar path (`RF_SWIGLU_UNROLL`). The
-/// 16-byte path takes one vector a thread per pass, and its grid has a thread per vector.
+/// Threads per block; elements per thread per pass on the scalar path. The 16-byte path takes one
+/// vector a thread per pass, and its grid has a thread per vector.
 const BLOCK: usize = 256;
-const UNROLL: usize = 4;
+const UNROLL: usize = crate::abi::swiglu::RF_SWIGLU_UNROLL as usize;
 
 /// `out[i] = silu(gate[i]) * up[i]` for every element, queued on `out`'s stream. The three
 /// buffers must have the same length and belong to that stream.

@@ -12,9 +12,9 @@ use crate::softmax::{Mask, Softmax};
 
 const MODULE: KernelModule = KernelModule::Attention;
 
-/// Outputs a block computes along each of m and n (`RF_GEMM_TILE`), and its threads.
-const TILE: usize = 64;
-const THREADS: u32 = 256;
+/// Outputs a block computes along each of m and n, and its threads.
+const TILE: usize = crate::abi::attention::RF_GEMM_TILE as usize;
+const THREADS: u32 = crate::abi::attention::RF_GEMM_THREADS;
 
 /// The kernels' one argument (`rf_attn_gemm_params`, generated from
 /// `kernels/include/rocmforge_attention_abi.h`).

@@ -22,9 +22,8 @@ use crate::loader;
 const KERNEL: &str = "dequant";
 const MODULE: KernelModule = KernelModule::Dequant;
 
-/// Quant blocks a thread block of the kernel stages and decodes at a time (`RF_DEQUANT_TILE` in
-/// `kernels/dequant.hip`).
-const TILE: usize = 256;
+/// Quant blocks a thread block of the kernel stages and decodes at a time.
+const TILE: usize = crate::abi::dequant::RF_DEQUANT_TILE as usize;
 
 /// The launch of the tiled kernel: 256 threads a block (fewer if the kernel allows fewer; the
 /// kernel takes any block size), one block per tile of [`TILE`] quant blocks, at most 16

@@ -21,6 +21,7 @@ use super::QK;
 use super::dequant::BlockFormat;
 use super::mx::{Fp6, MxElem};
 use crate::KernelModule;
+use crate::abi::mxfp as abi;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
 use crate::launchable::{DTYPES, Launchable, Needs, every_dtype};
@@ -29,24 +30,23 @@ use crate::loader;
 const KERNEL: &str = "mxfp";
 const MODULE: KernelModule = KernelModule::Mxfp;
 
-/// Rows of `W` a warp of the matrix-vector kernel owns (`RF_MX_ROWS`).
-const ROWS_PER_WARP: usize = 2;
+/// Rows of `W` a warp of the matrix-vector kernel owns.
+const ROWS_PER_WARP: usize = abi::RF_MX_ROWS as usize;
 /// Threads of a matrix-vector block (whole warps).
 const MATVEC_THREADS: usize = 256;
 /// Shared memory of the matrix-vector kernel: the element table, a chunk of x as f32 (groups
 /// of 32 padded to 36), and per warp `ROWS_PER_WARP` weight stages of `warp * block + 16` bytes.
-const LUT_BYTES: usize = 256;
-const XGROUP_FLOATS: usize = 36;
-/// The matrix-core matrix-vector kernel (`rf_<fmt>_matvec_mma_<dt>`): rows a block owns
-/// (`RF_MXM_ROWS`), its warps (`RF_MXM_WARPS`), weight blocks a warp stages per row and step
-/// (`RF_MXM_CHUNK`) and stages in flight (`RF_MXM_STAGES`).
-const MMA_ROWS: usize = 16;
-const MMA_WARPS: usize = 4;
-const MMA_CHUNK_BLOCKS: usize = 16;
-const MMA_STAGES: usize = 2;
-/// Threads and output tile of the matrix-matrix kernel (`RF_MX_MM_THREADS`, `RF_MX_TILE`).
-const MATMUL_THREADS: u32 = 256;
-const TILE: usize = 64;
+const LUT_BYTES: usize = abi::RF_MX_LUT_BYTES as usize;
+const XGROUP_FLOATS: usize = abi::RF_MX_XGROUP as usize;
+/// The matrix-core matrix-vector kernel (`rf_<fmt>_matvec_mma_<dt>`): rows a block owns, its
+/// warps, weight blocks a warp stages per row and step and stages in flight.
+const MMA_ROWS: usize = abi::RF_MXM_ROWS as usize;
+const MMA_WARPS: usize = abi::RF_MXM_WARPS as usize;
+const MMA_CHUNK_BLOCKS: usize = abi::RF_MXM_CHUNK as usize;
+const MMA_STAGES: usize = abi::RF_MXM_STAGES as usize;
+/// Threads and output tile of the matrix-matrix kernel.
+const MATMUL_THREADS: u32 = abi::RF_MX_MM_THREADS;
+const TILE: usize = abi::RF_MX_TILE as usize;
 
 /// The weight formats the products read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
