@@ -18,8 +18,8 @@
 //
 // The row's first 32-byte sector: a store that covers part of a sector makes the memory read
 // the sector and merge before it can write it (DRAM writes whole sectors). One such read a row,
-// scattered through a stream of writes, cost this kernel 15% (f32) to 21% (f16) of its time on
-// an H100 (causal_mask.md, version 5). So, before any item, the grid's threads take one row
+// scattered through a stream of writes, cost this kernel a large share of its time
+// (docs/kernels/causal_mask.md, version 5). So, before any item, the grid's threads take one row
 // each and write the sector holding the row's first masked element whole: its elements left of
 // the mask (at most 7 f32 or 15 f16/bf16, all in the same row) are read and written back with
 // the bits they had, the rest get the fill. The items then start after that sector. Rows whose
@@ -99,7 +99,8 @@ RF_DEVICE void rf_causal_mask(T* scores, rf_u64 batch, rf_u64 seq_q, rf_u64 seq_
         fill_vec[e] = fill;
     }
     const uint4 fill_packed = rf_pack16<T>::pack(fill_vec);
-    // A constant on NVIDIA: with the run-time width the f32 store loop took 9% longer (H100).
+    // A constant on NVIDIA: with the run-time width the f32 store loop took longer
+    // (docs/kernels/causal_mask.md).
     const unsigned int warp = rf_warp_width();
     const unsigned int lane = threadIdx.x % warp;
     const rf_u64 warps_per_block = blockDim.x / warp;

@@ -79,8 +79,8 @@ RF_DEVICE void rf_flash_stage_tile(T* smem, const T* first, rf_u64 row_stride, i
 // rf_flash_stage_kv_ids issues its copies. Per row that is a table load (off the critical
 // path), a shift and a mask, one unsigned compare and one 32 x 32 -> 64-bit multiply-add a
 // tensor, against ~30 instructions of 64-bit arithmetic and a dependent table load in the
-// general form below. (ncu on the 8-warp decode kernel, H200: the general form made the paged
-// kernel issue twice the contiguous kernel's instructions, 100 us against 73 us.) Slots fit 32
+// general form below (ncu on the 8-warp decode kernel: the general form made the paged kernel
+// issue twice the contiguous kernel's instructions; docs/kernels/attention.md). Slots fit 32
 // bits: the launcher keeps num_blocks * block_size < 2^31.
 template <int DT, int ROWS, int THREADS>
 RF_DEVICE void rf_flash_paged_ids(const rf_flash_params& p, const int* table, long long k0, long long k_end, int D,
@@ -288,8 +288,8 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
         // The prefetch of tile it + STAGES - 1. Two-fragment blocks issue its K copies here and
         // its V copies after Q K^T: sixteen copies a thread in a row filled the memory queue,
         // and the instructions after them that reuse their address registers waited for it
-        // (ncu: 7% of the stall samples, long scoreboard). Split, head_dim 64 and 128 ran 5%
-        // faster (H100); spread one or two copies a k-step, 15-25% slower.
+        // (ncu: a share of the stall samples, long scoreboard). Split ran faster at head_dim 64
+        // and 128; spread one or two copies a k-step, slower (docs/kernels/attention.md, v9).
         constexpr bool SPLIT_KV = !PAGED && MW > 1;
         const long long kp = k0 + (long long)(STAGES - 1) * BC;
         const int kp_buf = (it + STAGES - 1) % STAGES;

@@ -95,7 +95,7 @@ RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
         // The copying warps need few registers: hand the rest to the math warpgroups. The
         // warpgroup-wide setmaxnreg is also what lets ptxas see the math warps' wgmma as
         // convergent after this divergent branch: without it they are serialised (C7520, which
-        // `cargo xtask kernels` refuses), 335 instead of 384-390 TFLOP/s on an H100.
+        // `cargo xtask kernels` refuses; docs/kernels/attention.md has the cost).
         rf_setmaxnreg_dec<COPY_REGS>();
         const T* kbase = (const T*)p.k + (rf_u64)b * p.k_batch + (rf_u64)kv_head * p.k_head;
         const T* vbase = (const T*)p.v + (rf_u64)b * p.v_batch + (rf_u64)kv_head * p.v_head;
@@ -217,10 +217,8 @@ RF_DEVICE void rf_flash_wgmma(const rf_flash_params& p) {
 // - head_dim 128: three math warpgroups (192 rows, 178 KiB of shared memory), 24 registers a
 //   copying thread and 160 a math thread (O takes 64, S 32, P 16);
 // - head_dim 64: four math warpgroups (256 rows, 98 KiB), 24 and 112 (O 32, S 32, P 16).
-// Measured on an H100 (docs/kernels/attention.md, version 11), TFLOP/s, non-causal / causal:
-// head_dim 128 420-430 / 351-354 against two math warpgroups' 394-408 / 347; head_dim 64
-// 403-409 / 318-326 against two's 283 / 240, two blocks of two 343 / 295, and the mma.sync
-// kernel's 324-332 / 285-291.
+// Both beat two math warpgroups, two blocks of two, and the mma.sync kernel at these shapes
+// (docs/kernels/attention.md, version 11, has the measurements).
 #define RF_FLASH_WGMMA_ENTRY(T, NAME, DT, MATH_WGS, COPY_REGS, MATH_REGS)           \
     RF_KERNEL void __launch_bounds__(128 * (MATH_WGS + 1), 1) NAME(rf_flash_params p) { \
         rf_flash_wgmma<T, DT, 64, 4, MATH_WGS, COPY_REGS, MATH_REGS>(p);             \

@@ -12,7 +12,7 @@ use crate::loader;
 const KERNEL: &str = "stream_rmw";
 const MODULE: KernelModule = KernelModule::StreamRmw;
 const THREADS: u32 = 256;
-/// Blocks a compute unit: the measured best of 8, 16 and 32 on an H100 (docs/kernels/rope.md).
+/// Blocks a compute unit: the measured best of 8, 16 and 32 (docs/kernels/rope.md).
 const BLOCKS_PER_CU: u32 = 32;
 
 /// In place: every 32-bit word (little-endian) of the bytes `[k * pitch, k * pitch + run)`, for

@@ -144,9 +144,8 @@ fn config<T: Dtype>(
 }
 
 /// Blocks along a row. 16-byte path: a thread per vector (`per_row / block`, rounded up), so each
-/// thread normally makes one pass with one vector of gate and of up in flight: measured 2-5%
-/// faster on an H200 than v3's four vectors a thread (one block per fused row) and level with
-/// torch.compile's Triton kernel (swiglu.md, version 4). Scalar path: `UNROLL` elements a thread
+/// thread normally makes one pass with one vector of gate and of up in flight: faster than v3's
+/// four vectors a thread (one block per fused row; docs/kernels/swiglu.md, version 4). Scalar path: `UNROLL` elements a thread
 /// per pass, raised for short batches so the device gets `wanted_blocks`. At most `max_x`, and
 /// at most 2^32 - 1 threads along x (the kernel walks any row grid-stride, so a smaller grid
 /// stays correct).

@@ -68,8 +68,8 @@ struct MmaVariant {
 impl MmaVariant {
     /// Prefill (more than 64 packed rows): four warps of two 16-row fragments, 128 rows, 64-key
     /// tiles (128 at head_dim 64), two blocks a compute unit: each K/V fragment read from shared
-    /// memory feeds two mma (on an H100 in one run: 331 TFLOP/s at head_dim 128 against 282 for
-    /// the eight-warp, one-fragment block it replaced; docs/kernels/attention.md, v9). Up to 64
+    /// memory feeds two mma (faster than the eight-warp, one-fragment block it replaced:
+    /// docs/kernels/attention.md, version 9). Up to 64
     /// rows: four warps. Up to 16 rows (decode: the group's heads of one
     /// query): four warps splitting the keys, or three would idle. head_dim 256: four warps,
     /// 32-key tiles (registers).
@@ -551,9 +551,8 @@ const fn warpgroup_smem(dt: usize, elem: usize) -> usize {
 
 /// Splits of the keys when the grid is smaller than the device: as many as keep the blocks
 /// within one wave (`blocks_per_cu` per compute unit), each split at least four 64-key tiles
-/// long. More splits than that start a second, mostly idle wave: on an H200 the decode
-/// benchmark (128 blocks of the 4-warp key-split kernel, two a compute unit) ran at 0.75 of copy
-/// bandwidth with 2 splits, 0.70 with 4 and 0.61 with 8.
+/// long. More splits than that start a second, mostly idle wave, which measured slower the more
+/// splits there were (docs/kernels/attention.md).
 fn auto_splits(stream: &Stream, blocks_per_cu: usize, blocks: usize, seq_k: usize) -> usize {
     let wave = stream.backend().info().compute_units.max(1) as usize * blocks_per_cu.max(1);
     let by_grid = wave / blocks.max(1);

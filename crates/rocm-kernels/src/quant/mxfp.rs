@@ -12,8 +12,8 @@
 //! once. [`mx_matmul_reference`] is the CPU reference (f64 sums of the codec's exact weights).
 //!
 //! For decoding with MXFP4 weights that stay on the device, re-lay them out once with
-//! [`super::TiledMxfp4`] and multiply with [`super::mx_matvec_tiled`]: the same numbers, 13-28%
-//! less time at f16 on an H100 (`docs/kernels/mxfp.md`).
+//! [`super::TiledMxfp4`] and multiply with [`super::mx_matvec_tiled`]: the same numbers in less
+//! time (`docs/kernels/mxfp.md`).
 
 use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
 
@@ -198,8 +198,8 @@ fn matvec_on_matrix_cores(cores: MatrixCores, format: MxFormat, dtype: &str, k: 
 }
 
 /// Warps of a matrix-core matrix-vector block: they split `k`'s chunks of 512 (the last one
-/// possibly shorter), up to `MMA_WARPS` (4 measured best at k = 4096 and 14336 on an H100: 2,
-/// 3, 6 and 8 were slower).
+/// possibly shorter), up to `MMA_WARPS` (4 measured best at k = 4096 and 14336:
+/// docs/kernels/mxfp.md).
 fn matvec_mma_warps(k: usize) -> usize {
     k.div_ceil(QK * MMA_CHUNK_BLOCKS).clamp(1, MMA_WARPS)
 }

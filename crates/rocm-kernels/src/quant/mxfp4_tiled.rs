@@ -304,8 +304,7 @@ const STAGE_BYTES: usize = (abi::RF_T4_PAYLOAD_BYTES + abi::RF_T4_SCALE_BYTES + 
 /// Stages of a warp's ring: 2 groups in flight while one is multiplied.
 const STAGES: usize = abi::RF_T4_STAGES as usize;
 /// Blocks of the matrix-core kernel kept resident on a multiprocessor, where shared memory
-/// allows (24 warps; on an H100, 2 and 3 stages or blocks an SM measured within 5% of each other,
-/// docs/kernels/mxfp.md).
+/// allows (24 warps; 2 and 3 stages or blocks an SM measured alike: docs/kernels/mxfp.md).
 const RESIDENT_BLOCKS: usize = 3;
 /// The matrix-core kernel's static shared memory (the tiles' row totals, two buffers of
 /// `RF_T4_WARPS * 16` floats), plus what the runtime reserves a block (1 KB on sm_80+).
