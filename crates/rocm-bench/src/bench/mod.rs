@@ -133,6 +133,19 @@ const FAMILIES: &[(&str, Family)] = &[
     ("gemm", gemm::run),
 ];
 
+/// The rows of one storage type of a family (its `dtype::<T>`).
+pub type RowsOf = fn(&mut Bench) -> Result<Vec<Row>>;
+
+/// A family's rows for each storage type, in the order given: its `dtype::<T>` for f32, f16
+/// and bf16, one after the other.
+pub fn rows_of_each(b: &mut Bench, per_dtype: &[RowsOf]) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for rows_of in per_dtype {
+        rows.extend(rows_of(b)?);
+    }
+    Ok(rows)
+}
+
 pub fn run(args: &[String]) -> Result<()> {
     let mut filters = Vec::new();
     let mut iters = 50;

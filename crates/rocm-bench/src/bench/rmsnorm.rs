@@ -17,10 +17,7 @@ const COLS: usize = 4096;
 const EPS: f32 = 1e-5;
 
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
-    let mut rows = dtype::<f32>(b)?;
-    rows.extend(dtype::<f16>(b)?);
-    rows.extend(dtype::<bf16>(b)?);
-    Ok(rows)
+    super::rows_of_each(b, &[dtype::<f32>, dtype::<f16>, dtype::<bf16>])
 }
 
 fn dtype<T: Dtype>(b: &mut Bench) -> Result<Vec<Row>> {

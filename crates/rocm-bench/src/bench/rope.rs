@@ -22,11 +22,7 @@ const K_HEADS: usize = 8;
 const HEAD_DIM: usize = 128;
 
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    rows.extend(dtype::<f32>(b)?);
-    rows.extend(dtype::<f16>(b)?);
-    rows.extend(dtype::<bf16>(b)?);
-    Ok(rows)
+    super::rows_of_each(b, &[dtype::<f32>, dtype::<f16>, dtype::<bf16>])
 }
 
 fn dtype<T: Dtype>(b: &mut Bench) -> Result<Vec<Row>> {

@@ -18,11 +18,7 @@ const COLS: usize = 4_096;
 const SEQ_Q: usize = 4_096;
 
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    rows.extend(dtype::<f32>(b)?);
-    rows.extend(dtype::<f16>(b)?);
-    rows.extend(dtype::<bf16>(b)?);
-    Ok(rows)
+    super::rows_of_each(b, &[dtype::<f32>, dtype::<f16>, dtype::<bf16>])
 }
 
 fn dtype<T: Dtype>(b: &mut Bench) -> Result<Vec<Row>> {

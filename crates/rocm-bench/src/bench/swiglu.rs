@@ -15,10 +15,7 @@ const ROWS: usize = 16_384;
 const FFN: usize = 11_008;
 
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
-    let mut rows = dtype::<f32>(b)?;
-    rows.extend(dtype::<f16>(b)?);
-    rows.extend(dtype::<bf16>(b)?);
-    Ok(rows)
+    super::rows_of_each(b, &[dtype::<f32>, dtype::<f16>, dtype::<bf16>])
 }
 
 fn dtype<T: Dtype>(b: &mut Bench) -> Result<Vec<Row>> {
