@@ -8,9 +8,10 @@
 //! target has is there: a renamed entry, a variant added to a launcher and not to its kernel, or
 //! a target left out of a file's target list fails on the host, not on a GPU.
 
-use rocm_runtime::{CodeObjectKind, MatrixCores};
+use rocm_runtime::{CodeObjectKind, MatrixCores, bf16, f16};
 
 use crate::KernelModule;
+use crate::dtype::{Dtype, kernel_name};
 
 /// What a device must have for a launcher to pick an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,12 +40,13 @@ impl Launchable {
     }
 }
 
-/// The storage types every launcher generic over [`crate::Dtype`] takes.
-pub(crate) const DTYPES: [&str; 3] = ["f32", "f16", "bf16"];
+/// The storage types every launcher generic over [`Dtype`] takes, by their entry suffix.
+pub(crate) const DTYPES: [&str; 3] = [f32::NAME, f16::NAME, bf16::NAME];
 
-/// `<prefix>_<dtype>` for every dtype: the entries of a launcher generic over `Dtype`.
+/// The entries of a launcher generic over `Dtype` (`kernel_name::<T>(prefix)` for every `T`).
 pub(crate) fn every_dtype(module: KernelModule, prefix: &str) -> Vec<Launchable> {
-    DTYPES.iter().map(|dt| Launchable::new(module, format!("{prefix}_{dt}"), Needs::Nothing)).collect()
+    let names = [kernel_name::<f32>(prefix), kernel_name::<f16>(prefix), kernel_name::<bf16>(prefix)];
+    names.into_iter().map(|name| Launchable::new(module, name, Needs::Nothing)).collect()
 }
 
 /// Every entry any launcher of this crate can pick.
