@@ -135,9 +135,7 @@ fn main() {
 
 /// The stems of `kernels/*.hip`, sorted.
 fn sources(dir: &Path) -> Vec<String> {
-    let mut stems: Vec<String> = objects(dir, "hip").into_iter().map(|(stem, _)| stem).collect();
-    stems.dedup();
-    stems
+    objects(dir, "hip").into_iter().map(|(stem, _)| stem).collect()
 }
 
 /// `$OUT_DIR/modules.rs`: the `KernelModule` enum, a variant per kernel source
