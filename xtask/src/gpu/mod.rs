@@ -43,6 +43,8 @@ const TEST_GROUP: &str = "gpu";
 /// archive, the checkout it is remapped to): `[store] dir`, the profile, `[profile.gpu.junit]
 /// path`. Not under CARGO_TARGET_DIR: nextest puts its store under the workspace root.
 const JUNIT_REPORT: &str = "target/nextest/gpu/junit.xml";
+/// Where `gpu-test --sanitize` keeps each tool's logs and JUnit report, under the workspace root.
+const SANITIZER_LOGS: &str = "target/nextest/gpu/sanitizer";
 
 /// cargo-nextest as cargo would find it: on PATH, next to cargo, or in `$CARGO_HOME/bin`.
 fn find_nextest() -> Result<PathBuf> {

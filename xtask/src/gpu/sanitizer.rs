@@ -8,7 +8,34 @@ use rocm_runtime::Platform;
 use crate::Result;
 
 /// compute-sanitizer's tools `--sanitize` runs by default.
-pub(super) const SANITIZERS: [&str; 3] = ["memcheck", "racecheck", "synccheck"];
+pub(super) const SANITIZERS: [&str; 4] = ["memcheck", "racecheck", "synccheck", "initcheck"];
+
+/// The kernels racecheck instruments: ours, whose entry points all start `rf_` (`extern "C"`, so
+/// unmangled). The vendor libraries' kernels (cuBLAS GEMMs) keep their shared-memory protocols to
+/// themselves, and instrumenting them made each GEMM test take minutes; memcheck, synccheck and
+/// initcheck still check every kernel, the vendor's included (what we hand cuBLAS is ours).
+const RACECHECK_KERNELS: &str = "regex=^rf_";
+
+/// The command nextest starts each test binary under (its target runner): `checker` running
+/// `tool`, one log per process in `logs`.
+pub(super) fn runner(checker: &Path, tool: &str, logs: &Path) -> String {
+    // The runtime checks every API result itself (and probes kernel parameters until the driver
+    // says no), so API errors are not reports; memory and ordering errors are. Listing tests
+    // makes no CUDA call, hence --require-cuda-init no; the reports go to log files so the test
+    // list nextest reads on stdout stays clean.
+    let tool_options = match tool {
+        // Device allocations alive at exit are leaks: the runtime frees everything it made.
+        "memcheck" => " --leak-check full".to_string(),
+        "racecheck" => format!(" --kernel-name {RACECHECK_KERNELS}"),
+        _ => String::new(),
+    };
+    format!(
+        "{} --tool {tool} --error-exitcode 99 --report-api-errors no --require-cuda-init no \
+         --log-file {}/%p.log{tool_options}",
+        checker.display(),
+        logs.display()
+    )
+}
 
 /// The canary's test-name filter: a GPU test that reads past its input under memcheck on
 /// purpose (`rocm-kernels`' `stream_read::sanitizer_canary_reads_one_vector_past_its_input`).
@@ -50,19 +77,31 @@ pub(super) fn gpu_tests_only(args: &[String]) -> Vec<String> {
     out
 }
 
-/// Counts the checked processes in a folder of compute-sanitizer logs and the errors their
-/// summaries report, printing every log that reports any.
+/// Logs printed in full when a run reports errors; the rest are named (all stay on disk).
+const LOGS_PRINTED: usize = 3;
+
+/// Counts the checked processes in a folder of compute-sanitizer logs (`*.log`) and the errors
+/// their summaries report, printing the first logs that report any and naming the others.
 pub(super) fn summarise_sanitizer_logs(dir: &Path) -> Result<(usize, u64)> {
-    let (mut processes, mut errors) = (0, 0);
-    for entry in fs::read_dir(dir)? {
-        let text = fs::read_to_string(entry?.path())?;
+    let (mut processes, mut errors, mut reporting) = (0, 0, 0);
+    let mut logs: Vec<PathBuf> =
+        fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect::<std::io::Result<_>>()?;
+    logs.retain(|p| p.extension().is_some_and(|e| e == "log"));
+    logs.sort();
+    for log in logs {
+        let text = fs::read_to_string(&log)?;
         let reported = sanitizer_errors(&text);
         // Processes that never initialised CUDA (test listing) write no summary.
         if text.contains("SUMMARY") {
             processes += 1;
         }
         if reported > 0 {
-            println!("{text}");
+            reporting += 1;
+            if reporting <= LOGS_PRINTED {
+                println!("{text}");
+            } else {
+                println!("gpu-test: {reported} more error(s) in {}", log.display());
+            }
         }
         errors += reported;
     }

@@ -10,16 +10,19 @@ use rocm_runtime::Platform;
 
 use super::devices::{detect_gpu, gpu_count, jobs_per_gpu, parse_gpus, parse_jobs_per_gpu};
 use super::report::{Repeats, collect_run, parse_partition, parse_repeat, partition_args};
-use super::sanitizer::{SANITIZERS, canary_only, gpu_tests_only, sanitizer, summarise_sanitizer_logs};
+use super::sanitizer::{
+    SANITIZERS, canary_only, gpu_tests_only, runner, sanitizer, summarise_sanitizer_logs,
+};
 use super::{
-    ARCHIVE_FILE, CARGO_PROFILE, JUNIT_REPORT, NEXTEST_CONFIG, NEXTEST_PROFILE, add_group_config, shown,
+    ARCHIVE_FILE, CARGO_PROFILE, JUNIT_REPORT, NEXTEST_CONFIG, NEXTEST_PROFILE, SANITIZER_LOGS,
+    add_group_config, shown,
 };
 use crate::Result;
 use crate::flags::Flags;
 use crate::{hip_nvidia, kernels};
 
 const TEST_USAGE: &str = "usage: cargo xtask gpu-test [--archive DIR] [--gpus N] [--jobs-per-gpu N | --serial] \
-     [--repeat N] [--junit PATH] [--partition K/N] [--hip-nvidia] [--sanitize[=memcheck,racecheck,synccheck]] \
+     [--repeat N] [--junit PATH] [--partition K/N] [--hip-nvidia] [--sanitize[=memcheck,racecheck,synccheck,initcheck]] \
      [-- nextest args]";
 
 #[derive(Debug, Default, PartialEq)]
@@ -229,39 +232,35 @@ fn run_suite(
         return run_repeated(args, root, make);
     }
     let checker = sanitizer(platform)?;
-    let logs = std::env::temp_dir().join(format!("rocmforge-sanitizer-{}", std::process::id()));
     let mut failed = Vec::new();
     for tool in &args.sanitize {
+        // Kept after the run (and replaced by the next): one log per test process, and the run's
+        // JUnit report, whose per-test times show what the checker slowed down.
+        let logs = root.join(SANITIZER_LOGS).join(tool);
         let _ = fs::remove_dir_all(&logs);
         fs::create_dir_all(&logs)?;
         let (mut cmd, config) = make()?;
-        // The runtime checks every API result itself (and probes kernel parameters until the
-        // driver says no), so API errors are not reports; memory and ordering errors are.
-        // Listing tests makes no CUDA call, hence --require-cuda-init no; the reports go to log
-        // files so the test list nextest reads on stdout stays clean.
-        let runner = format!(
-            "{} --tool {tool} --error-exitcode 99 --report-api-errors no --require-cuda-init no \
-             --log-file {}/%p.log{}",
-            checker.display(),
-            logs.display(),
-            if tool == "memcheck" { " --leak-check full" } else { "" }
-        );
+        let runner = runner(&checker, tool, &logs);
         cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", &runner)
             .env(rocm_runtime::SANITIZER_ENV, tool)
             .args(partition_args(args.partition, &args.nextest))
             .args(gpu_tests_only(&args.nextest));
         println!("gpu-test: sanitizer {tool}");
+        let _ = fs::remove_file(root.join(JUNIT_REPORT));
         let code = run_nextest(cmd, config)?;
+        let _ = fs::copy(root.join(JUNIT_REPORT), logs.join("junit.xml"));
         let (processes, errors) = summarise_sanitizer_logs(&logs)?;
-        println!("gpu-test: {tool}: {processes} test process(es) checked, {errors} error(s) reported");
+        println!(
+            "gpu-test: {tool}: {processes} test process(es) checked, {errors} error(s) reported (logs: {})",
+            logs.display()
+        );
         if code != 0 || errors != 0 {
             failed.push(tool.clone());
         }
-        if tool == "memcheck" && !canary_caught(&make, &runner, &logs)? {
+        if tool == "memcheck" && !canary_caught(&make, &checker, &logs.join("canary"))? {
             failed.push("memcheck (the planted out-of-bounds read went unreported)".into());
         }
     }
-    let _ = fs::remove_dir_all(&logs);
     if failed.is_empty() {
         println!("gpu-test: sanitizers clean: {}", args.sanitize.join(", "));
         Ok(())
@@ -311,17 +310,18 @@ fn run_repeated(
     }
 }
 
-/// Runs the sanitizer canary alone under memcheck (`runner`): true when memcheck reported its
-/// planted out-of-bounds read. A check that reports nothing there would pass any suite.
+/// Runs the sanitizer canary alone under memcheck (`checker`), logging to `logs`: true when
+/// memcheck reported its planted out-of-bounds read. A check that reports nothing there would
+/// pass any suite.
 fn canary_caught(
     make: &impl Fn() -> Result<(Command, Option<PathBuf>)>,
-    runner: &str,
+    checker: &Path,
     logs: &Path,
 ) -> Result<bool> {
     let _ = fs::remove_dir_all(logs);
     fs::create_dir_all(logs)?;
     let (mut cmd, config) = make()?;
-    cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", runner)
+    cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", runner(checker, "memcheck", logs))
         .env(rocm_runtime::SANITIZER_ENV, "memcheck")
         .args(canary_only());
     println!("gpu-test: memcheck canary (a test that reads past its input on purpose; it must be reported)");
