@@ -61,37 +61,58 @@ pub enum QuantError {
     /// The packed bytes are not a whole number of blocks.
     #[error("{len} bytes are not a whole number of {block_bytes}-byte blocks")]
     PartialBlock { len: usize, block_bytes: usize },
-    /// The values to quantise are not a whole number of 32-element blocks.
-    #[error("{len} values are not a whole number of {QK}-element blocks")]
-    PartialValues { len: usize },
+    /// The values to quantise are not a whole number of blocks (32 elements, or 256 for the
+    /// k-quants).
+    #[error("{len} values are not a whole number of {block_values}-element blocks")]
+    PartialValues { len: usize, block_values: usize },
     /// The output does not hold exactly what the input decodes or encodes to.
     #[error("output holds {got} {unit}, expected {expected}")]
     OutLength { expected: usize, got: usize, unit: &'static str },
 }
 
-/// Number of blocks in `bytes` packed bytes of `block_bytes`-byte blocks, checking that `out`
-/// holds exactly `blocks * QK` values.
-pub(crate) fn check_decode(bytes: usize, block_bytes: usize, out: usize) -> Result<usize, QuantError> {
-    if !bytes.is_multiple_of(block_bytes) {
-        return Err(QuantError::PartialBlock { len: bytes, block_bytes });
-    }
-    let blocks = bytes / block_bytes;
-    let expected = blocks * QK;
-    if out != expected {
-        return Err(QuantError::OutLength { expected, got: out, unit: "values" });
-    }
-    Ok(blocks)
+/// One block of a format: how many values it holds and how many bytes it takes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BlockShape {
+    pub values: usize,
+    pub bytes: usize,
 }
 
-/// Number of blocks in `values` values, checking that `out` holds exactly `blocks * block_bytes`.
+impl BlockShape {
+    /// Number of blocks in `bytes` packed bytes, checking that `out` holds exactly what they
+    /// decode to.
+    pub(crate) fn blocks_to_decode(self, bytes: usize, out: usize) -> Result<usize, QuantError> {
+        if !bytes.is_multiple_of(self.bytes) {
+            return Err(QuantError::PartialBlock { len: bytes, block_bytes: self.bytes });
+        }
+        let blocks = bytes / self.bytes;
+        let expected = blocks * self.values;
+        if out != expected {
+            return Err(QuantError::OutLength { expected, got: out, unit: "values" });
+        }
+        Ok(blocks)
+    }
+
+    /// Number of blocks in `values` values, checking that `out` holds exactly the bytes they
+    /// encode to.
+    pub(crate) fn blocks_to_encode(self, values: usize, out: usize) -> Result<usize, QuantError> {
+        if !values.is_multiple_of(self.values) {
+            return Err(QuantError::PartialValues { len: values, block_values: self.values });
+        }
+        let blocks = values / self.values;
+        let expected = blocks * self.bytes;
+        if out != expected {
+            return Err(QuantError::OutLength { expected, got: out, unit: "bytes" });
+        }
+        Ok(blocks)
+    }
+}
+
+/// [`BlockShape::blocks_to_decode`] for a format of [`QK`]-element blocks of `block_bytes` bytes.
+pub(crate) fn check_decode(bytes: usize, block_bytes: usize, out: usize) -> Result<usize, QuantError> {
+    BlockShape { values: QK, bytes: block_bytes }.blocks_to_decode(bytes, out)
+}
+
+/// [`BlockShape::blocks_to_encode`] for a format of [`QK`]-element blocks of `block_bytes` bytes.
 pub(crate) fn check_encode(values: usize, block_bytes: usize, out: usize) -> Result<usize, QuantError> {
-    if !values.is_multiple_of(QK) {
-        return Err(QuantError::PartialValues { len: values });
-    }
-    let blocks = values / QK;
-    let expected = blocks * block_bytes;
-    if out != expected {
-        return Err(QuantError::OutLength { expected, got: out, unit: "bytes" });
-    }
-    Ok(blocks)
+    BlockShape { values: QK, bytes: block_bytes }.blocks_to_encode(values, out)
 }

@@ -392,7 +392,10 @@ fn lengths_are_checked() {
         dequantize_q4_0(&[0; 36], &mut out),
         Err(QuantError::OutLength { expected: 64, got: 32, unit: "values" })
     );
-    assert_eq!(quantize_mxfp4_gguf(&[0.0; 31], &mut [0; 17]), Err(QuantError::PartialValues { len: 31 }));
+    assert_eq!(
+        quantize_mxfp4_gguf(&[0.0; 31], &mut [0; 17]),
+        Err(QuantError::PartialValues { len: 31, block_values: 32 })
+    );
     assert_eq!(
         quantize_mxfp6(Fp6::E2M3, &[0.0; 32], &mut [0; 24]),
         Err(QuantError::OutLength { expected: 25, got: 24, unit: "bytes" })
