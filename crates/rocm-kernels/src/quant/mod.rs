@@ -1,7 +1,8 @@
-//! Block-quantised weights: CPU codecs for ggml's `q8_0`, `q4_0` and `mxfp4` blocks and for the
-//! OCP Microscaling (MX) formats v1.0, plus the GPU kernels that read them.
+//! Block-quantised weights: CPU codecs for ggml's `q8_0`, `q4_0` and `mxfp4` blocks, its
+//! k-quants `q4_K`, `q5_K` and `q6_K`, and the OCP Microscaling (MX) formats v1.0, plus the GPU
+//! kernels that read them.
 //!
-//! Every format here stores blocks of [`QK`] = 32 consecutive elements with one shared scale:
+//! Most formats here store blocks of [`QK`] = 32 consecutive elements with one shared scale:
 //!
 //! | format | bytes/block | layout | element |
 //! |---|---|---|---|
@@ -9,6 +10,17 @@
 //! | ggml `q4_0` (type 2) | [`Q4_0_BLOCK_BYTES`] = 18 | f16 `d` (LE), 16 bytes | `d * (q - 8)`, `q` a nibble |
 //! | ggml `mxfp4` (type 39) | [`MXFP4_GGUF_BLOCK_BYTES`] = 17 | E8M0 scale, 16 bytes | E2M1 code x scale |
 //! | MXFP6 (ours, packed) | [`MXFP6_BLOCK_BYTES`] = 25 | E8M0 scale, 24 bytes | E2M3 / E3M2 code x scale |
+//!
+//! The k-quants ([`kquant`]) store super-blocks of [`QK_K`] = 256 elements: f16 super-block
+//! scales and small integer scales per 32- or 16-element sub-block (layouts in [`kquant`]):
+//!
+//! | format | bytes/block | sub-blocks | element |
+//! |---|---|---|---|
+//! | ggml `q4_K` (type 12) | [`Q4_K_BLOCK_BYTES`] = 144 | 8 x 32 | `d * sc * q - dmin * m`, `q` 4 bits |
+//! | ggml `q5_K` (type 13) | [`Q5_K_BLOCK_BYTES`] = 176 | 8 x 32 | `d * sc * q - dmin * m`, `q` 5 bits |
+//! | ggml `q6_K` (type 14) | [`Q6_K_BLOCK_BYTES`] = 210 | 16 x 16 | `d * sc * (q - 32)`, `q` 6 bits |
+//!
+//! (`sc` and `m` are 6-bit sub-block scales and mins for `q4_K`/`q5_K`, `sc` an i8 for `q6_K`.)
 //!
 //! Nibble order (q4_0 and mxfp4 alike): element `j` (0..16) is the low nibble of payload byte
 //! `j`, element `j + 16` its high nibble. MXFP6 packing: the 32 six-bit codes form a 192-bit
@@ -18,6 +30,7 @@
 //! - [`mx`] holds the spec-level codec: E8M0 scales, the E2M1 / E2M3 / E3M2 element types, and
 //!   the encoder (shared exponent `floor(log2(amax)) - emax`, round-to-nearest-even, saturation).
 //! - [`ggml`] holds `q8_0` and `q4_0`, as ggml defines them.
+//! - [`kquant`] holds `q4_K`, `q5_K` and `q6_K`: ggml's decoding, and an encoder of our own.
 //! - The byte-level functions re-exported here (`dequantize_*`, `quantize_*`) are what GGUF
 //!   loaders and writers call.
 //! - [`dequant`] (`kernels/dequant.hip`) and [`mxfp`] (`kernels/mxfp.hip`) are the GPU kernels:
@@ -27,15 +40,22 @@
 
 pub mod dequant;
 pub mod ggml;
+pub mod kquant;
 pub mod mx;
 pub mod mxfp;
 pub mod mxfp4_tiled;
 
 #[cfg(test)]
+mod kquant_tests;
+#[cfg(test)]
 mod tests;
 
 pub use dequant::{BlockFormat, dequantize, dequantize_reference};
 pub use ggml::{dequantize_q4_0, dequantize_q8_0, quantize_q4_0, quantize_q8_0};
+pub use kquant::{
+    Q4_K_BLOCK_BYTES, Q5_K_BLOCK_BYTES, Q6_K_BLOCK_BYTES, QK_K, dequantize_q4_k, dequantize_q5_k,
+    dequantize_q6_k, quantize_q4_k, quantize_q5_k, quantize_q6_k,
+};
 pub use mx::{
     E8M0_NAN, Fp6, MxElem, dequantize_mxfp4_gguf, dequantize_mxfp6, e8m0_to_f32, quantize_mxfp4_gguf,
     quantize_mxfp6,
@@ -43,8 +63,8 @@ pub use mx::{
 pub use mxfp::{MxFormat, mx_matmul, mx_matmul_reference, mx_matvec};
 pub use mxfp4_tiled::{DeviceTiledMxfp4, TiledCodes, TiledMxfp4, mx_matvec_tiled, mx_matvec_tiled_portable};
 
-/// Elements per block, in every format here (ggml's `QK8_0`, `QK4_0`, `QK_MXFP4`; the MX spec's
-/// block size `k`).
+/// Elements per block, in every format here but the k-quants (ggml's `QK8_0`, `QK4_0`,
+/// `QK_MXFP4`; the MX spec's block size `k`).
 pub const QK: usize = 32;
 /// Bytes of a ggml `block_q8_0`: f16 scale + 32 i8.
 pub const Q8_0_BLOCK_BYTES: usize = 34;

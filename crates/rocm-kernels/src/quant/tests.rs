@@ -43,10 +43,10 @@ fn same(a: f32, b: f32) -> bool {
 }
 
 /// A small deterministic generator (SplitMix64): the codec tests need no GPU test kit.
-struct Mix(u64);
+pub(super) struct Mix(pub(super) u64);
 
 impl Mix {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -54,7 +54,7 @@ impl Mix {
         z ^ (z >> 31)
     }
     /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
+    pub(super) fn unit(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
 }
