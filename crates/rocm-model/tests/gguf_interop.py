@@ -26,7 +26,7 @@ from gguf import GGUFValueType as V
 
 # Canonical names by value type id (the Rust side uses the same table).
 TYPE_NAMES = ["u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "str", "arr", "u64", "i64", "f64"]
-DECODABLE = {Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.MXFP4}
+DECODABLE = {Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.MXFP4, Q.Q4_K, Q.Q5_K, Q.Q6_K}
 
 
 def canon(vtype, value):
@@ -73,6 +73,12 @@ def tensor_lines(name, qtype, dims, offset, raw):
     return lines
 
 
+def finite_f16(rng, n_blocks):
+    """Random f16 fields of either sign, every finite value possible (subnormals and zeros too)."""
+    bits = rng.integers(0, 0x7C00, size=(n_blocks, 1)) | (rng.integers(0, 2, size=(n_blocks, 1)) << 15)
+    return bits.astype("<u2").view(np.uint8)
+
+
 def random_blocks(rng, n_blocks, qtype):
     """Valid random blocks (no NaN/inf scales), covering every code of every element."""
     if qtype == Q.Q8_0:
@@ -87,6 +93,15 @@ def random_blocks(rng, n_blocks, qtype):
         e[:3] = [0, 1, 254][: min(3, n_blocks)]
         e = e.astype(np.uint8).reshape(n_blocks, 1)
         return np.concatenate([e, rng.integers(0, 256, size=(n_blocks, 16), dtype=np.uint8)], axis=1)
+    if qtype in (Q.Q4_K, Q.Q5_K):
+        # f16 d and dmin, then random scales, mins and codes (q5_K: 32 bytes more of fifth bits).
+        rest = 12 + 128 + (32 if qtype == Q.Q5_K else 0)
+        d, dmin = finite_f16(rng, n_blocks), finite_f16(rng, n_blocks)
+        return np.concatenate([d, dmin, rng.integers(0, 256, size=(n_blocks, rest), dtype=np.uint8)], axis=1)
+    if qtype == Q.Q6_K:
+        # ql, qh and i8 scales, then f16 d last.
+        body = rng.integers(0, 256, size=(n_blocks, 128 + 64 + 16), dtype=np.uint8)
+        return np.concatenate([body, finite_f16(rng, n_blocks)], axis=1)
     raise ValueError(qtype)
 
 
@@ -135,11 +150,18 @@ def write(path):
     tensor("f16", rng.standard_normal((2, 7)).astype(np.float16), Q.F16)
     bf16 = gguf.quants.quantize(rng.standard_normal((2, 4)).astype(np.float32), Q.BF16)
     tensor("bf16", bf16, Q.BF16, raw_dtype=Q.BF16)
-    for name, qtype, rows, blocks in [("q8_0", Q.Q8_0, 3, 2), ("q4_0", Q.Q4_0, 2, 3), ("mxfp4", Q.MXFP4, 4, 2)]:
+    blocks_of = [
+        ("q8_0", Q.Q8_0, 3, 2),
+        ("q4_0", Q.Q4_0, 2, 3),
+        ("mxfp4", Q.MXFP4, 4, 2),
+        ("q4_k", Q.Q4_K, 2, 2),
+        ("q5_k", Q.Q5_K, 1, 3),
+        ("q6_k", Q.Q6_K, 3, 1),
+    ]
+    for name, qtype, rows, blocks in blocks_of:
         raw = random_blocks(rng, rows * blocks, qtype).reshape(rows, -1)
         tensor(name, raw, qtype, raw_dtype=qtype)
     tensor("i32", np.array([[1, -2, 3], [4, 5, -6]], dtype=np.int32), Q.I32)
-    tensor("q4_k", rng.integers(0, 256, size=(1, 144), dtype=np.uint8), Q.Q4_K, raw_dtype=Q.Q4_K)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -5,7 +5,10 @@
 //! specifications), so the loader and the GPU kernels' references agree by construction.
 
 use half::{bf16, f16};
-use rocm_kernels::quant::{dequantize_mxfp4_gguf, dequantize_q4_0, dequantize_q8_0};
+use rocm_kernels::quant::{
+    dequantize_mxfp4_gguf, dequantize_q4_0, dequantize_q4_k, dequantize_q5_k, dequantize_q6_k,
+    dequantize_q8_0,
+};
 
 use super::error::{GgufError, Result};
 use super::tensor::TensorInfo;
@@ -39,6 +42,9 @@ pub(crate) fn decode(info: &TensorInfo, bytes: &[u8]) -> Result<Vec<f32>> {
         GgmlType::Q8_0 => block(dequantize_q8_0, &mut out)?,
         GgmlType::Q4_0 => block(dequantize_q4_0, &mut out)?,
         GgmlType::MXFP4 => block(dequantize_mxfp4_gguf, &mut out)?,
+        GgmlType::Q4_K => block(dequantize_q4_k, &mut out)?,
+        GgmlType::Q5_K => block(dequantize_q5_k, &mut out)?,
+        GgmlType::Q6_K => block(dequantize_q6_k, &mut out)?,
         // `is_decodable` lists exactly the types above.
         _ => return Err(unsupported()),
     }

@@ -160,7 +160,7 @@ impl GgufFile {
     }
 
     /// The tensor called `name` decoded to f32, in ggml element order (`ne[0]` fastest).
-    /// Supported: F32, F16, BF16, Q8_0, Q4_0, MXFP4; other types are
+    /// Supported: F32, F16, BF16, Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K; other types are
     /// [`GgufError::UnsupportedType`].
     pub fn to_f32(&self, name: &str) -> Result<Vec<f32>> {
         let info = self.tensor(name)?;

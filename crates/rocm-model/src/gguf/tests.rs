@@ -180,7 +180,10 @@ fn every_type_writer(alignment: Option<u32>) -> GgufWriter {
     w.add_quantized("q8_0", GgmlType::Q8_0, &[64, 3], &ramp(192, 4)).unwrap();
     w.add_quantized("q4_0", GgmlType::Q4_0, &[32, 2, 1, 2], &ramp(128, 5)).unwrap();
     w.add_quantized("mxfp4", GgmlType::MXFP4, &[96], &ramp(96, 6)).unwrap();
-    w.add_tensor("q4_k.raw", GgmlType::Q4_K, &[256, 2], vec![0x5a; 288]).unwrap();
+    w.add_quantized("q4_k", GgmlType::Q4_K, &[256, 2], &ramp(512, 7)).unwrap();
+    w.add_quantized("q5_k", GgmlType::Q5_K, &[256], &ramp(256, 8)).unwrap();
+    w.add_quantized("q6_k", GgmlType::Q6_K, &[512], &ramp(512, 9)).unwrap();
+    w.add_tensor("q2_k.raw", GgmlType::Q2_K, &[256, 2], vec![0x5a; 168]).unwrap();
     w.add_tensor(
         "i32.raw",
         GgmlType::I32,
@@ -209,7 +212,10 @@ fn every_value_and_tensor_type_round_trips() {
         let names: Vec<_> = file.tensors().iter().map(|t| t.name()).collect();
         assert_eq!(
             names,
-            ["f32", "f16", "bf16", "q8_0", "q4_0", "mxfp4", "q4_k.raw", "i32.raw", "scalar", "empty"]
+            [
+                "f32", "f16", "bf16", "q8_0", "q4_0", "mxfp4", "q4_k", "q5_k", "q6_k", "q2_k.raw", "i32.raw",
+                "scalar", "empty"
+            ]
         );
         for t in file.tensors() {
             assert_eq!(t.data_offset() % u64::from(file.alignment()), 0, "{}", t.name());
@@ -219,7 +225,8 @@ fn every_value_and_tensor_type_round_trips() {
         assert_eq!(file.tensor("q4_0").unwrap().row_major_shape(), [2, 1, 2, 32]);
         assert_eq!(file.tensor("q4_0").unwrap().n_bytes(), 4 * 18);
         assert_eq!(file.tensor("mxfp4").unwrap().n_bytes(), 3 * 17);
-        assert_eq!(file.bytes("q4_k.raw").unwrap(), vec![0x5a; 288]);
+        assert_eq!(file.tensor("q4_k").unwrap().n_bytes(), 2 * 144);
+        assert_eq!(file.bytes("q2_k.raw").unwrap(), vec![0x5a; 168]);
         assert_eq!(file.to_f32("f32").unwrap(), ramp(15, 1));
         assert_eq!(file.to_f32("scalar").unwrap(), [42.0]);
         assert_eq!(file.to_f32("empty").unwrap(), Vec::<f32>::new());
@@ -236,7 +243,11 @@ fn plain_types_decode_exactly_and_block_types_closely() {
     let bf: Vec<f32> = ramp(8, 3).iter().map(|&v| half::bf16::from_f32(v).to_f32()).collect();
     assert_eq!(file.to_f32("bf16").unwrap(), bf);
     // Values in [-4, 4): q8_0 keeps ~1/127 of the block's max, q4_0 ~1/8, mxfp4 ~1/4 (E2M1).
-    for (name, seed, n, tol) in [("q8_0", 4, 192, 0.04), ("q4_0", 5, 128, 0.6), ("mxfp4", 6, 96, 1.1)] {
+    // The k-quants err by at most half a sub-block step (a range of 8 over 15, 31 or 2 x 31
+    // steps) plus half a unit of the super-block scale: 0.27, 0.13, 0.065, rounded up.
+    let k_quants = [("q4_k", 7, 512, 0.3), ("q5_k", 8, 256, 0.15), ("q6_k", 9, 512, 0.07)];
+    let blocks = [("q8_0", 4, 192, 0.04), ("q4_0", 5, 128, 0.6), ("mxfp4", 6, 96, 1.1)];
+    for (name, seed, n, tol) in blocks.into_iter().chain(k_quants) {
         let got = file.to_f32(name).unwrap();
         let want = ramp(n, seed);
         let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
@@ -248,13 +259,14 @@ fn plain_types_decode_exactly_and_block_types_closely() {
 #[test]
 fn unsupported_types_are_named_when_decoding() {
     let file = GgufFile::from_bytes(every_type_writer(None).to_bytes()).unwrap();
-    let e = file.to_f32("q4_k.raw").unwrap_err();
-    assert!(matches!(e, GgufError::UnsupportedType { type_id: 12, .. }), "{e}");
-    says(&e, &["unsupported type 12 (Q4_K)", "q4_k.raw"]);
+    let e = file.to_f32("q2_k.raw").unwrap_err();
+    assert!(matches!(e, GgufError::UnsupportedType { type_id: 10, .. }), "{e}");
+    says(&e, &["unsupported type 10 (Q2_K)", "q2_k.raw"]);
     says(&file.to_f32("i32.raw").unwrap_err(), &["unsupported type 26 (I32)"]);
     says(&file.to_f32("nope").unwrap_err(), &["no tensor named `nope`"]);
     for &t in GgmlType::ALL {
-        let decodable = matches!(t.name(), "F32" | "F16" | "BF16" | "Q8_0" | "Q4_0" | "MXFP4");
+        let decodable =
+            matches!(t.name(), "F32" | "F16" | "BF16" | "Q8_0" | "Q4_0" | "MXFP4" | "Q4_K" | "Q5_K" | "Q6_K");
         assert_eq!(t.is_decodable(), decodable, "{t}");
     }
 }
@@ -265,7 +277,7 @@ fn version_2_files_are_read() {
     w.set_version(2).unwrap();
     let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
     assert_eq!(file.version(), 2);
-    assert_eq!(file.tensors().len(), 10);
+    assert_eq!(file.tensors().len(), 13);
     assert!(GgufWriter::new().set_version(1).is_err());
 }
 
@@ -319,7 +331,9 @@ fn the_writer_refuses_what_the_reader_would() {
     assert!(w.add_f32("u", &[3], &[1.0, 2.0]).is_err(), "value count must match the shape");
     assert!(w.add_tensor("v", GgmlType::F32, &[2], vec![0u8; 7]).is_err(), "byte count must match");
     assert!(w.add_quantized("q", GgmlType::Q8_0, &[31], &[0.0; 31]).is_err(), "whole blocks only");
-    assert!(w.add_quantized("k", GgmlType::Q4_K, &[256], &[0.0; 256]).is_err(), "no Q4_K encoder");
+    assert!(w.add_quantized("k", GgmlType::Q4_K, &[255], &[0.0; 255]).is_err(), "whole super-blocks only");
+    let e = w.add_quantized("k", GgmlType::Q2_K, &[256], &[0.0; 256]).unwrap_err();
+    assert!(e.to_string().contains("cannot encode type 10 (Q2_K)"), "{e}");
     assert!(w.add_f32("big", &[1, 1, 1, 1, 1], &[0.0]).is_err(), "five dimensions");
     // What was accepted still makes a valid file.
     GgufFile::from_bytes(w.to_bytes()).unwrap();
@@ -524,8 +538,8 @@ fn unknown_and_removed_tensor_types_are_named() {
     let e = err(&Raw::new().tensor("w", &[32], 31, 0).data(&[0; 64]));
     says(&e, &["type 31 (Q4_0_4_4)", "removed"]);
     // Types known but not decodable still load (inspect and upload work on their bytes).
-    let file = Raw::new().tensor("k", &[256], 12, 0).data(&[0; 144]).parse().unwrap();
-    assert_eq!(file.tensor("k").unwrap().ggml_type(), GgmlType::Q4_K);
+    let file = Raw::new().tensor("k", &[256], 10, 0).data(&[0; 84]).parse().unwrap();
+    assert_eq!(file.tensor("k").unwrap().ggml_type(), GgmlType::Q2_K);
 }
 
 #[test]

@@ -10,7 +10,9 @@ use std::io::Write;
 use std::path::Path;
 
 use half::{bf16, f16};
-use rocm_kernels::quant::{quantize_mxfp4_gguf, quantize_q4_0, quantize_q8_0};
+use rocm_kernels::quant::{
+    quantize_mxfp4_gguf, quantize_q4_0, quantize_q4_k, quantize_q5_k, quantize_q6_k, quantize_q8_0,
+};
 
 use super::error::WriteError;
 use super::file::GgufFile;
@@ -169,7 +171,8 @@ impl GgufWriter {
     }
 
     /// Encodes `values` (ggml element order) as `ty` and adds them: F32, F16, BF16 (rounded to
-    /// nearest even), Q8_0, Q4_0 and MXFP4 (encoded by `rocm_kernels::quant`).
+    /// nearest even), Q8_0, Q4_0, MXFP4, Q4_K, Q5_K and Q6_K (encoded by `rocm_kernels::quant`;
+    /// the k-quant encoder is rocmforge's own, see `rocm_kernels::quant::kquant`).
     pub fn add_quantized(
         &mut self,
         name: impl Into<String>,
@@ -199,6 +202,9 @@ impl GgufWriter {
             GgmlType::Q8_0 => quantize(quantize_q8_0)?,
             GgmlType::Q4_0 => quantize(quantize_q4_0)?,
             GgmlType::MXFP4 => quantize(quantize_mxfp4_gguf)?,
+            GgmlType::Q4_K => quantize(quantize_q4_k)?,
+            GgmlType::Q5_K => quantize(quantize_q5_k)?,
+            GgmlType::Q6_K => quantize(quantize_q6_k)?,
             other => {
                 return Err(WriteError::BadTensor {
                     name,

@@ -27,7 +27,7 @@ fn model(dir: &TempDir) -> std::path::PathBuf {
     w.add_f32("norm.weight", &[32, 3], &values).unwrap();
     w.add_quantized("ffn.weight", GgmlType::Q8_0, &[32, 3], &values).unwrap();
     w.add_quantized("ffn.mx", GgmlType::MXFP4, &[32, 3], &values).unwrap();
-    w.add_tensor("k.weight", GgmlType::Q4_K, &[256], vec![0u8; 144]).unwrap();
+    w.add_tensor("k.weight", GgmlType::Q2_K, &[256], vec![0u8; 84]).unwrap();
     let path = dir.join("model.gguf");
     w.write_file(&path).unwrap();
     path
@@ -52,7 +52,7 @@ fn inspect_lists_metadata_and_tensors() {
         "ffn.weight",
         "Q8_0",
         "MXFP4",
-        "Q4_K",
+        "Q2_K",
         "102", // 3 Q8_0 blocks of 34 bytes
     ] {
         assert!(stdout.contains(needle), "`{needle}` missing from:\n{stdout}");
@@ -107,7 +107,7 @@ fn failures_exit_non_zero_and_say_why() {
         (&["inspect", missing.to_str().unwrap()], 1, "missing.gguf"),
         (&["inspect", not_gguf.to_str().unwrap()], 1, "not a GGUF file"),
         (&["dump", p, "no.such", "-o", o], 1, "no tensor named `no.such`"),
-        (&["dump", p, "k.weight", "-o", o], 1, "unsupported type 12 (Q4_K)"),
+        (&["dump", p, "k.weight", "-o", o], 1, "unsupported type 10 (Q2_K)"),
         (&["dump", p, "norm.weight", "-o", "/nonexistent-dir/x.npy"], 1, "/nonexistent-dir/x.npy"),
     ];
     for &(args, code, needle) in cases {

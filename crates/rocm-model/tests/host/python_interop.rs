@@ -26,7 +26,18 @@ fn a_file_written_by_gguf_py_reads_back_identically() {
     assert_same_listing(&canon_file(&file), &expected, "gguf-py's file as we read it vs what gguf-py wrote");
     // The types the script covers, so a change there cannot silently narrow the test.
     let types: Vec<_> = file.tensors().iter().map(|t| t.ggml_type()).collect();
-    for t in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::MXFP4] {
+    let expected = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::MXFP4,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+    for t in expected {
         assert!(types.contains(&t), "{t} missing from the script's file");
     }
 }
