@@ -23,8 +23,21 @@
 //!
 //! GGUF's `mxfp4` (ggml type 39) is exactly MXFP4: the scale byte is the E8M0 byte and the nibbles
 //! are E2M1 codes (ggml tabulates the magnitudes doubled, `0,1,2,3,4,6,8,12`, and halves the
-//! scale, `2^(e-128)`: the same numbers). The one difference is `e = 0xFF`, which ggml reads as a
-//! number; here it is NaN, as the spec says.
+//! scale, `2^(e-128)`: the same numbers). The one difference in decoding is `e = 0xFF`, which
+//! ggml reads as a number; here it is NaN, as the spec says.
+//!
+//! Encoding GGUF `mxfp4` ([`quantize_mxfp4_gguf`]) follows ggml's reference quantiser
+//! (`quantize_row_mxfp4_ref`) instead of the spec's conversion, so that files written here have
+//! the bytes llama.cpp (and gguf-py) would write. It differs from [`encode_block`] in three ways:
+//! - the shared exponent is `floor(log2f(amax)) - 2 + 127` with `log2` rounded to f32 before the
+//!   floor, so a block maximum a few ulps below `2^k` counts as `2^k` (`1023.99994` gets the
+//!   exponent of 1024, and is then encoded as 1024 instead of saturating to 768);
+//! - each element takes the nearest of the 16 codes in code order, errors measured in f32, the
+//!   first on ties: ties go to the smaller magnitude (`0.75 -> 0.5`, not to even `1.0`);
+//! - a negative value that rounds to zero gets code 0 (`+0`), not `-0`.
+//!
+//! Where ggml's reference is undefined (NaN or ±inf in a block, maxima below `2^-125` whose
+//! exponent is negative) ours is the spec encoder's: scale `0xFF`, or the exponent clamped to 0.
 
 use super::{MXFP4_GGUF_BLOCK_BYTES, MXFP6_BLOCK_BYTES, QK, QuantError, check_decode, check_encode};
 
@@ -223,15 +236,42 @@ pub fn dequantize_mxfp4_gguf(blocks: &[u8], out: &mut [f32]) -> Result<(), Quant
 }
 
 /// Encodes `values` (a multiple of 32) as GGUF `mxfp4` blocks into `out`
-/// (`values.len() / 32 * 17` bytes).
+/// (`values.len() / 32 * 17` bytes), as ggml's reference quantiser does (see the module docs).
 pub fn quantize_mxfp4_gguf(values: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
     check_encode(values.len(), MXFP4_GGUF_BLOCK_BYTES, out.len())?;
     for (x, block) in values.chunks_exact(QK).zip(out.chunks_exact_mut(MXFP4_GGUF_BLOCK_BYTES)) {
-        let (scale, codes) = encode_block(MxElem::E2M1, x);
+        let (scale, codes) = if x.iter().all(|v| v.is_finite()) {
+            let scale = ggml_mxfp4_scale(x);
+            // ggml's half scale 2^(e - 128) against its doubled element table: the same products.
+            let half_scale = e8m0_to_f32(scale) / 2.0;
+            (scale, std::array::from_fn(|i| ggml_nearest_e2m1(x[i], half_scale)))
+        } else {
+            encode_block(MxElem::E2M1, x)
+        };
         block[0] = scale;
         pack_nibbles(&codes, &mut block[1..]);
     }
     Ok(())
+}
+
+/// ggml's `kvalues_mxfp4`: the E2M1 value of each code, doubled.
+const GGML_E2M1_DOUBLED: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// ggml's shared exponent of a finite block: `floor(log2f(amax)) - 2 + 127`, `log2` rounded to
+/// f32 first (a correctly rounded `log2f`), 0 for an all-zero block, clamped to `0..=254`.
+fn ggml_mxfp4_scale(x: &[f32]) -> u8 {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    if amax == 0.0 {
+        return 0;
+    }
+    let log2 = (f64::from(amax).log2() as f32).floor();
+    (log2 - MxElem::E2M1.emax() as f32 + E8M0_BIAS as f32).clamp(0.0, 254.0) as u8
+}
+
+/// The first code, in code order, whose value is nearest `x` (ggml's `best_index_mxfp4`).
+fn ggml_nearest_e2m1(x: f32, half_scale: f32) -> u8 {
+    let err = |code: usize| (f32::from(GGML_E2M1_DOUBLED[code]) * half_scale - x).abs();
+    (1..16).fold(0, |best, code| if err(code) < err(best) { code } else { best }) as u8
 }
 
 /// The two MXFP6 element types.

@@ -277,6 +277,36 @@ fn gguf_mxfp4_round_trip_and_layout() {
     assert_eq!(out, v);
 }
 
+/// ggml's MXFP4 quantiser, by hand: ties to the smaller magnitude, +0 for negatives that round
+/// to zero, and the exponent of `log2f` rounded to f32 before the floor.
+#[test]
+fn gguf_mxfp4_encodes_as_ggml_does() {
+    let encode = |v: &[f32]| {
+        let mut x = [0.0f32; QK];
+        x[..v.len()].copy_from_slice(v);
+        let mut bytes = [0u8; MXFP4_GGUF_BLOCK_BYTES];
+        quantize_mxfp4_gguf(&x, &mut bytes).unwrap();
+        let codes: Vec<u8> = (0..v.len()).map(|j| bytes[1 + j] & 15).collect();
+        (bytes[0], codes)
+    };
+    // amax 4: scale byte 127 (2^0). Halfway values take the first (smaller) code:
+    // 0.75 -> 0.5 (1), 1.75 -> 1.5 (3), 3.5 -> 3 (5), -0.75 -> -0.5 (9), 0.25 -> 0 (0).
+    // -0.1 and -0.0 round to zero: code 0, not 8.
+    let (scale, codes) = encode(&[4.0, 0.75, 1.75, 3.5, -0.75, 0.25, -0.1, -0.0, 5.0 / 4.0]);
+    assert_eq!(scale, 127);
+    assert_eq!(codes, [6, 1, 3, 5, 9, 0, 0, 0, 2]);
+    // 1023.99994 (one ulp below 2^10): log2 rounds to 10.0 in f32, so the exponent is 10 - 2
+    // (byte 135) and the value is encoded as 8 * 2^7 = 1024 (code 6), not saturated to 6 * 2^7.
+    let below = |p: f32| f32::from_bits(p.to_bits() - 1);
+    assert_eq!(encode(&[below(1024.0)]), (135, vec![6]));
+    // One ulp below 2: log2 is 1 - 8.6e-8, and f32 holds 1 - 6e-8 there: the floor stays 0.
+    assert_eq!(encode(&[below(2.0)]).0, 125);
+    // An all-zero block: byte 0; NaN or inf: the spec's NaN scale (ggml's behaviour is undefined).
+    assert_eq!(encode(&[0.0, -0.0]), (0, vec![0, 0]));
+    assert_eq!(encode(&[1.0, f32::NAN]).0, E8M0_NAN);
+    assert_eq!(encode(&[f32::NEG_INFINITY]).0, E8M0_NAN);
+}
+
 #[test]
 fn mxfp6_packing_bit_order() {
     // Codes 1, 2, 3, 4: 1 | 2 << 6 | 3 << 12 | 4 << 18 = 0x103081, little-endian.
