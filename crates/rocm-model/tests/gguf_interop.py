@@ -11,9 +11,14 @@ which the Rust test compares line by line with its own:
     f32 <name> <LE hex of the tensor decoded to float32>     decodable types only, -0 as +0
 
 Modes:
-    write OUT.gguf   write a file with gguf.GGUFWriter; print what was written
-    read IN.gguf     read a file with gguf.GGUFReader; print what it holds
-    npy IN.npy       print `npy <shape> <dtype> <LE hex>` of a .npy file, read by numpy
+    write OUT.gguf [BLOCKS.gguf]   write a file with gguf.GGUFWriter; print what was written.
+                                   Every tensor of BLOCKS.gguf (blocks our encoders made) is
+                                   copied in as raw bytes, named `ours.<name>`.
+    read IN.gguf                   read a file with gguf.GGUFReader; print what it holds
+    npy IN.npy                     print `npy <shape> <dtype> <LE hex>` of a .npy file
+    quantize IN.gguf               for each F32 tensor `<type>.<case>` (type Q8_0, Q4_0 or
+                                   MXFP4), print `quant <name> <hex>` of its values encoded by
+                                   gguf.quants.quantize
 """
 
 import struct
@@ -105,7 +110,7 @@ def random_blocks(rng, n_blocks, qtype):
     raise ValueError(qtype)
 
 
-def write(path):
+def write(path, blocks_path=None):
     rng = np.random.default_rng(20240607)
     w = gguf.GGUFWriter(path, arch="interop")
     lines = [f"kv general.architecture {canon(V.STRING, 'interop')}"]
@@ -162,6 +167,10 @@ def write(path):
         raw = random_blocks(rng, rows * blocks, qtype).reshape(rows, -1)
         tensor(name, raw, qtype, raw_dtype=qtype)
     tensor("i32", np.array([[1, -2, 3], [4, 5, -6]], dtype=np.int32), Q.I32)
+    if blocks_path is not None:
+        for t in gguf.GGUFReader(blocks_path).tensors:
+            raw = np.frombuffer(t.data.tobytes(), dtype=np.uint8).reshape(1, -1)
+            tensor(f"ours.{t.name}", raw, t.tensor_type, raw_dtype=t.tensor_type)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -213,11 +222,23 @@ def read(path):
     print("\n".join(lines))
 
 
+def quantize(path):
+    lines = []
+    for t in gguf.GGUFReader(path).tensors:
+        qtype = Q[t.name.split(".")[0]]
+        values = np.asarray(t.data, dtype=np.float32).reshape(-1, 32)
+        # Scales past f16's range overflow to inf, as ggml's do.
+        with np.errstate(over="ignore"):
+            raw = gguf.quants.quantize(values, qtype)
+        lines.append(f"quant {t.name} {raw.tobytes().hex()}")
+    print("\n".join(lines))
+
+
 def npy(path):
     a = np.load(path)
     print(f"npy {','.join(str(d) for d in a.shape)} {a.dtype.str} {np.ascontiguousarray(a).tobytes().hex()}")
 
 
 if __name__ == "__main__":
-    mode, path = sys.argv[1], sys.argv[2]
-    {"write": write, "read": read, "npy": npy}[mode](path)
+    mode, args = sys.argv[1], sys.argv[2:]
+    {"write": write, "read": read, "npy": npy, "quantize": quantize}[mode](*args)

@@ -68,11 +68,17 @@ pub fn python_gguf(test: &str) -> bool {
 
 /// Runs the interop script; returns its stdout, failing the test with its stderr otherwise.
 pub fn run_script(mode: &str, path: &Path) -> String {
-    let out = Command::new("python3").arg(script()).arg(mode).arg(path).output().unwrap();
+    run_script_with(mode, &[path])
+}
+
+/// [`run_script`] with several path arguments.
+pub fn run_script_with(mode: &str, paths: &[&Path]) -> String {
+    let out = Command::new("python3").arg(script()).arg(mode).args(paths).output().unwrap();
+    let shown: Vec<_> = paths.iter().map(|p| p.display().to_string()).collect();
     assert!(
         out.status.success(),
         "gguf_interop.py {mode} {} failed:\n{}",
-        path.display(),
+        shown.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
