@@ -115,7 +115,13 @@ pub(crate) struct CudaDevice {
     cuda: &'static Cuda,
     ordinal: usize,
     device: sys::CUdevice,
-    context: ContextHandle,
+    /// The device's primary context, retained on first use rather than at open: creating and
+    /// destroying a context costs ~130 + ~70 ms that the driver serialises across every process
+    /// of the host (measured on an H200 host with scripts/gpu_startup_probe.py), and opening a
+    /// device only to read its facts (platform detection) needs none.
+    context: OnceLock<ContextHandle>,
+    /// Held while the context is being retained, so two threads retain it once.
+    retaining: parking_lot::Mutex<()>,
     memory_pools: bool,
 }
 
@@ -141,10 +147,14 @@ impl CudaDevice {
         }
         let mut device = 0;
         call!(cuda, cuDeviceGet(&mut device, ordinal as i32))?;
-        let mut context = std::ptr::null_mut();
-        call!(cuda, cuDevicePrimaryCtxRetain(&mut context, device))?;
-        let mut this =
-            CudaDevice { cuda, ordinal, device, context: ContextHandle(context), memory_pools: false };
+        let mut this = CudaDevice {
+            cuda,
+            ordinal,
+            device,
+            context: OnceLock::new(),
+            retaining: parking_lot::Mutex::new(()),
+            memory_pools: false,
+        };
         this.memory_pools = this.attribute(Attr::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? != 0;
         Ok(this)
     }
@@ -153,12 +163,28 @@ impl CudaDevice {
         self.cuda
     }
 
+    /// The device's primary context, retained the first time it is asked for.
+    fn context(&self) -> Result<sys::CUcontext> {
+        if let Some(context) = self.context.get() {
+            return Ok(context.0);
+        }
+        let _retaining = self.retaining.lock();
+        if let Some(context) = self.context.get() {
+            return Ok(context.0);
+        }
+        let mut context = std::ptr::null_mut();
+        call!(self.lib(), cuDevicePrimaryCtxRetain(&mut context, self.device))?;
+        let _ = self.context.set(ContextHandle(context));
+        Ok(context)
+    }
+
     /// Makes this device's primary context current on the calling thread, if it is not.
     fn bind(&self) -> Result<()> {
+        let context = self.context()?;
         let mut current = std::ptr::null_mut();
         call!(self.lib(), cuCtxGetCurrent(&mut current))?;
-        if current != self.context.0 {
-            call!(self.lib(), cuCtxSetCurrent(self.context.0))?;
+        if current != context {
+            call!(self.lib(), cuCtxSetCurrent(context))?;
         }
         Ok(())
     }
@@ -173,7 +199,9 @@ impl CudaDevice {
 impl Drop for CudaDevice {
     fn drop(&mut self) {
         // Releasing the primary context only drops our reference; other users keep theirs.
-        let _ = call!(self.lib(), cuDevicePrimaryCtxRelease_v2(self.device));
+        if self.context.get().is_some() {
+            let _ = call!(self.lib(), cuDevicePrimaryCtxRelease_v2(self.device));
+        }
     }
 }
 
