@@ -401,8 +401,11 @@ impl Blas {
     /// The vendor BLAS of `backend`'s device, created on first use: loads the library
     /// (`ROCMFORGE_CUBLAS_LIBRARY` / `ROCMFORGE_ROCBLAS_LIBRARY` name an exact file) and creates
     /// a handle. A missing library is [`Error::Load`] naming every path tried; a failure stays
-    /// the answer for the process.
+    /// the answer for the process. [`crate::VENDOR_BLAS_ENV`]`=off` refuses.
     pub fn open(backend: &Arc<Backend>) -> Result<Arc<Blas>> {
+        if std::env::var(crate::VENDOR_BLAS_ENV).is_ok_and(|v| v == "off") {
+            return Err(Error::VendorBlasOff);
+        }
         let ordinal = backend.info().ordinal;
         let mut handles = HANDLES.lock();
         if let Some((_, state)) = handles.iter().find(|(o, _)| *o == ordinal) {

@@ -114,6 +114,9 @@ pub enum Error {
     CodeObject { ordinal: usize, device: String, source: crate::code_object::CodeObjectError },
     #[error("`{name}` not found in module: {source}")]
     FunctionNotFound { name: String, source: DriverError },
+    /// `ROCMFORGE_VENDOR_BLAS=off` ([`crate::VENDOR_BLAS_ENV`]): products take the portable path.
+    #[error("the vendor BLAS is turned off ({}=off)", crate::VENDOR_BLAS_ENV)]
+    VendorBlasOff,
 }
 
 impl Error {

@@ -59,6 +59,13 @@ pub use stream::Stream;
 /// so the name has one home and xtask need not depend on the test kit.
 pub const SANITIZER_ENV: &str = "ROCMFORGE_SANITIZER";
 
+/// Set to `off`, [`Blas::open`] refuses with [`Error::VendorBlasOff`], so every product takes the
+/// portable kernels. `gpu-test --sanitize` sets it for racecheck and initcheck, which can check
+/// only our kernels: initcheck does not see what cuBLAS's Hopper kernels write (it reported
+/// reads of GEMM outputs as uninitialised), and racecheck faulted in a cuBLAS test even with no
+/// kernel instrumented.
+pub const VENDOR_BLAS_ENV: &str = "ROCMFORGE_VENDOR_BLAS";
+
 /// Half-precision element types, re-exported so users and kernels agree on them.
 pub use half::{bf16, f16};
 

@@ -47,11 +47,22 @@ pub(super) fn canary_only() -> Vec<String> {
     vec!["-E".to_string(), format!("binary(/^gpu_/) and {CANARY}")]
 }
 
-/// The nextest arguments of a sanitizer run: `args` limited to the GPU test binaries, without
-/// the canary. nextest unions repeated `-E` expressions, so each of the user's is intersected
-/// with the GPU binaries instead of adding one of our own (which would run every GPU test).
-pub(super) fn gpu_tests_only(args: &[String]) -> Vec<String> {
-    let gpu = format!("binary(/^gpu_/) and not {CANARY}");
+/// Whether `tool` checks only our kernels, so runs with the vendor BLAS turned off
+/// ([`rocm_runtime::VENDOR_BLAS_ENV`]) and without the tests of the vendor path (named `vendor`):
+/// racecheck instruments only `rf_` kernels ([`RACECHECK_KERNELS`]) and faulted in a cuBLAS test
+/// even with none instrumented; initcheck does not see what cuBLAS's Hopper kernels write, so it
+/// reported reads of their outputs as uninitialised.
+pub(super) fn checks_our_kernels_only(tool: &str) -> bool {
+    matches!(tool, "racecheck" | "initcheck")
+}
+
+/// The nextest arguments of a `tool` run: `args` limited to the GPU test binaries, without
+/// the canary (and without the vendor path's tests for [`checks_our_kernels_only`] tools).
+/// nextest unions repeated `-E` expressions, so each of the user's is intersected with the GPU
+/// binaries instead of adding one of our own (which would run every GPU test).
+pub(super) fn gpu_tests_only(args: &[String], tool: &str) -> Vec<String> {
+    let vendor = if checks_our_kernels_only(tool) { " and not test(/vendor/)" } else { "" };
+    let gpu = format!("binary(/^gpu_/) and not {CANARY}{vendor}");
     let mut out = Vec::with_capacity(args.len() + 2);
     let mut filtered = false;
     let mut rest = args.iter();
@@ -112,7 +123,9 @@ pub(super) fn summarise_sanitizer_logs(dir: &Path) -> Result<(usize, u64)> {
 /// or `RACECHECK SUMMARY: ... (N errors, M warnings)`.
 fn sanitizer_errors(log: &str) -> u64 {
     log.lines()
-        .filter(|l| l.contains("SUMMARY"))
+        // memcheck adds `ERROR SUMMARY: N errors were not printed` past its print limit: the
+        // same errors again.
+        .filter(|l| l.contains("SUMMARY") && !l.contains("not printed"))
         .filter_map(|l| {
             let words: Vec<&str> = l.split(|c: char| c.is_whitespace() || c == '(' || c == ',').collect();
             words.windows(2).find(|w| w[1].starts_with("error")).and_then(|w| w[0].parse::<u64>().ok())
@@ -157,16 +170,26 @@ mod tests {
         assert_eq!(sanitizer_errors("========= ERROR SUMMARY: 1 error\n"), 1);
         assert_eq!(sanitizer_errors("RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)"), 2);
         assert_eq!(sanitizer_errors("no summary at all"), 0);
+        let truncated = "========= ERROR SUMMARY: 35420 errors were not printed. Use --print-limit option\n\
+                         ========= ERROR SUMMARY: 35520 errors\n";
+        assert_eq!(sanitizer_errors(truncated), 35520);
     }
 
     #[test]
     fn sanitizer_runs_intersect_the_users_filters_with_the_gpu_binaries() {
         assert_eq!(
-            gpu_tests_only(&[]),
+            gpu_tests_only(&[], "memcheck"),
             strings(&["-E", "binary(/^gpu_/) and not test(/sanitizer_canary_/)"])
         );
         assert_eq!(
-            gpu_tests_only(&strings(&["-E", "test(/mxfp/)", "--no-fail-fast", "-E=binary(gpu_runtime)"])),
+            gpu_tests_only(&[], "initcheck"),
+            strings(&["-E", "binary(/^gpu_/) and not test(/sanitizer_canary_/) and not test(/vendor/)"])
+        );
+        assert_eq!(
+            gpu_tests_only(
+                &strings(&["-E", "test(/mxfp/)", "--no-fail-fast", "-E=binary(gpu_runtime)"]),
+                "synccheck"
+            ),
             strings(&[
                 "-E",
                 "(test(/mxfp/)) and binary(/^gpu_/) and not test(/sanitizer_canary_/)",

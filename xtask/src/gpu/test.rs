@@ -11,7 +11,8 @@ use rocm_runtime::Platform;
 use super::devices::{detect_gpu, gpu_count, jobs_per_gpu, parse_gpus, parse_jobs_per_gpu};
 use super::report::{Repeats, collect_run, parse_partition, parse_repeat, partition_args};
 use super::sanitizer::{
-    SANITIZERS, canary_only, gpu_tests_only, runner, sanitizer, summarise_sanitizer_logs,
+    SANITIZERS, canary_only, checks_our_kernels_only, gpu_tests_only, runner, sanitizer,
+    summarise_sanitizer_logs,
 };
 use super::{
     ARCHIVE_FILE, CARGO_PROFILE, JUNIT_REPORT, NEXTEST_CONFIG, NEXTEST_PROFILE, SANITIZER_LOGS,
@@ -244,7 +245,10 @@ fn run_suite(
         cmd.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", &runner)
             .env(rocm_runtime::SANITIZER_ENV, tool)
             .args(partition_args(args.partition, &args.nextest))
-            .args(gpu_tests_only(&args.nextest));
+            .args(gpu_tests_only(&args.nextest, tool));
+        if checks_our_kernels_only(tool) {
+            cmd.env(rocm_runtime::VENDOR_BLAS_ENV, "off");
+        }
         println!("gpu-test: sanitizer {tool}");
         let _ = fs::remove_file(root.join(JUNIT_REPORT));
         let code = run_nextest(cmd, config)?;
