@@ -64,8 +64,8 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
 
 fn open(path: &Path) -> Result<GgufFile, String> {
     GgufFile::open(path).map_err(|e| match e {
-        // The I/O error already names the path.
-        rocm_model::GgufError::Io { .. } => e.to_string(),
+        // These already name the path.
+        rocm_model::GgufError::Io { .. } | rocm_model::GgufError::NotAFile { .. } => e.to_string(),
         _ => format!("{}: {e}", path.display()),
     })
 }

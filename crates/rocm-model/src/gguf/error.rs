@@ -18,6 +18,11 @@ pub enum GgufError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
 
+    /// The path names a directory, a device, a pipe or a socket: mapping or reading it fails
+    /// with an error (`No such device`) that does not say so.
+    #[error("{path}: is a {kind}, not a GGUF file")]
+    NotAFile { path: PathBuf, kind: &'static str },
+
     #[error("not a GGUF file: it starts with {found:02x?}, not \"GGUF\"")]
     BadMagic { found: Vec<u8> },
 

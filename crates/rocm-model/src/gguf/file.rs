@@ -50,13 +50,50 @@ impl std::fmt::Debug for GgufFile {
     }
 }
 
+/// [`GgufError::NotAFile`] unless `ty` (the type of the file at `path`) is a regular file.
+fn not_a_file(path: &Path, ty: &std::fs::FileType) -> Result<()> {
+    if ty.is_file() {
+        return Ok(());
+    }
+    let kind = if ty.is_dir() { "directory" } else { special_file_kind(ty) };
+    Err(GgufError::NotAFile { path: path.to_path_buf(), kind })
+}
+
+#[cfg(unix)]
+fn special_file_kind(ty: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ty.is_block_device() {
+        "block device"
+    } else if ty.is_char_device() {
+        "character device"
+    } else if ty.is_fifo() {
+        "named pipe"
+    } else if ty.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_file_kind(_: &std::fs::FileType) -> &'static str {
+    "special file"
+}
+
 impl GgufFile {
-    /// Memory-maps and parses the file at `path`.
+    /// Memory-maps and parses the file at `path`, which must be a regular file (a directory,
+    /// device, pipe or socket is [`GgufError::NotAFile`]).
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref();
         let io = |source| GgufError::Io { path: path.to_path_buf(), source };
+        // Checked before opening: opening a FIFO would block until a writer comes, and a
+        // directory opens fine and then fails to map with `No such device`.
+        not_a_file(path, &std::fs::metadata(path).map_err(io)?.file_type())?;
         let file = File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
+        let meta = file.metadata().map_err(io)?;
+        // Again on what was opened, in case the path was replaced in between.
+        not_a_file(path, &meta.file_type())?;
+        let len = meta.len();
         let storage = if len == 0 {
             // Some platforms refuse to map an empty file; it is refused below either way.
             Storage::Owned(Vec::new())

@@ -308,6 +308,18 @@ fn open_maps_a_file_and_reports_io_errors_with_the_path() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn a_directory_or_device_is_refused_as_not_a_file() {
+    let dir = std::env::temp_dir().join(format!("rocm-model-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let e = GgufFile::open(&dir).unwrap_err();
+    assert!(matches!(e, GgufError::NotAFile { kind: "directory", .. }), "{e}");
+    assert_eq!(e.to_string(), format!("{}: is a directory, not a GGUF file", dir.display()));
+    std::fs::remove_dir_all(&dir).unwrap();
+    #[cfg(unix)]
+    says(&GgufFile::open("/dev/null").unwrap_err(), &["/dev/null: is a character device, not a GGUF file"]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Writer refusals.
 

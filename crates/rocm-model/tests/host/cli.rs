@@ -106,6 +106,8 @@ fn failures_exit_non_zero_and_say_why() {
         (&["frob", p], 2, "unknown command"),
         (&["inspect", missing.to_str().unwrap()], 1, "missing.gguf"),
         (&["inspect", not_gguf.to_str().unwrap()], 1, "not a GGUF file"),
+        (&["inspect", dir.path().to_str().unwrap()], 1, "is a directory, not a GGUF file"),
+        (&["dump", dir.path().to_str().unwrap(), "t", "-o", o], 1, "is a directory, not a GGUF file"),
         (&["dump", p, "no.such", "-o", o], 1, "no tensor named `no.such`"),
         (&["dump", p, "k.weight", "-o", o], 1, "unsupported type 10 (Q2_K)"),
         (&["dump", p, "norm.weight", "-o", "/nonexistent-dir/x.npy"], 1, "/nonexistent-dir/x.npy"),
