@@ -121,6 +121,21 @@ pub enum GgufError {
 
     #[error("tensor `{tensor}` ({bytes} bytes) does not fit this machine's address space")]
     TooLargeForHost { tensor: String, bytes: u64 },
+
+    /// Host memory for a tensor's values could not be reserved (the count comes from the file;
+    /// the allocation is fallible, so this is an error, not an abort).
+    #[error(
+        "tensor `{tensor}`: its {elements} elements as {element} take {}, more host memory than could be allocated",
+        Bytes(*bytes)
+    )]
+    HostAllocation {
+        tensor: String,
+        elements: u64,
+        element: &'static str,
+        /// `elements` times the element's size, saturating at `u64::MAX`.
+        bytes: u64,
+        source: std::collections::TryReserveError,
+    },
 }
 
 impl GgufError {

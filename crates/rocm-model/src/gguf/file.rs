@@ -198,10 +198,28 @@ impl GgufFile {
 
     /// The tensor called `name` decoded to f32, in ggml element order (`ne[0]` fastest).
     /// Supported: F32, F16, BF16, Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K; other types are
-    /// [`GgufError::UnsupportedType`].
+    /// [`GgufError::UnsupportedType`]. The whole tensor is decoded into one vector, reserved
+    /// fallibly: where the allocator refuses it (a tensor whose f32 values exceed the host's
+    /// memory) this is [`GgufError::HostAllocation`] with the sizes. To go through a tensor of
+    /// any size in bounded memory, use [`GgufFile::to_f32_chunked`].
     pub fn to_f32(&self, name: &str) -> Result<Vec<f32>> {
         let info = self.tensor(name)?;
         super::dequant::decode(info, self.tensor_bytes(info))
+    }
+
+    /// The tensor called `name` decoded to f32 a piece at a time, in ggml element order: `sink`
+    /// is called with consecutive pieces of at most `chunk_elements` values (whole blocks, so a
+    /// piece holds at least one block) that together make the tensor. Memory use is one buffer
+    /// of `chunk_elements` values, whatever the tensor's size; the first error, from decoding or
+    /// from `sink`, stops the walk and is returned. Types as for [`GgufFile::to_f32`].
+    pub fn to_f32_chunked<E: From<GgufError>>(
+        &self,
+        name: &str,
+        chunk_elements: usize,
+        sink: impl FnMut(&[f32]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let info = self.tensor(name)?;
+        super::dequant::decode_chunked(info, self.tensor_bytes(info), chunk_elements, sink)
     }
 
     /// Total bytes of all tensors.

@@ -257,6 +257,66 @@ fn plain_types_decode_exactly_and_block_types_closely() {
 }
 
 #[test]
+fn chunked_decoding_gives_the_whole_decoding_in_bounded_pieces() {
+    let file = GgufFile::from_bytes(every_type_writer(None).to_bytes()).unwrap();
+    for name in ["f32", "f16", "bf16", "q8_0", "q4_0", "mxfp4", "q4_k", "q5_k", "q6_k", "scalar", "empty"] {
+        let whole = file.to_f32(name).unwrap();
+        let block = file.tensor(name).unwrap().ggml_type().block_size() as usize;
+        for chunk in [0, 1, 5, 31, 32, 33, 64, 100, usize::MAX] {
+            let mut got = Vec::new();
+            file.to_f32_chunked(name, chunk, |piece| {
+                assert!(!piece.is_empty() && piece.len() <= chunk.max(block), "{name}: {}", piece.len());
+                assert_eq!(piece.len() % block, 0, "{name}: a piece of part of a block");
+                got.extend_from_slice(piece);
+                Ok::<_, GgufError>(())
+            })
+            .unwrap();
+            assert_eq!(got, whole, "{name}, pieces of {chunk}");
+        }
+    }
+    // The sink's error stops the walk and comes back; so does a type that cannot be decoded.
+    let mut calls = 0;
+    let e = file
+        .to_f32_chunked("q8_0", 32, |_| {
+            calls += 1;
+            Err(GgufError::NoSuchTensor { name: "stop".into() })
+        })
+        .unwrap_err();
+    assert_eq!((calls, e.to_string()), (1, "no tensor named `stop`".to_string()));
+    let e = file.to_f32_chunked("q2_k.raw", 32, |_| -> Result<()> { unreachable!() }).unwrap_err();
+    says(&e, &["unsupported type 10 (Q2_K)", "q2_k.raw"]);
+}
+
+/// A tensor whose f32 values cannot be allocated is an error with its sizes, not an abort
+/// (`vec![0.0; n]` aborts the process when the allocation fails). Built as an info directly:
+/// a file backing 2^61 elements could not be mapped.
+#[test]
+fn a_tensor_too_large_for_host_memory_is_an_error_not_an_abort() {
+    let info = TensorInfo {
+        name: "huge".into(),
+        ggml_type: GgmlType::F32,
+        dims: vec![1 << 31, 1 << 30],
+        n_elements: 1 << 61,
+        n_bytes: 1 << 63,
+        data_offset: 0,
+        file_offset: 0,
+        info_offset: 0,
+    };
+    let e = super::dequant::decode(&info, &[]).unwrap_err();
+    assert!(matches!(e, GgufError::HostAllocation { elements: 0x2000_0000_0000_0000, .. }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "tensor `huge`: its 2305843009213693952 elements as f32 take 9223372036854775808 B \
+         (8388608.00 TiB), more host memory than could be allocated"
+    );
+    // The same for the wider buffers the model's loaders reserve.
+    says(
+        &super::dequant::host_vec::<f64>("w", 1 << 60, "f64").unwrap_err(),
+        &["`w`", "1152921504606846976 elements as f64"],
+    );
+}
+
+#[test]
 fn unsupported_types_are_named_when_decoding() {
     let file = GgufFile::from_bytes(every_type_writer(None).to_bytes()).unwrap();
     let e = file.to_f32("q2_k.raw").unwrap_err();
