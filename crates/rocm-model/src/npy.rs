@@ -43,7 +43,26 @@ pub fn write_npy_f32(out: &mut impl Write, shape: &[u64], data: &[f32]) -> io::R
             format!("shape {shape:?} does not hold {} elements", data.len()),
         ));
     }
-    out.write_all(&header(shape)?)?;
+    write_npy_f32_header(out, shape)?;
+    write_f32_data(out, data)
+}
+
+/// Bytes of the `.npy` file of an f32 array of `shape`: header and data, or `None` past
+/// `u64::MAX` (or for a header NumPy's format 1.0 cannot hold).
+pub fn npy_f32_len(shape: &[u64]) -> Option<u64> {
+    let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d))?;
+    let header = header(shape).ok()?.len() as u64;
+    elements.checked_mul(size_of::<f32>() as u64)?.checked_add(header)
+}
+
+/// Writes the header of an f32 array of `shape`, for a writer that then streams its values
+/// with [`write_f32_data`], all `shape`'s product of them in row-major order.
+pub fn write_npy_f32_header(out: &mut impl Write, shape: &[u64]) -> io::Result<()> {
+    out.write_all(&header(shape)?)
+}
+
+/// Writes `data` as little-endian f32, the body of an `.npy` file after its header.
+pub fn write_f32_data(out: &mut impl Write, data: &[f32]) -> io::Result<()> {
     let mut buf = Vec::with_capacity(data.len().min(1 << 16) * 4);
     for chunk in data.chunks(1 << 16) {
         buf.clear();
@@ -76,6 +95,20 @@ mod tests {
             assert!(text.contains(&format!("'shape': {expect}")), "{text}");
             assert_eq!(&out[10 + hlen..10 + hlen + 4], &1.5f32.to_le_bytes());
         }
+    }
+
+    #[test]
+    fn a_header_and_streamed_data_make_the_same_file() {
+        let data: Vec<f32> = (0..200).map(|i| i as f32 * 0.5).collect();
+        let mut whole = Vec::new();
+        write_npy_f32(&mut whole, &[20, 10], &data).unwrap();
+        let mut streamed = Vec::new();
+        write_npy_f32_header(&mut streamed, &[20, 10]).unwrap();
+        data.chunks(33).for_each(|c| write_f32_data(&mut streamed, c).unwrap());
+        assert_eq!(streamed, whole);
+        assert_eq!(npy_f32_len(&[20, 10]), Some(whole.len() as u64));
+        assert_eq!(npy_f32_len(&[1 << 62, 4]), None, "2^64 data bytes");
+        assert_eq!(npy_f32_len(&[1 << 32, 1 << 32]), None, "2^64 elements");
     }
 
     #[test]

@@ -6,13 +6,18 @@
 //! ```
 //!
 //! Two subcommands and one flag: a hand-written parser is shorter than the dependency.
+//!
+//! `dump` decodes and writes a bounded number of blocks at a time, so a tensor of any size
+//! takes a few MiB of memory; before writing it checks that the output fits the free space of
+//! its file system, and refuses with the sizes when it does not.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use rocm_model::GgufFile;
-use rocm_model::npy::write_npy_f32;
+use rocm_model::npy::{npy_f32_len, write_f32_data, write_npy_f32_header};
+use rocm_model::{GgufError, GgufFile};
+use rocm_runtime::Bytes;
 
 const USAGE: &str = "usage:
   gguf inspect FILE                 print the metadata and the tensor table
@@ -65,7 +70,7 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
 fn open(path: &Path) -> Result<GgufFile, String> {
     GgufFile::open(path).map_err(|e| match e {
         // These already name the path.
-        rocm_model::GgufError::Io { .. } | rocm_model::GgufError::NotAFile { .. } => e.to_string(),
+        GgufError::Io { .. } | GgufError::NotAFile { .. } => e.to_string(),
         _ => format!("{}: {e}", path.display()),
     })
 }
@@ -127,15 +132,59 @@ fn print_inspect(file: &GgufFile, path: &Path, out: &mut impl Write) -> std::io:
     Ok(())
 }
 
+/// Values decoded and written at a time by `dump`: 4 MiB of f32, whatever the tensor's size.
+const DUMP_CHUNK_ELEMENTS: usize = 1 << 20;
+
 fn dump(path: &Path, tensor: &str, out_path: &Path) -> Result<(), String> {
     let file = open(path)?;
-    let info = file.tensor(tensor).map_err(|e| format!("{}: {e}", path.display()))?;
+    let in_file = |e: GgufError| format!("{}: {e}", path.display());
+    // Refused before the output is touched.
+    let info = file.decodable_tensor(tensor).map_err(in_file)?;
     let shape = info.row_major_shape();
-    let values = file.to_f32(tensor).map_err(|e| format!("{}: {e}", path.display()))?;
+    let what = format!("tensor `{tensor}` ({}, {} elements)", info.ggml_type(), info.n_elements());
+    let total = npy_f32_len(&shape).ok_or_else(|| format!("{what} as f32 takes more than 2^64 bytes"))?;
+    if let Some(free) = free_bytes_for(out_path)
+        && total > free
+    {
+        return Err(format!(
+            "{}: {what} takes {} as f32, more than the {} free there",
+            out_path.display(),
+            Bytes(total),
+            Bytes(free)
+        ));
+    }
     let io = |e: std::io::Error| format!("{}: {e}", out_path.display());
     let mut out = BufWriter::new(std::fs::File::create(out_path).map_err(io)?);
-    write_npy_f32(&mut out, &shape, &values).map_err(io)?;
-    out.flush().map_err(io)?;
+    // Bytes handed to the writer so far, for the message if writing fails.
+    let mut written = 0u64;
+    let result = write_npy_f32_header(&mut out, &shape)
+        .map_err(DumpError::Io)
+        .and_then(|()| {
+            written = total - 4 * info.n_elements(); // the header: `total` is it and the data
+            file.to_f32_chunked(tensor, DUMP_CHUNK_ELEMENTS, |values| {
+                write_f32_data(&mut out, values)?;
+                written += 4 * values.len() as u64;
+                Ok::<_, DumpError>(())
+            })
+        })
+        .and_then(|()| out.flush().map_err(DumpError::Io));
+    if let Err(e) = result {
+        drop(out);
+        // A partial array is not a smaller dump of the tensor: do not leave one (if it is a
+        // file: the output may be a device such as /dev/full).
+        let removed =
+            std::fs::metadata(out_path).is_ok_and(|m| m.is_file()) && std::fs::remove_file(out_path).is_ok();
+        let partial = if removed { "; the partial file was removed" } else { "" };
+        return Err(match e {
+            DumpError::Io(e) => format!(
+                "{}: {e}, after writing {} of the {} that {what} takes as f32{partial}",
+                out_path.display(),
+                Bytes(written),
+                Bytes(total)
+            ),
+            DumpError::Gguf(e) => format!("{}: {e}{partial}", path.display()),
+        });
+    }
     eprintln!(
         "wrote {} ({} {} -> f32, shape {shape:?})",
         out_path.display(),
@@ -143,6 +192,63 @@ fn dump(path: &Path, tensor: &str, out_path: &Path) -> Result<(), String> {
         info.ggml_type().name()
     );
     Ok(())
+}
+
+/// Why a dump stopped once its output was created.
+enum DumpError {
+    Io(std::io::Error),
+    Gguf(GgufError),
+}
+
+impl From<std::io::Error> for DumpError {
+    fn from(e: std::io::Error) -> Self {
+        DumpError::Io(e)
+    }
+}
+
+impl From<GgufError> for DumpError {
+    fn from(e: GgufError) -> Self {
+        DumpError::Gguf(e)
+    }
+}
+
+/// Bytes a new file at `path` can take: the space free to this user on its file system, plus
+/// the size of the regular file there that creating it would truncate. `None` where that is
+/// not known (no statvfs, no such directory: creating the file reports that) or does not apply
+/// (the output is a device or a pipe, `/dev/null` say).
+fn free_bytes_for(path: &Path) -> Option<u64> {
+    let existing = match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => m.len(),
+        Ok(_) => return None,
+        Err(_) => 0,
+    };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Some(free_bytes(dir)?.saturating_add(existing))
+}
+
+#[cfg(unix)]
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c_path` is a NUL-terminated string and `stat` points to writable memory the
+    // size of a `statvfs`, which the call fills in when it returns 0.
+    if unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it initialised `stat`.
+    let stat = unsafe { stat.assume_init() };
+    // Blocks available to unprivileged users, in units of the fragment size.
+    #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
+    Some((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
+}
+
+#[cfg(not(unix))]
+fn free_bytes(_: &Path) -> Option<u64> {
+    None
 }
 
 fn main() -> ExitCode {

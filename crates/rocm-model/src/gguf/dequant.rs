@@ -40,7 +40,7 @@ pub(crate) fn host_vec<T>(tensor: &str, n: u64, element: &'static str) -> Result
 }
 
 /// [`GgufError::UnsupportedType`] unless `info` is of a type [`decode_blocks`] decodes.
-fn check_decodable(info: &TensorInfo) -> Result<()> {
+pub(crate) fn check_decodable(info: &TensorInfo) -> Result<()> {
     if info.ggml_type.is_decodable() { Ok(()) } else { Err(unsupported(info)) }
 }
 

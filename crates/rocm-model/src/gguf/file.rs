@@ -207,6 +207,15 @@ impl GgufFile {
         super::dequant::decode(info, self.tensor_bytes(info))
     }
 
+    /// The info of the tensor called `name` if [`GgufFile::to_f32`] can decode it, or the
+    /// error it would give ([`GgufError::UnsupportedType`]), without decoding anything: for a
+    /// caller that must prepare (an output file, say) before decoding.
+    pub fn decodable_tensor(&self, name: &str) -> Result<&TensorInfo> {
+        let info = self.tensor(name)?;
+        super::dequant::check_decodable(info)?;
+        Ok(info)
+    }
+
     /// The tensor called `name` decoded to f32 a piece at a time, in ggml element order: `sink`
     /// is called with consecutive pieces of at most `chunk_elements` values (whole blocks, so a
     /// piece holds at least one block) that together make the tensor. Memory use is one buffer

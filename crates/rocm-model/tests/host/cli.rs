@@ -120,3 +120,87 @@ fn failures_exit_non_zero_and_say_why() {
     }
     assert!(!npy.exists(), "a failed dump must not leave a file");
 }
+
+/// A GGUF file with one `ty` tensor `name` of `dims` whose data is a hole: the file is extended
+/// with `File::set_len` to hold it (sparse: it takes no disk space), so the reader accepts it.
+fn sparse_gguf(path: &std::path::Path, name: &str, dims: &[u64], ty: GgmlType) {
+    let string = |s: &str| [&(s.len() as u64).to_le_bytes()[..], s.as_bytes()].concat();
+    let mut bytes = [&b"GGUF"[..], &3u32.to_le_bytes(), &1u64.to_le_bytes(), &0u64.to_le_bytes()].concat();
+    bytes.extend(string(name));
+    bytes.extend((dims.len() as u32).to_le_bytes());
+    dims.iter().for_each(|d| bytes.extend(d.to_le_bytes()));
+    bytes.extend(ty.id().to_le_bytes());
+    bytes.extend(0u64.to_le_bytes());
+    bytes.resize(bytes.len().next_multiple_of(32), 0);
+    let n: u64 = dims.iter().product();
+    let data = n / ty.block_size() * ty.type_size();
+    let file = std::fs::File::create(path).unwrap();
+    std::io::Write::write_all(&mut &file, &bytes).unwrap();
+    file.set_len(bytes.len() as u64 + data).unwrap();
+}
+
+/// A valid file whose tensor decodes to more f32 than memory or disk hold: `dump` used to
+/// decode it whole (`memory allocation of 68719476736 bytes failed`, SIGABRT). Now it streams,
+/// and refuses up front what the output's file system cannot take, with the sizes.
+#[test]
+fn dump_of_a_tensor_too_large_to_write_is_refused_with_its_sizes() {
+    let dir = TempDir::new("cli-huge");
+    let path = dir.join("huge.gguf");
+    // 2^41 MXFP4 elements: 1.06 TiB of data (a hole), 8 TiB as f32, more than the free space
+    // of any machine's temporary directory.
+    sparse_gguf(&path, "huge", &[1 << 20, 1 << 21], GgmlType::MXFP4);
+    let npy = dir.join("huge.npy");
+    let out = gguf(&["dump", path.to_str().unwrap(), "huge", "-o", npy.to_str().unwrap()]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for needle in [
+        "tensor `huge` (MXFP4, 2199023255552 elements)",
+        "takes 8796093022336 B (8.00 TiB) as f32, more than the",
+        "free there",
+    ] {
+        assert!(stderr.contains(needle), "`{needle}` missing from: {stderr}");
+    }
+    assert!(!npy.exists(), "a refused dump must not create its output");
+}
+
+/// Past the free-space check (a device has none to check), a write failure stops the dump with
+/// what was written and what the tensor needs; no abort, and the device is not removed.
+#[cfg(target_os = "linux")]
+#[test]
+fn dump_that_fails_writing_says_how_far_it_got() {
+    let dir = TempDir::new("cli-full");
+    let path = dir.join("big.gguf");
+    // 2^34 Q4_0 elements: 9 GiB of data (a hole), the 64 GiB of f32 that used to abort.
+    sparse_gguf(&path, "big", &[1 << 17, 1 << 17], GgmlType::Q4_0);
+    let out = gguf(&["dump", path.to_str().unwrap(), "big", "-o", "/dev/full"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for needle in [
+        "/dev/full: No space left on device",
+        "after writing",
+        "of the 68719476864 B (64.00 GiB) that tensor `big` (Q4_0, 17179869184 elements) takes as f32",
+    ] {
+        assert!(stderr.contains(needle), "`{needle}` missing from: {stderr}");
+    }
+    assert!(!stderr.contains("removed") && std::path::Path::new("/dev/full").exists(), "{stderr}");
+}
+
+/// A tensor of several of `dump`'s pieces (and a part of one) is written whole and in order.
+#[test]
+fn dump_streams_a_tensor_larger_than_one_piece() {
+    let dir = TempDir::new("cli-stream");
+    let mut w = GgufWriter::new();
+    let values: Vec<f32> = (0..96 * 27_307).map(|i| (i % 1000) as f32 * 0.5 - 250.0).collect();
+    w.add_quantized("wide", GgmlType::Q8_0, &[96, (values.len() / 96) as u64], &values).unwrap();
+    w.add_quantized("halves", GgmlType::F16, &[values.len() as u64], &values).unwrap();
+    let path = dir.join("wide.gguf");
+    w.write_file(&path).unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    for tensor in ["wide", "halves"] {
+        let npy = dir.join(&format!("{tensor}.npy"));
+        let out = gguf(&["dump", path.to_str().unwrap(), tensor, "-o", npy.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out).1);
+        let (_, got) = read_npy(&std::fs::read(&npy).unwrap());
+        assert!(got == file.to_f32(tensor).unwrap(), "{tensor}: the dump differs from to_f32");
+    }
+}
