@@ -15,6 +15,7 @@
 //! fastest-varying dimension. `docs/gguf.md` states the facts relied on and the limits.
 
 mod dequant;
+pub(crate) use dequant::host_vec;
 mod error;
 mod file;
 mod header;

@@ -143,6 +143,18 @@ fn missing_and_misshapen_tensors_are_named() {
     );
 }
 
+/// The CPU loader decodes in bounded pieces into one fallibly reserved vector: the values are
+/// exactly the f32 decoding widened, for tensors of one piece and of several (the FFN matrices,
+/// 192 x 352, are more than one).
+#[test]
+fn host_weights_are_the_f32_decoding_widened() {
+    let file = small_file(Architecture::Llama);
+    for t in file.tensors() {
+        let want: Vec<f64> = file.to_f32(t.name()).unwrap().into_iter().map(f64::from).collect();
+        assert!(super::weights::load_host(&file, t.name()).unwrap() == want, "{}", t.name());
+    }
+}
+
 #[test]
 fn unimplemented_tensors_are_refused() {
     let base = small_file(Architecture::Glm4);

@@ -13,7 +13,7 @@ use rocm_runtime::{DeviceBuffer, Stream};
 
 use super::config::ModelConfig;
 use super::error::{ModelError, Result};
-use crate::gguf::{GgmlType, GgufFile, TensorInfo};
+use crate::gguf::{GgmlType, GgufFile, TensorInfo, host_vec};
 use crate::lazy::DeviceTensors;
 
 /// The final RMSNorm's weight: optional (a model without one returns the residual stream).
@@ -152,10 +152,33 @@ pub(crate) fn check_model(file: &GgufFile, config: &ModelConfig) -> Result<bool>
     Ok(has_output_norm)
 }
 
+/// Values decoded at a time when a weight is converted on the CPU: the f32 staging buffer stays
+/// at 256 KiB whatever the tensor's size.
+const DECODE_CHUNK: usize = 1 << 16;
+
+/// The values of tensor `name` decoded on the CPU, each converted by `convert`, into a vector
+/// reserved fallibly (`element` names `T` if the reservation is refused: the element count
+/// comes from the file). The f32 values pass through a bounded buffer, not a second whole copy.
+fn decode_host<T>(
+    file: &GgufFile,
+    name: &str,
+    element: &'static str,
+    convert: fn(f32) -> T,
+) -> Result<Vec<T>> {
+    let info = file.tensor(name)?;
+    let mut out = host_vec::<T>(name, info.n_elements(), element)?;
+    file.to_f32_chunked(name, DECODE_CHUNK, |piece| {
+        // Within the reserved capacity: the pieces add up to the element count.
+        out.extend(piece.iter().map(|&v| convert(v)));
+        Ok::<_, ModelError>(())
+    })?;
+    Ok(out)
+}
+
 /// The tensor's values in f64, decoded on the CPU from the stored bytes (exact: every supported
 /// type decodes exactly to f32).
 pub(crate) fn load_host(file: &GgufFile, name: &str) -> Result<Vec<f64>> {
-    Ok(file.to_f32(name)?.into_iter().map(f64::from).collect())
+    decode_host(file, name, "f64", f64::from)
 }
 
 /// The tensor in `T` on the GPU. Block formats are uploaded as blocks (through `tensors`, the
@@ -179,7 +202,7 @@ pub(crate) fn load_device<T: Dtype>(tensors: &DeviceTensors, name: &str) -> Resu
             Ok(out)
         }
         None => {
-            let values: Vec<T> = file.to_f32(name)?.into_iter().map(T::from_f32).collect();
+            let values = decode_host(file, name, T::NAME, T::from_f32)?;
             Ok(stream.upload(&values)?)
         }
     }
