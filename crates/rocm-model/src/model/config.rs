@@ -79,11 +79,26 @@ impl ModelConfig {
         let architecture = Architecture::from_name(arch_name)?;
         let key = |suffix: &str| format!("{arch_name}.{suffix}");
 
-        let hidden = required_usize(meta, &key("embedding_length"))?;
-        let layers = required_usize(meta, &key("block_count"))?;
-        let ffn = required_usize(meta, &key("feed_forward_length"))?;
-        let q_heads = required_usize(meta, &key("attention.head_count"))?;
-        let kv_heads = optional_usize(meta, &key("attention.head_count_kv"))?.unwrap_or(q_heads);
+        let hidden = required_size(meta, &key("embedding_length"))?;
+        let layers = required_size(meta, &key("block_count"))?;
+        let ffn = required_size(meta, &key("feed_forward_length"))?;
+        // The head counts are checked here, before the head size is derived from them.
+        let q_key = key("attention.head_count");
+        let q_heads = required_size(meta, &q_key)?;
+        let kv_key = key("attention.head_count_kv");
+        let kv_heads = optional_usize(meta, &kv_key)?.unwrap_or(q_heads);
+        if kv_heads == 0 {
+            return Err(bad(&kv_key, "is 0, must be at least 1"));
+        }
+        if kv_heads > q_heads {
+            return Err(bad(
+                &kv_key,
+                &format!("{kv_heads} KV heads are more than the {q_heads} query heads of {q_key}"),
+            ));
+        }
+        if !q_heads.is_multiple_of(kv_heads) {
+            return Err(bad(&kv_key, &format!("{kv_heads} KV heads do not divide {q_heads} query heads")));
+        }
         let rms_eps = required_f32(meta, &key("attention.layer_norm_rms_epsilon"))?;
         let rope_theta = optional_f32(meta, &key("rope.freq_base"))?.unwrap_or(10_000.0);
         let rope_ratio = match architecture {
@@ -93,11 +108,12 @@ impl ModelConfig {
 
         let head_key = key("attention.key_length");
         let head_dim = match optional_usize(meta, &head_key)? {
+            Some(0) => return Err(bad(&head_key, "is 0, must be at least 1")),
             Some(d) => d,
-            None if q_heads > 0 && hidden.is_multiple_of(q_heads) => hidden / q_heads,
+            None if hidden.is_multiple_of(q_heads) => hidden / q_heads,
             None => {
                 return Err(bad(
-                    &key("attention.head_count"),
+                    &q_key,
                     &format!(
                         "{q_heads} heads do not divide embedding_length {hidden} (and {head_key} is absent)"
                     ),
@@ -149,24 +165,6 @@ impl ModelConfig {
     /// The consistency checks, each error naming the key that breaks it.
     fn check(&self, arch: &str) -> Result<()> {
         let key = |suffix: &str| format!("{arch}.{suffix}");
-        for (suffix, value) in [
-            ("embedding_length", self.hidden),
-            ("block_count", self.layers),
-            ("feed_forward_length", self.ffn),
-            ("attention.head_count", self.q_heads),
-            ("attention.head_count_kv", self.kv_heads),
-            ("attention.key_length", self.head_dim),
-        ] {
-            if value == 0 {
-                return Err(bad(&key(suffix), "must be at least 1"));
-            }
-        }
-        if !self.q_heads.is_multiple_of(self.kv_heads) {
-            return Err(bad(
-                &key("attention.head_count_kv"),
-                &format!("{} KV heads do not divide {} query heads", self.kv_heads, self.q_heads),
-            ));
-        }
         if !(self.rms_eps.is_finite() && self.rms_eps > 0.0) {
             return Err(bad(
                 &key("attention.layer_norm_rms_epsilon"),
@@ -235,8 +233,13 @@ fn optional_usize(meta: &Metadata, key: &str) -> Result<Option<usize>> {
     }
 }
 
-fn required_usize(meta: &Metadata, key: &str) -> Result<usize> {
-    optional_usize(meta, key)?.ok_or_else(|| ModelError::MissingKey { key: key.to_string() })
+/// A required size: present, and at least 1.
+fn required_size(meta: &Metadata, key: &str) -> Result<usize> {
+    match optional_usize(meta, key)? {
+        None => Err(ModelError::MissingKey { key: key.to_string() }),
+        Some(0) => Err(bad(key, "is 0, must be at least 1")),
+        Some(n) => Ok(n),
+    }
 }
 
 fn optional_f32(meta: &Metadata, key: &str) -> Result<Option<f32>> {

@@ -96,6 +96,58 @@ fn bad_metadata_is_refused_naming_the_key() {
     }
 }
 
+/// Minimal llama metadata (no `key_length`: the head size comes from hidden / heads) with
+/// `head_count` and, if given, `head_count_kv`.
+fn heads(q: u32, kv: Option<u32>) -> Result<ModelConfig> {
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", "llama").unwrap();
+    for (k, v) in [("embedding_length", 256u32), ("block_count", 1), ("feed_forward_length", 64)] {
+        w.add_metadata(format!("llama.{k}"), v).unwrap();
+    }
+    w.add_metadata("llama.attention.head_count", q).unwrap();
+    if let Some(kv) = kv {
+        w.add_metadata("llama.attention.head_count_kv", kv).unwrap();
+    }
+    w.add_metadata("llama.attention.layer_norm_rms_epsilon", 1e-6f32).unwrap();
+    ModelConfig::from_metadata(file_of(&w).metadata())
+}
+
+/// A head count of 0 used to be reported as "0 heads do not divide embedding_length 256": it is
+/// refused as 0 before anything is derived from it, and KV heads must be 1 to `head_count`,
+/// dividing it.
+#[test]
+fn head_counts_must_be_at_least_one_and_kv_heads_divide_them() {
+    let msg = |r: Result<ModelConfig>| r.unwrap_err().to_string();
+    let q0 = "GGUF metadata key `llama.attention.head_count`: is 0, must be at least 1";
+    assert_eq!(msg(heads(0, None)), q0);
+    assert_eq!(msg(heads(0, Some(0))), q0);
+    assert_eq!(msg(metadata_with("llama.attention.head_count", Some(crate::Value::U32(0)))), q0);
+    assert_eq!(
+        msg(heads(4, Some(0))),
+        "GGUF metadata key `llama.attention.head_count_kv`: is 0, must be at least 1"
+    );
+    assert_eq!(
+        msg(heads(4, Some(8))),
+        "GGUF metadata key `llama.attention.head_count_kv`: 8 KV heads are more than the 4 query heads \
+         of llama.attention.head_count"
+    );
+    assert_eq!(
+        msg(heads(4, Some(3))),
+        "GGUF metadata key `llama.attention.head_count_kv`: 3 KV heads do not divide 4 query heads"
+    );
+    // 256 is not a multiple of 3 heads, and there is no key_length to say otherwise.
+    assert!(msg(heads(3, None)).contains("3 heads do not divide embedding_length 256"));
+    for (q, kv) in [(4, None), (4, Some(4)), (4, Some(2)), (4, Some(1))] {
+        let c = heads(q, kv).unwrap();
+        assert_eq!((c.q_heads, c.kv_heads, c.head_dim), (4, kv.unwrap_or(4) as usize, 64));
+    }
+    for key in ["embedding_length", "block_count", "feed_forward_length", "attention.key_length"] {
+        let key = format!("llama.{key}");
+        let err = msg(metadata_with(&key, Some(crate::Value::U32(0))));
+        assert_eq!(err, format!("GGUF metadata key `{key}`: is 0, must be at least 1"));
+    }
+}
+
 /// The small model without tensor `drop`, or with `replace` in its place.
 fn model_without(drop: &str, replace: Option<(&[u64], GgmlType)>) -> GgufFile {
     let spec = SyntheticSpec::small(Architecture::Llama);
