@@ -198,7 +198,8 @@ fn check_positive(name: &str, value: f32) -> Result<()> {
     if value.is_finite() && value > 0.0 {
         Ok(())
     } else {
-        Err(PositionError::InvalidRope(format!("{name} must be positive and finite, got {value}")))
+        // `{:?}`: an exponent for large values (3.4028235e38), not 39 digits.
+        Err(PositionError::InvalidRope(format!("{name} must be positive and finite, got {value:?}")))
     }
 }
 
@@ -312,6 +313,12 @@ mod tests {
             let e = glm4_rope(64, theta, ratio).unwrap_err();
             assert!(e.to_string().contains("positive and finite"), "{e}");
         }
+        // Large values print with an exponent, not 39 digits.
+        let e = glm4_rope(64, -f32::MAX, 1.0).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid GLM RoPE: rope_theta must be positive and finite, got -3.4028235e38"
+        );
     }
 
     fn close(got: &[f64], want: &[f64]) {

@@ -10,7 +10,7 @@
 //! | `<arch>.attention.head_count` | yes | query heads |
 //! | `<arch>.attention.head_count_kv` | no (= head_count) | KV heads (GQA/MQA) |
 //! | `<arch>.attention.key_length` | no (= hidden / heads) | head size (`value_length` must match) |
-//! | `<arch>.attention.layer_norm_rms_epsilon` | yes | RMSNorm epsilon |
+//! | `<arch>.attention.layer_norm_rms_epsilon` | yes | RMSNorm epsilon, in (0, [`MAX_RMS_EPS`]] |
 //! | `<arch>.rope.freq_base` | no (10000) | RoPE base |
 //! | `<arch>.rope.dimension_count` | no | rotated elements of a head |
 //! | `glm4.rope.rope_ratio` | no (1) | GLM's base multiplier (rocmforge's key; llama.cpp folds it into `freq_base`) |
@@ -18,8 +18,15 @@
 use rocm_kernels::rope::{Rope, RopeStyle};
 
 use super::error::{ModelError, Result};
-use crate::gguf::Metadata;
+use crate::gguf::{Metadata, Value};
 use crate::position::glm4_rope;
+
+/// The largest `<arch>.attention.layer_norm_rms_epsilon` accepted. The epsilon is added to the
+/// mean square of activations of order 1 to keep the division away from zero, so it must be
+/// small next to 1: real models use 1e-5 (Llama 1 and 2, Mistral), 1e-6 (Llama 3, Qwen 2,
+/// Gemma) or less (GLM-4: 1.5625e-7). A value above 0.1 is not an epsilon but a broken or
+/// hostile file, and would change the output silently.
+pub const MAX_RMS_EPS: f32 = 0.1;
 
 /// The model families the block supports; they differ only in their RoPE (see [`ModelConfig::rope`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,17 +169,29 @@ impl ModelConfig {
         Ok(config)
     }
 
-    /// The consistency checks, each error naming the key that breaks it.
+    /// The consistency checks, each error naming the key that breaks it. Floats are printed with
+    /// `{:?}`, the shortest text that reads back the same, which switches to an exponent for
+    /// large and small values: `1e300`, not three hundred digits.
     fn check(&self, arch: &str) -> Result<()> {
         let key = |suffix: &str| format!("{arch}.{suffix}");
-        if !(self.rms_eps.is_finite() && self.rms_eps > 0.0) {
+        let eps = self.rms_eps;
+        let eps_key = key("attention.layer_norm_rms_epsilon");
+        if !(eps.is_finite() && eps > 0.0) {
+            return Err(bad(&eps_key, &format!("{eps:?} is not positive")));
+        }
+        if eps > MAX_RMS_EPS {
             return Err(bad(
-                &key("attention.layer_norm_rms_epsilon"),
-                &format!("{} is not positive", self.rms_eps),
+                &eps_key,
+                &format!(
+                    "{eps:?} is too large for a norm epsilon (at most {MAX_RMS_EPS:?}; models use 1e-5 or 1e-6)"
+                ),
             ));
         }
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
-            return Err(bad(&key("rope.freq_base"), &format!("{} is not positive", self.rope_theta)));
+            return Err(bad(&key("rope.freq_base"), &format!("{:?} is not positive", self.rope_theta)));
+        }
+        if !(self.rope_ratio.is_finite() && self.rope_ratio > 0.0) {
+            return Err(bad(&key("rope.rope_ratio"), &format!("{:?} is not positive", self.rope_ratio)));
         }
         // The RoPE configuration itself (even sizes, ratio, the kernel's pair limit).
         self.rope().map_err(|e| bad(&key("rope.dimension_count"), &e.to_string()))?;
@@ -217,16 +236,22 @@ fn bad(key: &str, reason: &str) -> ModelError {
     ModelError::BadMetadata { key: key.to_string(), reason: reason.to_string() }
 }
 
+/// A value for a message: its type and a preview (a string or array from the file may be
+/// megabytes long).
+fn found(v: &Value) -> String {
+    format!("{} {}", v.value_type(), v.preview(4, 40))
+}
+
 fn optional_usize(meta: &Metadata, key: &str) -> Result<Option<usize>> {
     match meta.get(key) {
         None => Ok(None),
         Some(v) => {
             let n = v
                 .as_u64()
-                .ok_or_else(|| bad(key, &format!("expected a non-negative integer, found {v:?}")))?;
+                .ok_or_else(|| bad(key, &format!("expected a non-negative integer, found {}", found(v))))?;
             // Sizes beyond 2^31 are not a model this crate can run (the kernels index with i32).
             if n > i32::MAX as u64 {
-                return Err(bad(key, &format!("{n} is too large")));
+                return Err(bad(key, &format!("{n} is too large (at most {})", i32::MAX)));
             }
             Ok(Some(n as usize))
         }
@@ -246,10 +271,16 @@ fn optional_f32(meta: &Metadata, key: &str) -> Result<Option<f32>> {
     match meta.get(key) {
         None => Ok(None),
         Some(v) => {
-            let x = v.as_f64().ok_or_else(|| bad(key, &format!("expected a number, found {v:?}")))?;
+            let x = v.as_f64().ok_or_else(|| bad(key, &format!("expected a number, found {}", found(v))))?;
             let f = x as f32;
+            if !x.is_finite() {
+                return Err(bad(key, &format!("{x:?} is not a finite number")));
+            }
             if !f.is_finite() {
-                return Err(bad(key, &format!("{x} is not a finite f32")));
+                return Err(bad(key, &format!("{x:?} is beyond the range of f32 (largest {:?})", f32::MAX)));
+            }
+            if f == 0.0 && x != 0.0 {
+                return Err(bad(key, &format!("{x:?} is too small for f32 (it rounds to 0)")));
             }
             Ok(Some(f))
         }

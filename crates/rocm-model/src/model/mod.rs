@@ -22,7 +22,7 @@ mod weights;
 #[cfg(test)]
 mod tests;
 
-pub use config::{Architecture, ModelConfig};
+pub use config::{Architecture, MAX_RMS_EPS, ModelConfig};
 pub use error::{ModelError, Result};
 pub use forward::Model;
 pub use reference::{ReferenceModel, ReferenceSequence, Rounding};

@@ -148,6 +148,57 @@ fn head_counts_must_be_at_least_one_and_kv_heads_divide_them() {
     }
 }
 
+/// Float metadata in errors is short (`{:?}`: 1e300, not 301 digits), and an RMS epsilon must be
+/// finite, positive and at most `MAX_RMS_EPS` (0.1; real models use 1e-5 or 1e-6).
+#[test]
+fn float_metadata_is_checked_and_printed_short() {
+    use crate::Value;
+    let eps = "llama.attention.layer_norm_rms_epsilon";
+    let theta = "llama.rope.freq_base";
+    let cases: &[(&str, Value, &str)] = &[
+        (eps, Value::F64(1e300), "1e300 is beyond the range of f32 (largest 3.4028235e38)"),
+        (
+            eps,
+            Value::F32(f32::MAX),
+            "3.4028235e38 is too large for a norm epsilon (at most 0.1; models use 1e-5 or 1e-6)",
+        ),
+        (eps, Value::F32(0.5), "0.5 is too large for a norm epsilon"),
+        (eps, Value::F32(-f32::MAX), "-3.4028235e38 is not positive"),
+        (eps, Value::F32(0.0), "0.0 is not positive"),
+        (eps, Value::F64(1e-300), "1e-300 is too small for f32 (it rounds to 0)"),
+        (eps, Value::F64(f64::NAN), "NaN is not a finite number"),
+        (eps, Value::F32(f32::INFINITY), "inf is not a finite number"),
+        (eps, Value::String("x".repeat(1 << 20)), "expected a number, found string \"xxxx"),
+        (theta, Value::F32(-f32::MAX), "-3.4028235e38 is not positive"),
+        (theta, Value::F64(-1e300), "-1e300 is beyond the range of f32"),
+        ("llama.block_count", Value::U64(1 << 40), "1099511627776 is too large (at most 2147483647)"),
+        (
+            "llama.block_count",
+            Value::Array(vec![1u32; 1 << 20].into()),
+            "expected a non-negative integer, found array [uint32; 1048576] [1, 1, 1, 1, ...]",
+        ),
+    ];
+    for (key, value, says) in cases {
+        let err = metadata_with(key, Some(value.clone())).unwrap_err().to_string();
+        let want = format!("GGUF metadata key `{key}`: {says}");
+        assert!(err.starts_with(&want), "{key} = {:?}: {err}", value.value_type());
+        assert!(err.len() < 200, "{key}: a {}-byte message", err.len());
+    }
+    // What real models use is accepted, up to the bound.
+    for ok in [1e-5f32, 1e-6, 1.5625e-7, 1e-12, 0.1] {
+        assert_eq!(metadata_with(eps, Some(Value::F32(ok))).unwrap().rms_eps, ok);
+    }
+    // GLM's rope_ratio is named as itself, not as the RoPE's dimension count.
+    let spec = SyntheticSpec::small(Architecture::Glm4);
+    let mut w = GgufWriter::new();
+    for (k, v) in spec.writer().unwrap().metadata().iter() {
+        let v = if k == "glm4.rope.rope_ratio" { Value::F32(-f32::MAX) } else { v.clone() };
+        w.add_metadata(k, v).unwrap();
+    }
+    let err = ModelConfig::from_metadata(file_of(&w).metadata()).unwrap_err().to_string();
+    assert_eq!(err, "GGUF metadata key `glm4.rope.rope_ratio`: -3.4028235e38 is not positive");
+}
+
 /// The small model without tensor `drop`, or with `replace` in its place.
 fn model_without(drop: &str, replace: Option<(&[u64], GgmlType)>) -> GgufFile {
     let spec = SyntheticSpec::small(Architecture::Llama);
