@@ -258,6 +258,32 @@ fn host_weights_are_the_f32_decoding_widened() {
     }
 }
 
+/// A model whose matrix is in a quantization the loaders cannot decode (Q2_K: what a Q2_K
+/// file holds) is refused before anything is loaded, naming the tensor and the type.
+#[test]
+fn an_unsupported_quantization_is_named_with_the_tensor() {
+    let name = "blk.1.attn_output.weight";
+    let base = model_without(name, None);
+    let mut w = GgufWriter::new();
+    for (k, v) in base.metadata().iter() {
+        w.add_metadata(k, v.clone()).unwrap();
+    }
+    for t in base.tensors() {
+        w.add_tensor(t.name(), t.ggml_type(), t.dims(), base.bytes(t.name()).unwrap().to_vec()).unwrap();
+    }
+    // [q_dim = 256, hidden = 192]: 192 rows of one 84-byte Q2_K super-block.
+    w.add_tensor(name, GgmlType::Q2_K, &[256, 192], vec![0; 192 * 84]).unwrap();
+    let file = file_of(&w);
+    let want = "tensor `blk.1.attn_output.weight`: type Q2_K is not supported (F32, F16, BF16, Q8_0, Q4_0, \
+                MXFP4 are)";
+    let err = ReferenceModel::load(&file, Rounding::Exact).unwrap_err();
+    assert!(matches!(&err, ModelError::BadTensor { name: n, .. } if n == name), "{err}");
+    assert_eq!(err.to_string(), want);
+    // Model::load (the GPU's) runs the same check before uploading anything.
+    let config = ModelConfig::from_metadata(file.metadata()).unwrap();
+    assert_eq!(super::weights::check_model(&file, &config).unwrap_err().to_string(), want);
+}
+
 #[test]
 fn unimplemented_tensors_are_refused() {
     let base = small_file(Architecture::Glm4);
