@@ -104,11 +104,9 @@ fn block_format(ty: GgmlType) -> Option<BlockFormat> {
 
 /// Looks up `name` and checks its dims and type.
 pub(crate) fn checked_info<'f>(file: &'f GgufFile, name: &str, dims: &[u64]) -> Result<&'f TensorInfo> {
-    let info = file
-        .tensors()
-        .iter()
-        .find(|t| t.name() == name)
-        .ok_or_else(|| ModelError::MissingTensor { name: name.to_string() })?;
+    // The file's index, not a scan: a file may hold 2^20 tensors, and this runs for each of
+    // them.
+    let info = file.tensor(name).map_err(|_| ModelError::MissingTensor { name: name.to_string() })?;
     if info.dims() != dims {
         return Err(ModelError::BadTensor {
             name: name.into(),
@@ -136,7 +134,7 @@ pub(crate) fn check_model(file: &GgufFile, config: &ModelConfig) -> Result<bool>
         }
         for suffix in UNSUPPORTED {
             let name = format!("blk.{layer}.{suffix}");
-            if file.tensors().iter().any(|t| t.name() == name) {
+            if file.tensor(&name).is_ok() {
                 return Err(ModelError::BadTensor {
                     name,
                     reason: "this block has no such tensor (QKV biases and post-norms are not implemented)"
@@ -145,7 +143,7 @@ pub(crate) fn check_model(file: &GgufFile, config: &ModelConfig) -> Result<bool>
             }
         }
     }
-    let has_output_norm = file.tensors().iter().any(|t| t.name() == OUTPUT_NORM);
+    let has_output_norm = file.tensor(OUTPUT_NORM).is_ok();
     if has_output_norm {
         checked_info(file, OUTPUT_NORM, &[config.hidden as u64])?;
     }
