@@ -171,6 +171,8 @@ pub enum WriteError {
     BadTensor { name: String, reason: String },
     #[error("tensor `{name}`: {source}")]
     Quantize { name: String, source: QuantError },
+    #[error("tensor `{name}`: copying its {} into memory failed: could not allocate", Bytes(*bytes))]
+    HostAllocation { name: String, bytes: u64, source: std::collections::TryReserveError },
 }
 
 pub type Result<T, E = GgufError> = std::result::Result<T, E>;

@@ -71,7 +71,9 @@ impl GgufWriter {
 
     /// A writer holding everything `file` holds: its version, its metadata in order (the
     /// alignment key included) and its tensors with their stored bytes. A file this writer
-    /// made rewrites to the same bytes.
+    /// made rewrites to the same bytes. The tensors' bytes are copied into memory, each copy
+    /// reserved fallibly: a tensor larger than the host can hold is
+    /// [`WriteError::HostAllocation`], not an abort.
     pub fn from_file(file: &GgufFile) -> Result<Self> {
         let mut w = GgufWriter::new();
         w.set_version(file.version())?;
@@ -79,7 +81,15 @@ impl GgufWriter {
             w.add_metadata(key, value.clone())?;
         }
         for t in file.tensors() {
-            w.add_tensor(t.name(), t.ggml_type(), t.dims(), file.tensor_bytes(t))?;
+            let bytes = file.tensor_bytes(t);
+            let mut data = Vec::new();
+            data.try_reserve_exact(bytes.len()).map_err(|source| WriteError::HostAllocation {
+                name: t.name().to_string(),
+                bytes: t.n_bytes(),
+                source,
+            })?;
+            data.extend_from_slice(bytes);
+            w.add_tensor(t.name(), t.ggml_type(), t.dims(), data)?;
         }
         Ok(w)
     }

@@ -3,7 +3,7 @@
 
 use std::process::{Command, Output};
 
-use crate::common::{TempDir, hex, python_gguf, run_script};
+use crate::common::{TempDir, hex, python_gguf, run_script, sparse_gguf};
 use rocm_model::{GgmlType, GgufFile, GgufWriter};
 
 /// The tool's binary. From a nextest archive run on another host the build path does not exist;
@@ -119,24 +119,6 @@ fn failures_exit_non_zero_and_say_why() {
         assert!(stderr.contains(needle), "{args:?}: `{needle}` missing from: {stderr}");
     }
     assert!(!npy.exists(), "a failed dump must not leave a file");
-}
-
-/// A GGUF file with one `ty` tensor `name` of `dims` whose data is a hole: the file is extended
-/// with `File::set_len` to hold it (sparse: it takes no disk space), so the reader accepts it.
-fn sparse_gguf(path: &std::path::Path, name: &str, dims: &[u64], ty: GgmlType) {
-    let string = |s: &str| [&(s.len() as u64).to_le_bytes()[..], s.as_bytes()].concat();
-    let mut bytes = [&b"GGUF"[..], &3u32.to_le_bytes(), &1u64.to_le_bytes(), &0u64.to_le_bytes()].concat();
-    bytes.extend(string(name));
-    bytes.extend((dims.len() as u32).to_le_bytes());
-    dims.iter().for_each(|d| bytes.extend(d.to_le_bytes()));
-    bytes.extend(ty.id().to_le_bytes());
-    bytes.extend(0u64.to_le_bytes());
-    bytes.resize(bytes.len().next_multiple_of(32), 0);
-    let n: u64 = dims.iter().product();
-    let data = n / ty.block_size() * ty.type_size();
-    let file = std::fs::File::create(path).unwrap();
-    std::io::Write::write_all(&mut &file, &bytes).unwrap();
-    file.set_len(bytes.len() as u64 + data).unwrap();
 }
 
 /// A valid file whose tensor decodes to more f32 than memory or disk hold: `dump` used to

@@ -1,10 +1,12 @@
 //! rocm-model's host-side integration tests (no GPU): the `gguf` tool, the fuzzer's seed
-//! corpus, interop with the Python `gguf` package, and the KV-cache property tests. One binary
+//! corpus, tensors larger than memory, interop with the Python `gguf` package, and the KV-cache
+//! property tests. One binary
 //! for the reason `tests/gpu_model/main.rs` gives. (`allocation_bounds.rs` stays a binary of
 //! its own: it installs a global allocator.)
 
 mod cli;
 mod common;
 mod fuzz_corpus;
+mod huge_tensors;
 mod kv_cache_props;
 mod python_interop;

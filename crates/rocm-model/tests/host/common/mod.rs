@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rocm_model::{Array, GgufFile, Value};
+use rocm_model::{Array, GgmlType, GgufFile, Value};
 
 /// This crate's directory at run time. Tests run from a nextest archive on another host, where
 /// the build's path (`env!("CARGO_MANIFEST_DIR")`) does not exist; nextest then sets
@@ -149,4 +149,22 @@ pub fn assert_same_listing(ours: &[String], theirs: &[String], what: &str) {
         }
     }
     assert_eq!(ours.len(), theirs.len(), "{what}: line counts differ");
+}
+
+/// A GGUF file with one `ty` tensor `name` of `dims` whose data is a hole: the file is extended
+/// with `File::set_len` to hold it (sparse: it takes no disk space), so the reader accepts it.
+pub fn sparse_gguf(path: &Path, name: &str, dims: &[u64], ty: GgmlType) {
+    let string = |s: &str| [&(s.len() as u64).to_le_bytes()[..], s.as_bytes()].concat();
+    let mut bytes = [&b"GGUF"[..], &3u32.to_le_bytes(), &1u64.to_le_bytes(), &0u64.to_le_bytes()].concat();
+    bytes.extend(string(name));
+    bytes.extend((dims.len() as u32).to_le_bytes());
+    dims.iter().for_each(|d| bytes.extend(d.to_le_bytes()));
+    bytes.extend(ty.id().to_le_bytes());
+    bytes.extend(0u64.to_le_bytes());
+    bytes.resize(bytes.len().next_multiple_of(32), 0);
+    let n: u64 = dims.iter().product();
+    let data = n / ty.block_size() * ty.type_size();
+    let file = std::fs::File::create(path).unwrap();
+    std::io::Write::write_all(&mut &file, &bytes).unwrap();
+    file.set_len(bytes.len() as u64 + data).unwrap();
 }
