@@ -246,15 +246,22 @@ fn missing_and_misshapen_tensors_are_named() {
     );
 }
 
-/// The CPU loader decodes in bounded pieces into one fallibly reserved vector: the values are
-/// exactly the f32 decoding widened, for tensors of one piece and of several (the FFN matrices,
-/// 192 x 352, are more than one).
+/// The CPU loaders decode in bounded pieces into one fallibly reserved vector: the values are
+/// exactly the f32 decoding widened to f64 (the reference) or rounded to `T` (the GPU's plain
+/// types), for tensors of one piece and of several (the FFN matrices, 192 x 352, are more).
 #[test]
-fn host_weights_are_the_f32_decoding_widened() {
+fn host_weights_are_the_f32_decoding_converted() {
+    use half::{bf16, f16};
     let file = small_file(Architecture::Llama);
     for t in file.tensors() {
-        let want: Vec<f64> = file.to_f32(t.name()).unwrap().into_iter().map(f64::from).collect();
-        assert!(super::weights::load_host(&file, t.name()).unwrap() == want, "{}", t.name());
+        let name = t.name();
+        let f32s = file.to_f32(name).unwrap();
+        let want: Vec<f64> = f32s.iter().copied().map(f64::from).collect();
+        assert!(super::weights::load_host(&file, name).unwrap() == want, "{name}");
+        let want: Vec<f16> = f32s.iter().copied().map(f16::from_f32).collect();
+        assert!(super::weights::decode_host(&file, name, "f16", f16::from_f32).unwrap() == want, "{name}");
+        let want: Vec<bf16> = f32s.iter().copied().map(bf16::from_f32).collect();
+        assert!(super::weights::decode_host(&file, name, "bf16", bf16::from_f32).unwrap() == want, "{name}");
     }
 }
 

@@ -157,7 +157,7 @@ const DECODE_CHUNK: usize = 1 << 16;
 /// The values of tensor `name` decoded on the CPU, each converted by `convert`, into a vector
 /// reserved fallibly (`element` names `T` if the reservation is refused: the element count
 /// comes from the file). The f32 values pass through a bounded buffer, not a second whole copy.
-fn decode_host<T>(
+pub(crate) fn decode_host<T>(
     file: &GgufFile,
     name: &str,
     element: &'static str,
