@@ -14,14 +14,15 @@
 //! h = h + swiglu(xn Wgate^T, xn Wup^T) Wdown^T   (GEMM with beta = 1)
 //! ```
 //!
-//! then `rmsnorm(h, output_norm)` if the model has one. Every tensor is `T` in device memory;
+//! then `rmsnorm(h, output_norm)` if the model has one. Activations are `T` in device memory;
+//! projection weights stay as the file stores them (`linear.rs` picks each product's path);
 //! each kernel computes in f32 and rounds once when it stores.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use rocm_kernels::attention::{FlashOptions, PagedAttention, PagedKv, paged_attention};
-use rocm_kernels::gemm::{GemmDesc, GemmElement, gemm};
+use rocm_kernels::gemm::GemmElement;
 use rocm_kernels::kv_cache::{kv_cache_copy_blocks, kv_cache_write};
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::rope::{Rope, RopeTensor};
@@ -30,20 +31,44 @@ use rocm_runtime::{DeviceBuffer, Stream};
 
 use super::config::ModelConfig;
 use super::error::{ModelError, Result};
-use super::weights::{LayerTensor, OUTPUT_NORM, check_model, load_device, tensor_name};
+use super::linear::Linear;
+use super::weights::{LayerTensor, OUTPUT_NORM, check_model, load_device, load_linear, tensor_name};
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvCacheError, KvCacheShape, KvCacheTensors, PagedCache, SeqId};
 use crate::lazy::DeviceTensors;
 use crate::position::plain_positions;
 
-/// One layer's weights in `T`, matrices row-major `[out, in]`.
+/// One layer's weights: norms in `T`, projections (`[out, in]`) as the file stores them.
 struct LayerWeights<T: GemmElement> {
-    w: Vec<DeviceBuffer<T>>,
+    attn_norm: DeviceBuffer<T>,
+    ffn_norm: DeviceBuffer<T>,
+    /// By [`LayerTensor::PROJECTIONS`] order.
+    projections: Vec<Linear<T>>,
 }
 
 impl<T: GemmElement> LayerWeights<T> {
-    fn get(&self, t: LayerTensor) -> &DeviceBuffer<T> {
-        &self.w[LayerTensor::ALL.iter().position(|&x| x == t).expect("every tensor is loaded")]
+    fn load(tensors: &DeviceTensors, config: &ModelConfig, layer: usize) -> Result<Self> {
+        let projections = LayerTensor::PROJECTIONS
+            .iter()
+            .map(|&t| {
+                let (out, inp) = t.out_in(config);
+                load_linear(tensors, &tensor_name(layer, t), out, inp)
+            })
+            .collect::<Result<_>>()?;
+        Ok(LayerWeights {
+            attn_norm: load_device(tensors, &tensor_name(layer, LayerTensor::AttnNorm))?,
+            ffn_norm: load_device(tensors, &tensor_name(layer, LayerTensor::FfnNorm))?,
+            projections,
+        })
+    }
+
+    fn get(&self, t: LayerTensor) -> &Linear<T> {
+        &self.projections[LayerTensor::PROJECTIONS.iter().position(|&x| x == t).expect("a projection")]
+    }
+
+    fn device_bytes(&self) -> u64 {
+        let norms = (self.attn_norm.len() + self.ffn_norm.len()) * size_of::<T>();
+        norms as u64 + self.projections.iter().map(Linear::device_bytes).sum::<u64>()
     }
 }
 
@@ -79,20 +104,21 @@ impl<T: GemmElement> Model<T> {
         let has_output_norm = check_model(&file, &config)?;
         let rope = config.rope()?;
         let tensors = DeviceTensors::new(file, stream.clone());
-        let mut layers = Vec::with_capacity(config.layers);
-        for l in 0..config.layers {
-            let w = LayerTensor::ALL
-                .iter()
-                .map(|&t| load_device(&tensors, &tensor_name(l, t)))
-                .collect::<Result<_>>()?;
-            layers.push(LayerWeights { w });
-        }
+        let layers =
+            (0..config.layers).map(|l| LayerWeights::load(&tensors, &config, l)).collect::<Result<_>>()?;
         let output_norm = if has_output_norm { Some(load_device(&tensors, OUTPUT_NORM)?) } else { None };
         Ok(Model { config, rope, layers, output_norm, stream: stream.clone() })
     }
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// Device bytes of the weights: projections as the file stores them (a block format's
+    /// bytes are the file's), norms in `T`.
+    pub fn weight_bytes(&self) -> u64 {
+        let output_norm = self.output_norm.as_ref().map_or(0, |w| (w.len() * size_of::<T>()) as u64);
+        self.layers.iter().map(LayerWeights::device_bytes).sum::<u64>() + output_norm
     }
 
     pub fn stream(&self) -> &Stream {
@@ -239,14 +265,12 @@ impl<T: GemmElement> Model<T> {
         let mut up = s.alloc::<T>(n * c.ffn)?;
         let mut act = s.alloc::<T>(n * c.ffn)?;
         let norm = RmsNorm::new(n, c.hidden, c.rms_eps);
-        let linear = |out: usize, inp: usize| GemmDesc::linear(n, out, inp);
-        let accumulate = |out: usize, inp: usize| GemmDesc::linear(n, out, inp).with_alpha_beta(1.0, 1.0);
 
         for (l, w) in self.layers.iter().enumerate() {
-            norm.run(&h, w.get(LayerTensor::AttnNorm), &mut xn)?;
-            gemm(&linear(c.q_dim(), c.hidden), &xn, w.get(LayerTensor::AttnQ), &mut q)?;
-            gemm(&linear(c.kv_dim(), c.hidden), &xn, w.get(LayerTensor::AttnK), &mut k)?;
-            gemm(&linear(c.kv_dim(), c.hidden), &xn, w.get(LayerTensor::AttnV), &mut v)?;
+            norm.run(&h, &w.attn_norm, &mut xn)?;
+            w.get(LayerTensor::AttnQ).apply(&xn, n, &mut q, false)?;
+            w.get(LayerTensor::AttnK).apply(&xn, n, &mut k, false)?;
+            w.get(LayerTensor::AttnV).apply(&xn, n, &mut v, false)?;
             self.rope.run(
                 RopeTensor::new(&mut q, c.q_heads),
                 Some(RopeTensor::new(&mut k, c.kv_heads)),
@@ -261,13 +285,13 @@ impl<T: GemmElement> Model<T> {
             kv_cache_write(&shape, &k, &v, &slots, k_cache, v_cache)?;
             let paged = PagedKv { k: k_cache, v: v_cache, block_table: &block_table, seq_lens: &seq_lens };
             paged_attention(&attn_desc, &FlashOptions::default(), &q, &paged, &mut attn, None)?;
-            gemm(&accumulate(c.hidden, c.q_dim()), &attn, w.get(LayerTensor::AttnOutput), &mut h)?;
+            w.get(LayerTensor::AttnOutput).apply(&attn, n, &mut h, true)?;
 
-            norm.run(&h, w.get(LayerTensor::FfnNorm), &mut xn)?;
-            gemm(&linear(c.ffn, c.hidden), &xn, w.get(LayerTensor::FfnGate), &mut gate)?;
-            gemm(&linear(c.ffn, c.hidden), &xn, w.get(LayerTensor::FfnUp), &mut up)?;
+            norm.run(&h, &w.ffn_norm, &mut xn)?;
+            w.get(LayerTensor::FfnGate).apply(&xn, n, &mut gate, false)?;
+            w.get(LayerTensor::FfnUp).apply(&xn, n, &mut up, false)?;
             swiglu(&gate, &up, &mut act)?;
-            gemm(&accumulate(c.hidden, c.ffn), &act, w.get(LayerTensor::FfnDown), &mut h)?;
+            w.get(LayerTensor::FfnDown).apply(&act, n, &mut h, true)?;
         }
         match &self.output_norm {
             Some(weight) => {

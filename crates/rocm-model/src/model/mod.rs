@@ -1,9 +1,9 @@
 //! A Llama-style transformer block on the GPU, and its f64 CPU reference (issue 7).
 //!
 //! - [`ModelConfig`]: sizes, norm epsilon and RoPE read from GGUF metadata (`llama` and `glm4`).
-//! - [`Model`]: the weights of every layer uploaded once and dequantised on the GPU to the
-//!   compute type `T` (f32, f16, bf16), and a forward pass over new tokens of one or more
-//!   sequences through the paged KV cache ([`Model::prefill`], [`Model::decode_step`]).
+//! - [`Model`]: the weights of every layer uploaded once (projections as the file stores them,
+//!   norms in the compute type `T`: f32, f16, bf16), and a forward pass over new tokens of one or
+//!   more sequences through the paged KV cache ([`Model::prefill`], [`Model::decode_step`]).
 //! - [`ReferenceModel`]: the same forward pass in f64 on the CPU from the same stored bytes, with
 //!   a contiguous KV cache of its own; it can also round to `T` where the GPU stores, to estimate
 //!   the error of a `T` pipeline without a GPU.
@@ -15,6 +15,7 @@
 mod config;
 mod error;
 mod forward;
+mod linear;
 mod reference;
 pub mod synthetic;
 mod weights;

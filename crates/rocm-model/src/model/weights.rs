@@ -1,5 +1,5 @@
 //! Which tensors a model needs, their expected shapes and types, and loading them: to f64 on
-//! the CPU (the reference) or to the compute type on the GPU.
+//! the CPU (the reference), or to the GPU (projections as stored, norms in the compute type).
 //!
 //! Names are llama.cpp's (`blk.N.attn_q.weight`). A GGUF matrix's dims are `[in, out]` (`ne[0]`
 //! is the row length), i.e. a row-major `[out, in]` matrix like an `nn.Linear` weight: the
@@ -8,11 +8,13 @@
 use std::sync::Arc;
 
 use rocm_kernels::Dtype;
+use rocm_kernels::gemm::GemmElement;
 use rocm_kernels::quant::{BlockFormat, dequantize};
 use rocm_runtime::{DeviceBuffer, Stream};
 
 use super::config::ModelConfig;
 use super::error::{ModelError, Result};
+use super::linear::Linear;
 use crate::gguf::{GgmlType, GgufFile, TensorInfo, host_vec};
 use crate::lazy::DeviceTensors;
 
@@ -45,6 +47,26 @@ impl LayerTensor {
         LayerTensor::FfnUp,
         LayerTensor::FfnDown,
     ];
+
+    /// The matrices, in the order a layer runs them.
+    pub const PROJECTIONS: [LayerTensor; 7] = [
+        LayerTensor::AttnQ,
+        LayerTensor::AttnK,
+        LayerTensor::AttnV,
+        LayerTensor::AttnOutput,
+        LayerTensor::FfnGate,
+        LayerTensor::FfnUp,
+        LayerTensor::FfnDown,
+    ];
+
+    /// A projection's `(out, in)`: its rows and row length (GGUF dims reversed).
+    pub fn out_in(self, c: &ModelConfig) -> (usize, usize) {
+        let dims = self.dims(c);
+        match dims[..] {
+            [inp, out] => (out as usize, inp as usize),
+            _ => (dims[0] as usize, 1),
+        }
+    }
 
     /// llama.cpp's short name (`attn_q`).
     pub fn short_name(self) -> &'static str {
@@ -179,10 +201,10 @@ pub(crate) fn load_host(file: &GgufFile, name: &str) -> Result<Vec<f64>> {
     decode_host(file, name, "f64", f64::from)
 }
 
-/// The tensor in `T` on the GPU. Block formats are uploaded as blocks (through `tensors`, the
-/// memory guard and the stream's account) and dequantised there straight to `T`, then the
-/// blocks are evicted; F32/F16/BF16 are converted on the CPU (one rounding to `T`, as a GPU
-/// conversion would do: there is no cast kernel) and uploaded.
+/// A norm weight (or any vector) in `T` on the GPU. Block formats are uploaded as blocks
+/// (through `tensors`, the memory guard and the stream's account) and dequantised there straight
+/// to `T`, then the blocks are evicted; F32/F16/BF16 are converted on the CPU (one rounding to
+/// `T`, as a GPU conversion would do: there is no cast kernel) and uploaded.
 pub(crate) fn load_device<T: Dtype>(tensors: &DeviceTensors, name: &str) -> Result<DeviceBuffer<T>> {
     let file: &Arc<GgufFile> = tensors.file();
     let stream: &Stream = tensors.stream();
@@ -204,4 +226,19 @@ pub(crate) fn load_device<T: Dtype>(tensors: &DeviceTensors, name: &str) -> Resu
             Ok(stream.upload(&values)?)
         }
     }
+}
+
+/// A projection weight (`[out, in]`, GGUF dims `[in, out]`) on the GPU: a block format stays as
+/// its blocks (uploaded through `tensors`), a plain type is converted to `T` (`load_device`).
+pub(crate) fn load_linear<T: GemmElement>(
+    tensors: &DeviceTensors,
+    name: &str,
+    out: usize,
+    inp: usize,
+) -> Result<Linear<T>> {
+    let info = tensors.file().tensor(name)?;
+    Ok(match block_format(info.ggml_type()) {
+        Some(format) => Linear::Blocks { format, blocks: tensors.get_or_upload(name)?, out, inp },
+        None => Linear::Dense { w: load_device(tensors, name)?, out, inp },
+    })
 }

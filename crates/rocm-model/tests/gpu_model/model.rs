@@ -12,8 +12,11 @@ use rocm_kernels::Dtype;
 use rocm_kernels::gemm::GemmElement;
 use rocm_model::kv_cache::{KvCacheError, KvCacheTensors, PagedCache, SeqId};
 use rocm_model::model::synthetic::{SplitMix, SyntheticSpec, parity_tolerance};
-use rocm_model::model::{Architecture, Model, ModelError, ReferenceModel, ReferenceSequence, Rounding};
-use rocm_model::{GgufFile, GgufWriter};
+use rocm_model::model::{
+    Architecture, LayerTensor, Model, ModelError, OUTPUT_NORM, ReferenceModel, ReferenceSequence, Rounding,
+    tensor_name,
+};
+use rocm_model::{GgmlType, GgufFile, GgufWriter};
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 use rocm_testkit::{GpuTest, Tolerance, compare, gpu_test};
 
@@ -80,6 +83,78 @@ fn parity<T: GemmElement>(gpu: &GpuTest, arch: Architecture) {
     }
     assert_eq!(cache.seq_len(seqs[0]).unwrap(), PROMPT + STEPS);
     cache.validate().unwrap();
+}
+
+/// One sequence decoded alone: every product of a decode step has one token, so the block
+/// formats take their fused matrix-vector kernels (two sequences, above, take the dequantise
+/// and GEMM path).
+fn parity_one_sequence<T: GemmElement>(gpu: &GpuTest, arch: Architecture) {
+    let file = small(arch);
+    let model = Model::<T>::load(file.clone(), gpu.stream()).unwrap();
+    let reference = ReferenceModel::load(&file, Rounding::Exact).unwrap();
+    let hidden = model.config().hidden;
+    let mut cache = PagedCache::new(6, 16).unwrap();
+    let mut kv = model.new_kv_cache(&cache).unwrap();
+    kv.fill_bytes(0xFF).unwrap();
+    let mut rng = SplitMix(22);
+    let seq = cache.add_sequence();
+    let mut r = reference.new_sequence();
+    let x = rng.hidden(PROMPT * hidden);
+    let out = model.prefill(&mut cache, &mut kv, seq, &upload::<T>(gpu, &x)).unwrap();
+    check(
+        &format!("{arch:?} prefill, {PROMPT} tokens"),
+        &out,
+        &reference.forward(&mut r, &rounded::<T>(&x)).unwrap(),
+    );
+    for step in 0..STEPS {
+        let x = rng.hidden(hidden);
+        let out = model.decode_step(&mut cache, &mut kv, &[seq], &upload::<T>(gpu, &x)).unwrap();
+        check(
+            &format!("{arch:?} one-sequence decode step {step}"),
+            &out,
+            &reference.forward(&mut r, &rounded::<T>(&x)).unwrap(),
+        );
+    }
+}
+
+#[test]
+fn one_sequence_decode_matches_the_reference_f32() {
+    let gpu = gpu_test!();
+    parity_one_sequence::<f32>(&gpu, Architecture::Llama);
+}
+
+#[test]
+fn one_sequence_decode_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    parity_one_sequence::<bf16>(&gpu, Architecture::Llama);
+}
+
+/// Block-format projections stay as their blocks on the device: the weights take the file's
+/// bytes for those, and `T`'s for the plain types (converted at load) and the norms.
+#[test]
+fn block_weights_take_the_files_bytes_on_the_device() {
+    let gpu = gpu_test!();
+    let file = small(Architecture::Llama);
+    let model = Model::<bf16>::load(file.clone(), gpu.stream()).unwrap();
+    let as_bf16 = |elements: u64| elements * size_of::<bf16>() as u64;
+    let (mut want, mut in_file) = (0u64, 0u64);
+    let mut names: Vec<String> =
+        (0..model.config().layers).flat_map(|l| LayerTensor::ALL.map(|t| tensor_name(l, t))).collect();
+    names.push(OUTPUT_NORM.to_string());
+    for name in &names {
+        let info = file.tensor(name).unwrap();
+        in_file += info.n_bytes();
+        let projection = !name.ends_with("norm.weight");
+        want += match info.ggml_type() {
+            GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::MXFP4 if projection => info.n_bytes(),
+            _ => as_bf16(info.n_elements()),
+        };
+    }
+    eprintln!(
+        "weights: {} B on the device (bf16 model), {in_file} B of tensors in the file",
+        model.weight_bytes()
+    );
+    assert_eq!(model.weight_bytes(), want);
 }
 
 #[test]

@@ -1,0 +1,93 @@
+//! [`Linear`]: a projection weight `[out, in]` on the device, kept as the file stores it.
+//!
+//! Plain types (F32, F16, BF16) are converted to the compute type `T` once at load. Block
+//! formats (Q8_0, Q4_0, MXFP4, ...) stay as their blocks: device memory for the weights is the
+//! file's tensor bytes, not `T`'s (an 8B model in Q8_0 is 8.5 GB; 16 GB in bf16). Each product
+//! takes the path that reads them best:
+//!
+//! - few tokens (decode): a fused kernel reads every block once and decodes it in registers
+//!   ([`fused_product`] says which formats and token counts have one);
+//! - otherwise (prefill): the weight is dequantised to `T` into a temporary as large as the
+//!   weight in `T`, the GEMM runs on it, and the temporary is freed (stream-ordered) after it.
+//!
+//! `y = x W^T` either way, f32 accumulation, one rounding to `T` on store; the paths differ only
+//! in the order of the sums.
+
+use std::sync::Arc;
+
+use rocm_kernels::gemm::{GemmDesc, GemmElement, gemm};
+use rocm_kernels::quant::{BlockFormat, MxFormat, dequantize, mx_matvec};
+use rocm_runtime::DeviceBuffer;
+
+use super::error::Result;
+
+/// A weight `[out, in]` (row-major, like `nn.Linear`'s) on the device.
+pub(crate) enum Linear<T: GemmElement> {
+    /// Converted to `T` at load.
+    Dense { w: DeviceBuffer<T>, out: usize, inp: usize },
+    /// The file's blocks: `out` rows of `inp / block elements` blocks each.
+    Blocks { format: BlockFormat, blocks: Arc<DeviceBuffer<u8>>, out: usize, inp: usize },
+}
+
+impl<T: GemmElement> Linear<T> {
+    /// Device bytes the weight occupies.
+    pub fn device_bytes(&self) -> u64 {
+        match self {
+            Linear::Dense { w, .. } => (w.len() * size_of::<T>()) as u64,
+            Linear::Blocks { blocks, .. } => blocks.len() as u64,
+        }
+    }
+
+    /// `y = x W^T`, or `y += x W^T` when `accumulate`, for `tokens` rows of `x` (`[tokens, in]`);
+    /// `y` is `[tokens, out]`.
+    pub fn apply(
+        &self,
+        x: &DeviceBuffer<T>,
+        tokens: usize,
+        y: &mut DeviceBuffer<T>,
+        accumulate: bool,
+    ) -> Result<()> {
+        match *self {
+            Linear::Dense { ref w, out, inp } => {
+                gemm(&desc(tokens, out, inp, accumulate), x, w, y)?;
+            }
+            Linear::Blocks { format, ref blocks, out, inp } => {
+                if !fused_product(format, blocks, out, inp, x, tokens, y, accumulate)? {
+                    let mut w = y.stream().alloc::<T>(out * inp)?;
+                    dequantize(format, blocks, &mut w)?;
+                    gemm(&desc(tokens, out, inp, accumulate), x, &w, y)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The GEMM of `tokens` rows through a weight of `out` rows and `inp` columns.
+fn desc(tokens: usize, out: usize, inp: usize, accumulate: bool) -> GemmDesc {
+    let d = GemmDesc::linear(tokens, out, inp);
+    if accumulate { d.with_alpha_beta(1.0, 1.0) } else { d }
+}
+
+/// Runs the fused quantised product where there is one for this format and token count, and
+/// says whether it did: MXFP4's matrix-vector kernel takes one token and writes `y` (no
+/// accumulation).
+#[allow(clippy::too_many_arguments)]
+fn fused_product<T: GemmElement>(
+    format: BlockFormat,
+    blocks: &DeviceBuffer<u8>,
+    out: usize,
+    inp: usize,
+    x: &DeviceBuffer<T>,
+    tokens: usize,
+    y: &mut DeviceBuffer<T>,
+    accumulate: bool,
+) -> Result<bool> {
+    match format {
+        BlockFormat::Mxfp4Gguf if tokens == 1 && !accumulate => {
+            mx_matvec(MxFormat::Mxfp4Gguf, blocks, x, y, out, inp)?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
