@@ -176,6 +176,42 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         self.stream.join(&src.stream)
     }
 
+    /// Copies `len` elements of `src` from element `src_start` into this buffer at element
+    /// `dst_start` (one row of a matrix, say). Ranges past either buffer are refused before
+    /// anything is queued; streams are ordered as for [`DeviceBuffer::copy_from_device`].
+    pub fn copy_range_from_device(
+        &mut self,
+        dst_start: usize,
+        src: &DeviceBuffer<T>,
+        src_start: usize,
+        len: usize,
+    ) -> Result<()> {
+        let fits =
+            |start: usize, buffer_len: usize| start.checked_add(len).is_some_and(|end| end <= buffer_len);
+        if !fits(dst_start, self.len) || !fits(src_start, src.len) {
+            return Err(Error::InvalidArgument(format!(
+                "copy_range_from_device: {len} elements from {src_start} of a buffer of {} into {dst_start} of a \
+                 buffer of {}",
+                src.len, self.len
+            )));
+        }
+        if !std::sync::Arc::ptr_eq(self.stream.backend(), src.stream.backend()) {
+            return Err(Error::InvalidArgument("device-to-device copy between two devices".into()));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let element = size_of::<T>() as u64;
+        let (dst, from) = (self.ptr + dst_start as u64 * element, src.ptr + src_start as u64 * element);
+        self.stream.join(&src.stream)?;
+        // SAFETY: both ranges lie inside live allocations (checked above); the joins order the
+        // copy as in `copy_from_device`.
+        unsafe {
+            self.stream.backend().driver().copy_dtod(dst, from, len * size_of::<T>(), self.stream.raw())?
+        };
+        self.stream.join(&src.stream)
+    }
+
     /// Sets every byte to `value` (0xFF poisons f32/f16/bf16 data with NaN).
     pub fn fill_bytes(&mut self, value: u8) -> Result<()> {
         if self.len == 0 {

@@ -71,6 +71,40 @@ fn device_to_device_copies_order_two_streams() {
     }
 }
 
+/// A range of one buffer into a range of another (across streams): only that range changes,
+/// and ranges past either end are refused before anything is queued.
+#[test]
+fn ranged_device_copies_touch_only_their_range() {
+    let gpu = gpu_test!();
+    let other = gpu.new_stream();
+    let mut rng = Rng::new(0x5eed_0003);
+    for n in AWKWARD {
+        let host = rng.f16_vec(n, -2.0, 2.0);
+        let src = other.upload(&host).unwrap();
+        let (src_start, len) = (n / 3, n - n / 3 - n / 5);
+        let dst_start = n / 5;
+        let mut dst = gpu.stream().alloc::<f16>(n).unwrap();
+        dst.poison().unwrap();
+        dst.copy_range_from_device(dst_start, &src, src_start, len).unwrap();
+        drop(src);
+        let got = dst.to_vec().unwrap();
+        for (i, v) in got.iter().enumerate() {
+            let want = (dst_start..dst_start + len).contains(&i).then(|| host[i - dst_start + src_start]);
+            match want {
+                Some(w) => assert_eq!(v.to_bits(), w.to_bits(), "n {n}: element {i} copied"),
+                None => assert_eq!(v.to_bits(), 0xFFFF, "n {n}: element {i} outside the range changed"),
+            }
+        }
+    }
+    let src = gpu.stream().upload(&[1.0f32; 10]).unwrap();
+    let mut dst = gpu.stream().alloc_zeroed::<f32>(10).unwrap();
+    for (d, s, len) in [(0, 5, 6), (5, 0, 6), (usize::MAX, 0, 1), (0, 0, 11)] {
+        let e = dst.copy_range_from_device(d, &src, s, len).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{d} {s} {len}: {e}");
+    }
+    assert_eq!(dst.to_vec().unwrap(), [0.0; 10], "refused copies queue nothing");
+}
+
 #[test]
 fn fills_set_every_element() {
     let gpu = gpu_test!();

@@ -94,7 +94,7 @@ pub(crate) fn decode_chunked<E: From<GgufError>>(
 }
 
 /// Decodes whole blocks of `info`'s type from `bytes` into `out` (`out.len()` values).
-fn decode_blocks(info: &TensorInfo, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+pub(crate) fn decode_blocks(info: &TensorInfo, bytes: &[u8], out: &mut [f32]) -> Result<()> {
     let ty = info.ggml_type;
     let block = |f: fn(&[u8], &mut [f32]) -> Result<(), QuantError>, out: &mut [f32]| {
         f(bytes, out).map_err(|source| GgufError::Decode { tensor: info.name.clone(), ty, source })

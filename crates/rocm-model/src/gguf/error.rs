@@ -107,6 +107,12 @@ pub enum GgufError {
     #[error("tensor `{tensor}`: unsupported type {type_id} ({type_name}) for {operation}")]
     UnsupportedType { tensor: String, type_id: u32, type_name: &'static str, operation: &'static str },
 
+    #[error("tensor `{tensor}`: row {row} asked for, it has {rows} rows of {width}")]
+    RowOutOfRange { tensor: String, row: u64, rows: u64, width: u64 },
+
+    #[error("tensor `{tensor}`: a row has {width} values, the buffer given holds {len}")]
+    RowBuffer { tensor: String, width: u64, len: usize },
+
     #[error("tensor `{tensor}`: decoding {ty} failed: {source}")]
     Decode { tensor: String, ty: GgmlType, source: QuantError },
 

@@ -231,6 +231,28 @@ impl GgufFile {
         super::dequant::decode_chunked(info, self.tensor_bytes(info), chunk_elements, sink)
     }
 
+    /// Row `row` of the tensor called `name` (its `ne[0]` values: one token's embedding, say)
+    /// decoded to f32 into `out`, which holds exactly one row. Types as for
+    /// [`GgufFile::to_f32`]. A row of a block format is whole blocks: the reader refuses a
+    /// tensor whose `ne[0]` is not a multiple of its type's block.
+    pub fn row_to_f32(&self, name: &str, row: u64, out: &mut [f32]) -> Result<()> {
+        let info = self.tensor(name)?;
+        super::dequant::check_decodable(info)?;
+        let width = info.dims.first().copied().unwrap_or(1);
+        let rows = info.n_elements.checked_div(width).unwrap_or(0);
+        if row >= rows {
+            return Err(GgufError::RowOutOfRange { tensor: info.name.clone(), row, rows, width });
+        }
+        if out.len() as u64 != width {
+            return Err(GgufError::RowBuffer { tensor: info.name.clone(), width, len: out.len() });
+        }
+        // In bounds: row < rows, and the tensor's bytes are rows * row_bytes.
+        let row_bytes = (info.n_bytes / rows) as usize;
+        let start = row as usize * row_bytes;
+        let bytes = &self.tensor_bytes(info)[start..start + row_bytes];
+        super::dequant::decode_blocks(info, bytes, out)
+    }
+
     /// Total bytes of all tensors.
     pub fn tensor_bytes_total(&self) -> u64 {
         self.layout.tensors.iter().map(|t| t.n_bytes).sum()

@@ -287,6 +287,26 @@ fn chunked_decoding_gives_the_whole_decoding_in_bounded_pieces() {
     says(&e, &["unsupported type 10 (Q2_K)", "q2_k.raw"]);
 }
 
+/// Each row decodes to its slice of the whole decoding; a row past the end or a buffer of
+/// another width is refused, naming the tensor.
+#[test]
+fn rows_decode_to_their_slice_of_the_tensor() {
+    let file = GgufFile::from_bytes(every_type_writer(None).to_bytes()).unwrap();
+    for name in ["f32", "f16", "bf16", "q8_0", "q4_0", "mxfp4", "q4_k", "q5_k", "q6_k"] {
+        let whole = file.to_f32(name).unwrap();
+        let width = file.tensor(name).unwrap().dims()[0] as usize;
+        let mut row = vec![f32::NAN; width];
+        for r in 0..whole.len() / width {
+            file.row_to_f32(name, r as u64, &mut row).unwrap();
+            assert_eq!(row, whole[r * width..(r + 1) * width], "{name} row {r}");
+        }
+        let rows = (whole.len() / width) as u64;
+        says(&file.row_to_f32(name, rows, &mut row).unwrap_err(), &[name, &format!("row {rows} asked for")]);
+        says(&file.row_to_f32(name, 0, &mut row[1..]).unwrap_err(), &[name, "the buffer given holds"]);
+    }
+    says(&file.row_to_f32("q2_k.raw", 0, &mut [0.0; 256]).unwrap_err(), &["unsupported type 10 (Q2_K)"]);
+}
+
 /// A tensor whose f32 values cannot be allocated is an error with its sizes, not an abort
 /// (`vec![0.0; n]` aborts the process when the allocation fails). Built as an info directly:
 /// a file backing 2^61 elements could not be mapped.

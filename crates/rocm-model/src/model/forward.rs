@@ -30,6 +30,7 @@ use rocm_kernels::swiglu::swiglu;
 use rocm_runtime::{DeviceBuffer, Stream};
 
 use super::config::ModelConfig;
+use super::embedding::{OUTPUT_HEAD, TOKEN_EMBEDDING, TokenEmbedding, load_head};
 use super::error::{ModelError, Result};
 use super::linear::Linear;
 use super::weights::{LayerTensor, OUTPUT_NORM, check_model, load_device, load_linear, tensor_name};
@@ -72,12 +73,15 @@ impl<T: GemmElement> LayerWeights<T> {
     }
 }
 
-/// A model on one stream: its weights in `T` (f32, f16, bf16) and its forward pass.
+/// A model on one stream: its weights, activations in `T` (f32, f16, bf16), and its forward
+/// pass; with a token embedding, the ids-to-logits ends too ([`Model::embed`], [`Model::logits`]).
 pub struct Model<T: GemmElement> {
     config: ModelConfig,
     rope: Rope,
     layers: Vec<LayerWeights<T>>,
     output_norm: Option<DeviceBuffer<T>>,
+    embedding: Option<TokenEmbedding>,
+    head: Option<Linear<T>>,
     stream: Stream,
 }
 
@@ -103,11 +107,13 @@ impl<T: GemmElement> Model<T> {
         let config = ModelConfig::from_metadata(file.metadata())?;
         let has_output_norm = check_model(&file, &config)?;
         let rope = config.rope()?;
+        let embedding = TokenEmbedding::load(&file, &config)?;
         let tensors = DeviceTensors::new(file, stream.clone());
+        let head = load_head(&tensors, &config, embedding.as_ref())?;
         let layers =
             (0..config.layers).map(|l| LayerWeights::load(&tensors, &config, l)).collect::<Result<_>>()?;
         let output_norm = if has_output_norm { Some(load_device(&tensors, OUTPUT_NORM)?) } else { None };
-        Ok(Model { config, rope, layers, output_norm, stream: stream.clone() })
+        Ok(Model { config, rope, layers, output_norm, embedding, head, stream: stream.clone() })
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -118,7 +124,58 @@ impl<T: GemmElement> Model<T> {
     /// bytes are the file's), norms in `T`.
     pub fn weight_bytes(&self) -> u64 {
         let output_norm = self.output_norm.as_ref().map_or(0, |w| (w.len() * size_of::<T>()) as u64);
-        self.layers.iter().map(LayerWeights::device_bytes).sum::<u64>() + output_norm
+        let head = self.head.as_ref().map_or(0, Linear::device_bytes);
+        self.layers.iter().map(LayerWeights::device_bytes).sum::<u64>() + output_norm + head
+    }
+
+    /// The vocabulary size, for a model with a token embedding.
+    pub fn vocab_size(&self) -> Option<usize> {
+        self.embedding.as_ref().map(TokenEmbedding::vocab)
+    }
+
+    /// The hidden vectors of `tokens` (`[tokens.len(), hidden]`): their rows of the token
+    /// embedding, in `T`. An id past the vocabulary is refused.
+    pub fn embed(&self, tokens: &[u32]) -> Result<DeviceBuffer<T>> {
+        let embedding = self
+            .embedding
+            .as_ref()
+            .ok_or_else(|| ModelError::MissingTensor { name: TOKEN_EMBEDDING.into() })?;
+        embedding.lookup(tokens, &self.stream)
+    }
+
+    /// The logits (`[rows, vocab]`, in `T`) of `rows` output vectors (`[rows, hidden]`, what
+    /// the forward pass returns, final norm applied): the output head's product.
+    pub fn logits(&self, hidden: &DeviceBuffer<T>) -> Result<DeviceBuffer<T>> {
+        let head =
+            self.head.as_ref().ok_or_else(|| ModelError::MissingTensor { name: OUTPUT_HEAD.into() })?;
+        let c = &self.config;
+        if hidden.is_empty() || !hidden.len().is_multiple_of(c.hidden) {
+            return Err(ModelError::BadInput(format!(
+                "logits of {} elements: not whole rows of {}",
+                hidden.len(),
+                c.hidden
+            )));
+        }
+        let rows = hidden.len() / c.hidden;
+        let vocab = self.vocab_size().unwrap_or(0).max(head.rows());
+        let mut logits = self.stream.alloc::<T>(rows * vocab)?;
+        head.apply(hidden, rows, &mut logits, false)?;
+        Ok(logits)
+    }
+
+    /// The last row of `hidden` (`[tokens, hidden]`): the output whose logits pick the token
+    /// after a prefill.
+    pub fn last_token(&self, hidden: &DeviceBuffer<T>) -> Result<DeviceBuffer<T>> {
+        let width = self.config.hidden;
+        if hidden.is_empty() || !hidden.len().is_multiple_of(width) {
+            return Err(ModelError::BadInput(format!(
+                "{} elements are not whole rows of {width}",
+                hidden.len()
+            )));
+        }
+        let mut out = self.stream.alloc::<T>(width)?;
+        out.copy_range_from_device(0, hidden, hidden.len() - width, width)?;
+        Ok(out)
     }
 
     pub fn stream(&self) -> &Stream {

@@ -38,6 +38,13 @@ impl<T: GemmElement> Linear<T> {
         }
     }
 
+    /// The weight's rows (`out`).
+    pub fn rows(&self) -> usize {
+        match *self {
+            Linear::Dense { out, .. } | Linear::Blocks { out, .. } => out,
+        }
+    }
+
     /// `y = x W^T`, or `y += x W^T` when `accumulate`, for `tokens` rows of `x` (`[tokens, in]`);
     /// `y` is `[tokens, out]`.
     pub fn apply(

@@ -13,10 +13,12 @@
 //! the GPU/CPU tolerances were chosen.
 
 mod config;
+mod embedding;
 mod error;
 mod forward;
 mod linear;
 mod reference;
+mod sampling;
 pub mod synthetic;
 mod weights;
 
@@ -24,7 +26,9 @@ mod weights;
 mod tests;
 
 pub use config::{Architecture, MAX_RMS_EPS, ModelConfig};
+pub use embedding::{OUTPUT_HEAD, TOKEN_EMBEDDING};
 pub use error::{ModelError, Result};
 pub use forward::Model;
 pub use reference::{ReferenceModel, ReferenceSequence, Rounding};
+pub use sampling::{Sampler, Sampling};
 pub use weights::{LayerTensor, OUTPUT_NORM, tensor_name};

@@ -9,6 +9,7 @@
 use rocm_kernels::rope::{Rope, RopeStyle};
 
 use super::config::ModelConfig;
+use super::embedding::{OUTPUT_HEAD, TOKEN_EMBEDDING};
 use super::error::{ModelError, Result};
 use super::weights::{LayerTensor, OUTPUT_NORM, check_model, load_host, tensor_name};
 use crate::gguf::GgufFile;
@@ -70,6 +71,10 @@ pub struct ReferenceModel {
     rope: (usize, f64),
     layers: Vec<HostLayer>,
     output_norm: Option<Vec<f64>>,
+    /// `[vocab, hidden]`, when the file has a token embedding.
+    embedding: Option<Vec<f64>>,
+    /// `output.weight`, or the embedding when the model ties them.
+    head: Option<Vec<f64>>,
     rounding: Rounding,
 }
 
@@ -109,11 +114,40 @@ impl ReferenceModel {
             })
             .collect::<Result<_>>()?;
         let output_norm = if has_output_norm { Some(load(OUTPUT_NORM)?) } else { None };
-        Ok(ReferenceModel { config, rope, layers, output_norm, rounding })
+        let present = |name: &str| file.tensor(name).is_ok();
+        let embedding = if present(TOKEN_EMBEDDING) { Some(load(TOKEN_EMBEDDING)?) } else { None };
+        let head = if present(OUTPUT_HEAD) { Some(load(OUTPUT_HEAD)?) } else { embedding.clone() };
+        Ok(ReferenceModel { config, rope, layers, output_norm, embedding, head, rounding })
     }
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// The embedding rows of `tokens` (`[tokens.len(), hidden]`).
+    pub fn embed(&self, tokens: &[u32]) -> Result<Vec<f64>> {
+        let e = self
+            .embedding
+            .as_ref()
+            .ok_or_else(|| ModelError::MissingTensor { name: TOKEN_EMBEDDING.into() })?;
+        let h = self.config.hidden;
+        let vocab = e.len() / h;
+        let mut out = Vec::with_capacity(tokens.len() * h);
+        for &t in tokens {
+            let t = t as usize;
+            if t >= vocab {
+                return Err(ModelError::BadInput(format!("token id {t} is out of range ({vocab} tokens)")));
+            }
+            out.extend_from_slice(&e[t * h..(t + 1) * h]);
+        }
+        Ok(out)
+    }
+
+    /// The logits (`[rows, vocab]`) of output vectors `hidden` (`[rows, hidden]`), rounded as
+    /// the GPU stores them.
+    pub fn logits(&self, hidden: &[f64]) -> Result<Vec<f64>> {
+        let w = self.head.as_ref().ok_or_else(|| ModelError::MissingTensor { name: OUTPUT_HEAD.into() })?;
+        Ok(self.linear(hidden, w, w.len() / self.config.hidden))
     }
 
     pub fn new_sequence(&self) -> ReferenceSequence {

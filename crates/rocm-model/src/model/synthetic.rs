@@ -2,6 +2,7 @@
 //! tolerances the GPU/CPU parity test holds them to.
 
 use super::config::{Architecture, ModelConfig};
+use super::embedding::{OUTPUT_HEAD, TOKEN_EMBEDDING};
 use super::error::Result;
 use super::weights::{LayerTensor, OUTPUT_NORM, tensor_name};
 use crate::gguf::{GgmlType, GgufWriter};
@@ -16,7 +17,21 @@ pub struct SyntheticSpec {
     pub output_norm: bool,
     /// The type of tensor `t` of layer `l` is `types(l, t)`.
     pub types: fn(usize, LayerTensor) -> GgmlType,
+    /// A token embedding and output head, when set.
+    pub vocab: Option<SyntheticVocab>,
     pub seed: u64,
+}
+
+/// The vocabulary ends of a synthetic model.
+#[derive(Debug, Clone, Copy)]
+pub struct SyntheticVocab {
+    /// Rows of `token_embd.weight` (and `output.weight`).
+    pub size: usize,
+    /// The type both are stored in.
+    pub ty: GgmlType,
+    /// No `output.weight`: the head is the embedding (tied, as Llama 3.2 1B/3B and Qwen2
+    /// 0.5B-1.5B are).
+    pub tied: bool,
 }
 
 /// A mix of every supported type: each layer stores its matrices differently.
@@ -62,6 +77,7 @@ impl SyntheticSpec {
             },
             output_norm: true,
             types: mixed_types,
+            vocab: None,
             seed: 7,
         }
     }
@@ -101,6 +117,15 @@ impl SyntheticSpec {
         }
         if self.output_norm {
             w.add_f32(OUTPUT_NORM, &[config.hidden as u64], &rng.norm_weight(config.hidden))?;
+        }
+        if let Some(v) = self.vocab {
+            // Embedding rows of order 1, like the activations the blocks expect.
+            let dims = [config.hidden as u64, v.size as u64];
+            let rows: Vec<f32> = rng.hidden(v.size * config.hidden);
+            w.add_quantized(TOKEN_EMBEDDING, v.ty, &dims, &rows)?;
+            if !v.tied {
+                w.add_quantized(OUTPUT_HEAD, v.ty, &dims, &rng.matrix(config.hidden, v.size))?;
+            }
         }
         Ok(w)
     }

@@ -441,3 +441,71 @@ fn emulated_rounding_fits_the_parity_tolerance() {
         }
     }
 }
+
+fn with_vocab(size: usize, ty: GgmlType, tied: bool) -> SyntheticSpec {
+    SyntheticSpec {
+        vocab: Some(synthetic::SyntheticVocab { size, ty, tied }),
+        ..SyntheticSpec::small(Architecture::Llama)
+    }
+}
+
+/// The embedding's rows are the vocabulary: a size stated in the metadata that differs is
+/// refused, naming the key and both sizes; ids past the rows are refused naming the id.
+#[test]
+fn the_vocabulary_must_match_the_embedding() {
+    let spec = with_vocab(300, GgmlType::Q8_0, false);
+    let config = spec.config.clone();
+    let load = |w: GgufWriter| embedding::TokenEmbedding::load(&std::sync::Arc::new(file_of(&w)), &config);
+    let e = load(spec.writer().unwrap()).unwrap().expect("an embedding");
+    assert_eq!(e.vocab(), 300);
+    e.check_ids(&[0, 299]).unwrap();
+    let msg = e.check_ids(&[5, 300, 7]).unwrap_err().to_string();
+    assert!(msg.contains("token id 300 (at 1) is out of range: the vocabulary has 300 tokens"), "{msg}");
+
+    let mut w = spec.writer().unwrap();
+    w.add_metadata("llama.vocab_size", 301u32).unwrap();
+    let msg = load(w).unwrap_err().to_string();
+    assert!(msg.contains("llama.vocab_size") && msg.contains("301") && msg.contains("300 rows"), "{msg}");
+
+    let mut w = spec.writer().unwrap();
+    w.add_metadata("tokenizer.ggml.tokens", vec!["a"; 299]).unwrap();
+    let msg = load(w).unwrap_err().to_string();
+    assert!(
+        msg.contains("tokenizer.ggml.tokens") && msg.contains("299 tokens") && msg.contains("300 rows"),
+        "{msg}"
+    );
+
+    let mut w = spec.writer().unwrap();
+    w.add_metadata("llama.vocab_size", 300u32).unwrap();
+    w.add_metadata("tokenizer.ggml.tokens", vec!["t"; 300]).unwrap();
+    assert_eq!(load(w).unwrap().unwrap().vocab(), 300, "stated sizes that match are fine");
+
+    // A model without an embedding has none, and says so when asked for one.
+    let none = SyntheticSpec::small(Architecture::Llama);
+    assert!(load(none.writer().unwrap()).unwrap().is_none());
+    let reference = ReferenceModel::load(&file_of(&none.writer().unwrap()), Rounding::Exact).unwrap();
+    assert!(reference.embed(&[0]).unwrap_err().to_string().contains("token_embd.weight"));
+}
+
+/// The reference's ends: rows of the decoded embedding, and logits through the head (the
+/// embedding itself when tied).
+#[test]
+fn reference_embedding_and_head() {
+    for tied in [false, true] {
+        let file = file_of(&with_vocab(40, GgmlType::F32, tied).writer().unwrap());
+        let r = ReferenceModel::load(&file, Rounding::Exact).unwrap();
+        let h = r.config().hidden;
+        let table = file.to_f32(TOKEN_EMBEDDING).unwrap();
+        let x = r.embed(&[3, 39]).unwrap();
+        assert_eq!(x[..h], table[3 * h..4 * h].iter().map(|&v| v as f64).collect::<Vec<_>>()[..]);
+        assert_eq!(x[h..], table[39 * h..40 * h].iter().map(|&v| v as f64).collect::<Vec<_>>()[..]);
+        let head = if tied { table.clone() } else { file.to_f32(OUTPUT_HEAD).unwrap() };
+        let logits = r.logits(&x[..h]).unwrap();
+        assert_eq!(logits.len(), 40);
+        for (t, &l) in logits.iter().enumerate() {
+            let want: f64 = (0..h).map(|i| x[i] * head[t * h + i] as f64).sum();
+            assert!((l - want).abs() <= 1e-9 * want.abs().max(1.0), "tied {tied}, token {t}: {l} vs {want}");
+        }
+        assert!(r.embed(&[40]).is_err());
+    }
+}

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use rocm_kernels::Dtype;
 use rocm_kernels::gemm::GemmElement;
 use rocm_model::kv_cache::{KvCacheError, KvCacheTensors, PagedCache, SeqId};
-use rocm_model::model::synthetic::{SplitMix, SyntheticSpec, parity_tolerance};
+use rocm_model::model::synthetic::{SplitMix, SyntheticSpec, SyntheticVocab, parity_tolerance};
 use rocm_model::model::{
     Architecture, LayerTensor, Model, ModelError, OUTPUT_NORM, ReferenceModel, ReferenceSequence, Rounding,
-    tensor_name,
+    Sampler, Sampling, tensor_name,
 };
 use rocm_model::{GgmlType, GgufFile, GgufWriter};
 use rocm_runtime::{DeviceBuffer, bf16, f16};
@@ -155,6 +155,63 @@ fn block_weights_take_the_files_bytes_on_the_device() {
         model.weight_bytes()
     );
     assert_eq!(model.weight_bytes(), want);
+}
+
+/// Token ids to logits: the embedding's rows, a prefill, the last token's logits, then greedy
+/// decoding (each step's token fed to both sides), every row of logits compared with the
+/// reference. `vocab` picks the embedding's type and whether the head is tied to it.
+fn tokens_to_logits<T: GemmElement>(gpu: &GpuTest, vocab: SyntheticVocab) {
+    let spec = SyntheticSpec { vocab: Some(vocab), ..SyntheticSpec::small(Architecture::Llama) };
+    let file = Arc::new(GgufFile::from_bytes(spec.to_bytes().unwrap()).unwrap());
+    let model = Model::<T>::load(file.clone(), gpu.stream()).unwrap();
+    let reference = ReferenceModel::load(&file, Rounding::Exact).unwrap();
+    assert_eq!(model.vocab_size(), Some(vocab.size));
+    let mut cache = PagedCache::new(6, 16).unwrap();
+    let mut kv = model.new_kv_cache(&cache).unwrap();
+    kv.fill_bytes(0xFF).unwrap();
+    let seq = cache.add_sequence();
+    let mut r = reference.new_sequence();
+    let mut rng = SplitMix(23);
+    let prompt: Vec<u32> = (0..19).map(|_| (rng.next_u64() % vocab.size as u64) as u32).collect();
+    let to_t = |x: &[f64]| x.iter().map(|&v| T::from_f32(v as f32).to_f32() as f64).collect::<Vec<_>>();
+
+    let x = model.embed(&prompt).unwrap();
+    let want_x = to_t(&reference.embed(&prompt).unwrap());
+    check("embedding rows", &x, &want_x);
+    let out = model.prefill(&mut cache, &mut kv, seq, &x).unwrap();
+    let want_out = reference.forward(&mut r, &want_x).unwrap();
+    let hidden = model.config().hidden;
+    let mut logits = model.logits(&model.last_token(&out).unwrap()).unwrap();
+    let what = format!("{:?} head{} logits", vocab.ty, if vocab.tied { " (tied)" } else { "" });
+    check(
+        &format!("{what} after prefill"),
+        &logits,
+        &reference.logits(&want_out[want_out.len() - hidden..]).unwrap(),
+    );
+    let mut sampler = Sampler::new(Sampling::GREEDY).unwrap();
+    for step in 0..8 {
+        let row: Vec<f32> = logits.to_vec().unwrap().iter().map(|v| v.to_f32()).collect();
+        let token = sampler.sample(&row).unwrap();
+        let x = model.embed(&[token]).unwrap();
+        let out = model.decode_step(&mut cache, &mut kv, &[seq], &x).unwrap();
+        logits = model.logits(&out).unwrap();
+        let want = reference.forward(&mut r, &to_t(&reference.embed(&[token]).unwrap())).unwrap();
+        check(&format!("{what}, decode step {step}"), &logits, &reference.logits(&want).unwrap());
+    }
+    let e = model.embed(&[1, vocab.size as u32]).unwrap_err().to_string();
+    assert!(e.contains(&format!("token id {} (at 1) is out of range", vocab.size)), "{e}");
+}
+
+#[test]
+fn token_ids_to_logits_match_the_reference_f32() {
+    let gpu = gpu_test!();
+    tokens_to_logits::<f32>(&gpu, SyntheticVocab { size: 300, ty: GgmlType::Q8_0, tied: false });
+}
+
+#[test]
+fn token_ids_to_logits_with_a_tied_mxfp4_head_match_the_reference_f32() {
+    let gpu = gpu_test!();
+    tokens_to_logits::<f32>(&gpu, SyntheticVocab { size: 257, ty: GgmlType::MXFP4, tied: true });
 }
 
 #[test]
