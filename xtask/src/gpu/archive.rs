@@ -11,6 +11,9 @@ use crate::Result;
 use crate::flags::Flags;
 use crate::{hip_nvidia, kernels};
 
+/// zstd level of the nextest archive.
+const ARCHIVE_ZSTD_LEVEL: &str = "19";
+
 /// What a remote GPU host accepts in one transfer.
 const SIZE_LIMIT: u64 = 60 * 1024 * 1024;
 
@@ -73,7 +76,7 @@ pub fn archive(args: &[String]) -> Result<()> {
 
     // (b) The nextest archive of the workspace's tests.
     let archive = out.join(ARCHIVE_FILE);
-    for stale in [ARCHIVE_FILE, "cargo-nextest", "xtask", "rocm-bench", "README.txt"] {
+    for stale in [ARCHIVE_FILE, "cargo-nextest", "xtask", "rocm-bench", "generate", "README.txt"] {
         let _ = fs::remove_file(out.join(stale));
     }
     let mut cmd = Command::new(crate::cargo());
@@ -81,11 +84,15 @@ pub fn archive(args: &[String]) -> Result<()> {
     let embed = names.join(",");
     cmd.current_dir(&root)
         .env(EMBED_ENV, &embed)
-        .args(["nextest", "archive", "--workspace", "--cargo-profile", CARGO_PROFILE, "--archive-file"])
+        .args(["nextest", "archive", "--workspace", "--cargo-profile", CARGO_PROFILE])
+        // Every test binary carries the same embedded kernels: zstd's higher levels find the
+        // repeats across binaries (level 0, zstd's 3, left the archive near the transfer limit).
+        .args(["--zstd-level", ARCHIVE_ZSTD_LEVEL, "--archive-file"])
         .arg(&archive);
     run_checked(cmd)?;
 
-    // (c) The nextest binary, and xtask and rocm-bench built lean (dev builds weigh tens of MB).
+    // (c) The nextest binary, and xtask, rocm-bench and rocm-model's `generate` example built
+    // lean (dev builds weigh tens of MB).
     // rocm-bench embeds the kernels like the test binaries, so it gets the same profile and
     // EMBED_ENV: the cargo build of rocm-kernels the archive made is reused, and the benchmarks
     // launch the kernels the tests test. xtask embeds none; EMBED_ENV is harmless to it.
@@ -97,14 +104,19 @@ pub fn archive(args: &[String]) -> Result<()> {
         "xtask",
         "--package",
         "rocm-bench",
+        "--package",
+        "rocm-model",
+        "--example",
+        "generate",
         "--profile",
         CARGO_PROFILE,
     ]);
     run_checked(cmd)?;
     let built = target_dir(&root)?.join(CARGO_PROFILE);
     copy_exe(&nextest, &out.join("cargo-nextest"))?;
-    for exe in ["xtask", "rocm-bench"] {
-        copy_exe(&built.join(format!("{exe}{}", std::env::consts::EXE_SUFFIX)), &out.join(exe))?;
+    for exe in ["xtask", "rocm-bench", "examples/generate"] {
+        let name = exe.rsplit('/').next().unwrap_or(exe);
+        copy_exe(&built.join(format!("{exe}{}", std::env::consts::EXE_SUFFIX)), &out.join(name))?;
     }
 
     // (c2) AMD's HIP for NVIDIA, so an NVIDIA host can run the suite through the HIP driver too
@@ -142,6 +154,8 @@ fn readme(dir: &str, platforms: &[&str], root: &Path) -> String {
          xtask                  rocmforge's task runner\n\
          rocm-bench             kernel benchmarks (`{dir}/xtask bench [FILTER...]` runs it); its\n\
          \x20                      `kernels` command lists the kernels embedded, as in the tests\n\
+         generate               rocm-model's example: token ids in, generated ids and tokens/s out\n\
+         \x20                      (`{dir}/generate --help`; a synthetic model without a GGUF)\n\
          \n\
          On the GPU host, from the root of a checkout of the same commit (the folder holding\n\
          Cargo.toml and .config/nextest.toml), with this folder copied to {dir}/; no cargo needed:\n\
