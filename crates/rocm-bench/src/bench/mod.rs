@@ -18,6 +18,7 @@ mod causal_mask;
 mod copy;
 mod flash_attention;
 mod gemm;
+mod model;
 mod mxfp;
 mod rmsnorm;
 mod rope;
@@ -131,7 +132,12 @@ const FAMILIES: &[(&str, Family)] = &[
     ("flash_attention", flash_attention::run),
     ("mxfp", mxfp::run),
     ("gemm", gemm::run),
+    ("model", model::run),
 ];
+
+/// Families that run only when a filter names them: `model` builds and loads gigabytes of
+/// weights per type.
+const ONLY_WHEN_NAMED: &[&str] = &["model"];
 
 /// The rows of one storage type of a family (its `dtype::<T>`).
 pub type RowsOf = fn(&mut Bench) -> Result<Vec<Row>>;
@@ -169,8 +175,8 @@ pub fn run(args: &[String]) -> Result<()> {
     println!("device: {} ({}), {} compute units", info.name, info.arch, info.compute_units);
     let mut rows = Vec::new();
     for (name, family) in FAMILIES {
-        let wanted =
-            *name == "copy" || filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()));
+        let by_default = filters.is_empty() && !ONLY_WHEN_NAMED.contains(name);
+        let wanted = *name == "copy" || by_default || filters.iter().any(|f| name.contains(f.as_str()));
         if wanted {
             rows.extend(family(&mut bench)?);
         }

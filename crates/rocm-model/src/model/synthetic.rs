@@ -82,10 +82,9 @@ impl SyntheticSpec {
         }
     }
 
-    /// The GGUF writer holding the model's metadata and tensors. Weights are normal with
-    /// standard deviation `1 / sqrt(in)` (activations stay of order 1 through the layers), norm
-    /// weights uniform in [0.8, 1.2].
-    pub fn writer(&self) -> Result<GgufWriter> {
+    /// A writer holding the model's metadata only (its configuration's keys), for a caller that
+    /// adds tensors of its own.
+    pub fn metadata_writer(&self) -> Result<GgufWriter> {
         let config = &self.config;
         let arch = config.architecture.name();
         let mut w = GgufWriter::new();
@@ -103,6 +102,15 @@ impl SyntheticSpec {
             w.add_metadata(format!("{arch}.rope.rope_ratio"), config.rope_ratio)?;
             w.add_metadata(format!("{arch}.rope.dimension_count"), (config.head_dim / 2) as u32)?;
         }
+        Ok(w)
+    }
+
+    /// The GGUF writer holding the model's metadata and tensors. Weights are normal with
+    /// standard deviation `1 / sqrt(in)` (activations stay of order 1 through the layers), norm
+    /// weights uniform in [0.8, 1.2].
+    pub fn writer(&self) -> Result<GgufWriter> {
+        let config = &self.config;
+        let mut w = self.metadata_writer()?;
         let mut rng = SplitMix(self.seed);
         for l in 0..config.layers {
             for t in LayerTensor::ALL {

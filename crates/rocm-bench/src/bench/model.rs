@@ -1,0 +1,237 @@
+//! `bench model`: rocm-model's forward pass at Llama-3-8B layer shapes (hidden 4096, FFN 14336,
+//! 32 query and 8 KV heads of 128), two layers, activations in bf16, for each weight type.
+//!
+//! - decode: one token for each of 1, 8 or 32 sequences that already hold [`CONTEXT`] tokens;
+//!   the time of a whole step (host work included: `decode_step` then a synchronise, wall
+//!   clock), median of [`STEPS`], divided by the layers. The row's bytes are one layer's weight
+//!   bytes as they sit on the device, so "of copy" is the layer's weight-read rate against the
+//!   copy bandwidth of the same run: the memory-limit target is at least 0.8 (a step no slower
+//!   than 1.25 x its weight bytes over the bandwidth). The shape column gives the tokens/s of a
+//!   32-layer model at that per-layer time (no embedding, head or sampling).
+//! - prefill: [`PREFILL`] tokens of one sequence, per layer, TFLOP/s of the projections
+//!   (`2 x tokens x parameters`).
+//!
+//! Weights are random valid blocks (scales chosen so values stay within about +-0.06, like a
+//! trained 8B model's), written raw: quantising 400 M values on the host would take longer than
+//! the benchmark.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rocm_model::kv_cache::{PagedCache, SeqId};
+use rocm_model::model::synthetic::SyntheticSpec;
+use rocm_model::model::{Architecture, LayerTensor, Model, ModelConfig, tensor_name};
+use rocm_model::{GgmlType, GgufFile};
+use rocm_runtime::{bf16, f16};
+use rocm_testkit::Rng;
+
+use super::{Bench, Row};
+use crate::Result;
+
+const LAYERS: usize = 2;
+/// Tokens each sequence holds before the timed decode steps.
+const CONTEXT: usize = 128;
+const BATCHES: [usize; 3] = [1, 8, 32];
+/// Timed decode steps (the median is reported), after two untimed ones.
+const STEPS: usize = 9;
+const PREFILL: usize = 512;
+/// The weight types benchmarked: bf16 as stored, and the block formats kept as stored.
+const TYPES: [GgmlType; 3] = [GgmlType::BF16, GgmlType::Q8_0, GgmlType::MXFP4];
+
+fn config() -> ModelConfig {
+    ModelConfig {
+        hidden: 4096,
+        layers: LAYERS,
+        ffn: 14_336,
+        q_heads: 32,
+        kv_heads: 8,
+        head_dim: 128,
+        rotary_dim: 128,
+        rope_theta: 500_000.0,
+        ..SyntheticSpec::small(Architecture::Llama).config
+    }
+}
+
+pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for ty in TYPES {
+        let file = Arc::new(GgufFile::from_bytes(layers_of(&mut b.rng, ty)?)?);
+        let model = Model::<bf16>::load(file, &b.stream)?;
+        b.stream.synchronize()?;
+        let layer_bytes = model.weight_bytes() / LAYERS as u64;
+        for batch in BATCHES {
+            rows.push(decode(b, &model, ty, batch, layer_bytes)?);
+        }
+        rows.push(prefill(b, &model, ty, layer_bytes)?);
+    }
+    Ok(rows)
+}
+
+/// A decode step of `batch` sequences of [`CONTEXT`] tokens each.
+fn decode(b: &mut Bench, model: &Model<bf16>, ty: GgmlType, batch: usize, layer_bytes: u64) -> Result<Row> {
+    let hidden = model.config().hidden;
+    let block = 16;
+    let per_seq = (CONTEXT + STEPS + 2).div_ceil(block);
+    let mut cache = PagedCache::new(batch * per_seq, block)?;
+    let mut kv = model.new_kv_cache(&cache)?;
+    let seqs: Vec<SeqId> = (0..batch).map(|_| cache.add_sequence()).collect();
+    let context = b.upload_random::<bf16>(CONTEXT * hidden, -1.0, 1.0)?;
+    for &s in &seqs {
+        model.prefill(&mut cache, &mut kv, s, &context)?;
+    }
+    let x = b.upload_random::<bf16>(batch * hidden, -1.0, 1.0)?;
+    let mut times = Vec::with_capacity(STEPS);
+    for step in 0..STEPS + 2 {
+        b.stream.synchronize()?;
+        let t = Instant::now();
+        model.decode_step(&mut cache, &mut kv, &seqs, &x)?;
+        b.stream.synchronize()?;
+        if step >= 2 {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let step_ms = times[times.len() / 2];
+    let layer_ms = step_ms / LAYERS as f64;
+    let tokens_per_s = batch as f64 / (layer_ms * 32.0 / 1e3);
+    Ok(Row {
+        kernel: format!("model decode b{batch}"),
+        dtype: type_label(ty),
+        shape: format!("8B layer: {tokens_per_s:.0} tok/s@32L"),
+        ms: layer_ms,
+        bytes: layer_bytes,
+        flops: None,
+    })
+}
+
+/// A prefill of [`PREFILL`] tokens of one sequence.
+fn prefill(b: &mut Bench, model: &Model<bf16>, ty: GgmlType, layer_bytes: u64) -> Result<Row> {
+    let c = model.config();
+    let x = b.upload_random::<bf16>(PREFILL * c.hidden, -1.0, 1.0)?;
+    let mut times = Vec::new();
+    for round in 0..4 {
+        let mut cache = PagedCache::new(PREFILL.div_ceil(16), 16)?;
+        let mut kv = model.new_kv_cache(&cache)?;
+        let s = cache.add_sequence();
+        b.stream.synchronize()?;
+        let t = Instant::now();
+        model.prefill(&mut cache, &mut kv, s, &x)?;
+        b.stream.synchronize()?;
+        if round > 0 {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let layer_ms = times[times.len() / 2] / LAYERS as f64;
+    let params =
+        (c.hidden * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.hidden + 3 * c.hidden * c.ffn) as f64;
+    Ok(Row {
+        kernel: format!("model prefill {PREFILL}"),
+        dtype: type_label(ty),
+        shape: format!("8B layer: {:.0} tok/s@32L", PREFILL as f64 / (layer_ms * 32.0 / 1e3)),
+        ms: layer_ms,
+        bytes: layer_bytes,
+        flops: Some(2.0 * PREFILL as f64 * params),
+    })
+}
+
+fn type_label(ty: GgmlType) -> &'static str {
+    match ty {
+        GgmlType::BF16 => "bf16",
+        GgmlType::Q8_0 => "q8_0",
+        GgmlType::Q4_0 => "q4_0",
+        GgmlType::Q4_K => "q4_k",
+        GgmlType::Q5_K => "q5_k",
+        GgmlType::Q6_K => "q6_k",
+        GgmlType::MXFP4 => "mxfp4",
+        _ => "other",
+    }
+}
+
+/// The GGUF bytes of [`LAYERS`] 8B-shaped layers whose projections are random blocks of `ty`
+/// (norms f32 near 1).
+fn layers_of(rng: &mut Rng, ty: GgmlType) -> Result<Vec<u8>> {
+    let config = config();
+    let spec = SyntheticSpec {
+        config: config.clone(),
+        output_norm: false,
+        ..SyntheticSpec::small(Architecture::Llama)
+    };
+    let mut w = spec.metadata_writer()?;
+    for l in 0..config.layers {
+        for t in LayerTensor::ALL {
+            let dims = t.dims(&config);
+            let name = tensor_name(l, t);
+            if dims.len() == 1 {
+                let norm: Vec<f32> = (0..dims[0]).map(|_| rng.uniform(0.9, 1.1) as f32).collect();
+                w.add_f32(name, &dims, &norm)?;
+            } else {
+                let elements = (dims[0] * dims[1]) as usize;
+                w.add_tensor(name, ty, &dims, random_blocks(rng, ty, elements))?;
+            }
+        }
+    }
+    Ok(w.to_bytes())
+}
+
+/// `elements` values of `ty` as random valid bytes, values within about +-0.06.
+fn random_blocks(rng: &mut Rng, ty: GgmlType, elements: usize) -> Vec<u8> {
+    let block_elems = ty.block_size() as usize;
+    let block_bytes = ty.type_size() as usize;
+    let blocks = elements / block_elems;
+    let mut out = vec![0u8; blocks * block_bytes];
+    for chunk in out.chunks_mut(8) {
+        let r = rng.next_u64().to_le_bytes();
+        chunk.copy_from_slice(&r[..chunk.len()]);
+    }
+    let scale = |rng: &mut Rng, lo: f32| f16::from_f32(lo * rng.uniform(1.0, 2.0) as f32).to_le_bytes();
+    for block in out.chunks_mut(block_bytes) {
+        match ty {
+            // d: |q| <= 127.
+            GgmlType::Q8_0 => block[..2].copy_from_slice(&scale(rng, 2f32.powi(-12))),
+            GgmlType::Q4_0 => block[..2].copy_from_slice(&scale(rng, 2f32.powi(-8))),
+            // d and dmin: six-bit scales and mins times four- or five-bit codes.
+            GgmlType::Q4_K | GgmlType::Q5_K => {
+                let lo = if ty == GgmlType::Q4_K { 2f32.powi(-15) } else { 2f32.powi(-16) };
+                block[..2].copy_from_slice(&scale(rng, lo));
+                block[2..4].copy_from_slice(&scale(rng, lo));
+            }
+            // d last: i8 scales times six-bit codes less 32.
+            GgmlType::Q6_K => {
+                let n = block.len();
+                block[n - 2..].copy_from_slice(&scale(rng, 2f32.powi(-17)));
+            }
+            // E8M0 scale 2^(s - 127), s in 118..=121; E2M1 codes up to 6.
+            GgmlType::MXFP4 => block[0] = 118 + (rng.next_u64() % 4) as u8,
+            GgmlType::BF16 => {
+                for pair in block.chunks_mut(2) {
+                    let v = bf16::from_f32(rng.uniform(-0.06, 0.06) as f32);
+                    pair.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The random blocks decode (with the project's codecs) to finite values within +-0.1, for
+    /// every type benchmarked and the k-quants.
+    #[test]
+    fn random_blocks_decode_to_small_finite_values() {
+        let mut rng = Rng::new(3);
+        let types = [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
+        for ty in TYPES.into_iter().chain(types) {
+            let mut w = rocm_model::GgufWriter::new();
+            w.add_tensor("w", ty, &[512, 8], random_blocks(&mut rng, ty, 4096)).unwrap();
+            let values = GgufFile::from_bytes(w.to_bytes()).unwrap().to_f32("w").unwrap();
+            let worst = values.iter().fold(0f32, |m, v| m.max(v.abs()));
+            assert!(values.iter().all(|v| v.is_finite()) && worst <= 0.1, "{ty}: largest |value| {worst}");
+            assert!(worst > 0.01, "{ty}: values too small to mean anything ({worst})");
+        }
+    }
+}
