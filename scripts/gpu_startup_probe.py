@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a GPU test process's start-up time goes, and whether it serialises across processes.
 
-    gpu_startup_probe.py [--procs N] [--gpus G] [FATBIN...]
+    gpu_startup_probe.py [--procs N] [--gpus G] [--no-release] [FATBIN...]
     gpu_startup_probe.py --procs N --exec CMD [ARG...]
 
 First form: starts N processes at once; each times, through the CUDA driver API (ctypes on
@@ -9,7 +9,8 @@ libcuda.so.1, nothing else needed), the steps a GPU test process takes before an
 kernels: cuInit, retaining the primary context of device (index % G), one 64 MiB cuMemAlloc and
 cuMemFree, cuModuleLoadData of each FATBIN, and releasing the context. Prints each step's
 min / median / max over the processes and the wall time of the whole batch. A step whose time
-grows with N while the device is idle is serialised somewhere in the driver.
+grows with N while the device is idle is serialised somewhere in the driver. `--no-release`
+leaves the context to the process's exit (the batch's wall time then includes that teardown).
 
 Second form: starts N copies of CMD at once and prints their wall times (e.g. one GPU test
 binary run with `--exact NAME`), to compare a whole test process with its CUDA steps.
@@ -23,7 +24,7 @@ import sys
 import time
 
 
-def child(ordinal, fatbins):
+def child(ordinal, fatbins, release=True):
     cuda = ctypes.CDLL("libcuda.so.1")
     times = {}
 
@@ -46,8 +47,9 @@ def child(ordinal, fatbins):
         image = open(path, "rb").read()
         module = ctypes.c_void_p()
         step(f"load {path.rsplit('/', 1)[-1]}", lambda: cuda.cuModuleLoadData(ctypes.byref(module), image))
-    step("ctx release", lambda: cuda.cuDevicePrimaryCtxRelease_v2(dev))
-    print(json.dumps(times))
+    if release:
+        step("ctx release", lambda: cuda.cuDevicePrimaryCtxRelease_v2(dev))
+    print(json.dumps(times), flush=True)
 
 
 def spread(values):
@@ -56,15 +58,19 @@ def spread(values):
 
 
 def main(argv):
-    procs, gpus, rest = 1, 1, []
+    procs, gpus, release, rest = 1, 1, True, []
     args = iter(argv)
     for a in args:
         if a == "--procs":
             procs = int(next(args))
         elif a == "--gpus":
             gpus = int(next(args))
+        elif a == "--no-release":
+            release = False
         elif a == "--child":
-            child(int(next(args)), list(args))
+            ordinal = int(next(args))
+            keep = next(args) == "release"
+            child(ordinal, list(args), keep)
             return
         elif a == "--exec":
             rest = ["--exec", *args]
@@ -86,12 +92,20 @@ def main(argv):
               f"wall {time.perf_counter() - start:.2f} s")
         return
     running = [
-        subprocess.Popen([sys.executable, __file__, "--child", str(i % gpus), *rest], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, __file__, "--child", str(i % gpus), "release" if release else "keep", *rest],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for i in range(procs)
     ]
-    results = [json.loads(p.communicate()[0]) for p in running]
+    outputs = [p.communicate()[0] for p in running]
+    if any(p.returncode != 0 for p in running):
+        raise SystemExit("a probe process failed (its error is above)")
+    results = [json.loads(out) for out in outputs]
     wall = time.perf_counter() - start
-    print(f"{procs} process(es) over {gpus} GPU(s), wall {wall:.2f} s; ms min / median / max:")
+    kept = "" if release else ", contexts left to process exit"
+    print(f"{procs} process(es) over {gpus} GPU(s){kept}, wall {wall:.2f} s; ms min / median / max:")
     for name in results[0]:
         print(f"  {name:<28} {spread([r[name] for r in results])}")
 
