@@ -6,7 +6,8 @@
 //!   byte offset; and a writer for synthetic models.
 //! - [`DeviceTensors`]: lazy upload. Tensors stay in the mapping until first used on a device,
 //!   are then uploaded once through the runtime's memory guard, cached, and can be evicted.
-//! - [`npy`]: a small `.npy` writer, for the `gguf dump` tool.
+//! - [`npy`]: a small `.npy` writer (f32, and i64 for token ids), for the `gguf dump` tool and
+//!   `rocm-bench model-run`.
 //!
 //! ```
 //! use rocm_model::{GgmlType, GgufFile, GgufWriter};

@@ -1,4 +1,5 @@
-//! A minimal NumPy `.npy` (format version 1.0) writer for little-endian f32 arrays.
+//! A minimal NumPy `.npy` (format version 1.0) writer for little-endian f32 arrays (and i64
+//! ones, for token ids).
 //!
 //! Layout: the magic `\x93NUMPY`, version bytes 1 and 0, a u16 little-endian header length,
 //! then an ASCII Python dict literal (`descr`, `fortran_order`, `shape`) padded with spaces and
@@ -13,13 +14,18 @@ const ALIGN: usize = 64;
 
 /// The header (magic, version, length, dict) of an f32 array of `shape`.
 fn header(shape: &[u64]) -> io::Result<Vec<u8>> {
+    header_of("<f4", shape)
+}
+
+/// The header of an array of `shape` whose elements NumPy's `descr` names (`<f4`, `<i8`).
+fn header_of(descr: &str, shape: &[u64]) -> io::Result<Vec<u8>> {
     let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
     // A one-element tuple needs its trailing comma: `(5,)`.
     let tuple = match dims.len() {
         1 => format!("({},)", dims[0]),
         _ => format!("({})", dims.join(", ")),
     };
-    let mut dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {tuple}, }}");
+    let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple}, }}");
     let unpadded = MAGIC.len() + 2 + 2 + dict.len() + 1;
     dict.extend(std::iter::repeat_n(' ', unpadded.next_multiple_of(ALIGN) - unpadded));
     dict.push('\n');
@@ -36,15 +42,30 @@ fn header(shape: &[u64]) -> io::Result<Vec<u8>> {
 /// Writes `data` as an f32 array of `shape` (row-major; the product of `shape` must be
 /// `data.len()`).
 pub fn write_npy_f32(out: &mut impl Write, shape: &[u64], data: &[f32]) -> io::Result<()> {
-    let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
-    if elements != Some(data.len() as u64) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("shape {shape:?} does not hold {} elements", data.len()),
-        ));
-    }
+    check_shape(shape, data.len())?;
     write_npy_f32_header(out, shape)?;
     write_f32_data(out, data)
+}
+
+/// Writes `data` as an i64 (`<i8`) array of `shape` (row-major; the product of `shape` must be
+/// `data.len()`).
+pub fn write_npy_i64(out: &mut impl Write, shape: &[u64], data: &[i64]) -> io::Result<()> {
+    check_shape(shape, data.len())?;
+    out.write_all(&header_of("<i8", shape)?)?;
+    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    out.write_all(&bytes)
+}
+
+/// Refuses a shape whose product is not `len`.
+fn check_shape(shape: &[u64], len: usize) -> io::Result<()> {
+    let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+    if elements != Some(len as u64) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("shape {shape:?} does not hold {len} elements"),
+        ));
+    }
+    Ok(())
 }
 
 /// Bytes of the `.npy` file of an f32 array of `shape`: header and data, or `None` past
@@ -115,5 +136,20 @@ mod tests {
     fn a_shape_that_does_not_match_is_refused() {
         assert!(write_npy_f32(&mut Vec::new(), &[2, 2], &[1.0; 3]).is_err());
         assert!(write_npy_f32(&mut Vec::new(), &[u64::MAX, 2], &[1.0; 3]).is_err());
+        assert!(write_npy_i64(&mut Vec::new(), &[2, 2], &[1; 3]).is_err());
+    }
+
+    #[test]
+    fn i64_arrays_are_little_endian_i8() {
+        let mut out = Vec::new();
+        write_npy_i64(&mut out, &[3], &[1, -2, 1 << 40]).unwrap();
+        let hlen = u16::from_le_bytes([out[8], out[9]]) as usize;
+        assert_eq!((10 + hlen) % 64, 0);
+        let text = std::str::from_utf8(&out[10..10 + hlen]).unwrap();
+        assert!(text.starts_with("{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }"), "{text}");
+        let data = &out[10 + hlen..];
+        assert_eq!(data.len(), 24);
+        assert_eq!(&data[8..16], &(-2i64).to_le_bytes());
+        assert_eq!(&data[16..], &(1i64 << 40).to_le_bytes());
     }
 }
