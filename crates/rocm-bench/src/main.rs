@@ -8,6 +8,7 @@
 mod attention_dump;
 mod bench;
 mod kernels;
+mod model_run;
 
 pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -20,6 +21,10 @@ commands:
   attention-dump DIR  write attention inputs/outputs for scripts/check_attention_torch.py
   kernels             the kernel code objects embedded in this build (and in the test binaries
                       built with it)
+  model-run MODEL.gguf --tokens ID,ID,... [--steps N] [--dtype f32|f16|bf16] [--reference] --out DIR
+                      greedy generation from token ids, every step's logits to DIR/logits.npy and
+                      the chosen ids to DIR/tokens.npy, for scripts/check_model_hf.py
+                      (--reference: rocm-model's f64 CPU reference instead of the GPU)
 ";
 
 fn main() {
@@ -32,6 +37,7 @@ fn main() {
         "bench" => bench::run(rest),
         "attention-dump" => attention_dump::run(rest),
         "kernels" => kernels::run(rest),
+        "model-run" => model_run::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())
