@@ -20,10 +20,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rocm_kernels::gemm::GemmElement;
-use rocm_model::GgufFile;
 use rocm_model::kv_cache::PagedCache;
 use rocm_model::model::{Model, ModelConfig, ReferenceModel, Rounding, Sampler, Sampling, TOKEN_EMBEDDING};
 use rocm_model::npy::{write_npy_f32, write_npy_i64};
+use rocm_model::{GgufError, GgufFile};
 use rocm_runtime::{Backend, DeviceBuffer, Stream, bf16, f16};
 
 use crate::Result;
@@ -198,13 +198,17 @@ fn check_model_and_ids(file: &GgufFile, tokens: &[u32]) -> Result<()> {
 
 pub fn run(args: &[String]) -> Result<()> {
     let args = parse(args).map_err(|e| format!("{e}\n{USAGE}"))?;
-    let file = Arc::new(GgufFile::open(&args.model).map_err(|e| format!("{}: {e}", args.model.display()))?);
+    let file = Arc::new(GgufFile::open(&args.model).map_err(|e| match e {
+        // These already name the path.
+        GgufError::Io { .. } | GgufError::NotAFile { .. } => e.to_string(),
+        _ => format!("{}: {e}", args.model.display()),
+    })?);
     check_model_and_ids(&file, &args.tokens).map_err(|e| format!("{}: {e}", args.model.display()))?;
     let run = match args.dtype {
         None => reference_run(&file, &args.tokens, args.steps)?,
         Some(dtype) => {
             let backend = Backend::open(0).map_err(|e| {
-                format!("no GPU to run the model on ({e}); --reference runs rocm-model's CPU reference")
+                format!("{e}\n(--reference runs rocm-model's f64 CPU reference without a GPU)")
             })?;
             let stream = backend.create_stream()?;
             let (file, t, n) = (file.clone(), &args.tokens, args.steps);
