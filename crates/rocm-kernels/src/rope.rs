@@ -3,11 +3,12 @@
 //! Q is `[tokens, q_heads, head_dim]` and K `[tokens, k_heads, head_dim]`, each with its own
 //! head count and token stride ([`RopeTensor`]); both turn by the same positions, one `i32` per
 //! token in a device buffer. A pair of elements `(a, b)` of a head turns by the angle
-//! `theta = (position / scaling_factor) * inv_freq[i]`:
+//! `theta = (position / scaling_factor) * inv_freq[i] / freq_factor[i]`:
 //!
 //! ```text
 //! (a, b) -> (a cos(theta) - b sin(theta),  b cos(theta) + a sin(theta))
 //! inv_freq[i] = base^(-2i / d)          (d: the rotated dimension, i < d / 2)
+//! freq_factor[i] = 1                    (unless the Rope has frequency factors, below)
 //! ```
 //!
 //! The variants ([`RopeStyle`]) choose the pairs, `d` and the base:
@@ -25,6 +26,16 @@
 //! **Scaling** is linear position interpolation: the position is divided by `scaling_factor`
 //! (1 = none; Code Llama / "linear" `rope_scaling` use e.g. 4).
 //!
+//! **Frequency factors** ([`FreqFactors`], [`Rope::with_freq_factors`]) divide each pair's
+//! frequency by a factor of its own: `freq_factor[i]`, one per rotated pair of a segment (`d /
+//! 2` of them; the two halves of ChatGLM 2D share them). This is llama.cpp's `freq_factors`
+//! argument of `ggml_rope_ext`, which Llama 3.1+ files carry as the tensor `rope_freqs.weight`
+//! (Llama 3.1's "llama3" `rope_scaling`: 1 for the high frequencies, up to 8 for the low ones).
+//! They combine with `scaling_factor` (both divide). Factors must be positive and finite;
+//! [`FreqFactors::new`] refuses others, naming the first bad one, and [`Rope::run`] refuses a
+//! count that is not the style's pairs a segment. Factors of 1 change nothing (the table the
+//! kernel gets is bit for bit the one without factors).
+//!
 //! **Positions** are `i32`; valid ones are `0 <= p < max_position` (`max_position` defaults to
 //! 2^31, i.e. every non-negative `i32`). [`Rope::upload_positions`] checks host positions as it
 //! uploads them and refuses a bad one with an error naming the token. Positions already on the
@@ -33,14 +44,18 @@
 //! the mistake loud downstream. The reference does the same.
 //!
 //! **Accuracy**: `inv_freq` is computed on the host in f64 (and divided by `scaling_factor`
-//! there), the kernel forms `p * inv_freq` and reduces it modulo 2*pi in f64, then takes f32
+//! and the frequency factor there), the kernel forms `p * inv_freq` and reduces it modulo 2*pi in f64, then takes f32
 //! `sincosf` of the reduced angle. The angle is within about 1.2e-7 rad of the exact one for
 //! every valid position (the f32 rounding of the reduced angle dominates; at p = 1e5 the f64
 //! product carries 1e-11), and cos/sin within a few 1e-7: outputs are within a few f32 ulps of
 //! the exact rotation of the stored inputs. This is tighter than implementations that form the
-//! angle in f32 (HF, vLLM caches), whose angle error grows to ~1e-2 rad at position 1e5.
+//! angle in f32 (HF, vLLM caches), whose angle error grows to ~1e-2 rad at position 1e5. (The
+//! f64 part grows with the unreduced angle: factors or a `scaling_factor` below 1, which speed
+//! the rotation up, add to it in proportion; at or above 1 they only slow it.)
 //!
 //! [`rope_reference`] is the f64 CPU reference of one tensor.
+
+use std::fmt;
 
 use rocm_runtime::{DeviceBuffer, LaunchConfig, Stream};
 
@@ -78,7 +93,68 @@ pub enum RopeStyle {
     ChatGlm2d,
 }
 
-/// A RoPE: the style, the head size, the base, the linear scaling and the valid positions.
+/// Per-pair frequency factors (see the module docs): pair `i`'s frequency is divided by the
+/// `i`-th. One to [`MAX_PAIRS`] factors, each positive and finite: [`FreqFactors::new`] checks
+/// them, so every value of this type holds valid ones. A fixed table (like the kernel's), so
+/// that [`Rope`] stays `Copy`.
+#[derive(Clone, Copy)]
+pub struct FreqFactors {
+    len: usize,
+    values: [f64; MAX_PAIRS],
+}
+
+impl FreqFactors {
+    /// The factors, checked: 1 to [`MAX_PAIRS`] of them, each positive and finite.
+    pub fn new(factors: &[f64]) -> Result<Self> {
+        let len = factors.len();
+        ensure((1..=MAX_PAIRS).contains(&len), KERNEL, || {
+            format!("{len} frequency factors: need 1 to {MAX_PAIRS} (one per rotated pair)")
+        })?;
+        if let Some((i, f)) = factors.iter().enumerate().find(|(_, f)| !(f.is_finite() && **f > 0.0)) {
+            return Err(KernelError::Shape {
+                kernel: KERNEL,
+                message: format!("frequency factor {i} is {f:?}: factors must be positive and finite"),
+            });
+        }
+        let mut values = [0.0; MAX_PAIRS];
+        values[..len].copy_from_slice(factors);
+        Ok(FreqFactors { len, values })
+    }
+
+    /// [`FreqFactors::new`] of f32 values (as a GGUF file stores them), widened exactly.
+    pub fn from_f32(factors: &[f32]) -> Result<Self> {
+        let wide: Vec<f64> = factors.iter().map(|&f| f64::from(f)).collect();
+        Self::new(&wide)
+    }
+
+    pub fn as_slice(&self) -> &[f64] {
+        &self.values[..self.len]
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: there is at least one factor.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl fmt::Debug for FreqFactors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("FreqFactors").field(&self.as_slice()).finish()
+    }
+}
+
+impl PartialEq for FreqFactors {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+/// A RoPE: the style, the head size, the base, the linear scaling, the per-pair frequency
+/// factors and the valid positions.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rope {
     pub style: RopeStyle,
@@ -87,6 +163,8 @@ pub struct Rope {
     pub theta_base: f32,
     /// Linear position scaling: positions are divided by it (1 = none).
     pub scaling_factor: f32,
+    /// Per-pair frequency factors (none = all 1): one per rotated pair of a segment.
+    pub freq_factors: Option<FreqFactors>,
     /// Positions at or past this (and negative ones) are invalid: NaN in the rotated elements.
     pub max_position: Option<u32>,
 }
@@ -106,7 +184,14 @@ struct Layout {
 impl Rope {
     /// `style` on heads of `head_dim`, base 10000, no scaling, every non-negative position valid.
     pub fn new(style: RopeStyle, head_dim: usize) -> Self {
-        Rope { style, head_dim, theta_base: 10_000.0, scaling_factor: 1.0, max_position: None }
+        Rope {
+            style,
+            head_dim,
+            theta_base: 10_000.0,
+            scaling_factor: 1.0,
+            freq_factors: None,
+            max_position: None,
+        }
     }
 
     /// Full NeoX / Llama rotary (`rotary_dim = head_dim`), base 10000.
@@ -120,6 +205,12 @@ impl Rope {
 
     pub fn with_scaling_factor(self, scaling_factor: f32) -> Self {
         Rope { scaling_factor, ..self }
+    }
+
+    /// Divides pair `i`'s frequency by `freq_factors[i]`; [`Rope::run`] needs one factor per
+    /// rotated pair of a segment.
+    pub fn with_freq_factors(self, freq_factors: FreqFactors) -> Self {
+        Rope { freq_factors: Some(freq_factors), ..self }
     }
 
     pub fn with_max_position(self, max_position: u32) -> Self {
@@ -167,14 +258,37 @@ impl Rope {
             format!("{} rotated pairs per segment exceed the kernel's {MAX_PAIRS}", layout.seg_dim / 2)
         })?;
         ensure(layout.base.is_finite(), KERNEL, || "theta_base * rope_ratio overflows".into())?;
+        if let Some(factors) = &self.freq_factors {
+            let pairs = layout.seg_dim / 2;
+            ensure(factors.len() == pairs, KERNEL, || {
+                format!("{} frequency factors, but the style rotates {pairs} pairs a segment", factors.len())
+            })?;
+            // inv_freq is monotonic in i, so its largest value is at one end; a factor small
+            // enough to overflow the table would turn every angle of its pair into NaN.
+            let largest = inv_freq(layout.base, 0, layout.seg_dim).max(inv_freq(
+                layout.base,
+                pairs - 1,
+                layout.seg_dim,
+            ));
+            let smallest = factors.as_slice().iter().copied().fold(f64::INFINITY, f64::min);
+            ensure((largest / self.scaling_factor as f64 / smallest).is_finite(), KERNEL, || {
+                format!("a frequency factor of {smallest:?} overflows the frequency table")
+            })?;
+        }
         Ok(layout)
     }
 
-    /// `inv_freq[i] / scaling_factor` for the kernel's table, in f64.
+    /// The frequency factor of pair `i` (1 without factors).
+    fn freq_factor(&self, i: usize) -> f64 {
+        self.freq_factors.as_ref().map_or(1.0, |f| f.as_slice()[i])
+    }
+
+    /// `inv_freq[i] / scaling_factor / freq_factor[i]` for the kernel's table, in f64. Dividing
+    /// by a factor of 1 is exact: factors of 1 give the table without factors, bit for bit.
     fn freqs(&self, layout: &Layout) -> [f64; MAX_PAIRS] {
         let mut table = [0.0f64; MAX_PAIRS];
         for (i, f) in table.iter_mut().take(layout.seg_dim / 2).enumerate() {
-            *f = inv_freq(layout.base, i, layout.seg_dim) / self.scaling_factor as f64;
+            *f = inv_freq(layout.base, i, layout.seg_dim) / self.scaling_factor as f64 / self.freq_factor(i);
         }
         table
     }
@@ -460,7 +574,8 @@ pub fn rope_in_place<T: Dtype>(
 
 /// CPU reference of [`Rope::run`] on one tensor (Q or K) in f64: `x` holds the stored values
 /// (as f32) of `[tokens, heads, head_dim]` at `token_stride` (default contiguous); the result
-/// has the same layout, with pass-through elements (and gaps between tokens) copied. Invalid
+/// has the same layout, with pass-through elements (and gaps between tokens) copied; frequency
+/// factors and linear scaling as the kernel applies them. Invalid
 /// positions give NaN in the rotated elements, as the kernel does. Panics on a configuration
 /// the launcher refuses.
 pub fn rope_reference(
@@ -490,7 +605,8 @@ pub fn rope_reference(
                     let (ia, ib) = if layout.interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
                     let (a, b) = (x[start + ia] as f64, x[start + ib] as f64);
                     let (ra, rb) = if valid {
-                        let (s, c) = (scaled * inv_freq(layout.base, i, layout.seg_dim)).sin_cos();
+                        let freq = inv_freq(layout.base, i, layout.seg_dim) / rope.freq_factor(i);
+                        let (s, c) = (scaled * freq).sin_cos();
                         (a * c - b * s, b * c + a * s)
                     } else {
                         (f64::NAN, f64::NAN)
@@ -588,6 +704,115 @@ mod tests {
         let scaled = rope_reference(&Rope::neox(4).with_scaling_factor(2.0), &x, 1, None, &[2], None);
         let plain = rope_reference(&Rope::neox(4), &x, 1, None, &[1], None);
         close(&scaled, &plain);
+    }
+
+    #[test]
+    fn freq_factors_divide_each_pairs_frequency() {
+        // head_dim 4 (angles 1 and 0.01 at position 1): factors [1, 0.01] turn pair (x1, x3) by
+        // 0.01 / 0.01 = 1 as well.
+        let factors = FreqFactors::new(&[1.0, 0.01]).unwrap();
+        let rope = Rope::neox(4).with_freq_factors(factors);
+        let y = rope_reference(&rope, &[1.0, 2.0, 3.0, 4.0], 1, None, &[1], None);
+        close(&y, &[1.0 * C1 - 3.0 * S1, 2.0 * C1 - 4.0 * S1, 3.0 * C1 + 1.0 * S1, 4.0 * C1 + 2.0 * S1]);
+        // Factors of 2 at position 2 are position 1 without them, and they combine with linear
+        // scaling (2 * 2 at position 4); GPT-J pairs take them in pair order too.
+        let x = [1.0, 2.0, 3.0, 4.0];
+        let twos = FreqFactors::new(&[2.0, 2.0]).unwrap();
+        close(&rope_reference(&Rope::neox(4).with_freq_factors(twos), &x, 1, None, &[2], None), &NEOX_1234);
+        let both = Rope::neox(4).with_freq_factors(twos).with_scaling_factor(2.0);
+        close(&rope_reference(&both, &x, 1, None, &[4], None), &NEOX_1234);
+        let gptj = Rope::new(RopeStyle::GptJ { rotary_dim: 4 }, 4).with_freq_factors(twos);
+        close(&rope_reference(&gptj, &x, 1, None, &[2], None), &GPTJ_1234);
+        // ChatGLM 2D: both halves take the same factors.
+        let two_d = Rope::new(RopeStyle::ChatGlm2d, 8).with_freq_factors(twos);
+        let y = rope_reference(&two_d, &[x, x].concat(), 1, None, &[2], Some(&[2]));
+        close(&y, &[NEOX_1234, NEOX_1234].concat());
+    }
+
+    #[test]
+    fn freq_factors_of_one_change_nothing() {
+        let ones = FreqFactors::new(&[1.0; 32]).unwrap();
+        for rope in [
+            Rope::neox(64).with_theta_base(500_000.0),
+            Rope::new(RopeStyle::GptJ { rotary_dim: 64 }, 128).with_scaling_factor(4.0),
+            Rope::new(RopeStyle::Glm { rope_ratio: 3.0 }, 128),
+            Rope::new(RopeStyle::ChatGlm2d, 128),
+        ] {
+            let with = rope.with_freq_factors(ones);
+            let (a, b) = (rope.layout().unwrap(), with.layout().unwrap());
+            assert_eq!(a, b);
+            // The kernel's table, bit for bit.
+            assert_eq!(rope.freqs(&a).map(f64::to_bits), with.freqs(&b).map(f64::to_bits), "{rope:?}");
+            let x: Vec<f32> = (0..2 * rope.head_dim).map(|i| (i as f32 * 0.37).sin()).collect();
+            let block = matches!(rope.style, RopeStyle::ChatGlm2d).then_some(&[5, 9][..]);
+            let plain = rope_reference(&rope, &x, 1, None, &[3, 70_000], block);
+            assert_eq!(plain, rope_reference(&with, &x, 1, None, &[3, 70_000], block));
+        }
+        // The table divides by each factor in f64.
+        let factors: Vec<f64> = (0..32).map(|i| 1.0 + i as f64 / 4.0).collect();
+        let rope =
+            Rope::neox(64).with_scaling_factor(2.0).with_freq_factors(FreqFactors::new(&factors).unwrap());
+        let table = rope.freqs(&rope.layout().unwrap());
+        for (i, f) in factors.iter().enumerate() {
+            assert_eq!(table[i], inv_freq(10_000.0, i, 64) / 2.0 / f);
+        }
+        assert!(table[32..].iter().all(|&v| v == 0.0));
+    }
+
+    #[test]
+    fn freq_factors_are_checked() {
+        let message = |r: Result<FreqFactors>| match r {
+            Err(KernelError::Shape { kernel: "rope", message }) => message,
+            other => panic!("expected a shape error, got {other:?}"),
+        };
+        assert_eq!(
+            message(FreqFactors::new(&[])),
+            "0 frequency factors: need 1 to 256 (one per rotated pair)"
+        );
+        assert!(message(FreqFactors::new(&[1.0; 257])).starts_with("257 frequency factors"));
+        let cases: [(&[f64], &str); 5] = [
+            (&[1.0, 0.0], "frequency factor 1 is 0.0"),
+            (&[1.0, 2.0, -8.0], "frequency factor 2 is -8.0"),
+            (&[f64::NAN], "frequency factor 0 is NaN"),
+            (&[1.0, f64::INFINITY], "frequency factor 1 is inf"),
+            (&[-0.0], "frequency factor 0 is -0.0"),
+        ];
+        for (factors, says) in cases {
+            let m = message(FreqFactors::new(factors));
+            assert_eq!(m, format!("{says}: factors must be positive and finite"));
+        }
+        assert!(
+            message(FreqFactors::from_f32(&[1.0, f32::NEG_INFINITY]))
+                .starts_with("frequency factor 1 is -inf")
+        );
+        let f = FreqFactors::from_f32(&[1.0, 1.5, 8.0]).unwrap();
+        assert_eq!((f.as_slice(), f.len(), f.is_empty()), (&[1.0, 1.5, 8.0][..], 3, false));
+        assert_eq!(f, FreqFactors::new(&[1.0, 1.5, 8.0]).unwrap());
+        assert_ne!(f, FreqFactors::new(&[1.0, 1.5]).unwrap());
+        assert_eq!(format!("{f:?}"), "FreqFactors([1.0, 1.5, 8.0])");
+        // One factor per rotated pair of a segment: rotary_dim / 2, head_dim / 4 for GLM and
+        // for each half of ChatGLM 2D.
+        let n = |k: usize| FreqFactors::new(&vec![2.0; k]).unwrap();
+        for (rope, pairs) in [
+            (Rope::neox(8), 4),
+            (Rope::new(RopeStyle::NeoX { rotary_dim: 4 }, 8), 2),
+            (Rope::new(RopeStyle::GptJ { rotary_dim: 6 }, 8), 3),
+            (Rope::new(RopeStyle::Glm { rope_ratio: 1.0 }, 16), 4),
+            (Rope::new(RopeStyle::ChatGlm2d, 16), 4),
+        ] {
+            assert!(rope.with_freq_factors(n(pairs)).layout().is_ok(), "{rope:?}");
+            for wrong in [pairs - 1, pairs + 1] {
+                let m = refused(rope.with_freq_factors(n(wrong)));
+                assert_eq!(
+                    m,
+                    format!("{wrong} frequency factors, but the style rotates {pairs} pairs a segment")
+                );
+            }
+        }
+        // A factor so small that a frequency overflows f64 is refused rather than run as NaN.
+        let tiny = Rope::neox(4).with_freq_factors(FreqFactors::new(&[1.0, 1e-307]).unwrap());
+        assert!(refused(tiny.with_scaling_factor(1e-3)).contains("overflows the frequency table"));
+        assert!(tiny.layout().is_ok());
     }
 
     #[test]

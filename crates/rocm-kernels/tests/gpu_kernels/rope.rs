@@ -1,11 +1,12 @@
 //! `rope` against its f64 CPU reference: every style (NeoX, GPT-J, partial rotary, GLM,
 //! ChatGLM 2D), all three dtypes, both kernel paths (16-byte groups and single pairs), Q and K
 //! with their own head counts, positions up to 1e5, linear scaling, strided tokens (a packed QKV
-//! buffer), invalid positions, and shapes the launcher must refuse. RoPE works in place, so
+//! buffer), per-pair frequency factors (Llama 3.1's `rope_freqs`), invalid positions, and
+//! shapes the launcher must refuse. RoPE works in place, so
 //! instead of a poisoned output the tests check that every element outside the rotated
 //! segments is bit-for-bit untouched.
 
-use rocm_kernels::rope::{Rope, RopeStyle, RopeTensor, rope_in_place, rope_reference};
+use rocm_kernels::rope::{FreqFactors, Rope, RopeStyle, RopeTensor, rope_in_place, rope_reference};
 use rocm_kernels::{Dtype, KernelError};
 use rocm_runtime::{Error, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, Tolerance, assert_close, gpu_test};
@@ -175,6 +176,91 @@ fn rope_matches_the_reference_bf16() {
     styles::<bf16>(&gpu, 0x40e3);
 }
 
+/// Rotated pairs a segment: one frequency factor each.
+fn pairs(rope: &Rope) -> usize {
+    match rope.style {
+        RopeStyle::NeoX { rotary_dim } | RopeStyle::GptJ { rotary_dim } => rotary_dim / 2,
+        RopeStyle::Glm { .. } | RopeStyle::ChatGlm2d => rope.head_dim / 4,
+    }
+}
+
+/// Random factors, log-uniform in [0.5, 8]: Llama 3.1's run from 1 to 8; below 1 a pair turns
+/// faster than without.
+fn random_factors(rng: &mut Rng, rope: &Rope) -> FreqFactors {
+    let factors: Vec<f64> = (0..pairs(rope)).map(|_| 2f64.powf(rng.uniform(-1.0, 3.0))).collect();
+    FreqFactors::new(&factors).unwrap()
+}
+
+/// Every style of `ropes()` with random per-pair frequency factors (each pair's frequency
+/// divided by its own), against the reference, which applies them the same way.
+fn freq_factors<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    for rope in ropes() {
+        let rope = rope.with_freq_factors(random_factors(&mut rng, &rope));
+        for &(tokens, qh, kh) in &[(1, 4, 1), (33, 3, 2)] {
+            case::<T>(gpu, &mut rng, &rope, tokens, qh, kh, 100_000);
+        }
+    }
+    // Llama 3.1 8B's shape (interleaved pairs of 128, base 500000) over a long context, and the
+    // table path (ChatGLM 2D on 1024: 256 factors, the kernel's whole table).
+    let llama = Rope::new(RopeStyle::GptJ { rotary_dim: 128 }, 128).with_theta_base(500_000.0);
+    let llama = llama.with_freq_factors(random_factors(&mut rng, &llama));
+    case::<T>(gpu, &mut rng, &llama, 2000, 4, 1, 131_072);
+    let big = Rope::new(RopeStyle::ChatGlm2d, 1024);
+    let big = big.with_freq_factors(random_factors(&mut rng, &big));
+    case::<T>(gpu, &mut rng, &big, 2, 3, 2, 4096);
+}
+
+#[test]
+fn rope_with_freq_factors_matches_the_reference_f32() {
+    let gpu = gpu_test!();
+    freq_factors::<f32>(&gpu, 0xf0e1);
+}
+
+#[test]
+fn rope_with_freq_factors_matches_the_reference_f16() {
+    let gpu = gpu_test!();
+    freq_factors::<f16>(&gpu, 0xf0e2);
+}
+
+#[test]
+fn rope_with_freq_factors_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    freq_factors::<bf16>(&gpu, 0xf0e3);
+}
+
+/// Factors of 1 give the table without factors bit for bit, so the kernel's output is the same
+/// bytes (f32 and bf16, NeoX, GPT-J partial and GLM).
+#[test]
+fn unit_freq_factors_give_the_same_bytes() {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(0xf1);
+    for rope in [
+        Rope::neox(128).with_theta_base(500_000.0),
+        Rope::new(RopeStyle::GptJ { rotary_dim: 64 }, 128).with_scaling_factor(2.0),
+        Rope::new(RopeStyle::Glm { rope_ratio: 1.0 }, 128),
+    ] {
+        let ones = rope.with_freq_factors(FreqFactors::new(&vec![1.0; pairs(&rope)]).unwrap());
+        let (tokens, qh, kh) = (17, 4, 2);
+        let positions: Vec<i32> = (0..tokens).map(|_| rng.below(100_000) as i32).collect();
+        let dp = gpu.stream().upload(&positions).unwrap();
+        let q = data::<f32>(&mut rng, tokens * qh * rope.head_dim);
+        let k = data::<bf16>(&mut rng, tokens * kh * rope.head_dim);
+        let mut outputs = Vec::new();
+        for r in [&rope, &ones] {
+            let mut dq = gpu.stream().upload(&q).unwrap();
+            let mut dk = gpu.stream().upload(&k).unwrap();
+            r.run(RopeTensor::new(&mut dq, qh), None, &dp, None).unwrap();
+            r.run(RopeTensor::new(&mut dk, kh), None, &dp, None).unwrap();
+            let q_bits: Vec<u32> = dq.to_vec().unwrap().iter().map(|v| v.to_bits()).collect();
+            let k_bits: Vec<u16> = dk.to_vec().unwrap().iter().map(|v| v.to_bits()).collect();
+            outputs.push((q_bits, k_bits));
+        }
+        assert!(outputs[0] == outputs[1], "{rope:?}: factors of 1 changed the output");
+        assert!(outputs[0].0 != q.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "nothing rotated");
+    }
+}
+
 /// Q and K heads packed in one `[tokens, q_heads + 2 * kv_heads, hd]` QKV buffer: one tensor
 /// of `q_heads + kv_heads` heads with the QKV row as stride rotates Q and K and leaves V alone.
 fn packed_qkv<T: Dtype>(gpu: &GpuTest, seed: u64) {
@@ -328,6 +414,12 @@ fn bad_shapes_are_refused() {
     assert!(
         shape_error(rope_in_place(&rope, &mut q, 2, &mut k, 1, &positions, Some(&block)))
             .contains("only used")
+    );
+    // Frequency factors: one per rotated pair (4 for head_dim 8).
+    let three = rope.with_freq_factors(FreqFactors::new(&[1.0, 2.0, 4.0]).unwrap());
+    assert_eq!(
+        shape_error(rope_in_place(&three, &mut q, 2, &mut k, 1, &positions, None)),
+        "3 frequency factors, but the style rotates 4 pairs a segment"
     );
     let strided = RopeTensor::new(&mut q, 2).with_token_stride(15);
     assert!(shape_error(rope.run(strided, None, &positions, None)).contains("token stride 15"));
