@@ -14,11 +14,19 @@
 //! | `<arch>.rope.freq_base` | no (10000) | RoPE base |
 //! | `<arch>.rope.dimension_count` | no | rotated elements of a head |
 //! | `glm4.rope.rope_ratio` | no (1) | GLM's base multiplier (rocmforge's key; llama.cpp folds it into `freq_base`) |
+//! | `<arch>.rope.scaling.type` | no | `none`, `linear` or `llama3` ([`RopeScaling`]); others refused |
+//! | `<arch>.rope.scaling.factor` | no | linear scaling (also the older `<arch>.rope.scale_linear`) |
+//!
+//! and one tensor, read by [`ModelConfig::from_file`]: `rope_freqs.weight` ([`ROPE_FREQS`]),
+//! per-pair frequency factors (Llama 3.1+), required when the scaling type is `llama3`.
 
-use rocm_kernels::rope::{Rope, RopeStyle};
+use rocm_kernels::rope::{FreqFactors, Rope, RopeStyle};
 
 use super::error::{ModelError, Result};
-use crate::gguf::{Metadata, Value};
+use super::rope_scaling::{
+    ROPE_FREQS, RopeScaling, check_freq_factors, missing_llama3_factors, read_freq_factors, read_scaling,
+};
+use crate::gguf::{GgufFile, Metadata, Value};
 use crate::position::glm4_rope;
 
 /// The largest `<arch>.attention.layer_norm_rms_epsilon` accepted. The epsilon is added to the
@@ -73,10 +81,29 @@ pub struct ModelConfig {
     pub rotary_dim: usize,
     /// GLM's base multiplier (1 for Llama).
     pub rope_ratio: f32,
+    /// `<arch>.rope.scaling.type` and its linear factor.
+    pub rope_scaling: RopeScaling,
+    /// Per-pair frequency factors ([`ModelConfig::rotary_pairs`] of them) from [`ROPE_FREQS`]:
+    /// filled by [`ModelConfig::from_file`] when the file has the tensor;
+    /// [`ModelConfig::from_metadata`] leaves it `None`.
+    pub rope_freqs: Option<Vec<f32>>,
 }
 
 impl ModelConfig {
-    /// Reads and checks the configuration (see the module docs for the keys).
+    /// [`ModelConfig::from_metadata`] of `file`'s metadata, plus the RoPE frequency factors of
+    /// its [`ROPE_FREQS`] tensor if it has one (checked: dims `[rotary_pairs]`, any type the
+    /// reader decodes, values positive and finite). A scaling type of `llama3` without that
+    /// tensor is refused. What the model loaders use.
+    pub fn from_file(file: &GgufFile) -> Result<Self> {
+        let mut config = Self::from_metadata(file.metadata())?;
+        config.rope_freqs = read_freq_factors(file, config.rotary_pairs())?;
+        // The whole RoPE, factors included (and a llama3 scaling without them refused).
+        config.rope()?;
+        Ok(config)
+    }
+
+    /// Reads and checks the configuration (see the module docs for the keys); no tensor is
+    /// read, so `rope_freqs` is `None` (see [`ModelConfig::from_file`]).
     pub fn from_metadata(meta: &Metadata) -> Result<Self> {
         let arch_key = "general.architecture";
         let arch_name = match meta.get(arch_key) {
@@ -112,6 +139,7 @@ impl ModelConfig {
             Architecture::Glm4 => optional_f32(meta, &key("rope.rope_ratio"))?.unwrap_or(1.0),
             Architecture::Llama => 1.0,
         };
+        let rope_scaling = read_scaling(meta, arch_name)?;
 
         let head_key = key("attention.key_length");
         let head_dim = match optional_usize(meta, &head_key)? {
@@ -164,6 +192,8 @@ impl ModelConfig {
             rope_theta,
             rotary_dim,
             rope_ratio,
+            rope_scaling,
+            rope_freqs: None,
         };
         config.check(arch_name)?;
         Ok(config)
@@ -194,7 +224,7 @@ impl ModelConfig {
             return Err(bad(&key("rope.rope_ratio"), &format!("{:?} is not positive", self.rope_ratio)));
         }
         // The RoPE configuration itself (even sizes, ratio, the kernel's pair limit).
-        self.rope().map_err(|e| bad(&key("rope.dimension_count"), &e.to_string()))?;
+        self.base_rope().map_err(|e| bad(&key("rope.dimension_count"), &e.to_string()))?;
         Ok(())
     }
 
@@ -203,14 +233,49 @@ impl ModelConfig {
         self.q_heads * self.head_dim
     }
 
+    /// The pairs the RoPE rotates in a head: one frequency factor each (`rotary_dim / 2`; GLM
+    /// rotates `head_dim / 2` elements).
+    pub fn rotary_pairs(&self) -> usize {
+        match self.architecture {
+            Architecture::Llama => self.rotary_dim / 2,
+            Architecture::Glm4 => self.head_dim / 4,
+        }
+    }
+
     /// Elements of all KV heads of a token.
     pub fn kv_dim(&self) -> usize {
         self.kv_heads * self.head_dim
     }
 
-    /// The RoPE the kernels and the reference apply to Q and K (see [`Architecture`]).
+    /// The RoPE the kernels and the reference apply to Q and K (see [`Architecture`]), with the
+    /// linear scaling and the frequency factors (`rope_freqs`, one per rotated pair). Refused:
+    /// factors of the wrong count or not positive and finite (naming [`ROPE_FREQS`]), and a
+    /// `llama3` scaling without factors.
     pub fn rope(&self) -> Result<Rope> {
-        match self.architecture {
+        let rope = self.base_rope()?;
+        match &self.rope_freqs {
+            Some(factors) => {
+                check_freq_factors(factors, self.rotary_pairs())?;
+                let factors = FreqFactors::from_f32(factors)
+                    .map_err(|e| ModelError::BadTensor { name: ROPE_FREQS.into(), reason: e.to_string() })?;
+                Ok(rope.with_freq_factors(factors))
+            }
+            None if self.rope_scaling == RopeScaling::Llama3 => {
+                Err(missing_llama3_factors(self.architecture.name()))
+            }
+            None => Ok(rope),
+        }
+    }
+
+    /// The RoPE without the frequency factors: style, base and linear scaling.
+    fn base_rope(&self) -> Result<Rope> {
+        let factor = self.rope_scaling.linear_factor();
+        if !(factor.is_finite() && factor > 0.0) {
+            return Err(ModelError::BadInput(format!(
+                "linear RoPE scaling factor {factor:?} is not positive"
+            )));
+        }
+        let rope = match self.architecture {
             Architecture::Llama => {
                 let d = self.rotary_dim;
                 if d == 0
@@ -224,11 +289,11 @@ impl ModelConfig {
                         rocm_kernels::rope::MAX_PAIRS
                     )));
                 }
-                Ok(Rope::new(RopeStyle::GptJ { rotary_dim: d }, self.head_dim)
-                    .with_theta_base(self.rope_theta))
+                Rope::new(RopeStyle::GptJ { rotary_dim: d }, self.head_dim).with_theta_base(self.rope_theta)
             }
-            Architecture::Glm4 => Ok(glm4_rope(self.head_dim, self.rope_theta, self.rope_ratio)?),
-        }
+            Architecture::Glm4 => glm4_rope(self.head_dim, self.rope_theta, self.rope_ratio)?,
+        };
+        Ok(rope.with_scaling_factor(factor))
     }
 }
 
@@ -267,7 +332,8 @@ fn required_size(meta: &Metadata, key: &str) -> Result<usize> {
     }
 }
 
-fn optional_f32(meta: &Metadata, key: &str) -> Result<Option<f32>> {
+/// A float key: absent, or finite and within f32 (not rounding to 0).
+pub(super) fn optional_f32(meta: &Metadata, key: &str) -> Result<Option<f32>> {
     match meta.get(key) {
         None => Ok(None),
         Some(v) => {

@@ -101,10 +101,11 @@ struct Step {
 }
 
 impl<T: GemmElement> Model<T> {
-    /// Reads the configuration, checks every tensor (names, dims, types) before uploading any,
-    /// then uploads and dequantises them on `stream`.
+    /// Reads the configuration (with the RoPE frequency factors of `rope_freqs.weight` when the
+    /// file has them: [`ModelConfig::from_file`]), checks every tensor (names, dims, types)
+    /// before uploading any, then uploads and dequantises them on `stream`.
     pub fn load(file: Arc<GgufFile>, stream: &Stream) -> Result<Self> {
-        let config = ModelConfig::from_metadata(file.metadata())?;
+        let config = ModelConfig::from_file(&file)?;
         let has_output_norm = check_model(&file, &config)?;
         let rope = config.rope()?;
         let embedding = TokenEmbedding::load(&file, &config)?;

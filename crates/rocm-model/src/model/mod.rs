@@ -1,6 +1,7 @@
 //! A Llama-style transformer block on the GPU, and its f64 CPU reference (issue 7).
 //!
-//! - [`ModelConfig`]: sizes, norm epsilon and RoPE read from GGUF metadata (`llama` and `glm4`).
+//! - [`ModelConfig`]: sizes, norm epsilon and RoPE read from GGUF metadata (`llama` and `glm4`),
+//!   with RoPE scaling and Llama 3.1's per-pair frequency factors ([`ROPE_FREQS`]).
 //! - [`Model`]: the weights of every layer uploaded once (projections as the file stores them,
 //!   norms in the compute type `T`: f32, f16, bf16), and a forward pass over new tokens of one or
 //!   more sequences through the paged KV cache ([`Model::prefill`], [`Model::decode_step`]).
@@ -18,6 +19,7 @@ mod error;
 mod forward;
 mod linear;
 mod reference;
+mod rope_scaling;
 mod sampling;
 pub mod synthetic;
 mod weights;
@@ -30,5 +32,6 @@ pub use embedding::{OUTPUT_HEAD, TOKEN_EMBEDDING};
 pub use error::{ModelError, Result};
 pub use forward::Model;
 pub use reference::{ReferenceModel, ReferenceSequence, Rounding};
+pub use rope_scaling::{ROPE_FREQS, RopeScaling, llama3_freq_factors};
 pub use sampling::{Sampler, Sampling};
 pub use weights::{LayerTensor, OUTPUT_NORM, tensor_name};

@@ -67,8 +67,9 @@ impl HostLayer {
 #[derive(Debug, Clone)]
 pub struct ReferenceModel {
     config: ModelConfig,
-    /// Rotated elements and the frequency base, from the same [`Rope`] the GPU runs.
-    rope: (usize, f64),
+    /// Rotated elements, base, linear scaling and frequency factors, from the same [`Rope`]
+    /// the GPU runs.
+    rope: RopeParams,
     layers: Vec<HostLayer>,
     output_norm: Option<Vec<f64>>,
     /// `[vocab, hidden]`, when the file has a token embedding.
@@ -97,9 +98,10 @@ impl ReferenceSequence {
 }
 
 impl ReferenceModel {
-    /// Reads the configuration and every weight of `file` (checked as [`super::Model::load`] does).
+    /// Reads the configuration (with the RoPE frequency factors of `rope_freqs.weight` when the
+    /// file has them) and every weight of `file` (checked as [`super::Model::load`] does).
     pub fn load(file: &GgufFile, rounding: Rounding) -> Result<Self> {
-        let config = ModelConfig::from_metadata(file.metadata())?;
+        let config = ModelConfig::from_file(file)?;
         let has_output_norm = check_model(file, &config)?;
         let rope = rope_params(&config.rope()?)?;
         let load = |name: &str| -> Result<Vec<f64>> {
@@ -238,9 +240,9 @@ impl ReferenceModel {
         }
     }
 
-    /// Interleaved pairs `(2i, 2i + 1)` over the first `d` elements, `inv_freq = base^(-2i/d)`.
+    /// Interleaved pairs `(2i, 2i + 1)` over the first `d` elements (see [`rotate_interleaved`]).
     fn rotate(&self, head: &mut [f64], pos: f64) {
-        rotate_interleaved(head, pos, self.rope, self.rounding);
+        rotate_interleaved(head, pos, &self.rope, self.rounding);
     }
 
     /// Causal GQA attention of `n` new queries (positions `start..start + n`) over the keys
@@ -273,23 +275,50 @@ impl ReferenceModel {
     }
 }
 
-/// Rotates the interleaved pairs `(2i, 2i + 1)`, `i < d / 2`, of one head by `pos * base^(-2i/d)`.
-pub(super) fn rotate_interleaved(head: &mut [f64], pos: f64, (d, base): (usize, f64), rounding: Rounding) {
-    for i in 0..d / 2 {
-        let (s, c) = (pos * base.powf(-((2 * i) as f64) / d as f64)).sin_cos();
+/// The reference's RoPE: interleaved pairs over the first `dim` elements of a head, pair `i`
+/// turning by `pos / scale * base^(-2i/dim) / factors[i]`.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct RopeParams {
+    pub dim: usize,
+    pub base: f64,
+    /// Linear scaling: positions are divided by it.
+    pub scale: f64,
+    /// One per pair (`dim / 2`); all 1 without frequency factors.
+    pub factors: Vec<f64>,
+}
+
+/// Rotates the interleaved pairs `(2i, 2i + 1)`, `i < d / 2`, of one head by
+/// `pos / scale * base^(-2i/d) / factor[i]` (dividing by a scale or factor of 1 is exact).
+pub(super) fn rotate_interleaved(head: &mut [f64], pos: f64, rope: &RopeParams, rounding: Rounding) {
+    let d = rope.dim;
+    for (i, factor) in rope.factors.iter().enumerate().take(d / 2) {
+        let (s, c) = (pos / rope.scale * rope.base.powf(-((2 * i) as f64) / d as f64) / factor).sin_cos();
         let (a, b) = (head[2 * i], head[2 * i + 1]);
         head[2 * i] = rounding.apply(a * c - b * s);
         head[2 * i + 1] = rounding.apply(b * c + a * s);
     }
 }
 
-/// The rotated width and frequency base of the RoPE styles the models use.
-pub(super) fn rope_params(rope: &Rope) -> Result<(usize, f64)> {
-    match rope.style {
-        RopeStyle::GptJ { rotary_dim } => Ok((rotary_dim, rope.theta_base as f64)),
-        RopeStyle::Glm { rope_ratio } => Ok((rope.head_dim / 2, rope.theta_base as f64 * rope_ratio as f64)),
-        other => Err(ModelError::BadInput(format!("the reference does not implement {other:?}"))),
-    }
+/// The rotated width, frequency base, linear scaling and per-pair factors of the RoPE styles
+/// the models use.
+pub(super) fn rope_params(rope: &Rope) -> Result<RopeParams> {
+    let (dim, base) = match rope.style {
+        RopeStyle::GptJ { rotary_dim } => (rotary_dim, rope.theta_base as f64),
+        RopeStyle::Glm { rope_ratio } => (rope.head_dim / 2, rope.theta_base as f64 * rope_ratio as f64),
+        other => return Err(ModelError::BadInput(format!("the reference does not implement {other:?}"))),
+    };
+    let factors = match &rope.freq_factors {
+        Some(f) if f.len() == dim / 2 => f.as_slice().to_vec(),
+        Some(f) => {
+            return Err(ModelError::BadInput(format!(
+                "{} frequency factors for the {} pairs the RoPE rotates",
+                f.len(),
+                dim / 2
+            )));
+        }
+        None => vec![1.0; dim / 2],
+    };
+    Ok(RopeParams { dim, base, scale: rope.scaling_factor as f64, factors })
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {

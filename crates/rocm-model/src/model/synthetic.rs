@@ -4,6 +4,7 @@
 use super::config::{Architecture, ModelConfig};
 use super::embedding::{OUTPUT_HEAD, TOKEN_EMBEDDING};
 use super::error::Result;
+use super::rope_scaling::{ROPE_FREQS, RopeScaling, llama3_freq_factors};
 use super::weights::{LayerTensor, OUTPUT_NORM, tensor_name};
 use crate::gguf::{GgmlType, GgufWriter};
 
@@ -13,6 +14,9 @@ use crate::gguf::{GgmlType, GgufWriter};
 pub struct SyntheticSpec {
     /// Written as the architecture's metadata keys. GLM's `rotary_dim` is always `head_dim /
     /// 2` (written as `glm4.rope.dimension_count`); Llama's rotates whole heads (no key written).
+    /// `rope_scaling` is written as `<arch>.rope.scaling.type` (and `.factor` for linear; nothing
+    /// for `None`), and `rope_freqs`, when set, as the F32 tensor `rope_freqs.weight` of its
+    /// length, as given (unchecked, so tests can write bad ones).
     pub config: ModelConfig,
     pub output_norm: bool,
     /// The type of tensor `t` of layer `l` is `types(l, t)`.
@@ -74,6 +78,8 @@ impl SyntheticSpec {
                 rope_theta: 10_000.0,
                 rotary_dim: 64,
                 rope_ratio: if architecture == Architecture::Glm4 { 2.0 } else { 1.0 },
+                rope_scaling: RopeScaling::None,
+                rope_freqs: None,
             },
             output_norm: true,
             types: mixed_types,
@@ -82,8 +88,28 @@ impl SyntheticSpec {
         }
     }
 
-    /// A writer holding the model's metadata only (its configuration's keys), for a caller that
-    /// adds tensors of its own.
+    /// [`SyntheticSpec::small`] Llama with Llama 3.1's RoPE: base 500000 and the `llama3`
+    /// scaling (factor 8, low_freq_factor 1, high_freq_factor 4, original context 8192), whose
+    /// per-pair factors ([`llama3_freq_factors`]: 1 for pairs 0-14 of the 32, 8 for 18-31,
+    /// between for 15-17) are written as `rope_freqs.weight`, and the scaling type as `llama3`.
+    pub fn small_llama3() -> Self {
+        let base = SyntheticSpec::small(Architecture::Llama);
+        let rope_theta = 500_000.0;
+        let factors = llama3_freq_factors(base.config.rotary_dim, rope_theta as f64, 8.0, 1.0, 4.0, 8192.0)
+            .expect("valid llama3 parameters");
+        SyntheticSpec {
+            config: ModelConfig {
+                rope_theta,
+                rope_scaling: RopeScaling::Llama3,
+                rope_freqs: Some(factors),
+                ..base.config
+            },
+            ..base
+        }
+    }
+
+    /// A writer holding the model's metadata only (its configuration's keys, and its
+    /// `rope_freqs.weight` when it has one), for a caller that adds tensors of its own.
     pub fn metadata_writer(&self) -> Result<GgufWriter> {
         let config = &self.config;
         let arch = config.architecture.name();
@@ -101,6 +127,19 @@ impl SyntheticSpec {
         if config.architecture == Architecture::Glm4 {
             w.add_metadata(format!("{arch}.rope.rope_ratio"), config.rope_ratio)?;
             w.add_metadata(format!("{arch}.rope.dimension_count"), (config.head_dim / 2) as u32)?;
+        }
+        match config.rope_scaling {
+            RopeScaling::None => {}
+            RopeScaling::Linear(factor) => {
+                w.add_metadata(format!("{arch}.rope.scaling.type"), "linear")?;
+                w.add_metadata(format!("{arch}.rope.scaling.factor"), factor)?;
+            }
+            RopeScaling::Llama3 => {
+                w.add_metadata(format!("{arch}.rope.scaling.type"), "llama3")?;
+            }
+        }
+        if let Some(factors) = &config.rope_freqs {
+            w.add_f32(ROPE_FREQS, &[factors.len() as u64], factors)?;
         }
         Ok(w)
     }

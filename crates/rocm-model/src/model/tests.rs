@@ -306,21 +306,34 @@ fn unimplemented_tensors_are_refused() {
     assert!(err.to_string().contains("blk.0.attn_q.bias"), "{err}");
 }
 
-/// The reference's RoPE is the kernels' (same pairs, base and angle) for both architectures.
+/// The reference's RoPE is the kernels' (same pairs, base and angle) for both architectures,
+/// with Llama 3.1's frequency factors, and with linear scaling.
 #[test]
 fn reference_rope_matches_the_kernel_reference() {
     let mut rng = SplitMix(3);
-    for arch in [Architecture::Llama, Architecture::Glm4] {
-        let file = small_file(arch);
-        let config = ModelConfig::from_metadata(file.metadata()).unwrap();
+    let linear = SyntheticSpec::small(Architecture::Llama);
+    let linear = SyntheticSpec {
+        config: ModelConfig { rope_scaling: RopeScaling::Linear(4.0), ..linear.config },
+        ..linear
+    };
+    let specs = [
+        SyntheticSpec::small(Architecture::Llama),
+        SyntheticSpec::small(Architecture::Glm4),
+        SyntheticSpec::small_llama3(),
+        linear,
+    ];
+    for spec in specs {
+        let config = ModelConfig::from_file(&spec_file(&spec)).unwrap();
         let rope = config.rope().unwrap();
         let x: Vec<f32> = rng.hidden(config.head_dim);
-        for pos in [0, 1, 17, 1000] {
+        for pos in [0, 1, 17, 1000, 100_000] {
             let want = rope_reference(&rope, &x, 1, None, &[pos], None);
             let mut got: Vec<f64> = x.iter().map(|&v| v as f64).collect();
-            rotate_interleaved(&mut got, pos as f64, rope_params(&rope).unwrap(), Rounding::Exact);
+            rotate_interleaved(&mut got, pos as f64, &rope_params(&rope).unwrap(), Rounding::Exact);
+            // 1e-9, not 1e-12: at position 1e5 the two associate the f64 angle's products and
+            // divisions differently, ~1e-11 rad apart.
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert!((g - w).abs() < 1e-12, "{arch:?} pos {pos} element {i}: {g} vs {w}");
+                assert!((g - w).abs() < 1e-9, "{rope:?} pos {pos} element {i}: {g} vs {w}");
             }
         }
     }
@@ -413,8 +426,13 @@ fn distance(got: &[f64], want: &[f64]) -> (f64, f64) {
 /// the matrix-core attention, f32 transcendentals).
 #[test]
 fn emulated_rounding_fits_the_parity_tolerance() {
-    for arch in [Architecture::Llama, Architecture::Glm4] {
-        let file = small_file(arch);
+    let specs = [
+        ("Llama", SyntheticSpec::small(Architecture::Llama)),
+        ("Glm4", SyntheticSpec::small(Architecture::Glm4)),
+        ("Llama 3.1 RoPE", SyntheticSpec::small_llama3()),
+    ];
+    for (arch, spec) in specs {
+        let file = spec_file(&spec);
         let exact = ReferenceModel::load(&file, Rounding::Exact).unwrap();
         let hidden = exact.config().hidden;
         for dtype in ["f32", "f16", "bf16"] {
@@ -431,12 +449,12 @@ fn emulated_rounding_fits_the_parity_tolerance() {
                 worst = (worst.0.max(m), worst.1.max(l2));
             }
             eprintln!(
-                "{arch:?} {dtype}: emulated max abs {:.3e}, rel L2 {:.3e}; tolerance {tol:?}",
+                "{arch} {dtype}: emulated max abs {:.3e}, rel L2 {:.3e}; tolerance {tol:?}",
                 worst.0, worst.1
             );
             assert!(
                 worst.0 <= tol.abs / 4.0 && worst.1 <= tol.l2 / 4.0,
-                "{arch:?} {dtype}: {worst:?} vs {tol:?}"
+                "{arch} {dtype}: {worst:?} vs {tol:?}"
             );
         }
     }
@@ -507,5 +525,219 @@ fn reference_embedding_and_head() {
             assert!((l - want).abs() <= 1e-9 * want.abs().max(1.0), "tied {tied}, token {t}: {l} vs {want}");
         }
         assert!(r.embed(&[40]).is_err());
+    }
+}
+
+/// `spec` as a file.
+fn spec_file(spec: &SyntheticSpec) -> GgufFile {
+    file_of(&spec.writer().unwrap())
+}
+
+/// The small Llama's metadata plus `extra` keys.
+fn llama_with(extra: &[(&str, crate::Value)]) -> Result<ModelConfig> {
+    let mut w = SyntheticSpec::small(Architecture::Llama).writer().unwrap();
+    for (k, v) in extra {
+        w.add_metadata(*k, v.clone()).unwrap();
+    }
+    ModelConfig::from_metadata(file_of(&w).metadata())
+}
+
+/// `<arch>.rope.scaling.*` as llama.cpp reads them: `linear` (or no type) with a factor divides
+/// positions by it (the older `rope.scale_linear` too), `none` ignores a factor, `llama3` needs
+/// the factors tensor, anything else is refused naming the type.
+#[test]
+fn rope_scaling_metadata() {
+    use crate::Value;
+    let ty = "llama.rope.scaling.type";
+    let factor = "llama.rope.scaling.factor";
+    let scaling = |extra: &[(&str, Value)]| llama_with(extra).unwrap().rope_scaling;
+    assert_eq!(scaling(&[]), RopeScaling::None);
+    assert_eq!(scaling(&[(ty, "linear".into()), (factor, Value::F32(4.0))]), RopeScaling::Linear(4.0));
+    assert_eq!(scaling(&[(factor, Value::F32(2.0))]), RopeScaling::Linear(2.0), "no type means linear");
+    assert_eq!(scaling(&[("llama.rope.scale_linear", Value::F32(3.0))]), RopeScaling::Linear(3.0));
+    assert_eq!(scaling(&[(ty, "linear".into())]), RopeScaling::None, "linear without a factor");
+    assert_eq!(scaling(&[(ty, "none".into()), (factor, Value::F32(4.0))]), RopeScaling::None);
+    assert_eq!(scaling(&[(ty, "llama3".into()), (factor, Value::F32(8.0))]), RopeScaling::Llama3);
+    // The linear factor reaches the RoPE; llama3's factor is inside its factors, not applied.
+    let c = llama_with(&[(ty, "linear".into()), (factor, Value::F32(4.0))]).unwrap();
+    assert_eq!(c.rope().unwrap().scaling_factor, 4.0);
+    let msg = |extra: &[(&str, Value)]| llama_with(extra).unwrap_err().to_string();
+    assert_eq!(
+        msg(&[(ty, "yarn".into())]),
+        "GGUF metadata key `llama.rope.scaling.type`: RoPE scaling type \"yarn\" is not supported \
+         (supported: none, linear, llama3)"
+    );
+    assert!(msg(&[(ty, "longrope".into())]).contains("\"longrope\" is not supported"));
+    assert!(msg(&[(ty, "x".repeat(1 << 20).into())]).len() < 200, "a long type is previewed");
+    assert_eq!(
+        msg(&[(ty, Value::U32(1))]),
+        "GGUF metadata key `llama.rope.scaling.type`: expected a string, found uint32 1"
+    );
+    assert_eq!(
+        msg(&[(ty, "linear".into()), (factor, Value::F32(-4.0))]),
+        "GGUF metadata key `llama.rope.scaling.factor`: -4.0 is not positive"
+    );
+    assert!(msg(&[(factor, Value::F32(0.0))]).contains("0.0 is not positive"));
+    assert!(msg(&[(factor, Value::F64(f64::INFINITY))]).contains("inf is not a finite number"));
+    assert!(msg(&[("llama.rope.scale_linear", Value::F32(-1.0))]).contains("`llama.rope.scale_linear`"));
+}
+
+/// A Llama 3.1 style file: `rope_freqs.weight` read (in any type the reader decodes) into the
+/// configuration and its RoPE; `from_metadata` alone does not read tensors.
+#[test]
+fn rope_freqs_are_read_from_the_file() {
+    let spec = SyntheticSpec::small_llama3();
+    let file = spec_file(&spec);
+    let c = ModelConfig::from_file(&file).unwrap();
+    assert_eq!(c, spec.config, "the written configuration reads back");
+    let factors = file.to_f32(ROPE_FREQS).unwrap();
+    assert_eq!(c.rope_freqs.as_deref(), Some(&factors[..]));
+    assert_eq!(factors.len(), 32);
+    assert!(factors[..15].iter().all(|&f| f == 1.0) && factors[18..].iter().all(|&f| f == 8.0));
+    let rope = c.rope().unwrap();
+    let wide: Vec<f64> = factors.iter().map(|&f| f as f64).collect();
+    assert_eq!(rope.freq_factors.unwrap().as_slice(), &wide[..]);
+    assert_eq!((rope.theta_base, rope.scaling_factor), (500_000.0, 1.0));
+    assert_eq!(ModelConfig::from_metadata(file.metadata()).unwrap().rope_freqs, None);
+
+    // Stored as F16 or BF16: the factors as that type holds them.
+    let f16s: Vec<f32> = factors.iter().map(|&f| half::f16::from_f32(f).to_f32()).collect();
+    let bf16s: Vec<f32> = factors.iter().map(|&f| half::bf16::from_f32(f).to_f32()).collect();
+    for (ty, want) in [(GgmlType::F16, f16s), (GgmlType::BF16, bf16s)] {
+        let file = with_rope_freqs(&spec, Some((&[32], ty, &factors)));
+        assert_eq!(ModelConfig::from_file(&file).unwrap().rope_freqs, Some(want), "{ty}");
+    }
+    // A file without scaling metadata but with the tensor (what llama.cpp's converter writes for
+    // Llama 3.1) applies it too; GLM takes one factor per pair of its rotated half.
+    let plain = SyntheticSpec {
+        config: ModelConfig { rope_scaling: RopeScaling::None, ..spec.config.clone() },
+        ..spec.clone()
+    };
+    assert!(ModelConfig::from_file(&spec_file(&plain)).unwrap().rope().unwrap().freq_factors.is_some());
+    let glm = SyntheticSpec::small(Architecture::Glm4);
+    let glm = SyntheticSpec { config: ModelConfig { rope_freqs: Some(vec![2.0; 16]), ..glm.config }, ..glm };
+    let rope = ModelConfig::from_file(&spec_file(&glm)).unwrap().rope().unwrap();
+    assert_eq!(rope.freq_factors.unwrap().as_slice(), &[2.0; 16]);
+}
+
+/// `spec`'s file with its `rope_freqs.weight` replaced by `(dims, type, values)`, or removed.
+fn with_rope_freqs(spec: &SyntheticSpec, freqs: Option<(&[u64], GgmlType, &[f32])>) -> GgufFile {
+    let base = spec_file(spec);
+    let mut w = GgufWriter::new();
+    for (k, v) in base.metadata().iter() {
+        w.add_metadata(k, v.clone()).unwrap();
+    }
+    for t in base.tensors().iter().filter(|t| t.name() != ROPE_FREQS) {
+        w.add_tensor(t.name(), t.ggml_type(), t.dims(), base.bytes(t.name()).unwrap().to_vec()).unwrap();
+    }
+    if let Some((dims, ty, values)) = freqs {
+        w.add_quantized(ROPE_FREQS, ty, dims, values).unwrap();
+    }
+    file_of(&w)
+}
+
+/// Factors of the wrong shape, non-positive or non-finite ones, an undecodable type, and a
+/// `llama3` file without factors are refused by both loaders' configuration, naming the tensor.
+#[test]
+fn bad_rope_freqs_are_refused_naming_the_tensor() {
+    let spec = SyntheticSpec::small_llama3();
+    let good = spec.config.rope_freqs.clone().unwrap();
+    let refused = |file: &GgufFile| {
+        let err = ModelConfig::from_file(file).unwrap_err();
+        assert!(matches!(&err, ModelError::BadTensor { name, .. } if name == ROPE_FREQS), "{err}");
+        let reference = ReferenceModel::load(file, Rounding::Exact).unwrap_err().to_string();
+        assert_eq!(reference, err.to_string(), "the reference refuses the same way");
+        err.to_string()
+    };
+    let mut negative = good.clone();
+    negative[3] = -1.0;
+    let mut nan = good.clone();
+    nan[20] = f32::NAN;
+    let mut zero = good.clone();
+    zero[31] = 0.0;
+    let cases: [(&[u64], &[f32], &str); 6] = [
+        (&[31], &good[..31], "GGUF dims [31], the RoPE needs one factor per rotated pair: [32]"),
+        (&[64], &[good.clone(), good.clone()].concat(), "GGUF dims [64]"),
+        (&[32, 1], &good, "GGUF dims [32, 1]"),
+        (&[32], &negative, "factor 3 is -1.0; frequency factors must be positive and finite"),
+        (&[32], &nan, "factor 20 is NaN"),
+        (&[32], &zero, "factor 31 is 0.0"),
+    ];
+    for (dims, values, says) in cases {
+        let err = refused(&with_rope_freqs(&spec, Some((dims, GgmlType::F32, values))));
+        assert!(err.starts_with(&format!("tensor `rope_freqs.weight`: {says}")), "{err}");
+    }
+    let missing = refused(&with_rope_freqs(&spec, None));
+    assert_eq!(
+        missing,
+        "tensor `rope_freqs.weight`: the llama3 frequency factors tensor is missing \
+         (`llama.rope.scaling.type` is \"llama3\", whose scaling is those factors)"
+    );
+    // A type the reader cannot decode: its error names the tensor.
+    let mut w = GgufWriter::new();
+    let base = with_rope_freqs(&spec, None);
+    for (k, v) in base.metadata().iter() {
+        w.add_metadata(k, v.clone()).unwrap();
+    }
+    for t in base.tensors() {
+        w.add_tensor(t.name(), t.ggml_type(), t.dims(), base.bytes(t.name()).unwrap().to_vec()).unwrap();
+    }
+    w.add_tensor(ROPE_FREQS, GgmlType::I32, &[32], vec![1; 32 * 4]).unwrap();
+    let err = ModelConfig::from_file(&file_of(&w)).unwrap_err().to_string();
+    assert!(err.contains("rope_freqs.weight") && err.contains("I32"), "{err}");
+    // A configuration made by hand is checked when its RoPE is asked for.
+    let wrong = ModelConfig { rope_freqs: Some(vec![1.0; 31]), ..spec.config.clone() };
+    assert!(
+        wrong.rope().unwrap_err().to_string().contains("31 frequency factors, the RoPE rotates 32 pairs")
+    );
+    let none = ModelConfig { rope_freqs: None, ..spec.config.clone() };
+    assert!(none.rope().unwrap_err().to_string().contains("llama3 frequency factors tensor is missing"));
+}
+
+/// Max-abs difference of the reference's outputs for two files over the parity test's schedule
+/// (a 37-token prefill and 20 decode steps, the same inputs).
+fn reference_difference(a: &GgufFile, b: &GgufFile) -> f64 {
+    let (ra, rb) = (
+        ReferenceModel::load(a, Rounding::Exact).unwrap(),
+        ReferenceModel::load(b, Rounding::Exact).unwrap(),
+    );
+    let hidden = ra.config().hidden;
+    let mut rng = SplitMix(5);
+    let (mut sa, mut sb) = (ra.new_sequence(), rb.new_sequence());
+    let mut worst = 0.0f64;
+    for tokens in std::iter::once(37).chain(std::iter::repeat_n(1, 20)) {
+        let x: Vec<f64> = rng.hidden(tokens * hidden).into_iter().map(f64::from).collect();
+        let (ya, yb) = (ra.forward(&mut sa, &x).unwrap(), rb.forward(&mut sb, &x).unwrap());
+        worst = worst.max(distance(&ya, &yb).0);
+    }
+    worst
+}
+
+/// Factors of 1 are no factors (the reference's output bit for bit); Llama 3.1's factors, or
+/// linear scaling, change it, by far more than the f32 parity tolerance (so the GPU parity test
+/// with factors would fail if the GPU ignored them).
+#[test]
+fn reference_with_unit_factors_equals_none_and_other_factors_differ() {
+    let llama3 = SyntheticSpec::small_llama3();
+    let none = SyntheticSpec {
+        config: ModelConfig { rope_scaling: RopeScaling::None, rope_freqs: None, ..llama3.config.clone() },
+        ..llama3.clone()
+    };
+    let ones = SyntheticSpec {
+        config: ModelConfig { rope_freqs: Some(vec![1.0; 32]), ..none.config.clone() },
+        ..none.clone()
+    };
+    let linear = SyntheticSpec {
+        config: ModelConfig { rope_scaling: RopeScaling::Linear(8.0), ..none.config.clone() },
+        ..none.clone()
+    };
+    let (none, ones, llama3, linear) =
+        (spec_file(&none), spec_file(&ones), spec_file(&llama3), spec_file(&linear));
+    assert_eq!(reference_difference(&none, &ones), 0.0);
+    let f32_tolerance = parity_tolerance("f32").abs;
+    for (what, file) in [("llama3 factors", &llama3), ("linear scaling 8", &linear)] {
+        let d = reference_difference(&none, file);
+        eprintln!("{what}: max difference {d:.3e} from no scaling");
+        assert!(d > 100.0 * f32_tolerance, "{what}: {d}");
     }
 }
