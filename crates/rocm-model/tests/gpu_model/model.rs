@@ -1,6 +1,7 @@
 //! The transformer block on the GPU against the f64 CPU reference (issue 7): a synthetic 2-layer
 //! model with weights in F32, F16, BF16, Q8_0, Q4_0 and MXFP4, prefilled and decoded through the
-//! paged KV cache in f32, f16 and bf16; chunked prefill; refusals.
+//! paged KV cache in f32, f16 and bf16; Llama 3.1's RoPE frequency factors; chunked prefill;
+//! refusals.
 //!
 //! Tolerances: `rocm_model::model::synthetic::parity_tolerance`, chosen in `docs/model.md` (the
 //! CPU test `emulated_rounding_fits_the_parity_tolerance` checks that a model of the rounding
@@ -13,8 +14,8 @@ use rocm_kernels::gemm::GemmElement;
 use rocm_model::kv_cache::{KvCacheError, KvCacheTensors, PagedCache, SeqId};
 use rocm_model::model::synthetic::{SplitMix, SyntheticSpec, SyntheticVocab, parity_tolerance};
 use rocm_model::model::{
-    Architecture, LayerTensor, Model, ModelError, OUTPUT_NORM, ReferenceModel, ReferenceSequence, Rounding,
-    Sampler, Sampling, tensor_name,
+    Architecture, LayerTensor, Model, ModelConfig, ModelError, OUTPUT_NORM, ROPE_FREQS, ReferenceModel,
+    ReferenceSequence, Rounding, Sampler, Sampling, llama3_freq_factors, tensor_name,
 };
 use rocm_model::{GgmlType, GgufFile, GgufWriter};
 use rocm_runtime::{DeviceBuffer, bf16, f16};
@@ -54,7 +55,11 @@ fn check<T: Dtype>(what: &str, got: &DeviceBuffer<T>, want: &[f64]) {
 /// Two sequences (prompts of 37 and 23 tokens) prefilled, then decoded together for 20 steps;
 /// every output compared with the reference.
 fn parity<T: GemmElement>(gpu: &GpuTest, arch: Architecture) {
-    let file = small(arch);
+    parity_of::<T>(gpu, small(arch), &format!("{arch:?}"));
+}
+
+/// [`parity`] of the model in `file`, `what` naming it in messages.
+fn parity_of<T: GemmElement>(gpu: &GpuTest, file: Arc<GgufFile>, what: &str) {
     let model = Model::<T>::load(file.clone(), gpu.stream()).unwrap();
     let reference = ReferenceModel::load(&file, Rounding::Exact).unwrap();
     let hidden = model.config().hidden;
@@ -69,7 +74,7 @@ fn parity<T: GemmElement>(gpu: &GpuTest, arch: Architecture) {
         let x = rng.hidden(len * hidden);
         let out = model.prefill(&mut cache, &mut kv, seqs[i], &upload::<T>(gpu, &x)).unwrap();
         let want = reference.forward(&mut refs[i], &rounded::<T>(&x)).unwrap();
-        check(&format!("{arch:?} prefill of sequence {i}, {len} tokens"), &out, &want);
+        check(&format!("{what} prefill of sequence {i}, {len} tokens"), &out, &want);
     }
     for step in 0..STEPS {
         let x = rng.hidden(seqs.len() * hidden);
@@ -79,7 +84,7 @@ fn parity<T: GemmElement>(gpu: &GpuTest, arch: Architecture) {
         for (i, r) in refs.iter_mut().enumerate() {
             want.extend(reference.forward(r, &xr[i * hidden..(i + 1) * hidden]).unwrap());
         }
-        check(&format!("{arch:?} decode step {step}"), &out, &want);
+        check(&format!("{what} decode step {step}"), &out, &want);
     }
     assert_eq!(cache.seq_len(seqs[0]).unwrap(), PROMPT + STEPS);
     cache.validate().unwrap();
@@ -237,6 +242,61 @@ fn glm4_f32_and_bf16_match_the_reference() {
     let gpu = gpu_test!();
     parity::<f32>(&gpu, Architecture::Glm4);
     parity::<bf16>(&gpu, Architecture::Glm4);
+}
+
+/// The small Llama with Llama 3.1's RoPE: base 500000 and `rope_freqs.weight` holding the
+/// llama3 factors (`llama3_freq_factors(64, 500000, 8, 1, 4, 8192)`: 1 for the high-frequency
+/// pairs, up to 8 for the low ones), scaling type `llama3`.
+fn small_llama3() -> Arc<GgufFile> {
+    Arc::new(GgufFile::from_bytes(SyntheticSpec::small_llama3().to_bytes().unwrap()).unwrap())
+}
+
+/// The GPU model applies the file's frequency factors as the reference does. Ignoring them
+/// would move the outputs by ~1.4e-2 (CPU test
+/// `reference_with_unit_factors_equals_none_and_other_factors_differ`), about 300 times the f32
+/// tolerance; bf16's tolerance is wider than that, so there it checks the path runs and agrees.
+fn llama3_parity<T: GemmElement>(gpu: &GpuTest) {
+    let file = small_llama3();
+    let config = ModelConfig::from_file(&file).unwrap();
+    let factors = config.rope_freqs.clone().expect("the file has rope_freqs.weight");
+    assert_eq!(factors, llama3_freq_factors(64, 500_000.0, 8.0, 1.0, 4.0, 8192.0).unwrap());
+    assert!(factors.contains(&1.0) && factors.contains(&8.0) && factors.iter().any(|&f| f > 1.0 && f < 8.0));
+    let model = Model::<T>::load(file.clone(), gpu.stream()).unwrap();
+    assert_eq!(model.config(), &config);
+    drop(model);
+    parity_of::<T>(gpu, file, "Llama 3.1 RoPE");
+}
+
+#[test]
+fn llama3_rope_freqs_f32_match_the_reference() {
+    let gpu = gpu_test!();
+    llama3_parity::<f32>(&gpu);
+}
+
+#[test]
+fn llama3_rope_freqs_bf16_match_the_reference() {
+    let gpu = gpu_test!();
+    llama3_parity::<bf16>(&gpu);
+}
+
+/// A file whose scaling type is `llama3` but which lacks `rope_freqs.weight` is refused before
+/// anything is uploaded, naming the tensor.
+#[test]
+fn a_llama3_model_without_its_factors_is_refused_before_any_upload() {
+    let gpu = gpu_test!();
+    let full = small_llama3();
+    let mut w = GgufWriter::new();
+    for (k, v) in full.metadata().iter() {
+        w.add_metadata(k, v.clone()).unwrap();
+    }
+    for t in full.tensors().iter().filter(|t| t.name() != ROPE_FREQS) {
+        w.add_tensor(t.name(), t.ggml_type(), t.dims(), full.bytes(t.name()).unwrap().to_vec()).unwrap();
+    }
+    let file = Arc::new(GgufFile::from_bytes(w.to_bytes()).unwrap());
+    let err = Model::<f32>::load(file, gpu.stream()).unwrap_err();
+    assert!(matches!(&err, ModelError::BadTensor { name, .. } if name == ROPE_FREQS), "{err}");
+    assert!(err.to_string().contains("llama3 frequency factors tensor is missing"), "{err}");
+    assert_eq!(gpu.account().allocated_bytes(), 0, "nothing is uploaded for a model that cannot load");
 }
 
 /// A prompt prefilled in chunks of 16 + 16 + 5 gives what one prefill gives (and the reference).
