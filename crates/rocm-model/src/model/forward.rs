@@ -9,9 +9,8 @@
 //! rope(q, k) at the tokens' positions            (seq_len before the step + 0..seq_q)
 //! kv_cache_write(k, v) at the slots PagedCache::append handed out
 //! a = paged_attention(q, cache)                  (causal: the queries are the last seq_q tokens)
-//! h = h + a Wo^T                                 (GEMM with beta = 1: the residual add)
-//! xn = rmsnorm(h, ffn_norm)
-//! h = h + swiglu(xn Wgate^T, xn Wup^T) Wdown^T   (GEMM with beta = 1)
+//! h = h + a Wo^T; xn = rmsnorm(h, ffn_norm)      (one fused add-and-norm kernel)
+//! h = h + swiglu(xn Wgate^T, xn Wup^T) Wdown^T   (added by the next layer's norm, or the final one)
 //! ```
 //!
 //! then `rmsnorm(h, output_norm)` if the model has one. Activations are `T` in device memory;
@@ -80,6 +79,8 @@ pub struct Model<T: GemmElement> {
     rope: Rope,
     layers: Vec<LayerWeights<T>>,
     output_norm: Option<DeviceBuffer<T>>,
+    /// Ones, the final residual add's norm weight for a model without an output norm.
+    unit_norm: DeviceBuffer<T>,
     embedding: Option<TokenEmbedding>,
     head: Option<Linear<T>>,
     stream: Stream,
@@ -114,7 +115,8 @@ impl<T: GemmElement> Model<T> {
         let layers =
             (0..config.layers).map(|l| LayerWeights::load(&tensors, &config, l)).collect::<Result<_>>()?;
         let output_norm = if has_output_norm { Some(load_device(&tensors, OUTPUT_NORM)?) } else { None };
-        Ok(Model { config, rope, layers, output_norm, embedding, head, stream: stream.clone() })
+        let unit_norm = stream.upload(&vec![T::from_f32(1.0); config.hidden])?;
+        Ok(Model { config, rope, layers, output_norm, unit_norm, embedding, head, stream: stream.clone() })
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -160,7 +162,7 @@ impl<T: GemmElement> Model<T> {
         let rows = hidden.len() / c.hidden;
         let vocab = self.vocab_size().unwrap_or(0).max(head.rows());
         let mut logits = self.stream.alloc::<T>(rows * vocab)?;
-        head.apply(hidden, rows, &mut logits, false)?;
+        head.apply(hidden, rows, &mut logits)?;
         Ok(logits)
     }
 
@@ -322,13 +324,21 @@ impl<T: GemmElement> Model<T> {
         let mut gate = s.alloc::<T>(n * c.ffn)?;
         let mut up = s.alloc::<T>(n * c.ffn)?;
         let mut act = s.alloc::<T>(n * c.ffn)?;
+        // Each block's output (attention, then MLP), added to `h` by the norm after it
+        // (rmsnorm_residual: h += delta; xn = rmsnorm(h)), one kernel for both.
+        let mut delta = s.alloc::<T>(n * c.hidden)?;
         let norm = RmsNorm::new(n, c.hidden, c.rms_eps);
 
         for (l, w) in self.layers.iter().enumerate() {
-            norm.run(&h, &w.attn_norm, &mut xn)?;
-            w.get(LayerTensor::AttnQ).apply(&xn, n, &mut q, false)?;
-            w.get(LayerTensor::AttnK).apply(&xn, n, &mut k, false)?;
-            w.get(LayerTensor::AttnV).apply(&xn, n, &mut v, false)?;
+            // The previous block's output joins the residual stream in this norm's kernel.
+            if l == 0 {
+                norm.run(&h, &w.attn_norm, &mut xn)?;
+            } else {
+                norm.run_residual(&delta, &mut h, &w.attn_norm, &mut xn)?;
+            }
+            w.get(LayerTensor::AttnQ).apply(&xn, n, &mut q)?;
+            w.get(LayerTensor::AttnK).apply(&xn, n, &mut k)?;
+            w.get(LayerTensor::AttnV).apply(&xn, n, &mut v)?;
             self.rope.run(
                 RopeTensor::new(&mut q, c.q_heads),
                 Some(RopeTensor::new(&mut k, c.kv_heads)),
@@ -343,20 +353,25 @@ impl<T: GemmElement> Model<T> {
             kv_cache_write(&shape, &k, &v, &slots, k_cache, v_cache)?;
             let paged = PagedKv { k: k_cache, v: v_cache, block_table: &block_table, seq_lens: &seq_lens };
             paged_attention(&attn_desc, &FlashOptions::default(), &q, &paged, &mut attn, None)?;
-            w.get(LayerTensor::AttnOutput).apply(&attn, n, &mut h, true)?;
+            w.get(LayerTensor::AttnOutput).apply(&attn, n, &mut delta)?;
 
-            norm.run(&h, &w.ffn_norm, &mut xn)?;
-            w.get(LayerTensor::FfnGate).apply(&xn, n, &mut gate, false)?;
-            w.get(LayerTensor::FfnUp).apply(&xn, n, &mut up, false)?;
+            norm.run_residual(&delta, &mut h, &w.ffn_norm, &mut xn)?;
+            w.get(LayerTensor::FfnGate).apply(&xn, n, &mut gate)?;
+            w.get(LayerTensor::FfnUp).apply(&xn, n, &mut up)?;
             swiglu(&gate, &up, &mut act)?;
-            w.get(LayerTensor::FfnDown).apply(&act, n, &mut h, true)?;
+            w.get(LayerTensor::FfnDown).apply(&act, n, &mut delta)?;
         }
+        // The last block's output joins the stream in the final norm (a unit weight when the
+        // model has none, whose normalised rows are then not the answer: the stream is).
         match &self.output_norm {
             Some(weight) => {
-                norm.run(&h, weight, &mut xn)?;
+                norm.run_residual(&delta, &mut h, weight, &mut xn)?;
                 Ok(xn)
             }
-            None => Ok(h),
+            None => {
+                norm.run_residual(&delta, &mut h, &self.unit_norm, &mut xn)?;
+                Ok(h)
+            }
         }
     }
 }

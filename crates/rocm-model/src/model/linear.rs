@@ -45,24 +45,17 @@ impl<T: GemmElement> Linear<T> {
         }
     }
 
-    /// `y = x W^T`, or `y += x W^T` when `accumulate`, for `tokens` rows of `x` (`[tokens, in]`);
-    /// `y` is `[tokens, out]`.
-    pub fn apply(
-        &self,
-        x: &DeviceBuffer<T>,
-        tokens: usize,
-        y: &mut DeviceBuffer<T>,
-        accumulate: bool,
-    ) -> Result<()> {
+    /// `y = x W^T` for `tokens` rows of `x` (`[tokens, in]`); `y` is `[tokens, out]`.
+    pub fn apply(&self, x: &DeviceBuffer<T>, tokens: usize, y: &mut DeviceBuffer<T>) -> Result<()> {
         match *self {
             Linear::Dense { ref w, out, inp } => {
-                gemm(&desc(tokens, out, inp, accumulate), x, w, y)?;
+                gemm(&GemmDesc::linear(tokens, out, inp), x, w, y)?;
             }
             Linear::Blocks { format, ref blocks, out, inp } => {
-                if !fused_product(format, blocks, out, inp, x, tokens, y, accumulate)? {
+                if !fused_product(format, blocks, out, inp, x, tokens, y)? {
                     let mut w = y.stream().alloc::<T>(out * inp)?;
                     dequantize(format, blocks, &mut w)?;
-                    gemm(&desc(tokens, out, inp, accumulate), x, &w, y)?;
+                    gemm(&GemmDesc::linear(tokens, out, inp), x, &w, y)?;
                 }
             }
         }
@@ -70,16 +63,8 @@ impl<T: GemmElement> Linear<T> {
     }
 }
 
-/// The GEMM of `tokens` rows through a weight of `out` rows and `inp` columns.
-fn desc(tokens: usize, out: usize, inp: usize, accumulate: bool) -> GemmDesc {
-    let d = GemmDesc::linear(tokens, out, inp);
-    if accumulate { d.with_alpha_beta(1.0, 1.0) } else { d }
-}
-
 /// Runs the fused quantised product where there is one for this format and token count, and
-/// says whether it did: MXFP4's matrix-vector kernel takes one token and writes `y` (no
-/// accumulation).
-#[allow(clippy::too_many_arguments)]
+/// says whether it did: MXFP4's matrix-vector kernel takes one token.
 fn fused_product<T: GemmElement>(
     format: BlockFormat,
     blocks: &DeviceBuffer<u8>,
@@ -88,10 +73,9 @@ fn fused_product<T: GemmElement>(
     x: &DeviceBuffer<T>,
     tokens: usize,
     y: &mut DeviceBuffer<T>,
-    accumulate: bool,
 ) -> Result<bool> {
     match format {
-        BlockFormat::Mxfp4Gguf if tokens == 1 && !accumulate => {
+        BlockFormat::Mxfp4Gguf if tokens == 1 => {
             mx_matvec(MxFormat::Mxfp4Gguf, blocks, x, y, out, inp)?;
             Ok(true)
         }

@@ -230,12 +230,13 @@ impl ReferenceModel {
         y
     }
 
-    /// `h += x W^T`, rounded once per element (the GPU's GEMM with beta = 1).
+    /// `h += x W^T`: the product rounded to `T`, then the sum (the GPU's projection, then its
+    /// fused add-and-norm kernel).
     fn residual(&self, h: &mut [f64], x: &[f64], w: &[f64], k: usize) {
         let hidden = self.config.hidden;
         for (hr, xr) in h.chunks_mut(hidden).zip(x.chunks(k)) {
             for (hv, wr) in hr.iter_mut().zip(w.chunks(k)) {
-                *hv = self.rounding.apply(*hv + dot(xr, wr));
+                *hv = self.rounding.apply(*hv + self.rounding.apply(dot(xr, wr)));
             }
         }
     }
