@@ -1,22 +1,25 @@
 // Dequantisation of block-quantised weights to f32, f16 or bf16: ggml q8_0, q4_0 and mxfp4
-// (GGUF type 39), and packed MXFP6 (E2M3, E3M2). Formats and layouts: rocmforge_quant.h.
+// (GGUF type 39), packed MXFP6 (E2M3, E3M2), and ggml's k-quants q4_K, q5_K, q6_K. Formats and
+// layouts: rocmforge_quant.h.
 //
 //   rf_dequant_<fmt>_<dt>(const unsigned char* blocks, T* out, u64 nblocks)
-//   out[32 b + j] = element j of block b, for b < nblocks.
+//   out[E b + j] = element j of block b, for b < nblocks (E = 32, or 256 for the k-quants).
 //
 // Speed: bound by the output writes (a 4-bit weight becomes 2 or 4 bytes). Version 2 (version 1,
 // one thread per 8 outputs reading its 9-34 bytes with byte loads from global memory, was
 // load-instruction bound at 0.65 of copy): a thread block works on tiles of
-// RF_DEQUANT_TILE consecutive quant blocks, grid-stride over tiles. Per tile it
+// RF_DEQUANT_TILE_ELEMS elements (256 blocks of 32, or 32 k-quant super-blocks), grid-stride
+// over tiles. Per tile it
 //   1. stages the tile's packed bytes in shared memory: coalesced 16-byte loads when `blocks`
 //      is 16-byte aligned (a tile is TILE * BLOCK_BYTES bytes, a multiple of 16, so every tile
 //      starts aligned), byte loads otherwise; the last tile stages only the bytes that exist;
 //   2. decodes group g (8 outputs, a quarter block) of the tile in thread g % blockDim.x from
 //      shared memory and stores it with one 16-byte store, consecutive threads writing
-//      consecutive 16 bytes (f16/bf16; f32 since version 4: below).
+//      consecutive 16 bytes (f16/bf16; f32 since version 4: below). A k-quant super-block is
+//      32 such groups.
 // Any blockDim.x works (the index math uses it, never a constant); the launcher uses 256, so
 // a thread decodes 4 groups a tile. The launcher checks that `out` is 16-byte aligned and holds
-// 32 * nblocks elements.
+// E * nblocks elements.
 //
 // Version 3 (MXFP4 only; the other formats decode as in version 2 with F::group): instead of
 // rf_mx_element per element (~128 instructions a group), a thread reads its 8 payload bytes as
@@ -32,6 +35,10 @@
 // in pairs (c, c + n), and each store instruction of a warp writes its lanes' consecutive chunks,
 // one contiguous run (rf_dequant_tile_f32; MXFP4 decodes both chunks of a pair in one
 // rf_mxfp4_decode8 with two scales). f16/bf16 are unchanged.
+//
+// The k-quants (q4_K, q5_K, q6_K) take the general paths of version 2 (f16/bf16) and version 4
+// (f32): each group or chunk decodes its elements with the codec's arithmetic
+// (rocmforge_quant.h), reading its super-block's scales from the stage with byte loads.
 //
 // Version 5 (MXFP6 only): instead of rf_mx_element per element (~133 instructions a group), a
 // thread reads its 6 payload bytes as three aligned words and two funnel shifts (f32: 3 bytes of
@@ -302,6 +309,13 @@ template <> struct rf_dequant_quarter<rf_q4_0> {
     }
 };
 
+// The k-quants: chunk c is elements 4 (c % 64) .. + 4 of super-block c / 64.
+template <typename D, int BYTES> struct rf_dequant_quarter<rf_kquant<D, BYTES>> {
+    static RF_DEVICE void decode(const unsigned char* stage, int c, float* out) {
+        D::elems4(stage + (c >> 6) * BYTES, 4 * (c & 63), out);
+    }
+};
+
 // Chunks c0 and c1 into out[0..4) and out[4..8): one decode for both where F has word paths.
 template <typename F> RF_DEVICE void rf_dequant_pair(const unsigned char* stage, int c0, int c1, float* out) {
     if constexpr (rf_dequant_words<F>::WORDS) {
@@ -315,12 +329,12 @@ template <typename F> RF_DEVICE void rf_dequant_pair(const unsigned char* stage,
     }
 }
 
-// The f32 tile: chunks c = tid + k nthreads < 8 nb, in pairs (c, c + nthreads); a thread's last
-// chunk is alone when its partner lies past the tile (a partial tile, or a block size that does
-// not divide 4 TILE).
+// The f32 tile: chunks c = tid + k nthreads < (E / 4) nb (E elements a block), in pairs
+// (c, c + nthreads); a thread's last chunk is alone when its partner lies past the tile (a
+// partial tile, or a block size that does not divide the tile's chunks).
 template <typename F>
 RF_DEVICE void rf_dequant_tile_f32(const unsigned char* stage, float* o, int nb, int tid, int nthreads) {
-    const int chunks = 8 * nb;
+    const int chunks = F::BLOCK_ELEMS / 4 * nb;
     int c = tid;
     for (; c + nthreads < chunks; c += 2 * nthreads) {
         float v[8];
@@ -335,8 +349,8 @@ RF_DEVICE void rf_dequant_tile_f32(const unsigned char* stage, float* o, int nb,
     }
 }
 
-// Decodes a staged tile (nb blocks at `stage`) into o[0 .. 32 nb). f16/bf16: group g (8 outputs,
-// a quarter block) in thread g % nthreads, one 16-byte store; f32: rf_dequant_tile_f32.
+// Decodes a staged tile (nb blocks at `stage`) into o[0 .. E nb). f16/bf16: group g (8 outputs,
+// an eighth of E) in thread g % nthreads, one 16-byte store; f32: rf_dequant_tile_f32.
 // `stage` is 16-byte aligned and readable for 16 bytes past the tile's blocks.
 template <typename F> struct rf_dequant_tile {
     template <typename T>
@@ -344,10 +358,11 @@ template <typename F> struct rf_dequant_tile {
         if constexpr (rf_pack16<T>::N == 4) {
             rf_dequant_tile_f32<F>(stage, o, nb, tid, nthreads);
         } else {
-            const int groups = 4 * nb;
+            constexpr int GROUPS = F::BLOCK_ELEMS / 8; // a power of two: shifts and masks
+            const int groups = GROUPS * nb;
             for (int g = tid; g < groups; g += nthreads) {
                 float v[8];
-                F::group(stage + (g >> 2) * F::BLOCK_BYTES, g & 3, v);
+                F::group(stage + (g / GROUPS) * F::BLOCK_BYTES, g % GROUPS, v);
                 // A 64-bit offset: with `o + 8 * g + i` in int arithmetic nvcc 13 split each
                 // 16-byte store into four 32-bit ones.
                 rf_dequant_store8(o + 8 * (rf_u64)g, v);
@@ -466,7 +481,7 @@ struct rf_dequant_tile<rf_mxfp6<EBITS, MBITS>> : rf_dequant_tile_words<rf_mxfp6<
 template <typename F, typename T>
 RF_DEVICE void rf_dequant(const unsigned char* blocks, T* out, rf_u64 nblocks) {
     constexpr int BB = F::BLOCK_BYTES;
-    constexpr int TILE = RF_DEQUANT_TILE;
+    constexpr int TILE = RF_DEQUANT_TILE_ELEMS / F::BLOCK_ELEMS; // blocks a tile
     constexpr int TILE_VECS = TILE * BB / 16;
     static_assert(TILE * BB % 16 == 0, "a tile must be whole 16-byte vectors");
     // One vector more than the tile: MXFP4 reads whole aligned words, up to 3 bytes past the last
@@ -500,7 +515,7 @@ RF_DEVICE void rf_dequant(const unsigned char* blocks, T* out, rf_u64 nblocks) {
             }
         }
         __syncthreads();
-        rf_dequant_tile<F>::run(stage, out + first * RF_QK, nb, tid, nthreads);
+        rf_dequant_tile<F>::run(stage, out + first * F::BLOCK_ELEMS, nb, tid, nthreads);
         // The next tile's staging overwrites what this one's decoding reads.
         __syncthreads();
     }
@@ -516,9 +531,15 @@ RF_DEVICE void rf_dequant(const unsigned char* blocks, T* out, rf_u64 nblocks) {
 #define RF_DEQUANT_MXFP4(suffix, T) RF_DEQUANT_ENTRY(mxfp4, rf_mxfp4, suffix, T)
 #define RF_DEQUANT_MXFP6_E2M3(suffix, T) RF_DEQUANT_ENTRY(mxfp6_e2m3, rf_mxfp6_e2m3, suffix, T)
 #define RF_DEQUANT_MXFP6_E3M2(suffix, T) RF_DEQUANT_ENTRY(mxfp6_e3m2, rf_mxfp6_e3m2, suffix, T)
+#define RF_DEQUANT_Q4_K(suffix, T) RF_DEQUANT_ENTRY(q4_k, rf_q4_k, suffix, T)
+#define RF_DEQUANT_Q5_K(suffix, T) RF_DEQUANT_ENTRY(q5_k, rf_q5_k, suffix, T)
+#define RF_DEQUANT_Q6_K(suffix, T) RF_DEQUANT_ENTRY(q6_k, rf_q6_k, suffix, T)
 
 RF_FOR_EACH_DTYPE(RF_DEQUANT_Q8_0)
 RF_FOR_EACH_DTYPE(RF_DEQUANT_Q4_0)
 RF_FOR_EACH_DTYPE(RF_DEQUANT_MXFP4)
 RF_FOR_EACH_DTYPE(RF_DEQUANT_MXFP6_E2M3)
 RF_FOR_EACH_DTYPE(RF_DEQUANT_MXFP6_E3M2)
+RF_FOR_EACH_DTYPE(RF_DEQUANT_Q4_K)
+RF_FOR_EACH_DTYPE(RF_DEQUANT_Q5_K)
+RF_FOR_EACH_DTYPE(RF_DEQUANT_Q6_K)

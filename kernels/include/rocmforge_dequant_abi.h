@@ -7,7 +7,8 @@
 
 #include "rocmforge_abi.h"
 
-// Quant blocks a tile: 256 x 34 bytes (q8_0, the largest) = 8.5 KB of shared memory.
-#define RF_DEQUANT_TILE 256
+// Elements a tile: 256 blocks of 32 (q8_0, the largest, stages 256 x 34 bytes = 8.5 KB of shared
+// memory) or 32 k-quant super-blocks of 256 (q6_K: 32 x 210 bytes = 6.6 KB).
+#define RF_DEQUANT_TILE_ELEMS 8192
 
 #endif // ROCMFORGE_DEQUANT_ABI_H

@@ -8,17 +8,27 @@
 //   MXFP6       25 bytes: E8M0 scale, 24 bytes: 32 six-bit codes, code i in bits 6i..6i+6 of the
 //               little-endian 192-bit payload (E2M3 or E3M2 elements)
 //
+// and ggml's k-quants, super-blocks of 256 elements (layouts in crates/rocm-kernels/src/quant/
+// kquant.rs):
+//
+//   ggml q4_K  144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles
+//   ggml q5_K  176 bytes: as q4_K with 32 bytes of fifth bits (qh) before the nibbles
+//   ggml q6_K  210 bytes: 128 bytes of low nibbles (ql), 64 of high bit pairs (qh), 16 i8 scales,
+//              f16 d
+//
 // Nibble order (q4_0, mxfp4): element j < 16 is the low nibble of payload byte j, element j + 16
 // its high nibble. Every decode here is exact in f32 (products of a power of two or an f16 and a
 // value of at most 8 significant bits), except that a result below 2^-126 depends on the
-// device's f32 denormal mode.
+// device's f32 denormal mode, and that q4_K / q5_K round once (below).
 
 #ifndef ROCMFORGE_QUANT_H
 #define ROCMFORGE_QUANT_H
 
 #include "rocmforge.h"
 
+// Elements a block of q8_0, q4_0 and the MX formats; a k-quant super-block.
 #define RF_QK 32
+#define RF_QK_K 256
 
 // ---------------------------------------------------------------------------------------------
 // Scalars
@@ -53,14 +63,15 @@ RF_DEVICE float rf_f16_bits_to_float(unsigned int lo, unsigned int hi) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Formats. Each has BLOCK_BYTES and group(block, p, out): the 8 values of elements 8p..8p+8
-// (p < 4) of the block at `block`, scaled, read with byte loads (blocks have no alignment). The
-// MX formats add what the products need: the element decoder, the number of 32-bit payload
-// words, and code(q, j): code j from the payload words.
+// Formats. Each has BLOCK_BYTES, BLOCK_ELEMS and group(block, p, out): the 8 values of elements
+// 8p..8p+8 (p < BLOCK_ELEMS / 8) of the block at `block`, scaled, read with byte loads (blocks
+// have no alignment). The MX formats add what the products need: the element decoder, the
+// number of 32-bit payload words, and code(q, j): code j from the payload words.
 // ---------------------------------------------------------------------------------------------
 
 struct rf_q8_0 {
     static constexpr int BLOCK_BYTES = 34;
+    static constexpr int BLOCK_ELEMS = RF_QK;
     static RF_DEVICE void group(const unsigned char* b, int p, float* out) {
         const float d = rf_f16_bits_to_float(b[0], b[1]);
 #pragma unroll
@@ -72,6 +83,7 @@ struct rf_q8_0 {
 
 struct rf_q4_0 {
     static constexpr int BLOCK_BYTES = 18;
+    static constexpr int BLOCK_ELEMS = RF_QK;
     static RF_DEVICE void group(const unsigned char* b, int p, float* out) {
         const float d = rf_f16_bits_to_float(b[0], b[1]);
         const unsigned char* q = b + 2 + 8 * (p & 1);
@@ -86,6 +98,7 @@ struct rf_q4_0 {
 // MXFP4 in ggml's block_mxfp4 layout (GGUF type 39).
 struct rf_mxfp4 {
     static constexpr int BLOCK_BYTES = 17;
+    static constexpr int BLOCK_ELEMS = RF_QK;
     static constexpr int PAYLOAD_WORDS = 4;
     static constexpr int CODES = 16;
     static RF_DEVICE float element(unsigned int code) { return rf_mx_element<2, 1>(code); }
@@ -117,6 +130,7 @@ struct rf_mxfp4 {
 // Packed MXFP6, element type E2M3 (EBITS = 2, MBITS = 3) or E3M2 (3, 2).
 template <int EBITS, int MBITS> struct rf_mxfp6 {
     static constexpr int BLOCK_BYTES = 25;
+    static constexpr int BLOCK_ELEMS = RF_QK;
     static constexpr int PAYLOAD_WORDS = 6;
     static constexpr int CODES = 64;
     static RF_DEVICE float element(unsigned int code) { return rf_mx_element<EBITS, MBITS>(code); }
@@ -147,5 +161,91 @@ template <int EBITS, int MBITS> struct rf_mxfp6 {
 
 typedef rf_mxfp6<2, 3> rf_mxfp6_e2m3;
 typedef rf_mxfp6<3, 2> rf_mxfp6_e3m2;
+
+// ---------------------------------------------------------------------------------------------
+// ggml k-quants. Each decodes with ggml's f32 arithmetic in ggml's order (the CPU codec in
+// quant/kquant.rs does the same), so the values are the codec's bit for bit:
+//   q4_K, q5_K: (d * sc) * q - dmin * m. d * sc and dmin * m are exact (an f16 times a 6-bit
+//     integer: at most 17 significant bits), and so is (d * sc) * q (q < 32: at most 22 bits);
+//     only the subtraction rounds, once. So a compiler that contracts the multiply and the
+//     subtraction into one FMA gives the same bits.
+//   q6_K: (d * sc) * (q - 32), sc an i8: at most 11 + 7 + 5 significant bits, exact.
+// No result is an f32 subnormal (every nonzero magnitude is at least 2^-24), so the f32
+// denormal mode does not matter either. NaN and infinite f16 scales propagate as IEEE says,
+// as in the codec.
+// ---------------------------------------------------------------------------------------------
+
+// The 6-bit scale and min of sub-block s (0..7) of a q4_K / q5_K super-block, from its 12
+// packed bytes q: for s < 4 the low six bits of q[s] and q[s + 4]; for s >= 4 the nibbles of
+// q[s + 4] below the top two bits of q[s - 4] (scale) and q[s] (min).
+RF_DEVICE void rf_kquant_scale_min(const unsigned char* q, int s, unsigned int* sc, unsigned int* m) {
+    if (s < 4) {
+        *sc = q[s] & 63u;
+        *m = q[s + 4] & 63u;
+    } else {
+        *sc = (q[s + 4] & 15u) | ((unsigned int)(q[s - 4] >> 6) << 4);
+        *m = ((unsigned int)q[s + 4] >> 4) | ((unsigned int)(q[s] >> 6) << 4);
+    }
+}
+
+// q4_K / q5_K: the four values of elements i0 .. i0 + 4 (i0 % 4 == 0) of the super-block at b.
+// Element i is in sub-block i / 32; its low four bits are nibble (i % 64 >= 32) of byte
+// 32 (i / 64) + i % 32 of the nibbles; q5_K's fifth bit is bit i / 32 of qh[i % 32].
+template <bool FIFTH_BIT> struct rf_kquant_affine {
+    static constexpr int QS = FIFTH_BIT ? 48 : 16; // where the nibbles start
+    static RF_DEVICE void elems4(const unsigned char* b, int i0, float* out) {
+        const int s = i0 >> 5;
+        unsigned int sc, m;
+        rf_kquant_scale_min(b + 4, s, &sc, &m);
+        const float step = rf_f16_bits_to_float(b[0], b[1]) * (float)sc;
+        const float offset = rf_f16_bits_to_float(b[2], b[3]) * (float)m;
+        const unsigned char* q = b + QS + 32 * (i0 >> 6) + (i0 & 31);
+        const int shift = 4 * (s & 1);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            unsigned int code = (q[e] >> shift) & 15u;
+            if (FIFTH_BIT) {
+                code |= ((b[16 + (i0 & 31) + e] >> s) & 1u) << 4;
+            }
+            out[e] = step * (float)code - offset;
+        }
+    }
+};
+
+// q6_K: element i = 128 h + 32 k + l (k < 4, l < 32) has the low nibble (k < 2) or high nibble
+// (k >= 2) of ql[64 h + 32 (k % 2) + l] and bits 2k, 2k + 1 of qh[32 h + l] above it, minus 32;
+// sub-block i / 16 has scale scales[i / 16].
+struct rf_kquant_q6 {
+    static RF_DEVICE void elems4(const unsigned char* b, int i0, float* out) {
+        const int h = i0 >> 7;
+        const int k = (i0 >> 5) & 3;
+        const int l = i0 & 31;
+        const float step = rf_f16_bits_to_float(b[208], b[209]) * (float)(signed char)b[192 + (i0 >> 4)];
+        const unsigned char* ql = b + 64 * h + 32 * (k & 1) + l;
+        const unsigned char* qh = b + 128 + 32 * h + l;
+        const int shift = 4 * (k >> 1);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const unsigned int code = ((ql[e] >> shift) & 15u) | (((qh[e] >> (2 * k)) & 3u) << 4);
+            out[e] = step * (float)((int)code - 32);
+        }
+    }
+};
+
+// The k-quant formats: group(b, p, out) as the others (p < 32), and elems4 for the f32
+// dequantisation's 4-element chunks.
+template <typename D, int BYTES> struct rf_kquant {
+    static constexpr int BLOCK_BYTES = BYTES;
+    static constexpr int BLOCK_ELEMS = RF_QK_K;
+    static RF_DEVICE void elems4(const unsigned char* b, int i0, float* out) { D::elems4(b, i0, out); }
+    static RF_DEVICE void group(const unsigned char* b, int p, float* out) {
+        D::elems4(b, 8 * p, out);
+        D::elems4(b, 8 * p + 4, out + 4);
+    }
+};
+
+typedef rf_kquant<rf_kquant_affine<false>, 144> rf_q4_k;
+typedef rf_kquant<rf_kquant_affine<true>, 176> rf_q5_k;
+typedef rf_kquant<rf_kquant_q6, 210> rf_q6_k;
 
 #endif // ROCMFORGE_QUANT_H

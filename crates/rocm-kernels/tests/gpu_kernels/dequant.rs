@@ -1,7 +1,7 @@
-//! `dequant` against the CPU codec: every format (ggml q8_0, q4_0, mxfp4; MXFP6 E2M3 and E3M2),
-//! every output dtype, random bytes (so every code point, every E8M0 scale including NaN, and
-//! f16 scales of every kind), awkward block counts, quantised real-looking data, and the lengths
-//! the launcher must refuse.
+//! `dequant` against the CPU codec: every format (ggml q8_0, q4_0, mxfp4; MXFP6 E2M3 and E3M2;
+//! ggml's k-quants q4_K, q5_K, q6_K), every output dtype, random bytes (so every code point,
+//! every E8M0 scale including NaN, and f16 scales of every kind), awkward block counts, quantised
+//! real-looking data, and the lengths the launcher must refuse.
 
 use rocm_kernels::quant::{BlockFormat, Fp6, QK, dequantize, dequantize_reference};
 use rocm_kernels::{Dtype, KernelError};
@@ -19,11 +19,21 @@ fn floats<T: Dtype>(v: &[T]) -> Vec<f64> {
 }
 
 /// Exact: each element is a product that f32 holds exactly (a power of two or an f16 scale
-/// times a value of at most 8 significant bits), rounded once to T on both sides with the same
+/// times a value of at most 8 significant bits; q4_K / q5_K round one subtraction of two exact
+/// products, as the codec does), rounded once to T on both sides with the same
 /// round-to-nearest-even. The one allowance is f32::MIN_POSITIVE absolute: a device that
-/// flushes f32 subnormals (possible on AMD) reads the products below 2^-126 as 0. Infinities
+/// flushes f32 subnormals (possible on AMD) reads the MX products below 2^-126 as 0. Infinities
 /// (E8M0 2^127 times 6 overflows f32) must match; NaN blocks must be NaN.
 const EXACT_BUT_FLUSHED_SUBNORMALS: Tolerance = Tolerance::abs(f32::MIN_POSITIVE as f64);
+
+/// The byte offsets of a k-quant super-block's f16 scales.
+fn f16_scale_fields(format: BlockFormat) -> &'static [usize] {
+    match format {
+        BlockFormat::Q4K | BlockFormat::Q5K => &[0, 2],
+        BlockFormat::Q6K => &[208],
+        _ => &[],
+    }
+}
 
 fn random_blocks(rng: &mut Rng, format: BlockFormat, nblocks: usize) -> Vec<u8> {
     let mut bytes: Vec<u8> = (0..nblocks * format.block_bytes()).map(|_| rng.next_u64() as u8).collect();
@@ -34,20 +44,42 @@ fn random_blocks(rng: &mut Rng, format: BlockFormat, nblocks: usize) -> Vec<u8> 
             block[0] = (b * 97 % 256) as u8;
         }
     }
+    // k-quants: a NaN or infinite f16 scale spoils a whole super-block (whose elements then
+    // match a NaN poison even where the kernel never wrote), so 15 of every 16 blocks get
+    // finite scales (exponent field 31 moved to 30); the 16th keeps its random bits, NaN and
+    // infinity possible.
+    for (b, block) in bytes.chunks_exact_mut(format.block_bytes()).enumerate() {
+        for &at in f16_scale_fields(format) {
+            if b % 16 != 15 && block[at + 1] & 0x7c == 0x7c {
+                block[at + 1] &= !0x04;
+            }
+        }
+    }
     bytes
+}
+
+/// Block counts for the tiles of 8192 elements (256 blocks of 32, 32 super-blocks of 256): one
+/// and a few blocks, a tile exactly, a tile and one block, many tiles and a partial one.
+fn block_counts(format: BlockFormat) -> &'static [usize] {
+    if format.block_elems() == QK {
+        // f32 stores 4 outputs (8 chunks a block) a store, chunk c of a tile with chunk c + 256
+        // (256 threads): 32 blocks have no pairs, 64 exactly one round of pairs, 65 and 127
+        // pairs and singles.
+        &[1, 7, 32, 64, 65, 127, 256, 257, 2560, 4097, 100_003]
+    } else {
+        // 64 chunks of 4 a super-block: 4 super-blocks have no pairs, 8 one round, 9 and 15
+        // pairs and singles; 32 a tile.
+        &[1, 4, 7, 8, 9, 15, 32, 33, 320, 513, 12_503]
+    }
 }
 
 fn random_bytes<T: Dtype>(gpu: &GpuTest, seed: u64) {
     let mut rng = Rng::new(seed);
     for format in BlockFormat::ALL {
-        // The kernel stages tiles of 256 blocks: 256 and 2560 are whole tiles, 257 and 4097 a
-        // tile and one block, 100_003 a partial last tile after 390 whole ones. f32 stores 4
-        // outputs (8 chunks a block) a store, chunk c of a tile with chunk c + 256 (256 threads):
-        // 32 blocks have no pairs, 64 exactly one round of pairs, 65 and 127 pairs and singles.
-        for nblocks in [1, 7, 32, 64, 65, 127, 256, 257, 2560, 4097, 100_003] {
+        for &nblocks in block_counts(format) {
             let blocks = random_blocks(&mut rng, format, nblocks);
             let dblocks = gpu.stream().upload(&blocks).unwrap();
-            let mut out = poisoned::<T>(gpu, nblocks * QK);
+            let mut out = poisoned::<T>(gpu, nblocks * format.block_elems());
             dequantize(format, &dblocks, &mut out).unwrap();
             let expected = dequantize_reference::<T>(format, &blocks).unwrap();
             eprintln!("dequant {} -> {} x {nblocks} blocks", format.name(), T::NAME);
@@ -77,23 +109,27 @@ fn random_blocks_decode_as_the_codec_bf16() {
 }
 
 fn decode_matches<T: Dtype>(gpu: &GpuTest, format: BlockFormat, blocks: &[u8], dblocks: &DeviceBuffer<u8>) {
-    let mut out = poisoned::<T>(gpu, blocks.len() / format.block_bytes() * QK);
+    let mut out = poisoned::<T>(gpu, blocks.len() / format.block_bytes() * format.block_elems());
     dequantize(format, dblocks, &mut out).unwrap();
     let expected = dequantize_reference::<T>(format, blocks).unwrap();
     assert_close(&floats(&out.to_vec().unwrap()), &floats(&expected), EXACT_BUT_FLUSHED_SUBNORMALS);
 }
 
-/// More tiles of 256 blocks than the launch has thread blocks (16 per compute unit), so each
+/// More tiles of 8192 elements than the launch has thread blocks (16 per compute unit), so each
 /// thread block strides over two or three tiles, the last one partial: the formats with the
-/// smallest (17 bytes) and largest (34 bytes) blocks and MXFP6 (25 bytes), to f16 (one 16-byte store a group of 8) and
-/// f32 (one 16-byte store a chunk of 4, in pairs of chunks), each format to both.
+/// smallest (17 bytes) and largest (34 bytes) blocks of 32, MXFP6 (25 bytes) and the largest
+/// k-quant (q6_K, 210 bytes), to f16 (one 16-byte store a group of 8) and f32 (one 16-byte store
+/// a chunk of 4, in pairs of chunks), each format to both.
 #[test]
 fn more_tiles_than_thread_blocks() {
     let gpu = gpu_test!();
     let mut rng = Rng::new(0xde05);
     let units = gpu.backend().info().compute_units as usize;
-    let nblocks = units * 16 * 256 * 2 + 300;
-    for format in [BlockFormat::Mxfp4Gguf, BlockFormat::Q8_0, BlockFormat::Mxfp6(Fp6::E2M3)] {
+    let formats =
+        [BlockFormat::Mxfp4Gguf, BlockFormat::Q8_0, BlockFormat::Mxfp6(Fp6::E2M3), BlockFormat::Q6K];
+    for format in formats {
+        let tile = 8192 / format.block_elems();
+        let nblocks = units * 16 * tile * 2 + 300 / (format.block_elems() / QK);
         let blocks = random_blocks(&mut rng, format, nblocks);
         let dblocks = gpu.stream().upload(&blocks).unwrap();
         decode_matches::<f16>(&gpu, format, &blocks, &dblocks);
@@ -133,16 +169,18 @@ fn mxfp6_every_code_and_scale() {
     }
 }
 
-/// Weights quantised by the CPU codec from normal values (per-block magnitudes spread over
+/// Weights quantised by the CPU codec from normal values (per-32 magnitudes spread over
 /// 2^-6..2^6): the GPU decodes them exactly as the codec does, and, as a sanity check of the
-/// whole path, close to the original values. A third of the block maximum is a loose bound on
-/// every format's error: the worst is MXFP4's, whose spec scale lets the block maximum reach
-/// just under 8 units and saturates it to 6 (an error just under a quarter of the maximum).
+/// whole path, close to the original values. A third of the block maximum (a super-block's for
+/// the k-quants, whose sub-blocks share its scale) is a loose bound on every format's error:
+/// the worst is MXFP4's, whose spec scale lets the block maximum reach just under 8 units and
+/// saturates it to 6 (an error just under a quarter of the maximum).
 #[test]
 fn quantised_weights_round_trip_f32() {
     let gpu = gpu_test!();
     let mut rng = Rng::new(0xde04);
-    let nblocks = 1031;
+    // 129 k-quant super-blocks.
+    let nblocks = 1032;
     let values: Vec<f32> = (0..nblocks * QK)
         .map(|i| {
             let block_scale = 2f64.powi(((i / QK) % 13) as i32 - 6);
@@ -158,7 +196,8 @@ fn quantised_weights_round_trip_f32() {
         let got = out.to_vec().unwrap();
         let expected = dequantize_reference::<f32>(format, &blocks).unwrap();
         assert_close(&got, &expected, EXACT_BUT_FLUSHED_SUBNORMALS);
-        for (b, (g, v)) in got.chunks(QK).zip(values.chunks(QK)).enumerate() {
+        let elems = format.block_elems();
+        for (b, (g, v)) in got.chunks(elems).zip(values.chunks(elems)).enumerate() {
             let amax = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
             for (a, e) in g.iter().zip(v) {
                 assert!((a - e).abs() <= amax / 3.0, "{} block {b}: {a} vs {e}", format.name());
@@ -184,6 +223,12 @@ fn bad_lengths_are_refused() {
     assert!(shape_error(dequantize(BlockFormat::Q4_0, &blocks, &mut out)).contains("18-byte q4_0"));
     let e3m2 = BlockFormat::Mxfp6(Fp6::E3M2);
     assert!(shape_error(dequantize(e3m2, &blocks, &mut out)).contains("34 bytes are not"));
+    // k-quants: 256 elements a super-block.
+    let q6k = gpu.stream().upload(&[0u8; 2 * 210]).unwrap();
+    assert!(
+        shape_error(dequantize(BlockFormat::Q6K, &q6k, &mut out)).contains("2 q6_k blocks decode to 512")
+    );
+    assert!(shape_error(dequantize(BlockFormat::Q4K, &q6k, &mut out)).contains("144-byte q4_k"));
     let other = gpu.new_stream();
     let foreign = other.upload(&[0x11u8; 2 * 17]).unwrap();
     let err = dequantize(BlockFormat::Mxfp4Gguf, &foreign, &mut out).unwrap_err();
