@@ -89,6 +89,8 @@ mod tests {
         }
         assert_eq!(only("flash_portable"), None);
         assert_eq!(only("axpy"), None);
+        // The fused quantised matrix-vector product is portable SIMT code: every target.
+        assert_eq!(only("quant_matvec"), None);
     }
 
     #[test]

@@ -134,6 +134,34 @@ pub fn dequantize_q6_k(blocks: &[u8], out: &mut [f32]) -> Result<(), QuantError>
     Ok(())
 }
 
+/// For each element of `q4_K` (`fifth_bit` false) or `q5_K` blocks, `|step * q| + |min|`: the
+/// sizes of the two parts of its value `step * q - min` (the codec rounds their difference once).
+/// A product that sums the parts separately (`quant::matvec`) has a rounding error bounded by
+/// these, not by the values. `out` holds 256 entries a block.
+pub(crate) fn affine_part_magnitudes(
+    blocks: &[u8],
+    fifth_bit: bool,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let (shape, qs) = if fifth_bit { (Q5_K_SHAPE, Q5_K_QS) } else { (Q4_K_SHAPE, Q4_K_QS) };
+    shape.blocks_to_decode(blocks.len(), out.len())?;
+    for (block, out) in blocks.chunks_exact(shape.bytes).zip(out.chunks_exact_mut(QK_K)) {
+        let header = affine_header(block);
+        let codes = if fifth_bit {
+            q5_k_codes(&block[Q5_K_QH], &block[qs.clone()])
+        } else {
+            q4_k_codes(&block[qs.clone()])
+        };
+        for (s, out) in out.chunks_exact_mut(AFFINE_SUB).enumerate() {
+            let (step, offset) = affine_step_offset(&header, s);
+            for (o, &q) in out.iter_mut().zip(&codes[s * AFFINE_SUB..]) {
+                *o = (step * f32::from(q)).abs() + offset.abs();
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The scales of a `q4_K` or `q5_K` super-block: `d`, `dmin` and the per-sub-block 6-bit
 /// scales and mins.
 #[derive(Debug, Clone, PartialEq)]

@@ -35,12 +35,15 @@
 //!   loaders and writers call.
 //! - [`dequant`] (`kernels/dequant.hip`) and [`mxfp`] (`kernels/mxfp.hip`) are the GPU kernels:
 //!   dequantisation of every format, and MXFP4/MXFP6 matrix-vector and matrix-matrix products.
+//! - [`matvec`] (`kernels/quant_matvec.hip`): matrix-vector products with weights in ggml's
+//!   `q8_0`, `q4_0`, `q4_K`, `q5_K` and `q6_K` blocks, for one vector or a small batch.
 //! - [`mxfp4_tiled`] (`kernels/mxfp4_tiled.hip`): MXFP4 weights re-laid out once for the
 //!   matrix-vector product, the fast path for decoding.
 
 pub mod dequant;
 pub mod ggml;
 pub mod kquant;
+pub mod matvec;
 pub mod mx;
 pub mod mxfp;
 pub mod mxfp4_tiled;
@@ -55,6 +58,9 @@ pub use ggml::{dequantize_q4_0, dequantize_q8_0, quantize_q4_0, quantize_q8_0};
 pub use kquant::{
     Q4_K_BLOCK_BYTES, Q5_K_BLOCK_BYTES, Q6_K_BLOCK_BYTES, QK_K, dequantize_q4_k, dequantize_q5_k,
     dequantize_q6_k, quantize_q4_k, quantize_q5_k, quantize_q6_k,
+};
+pub use matvec::{
+    GgmlFormat, QuantMatvecReference, check_quant_matvec, quant_matvec, quant_matvec_reference,
 };
 pub use mx::{
     E8M0_NAN, Fp6, MxElem, dequantize_mxfp4_gguf, dequantize_mxfp6, e8m0_to_f32, quantize_mxfp4_gguf,

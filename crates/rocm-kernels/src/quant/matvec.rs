@@ -1,0 +1,421 @@
+//! `quant_matvec` (`kernels/quant_matvec.hip`): matrix-vector products with weights kept in
+//! ggml's block formats on the device, decoded in registers (decoding one token, or a small
+//! batch of them, at the speed of reading the packed weight).
+//!
+//! The weight `W` is `[rows, k]` as GGUF stores it: row `r` is `k / E` consecutive blocks of a
+//! [`GgmlFormat`] (`E` = [`GgmlFormat::block_elems`]: 32, or 256 for the k-quants), so the buffer
+//! holds `rows * k / E` blocks. The activations `x` are `[batch, k]` and the outputs `y`
+//! `[batch, rows]`, row-major, in f32, f16 or bf16 (`T`):
+//!
+//! `y[b][r] = sum_c W[r][c] x[b][c]`  ([`quant_matvec`]).
+//!
+//! Numerics: the weights are the codec's values ([`GgmlFormat::block_format`]'s `dequantize`),
+//! every sum is f32, and each output is rounded once to `T`. [`quant_matvec_reference`] gives the
+//! f64 value of each output and the size of what its sum adds up ([`QuantMatvecReference`]),
+//! from which [`QuantMatvecReference::allowed_error`] bounds the kernel's rounding. The design and
+//! its speed: `docs/kernels/quant_matvec.md`.
+
+use rocm_runtime::{DeviceBuffer, LaunchConfig, Stream};
+
+use super::dequant::BlockFormat;
+use super::kquant;
+use crate::KernelModule;
+use crate::abi::quant_matvec as abi;
+use crate::dtype::{Dtype, kernel_name};
+use crate::error::{KernelError, Result, ensure};
+use crate::launchable::{Launchable, every_dtype};
+use crate::loader;
+
+const KERNEL: &str = "quant_matvec";
+const MODULE: KernelModule = KernelModule::QuantMatvec;
+
+/// Rows a thread block owns at a time.
+const ROWS: usize = abi::RF_QMV_ROWS as usize;
+/// The widest pass: activation vectors one pass over a row group handles.
+const MAX_BATCH: usize = abi::RF_QMV_MAX_BATCH as usize;
+/// Threads a block at most.
+const THREADS: usize = abi::RF_QMV_THREADS as usize;
+/// Elements a thread's unit (the piece of a block it decodes at a time).
+const UNIT: usize = abi::RF_QMV_UNIT as usize;
+/// The passes the kernel has entries for (`_b1`, `_b2`, `_b4`, `_b8`).
+const PASSES: [usize; 4] = [1, 2, 4, MAX_BATCH];
+/// Thread blocks per compute unit at most; the kernel strides over further row groups.
+const BLOCKS_PER_COMPUTE_UNIT: u32 = 32;
+/// Offsets inside a row (bytes) and inside a pass (elements) are 32-bit in the kernel.
+const OFFSET_LIMIT: usize = 1 << 31;
+
+/// The ggml block formats the product reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GgmlFormat {
+    /// `q8_0` (GGUF type 8): 34-byte blocks of 32 i8 codes and an f16 scale.
+    Q8_0,
+    /// `q4_0` (GGUF type 2): 18-byte blocks of 32 nibbles and an f16 scale.
+    Q4_0,
+    /// `q4_K` (GGUF type 12): 144-byte super-blocks of 256.
+    Q4K,
+    /// `q5_K` (GGUF type 13): 176-byte super-blocks of 256.
+    Q5K,
+    /// `q6_K` (GGUF type 14): 210-byte super-blocks of 256.
+    Q6K,
+}
+
+impl GgmlFormat {
+    /// Every format.
+    pub const ALL: [GgmlFormat; 5] =
+        [GgmlFormat::Q8_0, GgmlFormat::Q4_0, GgmlFormat::Q4K, GgmlFormat::Q5K, GgmlFormat::Q6K];
+
+    /// The block format (layout, sizes, CPU codec).
+    pub const fn block_format(self) -> BlockFormat {
+        match self {
+            GgmlFormat::Q8_0 => BlockFormat::Q8_0,
+            GgmlFormat::Q4_0 => BlockFormat::Q4_0,
+            GgmlFormat::Q4K => BlockFormat::Q4K,
+            GgmlFormat::Q5K => BlockFormat::Q5K,
+            GgmlFormat::Q6K => BlockFormat::Q6K,
+        }
+    }
+
+    pub const fn block_bytes(self) -> usize {
+        self.block_format().block_bytes()
+    }
+
+    pub const fn block_elems(self) -> usize {
+        self.block_format().block_elems()
+    }
+
+    /// The name the kernels use (`rf_qmv_<name>_b<pass>_<dt>`).
+    pub const fn name(self) -> &'static str {
+        self.block_format().name()
+    }
+
+    /// Whether an element is `step * q - min` (`q4_K`, `q5_K`), whose two parts the kernel sums
+    /// separately, rather than a scale times a code.
+    pub const fn is_affine(self) -> bool {
+        matches!(self, GgmlFormat::Q4K | GgmlFormat::Q5K)
+    }
+}
+
+impl From<GgmlFormat> for BlockFormat {
+    fn from(f: GgmlFormat) -> Self {
+        f.block_format()
+    }
+}
+
+/// Checks a product's shape and buffer lengths without a device: `k` a multiple of the format's
+/// block, the weight exactly `rows * k / E` blocks, `x` exactly `batch * k` and `y` exactly
+/// `batch * rows` elements, and a row short enough for the kernel's 32-bit offsets.
+pub fn check_quant_matvec(
+    format: GgmlFormat,
+    rows: usize,
+    k: usize,
+    batch: usize,
+    w_len: usize,
+    x_len: usize,
+    y_len: usize,
+) -> Result<()> {
+    let elems = format.block_elems();
+    ensure(k.is_multiple_of(elems), KERNEL, || {
+        format!("k = {k} is not a multiple of {elems}, the {} block", format.name())
+    })?;
+    let row_bytes = k / elems * format.block_bytes();
+    let overflow = || KernelError::Shape {
+        kernel: KERNEL,
+        message: format!("[{rows}, {k}] x [{batch}, {k}] overflows usize"),
+    };
+    let w_need = rows.checked_mul(row_bytes).ok_or_else(overflow)?;
+    let x_need = batch.checked_mul(k).ok_or_else(overflow)?;
+    let y_need = batch.checked_mul(rows).ok_or_else(overflow)?;
+    ensure(w_len == w_need, KERNEL, || {
+        format!("w holds {w_len} bytes; {rows} rows of {} {} blocks need {w_need}", k / elems, format.name())
+    })?;
+    ensure(x_len == x_need, KERNEL, || format!("x has {x_len} elements, expected {batch} x {k} = {x_need}"))?;
+    ensure(y_len == y_need, KERNEL, || {
+        format!("y has {y_len} elements, expected {batch} x {rows} = {y_need}")
+    })?;
+    ensure(row_bytes < OFFSET_LIMIT && k * MAX_BATCH < OFFSET_LIMIT, KERNEL, || {
+        format!("k = {k} is too long: a row must stay below 2^31 bytes and 8 k below 2^31 elements")
+    })?;
+    Ok(())
+}
+
+/// The pass width (the entry's `_b<n>`) for `batch` vectors: the smallest entry that takes the
+/// whole batch in one pass (so the weight is read once), 8 beyond that.
+fn pass_for(batch: usize) -> usize {
+    PASSES.into_iter().find(|&p| p >= batch).unwrap_or(MAX_BATCH)
+}
+
+/// The entry for a format, pass and storage type.
+fn entry_name<T: Dtype>(format: GgmlFormat, pass: usize) -> String {
+    kernel_name::<T>(&format!("rf_qmv_{}_b{pass}", format.name()))
+}
+
+/// `y = W x` for `batch` vectors: `w` holds the `[rows, k]` weight in `format`, `x` `[batch, k]`
+/// and `y` `[batch, rows]`; queued on `y`'s stream (`w` and `x` must belong to it). `k = 0`
+/// gives zeros; no rows or no vectors is a no-op.
+pub fn quant_matvec<T: Dtype>(
+    format: GgmlFormat,
+    w: &DeviceBuffer<u8>,
+    x: &DeviceBuffer<T>,
+    y: &mut DeviceBuffer<T>,
+    rows: usize,
+    k: usize,
+    batch: usize,
+) -> Result<()> {
+    check_quant_matvec(format, rows, k, batch, w.len(), x.len(), y.len())?;
+    if rows == 0 || batch == 0 {
+        return Ok(());
+    }
+    // Device allocations are at least 256-byte aligned; the kernel's 16-byte loads rely on it.
+    ensure(
+        w.device_ptr().is_multiple_of(16)
+            && x.device_ptr().is_multiple_of(16)
+            && y.device_ptr().is_multiple_of(16),
+        KERNEL,
+        || "w, x and y must be 16-byte aligned".into(),
+    )?;
+    let batch32 = u32::try_from(batch).map_err(|_| KernelError::Shape {
+        kernel: KERNEL,
+        message: format!("batch = {batch} is too large"),
+    })?;
+    let stream = y.stream().clone();
+    let kernel = loader::kernel(&stream, MODULE, &entry_name::<T>(format, pass_for(batch)))?;
+    let config = launch_config(&stream, &kernel, rows, k)?;
+    // SAFETY: rf_qmv_<fmt>_b<n>_<T>(const u8* w, const T* x, T* y, u64 rows, u64 k, u32 batch)
+    // reads bytes [0, rows * k / E * block_bytes) of w (a 16-byte load that would cross its end
+    // is replaced by 16-bit loads below it), x[0, batch * k), and writes y[0, batch * rows);
+    // check_quant_matvec proved those lengths and that the offsets the kernel keeps in 32 bits
+    // (inside a row, inside a pass of 8 vectors) stay below 2^31; batch fits the u32 argument.
+    // w, x and y are 16-byte aligned (checked above). launch_config gives it whole warps of 32
+    // or 64 lanes, at most RF_QMV_THREADS, the shapes its shared totals and its warp reduction
+    // take. w and x are shared borrows distinct from y; the builder checks the stream.
+    unsafe {
+        stream
+            .launch(&kernel)
+            .buffer(w)
+            .buffer(x)
+            .buffer_mut(y)
+            .arg(rows as u64)
+            .arg(k as u64)
+            .arg(batch32)
+            .launch(config)?;
+    }
+    Ok(())
+}
+
+/// Threads of a block for a row of `units` units and warps of `warp` lanes: `THREADS` (128),
+/// fewer when a row has fewer units (so that no warp is idle), whole warps, at most `limit`.
+fn block_threads(units: usize, warp: usize, limit: usize) -> usize {
+    let wanted = units.div_ceil(warp).max(1) * warp;
+    wanted.min(THREADS).min(limit / warp * warp)
+}
+
+/// One block per row group of `ROWS` rows, up to `BLOCKS_PER_COMPUTE_UNIT` a compute unit (the
+/// kernel strides over the rest).
+fn launch_config(
+    stream: &Stream,
+    kernel: &rocm_runtime::Function,
+    rows: usize,
+    k: usize,
+) -> Result<LaunchConfig> {
+    let info = stream.backend().info();
+    let warp = info.warp_size as usize;
+    // The kernel's reduction needs every warp to hold up to 32 values (4 rows x 8 vectors) and
+    // its units to advance by a multiple of 8: warps of 32 or 64 lanes.
+    ensure(warp == 32 || warp == 64, KERNEL, || format!("unsupported warp size {warp}"))?;
+    let threads = block_threads(k / UNIT, warp, kernel.max_threads_per_block() as usize);
+    ensure(threads > 0, KERNEL, || {
+        format!("the kernel allows {} threads a block, less than a warp", kernel.max_threads_per_block())
+    })?;
+    let cap = info.compute_units.max(1).saturating_mul(BLOCKS_PER_COMPUTE_UNIT).min(info.max_grid[0].max(1));
+    let blocks = rows.div_ceil(ROWS).clamp(1, cap as usize);
+    Ok(LaunchConfig { grid: [blocks as u32, 1, 1], block: [threads as u32, 1, 1], shared_mem_bytes: 0 })
+}
+
+/// The CPU reference of one product: each output's value and the size of its sum's terms.
+#[derive(Debug, Clone)]
+pub struct QuantMatvecReference {
+    /// `y[b][r]` in f64, `[batch, rows]`: the codec's weights (exact in f32) times the
+    /// activations as given, summed in f64.
+    pub y: Vec<f64>,
+    /// For each output, the sum of the magnitudes of what the kernel adds up: `sum_c |w_c x_c|`
+    /// for q8_0, q4_0 and q6_K (the kernel multiplies exact weights), and
+    /// `sum_c (|step q_c| + |min|) |x_c|` for q4_K and q5_K (it sums `step * q` and `min`
+    /// separately; see `kernels/quant_matvec.hip`).
+    pub magnitude: Vec<f64>,
+    k: usize,
+}
+
+impl QuantMatvecReference {
+    /// The largest error output `i` of the kernel may have when stored as `T` (`dtype`: `T::NAME`).
+    ///
+    /// Derivation. Every term the kernel adds is exact before its first rounding (codes and
+    /// scales are small integers and f16 values, activations widen exactly), and passes through
+    /// at most `d` f32 roundings: 16 in its run's FMA chain, 2 scaling the run, one for each unit
+    /// its thread adds (at most `k / 32`), at most 6 in the warp reduction and 3 across warps:
+    /// `d <= k / 32 + 27 <= k` for `k >= 32`. Whatever the order, such a sum errs by at most
+    /// `gamma_d sum |terms| <= 2 d u M` (`u = 2^-24`, `d u < 1/2`; `M` = [`Self::magnitude`]),
+    /// so by `k 2^-23 M`. q4_K and q5_K add one more `u M`: the reference multiplies the codec's
+    /// weights, `step q - min` rounded once, while the kernel's parts are exact: in all,
+    /// `(k + 1) 2^-23 M` bounds the f32 sum `s`. Storing `s` as `T` adds half an ulp: relative
+    /// `u_T` (2^-24 f32, 2^-11 f16, 2^-8 bf16) of `|s| <= |y| + (k + 1) 2^-23 M`, plus half of
+    /// f16's subnormal spacing (2^-25, taken as 2^-24) near zero.
+    pub fn allowed_error(&self, i: usize, dtype: &str) -> f64 {
+        let (out_rel, abs) = match dtype {
+            "f32" => (2f64.powi(-24), 0.0),
+            "f16" => (2f64.powi(-11), 2f64.powi(-24)),
+            _ => (2f64.powi(-8), 0.0),
+        };
+        let sum = (self.k as f64 + 1.0) * 2f64.powi(-23) * self.magnitude[i];
+        sum * (1.0 + out_rel) + out_rel * self.y[i].abs() + abs
+    }
+}
+
+/// CPU reference of [`quant_matvec`]: see [`QuantMatvecReference`]. `x` is `[batch, k]` as the
+/// kernel reads it (the storage type's values, widened).
+pub fn quant_matvec_reference(
+    format: GgmlFormat,
+    w: &[u8],
+    x: &[f32],
+    rows: usize,
+    k: usize,
+    batch: usize,
+) -> Result<QuantMatvecReference> {
+    check_quant_matvec(format, rows, k, batch, w.len(), x.len(), batch.saturating_mul(rows))?;
+    let codec_error = |e: super::QuantError| KernelError::Shape { kernel: KERNEL, message: e.to_string() };
+    let mut weights = vec![0.0f32; rows * k];
+    format.block_format().dequantize(w, &mut weights).map_err(codec_error)?;
+    // What each weight's term adds to the magnitude, per unit of |x|.
+    let parts = if format.is_affine() {
+        let mut parts = vec![0.0f32; rows * k];
+        kquant::affine_part_magnitudes(w, format == GgmlFormat::Q5K, &mut parts).map_err(codec_error)?;
+        parts
+    } else {
+        weights.iter().map(|v| v.abs()).collect()
+    };
+    let mut y = vec![0.0f64; batch * rows];
+    let mut magnitude = vec![0.0f64; batch * rows];
+    if k > 0 {
+        for (b, xb) in x.chunks_exact(k).enumerate() {
+            for r in 0..rows {
+                let (wr, pr) = (&weights[r * k..(r + 1) * k], &parts[r * k..(r + 1) * k]);
+                let mut sum = 0.0f64;
+                let mut size = 0.0f64;
+                for ((&wc, &pc), &xc) in wr.iter().zip(pr).zip(xb) {
+                    sum += f64::from(wc) * f64::from(xc);
+                    size += f64::from(pc) * f64::from(xc).abs();
+                }
+                y[b * rows + r] = sum;
+                magnitude[b * rows + r] = size;
+            }
+        }
+    }
+    Ok(QuantMatvecReference { y, magnitude, k })
+}
+
+/// The entries this module launches ([`crate::launchable`]): every format, pass and dtype.
+pub(crate) fn launchable() -> Vec<Launchable> {
+    GgmlFormat::ALL
+        .iter()
+        .flat_map(|f| {
+            PASSES.iter().flat_map(move |p| every_dtype(MODULE, &format!("rf_qmv_{}_b{p}", f.name())))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocm_runtime::f16;
+
+    fn message(r: Result<()>) -> String {
+        match r {
+            Err(KernelError::Shape { kernel: "quant_matvec", message }) => message,
+            other => panic!("expected a shape error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn shapes_are_checked_without_a_device() {
+        let f = GgmlFormat::Q4K;
+        check_quant_matvec(f, 3, 512, 2, 3 * 2 * 144, 1024, 6).unwrap();
+        check_quant_matvec(GgmlFormat::Q8_0, 7, 96, 1, 7 * 3 * 34, 96, 7).unwrap();
+        check_quant_matvec(f, 5, 0, 1, 0, 0, 5).unwrap();
+        check_quant_matvec(f, 0, 256, 4, 0, 1024, 0).unwrap();
+        assert!(message(check_quant_matvec(f, 1, 288, 1, 162, 288, 1)).contains("not a multiple of 256"));
+        assert!(message(check_quant_matvec(GgmlFormat::Q4_0, 1, 48, 1, 0, 48, 1)).contains("multiple of 32"));
+        assert!(
+            message(check_quant_matvec(f, 3, 512, 2, 3 * 2 * 144 - 1, 1024, 6)).contains("w holds 863 bytes")
+        );
+        assert!(
+            message(check_quant_matvec(f, 3, 512, 2, 3 * 2 * 144, 512, 6)).contains("x has 512 elements")
+        );
+        assert!(message(check_quant_matvec(f, 3, 512, 2, 3 * 2 * 144, 1024, 3)).contains("y has 3 elements"));
+        assert!(message(check_quant_matvec(f, usize::MAX, 256, 1, 0, 256, 0)).contains("overflows"));
+        let k = 1 << 28;
+        let w = k / 256 * 144;
+        assert!(message(check_quant_matvec(f, 1, k, 1, w, k, 1)).contains("too long"));
+    }
+
+    #[test]
+    fn one_pass_up_to_eight_vectors() {
+        let passes: Vec<usize> = (1..=10).map(pass_for).collect();
+        assert_eq!(passes, [1, 2, 4, 4, 8, 8, 8, 8, 8, 8]);
+        assert_eq!(pass_for(32), 8);
+        assert_eq!(entry_name::<f16>(GgmlFormat::Q6K, 4), "rf_qmv_q6_k_b4_f16");
+        // The kernel reduces 4 rows x 8 vectors per warp: at most 32 values, a power of two.
+        assert_eq!(ROWS * MAX_BATCH, 32);
+        assert_eq!(UNIT, 32);
+    }
+
+    #[test]
+    fn blocks_take_whole_warps_and_no_idle_ones() {
+        // k = 4096: 128 units a row, one for each of 128 threads (4 warps of 32, 2 of 64).
+        assert_eq!(block_threads(128, 32, 1024), 128);
+        assert_eq!(block_threads(128, 64, 1024), 128);
+        // Longer rows: still 128 threads, each taking several units.
+        assert_eq!(block_threads(448, 32, 1024), 128);
+        // Short rows: fewer warps, never less than one.
+        assert_eq!(block_threads(8, 32, 1024), 32);
+        assert_eq!(block_threads(8, 64, 1024), 64);
+        assert_eq!(block_threads(40, 32, 1024), 64);
+        assert_eq!(block_threads(0, 32, 1024), 32);
+        // A kernel limited to fewer threads gets whole warps below its limit.
+        assert_eq!(block_threads(448, 32, 96), 96);
+        assert_eq!(block_threads(448, 64, 100), 64);
+    }
+
+    #[test]
+    fn the_reference_multiplies_codec_weights() {
+        // One q8_0 block, d = 0.5, codes 1, 2, 3 on elements 0..3; two vectors.
+        let mut w = [0u8; 34];
+        w[..2].copy_from_slice(&f16::from_f32(0.5).to_bits().to_le_bytes());
+        w[2..5].copy_from_slice(&[1, 2, 0xfd]); // 0xfd = -3
+        let mut x = vec![0.0f32; 64];
+        x[..3].copy_from_slice(&[1.0, 2.0, 4.0]);
+        x[32..35].copy_from_slice(&[-1.0, 0.0, 1.0]);
+        let r = quant_matvec_reference(GgmlFormat::Q8_0, &w, &x, 1, 32, 2).unwrap();
+        assert_eq!(r.y, [0.5 + 2.0 - 6.0, -0.5 - 1.5]);
+        assert_eq!(r.magnitude, [0.5 + 2.0 + 6.0, 0.5 + 1.5]);
+        // (k + 1) 2^-23 M, then f32's half ulp of |y|.
+        let f32_bound = 33.0 * 2f64.powi(-23) * 8.5 * (1.0 + 2f64.powi(-24)) + 2f64.powi(-24) * 3.5;
+        assert_eq!(r.allowed_error(0, "f32"), f32_bound);
+    }
+
+    #[test]
+    fn affine_magnitudes_count_both_parts() {
+        // A q4_K super-block: d = 1, dmin = 2, sub-block 0 with scale 3 and min 5, code 4 on
+        // element 0: the value is 3 * 4 - 2 * 5 = 2, but the kernel sums 12 and 10.
+        let mut w = [0u8; 144];
+        w[..2].copy_from_slice(&f16::from_f32(1.0).to_bits().to_le_bytes());
+        w[2..4].copy_from_slice(&f16::from_f32(2.0).to_bits().to_le_bytes());
+        w[4] = 3; // scale of sub-block 0
+        w[8] = 5; // min of sub-block 0
+        w[16] = 4; // element 0: low nibble of qs[0]
+        let mut x = vec![0.0f32; 256];
+        x[0] = 1.0;
+        x[1] = -1.0; // element 1: code 0, value -10
+        let r = quant_matvec_reference(GgmlFormat::Q4K, &w, &x, 1, 256, 1).unwrap();
+        assert_eq!(r.y, [2.0 + 10.0]);
+        assert_eq!(r.magnitude, [(12.0 + 10.0) + (0.0 + 10.0)]);
+    }
+}

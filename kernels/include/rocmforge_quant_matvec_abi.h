@@ -1,0 +1,24 @@
+// rocmforge_quant_matvec_abi.h: the shape of the fused quantised matrix-vector kernels
+// (kernels/quant_matvec.hip) that their launcher (crates/rocm-kernels/src/quant/matvec.rs,
+// through abi/quant_matvec.rs) sizes grids with and picks entries by. See rocmforge_abi.h for
+// the rules of an ABI header.
+
+#ifndef ROCMFORGE_QUANT_MATVEC_ABI_H
+#define ROCMFORGE_QUANT_MATVEC_ABI_H
+
+#include "rocmforge_abi.h"
+
+// Rows of W a thread block owns at a time (a row group): its threads split the rows' k, and
+// every activation a thread loads serves all of them.
+#define RF_QMV_ROWS 4
+// Activation vectors one pass over a row group handles (the widest entry, _b8); a larger batch
+// takes several passes over the same rows. Entries exist for 1, 2, 4 and 8.
+#define RF_QMV_MAX_BATCH 8
+// Threads a block at most (4 warps of 32 lanes, 2 wavefronts of 64); the kernel takes any whole
+// number of warps up to it.
+#define RF_QMV_THREADS 128
+// Elements a unit: the part of a block one thread decodes at a time (a q8_0 / q4_0 block, or an
+// eighth of a k-quant super-block), two runs of 16 consecutive elements.
+#define RF_QMV_UNIT 32
+
+#endif // ROCMFORGE_QUANT_MATVEC_ABI_H
