@@ -1,0 +1,266 @@
+//! `quant_matvec` against its f64 CPU reference (`quant_matvec_reference`: the codec's weights,
+//! f64 sums): every ggml format it reads (q8_0, q4_0, q4_K, q5_K, q6_K), f32/f16/bf16
+//! activations and outputs, raw random blocks (every code; f16 scales of every size, sign, zero
+//! and subnormal) and blocks from the CPU quantisers, awkward shapes (rows = 1, 7, 9, 257, 4099;
+//! k of one block, a few, 17 and a 14336-element row, which puts several units on a thread;
+//! batches 1, 3, 8, 17, 32: one pass of each width and several passes), outputs poisoned before
+//! each launch, special scales, empty shapes and the shapes the launcher must refuse.
+//!
+//! Tolerance: `QuantMatvecReference::allowed_error`, derived there from the kernel's f32
+//! accumulation (at most `k` roundings on any term's way, so `(k + 1) 2^-23` of the sum of the
+//! terms' magnitudes, which for q4_K / q5_K counts `|step q|` and `|min|` separately since the
+//! kernel adds them separately) and the output type's rounding (half an ulp).
+
+use rocm_kernels::quant::{BlockFormat, GgmlFormat, quant_matvec, quant_matvec_reference};
+use rocm_kernels::{Dtype, KernelError};
+use rocm_runtime::{Error, bf16, f16};
+use rocm_testkit::{GpuTest, Rng, gpu_test};
+
+use crate::mxfp::{activations, floats, poisoned};
+
+/// The byte offsets of a block's f16 scales (d, and dmin for q4_K / q5_K).
+fn f16_scale_fields(format: GgmlFormat) -> &'static [usize] {
+    match format {
+        GgmlFormat::Q8_0 | GgmlFormat::Q4_0 => &[0],
+        GgmlFormat::Q4K | GgmlFormat::Q5K => &[0, 2],
+        GgmlFormat::Q6K => &[208],
+    }
+}
+
+/// `rows` rows of `k / E` blocks of random bytes (every code, every q6_K i8 scale, every 6-bit
+/// q4_K / q5_K scale and min), each f16 scale replaced by a finite value: magnitude in
+/// 2^-12 .. 2^-5 with a random sign, one in 32 zero and one in 32 an f16 subnormal. Small
+/// enough that no sum reaches f16's range at these sizes.
+fn random_weights(rng: &mut Rng, format: GgmlFormat, rows: usize, k: usize) -> Vec<u8> {
+    let bb = format.block_bytes();
+    let mut w: Vec<u8> = (0..rows * (k / format.block_elems()) * bb).map(|_| rng.next_u64() as u8).collect();
+    for block in w.chunks_exact_mut(bb) {
+        for &at in f16_scale_fields(format) {
+            let magnitude = match rng.below(32) {
+                0 => 0.0,
+                1 => 2f32.powi(-24) * (1 + rng.below(1023)) as f32,
+                _ => 2f32.powi(-12 + rng.below(7) as i32) * (1.0 + rng.next_f64() as f32),
+            };
+            let value = if rng.below(2) == 0 { magnitude } else { -magnitude };
+            block[at..at + 2].copy_from_slice(&f16::from_f32(value).to_bits().to_le_bytes());
+        }
+    }
+    w
+}
+
+/// Normal values, each row at its own scale (2^-4 .. 2^3), quantised by the CPU codec.
+fn quantised_weights(rng: &mut Rng, format: GgmlFormat, rows: usize, k: usize) -> Vec<u8> {
+    let values: Vec<f32> =
+        (0..rows * k).map(|i| (rng.normal() * 2f64.powi((i / k.max(1)) as i32 % 8 - 4)) as f32).collect();
+    let bf: BlockFormat = format.into();
+    let mut w = vec![0u8; bf.bytes_for(values.len()).unwrap()];
+    bf.quantize(&values, &mut w).unwrap();
+    w
+}
+
+/// Runs the product on the device with poisoned outputs and checks every output against the
+/// reference: within `allowed_error`, NaN exactly where the reference is NaN.
+fn check<T: Dtype>(
+    gpu: &GpuTest,
+    rng: &mut Rng,
+    format: GgmlFormat,
+    w: &[u8],
+    rows: usize,
+    k: usize,
+    batch: usize,
+) {
+    let x = activations::<T>(rng, batch * k);
+    let dw = gpu.stream().upload(w).unwrap();
+    let dx = gpu.stream().upload(&x).unwrap();
+    let mut y = poisoned::<T>(gpu, batch * rows);
+    quant_matvec(format, &dw, &dx, &mut y, rows, k, batch).unwrap();
+    let got = floats(&y.to_vec().unwrap());
+    let reference = quant_matvec_reference(format, w, &floats(&x), rows, k, batch).unwrap();
+    let what = format!("{} {} rows {rows} k {k} batch {batch}", format.name(), T::NAME);
+    let mut failures = 0;
+    let mut first = None;
+    for (i, (&g, &e)) in got.iter().zip(&reference.y).enumerate() {
+        let ok = if e.is_nan() {
+            g.is_nan()
+        } else {
+            // NaN (the poison of an unwritten output) fails here.
+            (f64::from(g) - e).abs() <= reference.allowed_error(i, T::NAME)
+        };
+        if !ok {
+            failures += 1;
+            first.get_or_insert((i / rows, i % rows, g, e, reference.allowed_error(i, T::NAME)));
+        }
+    }
+    assert_eq!(got.len(), batch * rows);
+    assert!(
+        failures == 0,
+        "{what}: {failures} of {} outputs out of bounds; first (vector, row, got, expected, allowed) {first:?}",
+        got.len()
+    );
+}
+
+/// (rows, k in blocks, batch); `LONG` stands for a 14336-element row (448 units: several a
+/// thread). Blocks of 32 (q8_0, q4_0) and odd block counts leave rows unaligned, which the
+/// 2-byte aligned formats load through their unaligned path.
+const LONG: usize = usize::MAX;
+const CASES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (1, 1, 32),
+    (7, 3, 3),
+    (7, 1, 17),
+    (9, 17, 8),
+    (257, 3, 8),
+    (257, 1, 32),
+    (4099, 1, 1),
+    (4099, 3, 3),
+    (5, LONG, 1),
+    (3, LONG, 17),
+];
+
+fn matches_the_reference<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    for format in GgmlFormat::ALL {
+        for (n, &(rows, blocks, batch)) in CASES.iter().enumerate() {
+            let k = if blocks == LONG { 14_336 } else { blocks * format.block_elems() };
+            let w = if n % 2 == 0 {
+                random_weights(&mut rng, format, rows, k)
+            } else {
+                quantised_weights(&mut rng, format, rows, k)
+            };
+            eprintln!("quant_matvec {} {} rows {rows} k {k} batch {batch}", format.name(), T::NAME);
+            check::<T>(gpu, &mut rng, format, &w, rows, k, batch);
+        }
+    }
+}
+
+#[test]
+fn matches_the_reference_f32() {
+    let gpu = gpu_test!();
+    matches_the_reference::<f32>(&gpu, 0x9a01);
+}
+
+#[test]
+fn matches_the_reference_f16() {
+    let gpu = gpu_test!();
+    matches_the_reference::<f16>(&gpu, 0x9a02);
+}
+
+#[test]
+fn matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    matches_the_reference::<bf16>(&gpu, 0x9a03);
+}
+
+/// Every batch size from 1 to 9 (the 1, 2, 4 and 8 passes, each with vectors left unused) on
+/// one small weight of each format: a vector past the batch must neither be read nor stored.
+#[test]
+fn every_batch_up_to_nine() {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(0x9a04);
+    for format in GgmlFormat::ALL {
+        let (rows, k) = (6, 2 * format.block_elems());
+        let w = random_weights(&mut rng, format, rows, k);
+        for batch in 1..=9 {
+            check::<f16>(&gpu, &mut rng, format, &w, rows, k, batch);
+        }
+    }
+}
+
+/// More row groups (4 rows) than the launch has blocks (32 a compute unit): blocks stride over
+/// row groups, the last one partial.
+#[test]
+fn more_row_groups_than_blocks() {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(0x9a05);
+    let units = gpu.backend().info().compute_units as usize;
+    let rows = 4 * 32 * units * 2 + 6;
+    for format in [GgmlFormat::Q4_0, GgmlFormat::Q6K] {
+        let k = format.block_elems();
+        let w = random_weights(&mut rng, format, rows, k);
+        check::<f32>(&gpu, &mut rng, format, &w, rows, k, 2);
+    }
+}
+
+/// A NaN f16 scale (d, or q4_K / q5_K's dmin) makes its row's outputs NaN for every vector and
+/// leaves the other rows as they are.
+#[test]
+fn a_nan_scale_spoils_its_row_only() {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(0x9a06);
+    for format in GgmlFormat::ALL {
+        let (rows, k, batch) = (9, 3 * format.block_elems(), 3);
+        let mut w = random_weights(&mut rng, format, rows, k);
+        let bb = format.block_bytes();
+        let blocks_per_row = k / format.block_elems();
+        let fields = f16_scale_fields(format);
+        // Row 2, block 1: d; row 6, block 2: the last scale field (dmin for q4_K / q5_K).
+        for (row, block, at) in [(2, 1, fields[0]), (6, 2, fields[fields.len() - 1])] {
+            let start = (row * blocks_per_row + block) * bb + at;
+            w[start..start + 2].copy_from_slice(&f16::NAN.to_bits().to_le_bytes());
+        }
+        // check() wants NaN exactly where the reference has it: in rows 2 and 6.
+        let reference = quant_matvec_reference(format, &w, &vec![1.0; batch * k], rows, k, batch).unwrap();
+        for (i, y) in reference.y.iter().enumerate() {
+            assert_eq!(y.is_nan(), [2, 6].contains(&(i % rows)), "{} output {i}", format.name());
+        }
+        check::<f32>(&gpu, &mut rng, format, &w, rows, k, batch);
+        check::<bf16>(&gpu, &mut rng, format, &w, rows, k, batch);
+    }
+}
+
+#[test]
+fn empty_shapes() {
+    let gpu = gpu_test!();
+    let f = GgmlFormat::Q4K;
+    let none = gpu.stream().alloc::<u8>(0).unwrap();
+    // k = 0: every output is an empty sum, 0.
+    let x = gpu.stream().alloc::<f32>(0).unwrap();
+    let mut y = poisoned::<f32>(&gpu, 2 * 5);
+    quant_matvec(f, &none, &x, &mut y, 5, 0, 2).unwrap();
+    assert_eq!(y.to_vec().unwrap(), [0.0; 10]);
+    // No rows, or no vectors: nothing to store, and no launch.
+    let x = gpu.stream().upload(&[1.0f32; 3 * 256]).unwrap();
+    let mut y = gpu.stream().alloc::<f32>(0).unwrap();
+    quant_matvec(f, &none, &x, &mut y, 0, 256, 3).unwrap();
+    let w = gpu.stream().upload(&[0u8; 7 * 144]).unwrap();
+    let x = gpu.stream().alloc::<f32>(0).unwrap();
+    quant_matvec(f, &w, &x, &mut y, 7, 256, 0).unwrap();
+}
+
+#[test]
+fn bad_shapes_are_refused() {
+    let gpu = gpu_test!();
+    let shape_error = |r: Result<(), KernelError>| match r {
+        Err(KernelError::Shape { kernel: "quant_matvec", message }) => message,
+        other => panic!("expected a shape error, got {other:?}"),
+    };
+    let f = GgmlFormat::Q4K;
+    let (rows, k, batch) = (3, 512, 2);
+    let w = gpu.stream().upload(&vec![0x11u8; rows * 2 * 144]).unwrap();
+    let x = gpu.stream().upload(&vec![1.0f32; batch * k]).unwrap();
+    let mut y = poisoned::<f32>(&gpu, batch * rows);
+    // k must be whole super-blocks: 288 is a multiple of 32 but not of 256.
+    assert!(
+        shape_error(quant_matvec(f, &w, &x, &mut y, rows, 288, batch))
+            .contains("k = 288 is not a multiple of 256")
+    );
+    assert!(shape_error(quant_matvec(f, &w, &x, &mut y, 2, k, batch)).contains("w holds 864 bytes"));
+    assert!(shape_error(quant_matvec(GgmlFormat::Q6K, &w, &x, &mut y, rows, k, batch)).contains("w holds"));
+    assert!(shape_error(quant_matvec(f, &w, &x, &mut y, rows, k, 3)).contains("x has 1024 elements"));
+    let mut y7 = poisoned::<f32>(&gpu, 7);
+    assert!(shape_error(quant_matvec(f, &w, &x, &mut y7, rows, k, batch)).contains("y has 7 elements"));
+    let other = gpu.new_stream();
+    let foreign = other.upload(&vec![1.0f32; batch * k]).unwrap();
+    let err = quant_matvec(f, &w, &foreign, &mut y, rows, k, batch).unwrap_err();
+    assert!(matches!(err, KernelError::Runtime(Error::StreamMismatch { .. })), "{err}");
+    assert!(y.to_vec().unwrap().iter().all(|v| v.is_nan()), "nothing ran after a refused launch");
+    // A valid launch on the same buffers still works: 0x11 everywhere is d = dmin = 0x1111
+    // (f16), scales 0x11 & 63 = 17 and mins 17 in sub-blocks 0..3, codes 1; with x = 1 every
+    // output is the sum of the codec's weights.
+    quant_matvec(f, &w, &x, &mut y, rows, k, batch).unwrap();
+    let host_w = vec![0x11u8; rows * 2 * 144];
+    let reference = quant_matvec_reference(f, &host_w, &vec![1.0; batch * k], rows, k, batch).unwrap();
+    for (i, (g, e)) in y.to_vec().unwrap().iter().zip(&reference.y).enumerate() {
+        assert!((f64::from(*g) - e).abs() <= reference.allowed_error(i, "f32"), "output {i}: {g} vs {e}");
+    }
+}
