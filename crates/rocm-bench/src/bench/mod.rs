@@ -20,6 +20,7 @@ mod flash_attention;
 mod gemm;
 mod model;
 mod mxfp;
+mod quant_matvec;
 mod rmsnorm;
 mod rope;
 mod softmax;
@@ -131,6 +132,7 @@ const FAMILIES: &[(&str, Family)] = &[
     ("causal_mask", causal_mask::run),
     ("flash_attention", flash_attention::run),
     ("mxfp", mxfp::run),
+    ("quant_matvec", quant_matvec::run),
     ("gemm", gemm::run),
     ("model", model::run),
 ];

@@ -1,0 +1,114 @@
+//! Benchmark of `kernels/quant_matvec.hip` at the linear layers of a Llama-3-8B block (hidden
+//! 4096, MLP 14336, 8 KV heads of 128), for every ggml format it reads and batches of 1
+//! (decode), 8 and 32 (batched decode), f16 activations:
+//!
+//! - `4096x4096`: q and o projections; `1024x4096`: k and v projections;
+//! - `14336x4096`: gate and up; `4096x14336`: down (rows x k).
+//!
+//! Minimal traffic: the packed weight once, x (`batch x k`) once and y (`batch x rows`) once.
+//! Each launch reads the next of several copies of the weight that together cover four times
+//! the L2 (the 1024-row weights are 2-4 MB), so the rows measure DRAM, not the cache. A
+//! `read (q4_k-sized)` row per shape is `stream_read` over the q4_K weight's bytes from
+//! rotating buffers: the read-only ceiling at that size (a launch this short spends part of its
+//! time filling and draining the memory pipeline; see docs/kernels/quant_matvec.md).
+
+use rocm_kernels::Dtype;
+use rocm_kernels::quant::{GgmlFormat, quant_matvec};
+use rocm_runtime::{DeviceBuffer, f16};
+
+use super::{Bench, Row};
+use crate::Result;
+
+/// (rows, k) of the weights.
+const SHAPES: &[(usize, usize)] = &[(4096, 4096), (1024, 4096), (14_336, 4096), (4096, 14_336)];
+/// Vectors a launch multiplies.
+const BATCHES: &[usize] = &[1, 8, 32];
+
+pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for &(n, k) in SHAPES {
+        rows.push(read_ceiling(b, GgmlFormat::Q4K, n, k)?);
+        for format in GgmlFormat::ALL {
+            let weights = weights(b, format, n, k)?;
+            for &batch in BATCHES {
+                rows.push(matvec::<f16>(b, format, &weights, n, k, batch)?);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// How many copies of a `bytes`-byte weight cover four times the L2.
+fn copies(b: &Bench, bytes: usize) -> usize {
+    let l2 = b.backend.info().l2_cache_bytes.max(1) as usize;
+    (4 * l2).div_ceil(bytes.max(1)).clamp(2, 128)
+}
+
+/// Copies of a random `[n, k]` weight: random bytes (every code), each f16 scale made finite
+/// (exponent field 31 moved to 30), as [`copies`] asks. Two host patterns, uploaded in turn.
+fn weights(b: &mut Bench, format: GgmlFormat, n: usize, k: usize) -> Result<Vec<DeviceBuffer<u8>>> {
+    let bytes = format.block_format().bytes_for(n * k).ok_or("weight size")?;
+    let scales: &[usize] = match format {
+        GgmlFormat::Q8_0 | GgmlFormat::Q4_0 => &[0],
+        GgmlFormat::Q4K | GgmlFormat::Q5K => &[0, 2],
+        GgmlFormat::Q6K => &[208],
+    };
+    let mut patterns = Vec::new();
+    for _ in 0..2 {
+        let mut host = b.random_bytes(bytes);
+        for block in host.chunks_exact_mut(format.block_bytes()) {
+            for &at in scales {
+                if block[at + 1] & 0x7c == 0x7c {
+                    block[at + 1] &= !0x04;
+                }
+            }
+        }
+        patterns.push(host);
+    }
+    let count = copies(b, bytes);
+    Ok((0..count).map(|i| b.stream.upload(&patterns[i % 2])).collect::<std::result::Result<_, _>>()?)
+}
+
+fn matvec<T: Dtype>(
+    b: &mut Bench,
+    format: GgmlFormat,
+    w: &[DeviceBuffer<u8>],
+    n: usize,
+    k: usize,
+    batch: usize,
+) -> Result<Row> {
+    let x = b.random::<T>(batch * k, -1.0, 1.0);
+    let x = b.stream.upload(&x)?;
+    let mut y = b.stream.alloc::<T>(batch * n)?;
+    let mut i = 0;
+    let ms = b.time(|| {
+        i += 1;
+        Ok(quant_matvec(format, &w[i % w.len()], &x, &mut y, n, k, batch)?)
+    })?;
+    Ok(Row {
+        kernel: format!("{} matvec b{batch}", format.name()),
+        dtype: T::NAME,
+        shape: format!("{n}x{k}"),
+        ms,
+        bytes: (w[0].len() + batch * (k + n) * size_of::<T>()) as u64,
+        flops: None,
+    })
+}
+
+/// `stream_read` over as many bytes as the `[n, k]` weight in `format` holds, from rotating
+/// buffers that together exceed the L2.
+fn read_ceiling(b: &mut Bench, format: GgmlFormat, n: usize, k: usize) -> Result<Row> {
+    let bytes = format.block_format().bytes_for(n * k).ok_or("weight size")? / 16 * 16;
+    let host = b.random_bytes(bytes);
+    let count = copies(b, bytes);
+    let bufs = (0..count).map(|_| b.stream.upload(&host)).collect::<std::result::Result<Vec<_>, _>>()?;
+    let ms = b.time_read(&bufs)?;
+    Ok(Row {
+        kernel: format!("read ({}-sized)", format.name()),
+        dtype: "u8",
+        shape: format!("{n}x{k}"),
+        ms,
+        bytes: bytes as u64,
+        flops: None,
+    })
+}
