@@ -36,7 +36,7 @@ const BATCHES: [usize; 3] = [1, 8, 32];
 const STEPS: usize = 9;
 const PREFILL: usize = 512;
 /// The weight types benchmarked: bf16 as stored, and the block formats kept as stored.
-const TYPES: [GgmlType; 3] = [GgmlType::BF16, GgmlType::Q8_0, GgmlType::MXFP4];
+const TYPES: [GgmlType; 4] = [GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::MXFP4];
 
 fn config() -> ModelConfig {
     ModelConfig {

@@ -1,7 +1,7 @@
 //! [`Linear`]: a projection weight `[out, in]` on the device, kept as the file stores it.
 //!
 //! Plain types (F32, F16, BF16) are converted to the compute type `T` once at load. Block
-//! formats (Q8_0, Q4_0, MXFP4, ...) stay as their blocks: device memory for the weights is the
+//! formats (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4) stay as their blocks: device memory for the weights is the
 //! file's tensor bytes, not `T`'s (an 8B model in Q8_0 is 8.5 GB; 16 GB in bf16). Each product
 //! takes the path that reads them best:
 //!
@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use rocm_kernels::gemm::{GemmDesc, GemmElement, gemm};
-use rocm_kernels::quant::{BlockFormat, MxFormat, dequantize, mx_matvec};
+use rocm_kernels::quant::{BlockFormat, GgmlFormat, MxFormat, dequantize, mx_matvec, quant_matvec};
 use rocm_runtime::DeviceBuffer;
 
 use super::error::Result;
@@ -63,8 +63,13 @@ impl<T: GemmElement> Linear<T> {
     }
 }
 
+/// Tokens up to which ggml's block formats take the fused matrix-vector kernel (it reads the
+/// weight once per 8 tokens; past this, dequantising once for the GEMM reads less).
+pub const FUSED_MAX_TOKENS: usize = 32;
+
 /// Runs the fused quantised product where there is one for this format and token count, and
-/// says whether it did: MXFP4's matrix-vector kernel takes one token.
+/// says whether it did: ggml's formats up to [`FUSED_MAX_TOKENS`] (`quant_matvec`), MXFP4 at
+/// one token (`mx_matvec`).
 fn fused_product<T: GemmElement>(
     format: BlockFormat,
     blocks: &DeviceBuffer<u8>,
@@ -74,8 +79,20 @@ fn fused_product<T: GemmElement>(
     tokens: usize,
     y: &mut DeviceBuffer<T>,
 ) -> Result<bool> {
-    match format {
-        BlockFormat::Mxfp4Gguf if tokens == 1 => {
+    let ggml = match format {
+        BlockFormat::Q8_0 => Some(GgmlFormat::Q8_0),
+        BlockFormat::Q4_0 => Some(GgmlFormat::Q4_0),
+        BlockFormat::Q4K => Some(GgmlFormat::Q4K),
+        BlockFormat::Q5K => Some(GgmlFormat::Q5K),
+        BlockFormat::Q6K => Some(GgmlFormat::Q6K),
+        _ => None,
+    };
+    match (format, ggml) {
+        (_, Some(g)) if tokens <= FUSED_MAX_TOKENS => {
+            quant_matvec(g, blocks, x, y, out, inp, tokens)?;
+            Ok(true)
+        }
+        (BlockFormat::Mxfp4Gguf, _) if tokens == 1 => {
             mx_matvec(MxFormat::Mxfp4Gguf, blocks, x, y, out, inp)?;
             Ok(true)
         }

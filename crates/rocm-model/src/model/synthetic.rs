@@ -61,7 +61,36 @@ pub fn mixed_types(layer: usize, t: LayerTensor) -> GgmlType {
     }
 }
 
+/// ggml's k-quants and the 32-element formats, each layer storing its matrices differently
+/// (rows must be whole 256-element super-blocks: [`SyntheticSpec::small_kquants`]).
+pub fn kquant_types(layer: usize, t: LayerTensor) -> GgmlType {
+    use GgmlType::*;
+    use LayerTensor::*;
+    match (layer % 2, t) {
+        (_, AttnNorm | FfnNorm) => F32,
+        (0, AttnQ | FfnGate) => Q4_K,
+        (0, AttnK | FfnUp) => Q5_K,
+        (0, AttnV | FfnDown) => Q6_K,
+        (0, AttnOutput) => Q8_0,
+        (_, AttnQ | FfnDown) => Q6_K,
+        (_, AttnK | AttnOutput) => Q4_K,
+        (_, AttnV | FfnGate) => Q5_K,
+        (_, FfnUp) => Q4_0,
+    }
+}
+
 impl SyntheticSpec {
+    /// [`SyntheticSpec::small`] Llama widened so every matrix row is whole k-quant super-blocks
+    /// (hidden 256, 4 query and 2 KV heads of 64, FFN 512), its matrices in [`kquant_types`].
+    pub fn small_kquants() -> Self {
+        let base = SyntheticSpec::small(Architecture::Llama);
+        SyntheticSpec {
+            config: ModelConfig { hidden: 256, ffn: 512, ..base.config },
+            types: kquant_types,
+            ..base
+        }
+    }
+
     /// The parity test's model: 2 layers, hidden 192, 4 query and 2 KV heads of 64 (so the
     /// attention width, 256, differs from the hidden size), FFN 352, mixed weight types.
     pub fn small(architecture: Architecture) -> Self {

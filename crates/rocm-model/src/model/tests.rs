@@ -282,7 +282,7 @@ fn an_unsupported_quantization_is_named_with_the_tensor() {
     w.add_tensor(name, GgmlType::Q2_K, &[256, 192], vec![0; 192 * 84]).unwrap();
     let file = file_of(&w);
     let want = "tensor `blk.1.attn_output.weight`: type Q2_K is not supported (F32, F16, BF16, Q8_0, Q4_0, \
-                MXFP4 are)";
+                Q4_K, Q5_K, Q6_K, MXFP4 are)";
     let err = ReferenceModel::load(&file, Rounding::Exact).unwrap_err();
     assert!(matches!(&err, ModelError::BadTensor { name: n, .. } if n == name), "{err}");
     assert_eq!(err.to_string(), want);
@@ -740,4 +740,17 @@ fn reference_with_unit_factors_equals_none_and_other_factors_differ() {
         eprintln!("{what}: max difference {d:.3e} from no scaling");
         assert!(d > 100.0 * f32_tolerance, "{what}: {d}");
     }
+}
+
+/// The k-quant synthetic model loads on the CPU (every row whole super-blocks) and its forward
+/// pass is finite.
+#[test]
+fn a_kquant_model_loads_and_runs_on_the_reference() {
+    let file = GgufFile::from_bytes(SyntheticSpec::small_kquants().to_bytes().unwrap()).unwrap();
+    let r = ReferenceModel::load(&file, Rounding::Exact).unwrap();
+    let mut seq = r.new_sequence();
+    let out = r
+        .forward(&mut seq, &SplitMix(5).hidden(3 * 256).iter().map(|&v| v as f64).collect::<Vec<_>>())
+        .unwrap();
+    assert!(out.len() == 3 * 256 && out.iter().all(|v| v.is_finite()));
 }

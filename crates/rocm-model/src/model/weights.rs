@@ -111,7 +111,15 @@ const UNSUPPORTED: [&str; 5] =
 fn supported(ty: GgmlType) -> bool {
     matches!(
         ty,
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::MXFP4
+        GgmlType::F32
+            | GgmlType::F16
+            | GgmlType::BF16
+            | GgmlType::Q8_0
+            | GgmlType::Q4_0
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::MXFP4
     )
 }
 
@@ -119,6 +127,9 @@ fn block_format(ty: GgmlType) -> Option<BlockFormat> {
     match ty {
         GgmlType::Q8_0 => Some(BlockFormat::Q8_0),
         GgmlType::Q4_0 => Some(BlockFormat::Q4_0),
+        GgmlType::Q4_K => Some(BlockFormat::Q4K),
+        GgmlType::Q5_K => Some(BlockFormat::Q5K),
+        GgmlType::Q6_K => Some(BlockFormat::Q6K),
         GgmlType::MXFP4 => Some(BlockFormat::Mxfp4Gguf),
         _ => None,
     }
@@ -139,7 +150,7 @@ pub(crate) fn checked_info<'f>(file: &'f GgufFile, name: &str, dims: &[u64]) -> 
         return Err(ModelError::BadTensor {
             name: name.into(),
             reason: format!(
-                "type {} is not supported (F32, F16, BF16, Q8_0, Q4_0, MXFP4 are)",
+                "type {} is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4 are)",
                 info.ggml_type()
             ),
         });

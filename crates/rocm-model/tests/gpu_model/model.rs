@@ -94,7 +94,10 @@ fn parity_of<T: GemmElement>(gpu: &GpuTest, file: Arc<GgufFile>, what: &str) {
 /// formats take their fused matrix-vector kernels (two sequences, above, take the dequantise
 /// and GEMM path).
 fn parity_one_sequence<T: GemmElement>(gpu: &GpuTest, arch: Architecture) {
-    let file = small(arch);
+    parity_one_sequence_of::<T>(gpu, small(arch), &format!("{arch:?}"));
+}
+
+fn parity_one_sequence_of<T: GemmElement>(gpu: &GpuTest, file: Arc<GgufFile>, what: &str) {
     let model = Model::<T>::load(file.clone(), gpu.stream()).unwrap();
     let reference = ReferenceModel::load(&file, Rounding::Exact).unwrap();
     let hidden = model.config().hidden;
@@ -107,7 +110,7 @@ fn parity_one_sequence<T: GemmElement>(gpu: &GpuTest, arch: Architecture) {
     let x = rng.hidden(PROMPT * hidden);
     let out = model.prefill(&mut cache, &mut kv, seq, &upload::<T>(gpu, &x)).unwrap();
     check(
-        &format!("{arch:?} prefill, {PROMPT} tokens"),
+        &format!("{what} prefill, {PROMPT} tokens"),
         &out,
         &reference.forward(&mut r, &rounded::<T>(&x)).unwrap(),
     );
@@ -115,7 +118,7 @@ fn parity_one_sequence<T: GemmElement>(gpu: &GpuTest, arch: Architecture) {
         let x = rng.hidden(hidden);
         let out = model.decode_step(&mut cache, &mut kv, &[seq], &upload::<T>(gpu, &x)).unwrap();
         check(
-            &format!("{arch:?} one-sequence decode step {step}"),
+            &format!("{what} one-sequence decode step {step}"),
             &out,
             &reference.forward(&mut r, &rounded::<T>(&x)).unwrap(),
         );
@@ -132,6 +135,22 @@ fn one_sequence_decode_matches_the_reference_f32() {
 fn one_sequence_decode_matches_the_reference_bf16() {
     let gpu = gpu_test!();
     parity_one_sequence::<bf16>(&gpu, Architecture::Llama);
+}
+
+/// A model of k-quant (and Q8_0, Q4_0) projections: prefill through dequantisation and the
+/// GEMM, decode through the fused matrix-vector kernels.
+#[test]
+fn kquant_model_matches_the_reference_f32() {
+    let gpu = gpu_test!();
+    let file = Arc::new(GgufFile::from_bytes(SyntheticSpec::small_kquants().to_bytes().unwrap()).unwrap());
+    parity_one_sequence_of::<f32>(&gpu, file, "k-quants");
+}
+
+#[test]
+fn kquant_model_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    let file = Arc::new(GgufFile::from_bytes(SyntheticSpec::small_kquants().to_bytes().unwrap()).unwrap());
+    parity_one_sequence_of::<bf16>(&gpu, file, "k-quants");
 }
 
 /// Block-format projections stay as their blocks on the device: the weights take the file's
@@ -151,7 +170,16 @@ fn block_weights_take_the_files_bytes_on_the_device() {
         in_file += info.n_bytes();
         let projection = !name.ends_with("norm.weight");
         want += match info.ggml_type() {
-            GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::MXFP4 if projection => info.n_bytes(),
+            GgmlType::Q8_0
+            | GgmlType::Q4_0
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::MXFP4
+                if projection =>
+            {
+                info.n_bytes()
+            }
             _ => as_bf16(info.n_elements()),
         };
     }
