@@ -101,6 +101,13 @@ impl From<GgmlFormat> for BlockFormat {
     }
 }
 
+impl GgmlFormat {
+    /// The format whose blocks `format` describes, if the product reads them (not MX formats).
+    pub fn of(format: BlockFormat) -> Option<GgmlFormat> {
+        GgmlFormat::ALL.into_iter().find(|g| g.block_format() == format)
+    }
+}
+
 /// Checks a product's shape and buffer lengths without a device: `k` a multiple of the format's
 /// block, the weight exactly `rows * k / E` blocks, `x` exactly `batch * k` and `y` exactly
 /// `batch * rows` elements, and a row short enough for the kernel's 32-bit offsets.
@@ -354,6 +361,14 @@ mod tests {
         let k = 1 << 28;
         let w = k / 256 * 144;
         assert!(message(check_quant_matvec(f, 1, k, 1, w, k, 1)).contains("too long"));
+    }
+
+    #[test]
+    fn block_formats_map_back_to_the_products_formats() {
+        for g in GgmlFormat::ALL {
+            assert_eq!(GgmlFormat::of(g.block_format()), Some(g));
+        }
+        assert_eq!(GgmlFormat::of(BlockFormat::Mxfp4Gguf), None);
     }
 
     #[test]

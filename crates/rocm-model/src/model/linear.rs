@@ -79,15 +79,7 @@ fn fused_product<T: GemmElement>(
     tokens: usize,
     y: &mut DeviceBuffer<T>,
 ) -> Result<bool> {
-    let ggml = match format {
-        BlockFormat::Q8_0 => Some(GgmlFormat::Q8_0),
-        BlockFormat::Q4_0 => Some(GgmlFormat::Q4_0),
-        BlockFormat::Q4K => Some(GgmlFormat::Q4K),
-        BlockFormat::Q5K => Some(GgmlFormat::Q5K),
-        BlockFormat::Q6K => Some(GgmlFormat::Q6K),
-        _ => None,
-    };
-    match (format, ggml) {
+    match (format, GgmlFormat::of(format)) {
         (_, Some(g)) if tokens <= FUSED_MAX_TOKENS => {
             quant_matvec(g, blocks, x, y, out, inp, tokens)?;
             Ok(true)

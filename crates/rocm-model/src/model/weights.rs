@@ -107,20 +107,10 @@ pub fn tensor_name(layer: usize, tensor: LayerTensor) -> String {
 const UNSUPPORTED: [&str; 5] =
     ["attn_q.bias", "attn_k.bias", "attn_v.bias", "post_attention_norm.weight", "post_ffw_norm.weight"];
 
-/// The element types the loaders decode.
+/// The element types the loaders decode: the plain float types and the block formats the GPU
+/// decodes ([`block_format`]).
 fn supported(ty: GgmlType) -> bool {
-    matches!(
-        ty,
-        GgmlType::F32
-            | GgmlType::F16
-            | GgmlType::BF16
-            | GgmlType::Q8_0
-            | GgmlType::Q4_0
-            | GgmlType::Q4_K
-            | GgmlType::Q5_K
-            | GgmlType::Q6_K
-            | GgmlType::MXFP4
-    )
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) || block_format(ty).is_some()
 }
 
 fn block_format(ty: GgmlType) -> Option<BlockFormat> {
