@@ -143,9 +143,9 @@ pub(crate) fn load_head<T: GemmElement>(
     } else {
         return Ok(None);
     };
-    let vocab = match (file.tensor(name)?.dims(), embedding) {
-        (&[_, vocab], _) => vocab as usize,
-        (dims, _) => {
+    let vocab = match *file.tensor(name)?.dims() {
+        [_, vocab] => vocab as usize,
+        ref dims => {
             return Err(ModelError::BadTensor {
                 name: name.into(),
                 reason: format!("GGUF dims {dims:?}, the config needs [{}, vocab]", config.hidden),

@@ -78,9 +78,7 @@ pub struct Model<T: GemmElement> {
     config: ModelConfig,
     rope: Rope,
     layers: Vec<LayerWeights<T>>,
-    output_norm: Option<DeviceBuffer<T>>,
-    /// Ones, the final residual add's norm weight for a model without an output norm.
-    unit_norm: DeviceBuffer<T>,
+    final_norm: FinalNorm<T>,
     embedding: Option<TokenEmbedding>,
     head: Option<Linear<T>>,
     stream: Stream,
@@ -90,6 +88,15 @@ impl<T: GemmElement> std::fmt::Debug for Model<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Model").field("config", &self.config).field("dtype", &T::NAME).finish_non_exhaustive()
     }
+}
+
+/// The norm that adds the last block's output to the residual stream.
+enum FinalNorm<T: GemmElement> {
+    /// `output_norm.weight`: the pass returns the normalised rows.
+    Output(DeviceBuffer<T>),
+    /// Ones, for a model without an output norm: the pass returns the stream itself, and the
+    /// norm's rows are only a by-product of the add.
+    Unit(DeviceBuffer<T>),
 }
 
 /// What one forward pass is about to do to the cache, planned before any device work.
@@ -114,9 +121,12 @@ impl<T: GemmElement> Model<T> {
         let head = load_head(&tensors, &config, embedding.as_ref())?;
         let layers =
             (0..config.layers).map(|l| LayerWeights::load(&tensors, &config, l)).collect::<Result<_>>()?;
-        let output_norm = if has_output_norm { Some(load_device(&tensors, OUTPUT_NORM)?) } else { None };
-        let unit_norm = stream.upload(&vec![T::from_f32(1.0); config.hidden])?;
-        Ok(Model { config, rope, layers, output_norm, unit_norm, embedding, head, stream: stream.clone() })
+        let final_norm = if has_output_norm {
+            FinalNorm::Output(load_device(&tensors, OUTPUT_NORM)?)
+        } else {
+            FinalNorm::Unit(stream.upload(&vec![T::from_f32(1.0); config.hidden])?)
+        };
+        Ok(Model { config, rope, layers, final_norm, embedding, head, stream: stream.clone() })
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -126,7 +136,10 @@ impl<T: GemmElement> Model<T> {
     /// Device bytes of the weights: projections as the file stores them (a block format's
     /// bytes are the file's), norms in `T`.
     pub fn weight_bytes(&self) -> u64 {
-        let output_norm = self.output_norm.as_ref().map_or(0, |w| (w.len() * size_of::<T>()) as u64);
+        let output_norm = match &self.final_norm {
+            FinalNorm::Output(w) => (w.len() * size_of::<T>()) as u64,
+            FinalNorm::Unit(_) => 0,
+        };
         let head = self.head.as_ref().map_or(0, Linear::device_bytes);
         self.layers.iter().map(LayerWeights::device_bytes).sum::<u64>() + output_norm + head
     }
@@ -160,8 +173,7 @@ impl<T: GemmElement> Model<T> {
             )));
         }
         let rows = hidden.len() / c.hidden;
-        let vocab = self.vocab_size().unwrap_or(0).max(head.rows());
-        let mut logits = self.stream.alloc::<T>(rows * vocab)?;
+        let mut logits = self.stream.alloc::<T>(rows * head.rows())?;
         head.apply(hidden, rows, &mut logits)?;
         Ok(logits)
     }
@@ -361,15 +373,14 @@ impl<T: GemmElement> Model<T> {
             swiglu(&gate, &up, &mut act)?;
             w.get(LayerTensor::FfnDown).apply(&act, n, &mut delta)?;
         }
-        // The last block's output joins the stream in the final norm (a unit weight when the
-        // model has none, whose normalised rows are then not the answer: the stream is).
-        match &self.output_norm {
-            Some(weight) => {
+        // The last block's output joins the stream in the final norm.
+        match &self.final_norm {
+            FinalNorm::Output(weight) => {
                 norm.run_residual(&delta, &mut h, weight, &mut xn)?;
                 Ok(xn)
             }
-            None => {
-                norm.run_residual(&delta, &mut h, &self.unit_norm, &mut xn)?;
+            FinalNorm::Unit(ones) => {
+                norm.run_residual(&delta, &mut h, ones, &mut xn)?;
                 Ok(h)
             }
         }

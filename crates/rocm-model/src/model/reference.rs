@@ -74,8 +74,8 @@ pub struct ReferenceModel {
     output_norm: Option<Vec<f64>>,
     /// `[vocab, hidden]`, when the file has a token embedding.
     embedding: Option<Vec<f64>>,
-    /// `output.weight`, or the embedding when the model ties them.
-    head: Option<Vec<f64>>,
+    /// `output.weight`; `None` when the model ties the head to the embedding ([`Self::head`]).
+    output_head: Option<Vec<f64>>,
     rounding: Rounding,
 }
 
@@ -118,12 +118,17 @@ impl ReferenceModel {
         let output_norm = if has_output_norm { Some(load(OUTPUT_NORM)?) } else { None };
         let present = |name: &str| file.tensor(name).is_ok();
         let embedding = if present(TOKEN_EMBEDDING) { Some(load(TOKEN_EMBEDDING)?) } else { None };
-        let head = if present(OUTPUT_HEAD) { Some(load(OUTPUT_HEAD)?) } else { embedding.clone() };
-        Ok(ReferenceModel { config, rope, layers, output_norm, embedding, head, rounding })
+        let output_head = if present(OUTPUT_HEAD) { Some(load(OUTPUT_HEAD)?) } else { None };
+        Ok(ReferenceModel { config, rope, layers, output_norm, embedding, output_head, rounding })
     }
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// The output head: `output.weight`, or the embedding when the model ties them.
+    fn head(&self) -> Option<&[f64]> {
+        self.output_head.as_deref().or(self.embedding.as_deref())
     }
 
     /// The embedding rows of `tokens` (`[tokens.len(), hidden]`).
@@ -148,7 +153,7 @@ impl ReferenceModel {
     /// The logits (`[rows, vocab]`) of output vectors `hidden` (`[rows, hidden]`), rounded as
     /// the GPU stores them.
     pub fn logits(&self, hidden: &[f64]) -> Result<Vec<f64>> {
-        let w = self.head.as_ref().ok_or_else(|| ModelError::MissingTensor { name: OUTPUT_HEAD.into() })?;
+        let w = self.head().ok_or_else(|| ModelError::MissingTensor { name: OUTPUT_HEAD.into() })?;
         Ok(self.linear(hidden, w, w.len() / self.config.hidden))
     }
 
