@@ -96,7 +96,7 @@ fn decode(b: &mut Bench, model: &Model<bf16>, ty: GgmlType, batch: usize, layer_
     let tokens_per_s = batch as f64 / (layer_ms * 32.0 / 1e3);
     Ok(Row {
         kernel: format!("model decode b{batch}"),
-        dtype: type_label(ty),
+        dtype: ty.name(),
         shape: format!("8B layer: {tokens_per_s:.0} tok/s@32L"),
         ms: layer_ms,
         bytes: layer_bytes,
@@ -127,25 +127,12 @@ fn prefill(b: &mut Bench, model: &Model<bf16>, ty: GgmlType, layer_bytes: u64) -
         (c.hidden * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.hidden + 3 * c.hidden * c.ffn) as f64;
     Ok(Row {
         kernel: format!("model prefill {PREFILL}"),
-        dtype: type_label(ty),
+        dtype: ty.name(),
         shape: format!("8B layer: {:.0} tok/s@32L", PREFILL as f64 / (layer_ms * 32.0 / 1e3)),
         ms: layer_ms,
         bytes: layer_bytes,
         flops: Some(2.0 * PREFILL as f64 * params),
     })
-}
-
-fn type_label(ty: GgmlType) -> &'static str {
-    match ty {
-        GgmlType::BF16 => "bf16",
-        GgmlType::Q8_0 => "q8_0",
-        GgmlType::Q4_0 => "q4_0",
-        GgmlType::Q4_K => "q4_k",
-        GgmlType::Q5_K => "q5_k",
-        GgmlType::Q6_K => "q6_k",
-        GgmlType::MXFP4 => "mxfp4",
-        _ => "other",
-    }
 }
 
 /// The GGUF bytes of [`LAYERS`] 8B-shaped layers whose projections are random blocks of `ty`
