@@ -87,7 +87,8 @@ pub fn archive(args: &[String]) -> Result<()> {
     recompress(&archive);
 
     // (c) The nextest binary, and xtask, rocm-bench and rocm-model's `generate` example built
-    // lean (dev builds weigh tens of MB).
+    // lean (dev builds weigh tens of MB). `--bins` is needed beside `--example`: naming one
+    // target kind makes cargo build only that kind.
     // rocm-bench embeds the kernels like the test binaries, so it gets the same profile and
     // EMBED_ENV: the cargo build of rocm-kernels the archive made is reused, and the benchmarks
     // launch the kernels the tests test. xtask embeds none; EMBED_ENV is harmless to it.
@@ -101,6 +102,7 @@ pub fn archive(args: &[String]) -> Result<()> {
         "rocm-bench",
         "--package",
         "rocm-model",
+        "--bins",
         "--example",
         "generate",
         "--profile",
