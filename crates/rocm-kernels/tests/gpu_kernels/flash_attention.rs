@@ -105,8 +105,14 @@ const CASES: &[Case] = &[
     case(1, 300, 1000, 6, 2, 128),
     case(2, 100, 77, 3, 1, 40).scaled(),
     case(3, 255, 255, 8, 2, 64).causal().scaled(),
-    // head_dim 256 past 64 packed rows again, small enough for a sanitized run (SANITIZED_WORK).
+    // Small enough for a sanitized run (SANITIZED_WORK), the variants the cases above reach
+    // only at sizes a checker cannot afford: decode split over 4097 keys (GQA 8), and prefill
+    // past 64 packed rows, causal across key tiles, at head_dim 64, 96, 128 and 256.
+    case(1, 1, 4097, 8, 1, 128),
     case(1, 40, 77, 4, 1, 256).causal(),
+    case(1, 70, 90, 2, 1, 128).causal().scaled(),
+    case(1, 35, 130, 4, 2, 96).causal(),
+    case(2, 33, 70, 4, 1, 64).offset(20),
 ];
 
 /// Normal values of standard deviation `sd`, rounded to the storage type.
@@ -182,9 +188,11 @@ fn check_flash<T: Dtype>(
     let o_len = attn.o.required_len(attn.batch, attn.seq_q, attn.q_heads, attn.head_dim).unwrap();
     let mut o = poisoned::<T>(gpu, o_len);
     let mut lse = poisoned::<f32>(gpu, attn.lse_len());
+    let started = std::time::Instant::now();
     flash_attention_with(attn, &options, &q, &k, &v, &mut o, Some(&mut lse)).unwrap();
     let got = gather(attn, &o.to_vec().unwrap());
-    eprintln!("flash {} {case:?} {options:?}", T::NAME);
+    // The time says which cases a sanitizer run pays for (SANITIZED_WORK).
+    eprintln!("flash {} {case:?} {options:?}: {:.2?}", T::NAME, started.elapsed());
     assert_close(&got, &x.reference.out, tolerance::<T>(case, x.vmax));
     let lse = lse.to_vec().unwrap();
     for (i, (&got, &want)) in lse.iter().zip(&x.reference.lse).enumerate() {
@@ -212,11 +220,13 @@ fn check_unfused<T: Dtype>(gpu: &GpuTest, attn: &Attention, case: &Case, x: &Inp
 }
 
 /// Under a compute-sanitizer, the cases of at most this much work (`Case::work`): racecheck
-/// ran past its five-minute limit on each dtype's whole list. What a checker checks is each
-/// launch's accesses, and the smaller cases reach the same code (every kernel variant and
-/// head_dim, partial tiles, masked rows, GQA): that leaves out 4097 x 4097 causal and
-/// 255 x 1000 at head_dim 256, which every plain run checks.
-const SANITIZED_WORK: u64 = 1 << 28;
+/// checks each shared-memory access on the host and ran past its five-minute limit by the
+/// sixth case of each dtype (a few seconds per million multiply-adds). What a checker checks
+/// is each launch's accesses, and the cases below this size reach the same code: every kernel
+/// variant (key-split decode, 4- and 8-warp and warpgroup prefill), every head_dim, partial
+/// tiles, masked rows, GQA and MQA (the last cases of `CASES` exist for that). The larger
+/// cases run in every plain run.
+const SANITIZED_WORK: u64 = 1 << 23;
 
 fn all_cases<T: Dtype>(gpu: &GpuTest, seed: u64) {
     let mut rng = Rng::new(seed);

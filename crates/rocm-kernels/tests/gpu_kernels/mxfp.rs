@@ -163,22 +163,34 @@ const MATMUL: &[(usize, usize, usize)] = &[
     (70, 130, 96),
 ];
 
+/// Under a compute-sanitizer, the shapes of at most this many multiply-adds: racecheck ran
+/// past its five-minute limit on the whole list. The two left out (m 17 against k of 129
+/// blocks, and n 4097) cross no edge the others do not (`(1, 7, 4128)`, `(3, 4097, 32)`).
+const SANITIZED_MACS: usize = 1 << 20;
+
 fn matmul<T: Dtype>(gpu: &GpuTest, seed: u64) {
     let mut rng = Rng::new(seed);
+    let sanitized = rocm_testkit::sanitizer().is_some();
     for format in MxFormat::ALL {
         for &(m, n, k) in MATMUL {
+            if sanitized && m * n * k > SANITIZED_MACS {
+                eprintln!("under a sanitizer: leaving out m {m} n {n} k {k}");
+                continue;
+            }
             let w = random_weights(&mut rng, format, n, k);
             let x = activations::<T>(&mut rng, m * k);
             let dw = gpu.stream().upload(&w).unwrap();
             let dx = gpu.stream().upload(&x).unwrap();
             let mut y = poisoned::<T>(gpu, m * n);
+            let started = std::time::Instant::now();
             mx_matmul(format, &dw, &dx, &mut y, m, n, k).unwrap();
+            let got = y.to_vec().unwrap();
             let xf = floats(&x);
             let expected = mx_matmul_reference(format, &w, &xf, m, n, k).unwrap();
             let magnitude = magnitudes(format, &w, &xf, m, n, k);
             let what = format!("matmul {format:?} {} m {m} n {n} k {k}", T::NAME);
-            eprintln!("{what}");
-            assert_within(&y.to_vec().unwrap(), &expected, &magnitude, k, &what);
+            eprintln!("{what}: {:.2?}", started.elapsed());
+            assert_within(&got, &expected, &magnitude, k, &what);
         }
     }
 }
