@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use rocm_model::kv_cache::{PagedCache, SeqId};
 use rocm_model::model::synthetic::SyntheticSpec;
-use rocm_model::model::{Architecture, LayerTensor, Model, ModelConfig, tensor_name};
+use rocm_model::model::{Architecture, Model, ModelConfig, tensor_name};
 use rocm_model::{GgmlType, GgufFile};
 use rocm_runtime::{bf16, f16};
 use rocm_testkit::Rng;
@@ -146,7 +146,7 @@ fn layers_of(rng: &mut Rng, ty: GgmlType) -> Result<Vec<u8>> {
     };
     let mut w = spec.metadata_writer()?;
     for l in 0..config.layers {
-        for t in LayerTensor::ALL {
+        for &t in Architecture::Llama.layer_tensors() {
             let dims = t.dims(&config);
             let name = tensor_name(l, t);
             if dims.len() == 1 {

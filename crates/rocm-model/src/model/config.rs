@@ -12,22 +12,26 @@
 //! | `<arch>.attention.key_length` | no (= hidden / heads) | head size (`value_length` must match) |
 //! | `<arch>.attention.layer_norm_rms_epsilon` | yes | RMSNorm epsilon, in (0, [`MAX_RMS_EPS`]] |
 //! | `<arch>.rope.freq_base` | no (10000) | RoPE base |
-//! | `<arch>.rope.dimension_count` | no | rotated elements of a head |
-//! | `glm4.rope.rope_ratio` | no (1) | GLM's base multiplier (rocmforge's key; llama.cpp folds it into `freq_base`) |
+//! | `<arch>.rope.dimension_count` | no (= head size); glm4: yes | rotated elements of a head |
 //! | `<arch>.rope.scaling.type` | no | `none`, `linear` or `llama3` ([`RopeScaling`]); others refused |
 //! | `<arch>.rope.scaling.factor` | no | linear scaling (also the older `<arch>.rope.scale_linear`) |
 //!
 //! and one tensor, read by [`ModelConfig::from_file`]: `rope_freqs.weight` ([`ROPE_FREQS`]),
 //! per-pair frequency factors (Llama 3.1+), required when the scaling type is `llama3`.
+//!
+//! The RoPE pairs elements as the architecture says ([`Architecture::rope_pairing`]) over the
+//! first `rope.dimension_count` elements, base `freq_base`. There is no GLM `rope_ratio` key:
+//! GLM-4-0414's HF config states its base as `rope_theta`, which the converter writes as
+//! `freq_base` (for the older ChatGLM files it multiplies the ratio into `freq_base`).
 
 use rocm_kernels::rope::{FreqFactors, Rope, RopeStyle};
 
+use super::arch::{Architecture, RopePairing};
 use super::error::{ModelError, Result};
 use super::rope_scaling::{
     ROPE_FREQS, RopeScaling, check_freq_factors, missing_llama3_factors, read_freq_factors, read_scaling,
 };
 use crate::gguf::{GgufFile, Metadata, Value};
-use crate::position::glm4_rope;
 
 /// The largest `<arch>.attention.layer_norm_rms_epsilon` accepted. The epsilon is added to the
 /// mean square of activations of order 1 to keep the division away from zero, so it must be
@@ -35,35 +39,6 @@ use crate::position::glm4_rope;
 /// Gemma) or less (GLM-4: 1.5625e-7). A value above 0.1 is not an epsilon but a broken or
 /// hostile file, and would change the output silently.
 pub const MAX_RMS_EPS: f32 = 0.1;
-
-/// The model families the block supports; they differ only in their RoPE (see [`ModelConfig::rope`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Architecture {
-    /// RoPE over interleaved pairs `(2i, 2i + 1)` of the first `rotary_dim` elements: llama.cpp's
-    /// `LLAMA_ROPE_TYPE_NORM`. Its converter undoes Hugging Face's q/k row permutation, so GGUF
-    /// llama weights expect interleaved pairs, not the half-split ("rotate_half") of HF code.
-    Llama,
-    /// GLM-4 / ChatGLM2-3: interleaved pairs over the first `head_dim / 2` elements, base
-    /// `freq_base * rope_ratio` (`rocm_model::position::glm4_rope`).
-    Glm4,
-}
-
-impl Architecture {
-    pub fn name(self) -> &'static str {
-        match self {
-            Architecture::Llama => "llama",
-            Architecture::Glm4 => "glm4",
-        }
-    }
-
-    fn from_name(name: &str) -> Result<Self> {
-        match name {
-            "llama" => Ok(Architecture::Llama),
-            "glm4" => Ok(Architecture::Glm4),
-            other => Err(ModelError::UnsupportedArchitecture(other.to_string())),
-        }
-    }
-}
 
 /// Sizes and constants of a model, checked for consistency.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,10 +52,8 @@ pub struct ModelConfig {
     pub head_dim: usize,
     pub rms_eps: f32,
     pub rope_theta: f32,
-    /// Rotated elements of a head (Llama); GLM always rotates `head_dim / 2`.
+    /// Rotated elements of a head (`rope.dimension_count`).
     pub rotary_dim: usize,
-    /// GLM's base multiplier (1 for Llama).
-    pub rope_ratio: f32,
     /// `<arch>.rope.scaling.type` and its linear factor.
     pub rope_scaling: RopeScaling,
     /// Per-pair frequency factors ([`ModelConfig::rotary_pairs`] of them) from [`ROPE_FREQS`]:
@@ -135,10 +108,6 @@ impl ModelConfig {
         }
         let rms_eps = required_f32(meta, &key("attention.layer_norm_rms_epsilon"))?;
         let rope_theta = optional_f32(meta, &key("rope.freq_base"))?.unwrap_or(10_000.0);
-        let rope_ratio = match architecture {
-            Architecture::Glm4 => optional_f32(meta, &key("rope.rope_ratio"))?.unwrap_or(1.0),
-            Architecture::Llama => 1.0,
-        };
         let rope_scaling = read_scaling(meta, arch_name)?;
 
         let head_key = key("attention.key_length");
@@ -163,21 +132,12 @@ impl ModelConfig {
         }
 
         let rotary_key = key("rope.dimension_count");
-        let rotary = optional_usize(meta, &rotary_key)?;
-        let rotary_dim = match architecture {
-            Architecture::Llama => rotary.unwrap_or(head_dim),
-            Architecture::Glm4 => {
-                // GLM rotates half of each head; a file that says otherwise is not this scheme.
-                if let Some(r) = rotary
-                    && r != head_dim / 2
-                {
-                    return Err(bad(
-                        &rotary_key,
-                        &format!("GLM-4 rotates head_dim / 2 = {}, file says {r}", head_dim / 2),
-                    ));
-                }
-                head_dim / 2
+        let rotary_dim = match optional_usize(meta, &rotary_key)? {
+            Some(r) => r,
+            None if architecture.requires_rotary_dim() => {
+                return Err(ModelError::MissingKey { key: rotary_key });
             }
+            None => head_dim,
         };
 
         let config = ModelConfig {
@@ -191,7 +151,6 @@ impl ModelConfig {
             rms_eps,
             rope_theta,
             rotary_dim,
-            rope_ratio,
             rope_scaling,
             rope_freqs: None,
         };
@@ -220,10 +179,7 @@ impl ModelConfig {
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
             return Err(bad(&key("rope.freq_base"), &format!("{:?} is not positive", self.rope_theta)));
         }
-        if !(self.rope_ratio.is_finite() && self.rope_ratio > 0.0) {
-            return Err(bad(&key("rope.rope_ratio"), &format!("{:?} is not positive", self.rope_ratio)));
-        }
-        // The RoPE configuration itself (even sizes, ratio, the kernel's pair limit).
+        // The RoPE configuration itself (even sizes, the kernel's pair limit).
         self.base_rope().map_err(|e| bad(&key("rope.dimension_count"), &e.to_string()))?;
         Ok(())
     }
@@ -233,13 +189,9 @@ impl ModelConfig {
         self.q_heads * self.head_dim
     }
 
-    /// The pairs the RoPE rotates in a head: one frequency factor each (`rotary_dim / 2`; GLM
-    /// rotates `head_dim / 2` elements).
+    /// The pairs the RoPE rotates in a head: one frequency factor each.
     pub fn rotary_pairs(&self) -> usize {
-        match self.architecture {
-            Architecture::Llama => self.rotary_dim / 2,
-            Architecture::Glm4 => self.head_dim / 4,
-        }
+        self.rotary_dim / 2
     }
 
     /// Elements of all KV heads of a token.
@@ -275,24 +227,19 @@ impl ModelConfig {
                 "linear RoPE scaling factor {factor:?} is not positive"
             )));
         }
-        let rope = match self.architecture {
-            Architecture::Llama => {
-                let d = self.rotary_dim;
-                if d == 0
-                    || !d.is_multiple_of(2)
-                    || d > self.head_dim
-                    || d / 2 > rocm_kernels::rope::MAX_PAIRS
-                {
-                    return Err(ModelError::BadInput(format!(
-                        "rotary dimension {d} must be even, positive, at most head_dim {} and at most {} pairs",
-                        self.head_dim,
-                        rocm_kernels::rope::MAX_PAIRS
-                    )));
-                }
-                Rope::new(RopeStyle::GptJ { rotary_dim: d }, self.head_dim).with_theta_base(self.rope_theta)
-            }
-            Architecture::Glm4 => glm4_rope(self.head_dim, self.rope_theta, self.rope_ratio)?,
+        let d = self.rotary_dim;
+        if d == 0 || !d.is_multiple_of(2) || d > self.head_dim || d / 2 > rocm_kernels::rope::MAX_PAIRS {
+            return Err(ModelError::BadInput(format!(
+                "rotary dimension {d} must be even, positive, at most head_dim {} and at most {} pairs",
+                self.head_dim,
+                rocm_kernels::rope::MAX_PAIRS
+            )));
+        }
+        let style = match self.architecture.rope_pairing() {
+            RopePairing::Interleaved => RopeStyle::GptJ { rotary_dim: d },
+            RopePairing::HalfSplit => RopeStyle::NeoX { rotary_dim: d },
         };
+        let rope = Rope::new(style, self.head_dim).with_theta_base(self.rope_theta);
         Ok(rope.with_scaling_factor(factor))
     }
 }

@@ -12,7 +12,7 @@ pub enum ModelError {
     #[error("GGUF metadata key `{key}`: {reason}")]
     BadMetadata { key: String, reason: String },
 
-    #[error("architecture `{0}` is not supported (supported: llama, glm4)")]
+    #[error("architecture `{0}` is not supported (supported: llama, qwen2, glm4)")]
     UnsupportedArchitecture(String),
 
     #[error("tensor `{name}` is missing from the model")]

@@ -5,15 +5,17 @@
 //!
 //! ```text
 //! xn = rmsnorm(h, attn_norm)
-//! q, k, v = xn Wq^T, xn Wk^T, xn Wv^T            (GEMM, y = x W^T)
+//! q, k, v = xn Wq^T + bq, xn Wk^T + bk, xn Wv^T + bv   (GEMM, y = x W^T; biases if the file has them)
 //! rope(q, k) at the tokens' positions            (seq_len before the step + 0..seq_q)
 //! kv_cache_write(k, v) at the slots PagedCache::append handed out
 //! a = paged_attention(q, cache)                  (causal: the queries are the last seq_q tokens)
-//! h = h + a Wo^T; xn = rmsnorm(h, ffn_norm)      (one fused add-and-norm kernel)
-//! h = h + swiglu(xn Wgate^T, xn Wup^T) Wdown^T   (added by the next layer's norm, or the final one)
+//! d = a Wo^T                                     (glm4: d = rmsnorm(d, post_attention_norm))
+//! h = h + d; xn = rmsnorm(h, ffn_norm)           (one fused add-and-norm kernel)
+//! d = swiglu(xn Wgate^T, xn Wup^T) Wdown^T       (glm4: gate and up are one product's halves,
+//!                                                 then d = rmsnorm(d, post_ffw_norm))
 //! ```
 //!
-//! then `rmsnorm(h, output_norm)` if the model has one. Activations are `T` in device memory;
+//! with `d` added to `h` by the next layer's norm, or the final one. Then `rmsnorm(h, output_norm)` if the model has one. Activations are `T` in device memory;
 //! projection weights stay as the file stores them (`linear.rs` picks each product's path);
 //! each kernel computes in f32 and rounds once when it stores.
 
@@ -25,52 +27,18 @@ use rocm_kernels::gemm::GemmElement;
 use rocm_kernels::kv_cache::{kv_cache_copy_blocks, kv_cache_write};
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::rope::{Rope, RopeTensor};
-use rocm_kernels::swiglu::swiglu;
 use rocm_runtime::{DeviceBuffer, Stream};
 
 use super::config::ModelConfig;
 use super::embedding::{OUTPUT_HEAD, TOKEN_EMBEDDING, TokenEmbedding, load_head};
 use super::error::{ModelError, Result};
+use super::layer::{LayerWeights, Mlp};
 use super::linear::Linear;
-use super::weights::{LayerTensor, OUTPUT_NORM, check_model, load_device, load_linear, tensor_name};
+use super::weights::{Block, LayerTensor, OUTPUT_NORM, check_model, load_device};
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvCacheError, KvCacheShape, KvCacheTensors, PagedCache, SeqId};
 use crate::lazy::DeviceTensors;
 use crate::position::plain_positions;
-
-/// One layer's weights: norms in `T`, projections (`[out, in]`) as the file stores them.
-struct LayerWeights<T: GemmElement> {
-    attn_norm: DeviceBuffer<T>,
-    ffn_norm: DeviceBuffer<T>,
-    /// By [`LayerTensor::PROJECTIONS`] order.
-    projections: Vec<Linear<T>>,
-}
-
-impl<T: GemmElement> LayerWeights<T> {
-    fn load(tensors: &DeviceTensors, config: &ModelConfig, layer: usize) -> Result<Self> {
-        let projections = LayerTensor::PROJECTIONS
-            .iter()
-            .map(|&t| {
-                let (out, inp) = t.out_in(config);
-                load_linear(tensors, &tensor_name(layer, t), out, inp)
-            })
-            .collect::<Result<_>>()?;
-        Ok(LayerWeights {
-            attn_norm: load_device(tensors, &tensor_name(layer, LayerTensor::AttnNorm))?,
-            ffn_norm: load_device(tensors, &tensor_name(layer, LayerTensor::FfnNorm))?,
-            projections,
-        })
-    }
-
-    fn get(&self, t: LayerTensor) -> &Linear<T> {
-        &self.projections[LayerTensor::PROJECTIONS.iter().position(|&x| x == t).expect("a projection")]
-    }
-
-    fn device_bytes(&self) -> u64 {
-        let norms = (self.attn_norm.len() + self.ffn_norm.len()) * size_of::<T>();
-        norms as u64 + self.projections.iter().map(Linear::device_bytes).sum::<u64>()
-    }
-}
 
 /// A model on one stream: its weights, activations in `T` (f32, f16, bf16), and its forward
 /// pass; with a token embedding, the ids-to-logits ends too ([`Model::embed`], [`Model::logits`]).
@@ -114,13 +82,16 @@ impl<T: GemmElement> Model<T> {
     /// before uploading any, then uploads and dequantises them on `stream`.
     pub fn load(file: Arc<GgufFile>, stream: &Stream) -> Result<Self> {
         let config = ModelConfig::from_file(&file)?;
-        let has_output_norm = check_model(&file, &config)?;
+        let (present, has_output_norm) = check_model(&file, &config)?;
         let rope = config.rope()?;
         let embedding = TokenEmbedding::load(&file, &config)?;
         let tensors = DeviceTensors::new(file, stream.clone());
         let head = load_head(&tensors, &config, embedding.as_ref())?;
-        let layers =
-            (0..config.layers).map(|l| LayerWeights::load(&tensors, &config, l)).collect::<Result<_>>()?;
+        let layers = present
+            .iter()
+            .enumerate()
+            .map(|(l, p)| LayerWeights::load(&tensors, &config, l, p))
+            .collect::<Result<_>>()?;
         let final_norm = if has_output_norm {
             FinalNorm::Output(load_device(&tensors, OUTPUT_NORM)?)
         } else {
@@ -333,24 +304,30 @@ impl<T: GemmElement> Model<T> {
         let mut k = s.alloc::<T>(n * c.kv_dim())?;
         let mut v = s.alloc::<T>(n * c.kv_dim())?;
         let mut attn = s.alloc::<T>(n * c.q_dim())?;
-        let mut gate = s.alloc::<T>(n * c.ffn)?;
-        let mut up = s.alloc::<T>(n * c.ffn)?;
-        let mut act = s.alloc::<T>(n * c.ffn)?;
+        let mut mlp = Mlp::new(s, c, n)?;
         // Each block's output (attention, then MLP), added to `h` by the norm after it
         // (rmsnorm_residual: h += delta; xn = rmsnorm(h)), one kernel for both.
         let mut delta = s.alloc::<T>(n * c.hidden)?;
+        // The post-norms' outputs (glm4), swapped with `delta`.
+        let mut spare = if c.architecture.post_norms() { Some(s.alloc::<T>(n * c.hidden)?) } else { None };
+        // The biases are added by a rank-1 GEMM (`linear::add_bias`), which needs a ones column.
+        let ones = match self.layers.iter().any(LayerWeights::has_biases) {
+            true => Some(s.upload(&vec![T::from_f32(1.0); n])?),
+            false => None,
+        };
         let norm = RmsNorm::new(n, c.hidden, c.rms_eps);
 
         for (l, w) in self.layers.iter().enumerate() {
             // The previous block's output joins the residual stream in this norm's kernel.
+            let attn_norm = w.norm(LayerTensor::AttnNorm);
             if l == 0 {
-                norm.run(&h, &w.attn_norm, &mut xn)?;
+                norm.run(&h, attn_norm, &mut xn)?;
             } else {
-                norm.run_residual(&delta, &mut h, &w.attn_norm, &mut xn)?;
+                norm.run_residual(&delta, &mut h, attn_norm, &mut xn)?;
             }
-            w.get(LayerTensor::AttnQ).apply(&xn, n, &mut q)?;
-            w.get(LayerTensor::AttnK).apply(&xn, n, &mut k)?;
-            w.get(LayerTensor::AttnV).apply(&xn, n, &mut v)?;
+            w.project(LayerTensor::AttnQ, LayerTensor::AttnQBias, &xn, n, ones.as_ref(), &mut q)?;
+            w.project(LayerTensor::AttnK, LayerTensor::AttnKBias, &xn, n, ones.as_ref(), &mut k)?;
+            w.project(LayerTensor::AttnV, LayerTensor::AttnVBias, &xn, n, ones.as_ref(), &mut v)?;
             self.rope.run(
                 RopeTensor::new(&mut q, c.q_heads),
                 Some(RopeTensor::new(&mut k, c.kv_heads)),
@@ -365,13 +342,11 @@ impl<T: GemmElement> Model<T> {
             kv_cache_write(&shape, &k, &v, &slots, k_cache, v_cache)?;
             let paged = PagedKv { k: k_cache, v: v_cache, block_table: &block_table, seq_lens: &seq_lens };
             paged_attention(&attn_desc, &FlashOptions::default(), &q, &paged, &mut attn, None)?;
-            w.get(LayerTensor::AttnOutput).apply(&attn, n, &mut delta)?;
+            w.block_output(Block::Attention, &norm, &attn, n, &mut delta, &mut spare)?;
 
-            norm.run_residual(&delta, &mut h, &w.ffn_norm, &mut xn)?;
-            w.get(LayerTensor::FfnGate).apply(&xn, n, &mut gate)?;
-            w.get(LayerTensor::FfnUp).apply(&xn, n, &mut up)?;
-            swiglu(&gate, &up, &mut act)?;
-            w.get(LayerTensor::FfnDown).apply(&act, n, &mut delta)?;
+            norm.run_residual(&delta, &mut h, w.norm(LayerTensor::FfnNorm), &mut xn)?;
+            w.mlp_activation(&xn, n, c.ffn, &mut mlp)?;
+            w.block_output(Block::Mlp, &norm, &mlp.act, n, &mut delta, &mut spare)?;
         }
         // The last block's output joins the stream in the final norm.
         match &self.final_norm {

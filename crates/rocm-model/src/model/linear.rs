@@ -91,3 +91,20 @@ fn fused_product<T: GemmElement>(
         _ => Ok(false),
     }
 }
+
+/// `y[t, j] += bias[j]` for `tokens` rows of `y` (`[tokens, out]`, `out` = `bias.len()`), with
+/// `ones` holding at least `tokens` ones. There is no broadcast-add kernel; the GEMM's rank-1
+/// update does it exactly: `y = 1 * ones[tokens, 1] bias[1, out] + 1 * y`, each element
+/// `bias[j] + y[t, j]` summed in f32 and rounded once to `T` (the same as an add kernel), on
+/// whichever path the GEMM takes.
+pub(crate) fn add_bias<T: GemmElement>(
+    y: &mut DeviceBuffer<T>,
+    bias: &DeviceBuffer<T>,
+    ones: &DeviceBuffer<T>,
+    tokens: usize,
+) -> Result<()> {
+    let out = bias.len();
+    let desc = GemmDesc::linear(tokens, out, 1).with_alpha_beta(1.0, 1.0);
+    gemm(&desc, ones, bias, y)?;
+    Ok(())
+}

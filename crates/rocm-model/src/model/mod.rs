@@ -1,6 +1,8 @@
 //! A Llama-style transformer block on the GPU, and its f64 CPU reference (issue 7).
 //!
-//! - [`ModelConfig`]: sizes, norm epsilon and RoPE read from GGUF metadata (`llama` and `glm4`),
+//! - [`Architecture`]: `llama`, `qwen2` and `glm4` as llama.cpp writes them (RoPE pairing, QKV
+//!   biases, GLM-4's post-norms and stacked gate/up).
+//! - [`ModelConfig`]: sizes, norm epsilon and RoPE read from GGUF metadata,
 //!   with RoPE scaling and Llama 3.1's per-pair frequency factors ([`ROPE_FREQS`]).
 //! - [`Model`]: the weights of every layer uploaded once (projections as the file stores them,
 //!   norms in the compute type `T`: f32, f16, bf16), and a forward pass over new tokens of one or
@@ -13,10 +15,12 @@
 //! `docs/model.md` describes the dataflow, the conventions (weight layout, RoPE pairing) and how
 //! the GPU/CPU tolerances were chosen.
 
+mod arch;
 mod config;
 mod embedding;
 mod error;
 mod forward;
+mod layer;
 mod linear;
 mod reference;
 mod rope_scaling;
@@ -25,13 +29,16 @@ pub mod synthetic;
 mod weights;
 
 #[cfg(test)]
+mod arch_tests;
+#[cfg(test)]
 mod tests;
 
-pub use config::{Architecture, MAX_RMS_EPS, ModelConfig};
+pub use arch::{Architecture, RopePairing};
+pub use config::{MAX_RMS_EPS, ModelConfig};
 pub use embedding::{OUTPUT_HEAD, TOKEN_EMBEDDING};
 pub use error::{ModelError, Result};
 pub use forward::Model;
 pub use reference::{ReferenceModel, ReferenceSequence, Rounding};
 pub use rope_scaling::{ROPE_FREQS, RopeScaling, llama3_freq_factors};
 pub use sampling::{Sampler, Sampling};
-pub use weights::{LayerTensor, OUTPUT_NORM, tensor_name};
+pub use weights::{LayerTensor, OUTPUT_NORM, QKV_BIASES, tensor_name};

@@ -8,10 +8,11 @@
 
 use rocm_kernels::rope::{Rope, RopeStyle};
 
+use super::arch::RopePairing;
 use super::config::ModelConfig;
 use super::embedding::{OUTPUT_HEAD, TOKEN_EMBEDDING};
 use super::error::{ModelError, Result};
-use super::weights::{LayerTensor, OUTPUT_NORM, check_model, load_host, tensor_name};
+use super::weights::{Block, LayerTensor, OUTPUT_NORM, check_model, load_host, tensor_name};
 use crate::gguf::GgufFile;
 
 /// Where the reference rounds: nowhere, or to the GPU's storage type.
@@ -51,15 +52,21 @@ impl Rounding {
     }
 }
 
-/// One layer's weights, row-major `[out, in]` for the matrices.
+/// One layer's weights (those the file has for its architecture), row-major `[out, in]` for
+/// the matrices.
 #[derive(Debug, Clone)]
 struct HostLayer {
-    w: Vec<Vec<f64>>,
+    w: Vec<(LayerTensor, Vec<f64>)>,
 }
 
 impl HostLayer {
-    fn get(&self, t: LayerTensor) -> &[f64] {
-        &self.w[LayerTensor::ALL.iter().position(|&x| x == t).expect("every tensor is loaded")]
+    fn get(&self, t: LayerTensor) -> Option<&[f64]> {
+        self.w.iter().find(|(x, _)| *x == t).map(|(_, w)| w.as_slice())
+    }
+
+    /// A tensor every layer of the architecture has (checked at load).
+    fn must(&self, t: LayerTensor) -> &[f64] {
+        self.get(t).expect("a tensor checked at load")
     }
 }
 
@@ -102,16 +109,18 @@ impl ReferenceModel {
     /// file has them) and every weight of `file` (checked as [`super::Model::load`] does).
     pub fn load(file: &GgufFile, rounding: Rounding) -> Result<Self> {
         let config = ModelConfig::from_file(file)?;
-        let has_output_norm = check_model(file, &config)?;
+        let (present, has_output_norm) = check_model(file, &config)?;
         let rope = rope_params(&config.rope()?)?;
         let load = |name: &str| -> Result<Vec<f64>> {
             let mut w = load_host(file, name)?;
             rounding.all(&mut w);
             Ok(w)
         };
-        let layers = (0..config.layers)
-            .map(|l| {
-                let w = LayerTensor::ALL.iter().map(|&t| load(&tensor_name(l, t))).collect::<Result<_>>()?;
+        let layers = present
+            .iter()
+            .enumerate()
+            .map(|(l, tensors)| {
+                let w = tensors.iter().map(|&t| Ok((t, load(&tensor_name(l, t))?))).collect::<Result<_>>()?;
                 Ok(HostLayer { w })
             })
             .collect::<Result<_>>()?;
@@ -182,10 +191,10 @@ impl ReferenceModel {
         r.all(&mut h);
         let start = seq.len;
         for (l, layer) in self.layers.iter().enumerate() {
-            let xn = self.rmsnorm(&h, layer.get(LayerTensor::AttnNorm));
-            let mut q = self.linear(&xn, layer.get(LayerTensor::AttnQ), c.q_dim());
-            let mut k = self.linear(&xn, layer.get(LayerTensor::AttnK), c.kv_dim());
-            let v = self.linear(&xn, layer.get(LayerTensor::AttnV), c.kv_dim());
+            let xn = self.rmsnorm(&h, layer.must(LayerTensor::AttnNorm));
+            let mut q = self.project(&xn, layer, LayerTensor::AttnQ, LayerTensor::AttnQBias);
+            let mut k = self.project(&xn, layer, LayerTensor::AttnK, LayerTensor::AttnKBias);
+            let v = self.project(&xn, layer, LayerTensor::AttnV, LayerTensor::AttnVBias);
             for t in 0..n {
                 let pos = (start + t) as f64;
                 for head in q[t * c.q_dim()..(t + 1) * c.q_dim()].chunks_mut(c.head_dim) {
@@ -198,13 +207,10 @@ impl ReferenceModel {
             seq.k[l].extend_from_slice(&k);
             seq.v[l].extend_from_slice(&v);
             let attn = self.attention(&q, &seq.k[l], &seq.v[l], start, n);
-            self.residual(&mut h, &attn, layer.get(LayerTensor::AttnOutput), c.q_dim());
-            let xn = self.rmsnorm(&h, layer.get(LayerTensor::FfnNorm));
-            let gate = self.linear(&xn, layer.get(LayerTensor::FfnGate), c.ffn);
-            let up = self.linear(&xn, layer.get(LayerTensor::FfnUp), c.ffn);
-            let act: Vec<f64> =
-                gate.iter().zip(&up).map(|(&g, &u)| r.apply(g / (1.0 + (-g).exp()) * u)).collect();
-            self.residual(&mut h, &act, layer.get(LayerTensor::FfnDown), c.ffn);
+            self.residual(&mut h, &attn, layer, Block::Attention);
+            let xn = self.rmsnorm(&h, layer.must(LayerTensor::FfnNorm));
+            let act = self.mlp_activation(&xn, layer);
+            self.residual(&mut h, &act, layer, Block::Mlp);
         }
         seq.len += n;
         Ok(match &self.output_norm {
@@ -235,20 +241,58 @@ impl ReferenceModel {
         y
     }
 
-    /// `h += x W^T`: the product rounded to `T`, then the sum (the GPU's projection, then its
-    /// fused add-and-norm kernel).
-    fn residual(&self, h: &mut [f64], x: &[f64], w: &[f64], k: usize) {
-        let hidden = self.config.hidden;
-        for (hr, xr) in h.chunks_mut(hidden).zip(x.chunks(k)) {
-            for (hv, wr) in hr.iter_mut().zip(w.chunks(k)) {
-                *hv = self.rounding.apply(*hv + self.rounding.apply(dot(xr, wr)));
+    /// `x W^T + bias` for projection `t` and its bias, if the layer has one: the product
+    /// rounded to `T`, then the sum (the GPU's projection, then its bias add).
+    fn project(&self, x: &[f64], layer: &HostLayer, t: LayerTensor, bias: LayerTensor) -> Vec<f64> {
+        let w = layer.must(t);
+        let mut y = self.linear(x, w, w.len() / self.config.hidden);
+        if let Some(b) = layer.get(bias) {
+            for row in y.chunks_mut(b.len()) {
+                row.iter_mut().zip(b).for_each(|(y, b)| *y = self.rounding.apply(*y + b));
+            }
+        }
+        y
+    }
+
+    /// `silu(gate) * up` of `xn`: separate `ffn_gate` and `ffn_up`, or glm4's stacked `ffn_up`
+    /// (each output row `[gate | up]`).
+    fn mlp_activation(&self, xn: &[f64], layer: &HostLayer) -> Vec<f64> {
+        let ffn = self.config.ffn;
+        let silu_mul = |g: f64, u: f64| self.rounding.apply(g / (1.0 + (-g).exp()) * u);
+        match layer.get(LayerTensor::FfnGate) {
+            Some(gate) => {
+                let gate = self.linear(xn, gate, ffn);
+                let up = self.linear(xn, layer.must(LayerTensor::FfnUp), ffn);
+                gate.iter().zip(&up).map(|(&g, &u)| silu_mul(g, u)).collect()
+            }
+            None => {
+                let gate_up = self.linear(xn, layer.must(LayerTensor::FfnUp), 2 * ffn);
+                gate_up
+                    .chunks(2 * ffn)
+                    .flat_map(|row| row[..ffn].iter().zip(&row[ffn..]).map(|(&g, &u)| silu_mul(g, u)))
+                    .collect()
             }
         }
     }
 
-    /// Interleaved pairs `(2i, 2i + 1)` over the first `d` elements (see [`rotate_interleaved`]).
+    /// `h += d` with `d = x W^T` for the block's output projection, normalised by its post-norm
+    /// when the layer has one (glm4). `d` is rounded to `T` (and again after the
+    /// post-norm), then the sum: the GPU's projection, post-norm and fused add-and-norm kernel.
+    fn residual(&self, h: &mut [f64], x: &[f64], layer: &HostLayer, block: Block) {
+        let (t, post) = block.output_and_post_norm();
+        let hidden = self.config.hidden;
+        let mut d = self.linear(x, layer.must(t), hidden);
+        if let Some(w) = layer.get(post) {
+            d = self.rmsnorm(&d, w);
+        }
+        for (hv, dv) in h.iter_mut().zip(&d) {
+            *hv = self.rounding.apply(*hv + dv);
+        }
+    }
+
+    /// The RoPE's pairs over the first `d` elements (see [`rotate`]).
     fn rotate(&self, head: &mut [f64], pos: f64) {
-        rotate_interleaved(head, pos, &self.rope, self.rounding);
+        rotate(head, pos, &self.rope, self.rounding);
     }
 
     /// Causal GQA attention of `n` new queries (positions `start..start + n`) over the keys
@@ -281,10 +325,11 @@ impl ReferenceModel {
     }
 }
 
-/// The reference's RoPE: interleaved pairs over the first `dim` elements of a head, pair `i`
-/// turning by `pos / scale * base^(-2i/dim) / factors[i]`.
+/// The reference's RoPE: pairs over the first `dim` elements of a head, pair `i` turning by
+/// `pos / scale * base^(-2i/dim) / factors[i]`.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct RopeParams {
+    pub pairing: RopePairing,
     pub dim: usize,
     pub base: f64,
     /// Linear scaling: positions are divided by it.
@@ -293,24 +338,29 @@ pub(super) struct RopeParams {
     pub factors: Vec<f64>,
 }
 
-/// Rotates the interleaved pairs `(2i, 2i + 1)`, `i < d / 2`, of one head by
-/// `pos / scale * base^(-2i/d) / factor[i]` (dividing by a scale or factor of 1 is exact).
-pub(super) fn rotate_interleaved(head: &mut [f64], pos: f64, rope: &RopeParams, rounding: Rounding) {
+/// Rotates pair `i < d / 2` of one head, `(2i, 2i + 1)` (interleaved) or `(i, i + d/2)`
+/// (half-split), by `pos / scale * base^(-2i/d) / factor[i]` (dividing by a scale or factor of 1
+/// is exact).
+pub(super) fn rotate(head: &mut [f64], pos: f64, rope: &RopeParams, rounding: Rounding) {
     let d = rope.dim;
     for (i, factor) in rope.factors.iter().enumerate().take(d / 2) {
         let (s, c) = (pos / rope.scale * rope.base.powf(-((2 * i) as f64) / d as f64) / factor).sin_cos();
-        let (a, b) = (head[2 * i], head[2 * i + 1]);
-        head[2 * i] = rounding.apply(a * c - b * s);
-        head[2 * i + 1] = rounding.apply(b * c + a * s);
+        let (x, y) = match rope.pairing {
+            RopePairing::Interleaved => (2 * i, 2 * i + 1),
+            RopePairing::HalfSplit => (i, i + d / 2),
+        };
+        let (a, b) = (head[x], head[y]);
+        head[x] = rounding.apply(a * c - b * s);
+        head[y] = rounding.apply(b * c + a * s);
     }
 }
 
 /// The rotated width, frequency base, linear scaling and per-pair factors of the RoPE styles
 /// the models use.
 pub(super) fn rope_params(rope: &Rope) -> Result<RopeParams> {
-    let (dim, base) = match rope.style {
-        RopeStyle::GptJ { rotary_dim } => (rotary_dim, rope.theta_base as f64),
-        RopeStyle::Glm { rope_ratio } => (rope.head_dim / 2, rope.theta_base as f64 * rope_ratio as f64),
+    let (pairing, dim, base) = match rope.style {
+        RopeStyle::GptJ { rotary_dim } => (RopePairing::Interleaved, rotary_dim, rope.theta_base as f64),
+        RopeStyle::NeoX { rotary_dim } => (RopePairing::HalfSplit, rotary_dim, rope.theta_base as f64),
         other => return Err(ModelError::BadInput(format!("the reference does not implement {other:?}"))),
     };
     let factors = match &rope.freq_factors {
@@ -324,7 +374,7 @@ pub(super) fn rope_params(rope: &Rope) -> Result<RopeParams> {
         }
         None => vec![1.0; dim / 2],
     };
-    Ok(RopeParams { dim, base, scale: rope.scaling_factor as f64, factors })
+    Ok(RopeParams { pairing, dim, base, scale: rope.scaling_factor as f64, factors })
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {

@@ -21,44 +21,34 @@ use crate::lazy::DeviceTensors;
 /// The final RMSNorm's weight: optional (a model without one returns the residual stream).
 pub const OUTPUT_NORM: &str = "output_norm.weight";
 
-/// The tensors of one layer.
+/// The tensors of a layer (which ones an architecture has: [`Architecture::layer_tensors`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LayerTensor {
     AttnNorm,
     AttnQ,
     AttnK,
     AttnV,
+    /// `attn_q.bias`: added to the Q projection (qwen2, glm4).
+    AttnQBias,
+    AttnKBias,
+    AttnVBias,
     AttnOutput,
+    /// `post_attention_norm`: glm4's RMSNorm of the attention output, before the residual add.
+    AttnPostNorm,
     FfnNorm,
     FfnGate,
+    /// `ffn_up`; glm4's holds the gate rows then the up rows (`2 * ffn` rows).
     FfnUp,
     FfnDown,
+    /// `post_ffw_norm`: glm4's RMSNorm of the MLP output, before the residual add.
+    FfnPostNorm,
 }
 
+/// The QKV biases, in the order of their projections.
+pub const QKV_BIASES: [LayerTensor; 3] =
+    [LayerTensor::AttnQBias, LayerTensor::AttnKBias, LayerTensor::AttnVBias];
+
 impl LayerTensor {
-    pub const ALL: [LayerTensor; 9] = [
-        LayerTensor::AttnNorm,
-        LayerTensor::AttnQ,
-        LayerTensor::AttnK,
-        LayerTensor::AttnV,
-        LayerTensor::AttnOutput,
-        LayerTensor::FfnNorm,
-        LayerTensor::FfnGate,
-        LayerTensor::FfnUp,
-        LayerTensor::FfnDown,
-    ];
-
-    /// The matrices, in the order a layer runs them.
-    pub const PROJECTIONS: [LayerTensor; 7] = [
-        LayerTensor::AttnQ,
-        LayerTensor::AttnK,
-        LayerTensor::AttnV,
-        LayerTensor::AttnOutput,
-        LayerTensor::FfnGate,
-        LayerTensor::FfnUp,
-        LayerTensor::FfnDown,
-    ];
-
     /// A projection's `(out, in)`: its rows and row length (GGUF dims reversed).
     pub fn out_in(self, c: &ModelConfig) -> (usize, usize) {
         let dims = self.dims(c);
@@ -68,44 +58,84 @@ impl LayerTensor {
         }
     }
 
-    /// llama.cpp's short name (`attn_q`).
-    pub fn short_name(self) -> &'static str {
+    /// A matrix (`y = x W^T`), not a vector (a norm weight or a bias).
+    pub fn is_matrix(self) -> bool {
+        matches!(
+            self,
+            LayerTensor::AttnQ
+                | LayerTensor::AttnK
+                | LayerTensor::AttnV
+                | LayerTensor::AttnOutput
+                | LayerTensor::FfnGate
+                | LayerTensor::FfnUp
+                | LayerTensor::FfnDown
+        )
+    }
+
+    /// llama.cpp's name after `blk.N.` (`attn_q.weight`, `attn_q.bias`).
+    pub fn suffix(self) -> &'static str {
         match self {
-            LayerTensor::AttnNorm => "attn_norm",
-            LayerTensor::AttnQ => "attn_q",
-            LayerTensor::AttnK => "attn_k",
-            LayerTensor::AttnV => "attn_v",
-            LayerTensor::AttnOutput => "attn_output",
-            LayerTensor::FfnNorm => "ffn_norm",
-            LayerTensor::FfnGate => "ffn_gate",
-            LayerTensor::FfnUp => "ffn_up",
-            LayerTensor::FfnDown => "ffn_down",
+            LayerTensor::AttnNorm => "attn_norm.weight",
+            LayerTensor::AttnQ => "attn_q.weight",
+            LayerTensor::AttnK => "attn_k.weight",
+            LayerTensor::AttnV => "attn_v.weight",
+            LayerTensor::AttnQBias => "attn_q.bias",
+            LayerTensor::AttnKBias => "attn_k.bias",
+            LayerTensor::AttnVBias => "attn_v.bias",
+            LayerTensor::AttnOutput => "attn_output.weight",
+            LayerTensor::AttnPostNorm => "post_attention_norm.weight",
+            LayerTensor::FfnNorm => "ffn_norm.weight",
+            LayerTensor::FfnGate => "ffn_gate.weight",
+            LayerTensor::FfnUp => "ffn_up.weight",
+            LayerTensor::FfnDown => "ffn_down.weight",
+            LayerTensor::FfnPostNorm => "post_ffw_norm.weight",
         }
     }
 
-    /// GGUF dims (`[in, out]` for a matrix, `[n]` for a norm weight).
+    /// GGUF dims (`[in, out]` for a matrix, `[n]` for a norm weight or a bias).
     pub fn dims(self, c: &ModelConfig) -> Vec<u64> {
         let d = |v: usize| v as u64;
         match self {
-            LayerTensor::AttnNorm | LayerTensor::FfnNorm => vec![d(c.hidden)],
+            LayerTensor::AttnNorm
+            | LayerTensor::FfnNorm
+            | LayerTensor::AttnPostNorm
+            | LayerTensor::FfnPostNorm => {
+                vec![d(c.hidden)]
+            }
             LayerTensor::AttnQ => vec![d(c.hidden), d(c.q_dim())],
             LayerTensor::AttnK | LayerTensor::AttnV => vec![d(c.hidden), d(c.kv_dim())],
+            LayerTensor::AttnQBias => vec![d(c.q_dim())],
+            LayerTensor::AttnKBias | LayerTensor::AttnVBias => vec![d(c.kv_dim())],
             LayerTensor::AttnOutput => vec![d(c.q_dim()), d(c.hidden)],
-            LayerTensor::FfnGate | LayerTensor::FfnUp => vec![d(c.hidden), d(c.ffn)],
+            LayerTensor::FfnGate => vec![d(c.hidden), d(c.ffn)],
+            LayerTensor::FfnUp if c.architecture.fused_gate_up() => vec![d(c.hidden), d(2 * c.ffn)],
+            LayerTensor::FfnUp => vec![d(c.hidden), d(c.ffn)],
             LayerTensor::FfnDown => vec![d(c.ffn), d(c.hidden)],
         }
     }
 }
 
-/// `blk.{layer}.{short_name}.weight`.
-pub fn tensor_name(layer: usize, tensor: LayerTensor) -> String {
-    format!("blk.{layer}.{}.weight", tensor.short_name())
+/// A block whose output joins the residual stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Block {
+    Attention,
+    Mlp,
 }
 
-/// Tensors of real checkpoints of these families that this block does not implement: loading
-/// such a file would silently compute something else, so it is refused.
-const UNSUPPORTED: [&str; 5] =
-    ["attn_q.bias", "attn_k.bias", "attn_v.bias", "post_attention_norm.weight", "post_ffw_norm.weight"];
+impl Block {
+    /// The output projection and the post-norm (glm4's) of the block.
+    pub fn output_and_post_norm(self) -> (LayerTensor, LayerTensor) {
+        match self {
+            Block::Attention => (LayerTensor::AttnOutput, LayerTensor::AttnPostNorm),
+            Block::Mlp => (LayerTensor::FfnDown, LayerTensor::FfnPostNorm),
+        }
+    }
+}
+
+/// `blk.{layer}.{suffix}` (`blk.0.attn_q.weight`).
+pub fn tensor_name(layer: usize, tensor: LayerTensor) -> String {
+    format!("blk.{layer}.{}", tensor.suffix())
+}
 
 /// The element types the loaders decode: the plain float types and the block formats the GPU
 /// decodes ([`block_format`]).
@@ -148,29 +178,46 @@ pub(crate) fn checked_info<'f>(file: &'f GgufFile, name: &str, dims: &[u64]) -> 
     Ok(info)
 }
 
-/// Checks every tensor the model needs (all before anything is loaded, so a bad file costs no
-/// upload) and returns whether there is an output norm.
-pub(crate) fn check_model(file: &GgufFile, config: &ModelConfig) -> Result<bool> {
-    for layer in 0..config.layers {
-        for t in LayerTensor::ALL {
-            checked_info(file, &tensor_name(layer, t), &t.dims(config))?;
-        }
-        for suffix in UNSUPPORTED {
-            let name = format!("blk.{layer}.{suffix}");
-            if file.tensor(&name).is_ok() {
-                return Err(ModelError::BadTensor {
-                    name,
-                    reason: "this block has no such tensor (QKV biases and post-norms are not implemented)"
-                        .into(),
-                });
-            }
+/// The tensors of layer `layer` that the architecture reads from this file: the required ones
+/// and the optional ones present, each checked (name, dims, type). A layer with some of the QKV
+/// biases but not all is refused naming the first missing one, and tensors of these families
+/// that the block does not implement are refused naming them.
+pub(crate) fn layer_tensors(file: &GgufFile, config: &ModelConfig, layer: usize) -> Result<Vec<LayerTensor>> {
+    let arch = config.architecture;
+    let mut present = Vec::new();
+    for &t in arch.layer_tensors() {
+        checked_info(file, &tensor_name(layer, t), &t.dims(config))?;
+        present.push(t);
+    }
+    for &t in arch.optional_layer_tensors() {
+        let name = tensor_name(layer, t);
+        if file.tensor(&name).is_ok() {
+            checked_info(file, &name, &t.dims(config))?;
+            present.push(t);
         }
     }
+    let biases = QKV_BIASES.iter().filter(|t| present.contains(t)).count();
+    if let Some(&missing) = QKV_BIASES.iter().find(|t| biases > 0 && !present.contains(t)) {
+        return Err(ModelError::MissingTensor { name: tensor_name(layer, missing) });
+    }
+    for (suffix, why) in arch.refused() {
+        let name = format!("blk.{layer}.{suffix}");
+        if file.tensor(&name).is_ok() {
+            return Err(ModelError::BadTensor { name, reason: format!("{} model: {why}", arch.name()) });
+        }
+    }
+    Ok(present)
+}
+
+/// Checks every tensor the model needs (all before anything is loaded, so a bad file costs no
+/// upload). Returns each layer's tensors ([`layer_tensors`]) and whether there is an output norm.
+pub(crate) fn check_model(file: &GgufFile, config: &ModelConfig) -> Result<(Vec<Vec<LayerTensor>>, bool)> {
+    let layers = (0..config.layers).map(|l| layer_tensors(file, config, l)).collect::<Result<_>>()?;
     let has_output_norm = file.tensor(OUTPUT_NORM).is_ok();
     if has_output_norm {
         checked_info(file, OUTPUT_NORM, &[config.hidden as u64])?;
     }
-    Ok(has_output_norm)
+    Ok((layers, has_output_norm))
 }
 
 /// Values decoded at a time when a weight is converted on the CPU: the f32 staging buffer stays

@@ -3,6 +3,7 @@
 //! rocm-model embeds every kernel, and the GPU archive that carries them to a GPU host has a
 //! size limit. Nextest still runs each test in its own process.
 
+mod architectures;
 mod gguf;
 mod kv_cache;
 mod model;

@@ -1,0 +1,151 @@
+//! One decoder layer's weights on the GPU ([`LayerWeights`]) and the parts of its pass that
+//! differ between architectures: the QKV projections with their biases, the post-norms, and the
+//! MLP with separate or stacked gate/up projections. `forward.rs` runs the rest (norms with
+//! their residual adds, RoPE, the KV cache, attention).
+
+use rocm_kernels::gemm::GemmElement;
+use rocm_kernels::rmsnorm::RmsNorm;
+use rocm_kernels::swiglu::{swiglu, swiglu_fused};
+use rocm_runtime::{DeviceBuffer, Stream};
+
+use super::config::ModelConfig;
+use super::error::Result;
+use super::linear::{Linear, add_bias};
+use super::weights::{Block, LayerTensor, load_device, load_linear, tensor_name};
+use crate::lazy::DeviceTensors;
+
+/// A layer's weights: vectors (norm weights, biases) in `T`, projections (`[out, in]`) as the
+/// file stores them; only the tensors the file has for its architecture
+/// ([`super::weights::layer_tensors`]).
+pub(super) struct LayerWeights<T: GemmElement> {
+    vectors: Vec<(LayerTensor, DeviceBuffer<T>)>,
+    matrices: Vec<(LayerTensor, Linear<T>)>,
+}
+
+impl<T: GemmElement> LayerWeights<T> {
+    /// Uploads `present`, the checked tensors of layer `layer`.
+    pub fn load(
+        tensors: &DeviceTensors,
+        config: &ModelConfig,
+        layer: usize,
+        present: &[LayerTensor],
+    ) -> Result<Self> {
+        let (mut vectors, mut matrices) = (Vec::new(), Vec::new());
+        for &t in present {
+            let name = tensor_name(layer, t);
+            if t.is_matrix() {
+                let (out, inp) = t.out_in(config);
+                matrices.push((t, load_linear(tensors, &name, out, inp)?));
+            } else {
+                vectors.push((t, load_device(tensors, &name)?));
+            }
+        }
+        Ok(LayerWeights { vectors, matrices })
+    }
+
+    /// A projection the layer has (checked at load).
+    pub fn linear(&self, t: LayerTensor) -> &Linear<T> {
+        self.matrices.iter().find(|(x, _)| *x == t).map(|(_, w)| w).expect("a projection checked at load")
+    }
+
+    /// A norm weight or bias, if the layer has it.
+    pub fn vector(&self, t: LayerTensor) -> Option<&DeviceBuffer<T>> {
+        self.vectors.iter().find(|(x, _)| *x == t).map(|(_, w)| w)
+    }
+
+    /// A norm weight every layer of the architecture has (checked at load).
+    pub fn norm(&self, t: LayerTensor) -> &DeviceBuffer<T> {
+        self.vector(t).expect("a norm weight checked at load")
+    }
+
+    pub fn has_biases(&self) -> bool {
+        self.vector(LayerTensor::AttnQBias).is_some()
+    }
+
+    pub fn device_bytes(&self) -> u64 {
+        let vectors: usize = self.vectors.iter().map(|(_, v)| v.len() * size_of::<T>()).sum();
+        vectors as u64 + self.matrices.iter().map(|(_, w)| w.device_bytes()).sum::<u64>()
+    }
+
+    /// `y = x W^T (+ bias)` for projection `t` and its bias `bias`, if the layer has one
+    /// (`ones`: at least `tokens` ones, present whenever a layer has biases).
+    pub fn project(
+        &self,
+        t: LayerTensor,
+        bias: LayerTensor,
+        x: &DeviceBuffer<T>,
+        tokens: usize,
+        ones: Option<&DeviceBuffer<T>>,
+        y: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        self.linear(t).apply(x, tokens, y)?;
+        if let (Some(b), Some(ones)) = (self.vector(bias), ones) {
+            add_bias(y, b, ones, tokens)?;
+        }
+        Ok(())
+    }
+
+    /// `delta = x W^T` for the block's output projection, then its post-norm when the layer
+    /// has one (glm4): `delta = rmsnorm(delta) * post`, through `spare`.
+    pub fn block_output(
+        &self,
+        block: Block,
+        norm: &RmsNorm,
+        x: &DeviceBuffer<T>,
+        tokens: usize,
+        delta: &mut DeviceBuffer<T>,
+        spare: &mut Option<DeviceBuffer<T>>,
+    ) -> Result<()> {
+        let (t, post) = block.output_and_post_norm();
+        self.linear(t).apply(x, tokens, delta)?;
+        if let (Some(weight), Some(out)) = (self.vector(post), spare.as_mut()) {
+            norm.run(delta, weight, out)?;
+            std::mem::swap(delta, out);
+        }
+        Ok(())
+    }
+
+    /// `act = silu(gate) * up` of `xn`: separate `ffn_gate` and `ffn_up`, or glm4's stacked
+    /// `ffn_up` (each output row `[gate | up]`, in `mlp.gate`).
+    pub fn mlp_activation(
+        &self,
+        xn: &DeviceBuffer<T>,
+        tokens: usize,
+        ffn: usize,
+        mlp: &mut Mlp<T>,
+    ) -> Result<()> {
+        match &mut mlp.up {
+            Some(up) => {
+                self.linear(LayerTensor::FfnGate).apply(xn, tokens, &mut mlp.gate)?;
+                self.linear(LayerTensor::FfnUp).apply(xn, tokens, up)?;
+                swiglu(&mlp.gate, up, &mut mlp.act)?;
+            }
+            None => {
+                self.linear(LayerTensor::FfnUp).apply(xn, tokens, &mut mlp.gate)?;
+                swiglu_fused(&mlp.gate, &mut mlp.act, tokens, ffn)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The MLP's activations of one step.
+pub(super) struct Mlp<T: GemmElement> {
+    /// `[tokens, ffn]`, or `[tokens, 2 * ffn]` (`[gate | up]` rows) when gate and up are stacked.
+    gate: DeviceBuffer<T>,
+    /// `[tokens, ffn]`; none when gate and up are stacked.
+    up: Option<DeviceBuffer<T>>,
+    /// `[tokens, ffn]`: the down projection's input.
+    pub act: DeviceBuffer<T>,
+}
+
+impl<T: GemmElement> Mlp<T> {
+    pub fn new(stream: &Stream, config: &ModelConfig, tokens: usize) -> Result<Self> {
+        let width = tokens * config.ffn;
+        Ok(if config.architecture.fused_gate_up() {
+            Mlp { gate: stream.alloc(2 * width)?, up: None, act: stream.alloc(width)? }
+        } else {
+            Mlp { gate: stream.alloc(width)?, up: Some(stream.alloc(width)?), act: stream.alloc(width)? }
+        })
+    }
+}
