@@ -1,6 +1,7 @@
 //! `rocm-bench model-run MODEL.gguf --tokens 1,2,3 [--steps N] [--dtype f32|f16|bf16]
 //! [--reference] --out DIR`: token ids through rocm-model, greedy, with every step's logits
-//! written out, for `scripts/check_model_hf.py` to compare with Hugging Face's `LlamaForCausalLM`.
+//! written out, for `scripts/check_model_hf.py` to compare with Hugging Face (`LlamaForCausalLM`,
+//! `Qwen2ForCausalLM`, `Glm4ForCausalLM`: any architecture `Model::load` reads).
 //!
 //! The model is loaded with `Model::<T>::load` (activations in `--dtype`, default f32); the prompt
 //! is embedded and prefilled, the last token's logits give the first greedy token; then each of
