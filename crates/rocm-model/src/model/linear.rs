@@ -103,8 +103,32 @@ pub(crate) fn add_bias<T: GemmElement>(
     ones: &DeviceBuffer<T>,
     tokens: usize,
 ) -> Result<()> {
-    let out = bias.len();
-    let desc = GemmDesc::linear(tokens, out, 1).with_alpha_beta(1.0, 1.0);
-    gemm(&desc, ones, bias, y)?;
+    gemm(&bias_desc(tokens, bias.len()), ones, bias, y)?;
     Ok(())
+}
+
+/// The product [`add_bias`] runs: `[tokens, 1] x [out, 1]^T`, accumulating into `C`.
+fn bias_desc(tokens: usize, out: usize) -> GemmDesc {
+    GemmDesc::linear(tokens, out, 1).with_alpha_beta(1.0, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use rocm_kernels::gemm::gemm_reference;
+
+    use super::bias_desc;
+
+    /// The rank-1 product adds `bias` to every row, as the GEMMs' reference (which follows the
+    /// descriptor's layout and leading dimensions like both GPU paths) computes it.
+    #[test]
+    fn the_bias_product_adds_the_bias_to_every_row() {
+        let (tokens, out) = (3, 5);
+        let ones = vec![1.0f32; tokens + 2]; // a longer ones buffer is fine: only `tokens` are read
+        let bias: Vec<f32> = (0..out).map(|j| j as f32 - 1.5).collect();
+        let y: Vec<f32> = (0..tokens * out).map(|i| (i * i) as f32 * 0.25).collect();
+        let got = gemm_reference(&bias_desc(tokens, out), &ones, &bias, &y).unwrap();
+        for (i, g) in got.iter().enumerate() {
+            assert_eq!(*g, (y[i] + bias[i % out]) as f64, "element {i}");
+        }
+    }
 }
