@@ -6,6 +6,8 @@
 // This file only gives each entry point rocm-sys binds an exported C symbol under its HIP name
 // that forwards to AMD's wrapper: the mapping itself (error codes, attributes, stream flags,
 // module loading) is AMD's, which is the point: the runtime's HIP driver runs against it.
+// The one exception is the stream-capture and graph calls at the end (`RF_EXPORT_OURS`), which
+// AMD's header defines only for nvcc: those few are ours, and say so.
 //
 // Built by `cargo xtask hip-nvidia` with the host C++ compiler against CUDA 11.8's headers
 // (AMD's NVIDIA headers of HIP 5.2 do not build against newer CUDA), linked to CUDA 11.8's
@@ -80,3 +82,76 @@ RF_EXPORT(hipError_t, hipModuleLaunchKernel,
           (hipFunction_t f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
            unsigned int bz, unsigned int shared, hipStream_t stream, void** params, void** extra),
           (f, gx, gy, gz, bx, by, bz, shared, stream, params, extra))
+
+// ---------------------------------------------------------------------------------------------
+// Stream capture and graphs: ours, not AMD's.
+//
+// AMD's nvidia_detail header defines HIP's capture and graph wrappers only inside
+// `#ifdef __CUDACC__` (with its templates), so a host compiler sees none of them. These few are
+// written here instead, over the CUDA runtime's graph calls, which CUDA 11.8's
+// cuda_runtime_api.h declares for every compiler. The capture enums are passed in AMD's
+// numbering (`hip_runtime_api.h` for AMD: Global 0, ThreadLocal 1, Relaxed 2; status None 0,
+// Active 1, Invalidated 2), which is how rocm-sys's binding sends and reads them, and are
+// translated to CUDA's by name rather than assumed equal. Errors go through AMD's own
+// `hipCUDAErrorTohipError`, like every wrapper above.
+// ---------------------------------------------------------------------------------------------
+
+// Exports `name` from `rf_own_<name>`, defined below, instead of from AMD's wrapper.
+#define RF_EXPORT_OURS(ret, name, params, args) \
+    extern "C" ret rf_export_##name params { return rf_own_##name args; }
+
+static hipError_t rf_own_hipStreamBeginCapture(hipStream_t stream, int mode) {
+    cudaStreamCaptureMode cuda_mode;
+    switch (mode) {
+        case 0: cuda_mode = cudaStreamCaptureModeGlobal; break;
+        case 1: cuda_mode = cudaStreamCaptureModeThreadLocal; break;
+        case 2: cuda_mode = cudaStreamCaptureModeRelaxed; break;
+        default: return hipErrorInvalidValue;
+    }
+    return hipCUDAErrorTohipError(cudaStreamBeginCapture(stream, cuda_mode));
+}
+
+static hipError_t rf_own_hipStreamEndCapture(hipStream_t stream, hipGraph_t* graph) {
+    return hipCUDAErrorTohipError(cudaStreamEndCapture(stream, graph));
+}
+
+static hipError_t rf_own_hipStreamIsCapturing(hipStream_t stream, int* status) {
+    cudaStreamCaptureStatus cuda_status = cudaStreamCaptureStatusNone;
+    cudaError_t error = cudaStreamIsCapturing(stream, &cuda_status);
+    if (error == cudaSuccess) {
+        switch (cuda_status) {
+            case cudaStreamCaptureStatusNone: *status = 0; break;
+            case cudaStreamCaptureStatusActive: *status = 1; break;
+            case cudaStreamCaptureStatusInvalidated: *status = 2; break;
+            default: return hipErrorUnknown;
+        }
+    }
+    return hipCUDAErrorTohipError(error);
+}
+
+static hipError_t rf_own_hipGraphInstantiate(hipGraphExec_t* exec, hipGraph_t graph, hipGraphNode_t* error_node,
+                                             char* log, size_t log_size) {
+    return hipCUDAErrorTohipError(cudaGraphInstantiate(exec, graph, error_node, log, log_size));
+}
+
+static hipError_t rf_own_hipGraphLaunch(hipGraphExec_t exec, hipStream_t stream) {
+    return hipCUDAErrorTohipError(cudaGraphLaunch(exec, stream));
+}
+
+static hipError_t rf_own_hipGraphExecDestroy(hipGraphExec_t exec) {
+    return hipCUDAErrorTohipError(cudaGraphExecDestroy(exec));
+}
+
+static hipError_t rf_own_hipGraphDestroy(hipGraph_t graph) {
+    return hipCUDAErrorTohipError(cudaGraphDestroy(graph));
+}
+
+RF_EXPORT_OURS(hipError_t, hipStreamBeginCapture, (hipStream_t stream, int mode), (stream, mode))
+RF_EXPORT_OURS(hipError_t, hipStreamEndCapture, (hipStream_t stream, hipGraph_t* graph), (stream, graph))
+RF_EXPORT_OURS(hipError_t, hipStreamIsCapturing, (hipStream_t stream, int* status), (stream, status))
+RF_EXPORT_OURS(hipError_t, hipGraphInstantiate,
+               (hipGraphExec_t* exec, hipGraph_t graph, hipGraphNode_t* error_node, char* log, size_t log_size),
+               (exec, graph, error_node, log, log_size))
+RF_EXPORT_OURS(hipError_t, hipGraphLaunch, (hipGraphExec_t exec, hipStream_t stream), (exec, stream))
+RF_EXPORT_OURS(hipError_t, hipGraphExecDestroy, (hipGraphExec_t exec), (exec))
+RF_EXPORT_OURS(hipError_t, hipGraphDestroy, (hipGraph_t graph), (graph))

@@ -77,9 +77,23 @@ pub(crate) const HIP: Binding = Binding {
         "hipModuleLaunchKernel",
         "hipFuncGetAttribute",
     ],
-    newtype_enums: &["hipError_t", "hipDeviceAttribute_t", "hipFunction_attribute"],
-    // The 5.x device-properties layout, so a unit test can hold `rocm_sys::hip_facts` to it.
-    types: &["hipDeviceProp_t"],
+    newtype_enums: &[
+        "hipError_t",
+        "hipDeviceAttribute_t",
+        "hipFunction_attribute",
+        "hipStreamCaptureMode",
+        "hipStreamCaptureStatus",
+    ],
+    // The 5.x device-properties layout, so a unit test can hold `rocm_sys::hip_facts` to it; the
+    // handle and enum types of the optional stream-capture and graph calls (`HipExtras`).
+    types: &[
+        "hipDeviceProp_t",
+        "hipGraph_t",
+        "hipGraphExec_t",
+        "hipGraphNode_t",
+        "hipStreamCaptureMode",
+        "hipStreamCaptureStatus",
+    ],
     vars: &["hipStreamNonBlocking", "hipEventDefault", "hipEventDisableTiming"],
 };
 
@@ -130,6 +144,16 @@ const CUDA: Binding = Binding {
         "cuLaunchKernel",
         "cuFuncGetAttribute",
         "cuFuncSetAttribute",
+        // Stream capture and graphs (`rocm_runtime::Graph`). cuda.h's `cuStreamBeginCapture` and
+        // `cuGraphInstantiate` are macros for these exported names; the newest of them,
+        // cuGraphInstantiateWithFlags, is CUDA 11.4's.
+        "cuStreamBeginCapture_v2",
+        "cuStreamEndCapture",
+        "cuStreamIsCapturing",
+        "cuGraphInstantiateWithFlags",
+        "cuGraphLaunch",
+        "cuGraphExecDestroy",
+        "cuGraphDestroy",
     ],
     newtype_enums: &[
         "cudaError_enum",
@@ -137,6 +161,8 @@ const CUDA: Binding = Binding {
         "CUfunction_attribute_enum",
         "CUstream_flags_enum",
         "CUevent_flags_enum",
+        "CUstreamCaptureMode_enum",
+        "CUstreamCaptureStatus_enum",
     ],
     types: &["CUstream_flags_enum", "CUevent_flags_enum"],
     vars: &[],

@@ -66,6 +66,48 @@ const EXTRAS: &[Extra] = &[
         props: None,
         ours: || field_type(|e: &HipExtras| &e.free_async),
     },
+    Extra {
+        symbol: "hipStreamBeginCapture",
+        declared: "hipStreamBeginCapture",
+        props: None,
+        ours: || field_type(|e: &HipExtras| &e.stream_begin_capture),
+    },
+    Extra {
+        symbol: "hipStreamEndCapture",
+        declared: "hipStreamEndCapture",
+        props: None,
+        ours: || field_type(|e: &HipExtras| &e.stream_end_capture),
+    },
+    Extra {
+        symbol: "hipStreamIsCapturing",
+        declared: "hipStreamIsCapturing",
+        props: None,
+        ours: || field_type(|e: &HipExtras| &e.stream_is_capturing),
+    },
+    Extra {
+        symbol: "hipGraphInstantiate",
+        declared: "hipGraphInstantiate",
+        props: None,
+        ours: || field_type(|e: &HipExtras| &e.graph_instantiate),
+    },
+    Extra {
+        symbol: "hipGraphLaunch",
+        declared: "hipGraphLaunch",
+        props: None,
+        ours: || field_type(|e: &HipExtras| &e.graph_launch),
+    },
+    Extra {
+        symbol: "hipGraphExecDestroy",
+        declared: "hipGraphExecDestroy",
+        props: None,
+        ours: || field_type(|e: &HipExtras| &e.graph_exec_destroy),
+    },
+    Extra {
+        symbol: "hipGraphDestroy",
+        declared: "hipGraphDestroy",
+        props: None,
+        ours: || field_type(|e: &HipExtras| &e.graph_destroy),
+    },
 ];
 
 /// The declarations of [`EXTRAS`], generated like the HIP binding (same newtype enums, so the
@@ -79,6 +121,13 @@ const DECLARED: Binding = Binding {
         "hipGetDevicePropertiesR0600",
         "hipMallocAsync",
         "hipFreeAsync",
+        "hipStreamBeginCapture",
+        "hipStreamEndCapture",
+        "hipStreamIsCapturing",
+        "hipGraphInstantiate",
+        "hipGraphLaunch",
+        "hipGraphExecDestroy",
+        "hipGraphDestroy",
     ],
     newtype_enums: HIP.newtype_enums,
     types: &["hipDeviceProp_tR0000", "hipDeviceProp_tR0600"],

@@ -112,11 +112,13 @@ impl Inputs {
     }
 }
 
-/// The HIP names `exports.cpp` exports, in file order (its `RF_EXPORT(ret, name, ...)` lines).
+/// The HIP names `exports.cpp` exports, in file order (its `RF_EXPORT(ret, name, ...)` lines,
+/// which forward to AMD's wrappers, and `RF_EXPORT_OURS(...)` lines, which forward to its own).
 pub fn exported_names(source: &str) -> Vec<String> {
     source
         .lines()
-        .filter_map(|l| l.trim_start().strip_prefix("RF_EXPORT("))
+        .map(str::trim_start)
+        .filter_map(|l| l.strip_prefix("RF_EXPORT(").or_else(|| l.strip_prefix("RF_EXPORT_OURS(")))
         .filter_map(|rest| rest.split(',').nth(1))
         .map(|name| name.trim().to_string())
         .collect()
@@ -248,7 +250,7 @@ mod tests {
 
     #[test]
     fn export_lines_are_parsed_by_name() {
-        let text = "RF_EXPORT(hipError_t, hipInit, (unsigned f), (f))\n  RF_EXPORT(const char*, hipGetErrorName,\n// RF_EXPORT in a comment";
-        assert_eq!(exported_names(text), ["hipInit", "hipGetErrorName"]);
+        let text = "RF_EXPORT(hipError_t, hipInit, (unsigned f), (f))\n  RF_EXPORT(const char*, hipGetErrorName,\n// RF_EXPORT in a comment\nRF_EXPORT_OURS(hipError_t, hipGraphLaunch, (x), (x))\n#define RF_EXPORT_OURS(ret, name, params, args) \\";
+        assert_eq!(exported_names(text), ["hipInit", "hipGetErrorName", "hipGraphLaunch"]);
     }
 }

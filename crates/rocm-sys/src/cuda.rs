@@ -38,6 +38,18 @@ pub struct CUstream_st {
     _unused: [u8; 0],
 }
 pub type CUstream = *mut CUstream_st;
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUgraph_st {
+    _unused: [u8; 0],
+}
+pub type CUgraph = *mut CUgraph_st;
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUgraphExec_st {
+    _unused: [u8; 0],
+}
+pub type CUgraphExec = *mut CUgraphExec_st;
 impl CUstream_flags_enum {
     pub const CU_STREAM_DEFAULT: CUstream_flags_enum = CUstream_flags_enum(0);
     pub const CU_STREAM_NON_BLOCKING: CUstream_flags_enum = CUstream_flags_enum(1);
@@ -355,6 +367,25 @@ impl CUfunction_attribute_enum {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUfunction_attribute_enum(pub ::std::os::raw::c_uint);
 pub use self::CUfunction_attribute_enum as CUfunction_attribute;
+impl CUstreamCaptureStatus_enum {
+    pub const CU_STREAM_CAPTURE_STATUS_NONE: CUstreamCaptureStatus_enum = CUstreamCaptureStatus_enum(0);
+    pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: CUstreamCaptureStatus_enum = CUstreamCaptureStatus_enum(1);
+    pub const CU_STREAM_CAPTURE_STATUS_INVALIDATED: CUstreamCaptureStatus_enum =
+        CUstreamCaptureStatus_enum(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUstreamCaptureStatus_enum(pub ::std::os::raw::c_uint);
+pub use self::CUstreamCaptureStatus_enum as CUstreamCaptureStatus;
+impl CUstreamCaptureMode_enum {
+    pub const CU_STREAM_CAPTURE_MODE_GLOBAL: CUstreamCaptureMode_enum = CUstreamCaptureMode_enum(0);
+    pub const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: CUstreamCaptureMode_enum = CUstreamCaptureMode_enum(1);
+    pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode_enum = CUstreamCaptureMode_enum(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUstreamCaptureMode_enum(pub ::std::os::raw::c_uint);
+pub use self::CUstreamCaptureMode_enum as CUstreamCaptureMode;
 impl cudaError_enum {
     pub const CUDA_SUCCESS: cudaError_enum = cudaError_enum(0);
     pub const CUDA_ERROR_INVALID_VALUE: cudaError_enum = cudaError_enum(1);
@@ -541,6 +572,11 @@ pub struct CudaLibrary {
         unsafe extern "C" fn(phStream: *mut CUstream, Flags: ::std::os::raw::c_uint) -> CUresult,
     pub cuStreamWaitEvent:
         unsafe extern "C" fn(hStream: CUstream, hEvent: CUevent, Flags: ::std::os::raw::c_uint) -> CUresult,
+    pub cuStreamBeginCapture_v2:
+        unsafe extern "C" fn(hStream: CUstream, mode: CUstreamCaptureMode) -> CUresult,
+    pub cuStreamEndCapture: unsafe extern "C" fn(hStream: CUstream, phGraph: *mut CUgraph) -> CUresult,
+    pub cuStreamIsCapturing:
+        unsafe extern "C" fn(hStream: CUstream, captureStatus: *mut CUstreamCaptureStatus) -> CUresult,
     pub cuStreamQuery: unsafe extern "C" fn(hStream: CUstream) -> CUresult,
     pub cuStreamSynchronize: unsafe extern "C" fn(hStream: CUstream) -> CUresult,
     pub cuStreamDestroy_v2: unsafe extern "C" fn(hStream: CUstream) -> CUresult,
@@ -572,6 +608,14 @@ pub struct CudaLibrary {
         kernelParams: *mut *mut ::std::os::raw::c_void,
         extra: *mut *mut ::std::os::raw::c_void,
     ) -> CUresult,
+    pub cuGraphInstantiateWithFlags: unsafe extern "C" fn(
+        phGraphExec: *mut CUgraphExec,
+        hGraph: CUgraph,
+        flags: ::std::os::raw::c_ulonglong,
+    ) -> CUresult,
+    pub cuGraphLaunch: unsafe extern "C" fn(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult,
+    pub cuGraphExecDestroy: unsafe extern "C" fn(hGraphExec: CUgraphExec) -> CUresult,
+    pub cuGraphDestroy: unsafe extern "C" fn(hGraph: CUgraph) -> CUresult,
 }
 impl CudaLibrary {
     pub unsafe fn new<P>(path: P) -> Result<Self, ::libloading::Error>
@@ -617,6 +661,9 @@ impl CudaLibrary {
         let cuMemAllocAsync = __library.get(b"cuMemAllocAsync\0").map(|sym| *sym)?;
         let cuStreamCreate = __library.get(b"cuStreamCreate\0").map(|sym| *sym)?;
         let cuStreamWaitEvent = __library.get(b"cuStreamWaitEvent\0").map(|sym| *sym)?;
+        let cuStreamBeginCapture_v2 = __library.get(b"cuStreamBeginCapture_v2\0").map(|sym| *sym)?;
+        let cuStreamEndCapture = __library.get(b"cuStreamEndCapture\0").map(|sym| *sym)?;
+        let cuStreamIsCapturing = __library.get(b"cuStreamIsCapturing\0").map(|sym| *sym)?;
         let cuStreamQuery = __library.get(b"cuStreamQuery\0").map(|sym| *sym)?;
         let cuStreamSynchronize = __library.get(b"cuStreamSynchronize\0").map(|sym| *sym)?;
         let cuStreamDestroy_v2 = __library.get(b"cuStreamDestroy_v2\0").map(|sym| *sym)?;
@@ -628,6 +675,10 @@ impl CudaLibrary {
         let cuFuncGetAttribute = __library.get(b"cuFuncGetAttribute\0").map(|sym| *sym)?;
         let cuFuncSetAttribute = __library.get(b"cuFuncSetAttribute\0").map(|sym| *sym)?;
         let cuLaunchKernel = __library.get(b"cuLaunchKernel\0").map(|sym| *sym)?;
+        let cuGraphInstantiateWithFlags = __library.get(b"cuGraphInstantiateWithFlags\0").map(|sym| *sym)?;
+        let cuGraphLaunch = __library.get(b"cuGraphLaunch\0").map(|sym| *sym)?;
+        let cuGraphExecDestroy = __library.get(b"cuGraphExecDestroy\0").map(|sym| *sym)?;
+        let cuGraphDestroy = __library.get(b"cuGraphDestroy\0").map(|sym| *sym)?;
         Ok(CudaLibrary {
             __library,
             cuGetErrorString,
@@ -659,6 +710,9 @@ impl CudaLibrary {
             cuMemAllocAsync,
             cuStreamCreate,
             cuStreamWaitEvent,
+            cuStreamBeginCapture_v2,
+            cuStreamEndCapture,
+            cuStreamIsCapturing,
             cuStreamQuery,
             cuStreamSynchronize,
             cuStreamDestroy_v2,
@@ -670,6 +724,10 @@ impl CudaLibrary {
             cuFuncGetAttribute,
             cuFuncSetAttribute,
             cuLaunchKernel,
+            cuGraphInstantiateWithFlags,
+            cuGraphLaunch,
+            cuGraphExecDestroy,
+            cuGraphDestroy,
         })
     }
     pub unsafe fn cuGetErrorString(
@@ -832,6 +890,19 @@ impl CudaLibrary {
     ) -> CUresult {
         (self.cuStreamWaitEvent)(hStream, hEvent, Flags)
     }
+    pub unsafe fn cuStreamBeginCapture_v2(&self, hStream: CUstream, mode: CUstreamCaptureMode) -> CUresult {
+        (self.cuStreamBeginCapture_v2)(hStream, mode)
+    }
+    pub unsafe fn cuStreamEndCapture(&self, hStream: CUstream, phGraph: *mut CUgraph) -> CUresult {
+        (self.cuStreamEndCapture)(hStream, phGraph)
+    }
+    pub unsafe fn cuStreamIsCapturing(
+        &self,
+        hStream: CUstream,
+        captureStatus: *mut CUstreamCaptureStatus,
+    ) -> CUresult {
+        (self.cuStreamIsCapturing)(hStream, captureStatus)
+    }
     pub unsafe fn cuStreamQuery(&self, hStream: CUstream) -> CUresult {
         (self.cuStreamQuery)(hStream)
     }
@@ -899,5 +970,22 @@ impl CudaLibrary {
             kernelParams,
             extra,
         )
+    }
+    pub unsafe fn cuGraphInstantiateWithFlags(
+        &self,
+        phGraphExec: *mut CUgraphExec,
+        hGraph: CUgraph,
+        flags: ::std::os::raw::c_ulonglong,
+    ) -> CUresult {
+        (self.cuGraphInstantiateWithFlags)(phGraphExec, hGraph, flags)
+    }
+    pub unsafe fn cuGraphLaunch(&self, hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult {
+        (self.cuGraphLaunch)(hGraphExec, hStream)
+    }
+    pub unsafe fn cuGraphExecDestroy(&self, hGraphExec: CUgraphExec) -> CUresult {
+        (self.cuGraphExecDestroy)(hGraphExec)
+    }
+    pub unsafe fn cuGraphDestroy(&self, hGraph: CUgraph) -> CUresult {
+        (self.cuGraphDestroy)(hGraph)
     }
 }

@@ -1468,6 +1468,40 @@ pub struct ihipEvent_t {
     _unused: [u8; 0],
 }
 pub type hipEvent_t = *mut ihipEvent_t;
+#[repr(C)]
+#[derive(Debug)]
+pub struct ihipGraph {
+    _unused: [u8; 0],
+}
+pub type hipGraph_t = *mut ihipGraph;
+#[repr(C)]
+#[derive(Debug)]
+pub struct hipGraphNode {
+    _unused: [u8; 0],
+}
+pub type hipGraphNode_t = *mut hipGraphNode;
+#[repr(C)]
+#[derive(Debug)]
+pub struct hipGraphExec {
+    _unused: [u8; 0],
+}
+pub type hipGraphExec_t = *mut hipGraphExec;
+impl hipStreamCaptureMode {
+    pub const hipStreamCaptureModeGlobal: hipStreamCaptureMode = hipStreamCaptureMode(0);
+    pub const hipStreamCaptureModeThreadLocal: hipStreamCaptureMode = hipStreamCaptureMode(1);
+    pub const hipStreamCaptureModeRelaxed: hipStreamCaptureMode = hipStreamCaptureMode(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipStreamCaptureMode(pub ::std::os::raw::c_uint);
+impl hipStreamCaptureStatus {
+    pub const hipStreamCaptureStatusNone: hipStreamCaptureStatus = hipStreamCaptureStatus(0);
+    pub const hipStreamCaptureStatusActive: hipStreamCaptureStatus = hipStreamCaptureStatus(1);
+    pub const hipStreamCaptureStatusInvalidated: hipStreamCaptureStatus = hipStreamCaptureStatus(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipStreamCaptureStatus(pub ::std::os::raw::c_uint);
 pub struct HipLibrary {
     __library: ::libloading::Library,
     pub hipInit: unsafe extern "C" fn(flags: ::std::os::raw::c_uint) -> hipError_t,

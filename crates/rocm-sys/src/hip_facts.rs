@@ -150,6 +150,31 @@ pub const HIP_SYMBOLS: &[SymbolFact] = &[
     // The stream-ordered allocator.
     optional("hipMallocAsync", 5, 1),
     optional("hipFreeAsync", 5, 1),
+    // Stream capture and graphs (`hipStreamBeginCapture@@hip_4.3` and so on in 5.2.3's and
+    // 6.4.3's libamdhip64; `hipGraphInstantiateWithFlags` came in 4.5, so the runtime
+    // instantiates with the 4.3 call). Optional although every supported AMD release has them:
+    // AMD's HIP for NVIDIA defines them only under nvcc, so a library built from its headers
+    // by a host compiler lacks them unless it supplies its own (`xtask/hip_nvidia/exports.cpp`
+    // does), and a library without them should still run everything but graphs.
+    optional("hipStreamBeginCapture", 4, 3),
+    optional("hipStreamEndCapture", 4, 3),
+    optional("hipStreamIsCapturing", 4, 3),
+    optional("hipGraphInstantiate", 4, 3),
+    optional("hipGraphLaunch", 4, 3),
+    optional("hipGraphExecDestroy", 4, 3),
+    optional("hipGraphDestroy", 4, 3),
+];
+
+/// The entry points a HIP library needs for stream capture and graphs, all optional
+/// ([`HIP_SYMBOLS`]): without any one of them the runtime reports graphs unsupported.
+pub const GRAPH_SYMBOLS: &[&str] = &[
+    "hipStreamBeginCapture",
+    "hipStreamEndCapture",
+    "hipStreamIsCapturing",
+    "hipGraphInstantiate",
+    "hipGraphLaunch",
+    "hipGraphExecDestroy",
+    "hipGraphDestroy",
 ];
 
 /// The symbol fact for `name`.
@@ -391,6 +416,17 @@ mod tests {
         assert_eq!(code_object_version_since(3), None);
         assert_eq!(code_object_version_since(7), None);
         assert!(CODE_OBJECT_VERSIONS.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
+    }
+
+    #[test]
+    fn graph_symbols_are_optional_facts_of_hip_4_3() {
+        for name in GRAPH_SYMBOLS {
+            let fact = symbol(name).unwrap_or_else(|| panic!("{name} has no fact"));
+            assert!(!fact.required && fact.since == HipVersion::new(4, 3), "{fact:?}");
+        }
+        // Every release rocmforge supports, and HIP for NVIDIA's 5.2 headers, are past it.
+        let nvidia = HipRuntime::NvidiaCuda { cuda_major: 11, cuda_minor: 8 };
+        assert!(nvidia.api_version().at_least(HipVersion::new(4, 3)));
     }
 
     #[test]

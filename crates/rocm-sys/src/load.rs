@@ -6,7 +6,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::cuda::{CUevent, CUfunction, CUresult, CudaLibrary};
-use crate::hip::{HipLibrary, hipError_t, hipStream_t};
+use crate::hip::{
+    HipLibrary, hipError_t, hipGraph_t, hipGraphExec_t, hipGraphNode_t, hipStream_t, hipStreamCaptureMode,
+    hipStreamCaptureStatus,
+};
 
 /// A driver library could not be opened or lacks a symbol rocmforge needs.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -142,6 +145,25 @@ pub struct HipExtras {
     pub get_device_properties_r0600: Option<HipGetDeviceProperties>,
     pub malloc_async: Option<unsafe extern "C" fn(*mut *mut c_void, usize, hipStream_t) -> hipError_t>,
     pub free_async: Option<unsafe extern "C" fn(*mut c_void, hipStream_t) -> hipError_t>,
+    /// Stream capture and graphs (`rocm_runtime::Graph`). AMD's runtime has exported them since
+    /// 4.3; AMD's HIP for NVIDIA defines them only where nvcc compiles the caller, so a
+    /// HIP-for-NVIDIA library may lack them (ours exports them: `xtask/hip_nvidia/exports.cpp`).
+    pub stream_begin_capture: Option<unsafe extern "C" fn(hipStream_t, hipStreamCaptureMode) -> hipError_t>,
+    pub stream_end_capture: Option<unsafe extern "C" fn(hipStream_t, *mut hipGraph_t) -> hipError_t>,
+    pub stream_is_capturing:
+        Option<unsafe extern "C" fn(hipStream_t, *mut hipStreamCaptureStatus) -> hipError_t>,
+    pub graph_instantiate: Option<
+        unsafe extern "C" fn(
+            *mut hipGraphExec_t,
+            hipGraph_t,
+            *mut hipGraphNode_t,
+            *mut std::os::raw::c_char,
+            usize,
+        ) -> hipError_t,
+    >,
+    pub graph_launch: Option<unsafe extern "C" fn(hipGraphExec_t, hipStream_t) -> hipError_t>,
+    pub graph_exec_destroy: Option<unsafe extern "C" fn(hipGraphExec_t) -> hipError_t>,
+    pub graph_destroy: Option<unsafe extern "C" fn(hipGraph_t) -> hipError_t>,
 }
 
 /// Opens the HIP runtime from the first of [`hip_candidates`] that loads and exports every
@@ -169,6 +191,13 @@ pub unsafe fn load_hip() -> Result<HipLoaded, LoadError> {
             get_device_properties_r0600: extra.get(b"hipGetDevicePropertiesR0600\0").map(|s| *s).ok(),
             malloc_async: extra.get(b"hipMallocAsync\0").map(|s| *s).ok(),
             free_async: extra.get(b"hipFreeAsync\0").map(|s| *s).ok(),
+            stream_begin_capture: extra.get(b"hipStreamBeginCapture\0").map(|s| *s).ok(),
+            stream_end_capture: extra.get(b"hipStreamEndCapture\0").map(|s| *s).ok(),
+            stream_is_capturing: extra.get(b"hipStreamIsCapturing\0").map(|s| *s).ok(),
+            graph_instantiate: extra.get(b"hipGraphInstantiate\0").map(|s| *s).ok(),
+            graph_launch: extra.get(b"hipGraphLaunch\0").map(|s| *s).ok(),
+            graph_exec_destroy: extra.get(b"hipGraphExecDestroy\0").map(|s| *s).ok(),
+            graph_destroy: extra.get(b"hipGraphDestroy\0").map(|s| *s).ok(),
         }
     };
     std::mem::forget(extra);
