@@ -89,6 +89,9 @@ pub fn gemm_with<T: GemmElement>(
     let blas = match path {
         GemmPath::Portable => None,
         GemmPath::Vendor => Some(vendor_blas(c.stream())?),
+        // The runtime refuses vendor BLAS calls while a graph is recorded: inside a capture,
+        // Auto is the portable kernel.
+        GemmPath::Auto if c.stream().is_capturing() => None,
         // Unavailable is a property of the machine, not an error: fall back. Failures of an
         // available library are errors (below), never a silent switch of implementation.
         GemmPath::Auto => vendor_blas(c.stream()).ok(),

@@ -538,6 +538,12 @@ impl Blas {
             stream = stream.id()
         )
         .entered();
+        let _outside = stream.capture_state().outside(
+            stream.id(),
+            "a vendor BLAS GEMM",
+            "capturing cuBLAS and rocBLAS calls into graphs is not verified on both platforms yet; \
+             use the portable GEMM kernel inside a capture",
+        )?;
         let mut vendor = self.vendor.lock();
         // cuBLAS and rocBLAS act on the thread's current device.
         stream.backend().driver().bind_thread()?;

@@ -5,8 +5,15 @@ use std::panic::Location;
 
 use crate::driver::DevicePtr;
 use crate::error::{Bytes, Error, Result};
+use crate::graph::Allocation;
 use crate::ledger::AllocationId;
 use crate::stream::Stream;
+
+/// Why host copies are refused while a stream records a graph.
+const HOST_COPY_IN_CAPTURE: &str = "a graph would copy from or to the host address again at every replay, long                                     after the host memory was given back; copy before the capture or between                                     replays (`DeviceBuffer::write_from_host` writes a graph's inputs)";
+
+/// Why copies between two streams are refused while either records a graph.
+const CROSS_STREAM_IN_CAPTURE: &str = "a graph records one stream, and ordering against another would pull that                                        stream into the capture; copy between streams before or after it";
 
 /// Element types a device buffer may hold: plain data for which every bit pattern is a valid
 /// value (so reading back memory a kernel did not write is garbage, never undefined behaviour).
@@ -41,6 +48,12 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         let bytes = len.checked_mul(size_of::<T>()).ok_or_else(|| {
             Error::InvalidArgument(format!("{len} elements of {} overflow usize", std::any::type_name::<T>()))
         })? as u64;
+        let _outside = stream.capture_state().outside(
+            stream.id(),
+            "allocating",
+            "memory allocated during a capture would be freed before the graph replays it; allocate \
+             before the capture",
+        )?;
         let mut buffer =
             DeviceBuffer { ptr: 0, len, stream: stream.clone(), allocation: None, _elements: PhantomData };
         if bytes == 0 {
@@ -95,6 +108,11 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         self.ptr
     }
 
+    /// The ledger's record of this buffer's memory (`None` for an empty buffer).
+    pub(crate) fn allocation_id(&self) -> Option<AllocationId> {
+        self.allocation
+    }
+
     fn check_len(&self, other: usize, what: &str) -> Result<()> {
         if other == self.len {
             Ok(())
@@ -109,7 +127,20 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// Copies `src` into this buffer. Returns once `src` may be reused (the copy is complete).
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
-        self.check_len(src.len(), "copy_from_host")?;
+        self.write_from_host(src)
+    }
+
+    /// [`DeviceBuffer::copy_from_host`] through a shared borrow: for buffers a [`crate::Graph`]
+    /// borrows, such as its inputs between replays. It changes the contents only, never the
+    /// allocation the graph recorded, and is ordered on the buffer's stream after the replays
+    /// queued before it (and before those queued after). Returns once the copy is complete.
+    pub fn write_from_host(&self, src: &[T]) -> Result<()> {
+        self.check_len(src.len(), "write_from_host")?;
+        let _outside = self.stream.capture_state().outside(
+            self.stream.id(),
+            "copying from the host",
+            HOST_COPY_IN_CAPTURE,
+        )?;
         if self.len == 0 {
             return Ok(());
         }
@@ -131,6 +162,11 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// Copies this buffer into `dst`, waiting for the stream's queued work and the copy.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         self.check_len(dst.len(), "copy_to_host")?;
+        let _outside = self.stream.capture_state().outside(
+            self.stream.id(),
+            "copying to the host",
+            HOST_COPY_IN_CAPTURE,
+        )?;
         if self.len == 0 {
             return Ok(());
         }
@@ -169,10 +205,31 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         }
         let bytes = self.size_bytes();
         let _span = tracing::trace_span!("copy_dtod", bytes, stream = self.stream.id()).entered();
+        self.ordered_with(src, |dst| {
+            // SAFETY: both are live allocations of `bytes`; the caller orders the copy after the
+            // source's queued work and the source's later work (its free) after the copy.
+            unsafe { dst.stream.backend().driver().copy_dtod(dst.ptr, src.ptr, bytes, dst.stream.raw()) }
+        })
+    }
+
+    /// Runs `copy`, which queues a copy from `src` on this buffer's stream, ordered with
+    /// `src`'s stream both ways when the streams differ; on one stream it may be recorded
+    /// into a graph (both allocations are noted), across two it is refused while either
+    /// stream records.
+    fn ordered_with(&self, src: &DeviceBuffer<T>, copy: impl FnOnce(&Self) -> Result<()>) -> Result<()> {
+        if self.stream.same_as(&src.stream) {
+            let enqueue = self.stream.capture_state().enqueue(self.stream.id(), "a device copy")?;
+            enqueue.uses(self.allocation);
+            enqueue.uses(src.allocation);
+            return copy(self);
+        }
+        let operation = "copying between two streams";
+        let _mine =
+            self.stream.capture_state().outside(self.stream.id(), operation, CROSS_STREAM_IN_CAPTURE)?;
+        let _theirs =
+            src.stream.capture_state().outside(src.stream.id(), operation, CROSS_STREAM_IN_CAPTURE)?;
         self.stream.join(&src.stream)?;
-        // SAFETY: both are live allocations of `bytes`; the join orders the copy after the
-        // source's queued work and orders the source's later work (its free) after the copy.
-        unsafe { self.stream.backend().driver().copy_dtod(self.ptr, src.ptr, bytes, self.stream.raw())? };
+        copy(self)?;
         self.stream.join(&src.stream)
     }
 
@@ -203,13 +260,13 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         }
         let element = size_of::<T>() as u64;
         let (dst, from) = (self.ptr + dst_start as u64 * element, src.ptr + src_start as u64 * element);
-        self.stream.join(&src.stream)?;
-        // SAFETY: both ranges lie inside live allocations (checked above); the joins order the
-        // copy as in `copy_from_device`.
-        unsafe {
-            self.stream.backend().driver().copy_dtod(dst, from, len * size_of::<T>(), self.stream.raw())?
-        };
-        self.stream.join(&src.stream)
+        self.ordered_with(src, |this| {
+            // SAFETY: both ranges lie inside live allocations (checked above), ordered as in
+            // `copy_from_device`.
+            unsafe {
+                this.stream.backend().driver().copy_dtod(dst, from, len * size_of::<T>(), this.stream.raw())
+            }
+        })
     }
 
     /// Sets every byte to `value` (0xFF poisons f32/f16/bf16 data with NaN).
@@ -217,6 +274,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
+        let enqueue = self.stream.capture_state().enqueue(self.stream.id(), "a memset")?;
+        enqueue.uses(self.allocation);
         // SAFETY: the range is this buffer's allocation.
         unsafe {
             self.stream.backend().driver().memset_d8(self.ptr, value, self.size_bytes(), self.stream.raw())
@@ -237,6 +296,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         let driver = self.stream.backend().driver();
         let bytes = bytemuck::bytes_of(&value);
         let (ptr, len, stream) = (self.ptr, self.len, self.stream.raw());
+        let enqueue = self.stream.capture_state().enqueue(self.stream.id(), "a memset")?;
+        enqueue.uses(self.allocation);
         // SAFETY: each range is this buffer's allocation, aligned for the element size.
         unsafe {
             match *bytes {
@@ -256,21 +317,31 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         let Some(id) = self.allocation.take() else { return };
-        let backend = self.stream.backend();
-        let driver = backend.driver();
-        let freed = if driver.stream_ordered_memory() {
-            // SAFETY: `ptr` was allocated with alloc_async on this buffer's device and is freed
-            // once (`allocation` was taken); every use of it was queued on its own stream, so
-            // the free queued there runs after them.
-            unsafe { driver.free_async(self.ptr, self.stream.raw()) }
-        } else {
-            // Without memory pools a free is immediate: wait for the owning stream's work first.
-            // SAFETY: as above, with alloc_sync; the wait means no queued work uses it.
-            self.stream.synchronize().and_then(|()| unsafe { driver.free_sync(self.ptr) })
-        };
-        if let Err(e) = freed {
-            tracing::error!(error = %e, bytes = self.size_bytes(), "freeing a device buffer failed");
-        }
-        backend.ledger().release(id);
+        let allocation = Allocation { ptr: self.ptr, id, bytes: self.size_bytes() as u64 };
+        // Freed now, or, while a capture runs or a graph uses it, when that is over.
+        self.stream.release_allocation(allocation);
     }
+}
+
+/// Frees the memory of a dropped buffer of `stream` in stream order and releases it in the
+/// ledger. Called once per allocation, by [`Stream::release_allocation`] (no capture runs on
+/// the stream and no graph holds the allocation) or by the last graph holding it.
+pub(crate) fn free_allocation(stream: &Stream, allocation: Allocation) {
+    let backend = stream.backend();
+    let driver = backend.driver();
+    let freed = if driver.stream_ordered_memory() {
+        // SAFETY: `ptr` was allocated with alloc_async on this stream's device and is freed once
+        // (its buffer's `allocation` was taken); every use of it was queued on its own stream,
+        // directly or by the replays of graphs that are gone, so the free queued there runs
+        // after them; no capture is recording the stream (the caller holds its gate).
+        unsafe { driver.free_async(allocation.ptr, stream.raw()) }
+    } else {
+        // Without memory pools a free is immediate: wait for the owning stream's work first.
+        // SAFETY: as above, with alloc_sync; the wait means no queued work uses it.
+        stream.synchronize().and_then(|()| unsafe { driver.free_sync(allocation.ptr) })
+    };
+    if let Err(e) = freed {
+        tracing::error!(error = %e, bytes = allocation.bytes, "freeing a device buffer failed");
+    }
+    backend.ledger().release(allocation.id);
 }

@@ -114,6 +114,13 @@ pub enum Error {
     CodeObject { ordinal: usize, device: String, source: crate::code_object::CodeObjectError },
     #[error("`{name}` not found in module: {source}")]
     FunctionNotFound { name: String, source: DriverError },
+    /// An operation on a stream that is recording a graph ([`crate::Stream::capture`]) which
+    /// cannot be recorded, or would make the graph unsound, or came from another thread.
+    #[error("stream {stream} is recording a graph, so {operation} is refused: {reason}")]
+    CaptureRefused { stream: u64, operation: &'static str, reason: &'static str },
+    /// The loaded HIP library cannot capture graphs.
+    #[error("graphs are unsupported by this HIP library: {0}")]
+    GraphsUnsupported(String),
     /// `ROCMFORGE_VENDOR_BLAS=off` ([`crate::VENDOR_BLAS_ENV`]): products take the portable path.
     #[error("the vendor BLAS is turned off ({}=off)", crate::VENDOR_BLAS_ENV)]
     VendorBlasOff,

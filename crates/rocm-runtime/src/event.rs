@@ -41,6 +41,12 @@ impl Event {
 
     pub(crate) fn record(&self, stream: &Stream) -> Result<()> {
         self.check_backend(stream.backend())?;
+        let _outside = stream.capture_state().outside(
+            stream.id(),
+            "recording an event",
+            "an event recorded in a capture marks no work that has run, so waiting on it or timing \
+             it would mean nothing",
+        )?;
         self.backend.driver().event_record(self.raw, stream.raw())
     }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::buffer::{DeviceBuffer, DeviceCopy};
 use crate::error::{Error, Result};
+use crate::ledger::AllocationId;
 use crate::module::Function;
 use crate::stream::Stream;
 
@@ -46,6 +47,8 @@ pub struct Launch<'a> {
     stream: &'a Stream,
     function: &'a Function,
     args: Vec<ArgValue>,
+    /// The allocations of the buffers passed: a capture records them ([`crate::graph`]).
+    allocations: Vec<AllocationId>,
     error: Option<Error>,
 }
 
@@ -62,7 +65,7 @@ impl<'a> Launch<'a> {
     pub(crate) fn new(stream: &'a Stream, function: &'a Function) -> Self {
         let error = (!Arc::ptr_eq(stream.backend(), function.backend()))
             .then(|| Error::InvalidArgument(format!("`{}` was loaded on another device", function.name())));
-        Launch { stream, function, args: Vec::new(), error }
+        Launch { stream, function, args: Vec::new(), allocations: Vec::new(), error }
     }
 
     fn push_bytes(&mut self, bytes: &[u8]) {
@@ -78,10 +81,16 @@ impl<'a> Launch<'a> {
     }
 
     fn push_buffer<T: DeviceCopy>(&mut self, buffer: &DeviceBuffer<T>) {
+        self.use_buffer(buffer);
+        self.push_bytes(&buffer.device_ptr().to_ne_bytes());
+    }
+
+    /// Checks that `buffer` belongs to the launching stream and notes its allocation.
+    fn use_buffer<T: DeviceCopy>(&mut self, buffer: &DeviceBuffer<T>) {
         if self.error.is_none() {
             self.error = self.stream.check_owns(buffer.stream()).err();
         }
-        self.push_bytes(&buffer.device_ptr().to_ne_bytes());
+        self.allocations.extend(buffer.allocation_id());
     }
 
     /// A buffer the kernel only reads.
@@ -99,9 +108,7 @@ impl<'a> Launch<'a> {
     /// A buffer the kernel reads through a pointer inside a struct argument: checked to belong
     /// to the launching stream like [`Launch::buffer`], but adds no argument.
     pub fn reads<T: DeviceCopy>(mut self, buffer: &'a DeviceBuffer<T>) -> Self {
-        if self.error.is_none() {
-            self.error = self.stream.check_owns(buffer.stream()).err();
-        }
+        self.use_buffer(buffer);
         self
     }
 
@@ -150,6 +157,11 @@ impl<'a> Launch<'a> {
             > u64::from(info.shared_mem_per_block)
         {
             driver.function_set_max_dynamic_shared(function.raw(), config.shared_mem_bytes)?;
+        }
+        // Held until the kernel is queued: a capture cannot start or end meanwhile.
+        let enqueue = self.stream.capture_state().enqueue(self.stream.id(), "a kernel launch")?;
+        for &id in &self.allocations {
+            enqueue.uses(Some(id));
         }
         let mut params: Vec<*mut c_void> =
             self.args.iter().map(|a| a.storage.as_ptr() as *mut c_void).collect();

@@ -22,6 +22,13 @@ use crate::error::OverBudget;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct AllocationId(u64);
 
+impl AllocationId {
+    #[cfg(test)]
+    pub(crate) fn for_tests(n: u64) -> Self {
+        AllocationId(n)
+    }
+}
+
 /// One allocation that has not been freed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveAllocation {

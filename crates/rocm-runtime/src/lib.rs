@@ -31,6 +31,7 @@ mod display;
 mod driver;
 mod error;
 mod event;
+mod graph;
 mod launch;
 mod ledger;
 mod module;
@@ -47,6 +48,7 @@ pub use buffer::{DeviceBuffer, DeviceCopy};
 pub use device::{CodeObjectKind, DeviceInfo, MatrixCores, MemoryInfo};
 pub use error::{Bytes, DriverError, Error, OverBudget, Result};
 pub use event::Event;
+pub use graph::Graph;
 pub use launch::{Launch, LaunchConfig};
 pub use ledger::{Account, Ledger, LiveAllocation};
 pub use module::{Function, Module};
@@ -80,5 +82,9 @@ mod tests {
         send_sync::<super::Module>();
         send_sync::<super::Function>();
         send_sync::<super::Event>();
+        // A graph may move between threads, but not be shared by them (see `graph`).
+        fn send<T: Send>() {}
+        send::<super::Graph<'static>>();
+        send::<super::Graph<'static, Vec<super::DeviceBuffer<f32>>>>();
     }
 }

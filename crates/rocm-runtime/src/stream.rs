@@ -8,6 +8,7 @@ use crate::buffer::{DeviceBuffer, DeviceCopy};
 use crate::driver::RawStream;
 use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::graph::CaptureState;
 use crate::launch::Launch;
 use crate::ledger::Account;
 use crate::module::Function;
@@ -28,6 +29,8 @@ struct StreamInner {
     raw: RawStream,
     id: u64,
     account: Option<Account>,
+    /// Whether a graph is being recorded on it, and what its graphs hold ([`crate::graph`]).
+    capture: CaptureState,
 }
 
 impl std::fmt::Debug for Stream {
@@ -55,7 +58,8 @@ impl Stream {
     pub(crate) fn new(backend: Arc<Backend>, account: Option<Account>) -> Result<Self> {
         let raw = backend.driver().stream_create()?;
         let id = backend.next_stream_id();
-        Ok(Stream { inner: Arc::new(StreamInner { backend, raw, id, account }) })
+        let capture = CaptureState::default();
+        Ok(Stream { inner: Arc::new(StreamInner { backend, raw, id, account, capture }) })
     }
 
     pub fn backend(&self) -> &Arc<Backend> {
@@ -76,6 +80,10 @@ impl Stream {
         self.inner.raw
     }
 
+    pub(crate) fn capture_state(&self) -> &CaptureState {
+        &self.inner.capture
+    }
+
     /// Whether `other` is this same stream.
     pub fn same_as(&self, other: &Stream) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
@@ -84,12 +92,22 @@ impl Stream {
     /// Blocks until all work queued on this stream has completed. Other streams, ours or
     /// anyone's, are not waited for.
     pub fn synchronize(&self) -> Result<()> {
+        let _outside = self.inner.capture.outside(
+            self.id(),
+            "synchronizing the stream",
+            "nothing recorded has run yet; synchronize after the capture, or after a replay",
+        )?;
         let _span = tracing::trace_span!("stream_synchronize", stream = self.id()).entered();
         self.inner.backend.driver().stream_synchronize(self.raw())
     }
 
     /// `true` when all queued work has completed (does not block).
     pub fn is_idle(&self) -> Result<bool> {
+        let _outside = self.inner.capture.outside(
+            self.id(),
+            "asking whether the stream is idle",
+            "a recording stream runs nothing, and querying it would invalidate the capture",
+        )?;
         crate::driver::ready(self.inner.backend.driver().stream_query(self.raw()))
     }
 
@@ -126,6 +144,11 @@ impl Stream {
     /// Makes later work on this stream wait until `event` has completed.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         event.check_backend(&self.inner.backend)?;
+        let _outside = self.inner.capture.outside(
+            self.id(),
+            "waiting on an event",
+            "a wait on work outside the capture cannot be recorded into the graph",
+        )?;
         self.inner.backend.driver().stream_wait_event(self.raw(), event.raw())
     }
 

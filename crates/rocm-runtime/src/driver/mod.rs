@@ -47,6 +47,10 @@ raw_handle!(
     RawModule,
     /// `CUfunction` / `hipFunction_t`.
     RawFunction,
+    /// `CUgraph` / `hipGraph_t`: a captured graph.
+    RawGraph,
+    /// `CUgraphExec` / `hipGraphExec_t`: a graph instantiated for launching.
+    RawGraphExec,
 );
 
 /// A device address. Both platforms use a flat 64-bit device address space.
@@ -139,6 +143,40 @@ pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
     /// [`Self::stream_query`].
     fn event_query(&self, event: RawEvent) -> Result<()>;
     fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32>;
+
+    /// Starts capturing `stream`: work queued on it from now on is recorded into a graph
+    /// instead of running. Both implementations capture in *relaxed* mode. Global mode (the
+    /// vendors' default) makes "potentially unsafe" calls (a plain allocation or free, a
+    /// synchronous copy) fail on every thread of the process while any capture is open, and
+    /// many streams (parallel tests, other users of the backend) work in one process. Thread-
+    /// local mode confines that to the recording thread, but there it still refuses harmless
+    /// calls on *other* streams: a buffer of another stream dropped inside the recording
+    /// closure would fail its `cuMemFree` on a device without memory pools and leak. The
+    /// runtime refuses what must not happen on the capturing stream itself, exactly and with
+    /// its own error (`Error::CaptureRefused`), so the driver's coarser check adds nothing.
+    fn stream_begin_capture(&self, stream: RawStream) -> Result<()>;
+    /// Ends the capture of `stream` and returns the graph it recorded; the driver's error when
+    /// the capture was invalidated (no graph then). Either way the stream is no longer capturing.
+    fn stream_end_capture(&self, stream: RawStream) -> Result<RawGraph>;
+    /// Whether the driver has `stream` in a capture (active or invalidated). The runtime keeps
+    /// its own flag per stream and asks this only to check that a capture really ended.
+    fn stream_is_capturing(&self, stream: RawStream) -> Result<bool>;
+    /// An executable instance of `graph` (which stays owned by the caller).
+    fn graph_instantiate(&self, graph: RawGraph) -> Result<RawGraphExec>;
+    /// Queues one replay of `exec` on `stream`.
+    ///
+    /// # Safety
+    /// Every allocation the captured work touches is still allocated, and stays so until the
+    /// stream has executed the replay.
+    unsafe fn graph_launch(&self, exec: RawGraphExec, stream: RawStream) -> Result<()>;
+    /// # Safety
+    /// `exec` came from [`Self::graph_instantiate`] on this device, no replay of it is pending
+    /// (its stream was synchronised), and it is not used after this call.
+    unsafe fn graph_exec_destroy(&self, exec: RawGraphExec) -> Result<()>;
+    /// # Safety
+    /// `graph` came from [`Self::stream_end_capture`] on this device and is not used after this
+    /// call (instances made from it stay valid).
+    unsafe fn graph_destroy(&self, graph: RawGraph) -> Result<()>;
 
     /// Loads a code object (AMD) or fatbin/cubin/PTX (NVIDIA) image.
     fn module_load(&self, image: &[u8]) -> Result<RawModule>;

@@ -12,8 +12,8 @@ use rocm_sys::cuda as sys;
 use rocm_sys::cuda::{CUdevice_attribute as Attr, CUresult};
 
 use super::{
-    DeviceDriver, DevicePtr, DriverVersions, InitFailure, RawEvent, RawFunction, RawModule, RawStream,
-    aligned_image, c_string, function_not_found, load_once,
+    DeviceDriver, DevicePtr, DriverVersions, InitFailure, RawEvent, RawFunction, RawGraph, RawGraphExec,
+    RawModule, RawStream, aligned_image, c_string, function_not_found, load_once,
 };
 use crate::device::{CodeObjectKind, DeviceInfo, MatrixCores};
 use crate::error::{DriverError, Error, Result};
@@ -424,6 +424,52 @@ impl DeviceDriver for CudaDevice {
         let r = unsafe { (self.lib().extras.event_elapsed_time)(&mut ms, start.0.cast(), end.0.cast()) };
         self.lib().check("cuEventElapsedTime", r)?;
         Ok(ms)
+    }
+
+    fn stream_begin_capture(&self, stream: RawStream) -> Result<()> {
+        self.bind()?;
+        // Relaxed: see `DeviceDriver::stream_begin_capture` for why not global or thread-local.
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        call!(self.lib(), cuStreamBeginCapture_v2(stream.0.cast(), mode))
+    }
+
+    fn stream_end_capture(&self, stream: RawStream) -> Result<RawGraph> {
+        self.bind()?;
+        let mut graph = std::ptr::null_mut();
+        call!(self.lib(), cuStreamEndCapture(stream.0.cast(), &mut graph))?;
+        Ok(RawGraph(graph.cast()))
+    }
+
+    fn stream_is_capturing(&self, stream: RawStream) -> Result<bool> {
+        self.bind()?;
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        call!(self.lib(), cuStreamIsCapturing(stream.0.cast(), &mut status))?;
+        Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    }
+
+    fn graph_instantiate(&self, graph: RawGraph) -> Result<RawGraphExec> {
+        self.bind()?;
+        let mut exec = std::ptr::null_mut();
+        call!(self.lib(), cuGraphInstantiateWithFlags(&mut exec, graph.0.cast(), 0))?;
+        Ok(RawGraphExec(exec.cast()))
+    }
+
+    unsafe fn graph_launch(&self, exec: RawGraphExec, stream: RawStream) -> Result<()> {
+        self.bind()?;
+        // SAFETY: what the replay touches is still allocated (graph_launch's contract).
+        call!(self.lib(), cuGraphLaunch(exec.0.cast(), stream.0.cast()))
+    }
+
+    unsafe fn graph_exec_destroy(&self, exec: RawGraphExec) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the instance is live, idle and never used again (graph_exec_destroy's contract).
+        call!(self.lib(), cuGraphExecDestroy(exec.0.cast()))
+    }
+
+    unsafe fn graph_destroy(&self, graph: RawGraph) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the graph is live and never used again (graph_destroy's contract).
+        call!(self.lib(), cuGraphDestroy(graph.0.cast()))
     }
 
     fn module_load(&self, image: &[u8]) -> Result<RawModule> {

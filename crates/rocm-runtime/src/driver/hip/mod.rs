@@ -14,8 +14,8 @@ use rocm_sys::hip as sys;
 use rocm_sys::hip::{hipDeviceAttribute_t as Attr, hipError_t};
 
 use super::{
-    DeviceDriver, DevicePtr, DriverVersions, InitFailure, RawEvent, RawFunction, RawModule, RawStream,
-    aligned_image, c_string, function_not_found, load_once,
+    DeviceDriver, DevicePtr, DriverVersions, InitFailure, RawEvent, RawFunction, RawGraph, RawGraphExec,
+    RawModule, RawStream, aligned_image, c_string, function_not_found, load_once,
 };
 use crate::device::{CodeObjectKind, DeviceInfo, MatrixCores};
 use crate::error::{DriverError, Error, Result};
@@ -79,6 +79,52 @@ impl Hip {
     /// The stream-ordered allocator's entry points, when this release has them.
     fn pool_entries(&self) -> Option<(MallocAsync, FreeAsync)> {
         Some((self.extras.malloc_async?, self.extras.free_async?))
+    }
+}
+
+/// The stream-capture and graph entry points, when the library exports every one of them.
+#[derive(Clone, Copy)]
+struct GraphEntries {
+    begin_capture: unsafe extern "C" fn(sys::hipStream_t, sys::hipStreamCaptureMode) -> hipError_t,
+    end_capture: unsafe extern "C" fn(sys::hipStream_t, *mut sys::hipGraph_t) -> hipError_t,
+    is_capturing: unsafe extern "C" fn(sys::hipStream_t, *mut sys::hipStreamCaptureStatus) -> hipError_t,
+    instantiate: unsafe extern "C" fn(
+        *mut sys::hipGraphExec_t,
+        sys::hipGraph_t,
+        *mut sys::hipGraphNode_t,
+        *mut std::os::raw::c_char,
+        usize,
+    ) -> hipError_t,
+    launch: unsafe extern "C" fn(sys::hipGraphExec_t, sys::hipStream_t) -> hipError_t,
+    exec_destroy: unsafe extern "C" fn(sys::hipGraphExec_t) -> hipError_t,
+    destroy: unsafe extern "C" fn(sys::hipGraph_t) -> hipError_t,
+}
+
+impl Hip {
+    /// The graph entry points, or [`Error::GraphsUnsupported`] naming what the library lacks.
+    fn graph_entries(&self) -> Result<GraphEntries> {
+        let e = &self.extras;
+        let entries = || {
+            Some(GraphEntries {
+                begin_capture: e.stream_begin_capture?,
+                end_capture: e.stream_end_capture?,
+                is_capturing: e.stream_is_capturing?,
+                instantiate: e.graph_instantiate?,
+                launch: e.graph_launch?,
+                exec_destroy: e.graph_exec_destroy?,
+                destroy: e.graph_destroy?,
+            })
+        };
+        entries().ok_or_else(|| {
+            let since = hip_facts::symbol(hip_facts::GRAPH_SYMBOLS[0]).map(|s| s.since);
+            let since = since
+                .map_or(String::new(), |v| format!(" (AMD's runtime has them from {}.{})", v.major, v.minor));
+            Error::GraphsUnsupported(format!(
+                "{self:?} does not export all of {}{since}; AMD's HIP for NVIDIA defines them only for nvcc, \
+                 and `cargo xtask hip-nvidia` builds one that exports them",
+                hip_facts::GRAPH_SYMBOLS.join(", ")
+            ))
+        })
     }
 }
 
@@ -477,6 +523,72 @@ impl DeviceDriver for HipDevice {
         let mut ms = 0.0f32;
         call!(self.hip, hipEventElapsedTime(&mut ms, start.0.cast(), end.0.cast()))?;
         Ok(ms)
+    }
+
+    fn stream_begin_capture(&self, stream: RawStream) -> Result<()> {
+        let graphs = self.hip.graph_entries()?;
+        self.bind()?;
+        // Relaxed: see `DeviceDriver::stream_begin_capture` for why not global or thread-local.
+        let mode = sys::hipStreamCaptureMode::hipStreamCaptureModeRelaxed;
+        // SAFETY: the stream is live (its owner outlives this call).
+        let r = unsafe { (graphs.begin_capture)(stream.0.cast(), mode) };
+        self.hip.check("hipStreamBeginCapture", r)
+    }
+
+    fn stream_end_capture(&self, stream: RawStream) -> Result<RawGraph> {
+        let graphs = self.hip.graph_entries()?;
+        self.bind()?;
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: the stream is live; `graph` is a writable local.
+        let r = unsafe { (graphs.end_capture)(stream.0.cast(), &mut graph) };
+        self.hip.check("hipStreamEndCapture", r)?;
+        Ok(RawGraph(graph.cast()))
+    }
+
+    fn stream_is_capturing(&self, stream: RawStream) -> Result<bool> {
+        let graphs = self.hip.graph_entries()?;
+        self.bind()?;
+        let mut status = sys::hipStreamCaptureStatus::hipStreamCaptureStatusNone;
+        // SAFETY: the stream is live; `status` is a writable local.
+        let r = unsafe { (graphs.is_capturing)(stream.0.cast(), &mut status) };
+        self.hip.check("hipStreamIsCapturing", r)?;
+        Ok(status != sys::hipStreamCaptureStatus::hipStreamCaptureStatusNone)
+    }
+
+    fn graph_instantiate(&self, graph: RawGraph) -> Result<RawGraphExec> {
+        let graphs = self.hip.graph_entries()?;
+        self.bind()?;
+        let mut exec = std::ptr::null_mut();
+        // SAFETY: the graph is live (its owner outlives this call); no error node or log wanted.
+        let r = unsafe {
+            (graphs.instantiate)(&mut exec, graph.0.cast(), std::ptr::null_mut(), std::ptr::null_mut(), 0)
+        };
+        self.hip.check("hipGraphInstantiate", r)?;
+        Ok(RawGraphExec(exec.cast()))
+    }
+
+    unsafe fn graph_launch(&self, exec: RawGraphExec, stream: RawStream) -> Result<()> {
+        let graphs = self.hip.graph_entries()?;
+        self.bind()?;
+        // SAFETY: what the replay touches is still allocated (graph_launch's contract).
+        let r = unsafe { (graphs.launch)(exec.0.cast(), stream.0.cast()) };
+        self.hip.check("hipGraphLaunch", r)
+    }
+
+    unsafe fn graph_exec_destroy(&self, exec: RawGraphExec) -> Result<()> {
+        let graphs = self.hip.graph_entries()?;
+        self.bind()?;
+        // SAFETY: the instance is live, idle and never used again (graph_exec_destroy's contract).
+        let r = unsafe { (graphs.exec_destroy)(exec.0.cast()) };
+        self.hip.check("hipGraphExecDestroy", r)
+    }
+
+    unsafe fn graph_destroy(&self, graph: RawGraph) -> Result<()> {
+        let graphs = self.hip.graph_entries()?;
+        self.bind()?;
+        // SAFETY: the graph is live and never used again (graph_destroy's contract).
+        let r = unsafe { (graphs.destroy)(graph.0.cast()) };
+        self.hip.check("hipGraphDestroy", r)
     }
 
     fn module_load(&self, image: &[u8]) -> Result<RawModule> {
