@@ -14,6 +14,7 @@ mod dequant;
 mod fill;
 mod flash_attention;
 mod gemm;
+mod graph;
 mod kv_cache;
 mod mxfp;
 mod mxfp4_tiled;
