@@ -110,29 +110,21 @@ const EXTRAS: &[Extra] = &[
     },
 ];
 
-/// The declarations of [`EXTRAS`], generated like the HIP binding (same newtype enums, so the
-/// types compare), with layout assertions for the properties structs.
-const DECLARED: Binding = Binding {
-    file: "",
-    header: "hip.h",
-    library: "Declared",
-    functions: &[
-        "hipGetDevicePropertiesR0000",
-        "hipGetDevicePropertiesR0600",
-        "hipMallocAsync",
-        "hipFreeAsync",
-        "hipStreamBeginCapture",
-        "hipStreamEndCapture",
-        "hipStreamIsCapturing",
-        "hipGraphInstantiate",
-        "hipGraphLaunch",
-        "hipGraphExecDestroy",
-        "hipGraphDestroy",
-    ],
-    newtype_enums: HIP.newtype_enums,
-    types: &["hipDeviceProp_tR0000", "hipDeviceProp_tR0600"],
-    vars: &[],
-};
+/// The declarations of [`EXTRAS`] (each one's `declared` name), generated like the HIP binding
+/// (same newtype enums, so the types compare), with layout assertions for the properties
+/// structs.
+fn declared_binding() -> Binding {
+    let functions: Vec<&'static str> = EXTRAS.iter().map(|e| e.declared).collect();
+    Binding {
+        file: "",
+        header: "hip.h",
+        library: "Declared",
+        functions: functions.leak(),
+        newtype_enums: HIP.newtype_enums,
+        types: &["hipDeviceProp_tR0000", "hipDeviceProp_tR0600"],
+        vars: &[],
+    }
+}
 
 fn field_type<T>(_: fn(&HipExtras) -> &T) -> &'static str {
     std::any::type_name::<T>()
@@ -171,13 +163,14 @@ pub fn check(hip52: &str, include52: &Path) -> Result<()> {
     let new = Generated::parse(&generate(&HIP).generate().map_err(failed)?.to_string(), HIP.library);
     // hip_deprecated.h goes last: bindgen `-include`s the earlier headers, so it sees the
     // types of hip_runtime_api.h that it builds on.
-    let declared_text = generate(&DECLARED)
+    let declared_binding = declared_binding();
+    let declared_text = generate(&declared_binding)
         .header(include.join("hip/hip_deprecated.h").to_string_lossy())
         .layout_tests(true)
         .generate()
         .map_err(failed)?
         .to_string();
-    let declared = Generated::parse(&declared_text, DECLARED.library);
+    let declared = Generated::parse(&declared_text, declared_binding.library);
 
     let source = format!("HIP {old_v}");
     let mut drift = Vec::new();

@@ -30,6 +30,17 @@ fn graphs_supported(gpu: &GpuTest) -> bool {
     }
 }
 
+/// A GPU test scope where graphs can be captured; returns from the test otherwise.
+macro_rules! graph_test {
+    () => {{
+        let gpu = gpu_test!();
+        if !graphs_supported(&gpu) {
+            return;
+        }
+        gpu
+    }};
+}
+
 fn bits(values: &[f32]) -> Vec<u32> {
     values.iter().map(|v| v.to_bits()).collect()
 }
@@ -77,10 +88,7 @@ fn chain_reference(input: &[f32]) -> Vec<f32> {
 
 #[test]
 fn graph_replays_match_the_eager_chain_with_new_inputs_each_time() {
-    let gpu = gpu_test!();
-    if !graphs_supported(&gpu) {
-        return;
-    }
+    let gpu = graph_test!();
     let stream = gpu.stream();
     let mut rng = Rng::new(0x6a0f_0001);
     for n in [1usize, 7, 4097, 1_000_003] {
@@ -141,10 +149,7 @@ fn assert_refused<T: std::fmt::Debug>(
 
 #[test]
 fn operations_that_cannot_be_recorded_are_refused_inside_a_capture() {
-    let gpu = gpu_test!();
-    if !graphs_supported(&gpu) {
-        return;
-    }
+    let gpu = graph_test!();
     let stream = gpu.stream();
     let id = stream.id();
     let other = gpu.new_stream();
@@ -206,10 +211,7 @@ fn operations_that_cannot_be_recorded_are_refused_inside_a_capture() {
 
 #[test]
 fn a_failed_capture_leaves_the_stream_usable_and_leaks_nothing() {
-    let gpu = gpu_test!();
-    if !graphs_supported(&gpu) {
-        return;
-    }
+    let gpu = graph_test!();
     let stream = gpu.stream();
     let mut kept = stream.alloc_zeroed::<f32>(1000).unwrap();
     let baseline = gpu.account().live_bytes();
@@ -259,10 +261,7 @@ fn a_failed_capture_leaves_the_stream_usable_and_leaks_nothing() {
 
 #[test]
 fn buffers_a_graph_uses_outlive_their_owners_until_the_graph_goes() {
-    let gpu = gpu_test!();
-    if !graphs_supported(&gpu) {
-        return;
-    }
+    let gpu = graph_test!();
     let stream = gpu.stream();
     let n = 4097;
     let bytes = (n * size_of::<f32>()) as u64;
@@ -303,10 +302,7 @@ fn buffers_a_graph_uses_outlive_their_owners_until_the_graph_goes() {
 
 #[test]
 fn captures_on_many_streams_run_beside_eager_work() {
-    let gpu = gpu_test!();
-    if !graphs_supported(&gpu) {
-        return;
-    }
+    let gpu = graph_test!();
     std::thread::scope(|scope| {
         for t in 0..4u64 {
             let stream = gpu.new_stream();
