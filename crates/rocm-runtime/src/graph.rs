@@ -43,7 +43,8 @@
 //!    to the recording, and on success the graph *holds* them: a buffer dropped while a graph
 //!    holds its allocation gives its memory to the graph instead of freeing it, and the last
 //!    graph holding it frees it when it is dropped (after waiting for the stream, so after its
-//!    replays). Nothing here depends on how the closure reached a buffer (a borrow, an `Arc`, a
+//!    replays). A graph likewise keeps the module of every kernel it launches loaded. Nothing
+//!    here depends on how the closure reached a buffer (a borrow, an `Arc`, a
 //!    global): the runtime, not the borrow checker, is what keeps the memory alive.
 //! 2. **The borrow checker keeps the graph's view stable.** `record` is `FnOnce + 'a` and the
 //!    graph is `Graph<'a, S>`: whatever the closure borrows stays borrowed while the graph
@@ -95,6 +96,7 @@ use parking_lot::{Mutex, RecursiveRwLock, RecursiveRwLockReadGuard};
 use crate::driver::{DevicePtr, RawGraph, RawGraphExec};
 use crate::error::{Error, Result};
 use crate::ledger::AllocationId;
+use crate::module::Function;
 use crate::stream::Stream;
 
 /// Device memory whose buffer is gone and whose free is still to be queued.
@@ -105,13 +107,15 @@ pub(crate) struct Allocation {
     pub(crate) bytes: u64,
 }
 
-/// The driver objects of a graph and the allocations it holds.
+/// The driver objects of a graph, the allocations it holds and the kernels it launches.
 #[derive(Debug)]
 pub(crate) struct GraphParts {
     graph: RawGraph,
     /// `None` when instantiation failed.
     exec: Option<RawGraphExec>,
     holds: Vec<AllocationId>,
+    /// Keeps the modules of the recorded kernels loaded (dropped after the graph).
+    kernels: Vec<Function>,
 }
 
 /// What a capture collects while it runs.
@@ -123,6 +127,8 @@ struct Recording {
     dropped: Vec<Allocation>,
     /// Graphs of the stream dropped during the capture: destroyed once it ended.
     graphs: Vec<GraphParts>,
+    /// The kernels launched.
+    kernels: Vec<Function>,
 }
 
 /// An allocation that live graphs use.
@@ -138,6 +144,8 @@ struct Held {
 pub(crate) struct Ended {
     /// The allocations the new graph holds (empty unless the capture is kept).
     holds: Vec<AllocationId>,
+    /// The kernels it launches.
+    kernels: Vec<Function>,
     /// Frees that waited for the capture to end.
     frees: Vec<Allocation>,
     /// Graphs dropped during the capture.
@@ -161,6 +169,12 @@ impl Book {
     fn uses(&mut self, id: AllocationId) {
         if let Some(recording) = self.recording.as_mut() {
             recording.used.insert(id);
+        }
+    }
+
+    fn launches(&mut self, function: &Function) {
+        if let Some(recording) = self.recording.as_mut() {
+            recording.kernels.push(function.clone());
         }
     }
 
@@ -196,7 +210,7 @@ impl Book {
     /// frees returned still go through [`Book::on_drop`] (an older graph may hold them).
     fn finish(&mut self, keep: bool) -> Ended {
         let Some(recording) = self.recording.take() else { return Ended::default() };
-        let mut ended = Ended { graphs: recording.graphs, ..Ended::default() };
+        let mut ended = Ended { graphs: recording.graphs, kernels: recording.kernels, ..Ended::default() };
         if keep {
             for &id in &recording.used {
                 self.held.entry(id).or_insert(Held { graphs: 0, dropped: None }).graphs += 1;
@@ -252,6 +266,13 @@ impl Enqueue<'_> {
     pub(crate) fn uses(&self, allocation: Option<AllocationId>) {
         if let (Some(book), Some(id)) = (self.book, allocation) {
             book.lock().uses(id);
+        }
+    }
+
+    /// The queued work launches `function`: a graph keeps its module loaded.
+    pub(crate) fn launches(&self, function: &Function) {
+        if let Some(book) = self.book {
+            book.lock().launches(function);
         }
     }
 }
@@ -334,6 +355,8 @@ impl Stream {
         if let Err(e) = unsafe { driver.graph_destroy(parts.graph) } {
             tracing::error!(stream = self.id(), error = %e, "destroying a graph failed");
         }
+        // Only now may the kernels' modules unload.
+        drop(parts.kernels);
         let frees = state.book.lock().release(&parts.holds);
         for allocation in frees {
             crate::buffer::free_allocation(self, allocation);
@@ -422,8 +445,9 @@ impl Stream {
             self.id()
         );
         let holds = std::mem::take(&mut ended.holds);
+        let kernels = std::mem::take(&mut ended.kernels);
         self.settle(ended);
-        let parts = graph.map(|graph| GraphParts { graph, exec: None, holds });
+        let parts = graph.map(|graph| GraphParts { graph, exec: None, holds, kernels });
         let failed = |parts: Result<GraphParts, Error>| {
             if let Ok(parts) = parts {
                 self.retire_graph(parts);
@@ -636,6 +660,7 @@ mod tests {
             graph: RawGraph(n as *mut std::ffi::c_void),
             exec: None,
             holds: vec![allocation(n).id],
+            kernels: Vec::new(),
         };
         assert!(book.retire(parts(1)).is_some());
         book.begin();

@@ -163,6 +163,7 @@ impl<'a> Launch<'a> {
         for &id in &self.allocations {
             enqueue.uses(Some(id));
         }
+        enqueue.launches(function);
         let mut params: Vec<*mut c_void> =
             self.args.iter().map(|a| a.storage.as_ptr() as *mut c_void).collect();
         let _span = tracing::trace_span!(
