@@ -10,10 +10,13 @@ use crate::ledger::AllocationId;
 use crate::stream::Stream;
 
 /// Why host copies are refused while a stream records a graph.
-const HOST_COPY_IN_CAPTURE: &str = "a graph would copy from or to the host address again at every replay, long                                     after the host memory was given back; copy before the capture or between                                     replays (`DeviceBuffer::write_from_host` writes a graph's inputs)";
+const HOST_COPY_IN_CAPTURE: &str = "a graph would copy from or to the host address again at every \
+    replay, long after the host memory was given back; copy before the capture or between replays \
+    (`DeviceBuffer::write_from_host` writes a graph's inputs)";
 
 /// Why copies between two streams are refused while either records a graph.
-const CROSS_STREAM_IN_CAPTURE: &str = "a graph records one stream, and ordering against another would pull that                                        stream into the capture; copy between streams before or after it";
+const CROSS_STREAM_IN_CAPTURE: &str = "a graph records one stream, and ordering against another \
+    would pull that stream into the capture; copy between streams before or after it";
 
 /// Element types a device buffer may hold: plain data for which every bit pattern is a valid
 /// value (so reading back memory a kernel did not write is garbage, never undefined behaviour).
