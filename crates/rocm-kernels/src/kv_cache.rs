@@ -135,6 +135,34 @@ pub fn kv_cache_copy_blocks<T: Dtype>(
     k_cache: &mut DeviceBuffer<T>,
     v_cache: &mut DeviceBuffer<T>,
 ) -> Result<()> {
+    copy_blocks(shape, pairs, k_cache, v_cache)
+}
+
+/// [`kv_cache_copy_blocks`] through shared borrows of the caches: for caches that a graph
+/// borrows for its whole life (`rocm_runtime::Graph::state`), between its replays. Like
+/// `DeviceBuffer::write_from_host` it changes the contents of the caches only, never their
+/// allocations, ordered on their stream after the replays queued before it (device memory is
+/// not Rust memory: nothing on the host reads it). `k_cache` and `v_cache` must be two buffers.
+pub fn kv_cache_copy_blocks_shared<T: Dtype>(
+    shape: &CacheShape,
+    pairs: &[(usize, usize)],
+    k_cache: &DeviceBuffer<T>,
+    v_cache: &DeviceBuffer<T>,
+) -> Result<()> {
+    ensure(k_cache.device_ptr() != v_cache.device_ptr() || k_cache.is_empty(), KERNEL, || {
+        "the K and V caches are one buffer".into()
+    })?;
+    copy_blocks(shape, pairs, k_cache, v_cache)
+}
+
+/// [`kv_cache_copy_blocks`] for two distinct caches (a mutable borrow of each, or the check of
+/// [`kv_cache_copy_blocks_shared`]).
+fn copy_blocks<T: Dtype>(
+    shape: &CacheShape,
+    pairs: &[(usize, usize)],
+    k_cache: &DeviceBuffer<T>,
+    v_cache: &DeviceBuffer<T>,
+) -> Result<()> {
     shape.check(k_cache.len(), v_cache.len())?;
     let mut dsts: Vec<usize> = pairs.iter().map(|p| p.1).collect();
     dsts.sort_unstable();
@@ -169,13 +197,16 @@ pub fn kv_cache_copy_blocks<T: Dtype>(
     // SAFETY: rf_kv_cache_copy_blocks_<T>(rf_kv_copy_params) reads the 2n pair entries uploaded
     // above, and reads/writes k_cache/v_cache at block * block_elems + i < num_blocks *
     // block_elems = their checked lengths, for ids checked above to be in range; no destination
-    // is a source, so no element is read and written by different threads.
+    // is a source, so no element is read and written by different threads. The caches are two
+    // buffers (distinct mutable borrows, or checked), so K's copies and V's never overlap; they
+    // are named with `reads`, which notes them for a capture as `writes` does, because the
+    // shared form holds only shared borrows of them.
     unsafe {
         stream
             .launch(&kernel)
             .reads(&device_pairs)
-            .writes(k_cache)
-            .writes(v_cache)
+            .reads(k_cache)
+            .reads(v_cache)
             .arg(params)
             .launch(config)?
     };

@@ -240,12 +240,71 @@ pub fn flash_attention_with<T: Dtype>(
     lse: Option<&mut DeviceBuffer<f32>>,
 ) -> Result<()> {
     attn.check(q.len(), k.len(), v.len(), o.len())?;
-    run(attn, options, q, k, v, None, o, lse)
+    run(attn, options, q, k, v, None, o, lse, None)
+}
+
+/// Memory for the partial results of a key split (f32 outputs and log-sum-exps of every split),
+/// provided by the caller so that a launch allocates nothing: what a graph capture needs
+/// (`rocm_runtime::Graph`), and a serving loop that runs one shape every step.
+///
+/// Sized by [`AttentionScratch::for_paged`] for one problem, options, dtype and device, with
+/// the split that launch will take; a launch that needs more (another problem, a split forced
+/// larger) is refused with a shape error rather than allocating.
+#[derive(Debug)]
+pub struct AttentionScratch {
+    o: DeviceBuffer<f32>,
+    lse: DeviceBuffer<f32>,
+}
+
+impl AttentionScratch {
+    /// f32 elements in all (0 when the problem it was sized for does not split).
+    pub fn len(&self) -> usize {
+        self.o.len() + self.lse.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Scratch of `splits` partial results of `rows` rows of `head_dim`, on `stream`.
+    pub(super) fn new(stream: &Stream, splits: usize, rows: usize, head_dim: usize) -> Result<Self> {
+        let (o_len, lse_len) = scratch_lens(splits, rows, head_dim);
+        Ok(AttentionScratch { o: stream.alloc::<f32>(o_len)?, lse: stream.alloc::<f32>(lse_len)? })
+    }
+}
+
+/// Elements of the partial outputs and log-sum-exps of `splits` splits (none for one split).
+fn scratch_lens(splits: usize, rows: usize, head_dim: usize) -> (usize, usize) {
+    if splits > 1 { (splits * rows * head_dim, splits * rows) } else { (0, 0) }
+}
+
+/// The splits a launch of `attn` with `options` in `T` on `stream` takes, as [`run`] chooses
+/// them, for buffers at aligned addresses (every allocation is): what
+/// [`AttentionScratch::for_paged`] sizes for.
+pub(super) fn planned_splits<T: Dtype>(
+    stream: &Stream,
+    attn: &Attention,
+    options: &FlashOptions,
+    paged: bool,
+) -> Result<usize> {
+    let plan = plan::<T>(stream, attn, options.kernel, options.splits, &[0; 4], paged)?;
+    Ok(split_keys(stream, attn, &plan, options.splits).0)
+}
+
+/// The key split of a launch: (splits, keys a split).
+fn split_keys(stream: &Stream, attn: &Attention, plan: &Plan, splits: Option<usize>) -> (usize, usize) {
+    let row_blocks = (attn.group() * attn.seq_q).div_ceil(plan.rows_per_block);
+    let blocks = row_blocks * attn.kv_heads * attn.batch;
+    let num_splits =
+        splits.unwrap_or_else(|| auto_splits(stream, plan.blocks_per_cu, blocks, attn.seq_k)).max(1);
+    let keys_per_split = attn.seq_k.div_ceil(num_splits).div_ceil(SPLIT_ALIGN).max(1) * SPLIT_ALIGN;
+    (attn.seq_k.div_ceil(keys_per_split).max(1), keys_per_split)
 }
 
 /// Launches the flash kernel (and the combine) for a problem whose buffers were checked by the
 /// caller: `attn.check` for contiguous K/V, the paged checks for a paged cache (where `attn`'s
-/// `seq_k` is the most keys a block table can hold).
+/// `seq_k` is the most keys a block table can hold). A split writes its partial results into
+/// `scratch` when given (refused if too small), else into temporaries allocated here.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run<T: Dtype>(
     attn: &Attention,
@@ -256,6 +315,7 @@ pub(super) fn run<T: Dtype>(
     paged: Option<PagedSource<'_>>,
     o: &mut DeviceBuffer<T>,
     mut lse: Option<&mut DeviceBuffer<f32>>,
+    scratch: Option<&mut AttentionScratch>,
 ) -> Result<()> {
     let (kernel, splits) = (options.kernel, options.splits);
     if let Some(l) = &lse {
@@ -279,21 +339,30 @@ pub(super) fn run<T: Dtype>(
         None => loader::kernel(&stream, plan.module, &plan.entry)?,
     };
     let row_blocks = (attn.group() * attn.seq_q).div_ceil(plan.rows_per_block);
-    let blocks = row_blocks * attn.kv_heads * attn.batch;
-    let num_splits =
-        splits.unwrap_or_else(|| auto_splits(&stream, plan.blocks_per_cu, blocks, attn.seq_k)).max(1);
-    let keys_per_split = attn.seq_k.div_ceil(num_splits).div_ceil(SPLIT_ALIGN).max(1) * SPLIT_ALIGN;
-    let num_splits = attn.seq_k.div_ceil(keys_per_split).max(1);
+    let (num_splits, keys_per_split) = split_keys(&stream, attn, &plan, splits);
     ensure(attn.kv_heads * num_splits <= 65_535, super::KERNEL, || {
         format!("kv_heads {} x splits {num_splits} exceed the grid's 65535", attn.kv_heads)
     })?;
 
     let rows = attn.lse_len();
-    let mut partial = if num_splits > 1 {
-        let o_len = num_splits * rows * attn.head_dim;
-        Some((stream.alloc::<f32>(o_len)?, stream.alloc::<f32>(num_splits * rows)?))
-    } else {
-        None
+    let (o_len, lse_len) = scratch_lens(num_splits, rows, attn.head_dim);
+    let mut owned: Option<AttentionScratch> = None;
+    let mut partial: Option<(&mut DeviceBuffer<f32>, &mut DeviceBuffer<f32>)> = match scratch {
+        _ if num_splits == 1 => None,
+        Some(s) => {
+            ensure(s.o.len() >= o_len && s.lse.len() >= lse_len, super::KERNEL, || {
+                format!(
+                    "the scratch holds {} + {} f32, {num_splits} splits of {rows} rows need {o_len} + {lse_len}",
+                    s.o.len(),
+                    s.lse.len()
+                )
+            })?;
+            Some((&mut s.o, &mut s.lse))
+        }
+        None => {
+            let s = owned.insert(AttentionScratch::new(&stream, num_splits, rows, attn.head_dim)?);
+            Some((&mut s.o, &mut s.lse))
+        }
     };
     let s = |x: super::Strides| x.all().map(|v| v as u64);
     let [q_batch, q_seq, q_head] = s(attn.q);
@@ -351,8 +420,9 @@ pub(super) fn run<T: Dtype>(
     // SAFETY: rf_flash[_mma]_<T>_d<D>(rf_flash_params) reads q, k and v at the strides
     // `attn.check` verified against their lengths (rows of packed row m < group * seq_q, keys <
     // seq_k, columns < head_dim), and writes either o at its checked, non-overlapping strides
-    // and lse (length checked: batch * q_heads * seq_q), or, when split, the two temporaries
-    // sized above (split < num_splits, row < rows, column < head_dim). The dynamic shared memory
+    // and lse (length checked: batch * q_heads * seq_q), or, when split, the two partial
+    // buffers (temporaries sized above, or the caller's scratch, checked to be at least that
+    // long) at split < num_splits, row < rows, column < head_dim. The dynamic shared memory
     // is the kernel's layout for this head_dim (plan). The pointers in `params` are those of
     // the buffers named by reads/writes. Paged: every key row comes through the block table,
     // whose ids the kernel checks against num_blocks (the caches' lengths were checked for
@@ -364,7 +434,7 @@ pub(super) fn run<T: Dtype>(
             None => launch,
         };
         match &mut partial {
-            Some((po, pl)) => launch.writes(po).writes(pl).arg(params).launch(config)?,
+            Some((po, pl)) => launch.writes(&mut **po).writes(&mut **pl).arg(params).launch(config)?,
             None => match lse.as_deref_mut() {
                 Some(l) => launch.writes(o).writes(l).arg(params).launch(config)?,
                 None => launch.writes(o).arg(params).launch(config)?,
@@ -374,11 +444,11 @@ pub(super) fn run<T: Dtype>(
     if let Some((po, pl)) = &partial {
         let combine = loader::kernel(&stream, KernelModule::FlashCombine, &kernel_name::<T>(COMBINE))?;
         let config = loader::grid_stride(&stream, &combine, rows * attn.head_dim);
-        // SAFETY: rf_flash_combine_<T>(rf_flash_params) reads the two temporaries (num_splits
-        // x rows x head_dim and num_splits x rows, written above on this stream) and writes o
+        // SAFETY: rf_flash_combine_<T>(rf_flash_params) reads the two partial buffers (at least
+        // num_splits x rows x head_dim and num_splits x rows, written above on this stream) and writes o
         // at its checked strides and lse (length checked) when given.
         unsafe {
-            let launch = stream.launch(&combine).reads(po).reads(pl).writes(o);
+            let launch = stream.launch(&combine).reads(&**po).reads(&**pl).writes(o);
             match lse {
                 Some(l) => launch.writes(l).arg(params).launch(config)?,
                 None => launch.arg(params).launch(config)?,

@@ -36,8 +36,8 @@ mod paged;
 mod reference;
 pub(crate) mod unfused;
 
-pub use flash::{FlashKernel, FlashOptions, flash_attention, flash_attention_with};
-pub use paged::{PagedAttention, PagedKv, paged_attention};
+pub use flash::{AttentionScratch, FlashKernel, FlashOptions, flash_attention, flash_attention_with};
+pub use paged::{PagedAttention, PagedKv, paged_attention, paged_attention_in};
 pub use reference::{AttentionReference, attention_reference};
 pub use unfused::{attention_scores, attention_unfused, attention_weighted};
 

@@ -19,9 +19,9 @@
 //!
 //! [`flash_attention`]: super::flash_attention
 
-use rocm_runtime::DeviceBuffer;
+use rocm_runtime::{DeviceBuffer, Stream};
 
-use super::flash::{self, PagedSource};
+use super::flash::{self, AttentionScratch, PagedSource};
 use super::{Attention, FlashOptions, KERNEL, Strides, Tensor};
 use crate::dtype::Dtype;
 use crate::error::{KernelError, Result, ensure};
@@ -126,8 +126,26 @@ impl PagedAttention {
     }
 }
 
+impl AttentionScratch {
+    /// The scratch [`paged_attention_in`] needs for `attn` with `options` in `T` on `stream`:
+    /// the key split that launch takes depends on the device, the kernel and the keys a block
+    /// table can reach (`max_blocks * block_size`), not on the sequences' lengths, so one
+    /// scratch serves every step of a fixed batch and table width. Empty when it does not split.
+    pub fn for_paged<T: Dtype>(
+        stream: &Stream,
+        attn: &PagedAttention,
+        options: &FlashOptions,
+    ) -> Result<Self> {
+        let a = attn.as_attention()?;
+        a.check_problem()?;
+        let splits = flash::planned_splits::<T>(stream, &a, options, true)?;
+        AttentionScratch::new(stream, splits, a.lse_len(), a.head_dim)
+    }
+}
+
 /// Attention of `q` over the paged cache `kv`, into `o` (and the LSE when given), queued on
-/// `o`'s stream; every buffer must belong to it.
+/// `o`'s stream; every buffer must belong to it. When the keys are split, the partial results
+/// go to temporaries allocated on the stream; [`paged_attention_in`] takes them from the caller.
 pub fn paged_attention<T: Dtype>(
     attn: &PagedAttention,
     options: &FlashOptions,
@@ -135,6 +153,34 @@ pub fn paged_attention<T: Dtype>(
     kv: &PagedKv<'_, T>,
     o: &mut DeviceBuffer<T>,
     lse: Option<&mut DeviceBuffer<f32>>,
+) -> Result<()> {
+    run(attn, options, q, kv, o, lse, None)
+}
+
+/// [`paged_attention`] with the key split's partial results in `scratch` (sized by
+/// [`AttentionScratch::for_paged`] for this problem and options): allocates nothing, so it can
+/// be recorded into a graph. Refused with a shape error if the split needs more than `scratch`
+/// holds. The same kernels and split as [`paged_attention`], so the same result bit for bit.
+pub fn paged_attention_in<T: Dtype>(
+    attn: &PagedAttention,
+    options: &FlashOptions,
+    q: &DeviceBuffer<T>,
+    kv: &PagedKv<'_, T>,
+    o: &mut DeviceBuffer<T>,
+    lse: Option<&mut DeviceBuffer<f32>>,
+    scratch: &mut AttentionScratch,
+) -> Result<()> {
+    run(attn, options, q, kv, o, lse, Some(scratch))
+}
+
+fn run<T: Dtype>(
+    attn: &PagedAttention,
+    options: &FlashOptions,
+    q: &DeviceBuffer<T>,
+    kv: &PagedKv<'_, T>,
+    o: &mut DeviceBuffer<T>,
+    lse: Option<&mut DeviceBuffer<f32>>,
+    scratch: Option<&mut AttentionScratch>,
 ) -> Result<()> {
     let a = attn.as_attention()?;
     a.check_problem()?;
@@ -180,5 +226,5 @@ pub fn paged_attention<T: Dtype>(
         max_blocks: attn.max_blocks,
         num_blocks: attn.num_blocks,
     };
-    flash::run(&a, options, q, kv.k, kv.v, Some(paged), o, lse)
+    flash::run(&a, options, q, kv.k, kv.v, Some(paged), o, lse, scratch)
 }

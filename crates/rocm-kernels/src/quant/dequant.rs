@@ -169,6 +169,34 @@ pub fn dequantize<T: Dtype>(
     out: &mut DeviceBuffer<T>,
 ) -> Result<()> {
     let nblocks = check_dequantize(format, blocks.len(), out.len())?;
+    launch_dequantize(format, blocks, nblocks, out)
+}
+
+/// [`dequantize`] into the first elements of `out`, which may be longer: one scratch buffer,
+/// as large as the largest weight, serves weights of several sizes without an allocation per
+/// product (a graph capture allows none). Returns the elements written.
+pub fn dequantize_into<T: Dtype>(
+    format: BlockFormat,
+    blocks: &DeviceBuffer<u8>,
+    out: &mut DeviceBuffer<T>,
+) -> Result<usize> {
+    let elems = blocks.len() / format.block_bytes() * format.block_elems();
+    ensure(elems <= out.len(), KERNEL, || {
+        format!("out has {} elements, {} {} bytes decode to {elems}", out.len(), blocks.len(), format.name())
+    })?;
+    let nblocks = check_dequantize(format, blocks.len(), elems)?;
+    launch_dequantize(format, blocks, nblocks, out)?;
+    Ok(elems)
+}
+
+/// Queues the decoding of `nblocks` blocks (`blocks` checked to be exactly that) into the first
+/// `nblocks * block_elems` elements of `out` (checked to hold them).
+fn launch_dequantize<T: Dtype>(
+    format: BlockFormat,
+    blocks: &DeviceBuffer<u8>,
+    nblocks: usize,
+    out: &mut DeviceBuffer<T>,
+) -> Result<()> {
     if nblocks == 0 {
         return Ok(());
     }
@@ -187,8 +215,8 @@ pub fn dequantize<T: Dtype>(
     // [0, nblocks * block_bytes) of `blocks` (16-byte loads only where `blocks` is 16-byte aligned
     // and the whole vector lies in that range, byte loads otherwise; any grid and block size)
     // and writes out[0, E * nblocks) (E = block_elems) with 16-byte stores (out is 16-byte
-    // aligned, checked above); check_dequantize proved blocks.len() == nblocks * block_bytes and
-    // out.len() == E * nblocks. `blocks` is read only and distinct from `out` (a shared and a
+    // aligned, checked above); check_dequantize proved blocks.len() == nblocks * block_bytes, and
+    // out.len() >= E * nblocks (equal for `dequantize`). `blocks` is read only and distinct from `out` (a shared and a
     // mutable borrow); the builder checks both belong to the stream.
     unsafe {
         stream.launch(&kernel).buffer(blocks).buffer_mut(out).arg(nblocks as u64).launch(config)?;

@@ -53,7 +53,7 @@ mod kquant_tests;
 #[cfg(test)]
 mod tests;
 
-pub use dequant::{BlockFormat, dequantize, dequantize_reference};
+pub use dequant::{BlockFormat, dequantize, dequantize_into, dequantize_reference};
 pub use ggml::{dequantize_q4_0, dequantize_q8_0, quantize_q4_0, quantize_q8_0};
 pub use kquant::{
     Q4_K_BLOCK_BYTES, Q5_K_BLOCK_BYTES, Q6_K_BLOCK_BYTES, QK_K, dequantize_q4_k, dequantize_q5_k,

@@ -1,9 +1,10 @@
 //! `dequant` against the CPU codec: every format (ggml q8_0, q4_0, mxfp4; MXFP6 E2M3 and E3M2;
 //! ggml's k-quants q4_K, q5_K, q6_K), every output dtype, random bytes (so every code point,
 //! every E8M0 scale including NaN, and f16 scales of every kind), awkward block counts, quantised
-//! real-looking data, and the lengths the launcher must refuse.
+//! real-looking data, `dequantize_into` a longer scratch (the same values, the tail untouched),
+//! and the lengths the launcher must refuse.
 
-use rocm_kernels::quant::{BlockFormat, Fp6, QK, dequantize, dequantize_reference};
+use rocm_kernels::quant::{BlockFormat, Fp6, QK, dequantize, dequantize_into, dequantize_reference};
 use rocm_kernels::{Dtype, KernelError};
 use rocm_runtime::{DeviceBuffer, Error, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, Tolerance, assert_close, gpu_test};
@@ -242,4 +243,32 @@ fn bad_lengths_are_refused() {
     dequantize(BlockFormat::Mxfp4Gguf, &blocks, &mut out).unwrap();
     let expected = dequantize_reference::<f32>(BlockFormat::Mxfp4Gguf, &[0x11u8; 34]).unwrap();
     assert_eq!(out.to_vec().unwrap(), expected);
+}
+
+/// `dequantize_into` a scratch longer than the weight, as a decode step's shared scratch is:
+/// the leading elements bit for bit what `dequantize` writes, the rest keeps its poison; a
+/// scratch shorter than the weight is refused.
+#[test]
+fn dequantize_into_a_longer_scratch_writes_only_the_weight() {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(0xde04);
+    let mut scratch = poisoned::<bf16>(&gpu, 40 * 256 + 100);
+    for (format, nblocks) in [(BlockFormat::Q8_0, 37), (BlockFormat::Mxfp4Gguf, 320), (BlockFormat::Q4K, 40)]
+    {
+        let blocks = random_blocks(&mut rng, format, nblocks);
+        let dblocks = gpu.stream().upload(&blocks).unwrap();
+        let elems = nblocks * format.block_elems();
+        let mut exact = poisoned::<bf16>(&gpu, elems);
+        dequantize(format, &dblocks, &mut exact).unwrap();
+        scratch.poison().unwrap();
+        assert_eq!(dequantize_into(format, &dblocks, &mut scratch).unwrap(), elems, "{}", format.name());
+        let got = scratch.to_vec().unwrap();
+        let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got[..elems]), bits(&exact.to_vec().unwrap()), "{}", format.name());
+        assert!(got[elems..].iter().all(|v| v.is_nan()), "{}: the tail keeps its poison", format.name());
+    }
+    let blocks = gpu.stream().upload(&[0u8; 3 * 34]).unwrap();
+    let mut short = poisoned::<f32>(&gpu, 95);
+    let err = dequantize_into(BlockFormat::Q8_0, &blocks, &mut short).unwrap_err();
+    assert!(matches!(&err, KernelError::Shape { message, .. } if message.contains("out has 95")), "{err}");
 }

@@ -1,9 +1,12 @@
 //! `kv_cache_write` and `kv_cache_copy_blocks` against the CPU reference: rows land in their
 //! slots and nowhere else (the rest of the cache keeps its poison), padding and out-of-range
-//! slots are skipped, block copies copy whole blocks, and bad pairs are refused.
+//! slots are skipped, block copies copy whole blocks (also through shared borrows), and bad
+//! pairs are refused.
 
 use rocm_kernels::Dtype;
-use rocm_kernels::kv_cache::{CacheShape, kv_cache_copy_blocks, kv_cache_write, kv_cache_write_reference};
+use rocm_kernels::kv_cache::{
+    CacheShape, kv_cache_copy_blocks, kv_cache_copy_blocks_shared, kv_cache_write, kv_cache_write_reference,
+};
 use rocm_runtime::{bf16, f16};
 use rocm_testkit::{Rng, gpu_test};
 
@@ -51,6 +54,20 @@ fn write_and_copy<T: Dtype>(seed: u64) {
     }
     assert_eq!(bits(&k_cache.to_vec().unwrap()), bits(&k_want), "k cache after copies");
     assert_eq!(bits(&v_cache.to_vec().unwrap()), bits(&v_want), "v cache after copies");
+
+    // The same through shared borrows (caches a graph borrows): blocks 9 -> 3 and 0 -> 10.
+    let pairs = [(9usize, 3usize), (0, 10)];
+    kv_cache_copy_blocks_shared(&shape, &pairs, &k_cache, &v_cache).unwrap();
+    for want in [&mut k_want, &mut v_want] {
+        for &(src, dst) in &pairs {
+            let copy = want[src * block..(src + 1) * block].to_vec();
+            want[dst * block..(dst + 1) * block].copy_from_slice(&copy);
+        }
+    }
+    assert_eq!(bits(&k_cache.to_vec().unwrap()), bits(&k_want), "k cache after shared copies");
+    assert_eq!(bits(&v_cache.to_vec().unwrap()), bits(&v_want), "v cache after shared copies");
+    // One buffer as both caches is refused (the shared form cannot rely on two borrows).
+    assert!(kv_cache_copy_blocks_shared(&shape, &[(1, 2)], &k_cache, &k_cache).is_err());
 
     // Refused: out of range, a destination that is also a source, a block written twice.
     for bad in [&[(11usize, 0usize)][..], &[(1, 2), (2, 3)], &[(1, 3), (2, 3)], &[(5, 5)]] {

@@ -1,12 +1,13 @@
 //! `paged_attention` over a cache filled by `kv_cache_write` through shuffled block tables,
 //! against the f64 reference and against contiguous `flash_attention` of each sequence: decode
 //! and chunked prefill, sequences of different lengths (1 token, a partial block, many blocks),
-//! block sizes 16 and 7, GQA, both kernels, split and not; a corrupt block table stays inside
-//! the cache; and the shapes the launcher refuses.
+//! block sizes 16 and 7, GQA, both kernels, split and not; the caller's scratch giving the
+//! allocating path's result bit for bit; a corrupt block table stays inside the cache; and the
+//! shapes the launcher refuses.
 
 use rocm_kernels::attention::{
-    Attention, FlashKernel, FlashOptions, PagedAttention, PagedKv, attention_reference, flash_attention,
-    paged_attention,
+    Attention, AttentionScratch, FlashKernel, FlashOptions, PagedAttention, PagedKv, attention_reference,
+    flash_attention, paged_attention, paged_attention_in,
 };
 use rocm_kernels::kv_cache::{CacheShape, kv_cache_write};
 use rocm_kernels::{Dtype, KernelError};
@@ -284,4 +285,77 @@ fn bad_shapes_are_refused() {
     assert!(message(paged_attention(&odd, &opts, &q, &kv, &mut o, None)).contains("kv_heads 3"));
     let empty = PagedAttention { block_size: 0, ..attn };
     assert!(paged_attention(&empty, &opts, &q, &kv, &mut o, None).is_err());
+}
+
+/// `paged_attention_in` with a scratch from `AttentionScratch::for_paged` equals
+/// `paged_attention` (which allocates its split temporaries) bit for bit, split or not (forced
+/// splits, the launcher's own choice, one split), for every case; with `lse` too. A scratch
+/// sized for a problem that does not split is refused by one that does, naming the sizes.
+fn scratch_equals_allocating<T: Dtype>(seed: u64) {
+    let gpu = gpu_test!();
+    let s = gpu.stream();
+    let mut rng = Rng::new(seed);
+    let bits = |v: Vec<T>| v.iter().map(|x| x.to_f32().to_bits()).collect::<Vec<_>>();
+    for case in CASES {
+        let f = fill::<T>(&gpu, &mut rng, case);
+        let attn = problem(case, &f);
+        let q = normal::<T>(&mut rng, case.lens.len() * case.seq_q * case.q_heads * case.head_dim);
+        let dq = s.upload(&q).unwrap();
+        let kv = PagedKv { k: &f.k_cache, v: &f.v_cache, block_table: &f.table, seq_lens: &f.lens };
+        let lse_len = case.lens.len() * case.q_heads * case.seq_q;
+        for splits in [Some(3), None, Some(1)] {
+            let options = FlashOptions { kernel: FlashKernel::Auto, splits };
+            let mut scratch = AttentionScratch::for_paged::<T>(s, &attn, &options).unwrap();
+            if splits == Some(3) {
+                assert!(
+                    !scratch.is_empty(),
+                    "3 splits of {} keys need scratch",
+                    f.max_blocks * case.block_size
+                );
+            }
+            if splits == Some(1) {
+                assert!(scratch.is_empty());
+            }
+            let (mut want, mut want_lse) = (s.alloc::<T>(q.len()).unwrap(), s.alloc::<f32>(lse_len).unwrap());
+            let (mut got, mut got_lse) = (s.alloc::<T>(q.len()).unwrap(), s.alloc::<f32>(lse_len).unwrap());
+            got.poison().unwrap();
+            got_lse.poison().unwrap();
+            paged_attention(&attn, &options, &dq, &kv, &mut want, Some(&mut want_lse)).unwrap();
+            paged_attention_in(&attn, &options, &dq, &kv, &mut got, Some(&mut got_lse), &mut scratch)
+                .unwrap();
+            eprintln!(
+                "paged {} lens {:?} splits {splits:?}: scratch of {} f32",
+                T::NAME,
+                case.lens,
+                scratch.len()
+            );
+            assert_eq!(
+                bits(got.to_vec().unwrap()),
+                bits(want.to_vec().unwrap()),
+                "{:?} {splits:?}",
+                case.lens
+            );
+            let lse_bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(lse_bits(got_lse.to_vec().unwrap()), lse_bits(want_lse.to_vec().unwrap()), "lse");
+            if splits == Some(1) {
+                let forced = FlashOptions { kernel: FlashKernel::Auto, splits: Some(3) };
+                let err =
+                    paged_attention_in(&attn, &forced, &dq, &kv, &mut got, None, &mut scratch).unwrap_err();
+                assert!(
+                    matches!(&err, KernelError::Shape { message, .. } if message.contains("the scratch holds 0 + 0 f32")),
+                    "{err}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn scratch_equals_the_allocating_path_f32() {
+    scratch_equals_allocating::<f32>(0x9a66);
+}
+
+#[test]
+fn scratch_equals_the_allocating_path_bf16() {
+    scratch_equals_allocating::<bf16>(0x9a67);
 }
