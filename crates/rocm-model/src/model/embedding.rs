@@ -82,6 +82,12 @@ impl TokenEmbedding {
     /// The rows of `tokens` in `T`, `[tokens.len(), hidden]`, on `stream`. An id past the
     /// vocabulary is refused (naming it and its place) before anything is decoded.
     pub fn lookup<T: Dtype>(&self, tokens: &[u32], stream: &Stream) -> Result<DeviceBuffer<T>> {
+        Ok(stream.upload(&self.rows::<T>(tokens)?)?)
+    }
+
+    /// The rows of `tokens` in `T` on the host, `[tokens.len(), hidden]` ([`TokenEmbedding::lookup`]
+    /// before the upload).
+    pub fn rows<T: Dtype>(&self, tokens: &[u32]) -> Result<Vec<T>> {
         self.check_ids(tokens)?;
         let n = tokens.len() as u64 * self.hidden as u64;
         let mut values = host_vec::<T>(TOKEN_EMBEDDING, n, T::NAME)?;
@@ -90,7 +96,7 @@ impl TokenEmbedding {
             self.file.row_to_f32(TOKEN_EMBEDDING, t as u64, &mut row)?;
             values.extend(row.iter().map(|&v| T::from_f32(v)));
         }
-        Ok(stream.upload(&values)?)
+        Ok(values)
     }
 }
 

@@ -22,8 +22,10 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use rocm_kernels::attention::{FlashOptions, PagedAttention, PagedKv, paged_attention};
-use rocm_kernels::gemm::GemmElement;
+use rocm_kernels::attention::{
+    AttentionScratch, FlashOptions, PagedAttention, PagedKv, paged_attention, paged_attention_in,
+};
+use rocm_kernels::gemm::{GemmElement, GemmPath};
 use rocm_kernels::kv_cache::{kv_cache_copy_blocks, kv_cache_write};
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::rope::{Rope, RopeTensor};
@@ -33,7 +35,7 @@ use super::config::ModelConfig;
 use super::embedding::{OUTPUT_HEAD, TOKEN_EMBEDDING, TokenEmbedding, load_head};
 use super::error::{ModelError, Result};
 use super::layer::{LayerWeights, Mlp};
-use super::linear::Linear;
+use super::linear::{Linear, Products};
 use super::weights::{Block, LayerTensor, OUTPUT_NORM, check_model, load_device};
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvCacheError, KvCacheShape, KvCacheTensors, PagedCache, SeqId};
@@ -50,6 +52,8 @@ pub struct Model<T: GemmElement> {
     embedding: Option<TokenEmbedding>,
     head: Option<Linear<T>>,
     stream: Stream,
+    /// The path of every product ([`Model::set_gemm_path`]).
+    gemm: GemmPath,
 }
 
 impl<T: GemmElement> std::fmt::Debug for Model<T> {
@@ -68,12 +72,12 @@ enum FinalNorm<T: GemmElement> {
 }
 
 /// What one forward pass is about to do to the cache, planned before any device work.
-struct Step {
-    seqs: Vec<SeqId>,
-    seq_q: usize,
-    positions: Vec<i32>,
-    slots: Vec<i32>,
-    copies: Vec<(usize, usize)>,
+pub(super) struct Step {
+    pub seqs: Vec<SeqId>,
+    pub seq_q: usize,
+    pub positions: Vec<i32>,
+    pub slots: Vec<i32>,
+    pub copies: Vec<(usize, usize)>,
 }
 
 impl<T: GemmElement> Model<T> {
@@ -97,11 +101,33 @@ impl<T: GemmElement> Model<T> {
         } else {
             FinalNorm::Unit(stream.upload(&vec![T::from_f32(1.0); config.hidden])?)
         };
-        Ok(Model { config, rope, layers, final_norm, embedding, head, stream: stream.clone() })
+        Ok(Model {
+            config,
+            rope,
+            layers,
+            final_norm,
+            embedding,
+            head,
+            stream: stream.clone(),
+            gemm: GemmPath::Auto,
+        })
     }
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// The path the products take (dense projections, the biases, dequantised weights):
+    /// [`GemmPath::Auto`] (the vendor BLAS when loadable) unless set. A graph records the
+    /// portable kernel for `Auto` (the runtime refuses vendor BLAS calls while capturing), so
+    /// eager passes give a decode graph's results bit for bit only with
+    /// [`GemmPath::Portable`] set.
+    pub fn set_gemm_path(&mut self, path: GemmPath) {
+        self.gemm = path;
+    }
+
+    pub fn gemm_path(&self) -> GemmPath {
+        self.gemm
     }
 
     /// Device bytes of the weights: projections as the file stores them (a block format's
@@ -130,6 +156,20 @@ impl<T: GemmElement> Model<T> {
         embedding.lookup(tokens, &self.stream)
     }
 
+    /// [`Model::embed`]'s rows on the host.
+    pub(super) fn embedding_rows(&self, tokens: &[u32]) -> Result<Vec<T>> {
+        let embedding = self
+            .embedding
+            .as_ref()
+            .ok_or_else(|| ModelError::MissingTensor { name: TOKEN_EMBEDDING.into() })?;
+        embedding.rows(tokens)
+    }
+
+    /// The output head's rows (the vocabulary), for a model with a head.
+    pub(super) fn head_rows(&self) -> Option<usize> {
+        self.head.as_ref().map(Linear::rows)
+    }
+
     /// The logits (`[rows, vocab]`, in `T`) of `rows` output vectors (`[rows, hidden]`, what
     /// the forward pass returns, final norm applied): the output head's product.
     pub fn logits(&self, hidden: &DeviceBuffer<T>) -> Result<DeviceBuffer<T>> {
@@ -145,7 +185,7 @@ impl<T: GemmElement> Model<T> {
         }
         let rows = hidden.len() / c.hidden;
         let mut logits = self.stream.alloc::<T>(rows * head.rows())?;
-        head.apply(hidden, rows, &mut logits)?;
+        head.apply_with(hidden, rows, &mut logits, &mut Products::temporaries(self.gemm))?;
         Ok(logits)
     }
 
@@ -213,7 +253,10 @@ impl<T: GemmElement> Model<T> {
         seq_q: usize,
         hidden: &DeviceBuffer<T>,
     ) -> Result<DeviceBuffer<T>> {
-        self.check_inputs(cache, kv, seqs, seq_q, hidden)?;
+        self.check_inputs(cache, kv, seqs, seq_q, hidden.len())?;
+        if !hidden.stream().same_as(&self.stream) {
+            return Err(ModelError::BadInput("hidden and the KV cache must be on the model's stream".into()));
+        }
         // The bookkeeping is small (a table per sequence): a copy is the simplest undo.
         let backup = cache.clone();
         let result = plan(cache, seqs, seq_q).and_then(|step| self.run(cache, kv, &step, hidden));
@@ -223,13 +266,15 @@ impl<T: GemmElement> Model<T> {
         result
     }
 
-    fn check_inputs(
+    /// Checks a pass's inputs against the model, the cache and each other: `hidden_len`
+    /// elements of input rows for `seq_q` tokens of each of `seqs`.
+    pub(super) fn check_inputs(
         &self,
         cache: &PagedCache,
         kv: &KvCacheTensors<T>,
         seqs: &[SeqId],
         seq_q: usize,
-        hidden: &DeviceBuffer<T>,
+        hidden_len: usize,
     ) -> Result<()> {
         let c = &self.config;
         if seqs.is_empty() || seq_q == 0 {
@@ -248,10 +293,10 @@ impl<T: GemmElement> Model<T> {
             }
         }
         let want = seqs.len().checked_mul(seq_q).and_then(|t| t.checked_mul(c.hidden));
-        if want != Some(hidden.len()) {
+        if want != Some(hidden_len) {
             return Err(ModelError::BadInput(format!(
                 "hidden has {} elements; {} sequences x {seq_q} tokens x {} need {want:?}",
-                hidden.len(),
+                hidden_len,
                 seqs.len(),
                 c.hidden
             )));
@@ -263,7 +308,7 @@ impl<T: GemmElement> Model<T> {
                 kv.shape()
             )));
         }
-        if !hidden.stream().same_as(&self.stream) || !kv.stream().same_as(&self.stream) {
+        if !kv.stream().same_as(&self.stream) {
             return Err(ModelError::BadInput("hidden and the KV cache must be on the model's stream".into()));
         }
         Ok(())
@@ -280,93 +325,226 @@ impl<T: GemmElement> Model<T> {
         let s = &self.stream;
         let n = step.seqs.len() * step.seq_q;
         let tables = cache.pack_block_tables(&step.seqs)?;
-        let block_table = s.upload(&tables.block_tables)?;
-        let seq_lens = s.upload(&tables.context_lens)?;
-        let positions = s.upload(&step.positions)?;
-        let slots = s.upload(&step.slots)?;
-        let shape = kv.shape().kernel_shape();
-        let attn_desc = PagedAttention::new(
-            step.seqs.len(),
-            step.seq_q,
-            c.q_heads,
-            c.kv_heads,
-            c.head_dim,
-            cache.block_size(),
-            cache.num_blocks(),
-            tables.max_blocks,
-        );
-
+        let inputs = StepInputs {
+            block_table: s.upload(&tables.block_tables)?,
+            seq_lens: s.upload(&tables.context_lens)?,
+            positions: s.upload(&step.positions)?,
+            slots: s.upload(&step.slots)?,
+            attention: PagedAttention::new(
+                step.seqs.len(),
+                step.seq_q,
+                c.q_heads,
+                c.kv_heads,
+                c.head_dim,
+                cache.block_size(),
+                cache.num_blocks(),
+                tables.max_blocks,
+            ),
+        };
         // The residual stream, a copy so the caller's input stays as it was.
         let mut h = s.alloc::<T>(n * c.hidden)?;
         h.copy_from_device(hidden)?;
-        let mut xn = s.alloc::<T>(n * c.hidden)?;
-        let mut q = s.alloc::<T>(n * c.q_dim())?;
-        let mut k = s.alloc::<T>(n * c.kv_dim())?;
-        let mut v = s.alloc::<T>(n * c.kv_dim())?;
-        let mut attn = s.alloc::<T>(n * c.q_dim())?;
-        let mut mlp = Mlp::new(s, c, n)?;
-        // Each block's output (attention, then MLP), added to `h` by the norm after it
-        // (rmsnorm_residual: h += delta; xn = rmsnorm(h)), one kernel for both.
-        let mut delta = s.alloc::<T>(n * c.hidden)?;
-        // The post-norms' outputs (glm4), swapped with `delta`.
-        let mut spare = if c.architecture.post_norms() { Some(s.alloc::<T>(n * c.hidden)?) } else { None };
-        // The biases are added by a rank-1 GEMM (`linear::add_bias`), which needs a ones column.
-        let ones = match self.layers.iter().any(LayerWeights::has_biases) {
-            true => Some(s.upload(&vec![T::from_f32(1.0); n])?),
-            false => None,
+        let mut ws = self.workspace(n, inputs, h)?;
+        self.run_layers(&mut ws, kv, &step.copies, self.gemm)?;
+        Ok(match self.final_norm {
+            FinalNorm::Output(_) => ws.xn,
+            FinalNorm::Unit(_) => ws.h,
+        })
+    }
+
+    /// The activations of a pass over `tokens` tokens around `inputs` and the residual stream
+    /// `h` (`[tokens, hidden]`, the input rows), without scratch: products dequantise into
+    /// temporaries and a key split allocates its partial results ([`Workspace::dequant`] and
+    /// [`Workspace::attention_scratch`] can be set after).
+    pub(super) fn workspace(
+        &self,
+        tokens: usize,
+        inputs: StepInputs,
+        h: DeviceBuffer<T>,
+    ) -> Result<Workspace<T>> {
+        let c = &self.config;
+        let s = &self.stream;
+        let n = tokens;
+        Ok(Workspace {
+            tokens,
+            inputs,
+            h,
+            xn: s.alloc::<T>(n * c.hidden)?,
+            q: s.alloc::<T>(n * c.q_dim())?,
+            k: s.alloc::<T>(n * c.kv_dim())?,
+            v: s.alloc::<T>(n * c.kv_dim())?,
+            attn: s.alloc::<T>(n * c.q_dim())?,
+            mlp: Mlp::new(s, c, n)?,
+            delta: s.alloc::<T>(n * c.hidden)?,
+            spare: if c.architecture.post_norms() { Some(s.alloc::<T>(n * c.hidden)?) } else { None },
+            ones: match self.layers.iter().any(LayerWeights::has_biases) {
+                true => Some(s.upload(&vec![T::from_f32(1.0); n])?),
+                false => None,
+            },
+            dequant: None,
+            attention_scratch: None,
+        })
+    }
+
+    /// Elements the products of a pass over `tokens` tokens dequantise into at most (the
+    /// blocks' projections and the head without a fused kernel at that count).
+    pub(super) fn dequant_len(&self, tokens: usize) -> usize {
+        let layers = self.layers.iter().flat_map(LayerWeights::linears);
+        layers.chain(self.head.as_ref()).map(|w| w.dequant_len(tokens)).max().unwrap_or(0)
+    }
+
+    /// The output of a pass over `ws`: the final norm's rows, or the residual stream for a
+    /// model without an output norm.
+    pub(super) fn output<'w>(&self, ws: &'w Workspace<T>) -> &'w DeviceBuffer<T> {
+        match self.final_norm {
+            FinalNorm::Output(_) => &ws.xn,
+            FinalNorm::Unit(_) => &ws.h,
+        }
+    }
+
+    /// The output head's product of `ws`'s output into `logits` (`[tokens, vocab]`), with
+    /// `ws`'s dequantisation scratch; `None` without a head.
+    pub(super) fn head_into(
+        &self,
+        ws: &mut Workspace<T>,
+        logits: &mut DeviceBuffer<T>,
+        gemm: GemmPath,
+    ) -> Result<()> {
+        let head =
+            self.head.as_ref().ok_or_else(|| ModelError::MissingTensor { name: OUTPUT_HEAD.into() })?;
+        let out = match self.final_norm {
+            FinalNorm::Output(_) => &ws.xn,
+            FinalNorm::Unit(_) => &ws.h,
         };
+        head.apply_with(out, ws.tokens, logits, &mut Products { gemm, scratch: ws.dequant.as_mut() })
+    }
+
+    /// Every layer and the final norm over the workspace (`ws.h` holding the input rows, its
+    /// inputs the step's positions, slots and tables), the copy-on-write `copies` first in each
+    /// layer's cache. The same launches, in the same order, whether run eagerly or recorded.
+    pub(super) fn run_layers(
+        &self,
+        ws: &mut Workspace<T>,
+        kv: &mut KvCacheTensors<T>,
+        copies: &[(usize, usize)],
+        gemm: GemmPath,
+    ) -> Result<()> {
+        let c = &self.config;
+        let shape = kv.shape().kernel_shape();
+        let Workspace {
+            tokens: n,
+            inputs,
+            h,
+            xn,
+            q,
+            k,
+            v,
+            attn,
+            mlp,
+            delta,
+            spare,
+            ones,
+            dequant,
+            attention_scratch,
+        } = ws;
+        let n = *n;
+        let mut products = Products { gemm, scratch: dequant.as_mut() };
         let norm = RmsNorm::new(n, c.hidden, c.rms_eps);
+        let ones = ones.as_ref();
 
         for (l, w) in self.layers.iter().enumerate() {
             // The previous block's output joins the residual stream in this norm's kernel.
             let attn_norm = w.norm(LayerTensor::AttnNorm);
             if l == 0 {
-                norm.run(&h, attn_norm, &mut xn)?;
+                norm.run(h, attn_norm, xn)?;
             } else {
-                norm.run_residual(&delta, &mut h, attn_norm, &mut xn)?;
+                norm.run_residual(delta, h, attn_norm, xn)?;
             }
-            w.project(LayerTensor::AttnQ, LayerTensor::AttnQBias, &xn, n, ones.as_ref(), &mut q)?;
-            w.project(LayerTensor::AttnK, LayerTensor::AttnKBias, &xn, n, ones.as_ref(), &mut k)?;
-            w.project(LayerTensor::AttnV, LayerTensor::AttnVBias, &xn, n, ones.as_ref(), &mut v)?;
+            w.project(LayerTensor::AttnQ, LayerTensor::AttnQBias, xn, n, ones, q, &mut products)?;
+            w.project(LayerTensor::AttnK, LayerTensor::AttnKBias, xn, n, ones, k, &mut products)?;
+            w.project(LayerTensor::AttnV, LayerTensor::AttnVBias, xn, n, ones, v, &mut products)?;
             self.rope.run(
-                RopeTensor::new(&mut q, c.q_heads),
-                Some(RopeTensor::new(&mut k, c.kv_heads)),
-                &positions,
+                RopeTensor::new(q, c.q_heads),
+                Some(RopeTensor::new(k, c.kv_heads)),
+                &inputs.positions,
                 None,
             )?;
             let (k_cache, v_cache) = kv.layer_mut(l)?;
             // Copy-on-write of shared blocks first, one call per pair (docs/kv_cache.md).
-            for &pair in &step.copies {
+            for &pair in copies {
                 kv_cache_copy_blocks(&shape, &[pair], k_cache, v_cache)?;
             }
-            kv_cache_write(&shape, &k, &v, &slots, k_cache, v_cache)?;
-            let paged = PagedKv { k: k_cache, v: v_cache, block_table: &block_table, seq_lens: &seq_lens };
-            paged_attention(&attn_desc, &FlashOptions::default(), &q, &paged, &mut attn, None)?;
-            w.block_output(Block::Attention, &norm, &attn, n, &mut delta, &mut spare)?;
+            kv_cache_write(&shape, k, v, &inputs.slots, k_cache, v_cache)?;
+            let paged = PagedKv {
+                k: k_cache,
+                v: v_cache,
+                block_table: &inputs.block_table,
+                seq_lens: &inputs.seq_lens,
+            };
+            let options = FlashOptions::default();
+            match attention_scratch.as_mut() {
+                Some(scratch) => {
+                    paged_attention_in(&inputs.attention, &options, q, &paged, attn, None, scratch)?
+                }
+                None => paged_attention(&inputs.attention, &options, q, &paged, attn, None)?,
+            }
+            w.block_output(Block::Attention, &norm, attn, n, delta, spare, &mut products)?;
 
-            norm.run_residual(&delta, &mut h, w.norm(LayerTensor::FfnNorm), &mut xn)?;
-            w.mlp_activation(&xn, n, c.ffn, &mut mlp)?;
-            w.block_output(Block::Mlp, &norm, &mlp.act, n, &mut delta, &mut spare)?;
+            norm.run_residual(delta, h, w.norm(LayerTensor::FfnNorm), xn)?;
+            w.mlp_activation(xn, n, c.ffn, mlp, &mut products)?;
+            w.block_output(Block::Mlp, &norm, &mlp.act, n, delta, spare, &mut products)?;
         }
         // The last block's output joins the stream in the final norm.
-        match &self.final_norm {
-            FinalNorm::Output(weight) => {
-                norm.run_residual(&delta, &mut h, weight, &mut xn)?;
-                Ok(xn)
-            }
-            FinalNorm::Unit(ones) => {
-                norm.run_residual(&delta, &mut h, ones, &mut xn)?;
-                Ok(h)
-            }
-        }
+        let weight = match &self.final_norm {
+            FinalNorm::Output(weight) | FinalNorm::Unit(weight) => weight,
+        };
+        norm.run_residual(delta, h, weight, xn)?;
+        Ok(())
     }
+}
+
+/// The device inputs of one pass: positions and cache slots of its tokens, the block tables
+/// and context lengths its attention reads, and that attention's problem.
+pub(super) struct StepInputs {
+    pub positions: DeviceBuffer<i32>,
+    pub slots: DeviceBuffer<i32>,
+    pub block_table: DeviceBuffer<i32>,
+    pub seq_lens: DeviceBuffer<i32>,
+    pub attention: PagedAttention,
+}
+
+/// Every device buffer one pass over `tokens` tokens uses besides the weights and the KV cache:
+/// allocated per call by [`Model::forward`], once by a decode workspace.
+pub(super) struct Workspace<T: GemmElement> {
+    pub tokens: usize,
+    pub inputs: StepInputs,
+    /// The residual stream: the input rows before the pass.
+    pub h: DeviceBuffer<T>,
+    /// Each norm's output; the pass's output when the model has an output norm.
+    pub xn: DeviceBuffer<T>,
+    q: DeviceBuffer<T>,
+    k: DeviceBuffer<T>,
+    v: DeviceBuffer<T>,
+    attn: DeviceBuffer<T>,
+    mlp: Mlp<T>,
+    /// Each block's output (attention, then MLP), added to `h` by the norm after it
+    /// (rmsnorm_residual: h += delta; xn = rmsnorm(h)), one kernel for both.
+    delta: DeviceBuffer<T>,
+    /// The post-norms' outputs (glm4), swapped with `delta`.
+    spare: Option<DeviceBuffer<T>>,
+    /// The biases are added by a rank-1 GEMM (`linear::add_bias`), which needs a ones column.
+    ones: Option<DeviceBuffer<T>>,
+    /// Where products without a fused kernel dequantise their weight (`None`: temporaries).
+    pub dequant: Option<DeviceBuffer<T>>,
+    /// The key split's partial results (`None`: temporaries).
+    pub attention_scratch: Option<AttentionScratch>,
 }
 
 /// Appends `seq_q` tokens to each sequence and gathers positions, slots and block copies. The
 /// capacity of the whole step is checked first (a sum that can only overestimate: two sequences
 /// sharing a partly filled block may need one copy between them, counted twice); a refusal
 /// after that is undone by the caller's backup.
-fn plan(cache: &mut PagedCache, seqs: &[SeqId], seq_q: usize) -> Result<Step> {
+pub(super) fn plan(cache: &mut PagedCache, seqs: &[SeqId], seq_q: usize) -> Result<Step> {
     let mut needed = 0usize;
     for &s in seqs {
         needed = needed.saturating_add(cache.blocks_needed(s, seq_q)?);

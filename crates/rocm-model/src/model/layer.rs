@@ -10,7 +10,7 @@ use rocm_runtime::{DeviceBuffer, Stream};
 
 use super::config::ModelConfig;
 use super::error::Result;
-use super::linear::{Linear, add_bias};
+use super::linear::{Linear, Products, add_bias};
 use super::weights::{Block, LayerTensor, load_device, load_linear, tensor_name};
 use crate::lazy::DeviceTensors;
 
@@ -67,8 +67,14 @@ impl<T: GemmElement> LayerWeights<T> {
         vectors as u64 + self.matrices.iter().map(|(_, w)| w.device_bytes()).sum::<u64>()
     }
 
+    /// The projections, for sizing what their products need.
+    pub fn linears(&self) -> impl Iterator<Item = &Linear<T>> {
+        self.matrices.iter().map(|(_, w)| w)
+    }
+
     /// `y = x W^T (+ bias)` for projection `t` and its bias `bias`, if the layer has one
     /// (`ones`: at least `tokens` ones, present whenever a layer has biases).
+    #[allow(clippy::too_many_arguments)]
     pub fn project(
         &self,
         t: LayerTensor,
@@ -77,16 +83,18 @@ impl<T: GemmElement> LayerWeights<T> {
         tokens: usize,
         ones: Option<&DeviceBuffer<T>>,
         y: &mut DeviceBuffer<T>,
+        products: &mut Products<'_, T>,
     ) -> Result<()> {
-        self.linear(t).apply(x, tokens, y)?;
+        self.linear(t).apply_with(x, tokens, y, products)?;
         if let (Some(b), Some(ones)) = (self.vector(bias), ones) {
-            add_bias(y, b, ones, tokens)?;
+            add_bias(y, b, ones, tokens, products.gemm)?;
         }
         Ok(())
     }
 
     /// `delta = x W^T` for the block's output projection, then its post-norm when the layer
     /// has one (glm4): `delta = rmsnorm(delta) * post`, through `spare`.
+    #[allow(clippy::too_many_arguments)]
     pub fn block_output(
         &self,
         block: Block,
@@ -95,9 +103,10 @@ impl<T: GemmElement> LayerWeights<T> {
         tokens: usize,
         delta: &mut DeviceBuffer<T>,
         spare: &mut Option<DeviceBuffer<T>>,
+        products: &mut Products<'_, T>,
     ) -> Result<()> {
         let (t, post) = block.output_and_post_norm();
-        self.linear(t).apply(x, tokens, delta)?;
+        self.linear(t).apply_with(x, tokens, delta, products)?;
         if let (Some(weight), Some(out)) = (self.vector(post), spare.as_mut()) {
             norm.run(delta, weight, out)?;
             std::mem::swap(delta, out);
@@ -113,15 +122,16 @@ impl<T: GemmElement> LayerWeights<T> {
         tokens: usize,
         ffn: usize,
         mlp: &mut Mlp<T>,
+        products: &mut Products<'_, T>,
     ) -> Result<()> {
         match &mut mlp.up {
             Some(up) => {
-                self.linear(LayerTensor::FfnGate).apply(xn, tokens, &mut mlp.gate)?;
-                self.linear(LayerTensor::FfnUp).apply(xn, tokens, up)?;
+                self.linear(LayerTensor::FfnGate).apply_with(xn, tokens, &mut mlp.gate, products)?;
+                self.linear(LayerTensor::FfnUp).apply_with(xn, tokens, up, products)?;
                 swiglu(&mlp.gate, up, &mut mlp.act)?;
             }
             None => {
-                self.linear(LayerTensor::FfnUp).apply(xn, tokens, &mut mlp.gate)?;
+                self.linear(LayerTensor::FfnUp).apply_with(xn, tokens, &mut mlp.gate, products)?;
                 swiglu_fused(&mlp.gate, &mut mlp.act, tokens, ffn)?;
             }
         }

@@ -8,18 +8,36 @@
 //! - few tokens (decode): a fused kernel reads every block once and decodes it in registers
 //!   ([`fused_product`] says which formats and token counts have one);
 //! - otherwise (prefill): the weight is dequantised to `T` into a temporary as large as the
-//!   weight in `T`, the GEMM runs on it, and the temporary is freed (stream-ordered) after it.
+//!   weight in `T`, the GEMM runs on it, and the temporary is freed (stream-ordered) after it;
+//!   or into the caller's scratch ([`Products`]: a decode workspace's, allocated once).
 //!
 //! `y = x W^T` either way, f32 accumulation, one rounding to `T` on store; the paths differ only
 //! in the order of the sums.
 
 use std::sync::Arc;
 
-use rocm_kernels::gemm::{GemmDesc, GemmElement, gemm};
-use rocm_kernels::quant::{BlockFormat, GgmlFormat, MxFormat, dequantize, mx_matvec, quant_matvec};
+use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
+use rocm_kernels::quant::{
+    BlockFormat, GgmlFormat, MxFormat, dequantize, dequantize_into, mx_matvec, quant_matvec,
+};
 use rocm_runtime::DeviceBuffer;
 
 use super::error::Result;
+
+/// How a pass runs its products: the GEMM path (the model's, [`GemmPath::Auto`] by default),
+/// and where a block-format weight without a fused kernel for the token count is dequantised:
+/// a scratch at least [`Linear::dequant_len`] long, or a temporary per product when `None`.
+pub(crate) struct Products<'a, T: GemmElement> {
+    pub gemm: GemmPath,
+    pub scratch: Option<&'a mut DeviceBuffer<T>>,
+}
+
+impl<T: GemmElement> Products<'_, T> {
+    /// Temporaries per product, on `gemm`.
+    pub fn temporaries(gemm: GemmPath) -> Self {
+        Products { gemm, scratch: None }
+    }
+}
 
 /// A weight `[out, in]` (row-major, like `nn.Linear`'s) on the device.
 pub(crate) enum Linear<T: GemmElement> {
@@ -45,21 +63,56 @@ impl<T: GemmElement> Linear<T> {
         }
     }
 
-    /// `y = x W^T` for `tokens` rows of `x` (`[tokens, in]`); `y` is `[tokens, out]`.
-    pub fn apply(&self, x: &DeviceBuffer<T>, tokens: usize, y: &mut DeviceBuffer<T>) -> Result<()> {
+    /// Elements of `T` a product of `tokens` rows dequantises the weight into (0 when it runs
+    /// a fused kernel, or the weight is dense).
+    pub fn dequant_len(&self, tokens: usize) -> usize {
+        match *self {
+            Linear::Blocks { format, out, inp, .. } if !has_fused_product(format, tokens) => out * inp,
+            _ => 0,
+        }
+    }
+
+    /// `y = x W^T` for `tokens` rows of `x` (`[tokens, in]`); `y` is `[tokens, out]`, on the
+    /// GEMM path and with the dequantisation scratch of `products`.
+    pub fn apply_with(
+        &self,
+        x: &DeviceBuffer<T>,
+        tokens: usize,
+        y: &mut DeviceBuffer<T>,
+        products: &mut Products<'_, T>,
+    ) -> Result<()> {
+        let path = products.gemm;
         match *self {
             Linear::Dense { ref w, out, inp } => {
-                gemm(&GemmDesc::linear(tokens, out, inp), x, w, y)?;
+                gemm_with(path, &GemmDesc::linear(tokens, out, inp), x, w, y)?;
             }
             Linear::Blocks { format, ref blocks, out, inp } => {
                 if !fused_product(format, blocks, out, inp, x, tokens, y)? {
-                    let mut w = y.stream().alloc::<T>(out * inp)?;
-                    dequantize(format, blocks, &mut w)?;
-                    gemm(&GemmDesc::linear(tokens, out, inp), x, &w, y)?;
+                    let desc = GemmDesc::linear(tokens, out, inp);
+                    match products.scratch.as_deref_mut() {
+                        Some(w) => {
+                            dequantize_into(format, blocks, w)?;
+                            gemm_with(path, &desc, x, w, y)?;
+                        }
+                        None => {
+                            let mut w = y.stream().alloc::<T>(out * inp)?;
+                            dequantize(format, blocks, &mut w)?;
+                            gemm_with(path, &desc, x, &w, y)?;
+                        }
+                    }
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// Whether [`fused_product`] runs a fused kernel for `format` at `tokens`.
+fn has_fused_product(format: BlockFormat, tokens: usize) -> bool {
+    match (format, GgmlFormat::of(format)) {
+        (_, Some(_)) => tokens <= FUSED_MAX_TOKENS,
+        (BlockFormat::Mxfp4Gguf, _) => tokens == 1,
+        _ => false,
     }
 }
 
@@ -79,17 +132,14 @@ fn fused_product<T: GemmElement>(
     tokens: usize,
     y: &mut DeviceBuffer<T>,
 ) -> Result<bool> {
-    match (format, GgmlFormat::of(format)) {
-        (_, Some(g)) if tokens <= FUSED_MAX_TOKENS => {
-            quant_matvec(g, blocks, x, y, out, inp, tokens)?;
-            Ok(true)
-        }
-        (BlockFormat::Mxfp4Gguf, _) if tokens == 1 => {
-            mx_matvec(MxFormat::Mxfp4Gguf, blocks, x, y, out, inp)?;
-            Ok(true)
-        }
-        _ => Ok(false),
+    if !has_fused_product(format, tokens) {
+        return Ok(false);
     }
+    match GgmlFormat::of(format) {
+        Some(g) => quant_matvec(g, blocks, x, y, out, inp, tokens)?,
+        None => mx_matvec(MxFormat::Mxfp4Gguf, blocks, x, y, out, inp)?,
+    }
+    Ok(true)
 }
 
 /// `y[t, j] += bias[j]` for `tokens` rows of `y` (`[tokens, out]`, `out` = `bias.len()`), with
@@ -102,8 +152,9 @@ pub(crate) fn add_bias<T: GemmElement>(
     bias: &DeviceBuffer<T>,
     ones: &DeviceBuffer<T>,
     tokens: usize,
+    gemm: GemmPath,
 ) -> Result<()> {
-    gemm(&bias_desc(tokens, bias.len()), ones, bias, y)?;
+    gemm_with(gemm, &bias_desc(tokens, bias.len()), ones, bias, y)?;
     Ok(())
 }
 
@@ -116,7 +167,27 @@ fn bias_desc(tokens: usize, out: usize) -> GemmDesc {
 mod tests {
     use rocm_kernels::gemm::gemm_reference;
 
-    use super::bias_desc;
+    use rocm_kernels::quant::BlockFormat;
+
+    use super::{FUSED_MAX_TOKENS, bias_desc, has_fused_product};
+
+    /// What a decode workspace sizes its dequantisation scratch by: ggml's formats fused up to
+    /// 32 tokens, MXFP4 at one, MXFP6 never.
+    #[test]
+    fn fused_products_cover_the_documented_token_counts() {
+        for format in
+            [BlockFormat::Q8_0, BlockFormat::Q4_0, BlockFormat::Q4K, BlockFormat::Q5K, BlockFormat::Q6K]
+        {
+            assert!(
+                has_fused_product(format, 1) && has_fused_product(format, FUSED_MAX_TOKENS),
+                "{format:?}"
+            );
+            assert!(!has_fused_product(format, FUSED_MAX_TOKENS + 1), "{format:?}");
+        }
+        assert!(has_fused_product(BlockFormat::Mxfp4Gguf, 1));
+        assert!(!has_fused_product(BlockFormat::Mxfp4Gguf, 2));
+        assert!(!has_fused_product(BlockFormat::Mxfp6(rocm_kernels::quant::Fp6::E2M3), 1));
+    }
 
     /// The rank-1 product adds `bias` to every row, as the GEMMs' reference (which follows the
     /// descriptor's layout and leading dimensions like both GPU paths) computes it.

@@ -17,6 +17,7 @@
 
 mod arch;
 mod config;
+mod decode_graph;
 mod embedding;
 mod error;
 mod forward;
@@ -35,6 +36,7 @@ mod tests;
 
 pub use arch::{Architecture, RopePairing};
 pub use config::{MAX_RMS_EPS, ModelConfig};
+pub use decode_graph::{DecodeGraph, DecodeWorkspace};
 pub use embedding::{OUTPUT_HEAD, TOKEN_EMBEDDING};
 pub use error::{ModelError, Result};
 pub use forward::Model;

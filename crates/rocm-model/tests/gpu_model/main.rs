@@ -4,6 +4,7 @@
 //! size limit. Nextest still runs each test in its own process.
 
 mod architectures;
+mod decode_graph;
 mod gguf;
 mod kv_cache;
 mod model;
