@@ -4,7 +4,12 @@
 //! ```text
 //! cargo run --release -p rocm-model --example generate -- [MODEL.gguf] [--tokens 1,2,3]
 //!     [--steps N] [--dtype f32|f16|bf16] [--temperature T] [--top-k K] [--top-p P] [--seed S]
+//!     [--decode graph|eager]
 //! ```
+//!
+//! `--decode graph` (the default) records one decode step, head included, and replays it
+//! (`Model::decode_workspace`, `DecodeWorkspace::graph`; eagerly on the same buffers where the
+//! platform has no graphs); `eager` runs `Model::decode_step` and `Model::logits` each step.
 //!
 //! Without a GGUF path it builds a synthetic llama-style model (hidden 1024, 4 layers, a
 //! 32000-token Q8_0 embedding and head, random weights: the tokens mean nothing, the speed
@@ -29,14 +34,21 @@ struct Args {
     steps: usize,
     dtype: String,
     sampling: Sampling,
+    graph: bool,
 }
 
 const USAGE: &str = "usage: generate [MODEL.gguf] [--tokens 1,2,3] [--steps N] [--dtype f32|f16|bf16] \
-                     [--temperature T] [--top-k K] [--top-p P] [--seed S]";
+                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--decode graph|eager]";
 
 fn parse_args() -> Result<Args, String> {
-    let mut args =
-        Args { path: None, tokens: vec![1], steps: 32, dtype: "bf16".into(), sampling: Sampling::GREEDY };
+    let mut args = Args {
+        path: None,
+        tokens: vec![1],
+        steps: 32,
+        dtype: "bf16".into(),
+        sampling: Sampling::GREEDY,
+        graph: true,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
@@ -59,6 +71,13 @@ fn parse_args() -> Result<Args, String> {
             "--top-k" => args.sampling.top_k = num("--top-k", value("--top-k")?)?,
             "--top-p" => args.sampling.top_p = num("--top-p", value("--top-p")?)?,
             "--seed" => args.sampling.seed = num("--seed", value("--seed")?)?,
+            "--decode" => {
+                args.graph = match value("--decode")?.as_str() {
+                    "graph" => true,
+                    "eager" => false,
+                    other => return Err(format!("--decode must be graph or eager, not {other}")),
+                }
+            }
             "-h" | "--help" => return Err(String::new()),
             s if s.starts_with('-') => return Err(format!("unknown option {s}")),
             s => args.path = Some(s.to_string()),
@@ -139,19 +158,39 @@ fn run<T: GemmElement>(
     );
 
     let mut generated = vec![next];
-    let t = Instant::now();
-    for step in 1..args.steps {
-        let out = model.decode_step(&mut cache, &mut kv, &[seq], &model.embed(&[next])?)?;
-        logits = model.logits(&out)?;
-        next = sampler.sample(&host_row(&logits)?)?;
-        generated.push(next);
+    let progress = |step: usize, t: Instant, mode: &str| {
         let s = t.elapsed().as_secs_f64();
-        eprint!("\rdecode: {step}/{} tokens, {:.1} tokens/s   ", args.steps - 1, step as f64 / s);
-    }
+        eprint!("\rdecode ({mode}): {step}/{} tokens, {:.1} tokens/s   ", args.steps - 1, step as f64 / s);
+    };
+    let (t, mode) = if args.graph {
+        // Tables as wide as the cache: the sequence may take every block.
+        let max_blocks = cache.num_blocks();
+        let mut workspace = model.decode_workspace(&mut kv, 1, max_blocks)?;
+        let mut graph = workspace.graph()?;
+        let mode = if graph.is_captured() { "graph" } else { "eager workspace: no graphs here" };
+        let t = Instant::now();
+        for step in 1..args.steps {
+            graph.step_tokens(&mut cache, &[seq], &[next])?;
+            next = sampler.sample(&host_row(graph.logits().ok_or("the model has no output head")?)?)?;
+            generated.push(next);
+            progress(step, t, mode);
+        }
+        (t, mode)
+    } else {
+        let t = Instant::now();
+        for step in 1..args.steps {
+            let out = model.decode_step(&mut cache, &mut kv, &[seq], &model.embed(&[next])?)?;
+            logits = model.logits(&out)?;
+            next = sampler.sample(&host_row(&logits)?)?;
+            generated.push(next);
+            progress(step, t, "eager");
+        }
+        (t, "eager")
+    };
     if args.steps > 1 {
         let s = t.elapsed().as_secs_f64();
         eprintln!(
-            "\rdecode: {} tokens in {s:.3} s = {:.1} tokens/s          ",
+            "\rdecode ({mode}): {} tokens in {s:.3} s = {:.1} tokens/s          ",
             args.steps - 1,
             (args.steps - 1) as f64 / s
         );

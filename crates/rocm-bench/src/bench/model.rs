@@ -8,6 +8,13 @@
 //!   copy bandwidth of the same run: the memory-limit target is at least 0.8 (a step no slower
 //!   than 1.25 x its weight bytes over the bandwidth). The shape column gives the tokens/s of a
 //!   32-layer model at that per-layer time (no embedding, head or sampling).
+//! - decode graph: the same step through a decode graph (`Model::decode_workspace`,
+//!   `DecodeWorkspace::graph`): the host plans the step, writes the inputs (the rows from the
+//!   host, positions, slots, tables, lengths) and launches the recorded step once. Rows
+//!   `model decode graph b<N>` next to the eager ones; the difference is the host work and
+//!   launches the graph removes. The graph records the portable GEMM (the vendor BLAS cannot
+//!   be recorded), which BF16 weights and MXFP4 past one token use. Where the platform has no
+//!   graphs the row says `eager workspace`.
 //! - prefill: [`PREFILL`] tokens of one sequence, per layer, TFLOP/s of the projections
 //!   (`2 x tokens x parameters`).
 //!
@@ -18,7 +25,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use rocm_model::kv_cache::{PagedCache, SeqId};
+use rocm_model::kv_cache::{KvCacheTensors, PagedCache, SeqId};
 use rocm_model::model::synthetic::SyntheticSpec;
 use rocm_model::model::{Architecture, Model, ModelConfig, tensor_name};
 use rocm_model::{GgmlType, GgufFile};
@@ -61,47 +68,93 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
         let layer_bytes = model.weight_bytes() / LAYERS as u64;
         for batch in BATCHES {
             rows.push(decode(b, &model, ty, batch, layer_bytes)?);
+            rows.push(decode_graph(b, &model, ty, batch, layer_bytes)?);
         }
         rows.push(prefill(b, &model, ty, layer_bytes)?);
     }
     Ok(rows)
 }
 
-/// A decode step of `batch` sequences of [`CONTEXT`] tokens each.
-fn decode(b: &mut Bench, model: &Model<bf16>, ty: GgmlType, batch: usize, layer_bytes: u64) -> Result<Row> {
-    let hidden = model.config().hidden;
-    let block = 16;
-    let per_seq = (CONTEXT + STEPS + 2).div_ceil(block);
-    let mut cache = PagedCache::new(batch * per_seq, block)?;
+/// Token slots a cache block of the decode rows holds.
+const BLOCK: usize = 16;
+/// Blocks each sequence of the decode rows may take: its context and every step.
+const PER_SEQ: usize = (CONTEXT + STEPS + 2).div_ceil(BLOCK);
+
+/// A cache of `batch` sequences of [`CONTEXT`] tokens each, prefilled.
+fn decode_cache(
+    b: &mut Bench,
+    model: &Model<bf16>,
+    batch: usize,
+) -> Result<(PagedCache, KvCacheTensors<bf16>, Vec<SeqId>)> {
+    let mut cache = PagedCache::new(batch * PER_SEQ, BLOCK)?;
     let mut kv = model.new_kv_cache(&cache)?;
     let seqs: Vec<SeqId> = (0..batch).map(|_| cache.add_sequence()).collect();
-    let context = b.upload_random::<bf16>(CONTEXT * hidden, -1.0, 1.0)?;
+    let context = b.upload_random::<bf16>(CONTEXT * model.config().hidden, -1.0, 1.0)?;
     for &s in &seqs {
         model.prefill(&mut cache, &mut kv, s, &context)?;
     }
-    let x = b.upload_random::<bf16>(batch * hidden, -1.0, 1.0)?;
+    Ok((cache, kv, seqs))
+}
+
+/// The median of `STEPS` timed calls of `step` (after two untimed ones), each from an idle
+/// stream to an idle stream, in ms.
+fn median_step(b: &Bench, mut step: impl FnMut() -> Result<()>) -> Result<f64> {
     let mut times = Vec::with_capacity(STEPS);
-    for step in 0..STEPS + 2 {
+    for i in 0..STEPS + 2 {
         b.stream.synchronize()?;
         let t = Instant::now();
-        model.decode_step(&mut cache, &mut kv, &seqs, &x)?;
+        step()?;
         b.stream.synchronize()?;
-        if step >= 2 {
+        if i >= 2 {
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
     times.sort_by(f64::total_cmp);
-    let step_ms = times[times.len() / 2];
+    Ok(times[times.len() / 2])
+}
+
+fn decode_row(kernel: String, ty: GgmlType, batch: usize, step_ms: f64, layer_bytes: u64) -> Row {
     let layer_ms = step_ms / LAYERS as f64;
     let tokens_per_s = batch as f64 / (layer_ms * 32.0 / 1e3);
-    Ok(Row {
-        kernel: format!("model decode b{batch}"),
+    Row {
+        kernel,
         dtype: ty.name(),
         shape: format!("8B layer: {tokens_per_s:.0} tok/s@32L"),
         ms: layer_ms,
         bytes: layer_bytes,
         flops: None,
-    })
+    }
+}
+
+/// A decode step of `batch` sequences of [`CONTEXT`] tokens each.
+fn decode(b: &mut Bench, model: &Model<bf16>, ty: GgmlType, batch: usize, layer_bytes: u64) -> Result<Row> {
+    let (mut cache, mut kv, seqs) = decode_cache(b, model, batch)?;
+    let x = b.upload_random::<bf16>(batch * model.config().hidden, -1.0, 1.0)?;
+    let step_ms = median_step(b, || {
+        model.decode_step(&mut cache, &mut kv, &seqs, &x)?;
+        Ok(())
+    })?;
+    Ok(decode_row(format!("model decode b{batch}"), ty, batch, step_ms, layer_bytes))
+}
+
+/// [`decode`] through a decode graph recorded once (the recording is not timed).
+fn decode_graph(
+    b: &mut Bench,
+    model: &Model<bf16>,
+    ty: GgmlType,
+    batch: usize,
+    layer_bytes: u64,
+) -> Result<Row> {
+    let (mut cache, mut kv, seqs) = decode_cache(b, model, batch)?;
+    let x: Vec<bf16> = b.random(batch * model.config().hidden, -1.0, 1.0);
+    let mut workspace = model.decode_workspace(&mut kv, batch, PER_SEQ)?;
+    let mut graph = workspace.graph()?;
+    let mode = if graph.is_captured() { "graph" } else { "eager workspace" };
+    let step_ms = median_step(b, || {
+        graph.step(&mut cache, &seqs, &x)?;
+        Ok(())
+    })?;
+    Ok(decode_row(format!("model decode {mode} b{batch}"), ty, batch, step_ms, layer_bytes))
 }
 
 /// A prefill of [`PREFILL`] tokens of one sequence.
