@@ -14,6 +14,17 @@ fn bits<T: Dtype>(v: &[T]) -> Vec<u32> {
     v.iter().map(|x| x.to_f32().to_bits()).collect()
 }
 
+/// The block copies `pairs` in host copies of both caches.
+fn copy_on_host<T: Dtype>(shape: &CacheShape, pairs: &[(usize, usize)], caches: [&mut Vec<T>; 2]) {
+    let block = shape.block_size * shape.row();
+    for want in caches {
+        for &(src, dst) in pairs {
+            let copy = want[src * block..(src + 1) * block].to_vec();
+            want[dst * block..(dst + 1) * block].copy_from_slice(&copy);
+        }
+    }
+}
+
 fn write_and_copy<T: Dtype>(seed: u64) {
     let gpu = gpu_test!();
     let s = gpu.stream();
@@ -45,25 +56,14 @@ fn write_and_copy<T: Dtype>(seed: u64) {
     // Copy blocks 2 -> 9 and 4 -> 0; then check on the host.
     let pairs = [(2usize, 9usize), (4, 0)];
     kv_cache_copy_blocks(&shape, &pairs, &mut k_cache, &mut v_cache).unwrap();
-    let block = shape.block_size * shape.row();
-    for want in [&mut k_want, &mut v_want] {
-        for &(src, dst) in &pairs {
-            let copy = want[src * block..(src + 1) * block].to_vec();
-            want[dst * block..(dst + 1) * block].copy_from_slice(&copy);
-        }
-    }
+    copy_on_host(&shape, &pairs, [&mut k_want, &mut v_want]);
     assert_eq!(bits(&k_cache.to_vec().unwrap()), bits(&k_want), "k cache after copies");
     assert_eq!(bits(&v_cache.to_vec().unwrap()), bits(&v_want), "v cache after copies");
 
     // The same through shared borrows (caches a graph borrows): blocks 9 -> 3 and 0 -> 10.
     let pairs = [(9usize, 3usize), (0, 10)];
     kv_cache_copy_blocks_shared(&shape, &pairs, &k_cache, &v_cache).unwrap();
-    for want in [&mut k_want, &mut v_want] {
-        for &(src, dst) in &pairs {
-            let copy = want[src * block..(src + 1) * block].to_vec();
-            want[dst * block..(dst + 1) * block].copy_from_slice(&copy);
-        }
-    }
+    copy_on_host(&shape, &pairs, [&mut k_want, &mut v_want]);
     assert_eq!(bits(&k_cache.to_vec().unwrap()), bits(&k_want), "k cache after shared copies");
     assert_eq!(bits(&v_cache.to_vec().unwrap()), bits(&v_want), "v cache after shared copies");
     // One buffer as both caches is refused (the shared form cannot rely on two borrows).

@@ -38,8 +38,8 @@ use super::forward::{Model, Step, StepInputs, Workspace, plan};
 use crate::kv_cache::{KvCacheShape, KvCacheTensors, PAD_BLOCK, PagedCache, SeqId};
 
 /// The buffers of a decode step of `batch` sequences, allocated once, over the model and the
-/// KV-cache tensors it borrows ([`Model::decode_workspace`]). [`DecodeWorkspace::step`] runs a
-/// step eagerly on them; [`DecodeWorkspace::graph`] records one and replays it.
+/// KV-cache tensors it borrows ([`Model::decode_workspace`]). [`DecodeWorkspace::graph`] records
+/// a step and replays it; [`DecodeWorkspace::eager`] runs the same launches eagerly.
 pub struct DecodeWorkspace<'a, T: GemmElement> {
     model: &'a Model<T>,
     kv: &'a mut KvCacheTensors<T>,
@@ -144,30 +144,13 @@ impl<'a, T: GemmElement> DecodeWorkspace<'a, T> {
         self.max_blocks
     }
 
-    /// One token of each of `seqs` (exactly `batch` of them), `hidden` being their input rows
-    /// (`[batch, hidden]`), run eagerly on the workspace's buffers: the same launches a
-    /// [`DecodeGraph`] replays. Returns the output rows (`[batch, hidden]`, as
-    /// [`Model::decode_step`]'s); [`DecodeWorkspace::logits`] holds their logits. A refused or
-    /// failed step leaves `cache` as it was.
-    pub fn step(&mut self, cache: &mut PagedCache, seqs: &[SeqId], hidden: &[T]) -> Result<&DeviceBuffer<T>> {
-        self.step_rows(cache, seqs, Rows::Hidden(hidden))
+    /// The same steps as [`DecodeWorkspace::graph`]'s, run eagerly on the workspace's buffers
+    /// (what a platform without graphs runs): no allocation per step, a host call per launch.
+    pub fn eager(&mut self) -> DecodeGraph<'_, 'a, T> {
+        DecodeGraph { inner: Inner::Eager(self) }
     }
 
-    /// [`DecodeWorkspace::step`] with token ids, their rows looked up in the token embedding.
-    pub fn step_tokens(
-        &mut self,
-        cache: &mut PagedCache,
-        seqs: &[SeqId],
-        tokens: &[u32],
-    ) -> Result<&DeviceBuffer<T>> {
-        self.step_rows(cache, seqs, Rows::Tokens(tokens))
-    }
-
-    /// The logits of the last step's outputs (`[batch, vocab]`), for a model with an output head.
-    pub fn logits(&self) -> Option<&DeviceBuffer<T>> {
-        self.logits.as_ref()
-    }
-
+    /// An eager step ([`DecodeGraph::step`] without a graph).
     fn step_rows(
         &mut self,
         cache: &mut PagedCache,
@@ -193,7 +176,7 @@ impl<'a, T: GemmElement> DecodeWorkspace<'a, T> {
     pub fn graph(&mut self) -> Result<DecodeGraph<'_, 'a, T>> {
         let stream = self.model.stream().clone();
         if !graphs_supported(&stream)? {
-            return Ok(DecodeGraph { inner: Inner::Eager(self) });
+            return Ok(self.eager());
         }
         let path = match self.model.gemm_path() {
             GemmPath::Auto => GemmPath::Portable,
@@ -353,12 +336,16 @@ impl<'a, T: GemmElement> DecodeGraph<'_, 'a, T> {
         self.workspace().batch
     }
 
-    /// As [`DecodeWorkspace::step`], replaying the recorded launches.
+    /// One token of each of `seqs` (exactly `batch` of them), `hidden` being their input rows
+    /// (`[batch, hidden]`): the step planned on `cache`, its inputs written, then the recorded
+    /// launches replayed (or run eagerly). Returns the output rows (`[batch, hidden]`, as
+    /// [`Model::decode_step`]'s); [`DecodeGraph::logits`] holds their logits. A refused or
+    /// failed step leaves `cache` as it was.
     pub fn step(&mut self, cache: &mut PagedCache, seqs: &[SeqId], hidden: &[T]) -> Result<&DeviceBuffer<T>> {
         self.step_rows(cache, seqs, Rows::Hidden(hidden))
     }
 
-    /// As [`DecodeWorkspace::step_tokens`], replaying the recorded launches.
+    /// [`DecodeGraph::step`] with token ids, their rows looked up in the token embedding.
     pub fn step_tokens(
         &mut self,
         cache: &mut PagedCache,

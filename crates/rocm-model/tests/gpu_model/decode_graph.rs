@@ -116,12 +116,15 @@ fn graph_equals_eager<T: GemmElement>(gpu: &GpuTest, file: Arc<GgufFile>, what: 
         }
         drop(graph);
         // The same workspace stepped eagerly: what runs where graphs are missing.
+        let mut eager = workspace.eager();
+        assert!(!eager.is_captured());
         for step in 0..EAGER_STEPS {
             let x = rows::<T>(&mut rng, seqs.len() * hidden);
             let want = model
                 .decode_step(&mut eager_cache, &mut eager_kv, &seqs, &gpu.stream().upload(&x).unwrap())
                 .unwrap();
-            let got = workspace.step(&mut graph_cache, &seqs, &x).unwrap();
+            eager.poison_outputs().unwrap();
+            let got = eager.step(&mut graph_cache, &seqs, &x).unwrap();
             assert_eq!(bits(got), bits(&want), "{what} ({}): eager workspace step {step}", T::NAME);
         }
     }
@@ -238,7 +241,7 @@ fn refused_decode_graph_steps_leave_the_cache_as_it_was() {
     // Tables one block wide: a (17 tokens) would need a second column.
     let mut workspace = model.decode_workspace(&mut kv, 1, 1).unwrap();
     let before = cache.clone();
-    let err = workspace.step(&mut cache, &[seqs[0]], &x[..hidden]).unwrap_err();
+    let err = workspace.eager().step(&mut cache, &[seqs[0]], &x[..hidden]).unwrap_err();
     assert!(err.to_string().contains("would hold 18 tokens in 2 blocks"), "{err}");
     assert_eq!(cache, before);
     // Workspaces that cannot be built.
