@@ -167,7 +167,11 @@ fn run<T: GemmElement>(
         let max_blocks = cache.num_blocks();
         let mut workspace = model.decode_workspace(&mut kv, 1, max_blocks)?;
         let mut graph = workspace.graph()?;
-        let mode = if graph.is_captured() { "graph" } else { "eager workspace: no graphs here" };
+        let mode = if graph.is_captured() {
+            "graph"
+        } else {
+            "eager workspace: no graphs here, or whole-weight GEMMs"
+        };
         let t = Instant::now();
         for step in 1..args.steps {
             graph.step_tokens(&mut cache, &[seq], &[next])?;

@@ -12,9 +12,10 @@
 //!   `DecodeWorkspace::graph`): the host plans the step, writes the inputs (the rows from the
 //!   host, positions, slots, tables, lengths) and launches the recorded step once. Rows
 //!   `model decode graph b<N>` next to the eager ones; the difference is the host work and
-//!   launches the graph removes. The graph records the portable GEMM (the vendor BLAS cannot
-//!   be recorded), which BF16 weights and MXFP4 past one token use. Where the platform has no
-//!   graphs the row says `eager workspace`.
+//!   launches the graph removes. The vendor BLAS cannot be recorded, so a step that runs a GEMM
+//!   over whole weights (BF16, MXFP4 past one token) is not recorded but run eagerly on the
+//!   workspace (`DecodeWorkspace::graph` says why), as where the platform has no graphs: the
+//!   row then says `eager workspace`.
 //! - prefill: [`PREFILL`] tokens of one sequence, per layer, TFLOP/s of the projections
 //!   (`2 x tokens x parameters`).
 //!

@@ -402,6 +402,12 @@ impl<T: GemmElement> Model<T> {
         }
     }
 
+    /// Whether a step of `tokens` rows runs a GEMM over a whole weight matrix (a layer's or the
+    /// head's): dense weights, or a block format without a fused product at that count.
+    pub(super) fn uses_weight_gemm(&self, tokens: usize) -> bool {
+        self.layers.iter().flat_map(|l| l.linears()).chain(self.head.as_ref()).any(|w| w.uses_gemm(tokens))
+    }
+
     /// The output head's product of `ws`'s output into `logits` (`[tokens, vocab]`), with
     /// `ws`'s dequantisation scratch; `None` without a head.
     pub(super) fn head_into(

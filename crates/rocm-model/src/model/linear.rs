@@ -107,6 +107,17 @@ impl<T: GemmElement> Linear<T> {
     }
 }
 
+impl<T: GemmElement> Linear<T> {
+    /// Whether a product over `tokens` rows runs a GEMM over the whole weight (dense, or
+    /// dequantised first), rather than a fused matrix-vector kernel.
+    pub fn uses_gemm(&self, tokens: usize) -> bool {
+        match *self {
+            Linear::Dense { .. } => true,
+            Linear::Blocks { format, .. } => !has_fused_product(format, tokens),
+        }
+    }
+}
+
 /// Whether [`fused_product`] runs a fused kernel for `format` at `tokens`.
 fn has_fused_product(format: BlockFormat, tokens: usize) -> bool {
     match (format, GgmlFormat::of(format)) {
