@@ -176,14 +176,20 @@ pub fn run(args: &[String]) -> Result<()> {
     let info = bench.backend.info();
     println!("device: {} ({}), {} compute units", info.name, info.arch, info.compute_units);
     let mut rows = Vec::new();
+    let mut ran_model = false;
     for (name, family) in FAMILIES {
         let by_default = filters.is_empty() && !ONLY_WHEN_NAMED.contains(name);
         let wanted = *name == "copy" || by_default || filters.iter().any(|f| name.contains(f.as_str()));
         if wanted {
             rows.extend(family(&mut bench)?);
+            ran_model |= *name == "model";
         }
     }
     print_table(&rows);
+    if ran_model {
+        // PyTorch running Hugging Face's layer at the same shapes, after the table.
+        model::torch_rows(bench.iters);
+    }
     Ok(())
 }
 

@@ -19,6 +19,19 @@
 //! - prefill: [`PREFILL`] tokens of one sequence, per layer, TFLOP/s of the projections
 //!   (`2 x tokens x parameters`).
 //!
+//! - torch (after the table): `scripts/bench_model_torch.py --iters N`, run with `python3` from
+//!   the current directory (the repository root on the GPU host), its lines passed through:
+//!   Hugging Face transformers' `LlamaModel` at the same layer shapes (one layer, bf16 weights,
+//!   random init, SDPA attention, the rows given as `inputs_embeds`: no embedding or head), eager
+//!   (`torch eager ...` rows) and through `torch.compile` in its default mode (`torch compile
+//!   ...`; compilation in the untimed warm-up, a recompile while timing fails the row). Decode
+//!   b1/b8/b32 on a `StaticCache` already holding 512 tokens a sequence (the Rust rows hold
+//!   [`CONTEXT`]), each step timed whole from an idle GPU to an idle GPU (host work included),
+//!   median; prefill of 512 tokens with TFLOP/s as `2 x tokens x parameters`. "of copy" is
+//!   against the script's own `torch copy` row (1 GiB device-to-device `copy_`), not the Rust
+//!   copy row. Without `python3`, torch or the script, one line says why the rows are absent;
+//!   the bench never fails because of them.
+//!
 //! Weights are random valid blocks (scales chosen so values stay within about +-0.06, like a
 //! trained 8B model's), written raw: quantising 400 M values on the host would take longer than
 //! the benchmark.
@@ -74,6 +87,44 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
         rows.push(prefill(b, &model, ty, layer_bytes)?);
     }
     Ok(rows)
+}
+
+/// Where `bench model` finds the PyTorch script, relative to the current directory.
+const TORCH_SCRIPT: &str = "scripts/bench_model_torch.py";
+
+/// Runs [`TORCH_SCRIPT`] with `--iters iters`, its output passed through, or prints one line
+/// saying why there are no PyTorch rows. Never fails: the Rust rows are already printed.
+pub fn torch_rows(iters: usize) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    let _ = std::io::stdout().flush();
+    if !std::path::Path::new(TORCH_SCRIPT).is_file() {
+        let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
+        println!("torch rows: absent, no {TORCH_SCRIPT} under {cwd} (run from the repository root)");
+        return;
+    }
+    let probe = Command::new("python3")
+        .args(["-c", "import torch"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    match probe {
+        Err(e) => {
+            println!("torch rows: absent, no python3 ({e})");
+            return;
+        }
+        Ok(s) if !s.success() => {
+            println!("torch rows: absent, python3 cannot import torch");
+            return;
+        }
+        Ok(_) => {}
+    }
+    match Command::new("python3").arg(TORCH_SCRIPT).args(["--iters", &iters.to_string()]).status() {
+        Ok(s) if s.success() => {}
+        Ok(s) => println!("torch rows: {TORCH_SCRIPT} stopped ({s}); rows above it stand"),
+        Err(e) => println!("torch rows: absent, {TORCH_SCRIPT} did not start ({e})"),
+    }
 }
 
 /// Token slots a cache block of the decode rows holds.
