@@ -17,7 +17,7 @@ eagerly and through `torch.compile` (default mode), the compile warm-up untimed 
 recompile during the timed steps turned into an error (that row then says why it failed).
 
 - decode b1/b8/b32: one token for each of 1, 8 or 32 sequences whose StaticCache already holds
-  CONTEXT (512) tokens (filled by an eager prefill), then untimed warm-up steps and `--iters`
+  CONTEXT (`--context`, default 512; `bench model` passes its own 128 and 2 layers) tokens (filled by an eager prefill), then untimed warm-up steps and `--iters`
   timed ones; each step timed whole, from an idle GPU to an idle GPU (host work included, as
   the Rust rows' wall clock), median, divided by the layers. Bytes: one layer's bf16 weights, so
   "of copy" is the weight-read rate against the copy bandwidth this script measures itself
@@ -60,6 +60,7 @@ def parse_args():
         help="also time torch.compile (default mode) rows (default: on)",
     )
     p.add_argument("--layers", type=int, default=1, help="decoder layers run; times are per layer")
+    p.add_argument("--context", type=int, default=CONTEXT, help="tokens each decode row's sequences hold")
     return p.parse_args()
 
 
@@ -76,7 +77,9 @@ def failed_row(kernel, err):
 
 
 def main():
+    global CONTEXT
     args = parse_args()
+    CONTEXT = max(args.context, 1)
     try:
         import torch
     except ImportError as e:

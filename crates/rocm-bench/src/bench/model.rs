@@ -120,7 +120,13 @@ pub fn torch_rows(iters: usize) {
         }
         Ok(_) => {}
     }
-    match Command::new("python3").arg(TORCH_SCRIPT).args(["--iters", &iters.to_string()]).status() {
+    match Command::new("python3")
+        .arg(TORCH_SCRIPT)
+        .args(["--iters", &iters.to_string()])
+        // The Rust rows' shapes: a step over LAYERS layers of CONTEXT-token sequences.
+        .args(["--layers", &LAYERS.to_string(), "--context", &CONTEXT.to_string()])
+        .status()
+    {
         Ok(s) if s.success() => {}
         Ok(s) => println!("torch rows: {TORCH_SCRIPT} stopped ({s}); rows above it stand"),
         Err(e) => println!("torch rows: absent, {TORCH_SCRIPT} did not start ({e})"),
