@@ -20,6 +20,7 @@ mod flash_attention;
 mod gemm;
 mod model;
 mod mxfp;
+mod quant_gemm;
 mod quant_matvec;
 mod rmsnorm;
 mod rope;
@@ -133,6 +134,7 @@ const FAMILIES: &[(&str, Family)] = &[
     ("flash_attention", flash_attention::run),
     ("mxfp", mxfp::run),
     ("quant_matvec", quant_matvec::run),
+    ("quant_gemm", quant_gemm::run),
     ("gemm", gemm::run),
     ("model", model::run),
 ];

@@ -1,0 +1,82 @@
+//! Benchmark of prefill products with quantised weights, the way rocm-model runs them past the
+//! fused kernels' token counts (`model/linear.rs`): dequantise the weight to bf16
+//! (`kernels/dequant.hip`) and run the vendor GEMM on it, against the vendor GEMM on a bf16
+//! weight of the same shape, the ceiling (issue: at least 0.7 of it).
+//!
+//! Shape: Llama-3-8B's gate/up weight, `[14336, 4096]`, times 512 and 4096 tokens (`y = x W^T`,
+//! TFLOP/s of `2 m n k`). The quantised rows time both launches together; `dequant` alone is in
+//! `bench mxfp`. The weights are random bytes (speed does not depend on the values; with
+//! ggml's formats some scales are NaN), two copies taken in turn so the dequantisation reads
+//! them from DRAM, not the L2. Without a vendor BLAS the family prints nothing.
+
+use rocm_kernels::gemm::GemmDesc;
+use rocm_kernels::quant::{BlockFormat, dequantize};
+use rocm_runtime::{Blas, DeviceBuffer, bf16};
+
+use super::{Bench, Row};
+use crate::Result;
+
+/// (n, k) of the weight: gate/up.
+const WEIGHT: (usize, usize) = (14_336, 4096);
+/// Tokens of the products.
+const TOKENS: &[usize] = &[512, 4096];
+/// The formats rocm-model keeps on the device.
+const FORMATS: &[BlockFormat] = &[
+    BlockFormat::Q8_0,
+    BlockFormat::Q4_0,
+    BlockFormat::Q4K,
+    BlockFormat::Q5K,
+    BlockFormat::Q6K,
+    BlockFormat::Mxfp4Gguf,
+];
+
+pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
+    let blas = match Blas::open(&b.backend) {
+        Ok(blas) => blas,
+        Err(e) => {
+            println!("quant_gemm: no vendor BLAS, no rows: {e}");
+            return Ok(Vec::new());
+        }
+    };
+    let (n, k) = WEIGHT;
+    let mut workspace = b.stream.alloc::<u8>(blas.recommended_workspace_bytes())?;
+    let mut w = b.upload_random::<bf16>(n * k, -0.05, 0.05)?;
+    let mut rows = Vec::new();
+    for &m in TOKENS {
+        let d = GemmDesc::linear(m, n, k);
+        let x = b.upload_random::<bf16>(m * k, -1.0, 1.0)?;
+        let mut y = b.stream.alloc::<bf16>(m * n)?;
+        let row = |kernel: String, ms: f64, weight_bytes: usize| Row {
+            kernel,
+            dtype: "bf16",
+            shape: format!("{m}x{n}x{k}"),
+            ms,
+            bytes: (weight_bytes + (m * k + m * n) * size_of::<bf16>()) as u64,
+            flops: Some(d.flops()),
+        };
+        let vendor_ms = b.time(|| Ok(blas.gemm_with_workspace(&d, &x, &w, &mut y, &mut workspace)?))?;
+        let library = blas.library();
+        rows.push(row(format!("gemm {library} (bf16 weight)"), vendor_ms, n * k * size_of::<bf16>()));
+        for &format in FORMATS {
+            let bytes = format.bytes_for(n * k).ok_or("weight size")?;
+            let mut copies: Vec<DeviceBuffer<u8>> = Vec::new();
+            for _ in 0..2 {
+                let host = b.random_bytes(bytes);
+                copies.push(b.stream.upload(&host)?);
+            }
+            let mut i = 0;
+            let ms = b.time(|| {
+                i += 1;
+                dequantize(format, &copies[i % copies.len()], &mut w)?;
+                Ok(blas.gemm_with_workspace(&d, &x, &w, &mut y, &mut workspace)?)
+            })?;
+            println!(
+                "quant_gemm: {} at {m} tokens: {:.2} of {library} on the bf16 weight",
+                format.name(),
+                vendor_ms / ms
+            );
+            rows.push(row(format!("dequant {} + gemm {library}", format.name()), ms, bytes));
+        }
+    }
+    Ok(rows)
+}
