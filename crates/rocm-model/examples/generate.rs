@@ -1,21 +1,30 @@
-//! Token ids in, generated token ids out, on the GPU: embedding, prefill, then one decode step
-//! per token with the logits sampled on the host.
+//! Token ids in, generated token ids out, on the GPU: each prompt prefilled as its own
+//! sequence, then every sequence decoded together, one batched decode step per token, with each
+//! sequence's logits sampled on the host.
 //!
 //! ```text
-//! cargo run --release -p rocm-model --example generate -- [MODEL.gguf] [--tokens 1,2,3]
-//!     [--steps N] [--dtype f32|f16|bf16] [--temperature T] [--top-k K] [--top-p P] [--seed S]
-//!     [--decode graph|eager]
+//! cargo run --release -p rocm-model --example generate -- [MODEL.gguf] [--tokens 1,2,3]...
+//!     [--prompts "1,2,3;7,8"] [--steps N] [--dtype f32|f16|bf16] [--temperature T] [--top-k K]
+//!     [--top-p P] [--seed S] [--decode graph|eager]
 //! ```
 //!
-//! `--decode graph` (the default) records one decode step, head included, and replays it
-//! (`Model::decode_workspace`, `DecodeWorkspace::graph`; eagerly on the same buffers where the
-//! platform has no graphs); `eager` runs `Model::decode_step` and `Model::logits` each step.
+//! Each `--tokens` adds a prompt, and `--prompts` adds several (`;` between prompts); prompts
+//! may differ in length. Without either, one prompt of the id 1. The prompts are prefilled one
+//! at a time (each its own sequence of the `PagedCache`, sized for the longest prompt plus the
+//! steps), then decoded as one batch per step. Sequence `i` samples with its own `Sampler`,
+//! seeded `S + i`.
+//!
+//! `--decode graph` (the default) records one decode step of the whole batch, head included,
+//! and replays it (`Model::decode_workspace`, `DecodeWorkspace::graph`; eagerly on the same
+//! buffers where the platform has no graphs); `eager` runs `Model::decode_step` and
+//! `Model::logits` over all sequences each step.
 //!
 //! Without a GGUF path it builds a synthetic llama-style model (hidden 1024, 4 layers, a
 //! 32000-token Q8_0 embedding and head, random weights: the tokens mean nothing, the speed
-//! does). Temperature 0 (the default) is greedy. Progress and tokens/s go to stderr; the
-//! generated ids to stdout, one line.
+//! does). Temperature 0 (the default) is greedy. Progress and tokens/s (all sequences' tokens
+//! together) go to stderr; the generated ids to stdout, one line per prompt, in order.
 
+use std::error::Error;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,27 +32,49 @@ use std::time::Instant;
 use rocm_kernels::gemm::GemmElement;
 use rocm_model::GgmlType;
 use rocm_model::GgufFile;
-use rocm_model::kv_cache::PagedCache;
+use rocm_model::kv_cache::{KvCacheTensors, PagedCache, SeqId};
 use rocm_model::model::synthetic::{SyntheticSpec, SyntheticVocab};
 use rocm_model::model::{Architecture, LayerTensor, Model, ModelConfig, Sampler, Sampling};
-use rocm_runtime::{Backend, Stream, bf16, f16};
+use rocm_runtime::{Backend, DeviceBuffer, Stream, bf16, f16};
+
+type Res<T> = Result<T, Box<dyn Error>>;
 
 struct Args {
     path: Option<String>,
-    tokens: Vec<u32>,
+    /// One a sequence, none empty.
+    prompts: Vec<Vec<u32>>,
     steps: usize,
     dtype: String,
     sampling: Sampling,
     graph: bool,
 }
 
-const USAGE: &str = "usage: generate [MODEL.gguf] [--tokens 1,2,3] [--steps N] [--dtype f32|f16|bf16] \
-                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--decode graph|eager]";
+const USAGE: &str = "usage: generate [MODEL.gguf] [--tokens 1,2,3]... [--prompts \"1,2,3;7,8\"] [--steps N] \
+                     [--dtype f32|f16|bf16] [--temperature T] [--top-k K] [--top-p P] [--seed S] \
+                     [--decode graph|eager]";
+
+/// Tokens a block of the KV cache holds.
+const BLOCK_SIZE: usize = 16;
+
+fn num<N: std::str::FromStr>(name: &str, v: &str) -> Result<N, String>
+where
+    N::Err: std::fmt::Display,
+{
+    v.parse().map_err(|e| format!("{name} {v}: {e}"))
+}
+
+/// One prompt's ids, `1,2,3`; `which` names it in errors.
+fn parse_prompt(which: &str, text: &str) -> Result<Vec<u32>, String> {
+    if text.trim().is_empty() {
+        return Err(format!("{which} is empty: a prompt needs at least one token id"));
+    }
+    text.split(',').map(|t| num(which, t.trim())).collect()
+}
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         path: None,
-        tokens: vec![1],
+        prompts: Vec::new(),
         steps: 32,
         dtype: "bf16".into(),
         sampling: Sampling::GREEDY,
@@ -52,25 +83,23 @@ fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        fn num<N: std::str::FromStr>(name: &str, v: String) -> Result<N, String>
-        where
-            N::Err: std::fmt::Display,
-        {
-            v.parse().map_err(|e| format!("{name} {v}: {e}"))
-        }
         match a.as_str() {
             "--tokens" => {
-                args.tokens = value("--tokens")?
-                    .split(',')
-                    .map(|t| num("--tokens", t.trim().to_string()))
-                    .collect::<Result<_, _>>()?
+                let which = format!("--tokens (prompt {})", args.prompts.len());
+                args.prompts.push(parse_prompt(&which, &value("--tokens")?)?)
             }
-            "--steps" => args.steps = num("--steps", value("--steps")?)?,
+            "--prompts" => {
+                for text in value("--prompts")?.split(';') {
+                    let which = format!("--prompts (prompt {})", args.prompts.len());
+                    args.prompts.push(parse_prompt(&which, text)?);
+                }
+            }
+            "--steps" => args.steps = num("--steps", &value("--steps")?)?,
             "--dtype" => args.dtype = value("--dtype")?,
-            "--temperature" => args.sampling.temperature = num("--temperature", value("--temperature")?)?,
-            "--top-k" => args.sampling.top_k = num("--top-k", value("--top-k")?)?,
-            "--top-p" => args.sampling.top_p = num("--top-p", value("--top-p")?)?,
-            "--seed" => args.sampling.seed = num("--seed", value("--seed")?)?,
+            "--temperature" => args.sampling.temperature = num("--temperature", &value("--temperature")?)?,
+            "--top-k" => args.sampling.top_k = num("--top-k", &value("--top-k")?)?,
+            "--top-p" => args.sampling.top_p = num("--top-p", &value("--top-p")?)?,
+            "--seed" => args.sampling.seed = num("--seed", &value("--seed")?)?,
             "--decode" => {
                 args.graph = match value("--decode")?.as_str() {
                     "graph" => true,
@@ -83,13 +112,13 @@ fn parse_args() -> Result<Args, String> {
             s => args.path = Some(s.to_string()),
         }
     }
-    if args.tokens.is_empty() {
-        return Err("--tokens needs at least one id".into());
+    if args.prompts.is_empty() {
+        args.prompts.push(vec![1]);
     }
     Ok(args)
 }
 
-fn synthetic() -> Result<GgufFile, Box<dyn std::error::Error>> {
+fn synthetic() -> Res<GgufFile> {
     let base = SyntheticSpec::small(Architecture::Llama);
     let spec = SyntheticSpec {
         config: ModelConfig {
@@ -112,21 +141,13 @@ fn synthetic() -> Result<GgufFile, Box<dyn std::error::Error>> {
     Ok(GgufFile::from_bytes(spec.to_bytes()?)?)
 }
 
-/// The logits of one row as f32, for the sampler.
-fn host_row<T: GemmElement>(logits: &rocm_runtime::DeviceBuffer<T>) -> Result<Vec<f32>, rocm_runtime::Error> {
-    Ok(logits.to_vec()?.iter().map(|v| v.to_f32()).collect())
-}
-
-fn run<T: GemmElement>(
-    file: Arc<GgufFile>,
-    stream: &Stream,
-    args: &Args,
-) -> Result<(), Box<dyn std::error::Error>> {
+/// Loads the model onto `stream` and says what it is.
+fn load<T: GemmElement>(file: Arc<GgufFile>, stream: &Stream) -> Res<Model<T>> {
     let t0 = Instant::now();
     let in_file = file.tensor_bytes_total();
     let model = Model::<T>::load(file, stream)?;
     stream.synchronize()?;
-    let c = model.config().clone();
+    let c = model.config();
     let vocab = model.vocab_size().ok_or("the model has no token embedding (token_embd.weight)")?;
     eprintln!(
         "model: {} {} layers, hidden {}, vocab {vocab}, activations {}; weights {:.1} MiB on the device \
@@ -139,68 +160,155 @@ fn run<T: GemmElement>(
         in_file as f64 / (1 << 20) as f64,
         t0.elapsed().as_secs_f64()
     );
-    let mut sampler = Sampler::new(args.sampling)?;
-    let block_size = 16;
-    let mut cache = PagedCache::new((args.tokens.len() + args.steps).div_ceil(block_size), block_size)?;
-    let mut kv = model.new_kv_cache(&cache)?;
-    let seq = cache.add_sequence();
+    Ok(model)
+}
 
-    let t = Instant::now();
-    let out = model.prefill(&mut cache, &mut kv, seq, &model.embed(&args.tokens)?)?;
-    let mut logits = model.logits(&model.last_token(&out)?)?;
-    let mut next = sampler.sample(&host_row(&logits)?)?;
-    let prefill_s = t.elapsed().as_secs_f64();
-    eprintln!(
-        "prefill: {} tokens in {:.3} s = {:.1} tokens/s",
-        args.tokens.len(),
-        prefill_s,
-        args.tokens.len() as f64 / prefill_s
-    );
-
-    let mut generated = vec![next];
-    let progress = |step: usize, t: Instant, mode: &str| {
-        let s = t.elapsed().as_secs_f64();
-        eprint!("\rdecode ({mode}): {step}/{} tokens, {:.1} tokens/s   ", args.steps - 1, step as f64 / s);
+/// The block bookkeeping and the KV-cache tensors for `prompts`, each room for its prompt and
+/// `steps` tokens, and the block tables' width (the longest sequence's blocks).
+fn kv_cache<T: GemmElement>(
+    model: &Model<T>,
+    prompts: &[Vec<u32>],
+    steps: usize,
+) -> Res<(PagedCache, KvCacheTensors<T>, usize)> {
+    let blocks = |p: &Vec<u32>| (p.len() + steps).div_ceil(BLOCK_SIZE);
+    let max_blocks = prompts.iter().map(blocks).max().unwrap_or(1);
+    let num_blocks: usize = prompts.iter().map(blocks).sum();
+    let too_many = |e: &dyn Error| {
+        let c = model.config();
+        let per_block = 2 * c.layers * BLOCK_SIZE * c.kv_heads * c.head_dim * size_of::<T>();
+        format!(
+            "{} sequences of up to {} tokens need {num_blocks} KV-cache blocks of {BLOCK_SIZE} tokens \
+             ({:.1} MiB): {e}",
+            prompts.len(),
+            prompts.iter().map(Vec::len).max().unwrap_or(0) + steps,
+            num_blocks as f64 * per_block as f64 / (1 << 20) as f64
+        )
     };
-    let (t, mode) = if args.graph {
-        // Tables as wide as the cache: the sequence may take every block.
-        let max_blocks = cache.num_blocks();
-        let mut workspace = model.decode_workspace(&mut kv, 1, max_blocks)?;
+    let cache = PagedCache::new(num_blocks, BLOCK_SIZE).map_err(|e| too_many(&e))?;
+    let kv = model.new_kv_cache(&cache).map_err(|e| too_many(&e))?;
+    Ok((cache, kv, max_blocks))
+}
+
+/// One sampler a sequence, sequence `i` seeded `seed + i`.
+fn samplers(sampling: Sampling, n: usize) -> Res<Vec<Sampler>> {
+    (0..n as u64)
+        .map(|i| Ok(Sampler::new(Sampling { seed: sampling.seed.wrapping_add(i), ..sampling })?))
+        .collect()
+}
+
+/// Device logits as f32 on the host.
+fn host_rows<T: GemmElement>(logits: &DeviceBuffer<T>) -> Res<Vec<f32>> {
+    Ok(logits.to_vec()?.iter().map(|v| v.to_f32()).collect())
+}
+
+/// The next token of each sequence: row `i` of `logits` (`[samplers.len(), vocab]`) sampled by
+/// sampler `i`.
+fn sample_rows(samplers: &mut [Sampler], logits: &[f32]) -> Res<Vec<u32>> {
+    let vocab = logits.len() / samplers.len();
+    samplers.iter_mut().zip(logits.chunks_exact(vocab)).map(|(s, row)| Ok(s.sample(row)?)).collect()
+}
+
+/// Each prompt prefilled as a new sequence of `cache`, one at a time, and the first token after
+/// it sampled. Returns the sequences and those tokens.
+fn prefill<T: GemmElement>(
+    model: &Model<T>,
+    cache: &mut PagedCache,
+    kv: &mut KvCacheTensors<T>,
+    prompts: &[Vec<u32>],
+    samplers: &mut [Sampler],
+) -> Res<(Vec<SeqId>, Vec<u32>)> {
+    let t = Instant::now();
+    let mut seqs = Vec::with_capacity(prompts.len());
+    let mut first = Vec::with_capacity(prompts.len());
+    for (i, (prompt, sampler)) in prompts.iter().zip(samplers).enumerate() {
+        let x = model.embed(prompt).map_err(|e| format!("prompt {i}: {e}"))?;
+        let seq = cache.add_sequence();
+        let out = model.prefill(cache, kv, seq, &x)?;
+        let logits = host_rows(&model.logits(&model.last_token(&out)?)?)?;
+        first.push(sampler.sample(&logits)?);
+        seqs.push(seq);
+    }
+    let s = t.elapsed().as_secs_f64();
+    let tokens: usize = prompts.iter().map(Vec::len).sum();
+    eprintln!(
+        "prefill: {tokens} tokens of {} prompt(s), one at a time, in {s:.3} s = {:.1} tokens/s",
+        prompts.len(),
+        tokens as f64 / s
+    );
+    Ok((seqs, first))
+}
+
+/// `steps - 1` decode steps after the prefill's tokens `first` (one a sequence): each feeds
+/// every sequence's last token to `step`, which returns the logits (`[batch, vocab]`), and
+/// samples the next. Progress and tokens/s (the batch's tokens) on stderr; returns each
+/// sequence's `steps` tokens.
+fn decode(
+    steps: usize,
+    mode: &str,
+    samplers: &mut [Sampler],
+    first: Vec<u32>,
+    mut step: impl FnMut(&[u32]) -> Res<Vec<f32>>,
+) -> Res<Vec<Vec<u32>>> {
+    let batch = first.len();
+    let mut generated: Vec<Vec<u32>> = first.iter().map(|&t| vec![t]).collect();
+    let mut next = first;
+    let t = Instant::now();
+    for done in 1..steps {
+        next = sample_rows(samplers, &step(&next)?)?;
+        for (g, &id) in generated.iter_mut().zip(&next) {
+            g.push(id);
+        }
+        let s = t.elapsed().as_secs_f64();
+        eprint!(
+            "\rdecode ({mode}): step {done}/{}, batch {batch}, {:.1} tokens/s   ",
+            steps - 1,
+            (done * batch) as f64 / s
+        );
+    }
+    if steps > 1 {
+        let s = t.elapsed().as_secs_f64();
+        let tokens = (steps - 1) * batch;
+        eprintln!(
+            "\rdecode ({mode}): {} steps of batch {batch} = {tokens} tokens in {s:.3} s = {:.1} tokens/s          ",
+            steps - 1,
+            tokens as f64 / s
+        );
+    }
+    for g in &mut generated {
+        g.truncate(steps);
+    }
+    Ok(generated)
+}
+
+fn run<T: GemmElement>(file: Arc<GgufFile>, stream: &Stream, args: &Args) -> Res<()> {
+    let model = load::<T>(file, stream)?;
+    let (mut cache, mut kv, max_blocks) = kv_cache(&model, &args.prompts, args.steps)?;
+    let mut samplers = samplers(args.sampling, args.prompts.len())?;
+    let (seqs, first) = prefill(&model, &mut cache, &mut kv, &args.prompts, &mut samplers)?;
+    let generated = if args.graph {
+        let mut workspace = model
+            .decode_workspace(&mut kv, seqs.len(), max_blocks)
+            .map_err(|e| format!("the decode workspace for {} sequences: {e}", seqs.len()))?;
         let mut graph = workspace.graph()?;
         let mode = if graph.is_captured() {
             "graph"
         } else {
             "eager workspace: no graphs here, or whole-weight GEMMs"
         };
-        let t = Instant::now();
-        for step in 1..args.steps {
-            graph.step_tokens(&mut cache, &[seq], &[next])?;
-            next = sampler.sample(&host_row(graph.logits().ok_or("the model has no output head")?)?)?;
-            generated.push(next);
-            progress(step, t, mode);
-        }
-        (t, mode)
+        decode(args.steps, mode, &mut samplers, first, |ids| {
+            graph.step_tokens(&mut cache, &seqs, ids)?;
+            host_rows(graph.logits().ok_or("the model has no output head")?)
+        })?
     } else {
-        let t = Instant::now();
-        for step in 1..args.steps {
-            let out = model.decode_step(&mut cache, &mut kv, &[seq], &model.embed(&[next])?)?;
-            logits = model.logits(&out)?;
-            next = sampler.sample(&host_row(&logits)?)?;
-            generated.push(next);
-            progress(step, t, "eager");
-        }
-        (t, "eager")
+        decode(args.steps, "eager", &mut samplers, first, |ids| {
+            let out = model.decode_step(&mut cache, &mut kv, &seqs, &model.embed(ids)?)?;
+            host_rows(&model.logits(&out)?)
+        })?
     };
-    if args.steps > 1 {
-        let s = t.elapsed().as_secs_f64();
-        eprintln!(
-            "\rdecode ({mode}): {} tokens in {s:.3} s = {:.1} tokens/s          ",
-            args.steps - 1,
-            (args.steps - 1) as f64 / s
-        );
+    for ids in generated {
+        let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
+        println!("{}", ids.join(" "));
     }
-    let ids: Vec<String> = generated.iter().take(args.steps).map(u32::to_string).collect();
-    println!("{}", ids.join(" "));
     Ok(())
 }
 
@@ -222,7 +330,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = (|| -> Result<(), Box<dyn std::error::Error>> {
+    let result = (|| -> Res<()> {
         let stream = backend.create_stream()?;
         let file = Arc::new(match &args.path {
             Some(p) => GgufFile::open(p)?,
