@@ -7,18 +7,21 @@
 //! workspace stepped eagerly (what a platform without graphs runs). Both sides take the
 //! portable GEMM (`Model::set_gemm_path`): a graph cannot record the vendor BLAS. Refused steps
 //! (cache full, a wrong batch, an unknown or repeated sequence, a sequence past the tables'
-//! width, bad rows or ids) leave the cache as it was. The fixture's scope checks for leaks.
+//! width, bad rows or ids) leave the cache as it was. Greedy decoding of prompts of different
+//! lengths (5, 17, 33 ids) batched through the graph picks the tokens each prompt picks decoded
+//! alone (what `examples/generate.rs` relies on), logits within the f32 parity tolerance. The
+//! fixture's scope checks for leaks.
 
 use std::sync::Arc;
 
 use rocm_kernels::Dtype;
 use rocm_kernels::gemm::{GemmElement, GemmPath};
 use rocm_model::kv_cache::{KvCacheError, KvCacheTensors, PagedCache, SeqId};
-use rocm_model::model::synthetic::{SplitMix, SyntheticSpec, SyntheticVocab};
-use rocm_model::model::{Architecture, DecodeGraph, Model, ModelError};
+use rocm_model::model::synthetic::{SplitMix, SyntheticSpec, SyntheticVocab, parity_tolerance};
+use rocm_model::model::{Architecture, DecodeGraph, Model, ModelError, Sampler, Sampling};
 use rocm_model::{GgmlType, GgufFile};
 use rocm_runtime::{DeviceBuffer, bf16, f16};
-use rocm_testkit::{GpuTest, gpu_test};
+use rocm_testkit::{GpuTest, Tolerance, compare, gpu_test};
 
 const PROMPTS: [usize; 3] = [37, 23, 5];
 const GRAPH_STEPS: usize = 6;
@@ -253,4 +256,95 @@ fn refused_decode_graph_steps_leave_the_cache_as_it_was() {
     let other = PagedCache::new(5, 8).unwrap();
     let mut other_kv = model.new_kv_cache(&other).unwrap();
     let _fits = model.decode_workspace(&mut other_kv, 2, 5).unwrap();
+}
+
+/// Prompt lengths of the batched greedy decode: one, two and three blocks of 16.
+const BATCHED_PROMPTS: [usize; 3] = [5, 17, 33];
+const BATCHED_STEPS: usize = 8;
+
+/// One prompt's greedy tokens (the prefill's pick, then one a decode step) and the logits each
+/// was picked from.
+struct Greedy {
+    tokens: Vec<u32>,
+    logits: Vec<Vec<f32>>,
+}
+
+impl Greedy {
+    fn push(&mut self, row: &[f32]) {
+        self.tokens.push(Sampler::new(Sampling::GREEDY).unwrap().sample(row).unwrap());
+        self.logits.push(row.to_vec());
+    }
+}
+
+/// `prompts` (token ids) each prefilled as its own sequence, then decoded greedily together
+/// through a decode graph of `prompts.len()` sequences for [`BATCHED_STEPS`] steps.
+fn greedy_batch(model: &Model<f32>, prompts: &[Vec<u32>]) -> Vec<Greedy> {
+    let vocab = model.vocab_size().unwrap();
+    let mut cache = PagedCache::new(16, 16).unwrap();
+    let mut kv = model.new_kv_cache(&cache).unwrap();
+    kv.fill_bytes(0xFF).unwrap(); // NaN everywhere a write did not reach
+    let mut seqs = Vec::new();
+    let mut out = Vec::new();
+    for prompt in prompts {
+        let seq = cache.add_sequence();
+        let hidden = model.prefill(&mut cache, &mut kv, seq, &model.embed(prompt).unwrap()).unwrap();
+        let logits = model.logits(&model.last_token(&hidden).unwrap()).unwrap().to_vec().unwrap();
+        let mut greedy = Greedy { tokens: Vec::new(), logits: Vec::new() };
+        greedy.push(&logits);
+        seqs.push(seq);
+        out.push(greedy);
+    }
+    let mut workspace = model.decode_workspace(&mut kv, seqs.len(), MAX_BLOCKS).unwrap();
+    let mut graph = workspace.graph().unwrap();
+    eprintln!("batch of {}: graph captured: {}", seqs.len(), graph.is_captured());
+    for _ in 0..BATCHED_STEPS {
+        let ids: Vec<u32> = out.iter().map(|g| *g.tokens.last().unwrap()).collect();
+        graph.poison_outputs().unwrap();
+        graph.step_tokens(&mut cache, &seqs, &ids).unwrap();
+        let logits = graph.logits().unwrap().to_vec().unwrap();
+        assert_eq!(logits.len(), seqs.len() * vocab);
+        for (greedy, row) in out.iter_mut().zip(logits.chunks_exact(vocab)) {
+            greedy.push(row);
+        }
+    }
+    for (&seq, prompt) in seqs.iter().zip(prompts) {
+        assert_eq!(cache.seq_len(seq).unwrap(), prompt.len() + BATCHED_STEPS);
+    }
+    out
+}
+
+/// Prompts of 5, 17 and 33 ids decoded greedily together through the graph pick the same
+/// tokens as each decoded alone (batch 1), step by step, their logits within the f32 parity
+/// tolerance: a batch may take other kernels than batch 1 (a fused product's sums in another
+/// order), so not bit for bit. Both sides take the portable GEMM.
+#[test]
+fn batched_greedy_decode_equals_each_prompt_alone() {
+    let gpu = gpu_test!();
+    let mut model =
+        Model::<f32>::load(with_vocab(SyntheticSpec::small(Architecture::Llama)), gpu.stream()).unwrap();
+    model.set_gemm_path(GemmPath::Portable);
+    let model = model;
+    let vocab = model.vocab_size().unwrap() as u64;
+    let mut rng = SplitMix(35);
+    let prompts: Vec<Vec<u32>> = BATCHED_PROMPTS
+        .iter()
+        .map(|&len| (0..len).map(|_| (rng.next_u64() % vocab) as u32).collect())
+        .collect();
+    let t = parity_tolerance(f32::NAME);
+    let tol = Tolerance::abs(t.abs).with_l2(t.l2);
+    let together = greedy_batch(&model, &prompts);
+    for (i, (prompt, batched)) in prompts.iter().zip(&together).enumerate() {
+        let alone = greedy_batch(&model, std::slice::from_ref(prompt)).pop().unwrap();
+        assert_eq!(batched.tokens.len(), BATCHED_STEPS + 1);
+        for step in 0..=BATCHED_STEPS {
+            let what = format!("prompt {i} ({} ids), token {step} (0: the prefill's)", prompt.len());
+            let c = compare(&batched.logits[step], &alone.logits[step], &tol);
+            eprintln!("batched against alone, {what}: {c}");
+            assert!(c.passed(&tol), "{what}: logits batched against alone: {c}");
+            assert_eq!(
+                batched.tokens[step], alone.tokens[step],
+                "{what}: batched picked another token than alone, the logits within tolerance (a near tie?)"
+            );
+        }
+    }
 }
