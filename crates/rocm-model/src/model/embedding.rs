@@ -16,8 +16,9 @@ use rocm_runtime::{DeviceBuffer, Stream};
 use super::config::ModelConfig;
 use super::error::{ModelError, Result};
 use super::linear::Linear;
+use super::vocabulary::{TOKENS_KEY, vocabulary_tokens};
 use super::weights::{checked_info, load_linear};
-use crate::gguf::{GgufFile, Value, host_vec};
+use crate::gguf::{GgufFile, host_vec};
 use crate::lazy::DeviceTensors;
 
 /// llama.cpp's name of the token embedding.
@@ -117,19 +118,12 @@ fn check_stated_vocab(file: &GgufFile, config: &ModelConfig, vocab: usize) -> Re
             });
         }
     }
-    let key = "tokenizer.ggml.tokens";
-    if let Some(value) = metadata.get(key) {
-        let stated = match value {
-            Value::Array(tokens) => Some(tokens.len()),
-            _ => None,
-        };
-        if stated != Some(vocab) {
-            let what = stated.map_or_else(|| "not an array".to_string(), |n| format!("{n} tokens"));
-            return Err(ModelError::BadMetadata {
-                key: key.into(),
-                reason: format!("{what}, but {TOKEN_EMBEDDING} has {vocab} rows"),
-            });
-        }
+    let stated = vocabulary_tokens(metadata)?.map(<[String]>::len);
+    if let Some(n) = stated.filter(|&n| n != vocab) {
+        return Err(ModelError::BadMetadata {
+            key: TOKENS_KEY.into(),
+            reason: format!("{n} tokens, but {TOKEN_EMBEDDING} has {vocab} rows"),
+        });
     }
     Ok(())
 }
