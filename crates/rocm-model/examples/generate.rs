@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p rocm-model --example generate -- [MODEL.gguf] [--tokens 1,2,3]...
 //!     [--prompts "1,2,3;7,8"] [--steps N] [--dtype f32|f16|bf16] [--temperature T] [--top-k K]
-//!     [--top-p P] [--seed S] [--decode graph|eager]
+//!     [--top-p P] [--seed S] [--decode graph|eager] [--text]
 //! ```
 //!
 //! Each `--tokens` adds a prompt, and `--prompts` adds several (`;` between prompts); prompts
@@ -23,6 +23,11 @@
 //! 32000-token Q8_0 embedding and head, random weights: the tokens mean nothing, the speed
 //! does). Temperature 0 (the default) is greedy. Progress and tokens/s (all sequences' tokens
 //! together) go to stderr; the generated ids to stdout, one line per prompt, in order.
+//!
+//! `--text` prints each prompt's generated text instead of its ids, decoded with the model
+//! file's own vocabulary (`Detokenizer`: SentencePiece or byte-level BPE; control tokens print
+//! nothing), followed by a newline; the text itself may hold newlines. A file without
+//! `tokenizer.ggml.tokens` (the synthetic model has none) refuses `--text`.
 
 use std::error::Error;
 use std::process::ExitCode;
@@ -34,7 +39,7 @@ use rocm_model::GgmlType;
 use rocm_model::GgufFile;
 use rocm_model::kv_cache::{KvCacheTensors, PagedCache, SeqId};
 use rocm_model::model::synthetic::{SyntheticSpec, SyntheticVocab};
-use rocm_model::model::{Architecture, LayerTensor, Model, ModelConfig, Sampler, Sampling};
+use rocm_model::model::{Architecture, Detokenizer, LayerTensor, Model, ModelConfig, Sampler, Sampling};
 use rocm_runtime::{Backend, DeviceBuffer, Stream, bf16, f16};
 
 type Res<T> = Result<T, Box<dyn Error>>;
@@ -47,11 +52,13 @@ struct Args {
     dtype: String,
     sampling: Sampling,
     graph: bool,
+    /// Print the generated text, not the ids.
+    text: bool,
 }
 
 const USAGE: &str = "usage: generate [MODEL.gguf] [--tokens 1,2,3]... [--prompts \"1,2,3;7,8\"] [--steps N] \
                      [--dtype f32|f16|bf16] [--temperature T] [--top-k K] [--top-p P] [--seed S] \
-                     [--decode graph|eager]";
+                     [--decode graph|eager] [--text]";
 
 /// Tokens a block of the KV cache holds.
 const BLOCK_SIZE: usize = 16;
@@ -79,6 +86,7 @@ fn parse_args() -> Result<Args, String> {
         dtype: "bf16".into(),
         sampling: Sampling::GREEDY,
         graph: true,
+        text: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -107,6 +115,7 @@ fn parse_args() -> Result<Args, String> {
                     other => return Err(format!("--decode must be graph or eager, not {other}")),
                 }
             }
+            "--text" => args.text = true,
             "-h" | "--help" => return Err(String::new()),
             s if s.starts_with('-') => return Err(format!("unknown option {s}")),
             s => args.path = Some(s.to_string()),
@@ -281,6 +290,13 @@ fn decode(
 }
 
 fn run<T: GemmElement>(file: Arc<GgufFile>, stream: &Stream, args: &Args) -> Res<()> {
+    // Read before the weights are loaded, so a file without a vocabulary fails at once.
+    let detokenizer = if args.text {
+        let d = Detokenizer::from_file(&file)?;
+        Some(d.ok_or("--text needs a vocabulary, and the model file has none (no tokenizer.ggml.tokens)")?)
+    } else {
+        None
+    };
     let model = load::<T>(file, stream)?;
     let (mut cache, mut kv, max_blocks) = kv_cache(&model, &args.prompts, args.steps)?;
     let mut samplers = samplers(args.sampling, args.prompts.len())?;
@@ -306,6 +322,10 @@ fn run<T: GemmElement>(file: Arc<GgufFile>, stream: &Stream, args: &Args) -> Res
         })?
     };
     for ids in generated {
+        if let Some(d) = &detokenizer {
+            println!("{}", d.decode(&ids)?);
+            continue;
+        }
         let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
         println!("{}", ids.join(" "));
     }
