@@ -23,3 +23,13 @@ pub type Result<T, E = KernelError> = std::result::Result<T, E>;
 pub(crate) fn ensure(condition: bool, kernel: &'static str, message: impl FnOnce() -> String) -> Result<()> {
     if condition { Ok(()) } else { Err(KernelError::Shape { kernel, message: message() }) }
 }
+
+/// The message of `result`'s [`KernelError::Shape`] from `kernel`; panics on anything else
+/// (tests of the launchers' refusals).
+#[cfg(test)]
+pub(crate) fn shape_message<T: std::fmt::Debug>(result: Result<T>, kernel: &str) -> String {
+    match result {
+        Err(KernelError::Shape { kernel: k, message }) if k == kernel => message,
+        other => panic!("expected a shape error from {kernel}, got {other:?}"),
+    }
+}

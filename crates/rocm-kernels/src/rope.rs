@@ -761,10 +761,7 @@ mod tests {
 
     #[test]
     fn freq_factors_are_checked() {
-        let message = |r: Result<FreqFactors>| match r {
-            Err(KernelError::Shape { kernel: "rope", message }) => message,
-            other => panic!("expected a shape error, got {other:?}"),
-        };
+        let message = |r: Result<FreqFactors>| crate::error::shape_message(r, "rope");
         assert_eq!(
             message(FreqFactors::new(&[])),
             "0 frequency factors: need 1 to 256 (one per rotated pair)"
@@ -892,10 +889,7 @@ mod tests {
     }
 
     fn refused(rope: Rope) -> String {
-        match rope.layout() {
-            Err(KernelError::Shape { kernel: "rope", message }) => message,
-            other => panic!("expected a shape error, got {other:?}"),
-        }
+        crate::error::shape_message(rope.layout(), "rope")
     }
 
     #[test]

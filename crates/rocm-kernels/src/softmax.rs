@@ -479,10 +479,7 @@ mod tests {
     }
 
     fn refused(shape: Softmax, x_len: usize, y_len: Option<usize>, mask: Mask<usize>) -> String {
-        match shape.check(x_len, y_len, &mask, |&m| m) {
-            Err(KernelError::Shape { kernel: "softmax", message }) => message,
-            other => panic!("expected a shape error, got {other:?}"),
-        }
+        crate::error::shape_message(shape.check(x_len, y_len, &mask, |&m| m), "softmax")
     }
 
     #[test]

@@ -335,10 +335,7 @@ mod tests {
     use rocm_runtime::f16;
 
     fn message(r: Result<()>) -> String {
-        match r {
-            Err(KernelError::Shape { kernel: "quant_matvec", message }) => message,
-            other => panic!("expected a shape error, got {other:?}"),
-        }
+        crate::error::shape_message(r, "quant_matvec")
     }
 
     #[test]

@@ -385,10 +385,7 @@ mod tests {
     use super::*;
 
     fn message(r: Result<()>) -> String {
-        match r {
-            Err(KernelError::Shape { kernel: "mxfp", message }) => message,
-            other => panic!("expected a shape error, got {other:?}"),
-        }
+        crate::error::shape_message(r, "mxfp")
     }
 
     #[test]

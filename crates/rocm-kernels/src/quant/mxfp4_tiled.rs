@@ -575,10 +575,7 @@ mod tests {
 
     #[test]
     fn bad_shapes_are_refused() {
-        let message = |r: Result<TiledMxfp4>| match r {
-            Err(KernelError::Shape { kernel: KERNEL, message }) => message,
-            other => panic!("expected a shape error, got {other:?}"),
-        };
+        let message = |r: Result<TiledMxfp4>| crate::error::shape_message(r, KERNEL);
         let f = TiledCodes::Fields;
         assert!(message(TiledMxfp4::from_gguf(&[0; 17], 1, 33, f)).contains("not a multiple of 32"));
         assert!(message(TiledMxfp4::from_gguf(&[0; 16], 1, 32, f)).contains("w holds 16 bytes"));
