@@ -71,6 +71,16 @@ enum FinalNorm<T: GemmElement> {
     Unit(DeviceBuffer<T>),
 }
 
+impl<T: GemmElement> FinalNorm<T> {
+    /// Of a pass's normalised rows `xn` and its residual stream `h`, the one the pass returns.
+    fn output<B>(&self, xn: B, h: B) -> B {
+        match self {
+            FinalNorm::Output(_) => xn,
+            FinalNorm::Unit(_) => h,
+        }
+    }
+}
+
 /// What one forward pass is about to do to the cache, planned before any device work.
 pub(super) struct Step {
     pub seqs: Vec<SeqId>,
@@ -346,10 +356,7 @@ impl<T: GemmElement> Model<T> {
         h.copy_from_device(hidden)?;
         let mut ws = self.workspace(n, inputs, h)?;
         self.run_layers(&mut ws, kv, &step.copies, self.gemm)?;
-        Ok(match self.final_norm {
-            FinalNorm::Output(_) => ws.xn,
-            FinalNorm::Unit(_) => ws.h,
-        })
+        Ok(self.final_norm.output(ws.xn, ws.h))
     }
 
     /// The activations of a pass over `tokens` tokens around `inputs` and the residual stream
@@ -389,23 +396,24 @@ impl<T: GemmElement> Model<T> {
     /// Elements the products of a pass over `tokens` tokens dequantise into at most (the
     /// blocks' projections and the head without a fused kernel at that count).
     pub(super) fn dequant_len(&self, tokens: usize) -> usize {
-        let layers = self.layers.iter().flat_map(LayerWeights::linears);
-        layers.chain(self.head.as_ref()).map(|w| w.dequant_len(tokens)).max().unwrap_or(0)
+        self.linears().map(|w| w.dequant_len(tokens)).max().unwrap_or(0)
+    }
+
+    /// Every weight matrix a pass multiplies by: the layers' projections, then the head.
+    fn linears(&self) -> impl Iterator<Item = &Linear<T>> {
+        self.layers.iter().flat_map(LayerWeights::linears).chain(self.head.as_ref())
     }
 
     /// The output of a pass over `ws`: the final norm's rows, or the residual stream for a
     /// model without an output norm.
     pub(super) fn output<'w>(&self, ws: &'w Workspace<T>) -> &'w DeviceBuffer<T> {
-        match self.final_norm {
-            FinalNorm::Output(_) => &ws.xn,
-            FinalNorm::Unit(_) => &ws.h,
-        }
+        self.final_norm.output(&ws.xn, &ws.h)
     }
 
     /// Whether a step of `tokens` rows runs a GEMM over a whole weight matrix (a layer's or the
     /// head's): dense weights, or a block format without a fused product at that count.
     pub(super) fn uses_weight_gemm(&self, tokens: usize) -> bool {
-        self.layers.iter().flat_map(|l| l.linears()).chain(self.head.as_ref()).any(|w| w.uses_gemm(tokens))
+        self.linears().any(|w| w.uses_gemm(tokens))
     }
 
     /// The output head's product of `ws`'s output into `logits` (`[tokens, vocab]`), with
@@ -418,10 +426,7 @@ impl<T: GemmElement> Model<T> {
     ) -> Result<()> {
         let head =
             self.head.as_ref().ok_or_else(|| ModelError::MissingTensor { name: OUTPUT_HEAD.into() })?;
-        let out = match self.final_norm {
-            FinalNorm::Output(_) => &ws.xn,
-            FinalNorm::Unit(_) => &ws.h,
-        };
+        let out = self.final_norm.output(&ws.xn, &ws.h);
         head.apply_with(out, ws.tokens, logits, &mut Products { gemm, scratch: ws.dequant.as_mut() })
     }
 

@@ -72,6 +72,15 @@ impl<T: GemmElement> Linear<T> {
         }
     }
 
+    /// Whether a product over `tokens` rows runs a GEMM over the whole weight (dense, or
+    /// dequantised first), rather than a fused matrix-vector kernel.
+    pub fn uses_gemm(&self, tokens: usize) -> bool {
+        match *self {
+            Linear::Dense { .. } => true,
+            Linear::Blocks { format, .. } => !has_fused_product(format, tokens),
+        }
+    }
+
     /// `y = x W^T` for `tokens` rows of `x` (`[tokens, in]`); `y` is `[tokens, out]`, on the
     /// GEMM path and with the dequantisation scratch of `products`.
     pub fn apply_with(
@@ -104,17 +113,6 @@ impl<T: GemmElement> Linear<T> {
             }
         }
         Ok(())
-    }
-}
-
-impl<T: GemmElement> Linear<T> {
-    /// Whether a product over `tokens` rows runs a GEMM over the whole weight (dense, or
-    /// dequantised first), rather than a fused matrix-vector kernel.
-    pub fn uses_gemm(&self, tokens: usize) -> bool {
-        match *self {
-            Linear::Dense { .. } => true,
-            Linear::Blocks { format, .. } => !has_fused_product(format, tokens),
-        }
     }
 }
 
