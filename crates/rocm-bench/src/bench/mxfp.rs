@@ -76,7 +76,12 @@ fn host_weights(b: &mut Bench, format: BlockFormat, n: usize, k: usize) -> Resul
 }
 
 /// [`host_weights`], uploaded.
-fn weights(b: &mut Bench, format: BlockFormat, n: usize, k: usize) -> Result<Vec<DeviceBuffer<u8>>> {
+pub(super) fn weights(
+    b: &mut Bench,
+    format: BlockFormat,
+    n: usize,
+    k: usize,
+) -> Result<Vec<DeviceBuffer<u8>>> {
     let host = host_weights(b, format, n, k)?;
     Ok(host.iter().map(|w| b.stream.upload(w)).collect::<std::result::Result<_, _>>()?)
 }

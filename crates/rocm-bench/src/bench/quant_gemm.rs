@@ -5,13 +5,13 @@
 //!
 //! Shape: Llama-3-8B's gate/up weight, `[14336, 4096]`, times 512 and 4096 tokens (`y = x W^T`,
 //! TFLOP/s of `2 m n k`). The quantised rows time both launches together; `dequant` alone is in
-//! `bench mxfp`. The weights are random bytes (speed does not depend on the values; with
-//! ggml's formats some scales are NaN), two copies taken in turn so the dequantisation reads
-//! them from DRAM, not the L2. Without a vendor BLAS the family prints nothing.
+//! `bench mxfp`, whose random weights these are (speed does not depend on the values; with
+//! ggml's formats some scales are NaN): copies covering four times the L2, taken in turn, so
+//! the dequantisation reads them from DRAM. Without a vendor BLAS the family prints nothing.
 
 use rocm_kernels::gemm::GemmDesc;
 use rocm_kernels::quant::{BlockFormat, dequantize};
-use rocm_runtime::{Blas, DeviceBuffer, bf16};
+use rocm_runtime::{Blas, bf16};
 
 use super::{Bench, Row};
 use crate::Result;
@@ -58,12 +58,8 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
         let library = blas.library();
         rows.push(row(format!("gemm {library} (bf16 weight)"), vendor_ms, n * k * size_of::<bf16>()));
         for &format in FORMATS {
-            let bytes = format.bytes_for(n * k).ok_or("weight size")?;
-            let mut copies: Vec<DeviceBuffer<u8>> = Vec::new();
-            for _ in 0..2 {
-                let host = b.random_bytes(bytes);
-                copies.push(b.stream.upload(&host)?);
-            }
+            let copies = super::mxfp::weights(b, format, n, k)?;
+            let bytes = copies[0].len();
             let mut i = 0;
             let ms = b.time(|| {
                 i += 1;
