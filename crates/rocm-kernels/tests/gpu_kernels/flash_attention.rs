@@ -228,11 +228,29 @@ fn check_unfused<T: Dtype>(gpu: &GpuTest, attn: &Attention, case: &Case, x: &Inp
 /// cases run in every plain run.
 const SANITIZED_WORK: u64 = 1 << 23;
 
-fn all_cases<T: Dtype>(gpu: &GpuTest, seed: u64) {
+/// Which of `CASES` a test takes: each dtype's cases are two tests, so that a checker's time
+/// per test (racecheck instruments each kernel variant on its first launch) is spread over two
+/// processes. Decode (at most 16 query rows a sequence: the key-split kernels) and prefill (the
+/// 4- and 8-warp and warpgroup kernels) reach different variants.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Share {
+    Decode,
+    Prefill,
+}
+
+impl Share {
+    fn of(case: &Case) -> Share {
+        if case.seq_q <= 16 { Share::Decode } else { Share::Prefill }
+    }
+}
+
+fn all_cases<T: Dtype>(gpu: &GpuTest, share: Share, seed: u64) {
     let mut rng = Rng::new(seed);
     let mma = gpu.backend().info().matrix_cores != MatrixCores::None && T::NAME != "f32";
     let sanitized = rocm_testkit::sanitizer().is_some();
-    for case in CASES {
+    let cases: Vec<&Case> = CASES.iter().filter(|c| Share::of(c) == share).collect();
+    assert!(cases.len() >= 5, "{share:?}: {} cases", cases.len());
+    for case in cases {
         if sanitized && case.work() > SANITIZED_WORK {
             eprintln!("under a sanitizer: leaving out {case:?} ({} multiply-adds)", case.work());
             continue;
@@ -297,21 +315,39 @@ fn wide_decode_matches_the_reference_bf16() {
 }
 
 #[test]
-fn flash_attention_matches_the_reference_f32() {
+fn flash_decode_matches_the_reference_f32() {
     let gpu = gpu_test!();
-    all_cases::<f32>(&gpu, 0xa771);
+    all_cases::<f32>(&gpu, Share::Decode, 0xa771);
 }
 
 #[test]
-fn flash_attention_matches_the_reference_f16() {
+fn flash_prefill_matches_the_reference_f32() {
     let gpu = gpu_test!();
-    all_cases::<f16>(&gpu, 0xa772);
+    all_cases::<f32>(&gpu, Share::Prefill, 0xa771 ^ 0x10000);
 }
 
 #[test]
-fn flash_attention_matches_the_reference_bf16() {
+fn flash_decode_matches_the_reference_f16() {
     let gpu = gpu_test!();
-    all_cases::<bf16>(&gpu, 0xa773);
+    all_cases::<f16>(&gpu, Share::Decode, 0xa772);
+}
+
+#[test]
+fn flash_prefill_matches_the_reference_f16() {
+    let gpu = gpu_test!();
+    all_cases::<f16>(&gpu, Share::Prefill, 0xa772 ^ 0x10000);
+}
+
+#[test]
+fn flash_decode_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    all_cases::<bf16>(&gpu, Share::Decode, 0xa773);
+}
+
+#[test]
+fn flash_prefill_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    all_cases::<bf16>(&gpu, Share::Prefill, 0xa773 ^ 0x10000);
 }
 
 /// Q in [b, h, s, d] with 8 elements of padding after each row, K and V interleaved in one
