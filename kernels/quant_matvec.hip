@@ -3,7 +3,13 @@
 // W is [rows, k] as GGUF stores it, row r being k / E consecutive blocks (E = 32, or 256 for the
 // k-quants); x is [batch, k] and y [batch, rows], row-major, f32, f16 or bf16 (<dt>):
 //
-//   rf_qmv_<fmt>_b<BC>_<dt>(w, x, y, rows, k, batch):  y[b][r] = sum_c W[r][c] x[b][c]
+//   rf_qmv_<fmt>_b<BC>_<dt>(products, x, k, batch):  y[b][r] = sum_c W[r][c] x[b][c]
+//
+// for each of up to RF_QMV_MAX_PRODUCTS products (W, y, rows) over the same x and k in one
+// launch (rf_qmv_products): a layer's Q, K and V, or its gate and up projections. A launch this
+// wide reads its weight closer to the copy rate than three short ones (the 1024-row K and V
+// projections alone cannot fill the memory pipeline), and each output is computed exactly as a
+// launch of its product alone would compute it.
 //
 // Decoding (one token, batch 1) is memory-bound: the packed weight is nearly all the traffic, and
 // at 4.5 bits an element the instruction budget is a handful of operations an element. The
@@ -58,8 +64,8 @@
 // stores it in shared memory, and after one barrier thread v < 4 * BC adds the warps' totals in
 // warp order and stores y. Rows past `rows` and vectors past `batch` are never stored.
 //
-// Entry: 1 <= rows, k % E == 0 (k = 0 stores zeros), 1 <= batch; blockDim.x a whole number of
-// warps up to RF_QMV_THREADS; w, x, y 16-byte aligned; row bytes and k * RF_QMV_MAX_BATCH below
+// Entry: each product's rows >= 1 (0: unused), their row groups together below 2^31, k % E == 0 (k = 0 stores zeros), 1 <= batch;
+// blockDim.x a whole number of warps up to RF_QMV_THREADS; every w and y, and x, 16-byte aligned; row bytes and k * RF_QMV_MAX_BATCH below
 // 2^31 (32-bit offsets inside a row and a pass). The launcher (quant/matvec.rs) checks all of it.
 
 #include "rocmforge_quant.h"
@@ -74,16 +80,44 @@
 // zero; formats' sizes are even, so the vector holding the weight's last bytes is read as whole
 // 16-bit halves. Every other row group reads plain vectors: its pieces are followed by more of
 // the weight.
+// A 16-byte vector of a weight (which nothing writes while the kernel runs). On NVIDIA through
+// the read-only data path (ld.global.nc): the weights' pointers come from the product list, a
+// struct the kernel indexes, so the compiler can no longer tell by itself that they point to
+// global memory that the launch does not write.
+RF_DEVICE uint4 rf_qmv_load16_weight(const unsigned char* p) {
+#if RF_PLATFORM_NVIDIA
+    return __ldg(reinterpret_cast<const uint4*>(p));
+#else
+    return rf_load16(p);
+#endif
+}
+
+// The weight's 16-bit field (an f16 scale, 2-byte aligned) and byte at p, the same way.
+RF_DEVICE unsigned short rf_qmv_load_u16(const unsigned char* p) {
+#if RF_PLATFORM_NVIDIA
+    return __ldg(reinterpret_cast<const unsigned short*>(p));
+#else
+    return *reinterpret_cast<const unsigned short*>(p);
+#endif
+}
+
+RF_DEVICE unsigned char rf_qmv_load_u8(const unsigned char* p) {
+#if RF_PLATFORM_NVIDIA
+    return __ldg(p);
+#else
+    return *p;
+#endif
+}
+
 template <bool GUARD> RF_DEVICE uint4 rf_qmv_load16_upto(const unsigned char* p, const unsigned char* end) {
     if (!GUARD || p + 16 <= end) {
-        return rf_load16(p);
+        return rf_qmv_load16_weight(p);
     }
-    const unsigned short* const h = reinterpret_cast<const unsigned short*>(p);
     unsigned int v[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         if (p + 2 * i < end) {
-            v[i >> 1] |= (unsigned int)h[i] << (16 * (i & 1));
+            v[i >> 1] |= (unsigned int)rf_qmv_load_u16(p + 2 * i) << (16 * (i & 1));
         }
     }
     return make_uint4(v[0], v[1], v[2], v[3]);
@@ -128,7 +162,7 @@ RF_DEVICE void rf_qmv_piece16(const unsigned char* p, const unsigned char* end, 
     const unsigned int at = (unsigned int)((rf_u64)p & 15u);
     const unsigned char* const v = p - at;
     unsigned int w[8];
-    rf_qmv_words_of(rf_load16(v), w);
+    rf_qmv_words_of(rf_qmv_load16_weight(v), w);
     // The second vector holds part of the piece only when it is not aligned.
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     rf_qmv_words_of(at == 0u ? zero : rf_qmv_load16_upto<GUARD>(v + 16, end), w + 4);
@@ -194,15 +228,15 @@ struct rf_qmv_q8_0 {
     static RF_DEVICE Part part(int) { return Part{}; }
     template <bool GUARD>
     static RF_DEVICE void load(const unsigned char* block, Part, const unsigned char* end, Raw& raw) {
-        raw.d = *reinterpret_cast<const unsigned short*>(block);
+        raw.d = rf_qmv_load_u16(block);
         const unsigned char* const payload = block + 2;
         const unsigned int at = (unsigned int)((rf_u64)payload & 15u);
         const unsigned char* const v = payload - at;
         // The first two vectors end at or before the payload's end, inside the weight; the third
         // holds part of it only when the payload is not aligned, and may hold the weight's end.
         unsigned int w[12];
-        rf_qmv_words_of(rf_load16(v), w);
-        rf_qmv_words_of(rf_load16(v + 16), w + 4);
+        rf_qmv_words_of(rf_qmv_load16_weight(v), w);
+        rf_qmv_words_of(rf_qmv_load16_weight(v + 16), w + 4);
         const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
         rf_qmv_words_of(at == 0u ? zero : rf_qmv_load16_upto<GUARD>(v + 32, end), w + 8);
         rf_qmv_words_at<8>(w, at, raw.q);
@@ -236,7 +270,7 @@ struct rf_qmv_q4_0 {
     static RF_DEVICE Part part(int) { return Part{}; }
     template <bool GUARD>
     static RF_DEVICE void load(const unsigned char* block, Part, const unsigned char* end, Raw& raw) {
-        raw.d = *reinterpret_cast<const unsigned short*>(block);
+        raw.d = rf_qmv_load_u16(block);
         rf_qmv_piece16<GUARD>(block + 2, end, raw.q);
     }
     static RF_DEVICE int run_elem(Part, int r) { return 16 * r; }
@@ -289,10 +323,10 @@ template <bool FIFTH_BIT> struct rf_qmv_kquant_affine {
     static RF_DEVICE void load(const unsigned char* block, const Part& part, const unsigned char*, Raw& raw) {
         // 144 and 176 are multiples of 16: every block of a 16-byte aligned weight is aligned,
         // and every load lies inside its block (no guard).
-        raw.head = rf_load16(block);
-        raw.qs = rf_load16(block + QS + 16 * part.p);
+        raw.head = rf_qmv_load16_weight(block);
+        raw.qs = rf_qmv_load16_weight(block + QS + 16 * part.p);
         if (FIFTH_BIT) {
-            raw.qh = rf_load16(block + 16 + 16 * (part.p & 1));
+            raw.qh = rf_qmv_load16_weight(block + 16 + 16 * (part.p & 1));
         } else {
             raw.qh = make_uint4(0u, 0u, 0u, 0u);
         }
@@ -370,9 +404,9 @@ struct rf_qmv_q6_k {
         // 192, the block at 210), so their covering vectors lie inside the block (no guard).
         rf_qmv_piece16<false>(block + part.ql, end, raw.ql);
         rf_qmv_piece16<false>(block + part.qh, end, raw.qh);
-        raw.sc0 = (signed char)block[part.scale];
-        raw.sc1 = (signed char)block[part.scale + 4];
-        raw.d = *reinterpret_cast<const unsigned short*>(block + 208);
+        raw.sc0 = (signed char)rf_qmv_load_u8(block + part.scale);
+        raw.sc1 = (signed char)rf_qmv_load_u8(block + part.scale + 4);
+        raw.d = rf_qmv_load_u16(block + 208);
     }
     static RF_DEVICE int run_elem(const Part& part, int r) { return part.elem + 64 * r; }
     static RF_DEVICE void codes(const Raw& raw, const Part& part, int r, unsigned int (&c)[4]) {
@@ -583,15 +617,17 @@ RF_DEVICE void rf_qmv_units(const unsigned char* const (&row)[R], const T* xp, c
     }
 }
 
+// Row groups of RF_QMV_ROWS rows a product has.
+RF_DEVICE rf_u64 rf_qmv_groups(rf_u64 rows) { return (rows + RF_QMV_ROWS - 1) / RF_QMV_ROWS; }
+
+// The rows [row0, row0 + R) of one product (w, y, rows; `end` its weight's end) for every
+// vector: passes of BC vectors, each reduced across the block into `totals` and stored.
 template <typename F, typename T, int BC>
-RF_DEVICE void rf_qmv(const unsigned char* __restrict__ w, const T* __restrict__ x, T* __restrict__ y, rf_u64 rows,
-                      rf_u64 k, unsigned int batch) {
+RF_DEVICE void rf_qmv_row_group(const unsigned char* w, const unsigned char* end, T* y, rf_u64 rows, rf_u64 row0,
+                                const T* __restrict__ x, rf_u64 k, unsigned int batch,
+                                float (&totals)[RF_QMV_THREADS / 32][RF_QMV_ROWS * BC]) {
     constexpr int R = RF_QMV_ROWS;
     constexpr int V = R * BC;
-    static_assert((V & (V - 1)) == 0 && V <= 32, "the warp reduction takes a power of two up to 32 values");
-    // One slot per warp of 32 or more lanes and per (row, vector).
-    __shared__ float totals[RF_QMV_THREADS / 32][V];
-
     const unsigned int tid = threadIdx.x;
     const unsigned int width = rf_warp_width();
     const unsigned int warp = tid / width;
@@ -599,75 +635,99 @@ RF_DEVICE void rf_qmv(const unsigned char* __restrict__ w, const T* __restrict__
     const unsigned int k32 = (unsigned int)k;
     const unsigned int units = k32 / F::BLOCK_ELEMS * F::UNITS;
     const rf_u64 row_bytes = k / F::BLOCK_ELEMS * F::BLOCK_BYTES;
-    const unsigned char* const end = w + rows * row_bytes;
     // A thread's part of every block it visits: units advance by blockDim.x, a multiple of 8.
     const typename F::Part part = F::part((int)(tid % (unsigned int)F::UNITS));
-
-    for (rf_u64 row0 = (rf_u64)blockIdx.x * R; row0 < rows; row0 += (rf_u64)gridDim.x * R) {
-        const int nr = rows - row0 < (rf_u64)R ? (int)(rows - row0) : R;
-        const unsigned char* row_at[R];
+    const int nr = rows - row0 < (rf_u64)R ? (int)(rows - row0) : R;
+    const unsigned char* row_at[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        // Rows past the end read the group's first row again (never stored): no branch
+        // around the loads.
+        row_at[r] = w + (r < nr ? row0 + r : row0) * row_bytes;
+    }
+    // Only the group holding the last row can reach the weight's end.
+    const bool last_group = row0 + R >= rows;
+    for (unsigned int b0 = 0; b0 < batch; b0 += BC) {
+        const int nb = batch - b0 < (unsigned int)BC ? (int)(batch - b0) : BC;
+        const T* const xp = x + (rf_u64)b0 * k;
+        float acc[R][BC];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            // Rows past the end read the group's first row again (never stored): no branch
-            // around the loads.
-            row_at[r] = w + (r < nr ? row0 + r : row0) * row_bytes;
+#pragma unroll
+            for (int b = 0; b < BC; ++b) {
+                acc[r][b] = 0.0f;
+            }
         }
-        // Only the group holding the last row can reach the weight's end.
-        const bool last_group = row0 + R >= rows;
-        for (unsigned int b0 = 0; b0 < batch; b0 += BC) {
-            const int nb = batch - b0 < (unsigned int)BC ? (int)(batch - b0) : BC;
-            const T* const xp = x + (rf_u64)b0 * k;
-            float acc[R][BC];
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-#pragma unroll
-                for (int b = 0; b < BC; ++b) {
-                    acc[r][b] = 0.0f;
-                }
-            }
-            if (last_group) {
-                rf_qmv_units<F, T, R, BC, true>(row_at, xp, end, part, units, k32, nb, acc);
-            } else {
-                rf_qmv_units<F, T, R, BC, false>(row_at, xp, end, part, units, k32, nb, acc);
-            }
+        if (last_group) {
+            rf_qmv_units<F, T, R, BC, true>(row_at, xp, end, part, units, k32, nb, acc);
+        } else {
+            rf_qmv_units<F, T, R, BC, false>(row_at, xp, end, part, units, k32, nb, acc);
+        }
 
-            float v[V];
+        float v[V];
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
+        for (int r = 0; r < R; ++r) {
 #pragma unroll
-                for (int b = 0; b < BC; ++b) {
-                    v[r * BC + b] = acc[r][b];
-                }
+            for (int b = 0; b < BC; ++b) {
+                v[r * BC + b] = acc[r][b];
             }
-            unsigned int index;
-            const float total = rf_qmv_warp_reduce_scatter<V>(v, &index);
-            // The first lane of each group that holds a value index (width / V lanes each).
-            if ((tid % width) % (width / (unsigned int)V) == 0u) {
-                totals[warp][index] = total;
-            }
-            __syncthreads();
-            if (tid < (unsigned int)V) {
-                float sum = 0.0f;
-                for (unsigned int wi = 0; wi < warps; ++wi) {
-                    sum += totals[wi][tid];
-                }
-                const int r = (int)tid / BC;
-                const int b = (int)tid % BC;
-                if (r < nr && b < nb) {
-                    y[(rf_u64)(b0 + b) * rows + row0 + r] = rf_from_float<T>(sum);
-                }
-            }
-            // The next pass (or row group) rewrites the totals.
-            __syncthreads();
         }
+        unsigned int index;
+        const float total = rf_qmv_warp_reduce_scatter<V>(v, &index);
+        // The first lane of each group that holds a value index (width / V lanes each).
+        if ((tid % width) % (width / (unsigned int)V) == 0u) {
+            totals[warp][index] = total;
+        }
+        __syncthreads();
+        if (tid < (unsigned int)V) {
+            float sum = 0.0f;
+            for (unsigned int wi = 0; wi < warps; ++wi) {
+                sum += totals[wi][tid];
+            }
+            const int r = (int)tid / BC;
+            const int b = (int)tid % BC;
+            if (r < nr && b < nb) {
+                y[(rf_u64)(b0 + b) * rows + row0 + r] = rf_from_float<T>(sum);
+            }
+        }
+        // The next pass (or row group) rewrites the totals.
+        __syncthreads();
+    }
+}
+
+template <typename F, typename T, int BC>
+RF_DEVICE void rf_qmv(const rf_qmv_products& products, const T* __restrict__ x, rf_u64 k, unsigned int batch) {
+    constexpr int V = RF_QMV_ROWS * BC;
+    static_assert((V & (V - 1)) == 0 && V <= 32, "the warp reduction takes a power of two up to 32 values");
+    // One slot per warp of 32 or more lanes and per (row, vector).
+    __shared__ float totals[RF_QMV_THREADS / 32][V];
+    const rf_u64 row_bytes = k / F::BLOCK_ELEMS * F::BLOCK_BYTES;
+
+    // The block's row groups: blockIdx.x, then every gridDim.x-th, counted across the products
+    // one after another. The products are taken in turn (a loop, not unrolled: one product's
+    // pointers and sizes live at a time), the group index carried from one into the next. 32-bit
+    // (fewer registers than 64: on sm_90a, 80 instead of 96 for q4_K, a sixth block an SM): the
+    // launcher keeps the groups of all products and the grid below 2^31, so `group` cannot wrap.
+    unsigned int group = blockIdx.x;
+#pragma unroll 1
+    for (int i = 0; i < RF_QMV_MAX_PRODUCTS; ++i) {
+        const unsigned char* const w = products.w[i];
+        T* const y = (T*)products.y[i];
+        const rf_u64 rows = products.rows[i];
+        const unsigned int groups = (unsigned int)rf_qmv_groups(rows);
+        const unsigned char* const end = w + rows * row_bytes;
+        for (; group < groups; group += gridDim.x) {
+            rf_qmv_row_group<F, T, BC>(w, end, y, rows, (rf_u64)group * RF_QMV_ROWS, x, k, batch, totals);
+        }
+        group -= groups;
     }
 }
 
 #define RF_QMV_ENTRY(fmt, F, BC, suffix, T)                                                                     \
     RF_KERNEL void __launch_bounds__(RF_QMV_THREADS)                                                            \
-        rf_qmv_##fmt##_b##BC##_##suffix(const unsigned char* __restrict__ w, const T* __restrict__ x,           \
-                                        T* __restrict__ y, rf_u64 rows, rf_u64 k, unsigned int batch) {         \
-        rf_qmv<F, T, BC>(w, x, y, rows, k, batch);                                                              \
+        rf_qmv_##fmt##_b##BC##_##suffix(const rf_qmv_products products, const T* __restrict__ x, rf_u64 k,     \
+                                        unsigned int batch) {                                                   \
+        rf_qmv<F, T, BC>(products, x, k, batch);                                                                \
     }
 
 #define RF_QMV_BATCHES(fmt, F, suffix, T) \

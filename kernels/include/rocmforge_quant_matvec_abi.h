@@ -21,4 +21,17 @@
 // eighth of a k-quant super-block), two runs of 16 consecutive elements.
 #define RF_QMV_UNIT 32
 
+// Products one launch computes over the same activations x (a layer's Q, K and V projections,
+// or its gate and up projections): product i is w[i] ([rows[i], k] blocks) times x into y[i]
+// ([batch, rows[i]]). The row groups of all products are numbered one product after another, so
+// a launch is as wide as their rows together. Unused products have rows 0 (their pointers are
+// never read).
+#define RF_QMV_MAX_PRODUCTS 3
+
+struct rf_qmv_products {
+    RF_ABI_PTR(const unsigned char) w[RF_QMV_MAX_PRODUCTS];
+    RF_ABI_PTR(void) y[RF_QMV_MAX_PRODUCTS];
+    unsigned long long rows[RF_QMV_MAX_PRODUCTS];
+};
+
 #endif // ROCMFORGE_QUANT_MATVEC_ABI_H

@@ -11,9 +11,13 @@
 //! `read (q4_k-sized)` row per shape is `stream_read` over the q4_K weight's bytes from
 //! rotating buffers: the read-only ceiling at that size (a launch this short spends part of its
 //! time filling and draining the memory pipeline; see docs/kernels/quant_matvec.md).
+//!
+//! Grouped launches (`quant_matvec_group`), as the model runs them, for q8_0 and q4_K: Q, K and
+//! V in one launch (`4096+1024+1024x4096`) and gate and up in one (`14336+14336x4096`), rows
+//! `<fmt> matvec group b<N>`, next to the sum of the single launches' rows above.
 
 use rocm_kernels::Dtype;
-use rocm_kernels::quant::{GgmlFormat, quant_matvec};
+use rocm_kernels::quant::{GgmlFormat, QuantProduct, quant_matvec, quant_matvec_group};
 use rocm_runtime::{DeviceBuffer, f16};
 
 use super::{Bench, Row};
@@ -23,6 +27,8 @@ use crate::Result;
 const SHAPES: &[(usize, usize)] = &[(4096, 4096), (1024, 4096), (14_336, 4096), (4096, 14_336)];
 /// Vectors a launch multiplies.
 const BATCHES: &[usize] = &[1, 8, 32];
+/// The products the model groups (rows of each; k = 4096): Q, K, V, and gate, up.
+const GROUPS: &[&[usize]] = &[&[4096, 1024, 1024], &[14_336, 14_336]];
 
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
@@ -35,7 +41,52 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             }
         }
     }
+    for &group in GROUPS {
+        for format in [GgmlFormat::Q8_0, GgmlFormat::Q4K] {
+            let weights = group.iter().map(|&n| weights(b, format, n, 4096)).collect::<Result<Vec<_>>>()?;
+            for &batch in &BATCHES[..2] {
+                rows.push(matvec_group::<f16>(b, format, &weights, group, 4096, batch)?);
+            }
+        }
+    }
     Ok(rows)
+}
+
+/// One grouped launch over products of `group[i]` rows (`w[i]`: the copies of product i's
+/// weight), all at `k`.
+fn matvec_group<T: Dtype>(
+    b: &mut Bench,
+    format: GgmlFormat,
+    w: &[Vec<DeviceBuffer<u8>>],
+    group: &[usize],
+    k: usize,
+    batch: usize,
+) -> Result<Row> {
+    let x = b.random::<T>(batch * k, -1.0, 1.0);
+    let x = b.stream.upload(&x)?;
+    let mut ys =
+        group.iter().map(|&n| b.stream.alloc::<T>(batch * n)).collect::<std::result::Result<Vec<_>, _>>()?;
+    let mut i = 0;
+    let ms = b.time(|| {
+        i += 1;
+        let mut products: Vec<QuantProduct<'_, T>> = w
+            .iter()
+            .zip(ys.iter_mut())
+            .zip(group)
+            .map(|((copies, y), &rows)| QuantProduct { w: &copies[i % copies.len()], y, rows })
+            .collect();
+        Ok(quant_matvec_group(format, &mut products, &x, k, batch)?)
+    })?;
+    let weight_bytes: usize = w.iter().map(|copies| copies[0].len()).sum();
+    let rows: usize = group.iter().sum();
+    Ok(Row {
+        kernel: format!("{} matvec group b{batch}", format.name()),
+        dtype: T::NAME,
+        shape: format!("{}x{k}", group.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("+")),
+        ms,
+        bytes: (weight_bytes + batch * (k + rows) * size_of::<T>()) as u64,
+        flops: None,
+    })
 }
 
 /// How many copies of a `bytes`-byte weight cover four times the L2.

@@ -7,3 +7,19 @@ pub const RF_QMV_ROWS: u32 = 4;
 pub const RF_QMV_MAX_BATCH: u32 = 8;
 pub const RF_QMV_THREADS: u32 = 128;
 pub const RF_QMV_UNIT: u32 = 32;
+pub const RF_QMV_MAX_PRODUCTS: u32 = 3;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, bytemuck :: Pod, bytemuck :: Zeroable)]
+pub struct rf_qmv_products {
+    pub w: [::std::os::raw::c_ulonglong; 3usize],
+    pub y: [::std::os::raw::c_ulonglong; 3usize],
+    pub rows: [::std::os::raw::c_ulonglong; 3usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rf_qmv_products"][::std::mem::size_of::<rf_qmv_products>() - 72usize];
+    ["Alignment of rf_qmv_products"][::std::mem::align_of::<rf_qmv_products>() - 8usize];
+    ["Offset of field: rf_qmv_products::w"][::std::mem::offset_of!(rf_qmv_products, w) - 0usize];
+    ["Offset of field: rf_qmv_products::y"][::std::mem::offset_of!(rf_qmv_products, y) - 24usize];
+    ["Offset of field: rf_qmv_products::rows"][::std::mem::offset_of!(rf_qmv_products, rows) - 48usize];
+};

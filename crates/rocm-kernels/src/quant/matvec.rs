@@ -43,6 +43,8 @@ const PASSES: [usize; 4] = [1, 2, 4, MAX_BATCH];
 const BLOCKS_PER_COMPUTE_UNIT: u32 = 32;
 /// Offsets inside a row (bytes) and inside a pass (elements) are 32-bit in the kernel.
 const OFFSET_LIMIT: usize = 1 << 31;
+/// Row groups of one launch, all products together, are counted in 32 bits by the kernel.
+const GROUP_LIMIT: usize = 1 << 31;
 
 /// The ggml block formats the product reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -168,15 +170,44 @@ pub fn quant_matvec<T: Dtype>(
     k: usize,
     batch: usize,
 ) -> Result<()> {
-    check_quant_matvec(format, rows, k, batch, w.len(), x.len(), y.len())?;
-    if rows == 0 || batch == 0 {
+    quant_matvec_group(format, &mut [QuantProduct { w, y, rows }], x, k, batch)
+}
+
+/// One product of a [`quant_matvec_group`]: `y = W x`, `w` holding the `[rows, k]` weight and
+/// `y` the `[batch, rows]` output.
+#[derive(Debug)]
+pub struct QuantProduct<'a, T: Dtype> {
+    pub w: &'a DeviceBuffer<u8>,
+    pub y: &'a mut DeviceBuffer<T>,
+    pub rows: usize,
+}
+
+/// Up to [`MAX_PRODUCTS`] products over the same activations `x` (`[batch, k]`) in one launch,
+/// all in `format`: a layer's Q, K and V projections, or its gate and up projections. Each
+/// output has exactly the bits [`quant_matvec`] of its product alone would give; one launch as
+/// wide as all their rows reads the weights closer to the copy rate than one launch each (a
+/// 1024-row projection alone cannot fill the memory pipeline). Queued on the first output's
+/// stream, which every buffer must belong to.
+pub fn quant_matvec_group<T: Dtype>(
+    format: GgmlFormat,
+    products: &mut [QuantProduct<'_, T>],
+    x: &DeviceBuffer<T>,
+    k: usize,
+    batch: usize,
+) -> Result<()> {
+    let shapes: Vec<ProductShape> =
+        products.iter().map(|p| ProductShape { rows: p.rows, w_len: p.w.len(), y_len: p.y.len() }).collect();
+    check_quant_matvec_group(format, k, batch, x.len(), &shapes)?;
+    let total_rows: usize = products.iter().map(|p| p.rows).sum();
+    if total_rows == 0 || batch == 0 {
         return Ok(());
     }
     // Device allocations are at least 256-byte aligned; the kernel's 16-byte loads rely on it.
     ensure(
-        w.device_ptr().is_multiple_of(16)
-            && x.device_ptr().is_multiple_of(16)
-            && y.device_ptr().is_multiple_of(16),
+        x.device_ptr().is_multiple_of(16)
+            && products
+                .iter()
+                .all(|p| p.w.device_ptr().is_multiple_of(16) && p.y.device_ptr().is_multiple_of(16)),
         KERNEL,
         || "w, x and y must be 16-byte aligned".into(),
     )?;
@@ -184,44 +215,94 @@ pub fn quant_matvec<T: Dtype>(
         kernel: KERNEL,
         message: format!("batch = {batch} is too large"),
     })?;
-    let stream = y.stream().clone();
+    let stream = products[0].y.stream().clone();
     let kernel = loader::kernel(&stream, MODULE, &entry_name::<T>(format, pass_for(batch)))?;
-    let config = launch_config(&stream, &kernel, rows, k)?;
-    // SAFETY: rf_qmv_<fmt>_b<n>_<T>(const u8* w, const T* x, T* y, u64 rows, u64 k, u32 batch)
-    // reads bytes [0, rows * k / E * block_bytes) of w (a 16-byte load that would cross its end
-    // is replaced by 16-bit loads below it), x[0, batch * k), and writes y[0, batch * rows);
-    // check_quant_matvec proved those lengths and that the offsets the kernel keeps in 32 bits
-    // (inside a row, inside a pass of 8 vectors) stay below 2^31; batch fits the u32 argument.
-    // w, x and y are 16-byte aligned (checked above). launch_config gives it whole warps of 32
-    // or 64 lanes, at most RF_QMV_THREADS, the shapes its shared totals and its warp reduction
-    // take. w and x are shared borrows distinct from y; the builder checks the stream.
+    let groups: usize = products.iter().map(|p| p.rows.div_ceil(ROWS)).sum();
+    // The kernel counts row groups in 32 bits, adding the grid (below 2^31 too) to one below this.
+    ensure(groups < GROUP_LIMIT, KERNEL, || {
+        format!("{total_rows} rows make {groups} row groups of {ROWS}; a launch takes fewer than 2^31")
+    })?;
+    let config = launch_config(&stream, &kernel, groups, k)?;
+    let mut params = abi::rf_qmv_products::default();
+    for (i, p) in products.iter().enumerate() {
+        if p.rows > 0 {
+            params.w[i] = p.w.device_ptr();
+            params.y[i] = p.y.device_ptr();
+            params.rows[i] = p.rows as u64;
+        }
+    }
+    let mut launch = stream.launch(&kernel);
+    for p in products.iter_mut() {
+        launch = launch.reads(p.w).writes(&mut *p.y);
+    }
+    // SAFETY: rf_qmv_<fmt>_b<n>_<T>(rf_qmv_products p, const T* x, u64 k, u32 batch): with its
+    // row groups below 2^31 (checked above) and a grid below 2^31 (launch_config), for each
+    // product i with rows[i] > 0, reads bytes [0, rows[i] * k / E * block_bytes) of w[i] (a
+    // 16-byte load that would cross its end is replaced by 16-bit loads below it) and writes
+    // y[i][0, batch * rows[i]); it reads x[0, batch * k). check_quant_matvec_group proved those
+    // lengths for every product, and that the offsets the kernel keeps in 32 bits (inside a
+    // row, inside a pass of 8 vectors) stay below 2^31; batch fits the u32 argument. Products
+    // with no rows hold null pointers the kernel never reads (their row groups are 0). Every
+    // w, y and x is 16-byte aligned (checked above). The outputs are distinct `&mut` borrows,
+    // the weights and x shared ones (so no output aliases an input); `reads` / `writes` check
+    // that each belongs to the launching stream. launch_config gives whole warps of 32 or 64
+    // lanes, at most RF_QMV_THREADS, the shapes its shared totals and its warp reduction take.
     unsafe {
-        stream
-            .launch(&kernel)
-            .buffer(w)
-            .buffer(x)
-            .buffer_mut(y)
-            .arg(rows as u64)
-            .arg(k as u64)
-            .arg(batch32)
-            .launch(config)?;
+        launch.arg(params).buffer(x).arg(k as u64).arg(batch32).launch(config)?;
+    }
+    Ok(())
+}
+
+/// Products one [`quant_matvec_group`] launch takes at most.
+pub const MAX_PRODUCTS: usize = abi::RF_QMV_MAX_PRODUCTS as usize;
+
+/// One product's shape for [`check_quant_matvec_group`]: its rows and its weight's bytes and
+/// output's elements.
+#[derive(Debug, Clone, Copy)]
+pub struct ProductShape {
+    pub rows: usize,
+    pub w_len: usize,
+    pub y_len: usize,
+}
+
+/// [`check_quant_matvec`] for each product of a [`quant_matvec_group`] (errors name the
+/// product), and 1 to [`MAX_PRODUCTS`] products.
+pub fn check_quant_matvec_group(
+    format: GgmlFormat,
+    k: usize,
+    batch: usize,
+    x_len: usize,
+    products: &[ProductShape],
+) -> Result<()> {
+    ensure((1..=MAX_PRODUCTS).contains(&products.len()), KERNEL, || {
+        format!("{} products in one launch; it takes 1 to {MAX_PRODUCTS}", products.len())
+    })?;
+    for (i, p) in products.iter().enumerate() {
+        check_quant_matvec(format, p.rows, k, batch, p.w_len, x_len, p.y_len).map_err(|e| match e {
+            KernelError::Shape { kernel, message } if products.len() > 1 => {
+                KernelError::Shape { kernel, message: format!("product {i}: {message}") }
+            }
+            e => e,
+        })?;
     }
     Ok(())
 }
 
 /// Threads of a block for a row of `units` units and warps of `warp` lanes: `THREADS` (128),
 /// fewer when a row has fewer units (so that no warp is idle), whole warps, at most `limit`.
+/// (Fewer threads taking several units each, so that a row group's fixed cost is shared, was
+/// measured and not taken: docs/kernels/quant_matvec.md, v2.)
 fn block_threads(units: usize, warp: usize, limit: usize) -> usize {
     let wanted = units.div_ceil(warp).max(1) * warp;
     wanted.min(THREADS).min(limit / warp * warp)
 }
 
-/// One block per row group of `ROWS` rows, up to `BLOCKS_PER_COMPUTE_UNIT` a compute unit (the
-/// kernel strides over the rest).
+/// One block per row group (`groups` of `ROWS` rows, all products'), up to
+/// `BLOCKS_PER_COMPUTE_UNIT` a compute unit (the kernel strides over the rest).
 fn launch_config(
     stream: &Stream,
     kernel: &rocm_runtime::Function,
-    rows: usize,
+    groups: usize,
     k: usize,
 ) -> Result<LaunchConfig> {
     let info = stream.backend().info();
@@ -234,7 +315,7 @@ fn launch_config(
         format!("the kernel allows {} threads a block, less than a warp", kernel.max_threads_per_block())
     })?;
     let cap = info.compute_units.max(1).saturating_mul(BLOCKS_PER_COMPUTE_UNIT).min(info.max_grid[0].max(1));
-    let blocks = rows.div_ceil(ROWS).clamp(1, cap as usize);
+    let blocks = groups.clamp(1, cap as usize);
     Ok(LaunchConfig { grid: [blocks as u32, 1, 1], block: [threads as u32, 1, 1], shared_mem_bytes: 0 })
 }
 
@@ -358,6 +439,28 @@ mod tests {
         let k = 1 << 28;
         let w = k / 256 * 144;
         assert!(message(check_quant_matvec(f, 1, k, 1, w, k, 1)).contains("too long"));
+    }
+
+    #[test]
+    fn groups_are_checked_product_by_product() {
+        let f = GgmlFormat::Q8_0;
+        let shape = |rows: usize, w_len, y_len| ProductShape { rows, w_len, y_len };
+        // Q, K and V of a small layer: 64 wide, 64 + 16 + 16 rows, 2 vectors.
+        let qkv = [shape(64, 64 * 2 * 34, 128), shape(16, 16 * 2 * 34, 32), shape(16, 16 * 2 * 34, 32)];
+        check_quant_matvec_group(f, 64, 2, 128, &qkv).unwrap();
+        check_quant_matvec_group(f, 64, 2, 128, &[qkv[0], shape(0, 0, 0)]).unwrap();
+        let bad_v = [qkv[0], qkv[1], shape(16, 16 * 2 * 34, 31)];
+        assert!(
+            message(check_quant_matvec_group(f, 64, 2, 128, &bad_v))
+                .starts_with("product 2: y has 31 elements")
+        );
+        assert!(message(check_quant_matvec_group(f, 64, 2, 127, &qkv)).starts_with("product 0: x has 127"));
+        // One product: the plain message.
+        assert!(message(check_quant_matvec_group(f, 64, 2, 128, &bad_v[2..])).starts_with("y has 31"));
+        assert!(message(check_quant_matvec_group(f, 64, 2, 128, &[])).contains("0 products"));
+        let four = [qkv[0], qkv[1], qkv[2], qkv[1]];
+        assert!(message(check_quant_matvec_group(f, 64, 2, 128, &four)).contains("4 products in one launch"));
+        assert_eq!(MAX_PRODUCTS, 3);
     }
 
     #[test]

@@ -4,14 +4,18 @@
 //! and subnormal) and blocks from the CPU quantisers, awkward shapes (rows = 1, 7, 9, 257, 4099;
 //! k of one block, a few, 17 and a 14336-element row, which puts several units on a thread;
 //! batches 1, 3, 8, 17, 32: one pass of each width and several passes), outputs poisoned before
-//! each launch, special scales, empty shapes and the shapes the launcher must refuse.
+//! each launch, special scales, empty shapes and the shapes the launcher must refuse. Grouped
+//! launches (`quant_matvec_group`: two or three products over one x) equal to each product
+//! launched alone, bit for bit, with blocks striding across products.
 //!
 //! Tolerance: `QuantMatvecReference::allowed_error`, derived there from the kernel's f32
 //! accumulation (at most `k` roundings on any term's way, so `(k + 1) 2^-23` of the sum of the
 //! terms' magnitudes, which for q4_K / q5_K counts `|step q|` and `|min|` separately since the
 //! kernel adds them separately) and the output type's rounding (half an ulp).
 
-use rocm_kernels::quant::{BlockFormat, GgmlFormat, quant_matvec, quant_matvec_reference};
+use rocm_kernels::quant::{
+    BlockFormat, GgmlFormat, QuantProduct, quant_matvec, quant_matvec_group, quant_matvec_reference,
+};
 use rocm_kernels::{Dtype, KernelError};
 use rocm_runtime::{Error, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test};
@@ -75,8 +79,24 @@ fn check<T: Dtype>(
     let mut y = poisoned::<T>(gpu, batch * rows);
     quant_matvec(format, &dw, &dx, &mut y, rows, k, batch).unwrap();
     let got = floats(&y.to_vec().unwrap());
-    let reference = quant_matvec_reference(format, w, &floats(&x), rows, k, batch).unwrap();
     let what = format!("{} {} rows {rows} k {k} batch {batch}", format.name(), T::NAME);
+    assert_matches_reference::<T>(format, w, &floats(&x), &got, rows, k, batch, &what);
+}
+
+/// Every output of a product (`got`, `[batch, rows]`) within `allowed_error` of the reference,
+/// NaN exactly where the reference is NaN.
+#[allow(clippy::too_many_arguments)]
+fn assert_matches_reference<T: Dtype>(
+    format: GgmlFormat,
+    w: &[u8],
+    x: &[f32],
+    got: &[f32],
+    rows: usize,
+    k: usize,
+    batch: usize,
+    what: &str,
+) {
+    let reference = quant_matvec_reference(format, w, x, rows, k, batch).unwrap();
     let mut failures = 0;
     let mut first = None;
     for (i, (&g, &e)) in got.iter().zip(&reference.y).enumerate() {
@@ -206,6 +226,108 @@ fn a_nan_scale_spoils_its_row_only() {
         check::<f32>(&gpu, &mut rng, format, &w, rows, k, batch);
         check::<bf16>(&gpu, &mut rng, format, &w, rows, k, batch);
     }
+}
+
+/// Products over one `x` in one launch (`quant_matvec_group`) at `k` and `batch`, weights of
+/// `rows[i]` rows: each output equal bit for bit to its product launched alone, and within the
+/// reference's bound. Outputs poisoned before both launches.
+fn check_group<T: Dtype>(
+    gpu: &GpuTest,
+    rng: &mut Rng,
+    format: GgmlFormat,
+    rows: &[usize],
+    k: usize,
+    batch: usize,
+) {
+    let s = gpu.stream();
+    let w: Vec<Vec<u8>> = rows.iter().map(|&r| random_weights(rng, format, r, k)).collect();
+    let x = activations::<T>(rng, batch * k);
+    let dx = s.upload(&x).unwrap();
+    let dw: Vec<_> = w.iter().map(|w| s.upload(w).unwrap()).collect();
+    let mut grouped: Vec<_> = rows.iter().map(|&r| poisoned::<T>(gpu, batch * r)).collect();
+    let mut products: Vec<QuantProduct<'_, T>> = dw
+        .iter()
+        .zip(grouped.iter_mut())
+        .zip(rows)
+        .map(|((w, y), &rows)| QuantProduct { w, y, rows })
+        .collect();
+    quant_matvec_group(format, &mut products, &dx, k, batch).unwrap();
+    for (i, &r) in rows.iter().enumerate() {
+        let what =
+            format!("{} {} products {rows:?}: product {i}, k {k} batch {batch}", format.name(), T::NAME);
+        let mut alone = poisoned::<T>(gpu, batch * r);
+        quant_matvec(format, &dw[i], &dx, &mut alone, r, k, batch).unwrap();
+        let got = grouped[i].to_vec().unwrap();
+        let want = alone.to_vec().unwrap();
+        let differ =
+            got.iter().zip(&want).filter(|(g, a)| g.to_f32().to_bits() != a.to_f32().to_bits()).count();
+        assert_eq!(differ, 0, "{what}: outputs differing from the product launched alone");
+        assert_matches_reference::<T>(format, &w[i], &floats(&x), &floats(&got), r, k, batch, &what);
+    }
+}
+
+/// Three products (Q, K and V-like, each with a partial last row group) and two, every format,
+/// one pass of each width and several passes.
+fn group_matches_single_launches<T: Dtype>(seed: u64) {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(seed);
+    for format in GgmlFormat::ALL {
+        for (rows, blocks, batch) in
+            [(&[37, 5, 130][..], 3, 1), (&[37, 5, 130][..], 1, 17), (&[9, 6][..], 2, 3)]
+        {
+            check_group::<T>(&gpu, &mut rng, format, rows, blocks * format.block_elems(), batch);
+        }
+    }
+}
+
+#[test]
+fn group_matches_single_launches_f32() {
+    group_matches_single_launches::<f32>(0x9a10);
+}
+
+#[test]
+fn group_matches_single_launches_bf16() {
+    group_matches_single_launches::<bf16>(0x9a11);
+}
+
+/// More row groups than the launch has blocks, so that blocks stride from one product into the
+/// next; a product of one row between two long ones; a product of no rows is skipped.
+#[test]
+fn group_strides_across_products() {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(0x9a12);
+    let long = 4 * 32 * gpu.backend().info().compute_units as usize + 2;
+    for format in [GgmlFormat::Q4_0, GgmlFormat::Q6K] {
+        check_group::<f16>(&gpu, &mut rng, format, &[long, 1, long + 1], format.block_elems(), 2);
+        check_group::<f16>(&gpu, &mut rng, format, &[7, 0, 3], format.block_elems(), 1);
+    }
+}
+
+/// A group's shapes are checked product by product, the error naming the product; more than
+/// three products, or none, are refused; nothing runs after a refusal.
+#[test]
+fn bad_groups_are_refused() {
+    let gpu = gpu_test!();
+    let f = GgmlFormat::Q8_0;
+    let (k, batch) = (64, 2);
+    let s = gpu.stream();
+    let w = s.upload(&vec![0u8; 3 * 2 * 34]).unwrap();
+    let x = s.upload(&vec![1.0f32; batch * k]).unwrap();
+    let (mut y0, mut y1) = (poisoned::<f32>(&gpu, batch * 3), poisoned::<f32>(&gpu, batch * 2));
+    let message = |r: Result<(), KernelError>| match r {
+        Err(KernelError::Shape { kernel: "quant_matvec", message }) => message,
+        other => panic!("expected a shape error, got {other:?}"),
+    };
+    // Product 1 claims 2 rows of a 3-row weight.
+    let mut products =
+        [QuantProduct { w: &w, y: &mut y0, rows: 3 }, QuantProduct { w: &w, y: &mut y1, rows: 2 }];
+    let m = message(quant_matvec_group(f, &mut products, &x, k, batch));
+    assert!(m.starts_with("product 1: w holds 204 bytes"), "{m}");
+    assert!(message(quant_matvec_group::<f32>(f, &mut [], &x, k, batch)).contains("0 products"));
+    let mut ys: Vec<_> = (0..4).map(|_| poisoned::<f32>(&gpu, batch * 3)).collect();
+    let mut four: Vec<_> = ys.iter_mut().map(|y| QuantProduct { w: &w, y, rows: 3 }).collect();
+    assert!(message(quant_matvec_group(f, &mut four, &x, k, batch)).contains("4 products in one launch"));
+    assert!(y0.to_vec().unwrap().iter().chain(&y1.to_vec().unwrap()).all(|v| v.is_nan()));
 }
 
 #[test]

@@ -471,9 +471,7 @@ impl<T: GemmElement> Model<T> {
             } else {
                 norm.run_residual(delta, h, attn_norm, xn)?;
             }
-            w.project(LayerTensor::AttnQ, LayerTensor::AttnQBias, xn, n, ones, q, &mut products)?;
-            w.project(LayerTensor::AttnK, LayerTensor::AttnKBias, xn, n, ones, k, &mut products)?;
-            w.project(LayerTensor::AttnV, LayerTensor::AttnVBias, xn, n, ones, v, &mut products)?;
+            w.project_qkv(xn, n, ones, q, k, v, &mut products)?;
             self.rope.run(
                 RopeTensor::new(q, c.q_heads),
                 Some(RopeTensor::new(k, c.kv_heads)),

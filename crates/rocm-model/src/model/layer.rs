@@ -10,7 +10,7 @@ use rocm_runtime::{DeviceBuffer, Stream};
 
 use super::config::ModelConfig;
 use super::error::Result;
-use super::linear::{Linear, Products, add_bias};
+use super::linear::{Linear, Products, add_bias, apply_shared};
 use super::weights::{Block, LayerTensor, load_device, load_linear, tensor_name};
 use crate::lazy::DeviceTensors;
 
@@ -72,22 +72,26 @@ impl<T: GemmElement> LayerWeights<T> {
         self.matrices.iter().map(|(_, w)| w)
     }
 
-    /// `y = x W^T (+ bias)` for projection `t` and its bias `bias`, if the layer has one
-    /// (`ones`: at least `tokens` ones, present whenever a layer has biases).
+    /// `q, k, v = x Wq^T, x Wk^T, x Wv^T` (each `+ bias` where the layer has them): one launch
+    /// for the three where their blocks allow it ([`apply_shared`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn project(
+    pub fn project_qkv(
         &self,
-        t: LayerTensor,
-        bias: LayerTensor,
         x: &DeviceBuffer<T>,
         tokens: usize,
         ones: Option<&DeviceBuffer<T>>,
-        y: &mut DeviceBuffer<T>,
+        q: &mut DeviceBuffer<T>,
+        k: &mut DeviceBuffer<T>,
+        v: &mut DeviceBuffer<T>,
         products: &mut Products<'_, T>,
     ) -> Result<()> {
-        self.linear(t).apply_with(x, tokens, y, products)?;
-        if let (Some(b), Some(ones)) = (self.vector(bias), ones) {
-            add_bias(y, b, ones, tokens, products.gemm)?;
+        let weights = [LayerTensor::AttnQ, LayerTensor::AttnK, LayerTensor::AttnV].map(|t| self.linear(t));
+        apply_shared(&weights, x, tokens, &mut [&mut *q, &mut *k, &mut *v], products)?;
+        let biases = [LayerTensor::AttnQBias, LayerTensor::AttnKBias, LayerTensor::AttnVBias];
+        for (bias, y) in biases.into_iter().zip([q, k, v]) {
+            if let (Some(b), Some(ones)) = (self.vector(bias), ones) {
+                add_bias(y, b, ones, tokens, products.gemm)?;
+            }
         }
         Ok(())
     }
@@ -126,8 +130,8 @@ impl<T: GemmElement> LayerWeights<T> {
     ) -> Result<()> {
         match &mut mlp.up {
             Some(up) => {
-                self.linear(LayerTensor::FfnGate).apply_with(xn, tokens, &mut mlp.gate, products)?;
-                self.linear(LayerTensor::FfnUp).apply_with(xn, tokens, up, products)?;
+                let weights = [LayerTensor::FfnGate, LayerTensor::FfnUp].map(|t| self.linear(t));
+                apply_shared(&weights, xn, tokens, &mut [&mut mlp.gate, &mut *up], products)?;
                 swiglu(&mlp.gate, up, &mut mlp.act)?;
             }
             None => {

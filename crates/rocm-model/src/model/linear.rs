@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
 use rocm_kernels::quant::{
-    BlockFormat, GgmlFormat, MxFormat, dequantize, dequantize_into, mx_matvec, quant_matvec,
+    BlockFormat, GgmlFormat, MAX_PRODUCTS, MxFormat, QuantProduct, dequantize, dequantize_into, mx_matvec,
+    quant_matvec, quant_matvec_group,
 };
 use rocm_runtime::DeviceBuffer;
 
@@ -114,6 +115,61 @@ impl<T: GemmElement> Linear<T> {
         }
         Ok(())
     }
+}
+
+/// `ys[i] = x W_i^T` for projections sharing their input `x` (`tokens` rows; a layer's Q, K
+/// and V, or its gate and up). One launch for all when they are blocks of one ggml format with
+/// a fused product at `tokens` (`quant_matvec_group`: a launch as wide as all their rows reads
+/// the weights closer to the copy rate than one each, and each output has the bits of its own
+/// launch); otherwise each through [`Linear::apply_with`].
+pub(crate) fn apply_shared<T: GemmElement>(
+    linears: &[&Linear<T>],
+    x: &DeviceBuffer<T>,
+    tokens: usize,
+    ys: &mut [&mut DeviceBuffer<T>],
+    products: &mut Products<'_, T>,
+) -> Result<()> {
+    assert_eq!(linears.len(), ys.len(), "one output per projection");
+    match shared_blocks(linears, tokens) {
+        Some((format, inp, weights)) => {
+            let mut group: Vec<QuantProduct<'_, T>> = weights
+                .into_iter()
+                .zip(ys.iter_mut())
+                .map(|((w, rows), y)| QuantProduct { w, y: &mut **y, rows })
+                .collect();
+            quant_matvec_group(format, &mut group, x, inp, tokens)?;
+        }
+        None => {
+            for (linear, y) in linears.iter().zip(ys.iter_mut()) {
+                linear.apply_with(x, tokens, y, products)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The common ggml format, input width and (blocks, rows) of `linears` when one grouped fused
+/// launch can run them at `tokens`: 2 to [`MAX_PRODUCTS`] weights, all blocks of the same ggml
+/// format and width, with a fused product at `tokens`.
+#[allow(clippy::type_complexity)]
+fn shared_blocks<'a, T: GemmElement>(
+    linears: &[&'a Linear<T>],
+    tokens: usize,
+) -> Option<(GgmlFormat, usize, Vec<(&'a DeviceBuffer<u8>, usize)>)> {
+    if !(2..=MAX_PRODUCTS).contains(&linears.len()) {
+        return None;
+    }
+    let mut common = None;
+    let mut weights = Vec::with_capacity(linears.len());
+    for linear in linears {
+        let Linear::Blocks { format, blocks, out, inp } = linear else { return None };
+        let g = GgmlFormat::of(*format).filter(|_| has_fused_product(*format, tokens))?;
+        if *common.get_or_insert((g, *inp)) != (g, *inp) {
+            return None;
+        }
+        weights.push((&**blocks, *out));
+    }
+    common.map(|(g, inp)| (g, inp, weights))
 }
 
 /// Whether [`fused_product`] runs a fused kernel for `format` at `tokens`.
