@@ -176,6 +176,14 @@ impl Backend {
         &self.versions.fallbacks
     }
 
+    /// Whether streams of this device can record graphs ([`crate::Stream::capture`]): `Ok`, or
+    /// [`Error::GraphsUnsupported`] naming what the host library lacks (AMD's HIP for NVIDIA
+    /// built by a plain C++ compiler exports no graph calls). Asks the loaded library only:
+    /// no capture, no allocation.
+    pub fn graph_support(&self) -> Result<()> {
+        self.driver.graph_support()
+    }
+
     /// Free and total device memory now, as the driver sees it (other processes included).
     pub fn memory_info(&self) -> Result<MemoryInfo> {
         let (free, total) = self.driver.mem_info()?;

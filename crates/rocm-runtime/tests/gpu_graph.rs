@@ -5,8 +5,9 @@
 //! rocm-kernels' `gpu_kernels::graph`.
 //!
 //! Every test first asks whether the host API can capture at all: a HIP library without the
-//! graph entry points answers [`Error::GraphsUnsupported`], and the test stops there; any other
-//! answer than that or success fails.
+//! graph entry points answers [`Error::GraphsUnsupported`] (from `Backend::graph_support` and
+//! from a capture alike), and the test stops there; any other answer than that or success
+//! fails.
 
 use std::sync::Arc;
 
@@ -14,19 +15,23 @@ use rocm_runtime::{DeviceBuffer, Error, GemmDesc, Stream};
 use rocm_testkit::{GpuTest, Rng, gpu_test};
 
 /// `true` when graphs can be captured here; `false` only for [`Error::GraphsUnsupported`].
+/// `Backend::graph_support` (asked without capturing) must say the same as a capture of one
+/// memset, with the same reason.
 fn graphs_supported(gpu: &GpuTest) -> bool {
+    let reported = gpu.backend().graph_support();
     let mut probe = gpu.stream().alloc::<u8>(1).unwrap();
-    match gpu.stream().capture(|_| probe.fill_bytes(1)) {
-        Ok(graph) => {
-            drop(graph);
-            true
-        }
-        Err(Error::GraphsUnsupported(why)) => {
+    let captured = gpu.stream().capture(|_| probe.fill_bytes(1)).map(drop);
+    match (reported, captured) {
+        (Ok(()), Ok(())) => true,
+        (Err(Error::GraphsUnsupported(said)), Err(Error::GraphsUnsupported(why))) => {
+            assert_eq!(said, why, "graph_support and the capture give different reasons");
             assert!(why.contains("hipStreamBeginCapture") && why.contains("does not export"), "{why}");
             eprintln!("graphs are unsupported by this HIP library, which is allowed: {why}");
             false
         }
-        Err(e) => panic!("capturing one memset failed: {e}"),
+        (reported, captured) => {
+            panic!("graph_support says {reported:?}, but capturing one memset gave {captured:?}")
+        }
     }
 }
 

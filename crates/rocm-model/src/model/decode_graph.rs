@@ -290,15 +290,11 @@ impl<'a, T: GemmElement> DecodeWorkspace<'a, T> {
     }
 }
 
-/// Whether `stream`'s platform can record graphs: `false` only for
-/// `rocm_runtime::Error::GraphsUnsupported`, found by recording one memset.
+/// Whether `stream`'s platform can record graphs (`Backend::graph_support`): `false` only for
+/// `rocm_runtime::Error::GraphsUnsupported`.
 fn graphs_supported(stream: &Stream) -> Result<bool> {
-    let mut probe = stream.alloc::<u8>(1)?;
-    match stream.capture(|_| probe.fill_bytes(0)) {
-        Ok(graph) => {
-            drop(graph);
-            Ok(true)
-        }
+    match stream.backend().graph_support() {
+        Ok(()) => Ok(true),
         Err(rocm_runtime::Error::GraphsUnsupported(why)) => {
             tracing::info!(%why, "graphs are unsupported here: decode steps run eagerly on their workspace");
             Ok(false)

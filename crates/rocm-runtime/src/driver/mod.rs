@@ -144,6 +144,10 @@ pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
     fn event_query(&self, event: RawEvent) -> Result<()>;
     fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32>;
 
+    /// Whether this driver can record and replay graphs: `Err(Error::GraphsUnsupported)`
+    /// naming what it lacks when not (a HIP library built without the graph entry points).
+    fn graph_support(&self) -> Result<()>;
+
     /// Starts capturing `stream`: work queued on it from now on is recorded into a graph
     /// instead of running. Both implementations capture in *relaxed* mode. Global mode (the
     /// vendors' default) makes "potentially unsafe" calls (a plain allocation or free, a

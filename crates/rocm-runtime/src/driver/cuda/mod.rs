@@ -426,6 +426,11 @@ impl DeviceDriver for CudaDevice {
         Ok(ms)
     }
 
+    fn graph_support(&self) -> Result<()> {
+        // The graph entry points are part of the driver API this runtime loads (CUDA 10 on).
+        Ok(())
+    }
+
     fn stream_begin_capture(&self, stream: RawStream) -> Result<()> {
         self.bind()?;
         // Relaxed: see `DeviceDriver::stream_begin_capture` for why not global or thread-local.

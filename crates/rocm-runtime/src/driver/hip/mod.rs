@@ -525,6 +525,10 @@ impl DeviceDriver for HipDevice {
         Ok(ms)
     }
 
+    fn graph_support(&self) -> Result<()> {
+        self.hip.graph_entries().map(|_| ())
+    }
+
     fn stream_begin_capture(&self, stream: RawStream) -> Result<()> {
         let graphs = self.hip.graph_entries()?;
         self.bind()?;
