@@ -115,7 +115,9 @@ fn shown(cmd: &Command) -> String {
 /// Runs `gpus * jobs_per_gpu` GPU tests at once: with more than one, nextest gets a copy of the
 /// repository config whose `gpu` test group has that many slots. The test kit puts slot
 /// `NEXTEST_TEST_GROUP_SLOT` on device `slot % devices`, so the tests spread evenly over the
-/// GPUs; it also learns how many share each GPU ([`JOBS_PER_GPU_ENV`]).
+/// GPUs; it also learns how many share each GPU ([`JOBS_PER_GPU_ENV`]). `sanitized`: the run is
+/// under a compute-sanitizer, and the copy's per-test limit is [`SANITIZED_PERIODS`] periods
+/// instead of the profile's (the checker slows the heaviest tests to minutes).
 ///
 /// `--config-file` replaces `.config/nextest.toml` rather than layering on it, hence a full copy.
 /// `--tool-config-file` cannot do this: tool configs rank below the repository config, and may
@@ -125,21 +127,67 @@ pub(super) fn add_group_config(
     root: &Path,
     gpus: usize,
     jobs_per_gpu: usize,
+    sanitized: bool,
 ) -> Result<Option<PathBuf>> {
     cmd.env(JOBS_PER_GPU_ENV, jobs_per_gpu.to_string());
     let slots = gpus.saturating_mul(jobs_per_gpu);
-    if slots <= 1 {
+    if slots <= 1 && !sanitized {
         return Ok(None);
     }
     let config = root.join(NEXTEST_CONFIG);
-    let text = fs::read_to_string(&config).map_err(|e| format!("cannot read {}: {e}", config.display()))?;
-    let patched = set_group_max_threads(&text, TEST_GROUP, slots)
-        .ok_or_else(|| format!("{} has no `max-threads` in [test-groups.{TEST_GROUP}]", config.display()))?;
+    let mut text =
+        fs::read_to_string(&config).map_err(|e| format!("cannot read {}: {e}", config.display()))?;
+    if slots > 1 {
+        text = set_group_max_threads(&text, TEST_GROUP, slots).ok_or_else(|| {
+            format!("{} has no `max-threads` in [test-groups.{TEST_GROUP}]", config.display())
+        })?;
+    }
+    if sanitized {
+        text = set_terminate_after(&text, NEXTEST_PROFILE, SANITIZED_PERIODS).ok_or_else(|| {
+            format!(
+                "{} has no `slow-timeout` with `terminate-after` in [profile.{NEXTEST_PROFILE}]",
+                config.display()
+            )
+        })?;
+    }
     let path =
         std::env::temp_dir().join(format!("rocmforge-nextest-{slots}slots-{}.toml", std::process::id()));
-    fs::write(&path, patched).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     cmd.arg("--config-file").arg(&path);
     Ok(Some(path))
+}
+
+/// Slow-timeout periods (of 60 s) after which a sanitized GPU test is killed: 10 minutes, twice a
+/// plain run's limit. Under racecheck the heaviest tests (flash attention in f32, the MXFP4
+/// matmuls, the model's decode graphs) take 2-4 minutes on an H100 (docs/gpu-runs.md).
+const SANITIZED_PERIODS: u32 = 10;
+
+/// `text` with the `terminate-after` of `[profile.<profile>]`'s `slow-timeout` set to `n`;
+/// `None` if it has none.
+fn set_terminate_after(text: &str, profile: &str, n: u32) -> Option<String> {
+    let header = format!("[profile.{profile}]");
+    let (mut in_profile, mut done) = (false, false);
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('[') {
+            in_profile = trimmed.split('#').next().map(str::trim) == Some(header.as_str());
+        }
+        let at = line.find("terminate-after");
+        match at {
+            Some(at) if in_profile && !done && trimmed.starts_with("slow-timeout") => {
+                let rest = &line[at + "terminate-after".len()..];
+                let value_end = rest.find([',', '}']).unwrap_or(rest.len());
+                out.push_str(&line[..at]);
+                out.push_str(&format!("terminate-after = {n}"));
+                out.push_str(&rest[value_end..]);
+                done = true;
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    done.then_some(out)
 }
 
 /// `text` with `max-threads` of `[test-groups.<group>]` set to `n`; `None` if it has none.
@@ -187,10 +235,25 @@ mod tests {
     }
 
     #[test]
+    fn terminate_after_is_set_in_the_named_profile_only() {
+        let text = "[profile.ci]\nslow-timeout = { period = \"60s\", terminate-after = 5 }\n\n\
+                    [profile.gpu]\nslow-timeout = { period = \"60s\", terminate-after = 5, grace-period = \"10s\" }\n";
+        let patched = set_terminate_after(text, "gpu", 10).unwrap();
+        assert_eq!(
+            patched,
+            "[profile.ci]\nslow-timeout = { period = \"60s\", terminate-after = 5 }\n\n\
+             [profile.gpu]\nslow-timeout = { period = \"60s\", terminate-after = 10, grace-period = \"10s\" }\n"
+        );
+        assert!(set_terminate_after("[profile.gpu]\nretries = 0\n", "gpu", 10).is_none());
+    }
+
+    #[test]
     fn the_repository_config_has_a_gpu_group_to_patch() {
         let text = fs::read_to_string(repository_root().join(NEXTEST_CONFIG)).unwrap();
         let patched = set_group_max_threads(&text, TEST_GROUP, 3).expect("[test-groups.gpu] max-threads");
         assert!(patched.contains("max-threads = 3"));
+        let patched = set_terminate_after(&text, NEXTEST_PROFILE, SANITIZED_PERIODS).expect("[profile.gpu]");
+        assert!(patched.contains("terminate-after = 10"));
     }
 
     #[test]
