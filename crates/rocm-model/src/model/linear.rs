@@ -181,9 +181,12 @@ fn has_fused_product(format: BlockFormat, tokens: usize) -> bool {
     }
 }
 
-/// Tokens up to which ggml's block formats take the fused matrix-vector kernel (it reads the
-/// weight once per 8 tokens; past this, dequantising once for the GEMM reads less).
-pub const FUSED_MAX_TOKENS: usize = 32;
+/// Tokens up to which ggml's block formats take the fused matrix-vector kernel; past this the
+/// weight is dequantised once into the step's scratch and the (vendor) GEMM runs on it. The
+/// fused kernel does every vector's FMAs on the SIMT units: measured on an H100 (`bench model`
+/// at 8B layer shapes, one call each way), a decode step's layer took, fused / dequantise +
+/// GEMM: Q8_0 428 / 562 us at 8 tokens and 1581 / 593 at 32; Q4_K 467 / 531 and 1831 / 648.
+pub const FUSED_MAX_TOKENS: usize = 8;
 
 /// Runs the fused quantised product where there is one for this format and token count, and
 /// says whether it did: ggml's formats up to [`FUSED_MAX_TOKENS`] (`quant_matvec`), MXFP4 at
@@ -237,7 +240,7 @@ mod tests {
     use super::{FUSED_MAX_TOKENS, bias_desc, has_fused_product};
 
     /// What a decode workspace sizes its dequantisation scratch by: ggml's formats fused up to
-    /// 32 tokens, MXFP4 at one, MXFP6 never.
+    /// 8 tokens, MXFP4 at one, MXFP6 never.
     #[test]
     fn fused_products_cover_the_documented_token_counts() {
         for format in
