@@ -165,47 +165,40 @@ const SANITIZED_PERIODS: u32 = 10;
 /// `text` with the `terminate-after` of `[profile.<profile>]`'s `slow-timeout` set to `n`;
 /// `None` if it has none.
 fn set_terminate_after(text: &str, profile: &str, n: u32) -> Option<String> {
-    let header = format!("[profile.{profile}]");
-    let (mut in_profile, mut done) = (false, false);
-    let mut out = String::with_capacity(text.len());
-    for line in text.lines() {
-        let trimmed = line.trim_start();
-        if trimmed.starts_with('[') {
-            in_profile = trimmed.split('#').next().map(str::trim) == Some(header.as_str());
-        }
-        let at = line.find("terminate-after");
-        match at {
-            Some(at) if in_profile && !done && trimmed.starts_with("slow-timeout") => {
-                let rest = &line[at + "terminate-after".len()..];
-                let value_end = rest.find([',', '}']).unwrap_or(rest.len());
-                out.push_str(&line[..at]);
-                out.push_str(&format!("terminate-after = {n}"));
-                out.push_str(&rest[value_end..]);
-                done = true;
-            }
-            _ => out.push_str(line),
-        }
-        out.push('\n');
-    }
-    done.then_some(out)
+    const KEY: &str = "terminate-after";
+    patch_first_line(text, &format!("[profile.{profile}]"), |line| {
+        let at = line.find(KEY).filter(|_| line.trim_start().starts_with("slow-timeout"))?;
+        let rest = &line[at + KEY.len()..];
+        let value_end = rest.find([',', '}']).unwrap_or(rest.len());
+        Some(format!("{}{KEY} = {n}{}", &line[..at], &rest[value_end..]))
+    })
 }
 
 /// `text` with `max-threads` of `[test-groups.<group>]` set to `n`; `None` if it has none.
 fn set_group_max_threads(text: &str, group: &str, n: usize) -> Option<String> {
-    let header = format!("[test-groups.{group}]");
-    let (mut in_group, mut done) = (false, false);
+    patch_first_line(text, &format!("[test-groups.{group}]"), |line| {
+        let rest = line.trim_start().strip_prefix("max-threads")?;
+        rest.trim_start().starts_with('=').then(|| format!("max-threads = {n}"))
+    })
+}
+
+/// `text` with the first line of its `header` section that `patch` rewrites (`Some`) replaced;
+/// `None` if `patch` rewrites no line of that section. A TOML section runs from its header
+/// (comments after it allowed) to the next `[`.
+fn patch_first_line(text: &str, header: &str, patch: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let (mut in_section, mut done) = (false, false);
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
         let trimmed = line.trim_start();
         if trimmed.starts_with('[') {
-            in_group = trimmed.split('#').next().map(str::trim) == Some(header.as_str());
+            in_section = trimmed.split('#').next().map(str::trim) == Some(header);
         }
-        let is_key = trimmed.strip_prefix("max-threads").is_some_and(|r| r.trim_start().starts_with('='));
-        if in_group && !done && is_key {
-            out.push_str(&format!("max-threads = {n}"));
-            done = true;
-        } else {
-            out.push_str(line);
+        match (in_section && !done).then(|| patch(line)).flatten() {
+            Some(patched) => {
+                out.push_str(&patched);
+                done = true;
+            }
+            None => out.push_str(line),
         }
         out.push('\n');
     }
