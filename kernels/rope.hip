@@ -228,7 +228,9 @@ RF_DEVICE void rope(T* q, T* k, const int* pos, const int* block_pos, rf_u64 tok
 
 
 // ---------------------------------------------------------------------------------------------
-// Warp path (version 3): one warp per token, no shared memory, no barrier.
+// Warp path (version 3): one warp per token, no shared memory, no barrier. Version 4: with few
+// tokens (decode), a token's heads are split over gridDim.z warps ("slices"), each rotating
+// every gridDim.z-th round of heads, so one token's 40 heads are not one warp's serial work.
 //
 // A token's work items (heads x segments x chunks, `iph` items a head) are dealt to the lanes of
 // one warp: lane L takes items L, L + used, L + 2 used, ... where used = (W / iph) * iph <= W
@@ -304,7 +306,8 @@ template <typename T, bool INTERLEAVED, bool VECTOR>
 RF_DEVICE void rope_warp_token(T* q, T* k, const int* pos, const int* block_pos, rf_u64 token,
                                unsigned int q_heads, unsigned int heads, rf_u64 q_stride, rf_u64 k_stride,
                                unsigned int head_dim, unsigned int seg_dim, unsigned int segments,
-                               long long max_pos, const Freqs& freqs) {
+                               long long max_pos, const Freqs& freqs, unsigned int slice,
+                               unsigned int slices) {
     using Item = RawItem<T, INTERLEAVED, VECTOR>;
     constexpr int PP = Item::PP;
     constexpr int B = Item::ONE ? WARP_BATCH_ONE : WARP_BATCH;
@@ -323,7 +326,14 @@ RF_DEVICE void rope_warp_token(T* q, T* k, const int* pos, const int* block_pos,
     const unsigned int i0 = (slot - seg * chunks) * PP; // the item's first pair in its segment
     const unsigned int off_lo = seg * seg_dim + (INTERLEAVED ? 2 * i0 : i0);
     const unsigned int off_hi = INTERLEAVED ? off_lo + 1 : off_lo + half; // unused if Item::ONE
-    const unsigned int n = (heads - h0 + step - 1) / step; // this lane's items
+    // The token's heads are dealt to `slices` warps in rounds of `step` heads: this warp takes
+    // rounds slice, slice + slices, ... (one slice, the whole token, when tokens are many).
+    const unsigned int first = h0 + slice * step; // this lane's first head
+    const unsigned int stride = step * slices;    // from one of its heads to the next
+    if (first >= heads) {
+        return; // more slices than rounds of heads: nothing left for this one
+    }
+    const unsigned int n = (heads - first + stride - 1) / stride; // this lane's items
     T* const q_tok = q + token * q_stride;
     T* const k_tok = k + token * k_stride; // k_stride is 0 when there is no K
     // Head h of the token: Q's heads first, then K's (h * head_dim < 2^31: the launcher).
@@ -336,7 +346,7 @@ RF_DEVICE void rope_warp_token(T* q, T* k, const int* pos, const int* block_pos,
 #pragma unroll
     for (int r = 0; r < B; ++r) {
         if ((unsigned int)r < n) {
-            items[r].load(head_ptr(h0 + r * step), off_lo, off_hi);
+            items[r].load(head_ptr(first + r * stride), off_lo, off_hi);
         }
     }
 
@@ -360,7 +370,7 @@ RF_DEVICE void rope_warp_token(T* q, T* k, const int* pos, const int* block_pos,
         for (int r = 0; r < B; ++r) {
             if (base + r < n) {
                 items[r].rotate(c, s);
-                items[r].store(head_ptr(h0 + (base + r) * step), off_lo, off_hi);
+                items[r].store(head_ptr(first + (base + r) * stride), off_lo, off_hi);
             }
         }
         base += B;
@@ -370,7 +380,7 @@ RF_DEVICE void rope_warp_token(T* q, T* k, const int* pos, const int* block_pos,
 #pragma unroll
         for (int r = 0; r < B; ++r) {
             if (base + r < n) {
-                items[r].load(head_ptr(h0 + (base + r) * step), off_lo, off_hi);
+                items[r].load(head_ptr(first + (base + r) * stride), off_lo, off_hi);
             }
         }
     }
@@ -392,10 +402,10 @@ RF_DEVICE void rope_warp(T* q, T* k, const int* pos, const int* block_pos, rf_u6
     const unsigned int heads = (unsigned int)(q_heads + k_heads);
     if (vectorized) {
         rope_warp_token<T, INTERLEAVED, true>(q, k, pos, block_pos, token, qh, heads, q_stride, k_stride,
-                                              head_dim, seg_dim, segments, max_pos, freqs);
+                                              head_dim, seg_dim, segments, max_pos, freqs, blockIdx.z, gridDim.z);
     } else {
         rope_warp_token<T, INTERLEAVED, false>(q, k, pos, block_pos, token, qh, heads, q_stride, k_stride,
-                                               head_dim, seg_dim, segments, max_pos, freqs);
+                                               head_dim, seg_dim, segments, max_pos, freqs, blockIdx.z, gridDim.z);
     }
 }
 

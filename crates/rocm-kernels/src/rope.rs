@@ -330,7 +330,10 @@ impl Rope {
         let path = path(&layout, vectorized, n, warp);
         let kernel = loader::kernel(&stream, MODULE, &kernel_name::<T>(path.kernel(&layout)))?;
         let config = match path {
-            Path::Warp => warp_config(&stream, &kernel, tokens, warp),
+            Path::Warp => {
+                let rounds = head_rounds(&layout, vectorized, n, warp, q.heads + k_heads);
+                warp_config(&stream, &kernel, tokens, warp, rounds)
+            }
             Path::Table => config(&stream, &kernel, &layout, q.heads + k_heads, tokens, vectorized, n),
         };
         let freqs = self.freqs(&layout);
@@ -344,7 +347,9 @@ impl Rope {
         // freqs.inv_freq[i] for i < seg_dim / 2 <= MAX_PAIRS. q and k are distinct mutable
         // borrows; the builder checks every buffer's stream. With `vectorized`, 16-byte accesses
         // are aligned (checked by `vectorizable`). The warp path needs a head's work items to fit
-        // one warp of the device's width (`path`).
+        // one warp of the device's width (`path`); its grid's z (`head_slices`) splits each
+        // token's rounds of heads, each round taken by exactly one slice, so every element is
+        // still read and written by one thread.
         unsafe {
             let launch = stream.launch(&kernel).buffer_mut(q.buffer);
             let launch = match k {
@@ -470,10 +475,40 @@ fn path(layout: &Layout, vectorized: bool, n: usize, warp: usize) -> Path {
     if warp_items_per_head(layout, vectorized, n) <= warp { Path::Warp } else { Path::Table }
 }
 
-/// Warp path: `WARP_BLOCK` threads a block, one token a warp.
-fn warp_config(stream: &Stream, kernel: &rocm_runtime::Function, tokens: usize, warp: usize) -> LaunchConfig {
+/// Rounds of heads a warp of `warp` lanes takes for one token on the warp path: it covers
+/// `warp / items a head` heads at a time.
+fn head_rounds(layout: &Layout, vectorized: bool, n: usize, warp: usize, heads: usize) -> usize {
+    let at_a_time = (warp / warp_items_per_head(layout, vectorized, n).max(1)).max(1);
+    heads.div_ceil(at_a_time)
+}
+
+/// Warps the warp path aims to keep busy per compute unit before it splits tokens' heads.
+const WARPS_PER_COMPUTE_UNIT: usize = 2;
+
+/// Warp path: `WARP_BLOCK` threads a block, one token a warp, and the grid's z the slices each
+/// token's `rounds` rounds of heads are split over: with few tokens (decode) one warp would rotate
+/// all of a token's heads in turn, so up to `rounds` warps share them until there are about
+/// [`WARPS_PER_COMPUTE_UNIT`] warps a compute unit; one slice when tokens alone give that.
+fn warp_config(
+    stream: &Stream,
+    kernel: &rocm_runtime::Function,
+    tokens: usize,
+    warp: usize,
+    rounds: usize,
+) -> LaunchConfig {
     let block = (WARP_BLOCK.min(kernel.max_threads_per_block() as usize) / warp * warp).max(warp);
-    loader::row_per_block(stream, kernel, tokens.div_ceil(block / warp), block as u32)
+    let mut config = loader::row_per_block(stream, kernel, tokens.div_ceil(block / warp), block as u32);
+    let info = stream.backend().info();
+    let wanted = (info.compute_units.max(1) as usize).saturating_mul(WARPS_PER_COMPUTE_UNIT);
+    let max_z = info.max_grid[2].clamp(1, 65_535) as usize;
+    config.grid[2] = head_slices(tokens, rounds, wanted).min(max_z) as u32;
+    config
+}
+
+/// Slices of a token's `rounds` rounds of heads so that `tokens` tokens make about `wanted`
+/// warps: 1 to `rounds`.
+fn head_slices(tokens: usize, rounds: usize, wanted: usize) -> usize {
+    wanted.div_ceil(tokens.max(1)).clamp(1, rounds.max(1))
 }
 
 /// Table path: one block per token; the threads cover the token's work items (groups of pairs
@@ -636,6 +671,18 @@ pub(crate) fn launchable() -> Vec<Launchable> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn few_tokens_split_their_heads_over_warps() {
+        // Decode at Llama-3-8B shapes: 40 heads, 2 a round (16 items a head, 32 lanes), an H100's
+        // 132 compute units x 2 warps wanted.
+        assert_eq!(head_slices(1, 20, 264), 20);
+        assert_eq!(head_slices(8, 20, 264), 20);
+        assert_eq!(head_slices(100, 20, 264), 3);
+        assert_eq!(head_slices(512, 20, 264), 1);
+        assert_eq!(head_slices(0, 20, 264), 20);
+        assert_eq!(head_slices(1, 0, 264), 1);
+    }
 
     fn close(got: &[f64], want: &[f64]) {
         assert_eq!(got.len(), want.len());

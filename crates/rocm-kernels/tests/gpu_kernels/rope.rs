@@ -153,6 +153,11 @@ fn styles<T: Dtype>(gpu: &GpuTest, seed: u64) {
     // 10 000 tokens, small heads, positions near the top of a long context.
     case::<T>(gpu, &mut rng, &Rope::neox(64), 10_000, 4, 2, 131_072);
     case::<T>(gpu, &mut rng, &Rope::new(RopeStyle::Glm { rope_ratio: 1.0 }, 64), 10_000, 2, 1, 131_072);
+    // Decode at Llama-3-8B shapes (32 + 8 heads of 128): one and four tokens, whose heads the
+    // warp path splits over many warps (grid z), in rounds that do not divide evenly.
+    case::<T>(gpu, &mut rng, &Rope::new(RopeStyle::GptJ { rotary_dim: 128 }, 128), 1, 32, 8, 8192);
+    case::<T>(gpu, &mut rng, &Rope::neox(128), 4, 32, 8, 8192);
+    case::<T>(gpu, &mut rng, &Rope::neox(128), 3, 7, 1, 8192);
     // A token with more work items than a block (rounds of the block loop): 40 heads of 256.
     case::<T>(gpu, &mut rng, &Rope::new(RopeStyle::GptJ { rotary_dim: 256 }, 256), 3, 32, 8, 4096);
     case::<T>(gpu, &mut rng, &Rope::new(RopeStyle::ChatGlm2d, 1024), 2, 3, 2, 4096);
