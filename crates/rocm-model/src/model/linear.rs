@@ -119,9 +119,9 @@ impl<T: GemmElement> Linear<T> {
 
 /// `ys[i] = x W_i^T` for projections sharing their input `x` (`tokens` rows; a layer's Q, K
 /// and V, or its gate and up). One launch for all when they are blocks of one ggml format with
-/// a fused product at `tokens` (`quant_matvec_group`: a launch as wide as all their rows reads
-/// the weights closer to the copy rate than one each, and each output has the bits of its own
-/// launch); otherwise each through [`Linear::apply_with`].
+/// a fused product at `tokens` (`quant_matvec_group`: fewer launches, each output with the bits
+/// of its own launch; docs/kernels/quant_matvec.md, v2, has what it saves); otherwise each
+/// through [`Linear::apply_with`].
 pub(crate) fn apply_shared<T: GemmElement>(
     linears: &[&Linear<T>],
     x: &DeviceBuffer<T>,
