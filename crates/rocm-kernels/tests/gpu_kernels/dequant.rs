@@ -210,10 +210,7 @@ fn quantised_weights_round_trip_f32() {
 #[test]
 fn bad_lengths_are_refused() {
     let gpu = gpu_test!();
-    let shape_error = |r: Result<(), KernelError>| match r {
-        Err(KernelError::Shape { kernel: "dequant", message }) => message,
-        other => panic!("expected a shape error, got {other:?}"),
-    };
+    let shape_error = |r: Result<(), KernelError>| crate::shape_message(r, "dequant");
     let blocks = gpu.stream().upload(&[0x11u8; 2 * 17]).unwrap();
     let mut out = poisoned::<f32>(&gpu, 64);
     let mut short = poisoned::<f32>(&gpu, 63);

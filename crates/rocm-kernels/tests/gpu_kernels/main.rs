@@ -26,3 +26,15 @@ mod softmax;
 mod stream_read;
 mod stream_rmw;
 mod swiglu;
+
+/// The message of a `KernelError::Shape` that `kernel`'s launcher returned; panics on anything
+/// else (success, another error, another kernel's).
+pub(crate) fn shape_message<T: std::fmt::Debug>(
+    result: Result<T, rocm_kernels::KernelError>,
+    kernel: &str,
+) -> String {
+    match result {
+        Err(rocm_kernels::KernelError::Shape { kernel: k, message }) if k == kernel => message,
+        other => panic!("expected a shape error from {kernel}, got {other:?}"),
+    }
+}

@@ -314,10 +314,7 @@ fn empty_k_gives_zeros() {
 #[test]
 fn bad_shapes_are_refused() {
     let gpu = gpu_test!();
-    let shape_error = |r: Result<(), KernelError>| match r {
-        Err(KernelError::Shape { kernel: "mxfp", message }) => message,
-        other => panic!("expected a shape error, got {other:?}"),
-    };
+    let shape_error = |r: Result<(), KernelError>| crate::shape_message(r, "mxfp");
     let f = MxFormat::Mxfp4Gguf;
     let w = gpu.stream().upload(&vec![0x21u8; 7 * 3 * 17]).unwrap();
     let x = gpu.stream().upload(&[1.0f32; 96]).unwrap();

@@ -208,10 +208,7 @@ fn tiled_shapes_are_refused() {
     let gpu = gpu_test!();
     let blocks = vec![0u8; 7 * 3 * 17];
     let w = TiledMxfp4::from_gguf(&blocks, 7, 96, TiledCodes::Nibbles).unwrap().upload(gpu.stream()).unwrap();
-    let message = |r: Result<(), KernelError>| match r {
-        Err(KernelError::Shape { kernel: "mxfp4_tiled", message }) => message,
-        other => panic!("expected a shape error, got {other:?}"),
-    };
+    let message = |r: Result<(), KernelError>| crate::shape_message(r, "mxfp4_tiled");
     let x = gpu.stream().alloc::<f32>(95).unwrap();
     let mut y = gpu.stream().alloc::<f32>(7).unwrap();
     assert!(message(mx_matvec_tiled(&w, &x, &mut y)).contains("x has 95 elements"));

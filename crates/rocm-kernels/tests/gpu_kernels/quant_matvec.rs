@@ -314,10 +314,7 @@ fn bad_groups_are_refused() {
     let w = s.upload(&vec![0u8; 3 * 2 * 34]).unwrap();
     let x = s.upload(&vec![1.0f32; batch * k]).unwrap();
     let (mut y0, mut y1) = (poisoned::<f32>(&gpu, batch * 3), poisoned::<f32>(&gpu, batch * 2));
-    let message = |r: Result<(), KernelError>| match r {
-        Err(KernelError::Shape { kernel: "quant_matvec", message }) => message,
-        other => panic!("expected a shape error, got {other:?}"),
-    };
+    let message = |r: Result<(), KernelError>| crate::shape_message(r, "quant_matvec");
     // Product 1 claims 2 rows of a 3-row weight.
     let mut products =
         [QuantProduct { w: &w, y: &mut y0, rows: 3 }, QuantProduct { w: &w, y: &mut y1, rows: 2 }];
@@ -352,10 +349,7 @@ fn empty_shapes() {
 #[test]
 fn bad_shapes_are_refused() {
     let gpu = gpu_test!();
-    let shape_error = |r: Result<(), KernelError>| match r {
-        Err(KernelError::Shape { kernel: "quant_matvec", message }) => message,
-        other => panic!("expected a shape error, got {other:?}"),
-    };
+    let shape_error = |r: Result<(), KernelError>| crate::shape_message(r, "quant_matvec");
     let f = GgmlFormat::Q4K;
     let (rows, k, batch) = (3, 512, 2);
     let w = gpu.stream().upload(&vec![0x11u8; rows * 2 * 144]).unwrap();

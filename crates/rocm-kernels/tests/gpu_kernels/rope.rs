@@ -387,10 +387,7 @@ fn invalid_positions_write_nan_into_their_token_only() {
 #[test]
 fn bad_shapes_are_refused() {
     let gpu = gpu_test!();
-    let shape_error = |r: Result<(), KernelError>| match r {
-        Err(KernelError::Shape { kernel: "rope", message }) => message,
-        other => panic!("expected a shape error, got {other:?}"),
-    };
+    let shape_error = |r: Result<(), KernelError>| crate::shape_message(r, "rope");
     let rope = Rope::neox(8);
     let positions = gpu.stream().upload(&[0i32, 1, 2]).unwrap();
     let mut q = gpu.stream().upload(&[1.0f32; 3 * 2 * 8]).unwrap();

@@ -358,10 +358,7 @@ fn an_all_minus_infinity_row_gives_zeros_not_nan() {
 #[test]
 fn bad_shapes_are_refused() {
     let gpu = gpu_test!();
-    let shape_error = |r: Result<(), KernelError>| match r {
-        Err(KernelError::Shape { kernel: "softmax", message }) => message,
-        other => panic!("expected a shape error, got {other:?}"),
-    };
+    let shape_error = |r: Result<(), KernelError>| crate::shape_message(r, "softmax");
     let x = gpu.stream().upload(&[1.0f32; 24]).unwrap();
     let mut y = poisoned::<f32>(&gpu, 24);
     let mut short = poisoned::<f32>(&gpu, 23);
