@@ -158,10 +158,8 @@ impl<'a, T: GemmElement> DecodeWorkspace<'a, T> {
         rows: Rows<'_, T>,
     ) -> Result<&DeviceBuffer<T>> {
         let backup = self.prepare(cache, seqs, rows)?;
-        if let Err(e) = self.run(self.model.gemm_path()) {
-            *cache = backup;
-            return Err(e);
-        }
+        let gemm = self.model.gemm_path();
+        restore_on_error(cache, backup, self.run(gemm))?;
         Ok(self.model.output(&self.ws))
     }
 
@@ -290,6 +288,15 @@ impl<'a, T: GemmElement> DecodeWorkspace<'a, T> {
     }
 }
 
+/// `launched`, after putting the cache's bookkeeping back as `prepare` found it (`backup`) if
+/// the step's launches failed: a failed step leaves the cache as it was.
+fn restore_on_error(cache: &mut PagedCache, backup: PagedCache, launched: Result<()>) -> Result<()> {
+    if launched.is_err() {
+        *cache = backup;
+    }
+    launched
+}
+
 /// Whether `stream`'s platform can record graphs (`Backend::graph_support`): `false` only for
 /// `rocm_runtime::Error::GraphsUnsupported`.
 fn graphs_supported(stream: &Stream) -> Result<bool> {
@@ -383,10 +390,7 @@ impl<'a, T: GemmElement> DecodeGraph<'_, 'a, T> {
             Inner::Captured(graph) => {
                 let ws = graph.state();
                 let backup = ws.prepare(cache, seqs, rows)?;
-                if let Err(e) = graph.launch() {
-                    *cache = backup;
-                    return Err(e.into());
-                }
+                restore_on_error(cache, backup, graph.launch().map_err(ModelError::from))?;
                 Ok(ws.model.output(&ws.ws))
             }
             Inner::Eager(ws) => ws.step_rows(cache, seqs, rows),
