@@ -192,15 +192,7 @@ def time_gpu(torch, fn, warm, iters):
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return statistics.median(event_times(torch, fn, iters, idle_first=False))
 
 
 def time_steps(torch, fn, mode, warm, iters):
@@ -211,17 +203,24 @@ def time_steps(torch, fn, mode, warm, iters):
         for _ in range(warm):
             fn()
         torch.cuda.synchronize()
-        times = []
         with no_recompile(torch, mode):
-            for _ in range(iters):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                torch.cuda.synchronize()
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-    return statistics.median(times)
+            return statistics.median(event_times(torch, fn, iters, idle_first=True))
+
+
+def event_times(torch, fn, iters, idle_first):
+    """ms of each of `iters` calls of fn() between CUDA events; with `idle_first`, the GPU is
+    idle before each call starts."""
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if idle_first:
+            torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
 
 
 def no_recompile(torch, mode):
