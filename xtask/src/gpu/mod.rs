@@ -122,7 +122,7 @@ fn shown(cmd: &Command) -> String {
 /// `--config-file` replaces `.config/nextest.toml` rather than layering on it, hence a full copy.
 /// `--tool-config-file` cannot do this: tool configs rank below the repository config, and may
 /// only define test groups of their own (`@tool:` names).
-pub(super) fn add_group_config(
+pub(super) fn add_nextest_config(
     cmd: &mut Command,
     root: &Path,
     gpus: usize,

@@ -16,7 +16,7 @@ use super::sanitizer::{
 };
 use super::{
     ARCHIVE_FILE, CARGO_PROFILE, JUNIT_REPORT, NEXTEST_CONFIG, NEXTEST_PROFILE, SANITIZER_LOGS,
-    add_group_config, shown,
+    add_nextest_config, shown,
 };
 use crate::Result;
 use crate::flags::Flags;
@@ -159,7 +159,7 @@ fn test_here(args: &TestArgs) -> Result<()> {
         cmd.current_dir(&root)
             .args(["nextest", "run", "--workspace", "--cargo-profile", CARGO_PROFILE])
             .args(["--profile", NEXTEST_PROFILE]);
-        let config = add_group_config(&mut cmd, &root, gpus, jobs, !args.sanitize.is_empty())?;
+        let config = add_nextest_config(&mut cmd, &root, gpus, jobs, !args.sanitize.is_empty())?;
         cmd.env("ROCMFORGE_REQUIRE_GPU", "1").env("ROCMFORGE_PLATFORM", gpu.platform_name());
         Ok((cmd, config))
     })
@@ -211,7 +211,7 @@ fn test_archive(dir: &Path, args: &TestArgs) -> Result<()> {
             .arg("--workspace-remap")
             .arg(&root)
             .args(["--profile", NEXTEST_PROFILE]);
-        let config = add_group_config(&mut cmd, &root, gpus, jobs, !args.sanitize.is_empty())?;
+        let config = add_nextest_config(&mut cmd, &root, gpus, jobs, !args.sanitize.is_empty())?;
         cmd.env("ROCMFORGE_REQUIRE_GPU", "1");
         if let (Ok(gpu), None) = (&gpu, std::env::var_os("ROCMFORGE_PLATFORM")) {
             cmd.env("ROCMFORGE_PLATFORM", gpu.platform_name());
