@@ -149,11 +149,13 @@ pub fn gemm_portable<T: Dtype>(
         )
     })?;
     let config = config(&stream, desc, name);
-    // `check` bounds every size by i32::MAX and every stride by i64::MAX.
+    // `check` bounds every size by i32::MAX and every stride by i64::MAX; `check_buffers`
+    // proved each offset plus its matrix's extent within its buffer.
+    let at = |ptr: u64, offset: usize| ptr + (offset * size_of::<T>()) as u64;
     let params = GemmParams {
-        a: a.device_ptr(),
-        b: b.device_ptr(),
-        c: c.device_ptr(),
+        a: at(a.device_ptr(), desc.offset_a),
+        b: at(b.device_ptr(), desc.offset_b),
+        c: at(c.device_ptr(), desc.offset_c),
         lda: desc.lda as u64,
         ldb: desc.ldb as u64,
         ldc: desc.ldc as u64,
@@ -172,7 +174,7 @@ pub fn gemm_portable<T: Dtype>(
     // SAFETY: rf_gemm_<kind>_<T>(rf_gemm_params) reads A, B (and C when beta != 0) and writes
     // C only at (batch, row, column) positions inside the description, whose extents were
     // checked against the three buffers' lengths (check_buffers): every address is below
-    // `batch_index * stride + (rows - 1) * ld + cols <= len`. Batch outputs do not overlap
+    // `offset + batch_index * stride + (rows - 1) * ld + cols <= len`. Batch outputs do not overlap
     // (checked), so no two threads write one element. The pointers are those of the buffers
     // named by reads/writes, which belong to the launching stream.
     unsafe { stream.launch(&kernel).reads(a).reads(b).writes(c).arg(params).launch(config)? };
@@ -232,8 +234,8 @@ fn reference_element<T: Dtype>(
     row: usize,
     col: usize,
 ) -> f64 {
-    let a = &a[batch * desc.stride_a..];
-    let b = &b[batch * desc.stride_b..];
+    let a = &a[desc.offset_a + batch * desc.stride_a..];
+    let b = &b[desc.offset_b + batch * desc.stride_b..];
     let mut acc = 0.0f64;
     if desc.alpha != 0.0 {
         for k in 0..desc.k {
@@ -250,7 +252,8 @@ fn reference_element<T: Dtype>(
     }
     let mut out = desc.alpha as f64 * acc;
     if desc.beta != 0.0 {
-        out += desc.beta as f64 * c[batch * desc.stride_c + row * desc.ldc + col].to_f32() as f64;
+        out += desc.beta as f64
+            * c[desc.offset_c + batch * desc.stride_c + row * desc.ldc + col].to_f32() as f64;
     }
     out
 }
@@ -268,7 +271,7 @@ pub fn gemm_reference<T: Dtype>(desc: &GemmDesc, a: &[T], b: &[T], c: &[T]) -> R
     for batch in 0..desc.batch {
         for row in 0..desc.m {
             for col in 0..desc.n {
-                out[batch * desc.stride_c + row * desc.ldc + col] =
+                out[desc.offset_c + batch * desc.stride_c + row * desc.ldc + col] =
                     reference_element(desc, a, b, c, batch, row, col);
             }
         }

@@ -75,6 +75,10 @@ impl BlasElement for half::bf16 {
 /// kernel does not read `A` and `B` then; the vendor libraries' documentation promises less,
 /// so give them finite inputs). Batch `i` uses `A + i * stride_a` and likewise; the outputs of a batch must
 /// not overlap (`stride_c` at least one whole `C`), the inputs may (a stride of 0 shares one).
+///
+/// Each matrix starts `offset_a`, `offset_b`, `offset_c` elements into its buffer (0 unless set
+/// by [`GemmDesc::with_offsets`]): a block of columns of a wider `C`, say, or the rows of a
+/// weight that one product of several covers.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GemmDesc {
     pub m: usize,
@@ -91,6 +95,9 @@ pub struct GemmDesc {
     pub stride_a: usize,
     pub stride_b: usize,
     pub stride_c: usize,
+    pub offset_a: usize,
+    pub offset_b: usize,
+    pub offset_c: usize,
 }
 
 impl GemmDesc {
@@ -112,6 +119,9 @@ impl GemmDesc {
             stride_a: 0,
             stride_b: 0,
             stride_c: 0,
+            offset_a: 0,
+            offset_b: 0,
+            offset_c: 0,
         };
         desc.pack_strides();
         desc
@@ -148,6 +158,13 @@ impl GemmDesc {
     /// `batch` products, matrix `i` at `i * stride` elements from each buffer's start.
     pub fn with_batch(mut self, batch: usize, stride_a: usize, stride_b: usize, stride_c: usize) -> Self {
         (self.batch, self.stride_a, self.stride_b, self.stride_c) = (batch, stride_a, stride_b, stride_c);
+        self
+    }
+
+    /// Where the matrices start in their buffers, in elements (strides, leading dimensions and
+    /// lengths count from there).
+    pub fn with_offsets(mut self, offset_a: usize, offset_b: usize, offset_c: usize) -> Self {
+        (self.offset_a, self.offset_b, self.offset_c) = (offset_a, offset_b, offset_c);
         self
     }
 
@@ -189,17 +206,17 @@ impl GemmDesc {
         strided_len(self.m, self.ldc, self.n)
     }
 
-    /// Elements the `A` buffer must hold (`None` on overflow).
+    /// Elements the `A` buffer must hold, its offset included (`None` on overflow).
     pub fn a_len(&self) -> Option<usize> {
-        batched_len(self.batch, self.stride_a, self.single_a_len()?)
+        self.offset_a.checked_add(batched_len(self.batch, self.stride_a, self.single_a_len()?)?)
     }
-    /// Elements the `B` buffer must hold (`None` on overflow).
+    /// Elements the `B` buffer must hold, its offset included (`None` on overflow).
     pub fn b_len(&self) -> Option<usize> {
-        batched_len(self.batch, self.stride_b, self.single_b_len()?)
+        self.offset_b.checked_add(batched_len(self.batch, self.stride_b, self.single_b_len()?)?)
     }
-    /// Elements the `C` buffer must hold (`None` on overflow).
+    /// Elements the `C` buffer must hold, its offset included (`None` on overflow).
     pub fn c_len(&self) -> Option<usize> {
-        batched_len(self.batch, self.stride_c, self.single_c_len()?)
+        self.offset_c.checked_add(batched_len(self.batch, self.stride_c, self.single_c_len()?)?)
     }
 
     /// Floating-point operations: `2 * M * N * K` per matrix.
@@ -252,7 +269,7 @@ impl GemmDesc {
     }
 
     /// [`GemmDesc::check`], then the buffers' lengths against what the description reaches.
-    /// Longer buffers are fine (the matrices start at each buffer's first element).
+    /// Longer buffers are fine (the matrices start at each buffer's offset).
     pub fn check_buffers(&self, a: usize, b: usize, c: usize) -> Result<(), String> {
         self.check()?;
         for (name, have, need) in [("A", a, self.a_len()), ("B", b, self.b_len()), ("C", c, self.c_len())] {
@@ -521,12 +538,14 @@ impl Blas {
         if desc.is_empty() {
             return Ok(());
         }
+        // In bounds: check_buffers proved offset + extent <= len for each.
+        let at = |ptr: u64, offset: usize| ptr + (offset * size_of::<T>()) as u64;
         let call = GemmCall {
             problem: desc.col_major(),
             ty: T::TYPE,
-            first: b.device_ptr(),
-            second: a.device_ptr(),
-            c: c.device_ptr(),
+            first: at(b.device_ptr(), desc.offset_b),
+            second: at(a.device_ptr(), desc.offset_a),
+            c: at(c.device_ptr(), desc.offset_c),
         };
         let _span = tracing::trace_span!(
             "blas_gemm",
@@ -687,6 +706,12 @@ mod tests {
         assert_eq!(batched.c_len(), Some(90));
         assert_eq!(GemmDesc::new(0, 3, 2).c_len(), Some(0));
         assert_eq!(GemmDesc::new(2, 3, 4).flops(), 48.0);
+        // Offsets add to what each buffer must hold; strides count from them.
+        let o = GemmDesc::new(4, 3, 2).with_offsets(1, 2, 3);
+        assert_eq!((o.a_len(), o.b_len(), o.c_len()), (Some(9), Some(8), Some(15)));
+        assert_eq!(o.with_packed_batch(2).c_len(), Some(27));
+        assert_eq!(o.check_buffers(9, 8, 14).unwrap_err(), "C has 14 elements, the product reaches 15");
+        assert_eq!(GemmDesc::new(4, 3, 2).with_offsets(usize::MAX, 0, 0).a_len(), None);
     }
 
     #[test]

@@ -76,16 +76,27 @@ fn l2_limit<T: Dtype>() -> f64 {
     }
 }
 
-/// `mask[i]` is true when element `i` of a `len`-element buffer holds part of the `batch`
-/// matrices of `rows x cols` with leading dimension `ld`, `stride` apart.
-fn mask(len: usize, batch: usize, stride: usize, rows: usize, ld: usize, cols: usize) -> Vec<bool> {
+/// Where a product's matrices lie in one buffer: the first starts at `offset`, the `batch`
+/// matrices of `rows x cols` (leading dimension `ld`) `stride` apart.
+struct Extent {
+    offset: usize,
+    batch: usize,
+    stride: usize,
+    rows: usize,
+    ld: usize,
+    cols: usize,
+}
+
+/// `mask[i]` is true when element `i` of a `len`-element buffer lies in `e`'s matrices.
+fn mask(len: usize, e: Extent) -> Vec<bool> {
     let mut m = vec![false; len];
-    if cols == 0 {
+    if e.cols == 0 {
         return m;
     }
-    for b in 0..batch {
-        for r in 0..rows {
-            let start = b * stride + r * ld;
+    let cols = e.cols;
+    for b in 0..e.batch {
+        for r in 0..e.rows {
+            let start = e.offset + b * e.stride + r * e.ld;
             m[start..start + cols].iter_mut().for_each(|x| *x = true);
         }
     }
@@ -117,11 +128,15 @@ fn data<T: Dtype>(rng: &mut Rng, d: &GemmDesc) -> Data<T> {
             .collect()
     };
     // At least one element each, so no operand is a null pointer (K = 0 reads none).
-    let (ar, ac) = a_shape(d);
-    let a_mask = mask(d.a_len().unwrap().max(1), d.batch, d.stride_a, ar, d.lda, ac);
-    let (br, bc) = b_shape(d);
-    let b_mask = mask(d.b_len().unwrap().max(1), d.batch, d.stride_b, br, d.ldb, bc);
-    let c_mask = mask(d.c_len().unwrap() + TAIL, d.batch, d.stride_c, d.m, d.ldc, d.n);
+    let batch = d.batch;
+    let (rows, cols) = a_shape(d);
+    let a_extent = Extent { offset: d.offset_a, batch, stride: d.stride_a, rows, ld: d.lda, cols };
+    let a_mask = mask(d.a_len().unwrap().max(1), a_extent);
+    let (rows, cols) = b_shape(d);
+    let b_extent = Extent { offset: d.offset_b, batch, stride: d.stride_b, rows, ld: d.ldb, cols };
+    let b_mask = mask(d.b_len().unwrap().max(1), b_extent);
+    let c_extent = Extent { offset: d.offset_c, batch, stride: d.stride_c, rows: d.m, ld: d.ldc, cols: d.n };
+    let c_mask = mask(d.c_len().unwrap() + TAIL, c_extent);
     let a = fill(&a_mask, true);
     let b = fill(&b_mask, true);
     let c = fill(&c_mask, d.beta != 0.0);
@@ -199,7 +214,7 @@ fn check<T: Dtype>(what: &str, d: &GemmDesc, data: &Data<T>, got: &[T], how: Che
     let (mut failures, mut worst) = (0usize, None::<(f64, usize, f64, f64, f64)>);
     let (mut got_v, mut want_v) = (Vec::with_capacity(points.len()), Vec::with_capacity(points.len()));
     for (batch, row, col) in points {
-        let i = batch * d.stride_c + row * d.ldc + col;
+        let i = d.offset_c + batch * d.stride_c + row * d.ldc + col;
         let want = gemm_reference_at(d, &data.a, &data.b, &data.c, batch, row, col).unwrap();
         let magnitude = gemm_reference_at(&abs_desc, &abs_a, &abs_b, &data.c, batch, row, col).unwrap();
         let old = if d.beta != 0.0 { data.c[i].to_f32().abs() as f64 } else { 0.0 };
@@ -318,7 +333,10 @@ fn alpha_beta_leading_dims<T: GemmElement>(gpu: &GpuTest, path: GemmPath, seed: 
     }
 }
 
-/// Strided batches with gaps between the matrices, and a `B` shared by every batch (stride 0).
+/// Strided batches with gaps between the matrices, and a `B` shared by every batch (stride 0);
+/// then matrices that start inside their buffers (offsets, NaN before them): a block of the
+/// columns of a wider `C` from a block of the rows of `B`, as one chunk of a product split in
+/// column blocks computes it, batched and not.
 fn batched<T: GemmElement>(gpu: &GpuTest, path: GemmPath, seed: u64) {
     let mut rng = Rng::new(seed);
     for (m, n, k, ta, tb) in
@@ -330,7 +348,13 @@ fn batched<T: GemmElement>(gpu: &GpuTest, path: GemmPath, seed: u64) {
         case::<T>(gpu, path, &mut rng, gaps, Check::All);
         let shared_b = packed.with_batch(2, sa, 0, sc);
         case::<T>(gpu, path, &mut rng, shared_b, Check::All);
+        let offsets = gaps.with_offsets(3, 7, 13);
+        case::<T>(gpu, path, &mut rng, offsets, Check::All);
     }
+    // Columns 40..73 of a [9, 100] output from rows 40..73 of a [100, 31] weight: y = x W^T.
+    let (m, n, k, wide) = (9, 33, 31, 100);
+    let block = GemmDesc::linear(m, n, k).with_leading_dims(k, k, wide).with_offsets(0, 40 * k, 40);
+    case::<T>(gpu, path, &mut rng, block, Check::All);
 }
 
 /// Both paths on the same inputs, compared in full (relative L2: each is within rounding of
