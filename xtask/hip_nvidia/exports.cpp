@@ -58,6 +58,10 @@ RF_EXPORT(hipError_t, hipMalloc, (void** ptr, size_t size), (ptr, size))
 RF_EXPORT(hipError_t, hipFree, (void* ptr), (ptr))
 RF_EXPORT(hipError_t, hipMallocAsync, (void** ptr, size_t size, hipStream_t stream), (ptr, size, stream))
 RF_EXPORT(hipError_t, hipFreeAsync, (void* ptr, hipStream_t stream), (ptr, stream))
+RF_EXPORT(hipError_t, hipDeviceGetDefaultMemPool, (hipMemPool_t* pool, int device), (pool, device))
+RF_EXPORT(hipError_t, hipMemPoolSetAttribute, (hipMemPool_t pool, hipMemPoolAttr attr, void* value),
+          (pool, attr, value))
+RF_EXPORT(hipError_t, hipMemPoolTrimTo, (hipMemPool_t pool, size_t min_bytes_to_keep), (pool, min_bytes_to_keep))
 RF_EXPORT(hipError_t, hipMemcpyHtoDAsync, (hipDeviceptr_t dst, void* src, size_t size, hipStream_t stream),
           (dst, src, size, stream))
 RF_EXPORT(hipError_t, hipMemcpyDtoHAsync, (void* dst, hipDeviceptr_t src, size_t size, hipStream_t stream),

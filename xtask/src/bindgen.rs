@@ -127,6 +127,11 @@ const CUDA: Binding = Binding {
         "cuMemFree_v2",
         "cuMemAllocAsync",
         "cuMemFreeAsync",
+        // The default pool keeps freed memory (up to the ledger's budget) instead of unmapping
+        // it at every synchronisation (`DeviceDriver::retain_freed_memory`).
+        "cuDeviceGetDefaultMemPool",
+        "cuMemPoolSetAttribute",
+        "cuMemPoolTrimTo",
         "cuMemcpyHtoDAsync_v2",
         "cuMemcpyDtoHAsync_v2",
         "cuMemcpyDtoDAsync_v2",
@@ -163,8 +168,9 @@ const CUDA: Binding = Binding {
         "CUevent_flags_enum",
         "CUstreamCaptureMode_enum",
         "CUstreamCaptureStatus_enum",
+        "CUmemPool_attribute_enum",
     ],
-    types: &["CUstream_flags_enum", "CUevent_flags_enum"],
+    types: &["CUstream_flags_enum", "CUevent_flags_enum", "CUmemPool_attribute_enum"],
     vars: &[],
 };
 

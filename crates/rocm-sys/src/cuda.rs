@@ -50,6 +50,12 @@ pub struct CUgraphExec_st {
     _unused: [u8; 0],
 }
 pub type CUgraphExec = *mut CUgraphExec_st;
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUmemPoolHandle_st {
+    _unused: [u8; 0],
+}
+pub type CUmemoryPool = *mut CUmemPoolHandle_st;
 impl CUstream_flags_enum {
     pub const CU_STREAM_DEFAULT: CUstream_flags_enum = CUstream_flags_enum(0);
     pub const CU_STREAM_NON_BLOCKING: CUstream_flags_enum = CUstream_flags_enum(1);
@@ -493,6 +499,23 @@ impl cudaError_enum {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaError_enum(pub ::std::os::raw::c_uint);
 pub use self::cudaError_enum as CUresult;
+impl CUmemPool_attribute_enum {
+    pub const CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: CUmemPool_attribute_enum =
+        CUmemPool_attribute_enum(1);
+    pub const CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: CUmemPool_attribute_enum =
+        CUmemPool_attribute_enum(2);
+    pub const CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: CUmemPool_attribute_enum =
+        CUmemPool_attribute_enum(3);
+    pub const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: CUmemPool_attribute_enum = CUmemPool_attribute_enum(4);
+    pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: CUmemPool_attribute_enum = CUmemPool_attribute_enum(5);
+    pub const CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: CUmemPool_attribute_enum = CUmemPool_attribute_enum(6);
+    pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: CUmemPool_attribute_enum = CUmemPool_attribute_enum(7);
+    pub const CU_MEMPOOL_ATTR_USED_MEM_HIGH: CUmemPool_attribute_enum = CUmemPool_attribute_enum(8);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUmemPool_attribute_enum(pub ::std::os::raw::c_uint);
+pub use self::CUmemPool_attribute_enum as CUmemPool_attribute;
 pub struct CudaLibrary {
     __library: ::libloading::Library,
     pub cuGetErrorString:
@@ -514,6 +537,8 @@ pub struct CudaLibrary {
         attrib: CUdevice_attribute,
         dev: CUdevice,
     ) -> CUresult,
+    pub cuDeviceGetDefaultMemPool:
+        unsafe extern "C" fn(pool_out: *mut CUmemoryPool, dev: CUdevice) -> CUresult,
     pub cuDevicePrimaryCtxRetain: unsafe extern "C" fn(pctx: *mut CUcontext, dev: CUdevice) -> CUresult,
     pub cuDevicePrimaryCtxRelease_v2: unsafe extern "C" fn(dev: CUdevice) -> CUresult,
     pub cuCtxSetCurrent: unsafe extern "C" fn(ctx: CUcontext) -> CUresult,
@@ -568,6 +593,12 @@ pub struct CudaLibrary {
     pub cuMemFreeAsync: unsafe extern "C" fn(dptr: CUdeviceptr, hStream: CUstream) -> CUresult,
     pub cuMemAllocAsync:
         unsafe extern "C" fn(dptr: *mut CUdeviceptr, bytesize: usize, hStream: CUstream) -> CUresult,
+    pub cuMemPoolTrimTo: unsafe extern "C" fn(pool: CUmemoryPool, minBytesToKeep: usize) -> CUresult,
+    pub cuMemPoolSetAttribute: unsafe extern "C" fn(
+        pool: CUmemoryPool,
+        attr: CUmemPool_attribute,
+        value: *mut ::std::os::raw::c_void,
+    ) -> CUresult,
     pub cuStreamCreate:
         unsafe extern "C" fn(phStream: *mut CUstream, Flags: ::std::os::raw::c_uint) -> CUresult,
     pub cuStreamWaitEvent:
@@ -640,6 +671,7 @@ impl CudaLibrary {
         let cuDeviceGetName = __library.get(b"cuDeviceGetName\0").map(|sym| *sym)?;
         let cuDeviceTotalMem_v2 = __library.get(b"cuDeviceTotalMem_v2\0").map(|sym| *sym)?;
         let cuDeviceGetAttribute = __library.get(b"cuDeviceGetAttribute\0").map(|sym| *sym)?;
+        let cuDeviceGetDefaultMemPool = __library.get(b"cuDeviceGetDefaultMemPool\0").map(|sym| *sym)?;
         let cuDevicePrimaryCtxRetain = __library.get(b"cuDevicePrimaryCtxRetain\0").map(|sym| *sym)?;
         let cuDevicePrimaryCtxRelease_v2 =
             __library.get(b"cuDevicePrimaryCtxRelease_v2\0").map(|sym| *sym)?;
@@ -659,6 +691,8 @@ impl CudaLibrary {
         let cuMemsetD32Async = __library.get(b"cuMemsetD32Async\0").map(|sym| *sym)?;
         let cuMemFreeAsync = __library.get(b"cuMemFreeAsync\0").map(|sym| *sym)?;
         let cuMemAllocAsync = __library.get(b"cuMemAllocAsync\0").map(|sym| *sym)?;
+        let cuMemPoolTrimTo = __library.get(b"cuMemPoolTrimTo\0").map(|sym| *sym)?;
+        let cuMemPoolSetAttribute = __library.get(b"cuMemPoolSetAttribute\0").map(|sym| *sym)?;
         let cuStreamCreate = __library.get(b"cuStreamCreate\0").map(|sym| *sym)?;
         let cuStreamWaitEvent = __library.get(b"cuStreamWaitEvent\0").map(|sym| *sym)?;
         let cuStreamBeginCapture_v2 = __library.get(b"cuStreamBeginCapture_v2\0").map(|sym| *sym)?;
@@ -690,6 +724,7 @@ impl CudaLibrary {
             cuDeviceGetName,
             cuDeviceTotalMem_v2,
             cuDeviceGetAttribute,
+            cuDeviceGetDefaultMemPool,
             cuDevicePrimaryCtxRetain,
             cuDevicePrimaryCtxRelease_v2,
             cuCtxSetCurrent,
@@ -708,6 +743,8 @@ impl CudaLibrary {
             cuMemsetD32Async,
             cuMemFreeAsync,
             cuMemAllocAsync,
+            cuMemPoolTrimTo,
+            cuMemPoolSetAttribute,
             cuStreamCreate,
             cuStreamWaitEvent,
             cuStreamBeginCapture_v2,
@@ -774,6 +811,9 @@ impl CudaLibrary {
         dev: CUdevice,
     ) -> CUresult {
         (self.cuDeviceGetAttribute)(pi, attrib, dev)
+    }
+    pub unsafe fn cuDeviceGetDefaultMemPool(&self, pool_out: *mut CUmemoryPool, dev: CUdevice) -> CUresult {
+        (self.cuDeviceGetDefaultMemPool)(pool_out, dev)
     }
     pub unsafe fn cuDevicePrimaryCtxRetain(&self, pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
         (self.cuDevicePrimaryCtxRetain)(pctx, dev)
@@ -878,6 +918,17 @@ impl CudaLibrary {
         hStream: CUstream,
     ) -> CUresult {
         (self.cuMemAllocAsync)(dptr, bytesize, hStream)
+    }
+    pub unsafe fn cuMemPoolTrimTo(&self, pool: CUmemoryPool, minBytesToKeep: usize) -> CUresult {
+        (self.cuMemPoolTrimTo)(pool, minBytesToKeep)
+    }
+    pub unsafe fn cuMemPoolSetAttribute(
+        &self,
+        pool: CUmemoryPool,
+        attr: CUmemPool_attribute,
+        value: *mut ::std::os::raw::c_void,
+    ) -> CUresult {
+        (self.cuMemPoolSetAttribute)(pool, attr, value)
     }
     pub unsafe fn cuStreamCreate(&self, phStream: *mut CUstream, Flags: ::std::os::raw::c_uint) -> CUresult {
         (self.cuStreamCreate)(phStream, Flags)

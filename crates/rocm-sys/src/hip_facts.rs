@@ -150,6 +150,9 @@ pub const HIP_SYMBOLS: &[SymbolFact] = &[
     // The stream-ordered allocator.
     optional("hipMallocAsync", 5, 1),
     optional("hipFreeAsync", 5, 1),
+    optional("hipDeviceGetDefaultMemPool", 5, 1),
+    optional("hipMemPoolSetAttribute", 5, 1),
+    optional("hipMemPoolTrimTo", 5, 1),
     // Stream capture and graphs (`hipStreamBeginCapture@@hip_4.3` and so on in 5.2.3's and
     // 6.4.3's libamdhip64; `hipGraphInstantiateWithFlags` came in 4.5, so the runtime
     // instantiates with the 4.3 call). Optional although every supported AMD release has them:

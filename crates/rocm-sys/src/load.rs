@@ -145,6 +145,11 @@ pub struct HipExtras {
     pub get_device_properties_r0600: Option<HipGetDeviceProperties>,
     pub malloc_async: Option<unsafe extern "C" fn(*mut *mut c_void, usize, hipStream_t) -> hipError_t>,
     pub free_async: Option<unsafe extern "C" fn(*mut c_void, hipStream_t) -> hipError_t>,
+    /// The default memory pool and the two calls that keep its freed memory mapped or give it
+    /// back (`hipMemPool_t` is an opaque pointer; `hipMemPoolAttr` an enum of C `int` size).
+    pub device_get_default_mem_pool: Option<unsafe extern "C" fn(*mut *mut c_void, c_int) -> hipError_t>,
+    pub mem_pool_set_attribute: Option<unsafe extern "C" fn(*mut c_void, c_int, *mut c_void) -> hipError_t>,
+    pub mem_pool_trim_to: Option<unsafe extern "C" fn(*mut c_void, usize) -> hipError_t>,
     /// Stream capture and graphs (`rocm_runtime::Graph`). AMD's runtime has exported them since
     /// 4.3; AMD's HIP for NVIDIA defines them only where nvcc compiles the caller, so a
     /// HIP-for-NVIDIA library may lack them (ours exports them: `xtask/hip_nvidia/exports.cpp`).
@@ -191,6 +196,9 @@ pub unsafe fn load_hip() -> Result<HipLoaded, LoadError> {
             get_device_properties_r0600: extra.get(b"hipGetDevicePropertiesR0600\0").map(|s| *s).ok(),
             malloc_async: extra.get(b"hipMallocAsync\0").map(|s| *s).ok(),
             free_async: extra.get(b"hipFreeAsync\0").map(|s| *s).ok(),
+            device_get_default_mem_pool: extra.get(b"hipDeviceGetDefaultMemPool\0").map(|s| *s).ok(),
+            mem_pool_set_attribute: extra.get(b"hipMemPoolSetAttribute\0").map(|s| *s).ok(),
+            mem_pool_trim_to: extra.get(b"hipMemPoolTrimTo\0").map(|s| *s).ok(),
             stream_begin_capture: extra.get(b"hipStreamBeginCapture\0").map(|s| *s).ok(),
             stream_end_capture: extra.get(b"hipStreamEndCapture\0").map(|s| *s).ok(),
             stream_is_capturing: extra.get(b"hipStreamIsCapturing\0").map(|s| *s).ok(),

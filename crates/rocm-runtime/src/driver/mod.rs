@@ -96,6 +96,14 @@ pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
     fn stream_ordered_memory(&self) -> bool;
     /// Allocates `bytes` (> 0) ordered on `stream`; only where [`Self::stream_ordered_memory`].
     fn alloc_async(&self, bytes: u64, stream: RawStream) -> Result<DevicePtr>;
+    /// Lets the device's default memory pool keep up to `bytes` of freed memory mapped for
+    /// the next stream-ordered allocation. The drivers' default (0) gives it back at every
+    /// synchronisation, after which each allocation maps memory again: ~50 us of host time per
+    /// allocation on an H100 (docs/architecture.md, "Memory"). `Ok` and nothing done where
+    /// allocations are not stream-ordered or the library lacks the pool calls.
+    fn retain_freed_memory(&self, bytes: u64) -> Result<()>;
+    /// Gives the pool's freed memory (whose frees have run) back to the driver.
+    fn release_freed_memory(&self) -> Result<()>;
     /// Allocates `bytes` (> 0) now.
     fn alloc_sync(&self, bytes: u64) -> Result<DevicePtr>;
     /// Frees `ptr` once the work queued on `stream` before this call has completed.

@@ -163,6 +163,18 @@ impl CudaDevice {
         self.cuda
     }
 
+    /// The device's default memory pool (the one `cuMemAllocAsync` draws from), where there
+    /// are pools.
+    fn default_pool(&self) -> Result<Option<sys::CUmemoryPool>> {
+        if !self.memory_pools {
+            return Ok(None);
+        }
+        self.bind()?;
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        call!(self.lib(), cuDeviceGetDefaultMemPool(&mut pool, self.device))?;
+        Ok(Some(pool))
+    }
+
     /// The device's primary context, retained the first time it is asked for.
     fn context(&self) -> Result<sys::CUcontext> {
         if let Some(context) = self.context.get() {
@@ -310,6 +322,19 @@ impl DeviceDriver for CudaDevice {
         let mut ptr: sys::CUdeviceptr = 0;
         call!(self.lib(), cuMemAllocAsync(&mut ptr, bytes as usize, stream.0.cast()))?;
         Ok(ptr)
+    }
+
+    fn retain_freed_memory(&self, bytes: u64) -> Result<()> {
+        let Some(pool) = self.default_pool()? else { return Ok(()) };
+        let mut value: u64 = bytes;
+        let attr = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+        // SAFETY: the release threshold is a cuuint64_t, read from `value` during the call.
+        call!(self.lib(), cuMemPoolSetAttribute(pool, attr, (&mut value as *mut u64).cast()))
+    }
+
+    fn release_freed_memory(&self) -> Result<()> {
+        let Some(pool) = self.default_pool()? else { return Ok(()) };
+        call!(self.lib(), cuMemPoolTrimTo(pool, 0))
     }
 
     fn alloc_sync(&self, bytes: u64) -> Result<DevicePtr> {

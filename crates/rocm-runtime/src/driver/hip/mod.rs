@@ -130,6 +130,9 @@ impl Hip {
 
 mod blas;
 
+/// `hipMemPoolAttrReleaseThreshold` (AMD's `hip_runtime_api.h`; CUDA's value too).
+const HIP_MEM_POOL_ATTR_RELEASE_THRESHOLD: std::os::raw::c_int = 4;
+
 type MallocAsync = unsafe extern "C" fn(*mut *mut c_void, usize, sys::hipStream_t) -> hipError_t;
 type FreeAsync = unsafe extern "C" fn(*mut c_void, sys::hipStream_t) -> hipError_t;
 
@@ -212,6 +215,21 @@ impl HipDevice {
                 why.as_deref().unwrap_or("the allocator is not exported")
             ))),
         }
+    }
+
+    /// The device's default memory pool, where allocations are stream-ordered and the library
+    /// exports the pool calls.
+    fn default_pool(&self) -> Result<Option<*mut c_void>> {
+        let Some(get_pool) =
+            self.hip.extras.device_get_default_mem_pool.filter(|_| self.pool_fallback.is_none())
+        else {
+            return Ok(None);
+        };
+        let mut pool: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `pool` is a writable local; the ordinal is this device's.
+        let r = unsafe { get_pool(&mut pool, self.ordinal) };
+        self.hip.check("hipDeviceGetDefaultMemPool", r)?;
+        Ok(Some(pool))
     }
 
     /// Makes this device current on the calling thread, if it is not.
@@ -413,6 +431,30 @@ impl DeviceDriver for HipDevice {
         let r = unsafe { malloc_async(&mut ptr, bytes as usize, stream.0.cast()) };
         self.hip.check("hipMallocAsync", r)?;
         Ok(ptr as DevicePtr)
+    }
+
+    fn retain_freed_memory(&self, bytes: u64) -> Result<()> {
+        let (Some(pool), Some(set_attribute)) =
+            (self.default_pool()?, self.hip.extras.mem_pool_set_attribute)
+        else {
+            return Ok(());
+        };
+        let mut value: u64 = bytes;
+        // SAFETY: `pool` is this device's default pool; the release threshold is a uint64_t,
+        // read from `value` during the call.
+        let r = unsafe {
+            set_attribute(pool, HIP_MEM_POOL_ATTR_RELEASE_THRESHOLD, (&mut value as *mut u64).cast())
+        };
+        self.hip.check("hipMemPoolSetAttribute", r)
+    }
+
+    fn release_freed_memory(&self) -> Result<()> {
+        let (Some(pool), Some(trim_to)) = (self.default_pool()?, self.hip.extras.mem_pool_trim_to) else {
+            return Ok(());
+        };
+        // SAFETY: `pool` is this device's default pool.
+        let r = unsafe { trim_to(pool, 0) };
+        self.hip.check("hipMemPoolTrimTo", r)
     }
 
     fn alloc_sync(&self, bytes: u64) -> Result<DevicePtr> {
