@@ -95,6 +95,7 @@ use parking_lot::{Mutex, RecursiveRwLock, RecursiveRwLockReadGuard};
 
 use crate::driver::{DevicePtr, RawGraph, RawGraphExec};
 use crate::error::{Error, Result};
+use crate::fork::Lending;
 use crate::ledger::AllocationId;
 use crate::module::Function;
 use crate::stream::Stream;
@@ -252,6 +253,9 @@ pub(crate) struct CaptureState {
     /// call another); a capture starts and ends under the write lock.
     gate: RecursiveRwLock<Option<ThreadId>>,
     book: Mutex<Book>,
+    /// The stream's open forks ([`crate::fork`]); changed from "none" only under the gate's
+    /// write lock, so a capture and a fork never overlap.
+    lending: Mutex<Lending>,
 }
 
 /// Held while capturable work is queued; see [`CaptureState::enqueue`].
@@ -311,6 +315,38 @@ impl CaptureState {
     pub(crate) fn is_recording(&self) -> bool {
         self.gate.read().is_some()
     }
+
+    /// Opens a fork of stream `stream` with stream `partner` on `thread`: refused, for
+    /// `reason`, while the stream records.
+    pub(crate) fn open_fork(
+        &self,
+        stream: u64,
+        partner: u64,
+        thread: ThreadId,
+        reason: &'static str,
+    ) -> Result<()> {
+        let gate = self.gate.write();
+        if gate.is_some() {
+            return Err(Error::CaptureRefused {
+                stream,
+                operation: "forking it with another stream",
+                reason,
+            });
+        }
+        self.lending.lock().open(partner, thread);
+        Ok(())
+    }
+
+    /// Closes a fork opened by [`CaptureState::open_fork`]; the allocations whose frees waited
+    /// for it (once no fork of the stream is left open).
+    pub(crate) fn close_fork(&self, partner: u64, thread: ThreadId) -> Vec<Allocation> {
+        self.lending.lock().close(partner, thread)
+    }
+
+    /// Whether the current thread runs a fork of this stream with stream `partner`.
+    pub(crate) fn lends_to(&self, partner: u64) -> bool {
+        self.lending.lock().lends_to(partner)
+    }
 }
 
 impl Stream {
@@ -325,6 +361,8 @@ impl Stream {
         let state = self.capture_state();
         // Held across the free, so no capture starts between the check and the free.
         let _gate = state.gate.read();
+        // While the stream is forked, the other stream may still use it: freed after the join.
+        let Some(allocation) = state.lending.lock().defer(allocation) else { return };
         let free = state.book.lock().on_drop(allocation);
         if let Some(allocation) = free {
             crate::buffer::free_allocation(self, allocation);
@@ -416,6 +454,15 @@ impl Stream {
                     stream: self.id(),
                     operation: "starting another capture",
                     reason: "a stream records one graph at a time",
+                }
+                .into());
+            }
+            if capture.lending.lock().is_open() {
+                return Err(Error::CaptureRefused {
+                    stream: self.id(),
+                    operation: "starting a capture",
+                    reason: "the stream is forked with another (`Stream::fork`), whose buffers a graph could \
+                             not hold; capture before or after the fork",
                 }
                 .into());
             }

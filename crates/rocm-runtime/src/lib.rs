@@ -31,6 +31,7 @@ mod display;
 mod driver;
 mod error;
 mod event;
+pub mod fork;
 mod graph;
 mod launch;
 mod ledger;

@@ -66,6 +66,12 @@ impl Stream {
         &self.inner.backend
     }
 
+    /// A new stream of the same device, charged to the same account: for work beside this
+    /// one's ([`Stream::fork`]).
+    pub fn sibling(&self) -> Result<Stream> {
+        Stream::new(self.inner.backend.clone(), self.inner.account.clone())
+    }
+
     /// A number that identifies this stream within its backend.
     pub fn id(&self) -> u64 {
         self.inner.id
@@ -170,9 +176,10 @@ impl Stream {
         Launch::new(self, function)
     }
 
-    /// Fails unless `buffer_stream` is this stream.
+    /// Fails unless `buffer_stream` is this stream, or one this thread has forked it with
+    /// ([`Stream::fork`]).
     pub(crate) fn check_owns(&self, buffer_stream: &Stream) -> Result<()> {
-        if self.same_as(buffer_stream) {
+        if self.same_as(buffer_stream) || self.inner.capture.lends_to(buffer_stream.id()) {
             Ok(())
         } else {
             Err(Error::StreamMismatch { stream: self.id(), buffer_stream: buffer_stream.id() })
