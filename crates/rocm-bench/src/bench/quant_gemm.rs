@@ -8,9 +8,17 @@
 //! `bench mxfp`, whose random weights these are (speed does not depend on the values; with
 //! ggml's formats some scales are NaN): copies covering four times the L2, taken in turn, so
 //! the dequantisation reads them from DRAM. Without a vendor BLAS the family prints nothing.
+//!
+//! Each format is timed three ways: in sequence into a weight-sized buffer allocated once
+//! (dequantise the whole weight, then one GEMM); the same into a temporary allocated and freed
+//! per product (`dequant_gemm` without a side stream: what rocm-model's prefill runs); and
+//! overlapped (`dequant_gemm` with a side stream: the weight in [`OVERLAP_BLOCKS`] row blocks,
+//! each block's GEMM after its own dequantisation, the next blocks dequantising meanwhile;
+//! docs/kernels/quant_gemm.md, v2, has why it measured slower). For q8_0 the overlapped
+//! product is also timed at 2 and 8 row blocks.
 
-use rocm_kernels::gemm::GemmDesc;
-use rocm_kernels::quant::{BlockFormat, dequantize};
+use rocm_kernels::gemm::{GemmDesc, GemmPath};
+use rocm_kernels::quant::{BlockFormat, OVERLAP_BLOCKS, dequant_gemm_blocks, dequantize};
 use rocm_runtime::{Blas, bf16};
 
 use super::{Bench, Row};
@@ -41,6 +49,7 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let (n, k) = WEIGHT;
     let mut workspace = b.stream.alloc::<u8>(blas.recommended_workspace_bytes())?;
     let mut w = b.upload_random::<bf16>(n * k, -0.05, 0.05)?;
+    let side = b.stream.sibling()?;
     let mut rows = Vec::new();
     for &m in TOKENS {
         let d = GemmDesc::linear(m, n, k);
@@ -72,6 +81,44 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
                 vendor_ms / ms
             );
             rows.push(row(format!("dequant {} + gemm {library}", format.name()), ms, bytes));
+            let mut i = 0;
+            let ms = b.time(|| {
+                i += 1;
+                let w = &copies[i % copies.len()];
+                Ok(dequant_gemm_blocks(format, w, n, k, &x, m, &mut y, GemmPath::Vendor, None, 1)?)
+            })?;
+            rows.push(row(format!("dequant {} + gemm {library}, temporary", format.name()), ms, bytes));
+            let sweep: &[usize] =
+                if format == BlockFormat::Q8_0 { &[2, OVERLAP_BLOCKS, 8] } else { &[OVERLAP_BLOCKS] };
+            for &blocks in sweep {
+                let mut i = 0;
+                let ms = b.time(|| {
+                    i += 1;
+                    let w = &copies[i % copies.len()];
+                    Ok(dequant_gemm_blocks(
+                        format,
+                        w,
+                        n,
+                        k,
+                        &x,
+                        m,
+                        &mut y,
+                        GemmPath::Vendor,
+                        Some(&side),
+                        blocks,
+                    )?)
+                })?;
+                println!(
+                    "quant_gemm: {} at {m} tokens, overlapped in {blocks} row blocks: {:.2} of {library} on the bf16 weight",
+                    format.name(),
+                    vendor_ms / ms
+                );
+                rows.push(row(
+                    format!("dequant {} | gemm {library}, {blocks} blocks", format.name()),
+                    ms,
+                    bytes,
+                ));
+            }
         }
     }
     Ok(rows)

@@ -169,7 +169,7 @@ pub fn dequantize<T: Dtype>(
     out: &mut DeviceBuffer<T>,
 ) -> Result<()> {
     let nblocks = check_dequantize(format, blocks.len(), out.len())?;
-    launch_dequantize(format, blocks, nblocks, out)
+    launch_dequantize(format, blocks, 0, nblocks, out)
 }
 
 /// [`dequantize`] into the first elements of `out`, which may be longer: one scratch buffer,
@@ -185,15 +185,37 @@ pub fn dequantize_into<T: Dtype>(
         format!("out has {} elements, {} {} bytes decode to {elems}", out.len(), blocks.len(), format.name())
     })?;
     let nblocks = check_dequantize(format, blocks.len(), elems)?;
-    launch_dequantize(format, blocks, nblocks, out)?;
+    launch_dequantize(format, blocks, 0, nblocks, out)?;
     Ok(elems)
 }
 
-/// Queues the decoding of `nblocks` blocks (`blocks` checked to be exactly that) into the first
-/// `nblocks * block_elems` elements of `out` (checked to hold them).
+/// Decodes the blocks `first_block .. first_block + out.len() / block_elems` of `blocks` into
+/// `out` (whole blocks' worth of elements): some rows of a weight, say, when a product is split
+/// in row blocks. Queued on `out`'s stream; `blocks` must belong to it.
+pub fn dequantize_range<T: Dtype>(
+    format: BlockFormat,
+    blocks: &DeviceBuffer<u8>,
+    first_block: usize,
+    out: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    let (bb, elems) = (format.block_bytes(), format.block_elems());
+    ensure(out.len().is_multiple_of(elems), KERNEL, || {
+        format!("out has {} elements, not whole {}-element {} blocks", out.len(), elems, format.name())
+    })?;
+    let nblocks = out.len() / elems;
+    let have = check_dequantize(format, blocks.len(), blocks.len() / bb * elems)?;
+    ensure(first_block.checked_add(nblocks).is_some_and(|end| end <= have), KERNEL, || {
+        format!("blocks {first_block}..+{nblocks} are past the {have} {} blocks given", format.name())
+    })?;
+    launch_dequantize(format, blocks, first_block, nblocks, out)
+}
+
+/// Queues the decoding of blocks `first .. first + nblocks` of `blocks` (checked to hold them)
+/// into the first `nblocks * block_elems` elements of `out` (checked to hold them).
 fn launch_dequantize<T: Dtype>(
     format: BlockFormat,
     blocks: &DeviceBuffer<u8>,
+    first: usize,
     nblocks: usize,
     out: &mut DeviceBuffer<T>,
 ) -> Result<()> {
@@ -211,15 +233,18 @@ fn launch_dequantize<T: Dtype>(
         kernel.max_threads_per_block(),
         stream.backend().info().compute_units,
     );
+    let start = blocks.device_ptr() + (first * format.block_bytes()) as u64;
     // SAFETY: rf_dequant_<fmt>_<T>(const u8* blocks, T* out, u64 nblocks) reads bytes
-    // [0, nblocks * block_bytes) of `blocks` (16-byte loads only where `blocks` is 16-byte aligned
-    // and the whole vector lies in that range, byte loads otherwise; any grid and block size)
-    // and writes out[0, E * nblocks) (E = block_elems) with 16-byte stores (out is 16-byte
-    // aligned, checked above); check_dequantize proved blocks.len() == nblocks * block_bytes, and
-    // out.len() >= E * nblocks (equal for `dequantize`). `blocks` is read only and distinct from `out` (a shared and a
-    // mutable borrow); the builder checks both belong to the stream.
+    // [0, nblocks * block_bytes) from its `blocks` pointer (16-byte loads only where that
+    // pointer is 16-byte aligned and the whole vector lies in the range, byte loads otherwise;
+    // any grid and block size) and writes out[0, E * nblocks) (E = block_elems) with 16-byte
+    // stores (out is 16-byte aligned, checked above). The pointer is `first` blocks into
+    // `blocks`, and the callers proved `first + nblocks` blocks within it (check_dequantize,
+    // dequantize_range), and out.len() >= E * nblocks (equal for `dequantize`). `blocks` is
+    // read only and distinct from `out` (a shared and a mutable borrow); the builder checks both
+    // belong to the stream (`reads` names the buffer behind the offset pointer).
     unsafe {
-        stream.launch(&kernel).buffer(blocks).buffer_mut(out).arg(nblocks as u64).launch(config)?;
+        stream.launch(&kernel).reads(blocks).arg(start).buffer_mut(out).arg(nblocks as u64).launch(config)?;
     }
     Ok(())
 }

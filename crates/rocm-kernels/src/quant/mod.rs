@@ -35,12 +35,15 @@
 //!   loaders and writers call.
 //! - [`dequant`] (`kernels/dequant.hip`) and [`mxfp`] (`kernels/mxfp.hip`) are the GPU kernels:
 //!   dequantisation of every format, and MXFP4/MXFP6 matrix-vector and matrix-matrix products.
+//! - [`dequant_gemm`]: products of many tokens (prefill) as dequantisation + GEMM, overlapped
+//!   on a second stream.
 //! - [`matvec`] (`kernels/quant_matvec.hip`): matrix-vector products with weights in ggml's
 //!   `q8_0`, `q4_0`, `q4_K`, `q5_K` and `q6_K` blocks, for one vector or a small batch.
 //! - [`mxfp4_tiled`] (`kernels/mxfp4_tiled.hip`): MXFP4 weights re-laid out once for the
 //!   matrix-vector product, the fast path for decoding.
 
 pub mod dequant;
+pub mod dequant_gemm;
 pub mod ggml;
 pub mod kquant;
 pub mod matvec;
@@ -53,7 +56,8 @@ mod kquant_tests;
 #[cfg(test)]
 mod tests;
 
-pub use dequant::{BlockFormat, dequantize, dequantize_into, dequantize_reference};
+pub use dequant::{BlockFormat, dequantize, dequantize_into, dequantize_range, dequantize_reference};
+pub use dequant_gemm::{OVERLAP_BLOCKS, dequant_gemm, dequant_gemm_blocks};
 pub use ggml::{dequantize_q4_0, dequantize_q8_0, quantize_q4_0, quantize_q8_0};
 pub use kquant::{
     Q4_K_BLOCK_BYTES, Q5_K_BLOCK_BYTES, Q6_K_BLOCK_BYTES, QK_K, dequantize_q4_k, dequantize_q5_k,

@@ -11,6 +11,7 @@ mod attention;
 mod axpy;
 mod causal_mask;
 mod dequant;
+mod dequant_gemm;
 mod fill;
 mod flash_attention;
 mod gemm;

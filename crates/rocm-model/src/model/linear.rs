@@ -7,9 +7,11 @@
 //!
 //! - few tokens (decode): a fused kernel reads every block once and decodes it in registers
 //!   ([`fused_product`] says which formats and token counts have one);
-//! - otherwise (prefill): the weight is dequantised to `T` into a temporary as large as the
-//!   weight in `T`, the GEMM runs on it, and the temporary is freed (stream-ordered) after it;
-//!   or into the caller's scratch ([`Products`]: a decode workspace's, allocated once).
+//! - otherwise (prefill): the weight is dequantised to `T` and the GEMM runs on it
+//!   (`rocm_kernels::quant::dequant_gemm`, in sequence): into a temporary freed in stream order,
+//!   or into the caller's scratch ([`Products`]: a decode workspace's, allocated once, which a
+//!   graph can record). Overlapping the two on a second stream measured slower on an H100
+//!   (docs/kernels/quant_gemm.md, v2).
 //!
 //! `y = x W^T` either way, f32 accumulation, one rounding to `T` on store; the paths differ only
 //! in the order of the sums.
@@ -18,7 +20,7 @@ use std::sync::Arc;
 
 use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
 use rocm_kernels::quant::{
-    BlockFormat, GgmlFormat, MAX_PRODUCTS, MxFormat, QuantProduct, dequantize, dequantize_into, mx_matvec,
+    BlockFormat, GgmlFormat, MAX_PRODUCTS, MxFormat, QuantProduct, dequant_gemm, dequantize_into, mx_matvec,
     quant_matvec, quant_matvec_group,
 };
 use rocm_runtime::DeviceBuffer;
@@ -104,11 +106,7 @@ impl<T: GemmElement> Linear<T> {
                             dequantize_into(format, blocks, w)?;
                             gemm_with(path, &desc, x, w, y)?;
                         }
-                        None => {
-                            let mut w = y.stream().alloc::<T>(out * inp)?;
-                            dequantize(format, blocks, &mut w)?;
-                            gemm_with(path, &desc, x, &w, y)?;
-                        }
+                        None => dequant_gemm(format, blocks, out, inp, x, tokens, y, path, None)?,
                     }
                 }
             }
