@@ -39,7 +39,12 @@
 #include "rocmforge_flash_abi.h"
 
 // The parameters as batch b sees them: with a paged cache, its own number of keys (clamped to
-// what its block table can hold) and, when causal, its queries at the end of them.
+// what its block table can hold) and, when causal, its queries at the end of them. A key split
+// is planned on the host from the table's width (the lengths live on the device, and a decode
+// graph replays one launch for every length), so each batch cuts its own keys into the
+// planned splits here: a short sequence in a wide table still spreads over every split
+// (RF_FLASH_SPLIT_ALIGN keys at least, so splits past its keys are empty and write zeros with
+// LSE = -inf, which the combine weighs as nothing).
 RF_DEVICE rf_flash_params rf_flash_for_batch(const rf_flash_params& args, int b) {
     rf_flash_params p = args;
     if (p.seq_lens) {
@@ -48,6 +53,12 @@ RF_DEVICE rf_flash_params rf_flash_for_batch(const rf_flash_params& args, int b)
         len = len < 0 ? 0 : (len > cap ? cap : len);
         p.seq_k = (int)len;
         if (p.causal) p.causal_offset = len - p.seq_q;
+        if (p.num_splits > 1) {
+            // 32-bit: len < 2^31 (the launcher checks the table's capacity).
+            const int per = ((int)len + p.num_splits - 1) / p.num_splits;
+            const int aligned = (per + RF_FLASH_SPLIT_ALIGN - 1) / RF_FLASH_SPLIT_ALIGN * RF_FLASH_SPLIT_ALIGN;
+            p.keys_per_split = aligned > RF_FLASH_SPLIT_ALIGN ? aligned : RF_FLASH_SPLIT_ALIGN;
+        }
     }
     return p;
 }

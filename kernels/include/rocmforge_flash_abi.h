@@ -17,6 +17,9 @@
 // Keys a tile of the MFMA kernel (flash_mfma.hip).
 #define RF_FLASH_MFMA_KEYS 32
 
+// Key splits are cut at multiples of this: every kernel's key tile divides it.
+#define RF_FLASH_SPLIT_ALIGN 64
+
 // Every entry's one argument. Tensors are addressed by element strides (head_dim contiguous);
 // the launcher has checked every stride and length against the buffers.
 struct rf_flash_params {
@@ -34,7 +37,7 @@ struct rf_flash_params {
     long long causal_offset;
     int batch, q_heads, kv_heads, seq_q, seq_k, head_dim;
     int group;          // q_heads / kv_heads
-    int keys_per_split; // a multiple of every kernel's key tile
+    int keys_per_split; // a multiple of RF_FLASH_SPLIT_ALIGN (paged: recut per batch, see rf_flash_for_batch)
     int num_splits;
     int causal;
     float scale_log2;

@@ -7,6 +7,10 @@
 //! - Decode: batch 32, one query over 4096 keys, 32 query heads on 4 KV heads (GQA 8), head_dim
 //!   128: memory-bound, reported in GB/s of the minimal traffic (K and V read once, Q read and O
 //!   written once) against the copy bandwidth.
+//! - Paged decode of one sequence at Llama-3-8B's heads (32 on 8 KV heads, head_dim 128): 128
+//!   and 1000 keys in a table exactly as long, and in a table of 4096 keys (a decode graph's,
+//!   sized for the longest sequence it will serve), where the key split planned for the width
+//!   is recut for each sequence's length on the device.
 //! - The portable kernel and the unfused pipeline at a smaller prefill, for scale.
 
 use rocm_kernels::Dtype;
@@ -40,11 +44,18 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     // The 4-warp key-split kernel in two splits plus the combine pass, which the launcher takes
     // when the decode grid does not about fill the device once.
     rows.push(flash::<f16>(b, decode, FlashOptions { splits: Some(2), ..AUTO })?);
-    rows.push(paged::<f16>(b, 16, None)?);
-    rows.push(paged::<bf16>(b, 16, None)?);
-    rows.push(paged::<f16>(b, 16, Some(2))?);
+    let batch32 = PagedDecode { batch: 32, len: 4096, table: 4096, hq: 32, hkv: 4 };
+    rows.push(paged::<f16>(b, batch32, 16, None)?);
+    rows.push(paged::<bf16>(b, batch32, 16, None)?);
+    rows.push(paged::<f16>(b, batch32, 16, Some(2))?);
     // Larger blocks: the same kernel with K/V scattered in bigger contiguous pieces.
-    rows.push(paged::<f16>(b, 256, None)?);
+    rows.push(paged::<f16>(b, batch32, 256, None)?);
+    for len in [128, 1000] {
+        for table in [len, 4096] {
+            let one = PagedDecode { batch: 1, len, table, hq: 32, hkv: 8 };
+            rows.push(paged::<bf16>(b, one, 16, None)?);
+        }
+    }
     let small = prefill(1, 8, 128, false);
     rows.push(flash::<f16>(b, small, PORTABLE)?);
     rows.push(flash::<f32>(b, small, PORTABLE)?);
@@ -117,12 +128,24 @@ const MMA_SYNC: FlashOptions = FlashOptions { kernel: FlashKernel::MmaSync, spli
 /// The portable kernel.
 const PORTABLE: FlashOptions = FlashOptions { kernel: FlashKernel::Portable, splits: None };
 
-/// Paged decode over the same problem as the contiguous decode row: batch 32, 4096 cached
-/// tokens each in blocks of `block_size`, handed out in a shuffled order; `splits` fixes the
-/// key split (named in the row) or leaves it to the launcher.
-fn paged<T: Dtype>(b: &mut Bench, block_size: usize, splits: Option<usize>) -> Result<Row> {
-    let (batch, len, hq, hkv, d) = (32, 4096, 32, 4, 128);
-    let per_seq = len / block_size;
+/// A paged decode problem: `batch` sequences of `len` cached tokens in tables of `table`
+/// tokens, `hq` query heads on `hkv` KV heads of 128.
+#[derive(Clone, Copy)]
+struct PagedDecode {
+    batch: usize,
+    len: usize,
+    table: usize,
+    hq: usize,
+    hkv: usize,
+}
+
+/// Paged decode of `p` (batch 32 at 4096 tokens is the contiguous decode row's problem) in
+/// blocks of `block_size`, handed out in a shuffled order; `splits` fixes the key split (named
+/// in the row) or leaves it to the launcher.
+fn paged<T: Dtype>(b: &mut Bench, p: PagedDecode, block_size: usize, splits: Option<usize>) -> Result<Row> {
+    let PagedDecode { batch, len, table: table_len, hq, hkv } = p;
+    let d = 128;
+    let per_seq = table_len.div_ceil(block_size);
     let num_blocks = batch * per_seq;
     let mut ids: Vec<i32> = (0..num_blocks as i32).collect();
     for i in (1..ids.len()).rev() {
@@ -134,13 +157,18 @@ fn paged<T: Dtype>(b: &mut Bench, block_size: usize, splits: Option<usize>) -> R
     let v = b.upload_random::<T>(cache_len, -1.0, 1.0)?;
     let table = b.stream.upload(&ids)?;
     let lens = b.stream.upload(&vec![len as i32; batch])?;
+    // The K (or V) elements the launch reads: the blocks of each sequence's keys.
+    let read_len = cache_len / per_seq * len.div_ceil(block_size);
     let q = b.upload_random::<T>(batch * hq * d, -1.0, 1.0)?;
     let mut o = b.stream.alloc::<T>(batch * hq * d)?;
     let kv = PagedKv { k: &k, v: &v, block_table: &table, seq_lens: &lens };
     let options = FlashOptions { splits, ..AUTO };
     let ms = b.time(|| Ok(paged_attention(&attn, &options, &q, &kv, &mut o, None)?))?;
-    let bytes = ((2 * cache_len + 2 * batch * hq * d) * size_of::<T>()) as u64;
-    let shape = format!("B{batch} H{hq} 1x{len} D{d} g{} bs{block_size}", hq / hkv);
+    let bytes = ((2 * read_len + 2 * batch * hq * d) * size_of::<T>()) as u64;
+    let mut shape = format!("B{batch} H{hq} 1x{len} D{d} g{} bs{block_size}", hq / hkv);
+    if table_len != len {
+        shape.push_str(&format!(" of {table_len}"));
+    }
     let kernel = match splits {
         Some(s) => format!("paged_attention split {s}"),
         None => "paged_attention".into(),

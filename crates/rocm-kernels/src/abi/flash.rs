@@ -7,6 +7,7 @@ pub const RF_FLASH_P_ROWS: u32 = 16;
 pub const RF_FLASH_P_KEYS: u32 = 32;
 pub const RF_FLASH_P_THREADS: u32 = 128;
 pub const RF_FLASH_MFMA_KEYS: u32 = 32;
+pub const RF_FLASH_SPLIT_ALIGN: u32 = 64;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, bytemuck :: Pod, bytemuck :: Zeroable)]
 pub struct rf_flash_params {

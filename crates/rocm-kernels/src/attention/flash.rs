@@ -180,7 +180,7 @@ fn wgmma_entry(dtype: &str, dt: usize) -> String {
 const PORTABLE_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 
 /// Key splits are cut at multiples of this (every kernel's key tile divides it).
-const SPLIT_ALIGN: usize = 64;
+const SPLIT_ALIGN: usize = abi::RF_FLASH_SPLIT_ALIGN as usize;
 const MAX_SPLITS: usize = 64;
 
 /// Every entry's one argument (`rf_flash_params`, generated from
@@ -288,15 +288,26 @@ pub(super) fn planned_splits<T: Dtype>(
     paged: bool,
 ) -> Result<usize> {
     let plan = plan::<T>(stream, attn, options.kernel, options.splits, &[0; 4], paged)?;
-    Ok(split_keys(stream, attn, &plan, options.splits).0)
+    Ok(split_keys(stream, attn, &plan, options.splits, paged).0)
 }
 
-/// The key split of a launch: (splits, keys a split).
-fn split_keys(stream: &Stream, attn: &Attention, plan: &Plan, splits: Option<usize>) -> (usize, usize) {
+/// The key split of a launch: (splits, keys a split). With a paged cache `attn.seq_k` is the
+/// table's width and each batch recuts its own keys into the splits on the device
+/// (`rf_flash_for_batch`), so the split is planned for the width: at most one
+/// [`SPLIT_ALIGN`]-key tile a split, since a short sequence's keys are spread over all of them.
+fn split_keys(
+    stream: &Stream,
+    attn: &Attention,
+    plan: &Plan,
+    splits: Option<usize>,
+    paged: bool,
+) -> (usize, usize) {
     let row_blocks = (attn.group() * attn.seq_q).div_ceil(plan.rows_per_block);
     let blocks = row_blocks * attn.kv_heads * attn.batch;
-    let num_splits =
-        splits.unwrap_or_else(|| auto_splits(stream, plan.blocks_per_cu, blocks, attn.seq_k)).max(1);
+    let min_keys = if paged { SPLIT_ALIGN } else { 4 * SPLIT_ALIGN };
+    let num_splits = splits
+        .unwrap_or_else(|| auto_splits(stream, plan.blocks_per_cu, blocks, attn.seq_k, min_keys))
+        .max(1);
     let keys_per_split = attn.seq_k.div_ceil(num_splits).div_ceil(SPLIT_ALIGN).max(1) * SPLIT_ALIGN;
     (attn.seq_k.div_ceil(keys_per_split).max(1), keys_per_split)
 }
@@ -339,7 +350,7 @@ pub(super) fn run<T: Dtype>(
         None => loader::kernel(&stream, plan.module, &plan.entry)?,
     };
     let row_blocks = (attn.group() * attn.seq_q).div_ceil(plan.rows_per_block);
-    let (num_splits, keys_per_split) = split_keys(&stream, attn, &plan, splits);
+    let (num_splits, keys_per_split) = split_keys(&stream, attn, &plan, splits, paged.is_some());
     ensure(attn.kv_heads * num_splits <= 65_535, super::KERNEL, || {
         format!("kv_heads {} x splits {num_splits} exceed the grid's 65535", attn.kv_heads)
     })?;
@@ -620,13 +631,14 @@ const fn warpgroup_smem(dt: usize, elem: usize) -> usize {
 }
 
 /// Splits of the keys when the grid is smaller than the device: as many as keep the blocks
-/// within one wave (`blocks_per_cu` per compute unit), each split at least four 64-key tiles
-/// long. More splits than that start a second, mostly idle wave, which measured slower the more
-/// splits there were (docs/kernels/attention.md).
-fn auto_splits(stream: &Stream, blocks_per_cu: usize, blocks: usize, seq_k: usize) -> usize {
+/// within one wave (`blocks_per_cu` per compute unit), each split at least `min_keys` long
+/// (contiguous K/V: four 64-key tiles; paged: one tile of the table's width, see
+/// [`split_keys`]). More splits than that start a second, mostly idle wave, which measured
+/// slower the more splits there were (docs/kernels/attention.md).
+fn auto_splits(stream: &Stream, blocks_per_cu: usize, blocks: usize, seq_k: usize, min_keys: usize) -> usize {
     let wave = stream.backend().info().compute_units.max(1) as usize * blocks_per_cu.max(1);
     let by_grid = wave / blocks.max(1);
-    let by_keys = (seq_k / (4 * SPLIT_ALIGN)).max(1);
+    let by_keys = (seq_k / min_keys).max(1);
     by_grid.clamp(1, by_keys).min(MAX_SPLITS)
 }
 

@@ -1,6 +1,7 @@
 //! `paged_attention` over a cache filled by `kv_cache_write` through shuffled block tables,
 //! against the f64 reference and against contiguous `flash_attention` of each sequence: decode
-//! and chunked prefill, sequences of different lengths (1 token, a partial block, many blocks),
+//! and chunked prefill, sequences of different lengths (1 token, a partial block, many blocks;
+//! short ones in a wide table, whose key split each sequence recuts for its own length),
 //! block sizes 16 and 7, GQA, both kernels, split and not; the caller's scratch giving the
 //! allocating path's result bit for bit; a corrupt block table stays inside the cache; and the
 //! shapes the launcher refuses.
@@ -22,6 +23,9 @@ struct Case {
     head_dim: usize,
     block_size: usize,
     causal: bool,
+    /// Blocks of the table at least (a decode graph's table is as wide as the longest
+    /// sequence it will serve, whatever the lengths now).
+    table: usize,
 }
 
 const CASES: &[Case] = &[
@@ -34,6 +38,20 @@ const CASES: &[Case] = &[
         head_dim: 128,
         block_size: 16,
         causal: true,
+        table: 0,
+    },
+    // Short sequences in a table of 4096 keys: the launcher plans the key split for the
+    // table's width and each sequence cuts its own keys into it (1 key, one tile, a tile and
+    // one, 200 keys), most splits empty.
+    Case {
+        lens: &[1, 63, 64, 65, 200],
+        seq_q: 1,
+        q_heads: 8,
+        kv_heads: 2,
+        head_dim: 128,
+        block_size: 16,
+        causal: true,
+        table: 256,
     },
     // Chunked prefill: 5 new tokens at the end of each sequence; odd block size.
     Case {
@@ -44,9 +62,19 @@ const CASES: &[Case] = &[
         head_dim: 64,
         block_size: 7,
         causal: true,
+        table: 0,
     },
     // Non-causal, MQA, head_dim 80.
-    Case { lens: &[33, 129], seq_q: 3, q_heads: 6, kv_heads: 1, head_dim: 80, block_size: 16, causal: false },
+    Case {
+        lens: &[33, 129],
+        seq_q: 3,
+        q_heads: 6,
+        kv_heads: 1,
+        head_dim: 80,
+        block_size: 16,
+        causal: false,
+        table: 0,
+    },
 ];
 
 fn normal<T: Dtype>(rng: &mut Rng, len: usize) -> Vec<T> {
@@ -82,7 +110,7 @@ fn fill<T: Dtype>(gpu: &GpuTest, rng: &mut Rng, case: &Case) -> Filled<T> {
     let bs = case.block_size;
     let row = case.kv_heads * case.head_dim;
     let blocks: Vec<usize> = case.lens.iter().map(|l| l.div_ceil(bs)).collect();
-    let max_blocks = *blocks.iter().max().unwrap() + 1;
+    let max_blocks = (*blocks.iter().max().unwrap() + 1).max(case.table);
     let num_blocks = blocks.iter().sum::<usize>() + 5;
     let mut ids: Vec<i32> = (0..num_blocks as i32).collect();
     for i in (1..ids.len()).rev() {
@@ -148,7 +176,8 @@ fn check_wide_decode<T: Dtype>(seed: u64) {
     let gpu = gpu_test!();
     let units = gpu.backend().info().compute_units as usize;
     let lens: &'static [usize] = Vec::leak((0..units).map(|i| 1 + (i * 37) % 700).collect());
-    let case = Case { lens, seq_q: 1, q_heads: 8, kv_heads: 1, head_dim: 128, block_size: 16, causal: true };
+    let case =
+        Case { lens, seq_q: 1, q_heads: 8, kv_heads: 1, head_dim: 128, block_size: 16, causal: true, table: 0 };
     check_cases::<T>(&gpu, seed, std::slice::from_ref(&case));
 }
 
