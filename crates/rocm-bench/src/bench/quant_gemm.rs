@@ -18,7 +18,7 @@
 //! product is also timed at 2 and 8 row blocks.
 
 use rocm_kernels::gemm::{GemmDesc, GemmPath};
-use rocm_kernels::quant::{BlockFormat, OVERLAP_BLOCKS, dequant_gemm_blocks, dequantize};
+use rocm_kernels::quant::{BlockFormat, OVERLAP_BLOCKS, Overlap, dequant_gemm, dequantize};
 use rocm_runtime::{Blas, bf16};
 
 use super::{Bench, Row};
@@ -28,15 +28,6 @@ use crate::Result;
 const WEIGHT: (usize, usize) = (14_336, 4096);
 /// Tokens of the products.
 const TOKENS: &[usize] = &[512, 4096];
-/// The formats rocm-model keeps on the device.
-const FORMATS: &[BlockFormat] = &[
-    BlockFormat::Q8_0,
-    BlockFormat::Q4_0,
-    BlockFormat::Q4K,
-    BlockFormat::Q5K,
-    BlockFormat::Q6K,
-    BlockFormat::Mxfp4Gguf,
-];
 
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let blas = match Blas::open(&b.backend) {
@@ -66,7 +57,7 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
         let vendor_ms = b.time(|| Ok(blas.gemm_with_workspace(&d, &x, &w, &mut y, &mut workspace)?))?;
         let library = blas.library();
         rows.push(row(format!("gemm {library} (bf16 weight)"), vendor_ms, n * k * size_of::<bf16>()));
-        for &format in FORMATS {
+        for format in BlockFormat::GGUF {
             let copies = super::mxfp::weights(b, format, n, k)?;
             let bytes = copies[0].len();
             let mut i = 0;
@@ -85,7 +76,7 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             let ms = b.time(|| {
                 i += 1;
                 let w = &copies[i % copies.len()];
-                Ok(dequant_gemm_blocks(format, w, n, k, &x, m, &mut y, GemmPath::Vendor, None, 1)?)
+                Ok(dequant_gemm(format, w, n, k, &x, m, &mut y, GemmPath::Vendor, None)?)
             })?;
             rows.push(row(format!("dequant {} + gemm {library}, temporary", format.name()), ms, bytes));
             let sweep: &[usize] =
@@ -95,18 +86,8 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
                 let ms = b.time(|| {
                     i += 1;
                     let w = &copies[i % copies.len()];
-                    Ok(dequant_gemm_blocks(
-                        format,
-                        w,
-                        n,
-                        k,
-                        &x,
-                        m,
-                        &mut y,
-                        GemmPath::Vendor,
-                        Some(&side),
-                        blocks,
-                    )?)
+                    let overlap = Overlap { side: &side, row_blocks: blocks };
+                    Ok(dequant_gemm(format, w, n, k, &x, m, &mut y, GemmPath::Vendor, Some(overlap))?)
                 })?;
                 println!(
                     "quant_gemm: {} at {m} tokens, overlapped in {blocks} row blocks: {:.2} of {library} on the bf16 weight",

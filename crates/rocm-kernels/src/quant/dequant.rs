@@ -74,6 +74,17 @@ impl BlockFormat {
         BlockFormat::Q6K,
     ];
 
+    /// The formats GGUF files store (ggml's types; MXFP6 is this crate's own): what rocm-model
+    /// keeps on the device.
+    pub const GGUF: [BlockFormat; 6] = [
+        BlockFormat::Q8_0,
+        BlockFormat::Q4_0,
+        BlockFormat::Q4K,
+        BlockFormat::Q5K,
+        BlockFormat::Q6K,
+        BlockFormat::Mxfp4Gguf,
+    ];
+
     /// Bytes of one block.
     pub const fn block_bytes(self) -> usize {
         match self {

@@ -28,21 +28,36 @@ use crate::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
 
 const KERNEL: &str = "dequant_gemm";
 
-/// Row blocks of the weight when a side stream overlaps the dequantisation
-/// ([`dequant_gemm`]); only the first one's dequantisation would not be hidden behind a GEMM.
+/// Row blocks of the weight in [`Overlap::new`]; only the first one's dequantisation would
+/// not be hidden behind a GEMM.
 pub const OVERLAP_BLOCKS: usize = 4;
 
 /// Rows of a row block are a multiple of this: the vendor GEMMs' output tiles.
 const ROW_ALIGN: usize = 128;
 
+/// How [`dequant_gemm`] overlaps the dequantisation with the GEMM: on `side` (another stream
+/// of the device), the weight cut into `row_blocks` row blocks.
+#[derive(Debug, Clone, Copy)]
+pub struct Overlap<'s> {
+    pub side: &'s Stream,
+    pub row_blocks: usize,
+}
+
+impl<'s> Overlap<'s> {
+    /// On `side`, in [`OVERLAP_BLOCKS`] row blocks.
+    pub fn new(side: &'s Stream) -> Self {
+        Overlap { side, row_blocks: OVERLAP_BLOCKS }
+    }
+}
+
 /// `y = x W^T`: `x` is `[tokens, inp]`, `y` `[tokens, rows]`, `w` the weight's `rows x inp`
 /// elements as whole blocks of `format` (row-major, a row `inp / block_elems` blocks), on `y`'s
-/// stream and GEMM `path`. With `side` (another stream of the device) the dequantisation of
-/// [`OVERLAP_BLOCKS`] row blocks overlaps the GEMMs (module docs); without, one temporary
-/// holds the whole weight in `T` and one GEMM follows. Either way a temporary of the weight's
-/// size in `T` is allocated (on `side`'s account when given) and freed in stream order.
+/// stream and GEMM `path`. Without `overlap`, one temporary holds the whole weight in `T` and
+/// one GEMM follows; with it, row blocks dequantised on its side stream overlap their GEMMs
+/// (module docs). Either way temporaries of the weight's size in `T` are allocated (on the side
+/// stream's account when overlapping) and freed in stream order.
 ///
-/// Shape errors name what is wrong; a `side` while either stream records a graph is refused
+/// Shape errors name what is wrong; an overlap while either stream records a graph is refused
 /// ([`Stream::fork`]).
 #[allow(clippy::too_many_arguments)]
 pub fn dequant_gemm<T: GemmElement>(
@@ -54,26 +69,7 @@ pub fn dequant_gemm<T: GemmElement>(
     tokens: usize,
     y: &mut DeviceBuffer<T>,
     path: GemmPath,
-    side: Option<&Stream>,
-) -> Result<()> {
-    let blocks = side.map_or(1, |_| OVERLAP_BLOCKS);
-    dequant_gemm_blocks(format, w, rows, inp, x, tokens, y, path, side, blocks)
-}
-
-/// [`dequant_gemm`] with the weight in `row_blocks` row blocks when there is a `side` stream
-/// (benchmarks sweep it).
-#[allow(clippy::too_many_arguments)]
-pub fn dequant_gemm_blocks<T: GemmElement>(
-    format: BlockFormat,
-    w: &DeviceBuffer<u8>,
-    rows: usize,
-    inp: usize,
-    x: &DeviceBuffer<T>,
-    tokens: usize,
-    y: &mut DeviceBuffer<T>,
-    path: GemmPath,
-    side: Option<&Stream>,
-    row_blocks: usize,
+    overlap: Option<Overlap<'_>>,
 ) -> Result<()> {
     let elems = format.block_elems();
     ensure(inp.is_multiple_of(elems), KERNEL, || {
@@ -81,6 +77,7 @@ pub fn dequant_gemm_blocks<T: GemmElement>(
     })?;
     let weight = rows.checked_mul(inp).ok_or_else(|| shape(format!("{rows} x {inp} overflows usize")))?;
     check_dequantize(format, w.len(), weight)?;
+    let row_blocks = overlap.map_or(1, |o| o.row_blocks);
     ensure(row_blocks >= 1, KERNEL, || "row_blocks must be at least 1".into())?;
     let desc = GemmDesc::linear(tokens, rows, inp);
     desc.check_buffers(x.len(), weight, y.len()).map_err(shape)?;
@@ -88,7 +85,7 @@ pub fn dequant_gemm_blocks<T: GemmElement>(
         return Ok(());
     }
     // (K = 0 takes the sequential path: nothing to decode, and the GEMM writes C = 0.)
-    let Some(side) = side.filter(|s| !s.same_as(y.stream()) && weight > 0) else {
+    let Some(side) = overlap.map(|o| o.side).filter(|s| !s.same_as(y.stream()) && weight > 0) else {
         let mut full = y.stream().alloc::<T>(weight)?;
         dequantize(format, w, &mut full)?;
         gemm_with(path, &desc, x, &full, y)?;

@@ -57,7 +57,7 @@ mod kquant_tests;
 mod tests;
 
 pub use dequant::{BlockFormat, dequantize, dequantize_into, dequantize_range, dequantize_reference};
-pub use dequant_gemm::{OVERLAP_BLOCKS, dequant_gemm, dequant_gemm_blocks};
+pub use dequant_gemm::{OVERLAP_BLOCKS, Overlap, dequant_gemm};
 pub use ggml::{dequantize_q4_0, dequantize_q8_0, quantize_q4_0, quantize_q8_0};
 pub use kquant::{
     Q4_K_BLOCK_BYTES, Q5_K_BLOCK_BYTES, Q6_K_BLOCK_BYTES, QK_K, dequantize_q4_k, dequantize_q5_k,

@@ -12,22 +12,10 @@
 //!   zero row blocks, a block range past the weight.
 
 use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_reference};
-use rocm_kernels::quant::{
-    BlockFormat, dequant_gemm, dequant_gemm_blocks, dequantize_range, dequantize_reference,
-};
+use rocm_kernels::quant::{BlockFormat, Overlap, dequant_gemm, dequantize_range, dequantize_reference};
 use rocm_kernels::{Dtype, KernelError};
 use rocm_runtime::{DeviceBuffer, bf16};
 use rocm_testkit::{GpuTest, Rng, gpu_test, relative_l2};
-
-/// The formats rocm-model keeps on the device.
-const FORMATS: [BlockFormat; 6] = [
-    BlockFormat::Q8_0,
-    BlockFormat::Q4_0,
-    BlockFormat::Q4K,
-    BlockFormat::Q5K,
-    BlockFormat::Q6K,
-    BlockFormat::Mxfp4Gguf,
-];
 
 /// (tokens, rows, in): a last row block of 44 rows (300 = 2 x 128 + 44), and a product whose
 /// row blocks split 1000 rows 7 ways.
@@ -77,7 +65,8 @@ fn run<T: GemmElement>(
 ) -> Vec<T> {
     let mut y = gpu.stream().alloc::<T>(c.tokens * c.rows).unwrap();
     y.poison().unwrap();
-    dequant_gemm_blocks(c.format, &c.blocks, c.rows, c.inp, &c.x, c.tokens, &mut y, path, side, row_blocks)
+    let overlap = side.map(|side| Overlap { side, row_blocks });
+    dequant_gemm(c.format, &c.blocks, c.rows, c.inp, &c.x, c.tokens, &mut y, path, overlap)
         .unwrap_or_else(|e| panic!("{} {path:?} {row_blocks} blocks: {e}", c.format.name()));
     y.to_vec().unwrap()
 }
@@ -97,7 +86,7 @@ fn bits<T: Dtype>(v: &[T]) -> Vec<u32> {
 fn portable<T: GemmElement>(gpu: &GpuTest, seed: u64) {
     let mut rng = Rng::new(seed);
     let side = gpu.new_stream();
-    for format in FORMATS {
+    for format in BlockFormat::GGUF {
         for shape in SHAPES {
             let c = case::<T>(gpu, &mut rng, format, shape);
             let sequential = run(gpu, &c, GemmPath::Portable, None, 1);
@@ -122,7 +111,7 @@ fn vendor<T: GemmElement>(gpu: &GpuTest, seed: u64) {
     }
     let mut rng = Rng::new(seed);
     let side = gpu.new_stream();
-    for format in FORMATS {
+    for format in BlockFormat::GGUF {
         for shape in SHAPES {
             let c = case::<T>(gpu, &mut rng, format, shape);
             check("sequential", &c, &run(gpu, &c, GemmPath::Vendor, None, 1));
@@ -137,7 +126,7 @@ fn vendor<T: GemmElement>(gpu: &GpuTest, seed: u64) {
                 c.tokens,
                 &mut y,
                 GemmPath::Vendor,
-                Some(&side),
+                Some(Overlap::new(&side)),
             )
             .unwrap();
             check("overlapped", &c, &y.to_vec().unwrap());
@@ -185,25 +174,45 @@ fn bad_shapes_are_refused() {
             other => panic!("expected a shape error, got {other:?}"),
         }
     };
-    let m = message(dequant_gemm(format, &w, rows, 48, &x, tokens, &mut y, GemmPath::Auto, Some(&side)));
+    let m = message(dequant_gemm(
+        format,
+        &w,
+        rows,
+        48,
+        &x,
+        tokens,
+        &mut y,
+        GemmPath::Auto,
+        Some(Overlap::new(&side)),
+    ));
     assert!(m.contains("in = 48 is not a whole number of 32-element q8_0 blocks"), "{m}");
-    let m = message(dequant_gemm(format, &w, rows + 1, inp, &x, tokens, &mut y, GemmPath::Auto, Some(&side)));
+    let m = message(dequant_gemm(
+        format,
+        &w,
+        rows + 1,
+        inp,
+        &x,
+        tokens,
+        &mut y,
+        GemmPath::Auto,
+        Some(Overlap::new(&side)),
+    ));
     assert!(m.contains("decode to"), "{m}");
     let mut short = s.alloc::<f32>(tokens * rows - 1).unwrap();
-    let m = message(dequant_gemm(format, &w, rows, inp, &x, tokens, &mut short, GemmPath::Auto, Some(&side)));
-    assert!(m.contains("C has 14 elements, the product reaches 15"), "{m}");
-    let m = message(dequant_gemm_blocks(
+    let m = message(dequant_gemm(
         format,
         &w,
         rows,
         inp,
         &x,
         tokens,
-        &mut y,
+        &mut short,
         GemmPath::Auto,
-        Some(&side),
-        0,
+        Some(Overlap::new(&side)),
     ));
+    assert!(m.contains("C has 14 elements, the product reaches 15"), "{m}");
+    let none = Overlap { side: &side, row_blocks: 0 };
+    let m = message(dequant_gemm(format, &w, rows, inp, &x, tokens, &mut y, GemmPath::Auto, Some(none)));
     assert!(m.contains("row_blocks must be at least 1"), "{m}");
     // The range decoder: blocks past the weight's end, and outputs of partial blocks.
     let mut two_blocks = s.alloc::<f32>(64).unwrap();

@@ -176,8 +176,16 @@ fn check_wide_decode<T: Dtype>(seed: u64) {
     let gpu = gpu_test!();
     let units = gpu.backend().info().compute_units as usize;
     let lens: &'static [usize] = Vec::leak((0..units).map(|i| 1 + (i * 37) % 700).collect());
-    let case =
-        Case { lens, seq_q: 1, q_heads: 8, kv_heads: 1, head_dim: 128, block_size: 16, causal: true, table: 0 };
+    let case = Case {
+        lens,
+        seq_q: 1,
+        q_heads: 8,
+        kv_heads: 1,
+        head_dim: 128,
+        block_size: 16,
+        causal: true,
+        table: 0,
+    };
     check_cases::<T>(&gpu, seed, std::slice::from_ref(&case));
 }
 
