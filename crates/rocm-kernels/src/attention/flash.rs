@@ -182,6 +182,8 @@ const PORTABLE_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 /// Key splits are cut at multiples of this (every kernel's key tile divides it).
 const SPLIT_ALIGN: usize = abi::RF_FLASH_SPLIT_ALIGN as usize;
 const MAX_SPLITS: usize = 64;
+/// The most splits the launcher picks itself for a paged cache ([`split_keys`]).
+const MAX_PAGED_SPLITS: usize = 16;
 
 /// Every entry's one argument (`rf_flash_params`, generated from
 /// `kernels/include/rocmforge_flash_abi.h`).
@@ -293,8 +295,11 @@ pub(super) fn planned_splits<T: Dtype>(
 
 /// The key split of a launch: (splits, keys a split). With a paged cache `attn.seq_k` is the
 /// table's width and each batch recuts its own keys into the splits on the device
-/// (`rf_flash_for_batch`), so the split is planned for the width: at most one
-/// [`SPLIT_ALIGN`]-key tile a split, since a short sequence's keys are spread over all of them.
+/// (`rf_flash_for_batch`), so the split is planned for the width: two [`SPLIT_ALIGN`]-key
+/// tiles a split of it, and at most [`MAX_PAGED_SPLITS`]. Measured at batch 1 on an H100
+/// (docs/kernels/attention.md, v12): a split of one tile costs more in the combine than it
+/// saves (128 keys: 13.0 us in two splits, 10.0 in one), and 33 splits of a 4096-key table
+/// cost ~4 us more than 16 whatever the length.
 fn split_keys(
     stream: &Stream,
     attn: &Attention,
@@ -304,10 +309,13 @@ fn split_keys(
 ) -> (usize, usize) {
     let row_blocks = (attn.group() * attn.seq_q).div_ceil(plan.rows_per_block);
     let blocks = row_blocks * attn.kv_heads * attn.batch;
-    let min_keys = if paged { SPLIT_ALIGN } else { 4 * SPLIT_ALIGN };
-    let num_splits = splits
-        .unwrap_or_else(|| auto_splits(stream, plan.blocks_per_cu, blocks, attn.seq_k, min_keys))
-        .max(1);
+    let auto = || match paged {
+        true => {
+            auto_splits(stream, plan.blocks_per_cu, blocks, attn.seq_k, 2 * SPLIT_ALIGN).min(MAX_PAGED_SPLITS)
+        }
+        false => auto_splits(stream, plan.blocks_per_cu, blocks, attn.seq_k, 4 * SPLIT_ALIGN),
+    };
+    let num_splits = splits.unwrap_or_else(auto).max(1);
     let keys_per_split = attn.seq_k.div_ceil(num_splits).div_ceil(SPLIT_ALIGN).max(1) * SPLIT_ALIGN;
     (attn.seq_k.div_ceil(keys_per_split).max(1), keys_per_split)
 }
@@ -632,8 +640,7 @@ const fn warpgroup_smem(dt: usize, elem: usize) -> usize {
 
 /// Splits of the keys when the grid is smaller than the device: as many as keep the blocks
 /// within one wave (`blocks_per_cu` per compute unit), each split at least `min_keys` long
-/// (contiguous K/V: four 64-key tiles; paged: one tile of the table's width, see
-/// [`split_keys`]). More splits than that start a second, mostly idle wave, which measured
+/// (contiguous K/V: four 64-key tiles; paged: two of the table's width, see [`split_keys`]). More splits than that start a second, mostly idle wave, which measured
 /// slower the more splits there were (docs/kernels/attention.md).
 fn auto_splits(stream: &Stream, blocks_per_cu: usize, blocks: usize, seq_k: usize, min_keys: usize) -> usize {
     let wave = stream.backend().info().compute_units.max(1) as usize * blocks_per_cu.max(1);
