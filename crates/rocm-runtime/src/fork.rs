@@ -180,3 +180,40 @@ impl Drop for OpenFork<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::AllocationId;
+
+    fn allocation(n: u64) -> Allocation {
+        Allocation { ptr: 0x1000 * n, id: AllocationId::for_tests(n), bytes: 64 }
+    }
+
+    #[test]
+    fn frees_wait_until_the_last_fork_of_a_stream_closes() {
+        let me = std::thread::current().id();
+        let mut lending = Lending::default();
+        assert_eq!(lending.defer(allocation(1)), Some(allocation(1)), "no fork: freed at once");
+        lending.open(7, me);
+        lending.open(9, me);
+        assert!(lending.is_open());
+        assert_eq!(lending.defer(allocation(2)), None);
+        assert!(lending.close(7, me).is_empty(), "the fork with stream 9 still runs");
+        assert_eq!(lending.defer(allocation(3)), None);
+        assert_eq!(lending.close(9, me), [allocation(2), allocation(3)]);
+        assert!(!lending.is_open());
+        assert_eq!(lending.defer(allocation(4)), Some(allocation(4)));
+    }
+
+    #[test]
+    fn only_the_forking_thread_borrows_across() {
+        let mut lending = Lending::default();
+        lending.open(7, std::thread::current().id());
+        assert!(lending.lends_to(7));
+        assert!(!lending.lends_to(8), "another stream");
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(!lending.lends_to(7), "another thread"));
+        });
+    }
+}
