@@ -11,11 +11,15 @@
 //! - Refusals: widths that are not whole blocks, a weight of the wrong size, a short output,
 //!   zero row blocks, a block range past the weight.
 
+use rocm_kernels::Dtype;
 use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_reference};
-use rocm_kernels::quant::{BlockFormat, Overlap, dequant_gemm, dequantize_range, dequantize_reference};
-use rocm_kernels::{Dtype, KernelError};
+use rocm_kernels::quant::{
+    BlockFormat, OVERLAP_BLOCKS, Overlap, dequant_gemm, dequantize_range, dequantize_reference,
+};
 use rocm_runtime::{DeviceBuffer, bf16};
 use rocm_testkit::{GpuTest, Rng, gpu_test, relative_l2};
+
+use crate::shape_message;
 
 /// (tokens, rows, in): a last row block of 44 rows (300 = 2 x 128 + 44), and a product whose
 /// row blocks split 1000 rows 7 ways.
@@ -115,21 +119,7 @@ fn vendor<T: GemmElement>(gpu: &GpuTest, seed: u64) {
         for shape in SHAPES {
             let c = case::<T>(gpu, &mut rng, format, shape);
             check("sequential", &c, &run(gpu, &c, GemmPath::Vendor, None, 1));
-            let mut y = gpu.stream().alloc::<T>(c.tokens * c.rows).unwrap();
-            y.poison().unwrap();
-            dequant_gemm(
-                format,
-                &c.blocks,
-                c.rows,
-                c.inp,
-                &c.x,
-                c.tokens,
-                &mut y,
-                GemmPath::Vendor,
-                Some(Overlap::new(&side)),
-            )
-            .unwrap();
-            check("overlapped", &c, &y.to_vec().unwrap());
+            check("overlapped", &c, &run(gpu, &c, GemmPath::Vendor, Some(&side), OVERLAP_BLOCKS));
         }
     }
 }
@@ -168,57 +158,27 @@ fn bad_shapes_are_refused() {
     let w = s.alloc_zeroed::<u8>(format.bytes_for(rows * inp).unwrap()).unwrap();
     let x = s.alloc_zeroed::<f32>(tokens * inp).unwrap();
     let mut y = s.alloc::<f32>(tokens * rows).unwrap();
-    let message = |r: Result<(), KernelError>| -> String {
-        match r {
-            Err(KernelError::Shape { kernel, message }) => format!("{kernel}: {message}"),
-            other => panic!("expected a shape error, got {other:?}"),
-        }
-    };
-    let m = message(dequant_gemm(
-        format,
-        &w,
-        rows,
-        48,
-        &x,
-        tokens,
-        &mut y,
-        GemmPath::Auto,
-        Some(Overlap::new(&side)),
-    ));
-    assert!(m.contains("in = 48 is not a whole number of 32-element q8_0 blocks"), "{m}");
-    let m = message(dequant_gemm(
-        format,
-        &w,
-        rows + 1,
-        inp,
-        &x,
-        tokens,
-        &mut y,
-        GemmPath::Auto,
-        Some(Overlap::new(&side)),
-    ));
-    assert!(m.contains("decode to"), "{m}");
     let mut short = s.alloc::<f32>(tokens * rows - 1).unwrap();
-    let m = message(dequant_gemm(
-        format,
-        &w,
-        rows,
-        inp,
-        &x,
-        tokens,
-        &mut short,
-        GemmPath::Auto,
-        Some(Overlap::new(&side)),
-    ));
+    // The message of the shape error `kernel` gives for a product of `rows x inp` into `y`.
+    let refused = |kernel, rows, inp, y: &mut DeviceBuffer<f32>, overlap| {
+        shape_message(
+            dequant_gemm(format, &w, rows, inp, &x, tokens, y, GemmPath::Auto, Some(overlap)),
+            kernel,
+        )
+    };
+    let m = refused("dequant_gemm", rows, 48, &mut y, Overlap::new(&side));
+    assert!(m.contains("in = 48 is not a whole number of 32-element q8_0 blocks"), "{m}");
+    let m = refused("dequant", rows + 1, inp, &mut y, Overlap::new(&side));
+    assert!(m.contains("decode to"), "{m}");
+    let m = refused("dequant_gemm", rows, inp, &mut short, Overlap::new(&side));
     assert!(m.contains("C has 14 elements, the product reaches 15"), "{m}");
-    let none = Overlap { side: &side, row_blocks: 0 };
-    let m = message(dequant_gemm(format, &w, rows, inp, &x, tokens, &mut y, GemmPath::Auto, Some(none)));
+    let m = refused("dequant_gemm", rows, inp, &mut y, Overlap { side: &side, row_blocks: 0 });
     assert!(m.contains("row_blocks must be at least 1"), "{m}");
     // The range decoder: blocks past the weight's end, and outputs of partial blocks.
     let mut two_blocks = s.alloc::<f32>(64).unwrap();
-    let m = message(dequantize_range(format, &w, 9, &mut two_blocks));
+    let m = shape_message(dequantize_range(format, &w, 9, &mut two_blocks), "dequant");
     assert!(m.contains("blocks 9..+2 are past the 10 q8_0 blocks given"), "{m}");
     let mut partial = s.alloc::<f32>(40).unwrap();
-    let m = message(dequantize_range(format, &w, 0, &mut partial));
+    let m = shape_message(dequantize_range(format, &w, 0, &mut partial), "dequant");
     assert!(m.contains("not whole 32-element q8_0 blocks"), "{m}");
 }
