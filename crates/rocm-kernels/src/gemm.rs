@@ -151,11 +151,11 @@ pub fn gemm_portable<T: Dtype>(
     let config = config(&stream, desc, name);
     // `check` bounds every size by i32::MAX and every stride by i64::MAX; `check_buffers`
     // proved each offset plus its matrix's extent within its buffer.
-    let at = |ptr: u64, offset: usize| ptr + (offset * size_of::<T>()) as u64;
+    let [a_at, b_at, c_at] = desc.operand_addresses(a, b, c);
     let params = GemmParams {
-        a: at(a.device_ptr(), desc.offset_a),
-        b: at(b.device_ptr(), desc.offset_b),
-        c: at(c.device_ptr(), desc.offset_c),
+        a: a_at,
+        b: b_at,
+        c: c_at,
         lda: desc.lda as u64,
         ldb: desc.ldb as u64,
         ldc: desc.ldc as u64,

@@ -219,6 +219,20 @@ impl GemmDesc {
         self.offset_c.checked_add(batched_len(self.batch, self.stride_c, self.single_c_len()?)?)
     }
 
+    /// The device addresses of the first `A`, `B` and `C` elements the product touches: each
+    /// buffer's start plus its offset. Meaningful after [`GemmDesc::check_buffers`] passed for
+    /// these buffers (then every offset lies inside its buffer).
+    pub fn operand_addresses<T: DeviceCopy>(
+        &self,
+        a: &DeviceBuffer<T>,
+        b: &DeviceBuffer<T>,
+        c: &DeviceBuffer<T>,
+    ) -> [u64; 3] {
+        let at =
+            |buffer: &DeviceBuffer<T>, offset: usize| buffer.device_ptr() + (offset * size_of::<T>()) as u64;
+        [at(a, self.offset_a), at(b, self.offset_b), at(c, self.offset_c)]
+    }
+
     /// Floating-point operations: `2 * M * N * K` per matrix.
     pub fn flops(&self) -> f64 {
         2.0 * self.m as f64 * self.n as f64 * self.k as f64 * self.batch as f64
@@ -539,14 +553,8 @@ impl Blas {
             return Ok(());
         }
         // In bounds: check_buffers proved offset + extent <= len for each.
-        let at = |ptr: u64, offset: usize| ptr + (offset * size_of::<T>()) as u64;
-        let call = GemmCall {
-            problem: desc.col_major(),
-            ty: T::TYPE,
-            first: at(b.device_ptr(), desc.offset_b),
-            second: at(a.device_ptr(), desc.offset_a),
-            c: at(c.device_ptr(), desc.offset_c),
-        };
+        let [a_at, b_at, c_at] = desc.operand_addresses(a, b, c);
+        let call = GemmCall { problem: desc.col_major(), ty: T::TYPE, first: b_at, second: a_at, c: c_at };
         let _span = tracing::trace_span!(
             "blas_gemm",
             library = self.library,

@@ -309,13 +309,11 @@ fn split_keys(
 ) -> (usize, usize) {
     let row_blocks = (attn.group() * attn.seq_q).div_ceil(plan.rows_per_block);
     let blocks = row_blocks * attn.kv_heads * attn.batch;
-    let auto = || match paged {
-        true => {
-            auto_splits(stream, plan.blocks_per_cu, blocks, attn.seq_k, 2 * SPLIT_ALIGN).min(MAX_PAGED_SPLITS)
-        }
-        false => auto_splits(stream, plan.blocks_per_cu, blocks, attn.seq_k, 4 * SPLIT_ALIGN),
-    };
-    let num_splits = splits.unwrap_or_else(auto).max(1);
+    let (min_keys, most) =
+        if paged { (2 * SPLIT_ALIGN, MAX_PAGED_SPLITS) } else { (4 * SPLIT_ALIGN, MAX_SPLITS) };
+    let num_splits = splits
+        .unwrap_or_else(|| auto_splits(stream, plan.blocks_per_cu, blocks, attn.seq_k, min_keys).min(most))
+        .max(1);
     let keys_per_split = attn.seq_k.div_ceil(num_splits).div_ceil(SPLIT_ALIGN).max(1) * SPLIT_ALIGN;
     (attn.seq_k.div_ceil(keys_per_split).max(1), keys_per_split)
 }
@@ -640,8 +638,9 @@ const fn warpgroup_smem(dt: usize, elem: usize) -> usize {
 
 /// Splits of the keys when the grid is smaller than the device: as many as keep the blocks
 /// within one wave (`blocks_per_cu` per compute unit), each split at least `min_keys` long
-/// (contiguous K/V: four 64-key tiles; paged: two of the table's width, see [`split_keys`]). More splits than that start a second, mostly idle wave, which measured
-/// slower the more splits there were (docs/kernels/attention.md).
+/// (contiguous K/V: four 64-key tiles; paged: two of the table's width, see [`split_keys`]).
+/// More splits than that start a second, mostly idle wave, which measured slower the more
+/// splits there were (docs/kernels/attention.md).
 fn auto_splits(stream: &Stream, blocks_per_cu: usize, blocks: usize, seq_k: usize, min_keys: usize) -> usize {
     let wave = stream.backend().info().compute_units.max(1) as usize * blocks_per_cu.max(1);
     let by_grid = wave / blocks.max(1);

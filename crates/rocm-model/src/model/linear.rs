@@ -100,11 +100,10 @@ impl<T: GemmElement> Linear<T> {
             }
             Linear::Blocks { format, ref blocks, out, inp } => {
                 if !fused_product(format, blocks, out, inp, x, tokens, y)? {
-                    let desc = GemmDesc::linear(tokens, out, inp);
                     match products.scratch.as_deref_mut() {
                         Some(w) => {
                             dequantize_into(format, blocks, w)?;
-                            gemm_with(path, &desc, x, w, y)?;
+                            gemm_with(path, &GemmDesc::linear(tokens, out, inp), x, w, y)?;
                         }
                         None => dequant_gemm(format, blocks, out, inp, x, tokens, y, path, None)?,
                     }

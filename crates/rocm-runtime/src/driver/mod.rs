@@ -99,7 +99,7 @@ pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
     /// Lets the device's default memory pool keep up to `bytes` of freed memory mapped for
     /// the next stream-ordered allocation. The drivers' default (0) gives it back at every
     /// synchronisation, after which each allocation maps memory again: ~50 us of host time per
-    /// allocation on an H100 (docs/architecture.md, "Memory"). `Ok` and nothing done where
+    /// allocation on an H100 (docs/architecture.md, "The ledger and the guard"). `Ok` and nothing done where
     /// allocations are not stream-ordered or the library lacks the pool calls.
     fn retain_freed_memory(&self, bytes: u64) -> Result<()>;
     /// Gives the pool's freed memory (whose frees have run) back to the driver.
