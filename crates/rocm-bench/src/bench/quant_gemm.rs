@@ -72,33 +72,33 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
                 vendor_ms / ms
             );
             rows.push(row(format!("dequant {} + gemm {library}", format.name()), ms, bytes));
-            let mut i = 0;
-            let ms = b.time(|| {
-                i += 1;
-                let w = &copies[i % copies.len()];
-                Ok(dequant_gemm(format, w, n, k, &x, m, &mut y, GemmPath::Vendor, None)?)
-            })?;
-            rows.push(row(format!("dequant {} + gemm {library}, temporary", format.name()), ms, bytes));
+            // dequant_gemm in sequence (a temporary per product), then overlapped in row blocks.
             let sweep: &[usize] =
                 if format == BlockFormat::Q8_0 { &[2, OVERLAP_BLOCKS, 8] } else { &[OVERLAP_BLOCKS] };
-            for &blocks in sweep {
+            for blocks in std::iter::once(None).chain(sweep.iter().copied().map(Some)) {
+                let overlap = blocks.map(|row_blocks| Overlap { side: &side, row_blocks });
                 let mut i = 0;
                 let ms = b.time(|| {
                     i += 1;
                     let w = &copies[i % copies.len()];
-                    let overlap = Overlap { side: &side, row_blocks: blocks };
-                    Ok(dequant_gemm(format, w, n, k, &x, m, &mut y, GemmPath::Vendor, Some(overlap))?)
+                    Ok(dequant_gemm(format, w, n, k, &x, m, &mut y, GemmPath::Vendor, overlap)?)
                 })?;
+                let (how, kernel) = match blocks {
+                    None => (
+                        "in sequence, a temporary".to_string(),
+                        format!("dequant {} + gemm {library}, temporary", format.name()),
+                    ),
+                    Some(blocks) => (
+                        format!("overlapped in {blocks} row blocks"),
+                        format!("dequant {} | gemm {library}, {blocks} blocks", format.name()),
+                    ),
+                };
                 println!(
-                    "quant_gemm: {} at {m} tokens, overlapped in {blocks} row blocks: {:.2} of {library} on the bf16 weight",
+                    "quant_gemm: {} at {m} tokens, {how}: {:.2} of {library} on the bf16 weight",
                     format.name(),
                     vendor_ms / ms
                 );
-                rows.push(row(
-                    format!("dequant {} | gemm {library}, {blocks} blocks", format.name()),
-                    ms,
-                    bytes,
-                ));
+                rows.push(row(kernel, ms, bytes));
             }
         }
     }
