@@ -184,10 +184,9 @@ impl Drop for OpenFork<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::AllocationId;
 
     fn allocation(n: u64) -> Allocation {
-        Allocation { ptr: 0x1000 * n, id: AllocationId::for_tests(n), bytes: 64 }
+        Allocation::for_tests(n)
     }
 
     #[test]

@@ -108,6 +108,14 @@ pub(crate) struct Allocation {
     pub(crate) bytes: u64,
 }
 
+#[cfg(test)]
+impl Allocation {
+    /// Allocation `n` of a unit test's bookkeeping (no device memory behind it).
+    pub(crate) fn for_tests(n: u64) -> Self {
+        Allocation { ptr: 0x1000 * n, id: AllocationId::for_tests(n), bytes: 64 }
+    }
+}
+
 /// The driver objects of a graph, the allocations it holds and the kernels it launches.
 #[derive(Debug)]
 pub(crate) struct GraphParts {
@@ -653,7 +661,7 @@ mod tests {
     use super::*;
 
     fn allocation(n: u64) -> Allocation {
-        Allocation { ptr: 0x1000 * n, id: AllocationId::for_tests(n), bytes: 64 }
+        Allocation::for_tests(n)
     }
 
     #[test]
