@@ -26,11 +26,6 @@
 
 #if RF_WGMMA
 
-// Byte offset of 16-byte chunk c (of a row's DT / 8) of row r in a swizzled tile of ROWS rows.
-template <int ROWS> RF_DEVICE unsigned rf_sw128_offset(int r, int c) {
-    return (unsigned)((c / 8) * ROWS * 128 + r * 128 + (((c % 8) ^ (r % 8)) << 4));
-}
-
 // Stages ROWS rows of D elements (zero past D, up to DT, and in rows `row_ptr` gives null for)
 // into a swizzled tile. `any` is a valid global address for the zero-fill copies.
 template <typename T, int DT, int ROWS, int THREADS, typename RowPtr>

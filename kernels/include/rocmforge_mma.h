@@ -1,6 +1,6 @@
 // rocmforge_mma.h: NVIDIA matrix-core and asynchronous-copy primitives (sm_80+), shared by the
 // kernels that have a matrix-core path (flash_mma.hip, flash_wgmma.hip, mxfp.hip,
-// mxfp4_tiled.hip). Everything here exists only where RF_MMA_SYNC is 1. A file of NVIDIA
+// mxfp4_tiled.hip, quant_gemm_wgmma.hip). Everything here exists only where RF_MMA_SYNC is 1. A file of NVIDIA
 // matrix-core kernels alone (flash_mma.hip) is built for those targets only; one that mixes them
 // with portable kernels compiles each matrix-core body under `#if RF_MMA_SYNC` and
 // RF_MMA_UNAVAILABLE() (a trap: the launchers never pick such an entry there) everywhere else,
@@ -30,6 +30,10 @@ RF_DEVICE unsigned rf_smem_addr(const void* p) { return (unsigned)__cvta_generic
 // 16 bytes global -> shared, asynchronously; `bytes` = 0 zero-fills without reading.
 RF_DEVICE void rf_cp_async16(void* smem, const void* gmem, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(rf_smem_addr(smem)), "l"(gmem), "r"(bytes));
+}
+// 4 bytes global -> shared (both 4-byte aligned), through L1; `bytes` = 0 zero-fills.
+RF_DEVICE void rf_cp_async4(void* smem, const void* gmem, int bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(rf_smem_addr(smem)), "l"(gmem), "r"(bytes));
 }
 RF_DEVICE void rf_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> RF_DEVICE void rf_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }

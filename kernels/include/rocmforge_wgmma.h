@@ -1,6 +1,6 @@
 // rocmforge_wgmma.h: Hopper warpgroup matrix multiply (wgmma.mma_async, sm_90a) and the
 // mbarriers that hand shared-memory buffers between copying and computing warps, for the kernels
-// that have a warpgroup path (flash_wgmma.hip). Everything here exists only where RF_WGMMA is
+// that have a warpgroup path (flash_wgmma.hip, quant_gemm_wgmma.hip). Everything here exists only where RF_WGMMA is
 // 1: SASS built for the arch-specific target sm_90a (`ROCMFORGE_NVIDIA_ARCHS` with `90a`, the
 // default). Kernels built on it define their entry points only there; launchers look the entry
 // up and take their mma.sync kernel where it is absent.
@@ -55,6 +55,11 @@ RF_DEVICE void rf_mbar_init(unsigned long long* bar, unsigned count) {
 RF_DEVICE void rf_mbar_arrive(unsigned long long* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(rf_smem_addr(bar)) : "memory");
 }
+// One arrival on `bar` once every cp.async this thread has issued so far has landed, without
+// waiting for them here (the barrier's count includes it: `noinc`).
+RF_DEVICE void rf_cp_async_mbar_arrive(unsigned long long* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(rf_smem_addr(bar)) : "memory");
+}
 // Waits until the phase of parity `parity` has completed (a fresh barrier counts the phase
 // before its first, parity 1, as completed).
 RF_DEVICE void rf_mbar_wait(unsigned long long* bar, unsigned parity) {
@@ -80,12 +85,20 @@ RF_DEVICE rf_u64 rf_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
            ((rf_u64)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
 
+// Byte offset of 16-byte chunk c (of a row's) of row r in a 128-byte-swizzled tile of ROWS rows
+// stored as column blocks of 64 16-bit elements (ROWS * 128 bytes each).
+template <int ROWS> RF_DEVICE unsigned rf_sw128_offset(int r, int c) {
+    return (unsigned)((c / 8) * ROWS * 128 + r * 128 + (((c % 8) ^ (r % 8)) << 4));
+}
+
 // D (64 x N) = A B + (accumulate ? D : 0), K = 16, inputs f16 or bf16 (PTX type `ty`).
 //   ss: A (64 x 16) and B (16 x N) both K-major in shared memory (descriptors a, b);
 //   rs: A from registers, B N-major in shared memory (a row of 16-bit values along N).
+//   rs_kmajor: A from registers, B K-major in shared memory (a row of 16-bit values along K).
 // The operand lists are spelled out because inline assembly names each register, so only the
-// shapes the flash kernel uses exist: ss and rs at N = 64 (S = Q K^T over a 64-key tile; O +=
-// P V at head_dim 64) and rs at N = 128 (O += P V at head_dim 128).
+// shapes the kernels use exist: ss and rs at N = 64 (flash: S = Q K^T over a 64-key tile; O +=
+// P V at head_dim 64), rs at N = 128 (flash: O += P V at head_dim 128) and rs_kmajor at N = 128
+// (quant_gemm_wgmma: decoded weights times 128 activation rows).
 template <typename T, int N> struct rf_wgmma;
 #define RF_WGMMA_N64(T, ty) \
     template <> struct rf_wgmma<T, 64> {\
@@ -107,16 +120,20 @@ template <typename T, int N> struct rf_wgmma;
     }\
     };
 
-#define RF_WGMMA_N128(T, ty) \
-    template <> struct rf_wgmma<T, 128> {\
-    static RF_DEVICE void rs(float (&d)[16][4], const unsigned (&a)[4], rf_u64 b, int accumulate) {\
+#define RF_WGMMA_N128_RS(NAME, TRANS_B, ty) \
+    static RF_DEVICE void NAME(float (&d)[16][4], const unsigned (&a)[4], rf_u64 b, int accumulate) {\
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"\
                      "wgmma.mma_async.sync.aligned.m64n128k16.f32." ty "." ty " "\
                      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "\
-                     "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"\
+                     "{%64, %65, %66, %67}, %68, p, 1, 1, " TRANS_B ";\n}\n"\
                      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])\
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));\
-    }\
+    }
+
+#define RF_WGMMA_N128(T, ty) \
+    template <> struct rf_wgmma<T, 128> {\
+    RF_WGMMA_N128_RS(rs, "1", ty)\
+    RF_WGMMA_N128_RS(rs_kmajor, "0", ty)\
     };
 
 RF_WGMMA_N64(__half, "f16")
@@ -125,6 +142,7 @@ RF_WGMMA_N128(__half, "f16")
 RF_WGMMA_N128(rf_bf16, "bf16")
 #undef RF_WGMMA_N64
 #undef RF_WGMMA_N128
+#undef RF_WGMMA_N128_RS
 
 #endif // RF_WGMMA
 

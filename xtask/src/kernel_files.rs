@@ -23,8 +23,12 @@ pub enum Only {
 }
 
 /// The restricted files, by stem; every other file is built for every target.
-const RESTRICTED: &[(&str, Only)] =
-    &[("flash_mma", Only::NvidiaMmaSync), ("flash_wgmma", Only::NvidiaSm90a), ("flash_mfma", Only::AmdMfma)];
+const RESTRICTED: &[(&str, Only)] = &[
+    ("flash_mma", Only::NvidiaMmaSync),
+    ("flash_wgmma", Only::NvidiaSm90a),
+    ("flash_mfma", Only::AmdMfma),
+    ("quant_gemm_wgmma", Only::NvidiaSm90a),
+];
 
 /// The restriction of `kernels/<stem>.hip`, if it has one.
 pub fn only(stem: &str) -> Option<Only> {

@@ -15,10 +15,14 @@
 //! overlapped (`dequant_gemm` with a side stream: the weight in [`OVERLAP_BLOCKS`] row blocks,
 //! each block's GEMM after its own dequantisation, the next blocks dequantising meanwhile;
 //! docs/kernels/quant_gemm.md, v2, has why it measured slower). For q8_0 the overlapped
-//! product is also timed at 2 and 8 row blocks.
+//! product is also timed at 2 and 8 row blocks. Where the device runs it, the mixed-input
+//! matrix-core GEMM (`quant_gemm`: the blocks decoded in the GEMM's tile loop, no bf16 weight
+//! at all) is timed too.
 
 use rocm_kernels::gemm::{GemmDesc, GemmPath};
-use rocm_kernels::quant::{BlockFormat, OVERLAP_BLOCKS, Overlap, dequant_gemm, dequantize};
+use rocm_kernels::quant::{
+    BlockFormat, OVERLAP_BLOCKS, Overlap, dequant_gemm, dequantize, quant_gemm, quant_gemm_runs,
+};
 use rocm_runtime::{Blas, bf16};
 
 use super::{Bench, Row};
@@ -99,6 +103,24 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
                     vendor_ms / ms
                 );
                 rows.push(row(kernel, ms, bytes));
+            }
+            match quant_gemm_runs::<bf16>(&b.stream, format, k) {
+                None => {
+                    let mut i = 0;
+                    let ms = b.time(|| {
+                        i += 1;
+                        Ok(quant_gemm(format, &copies[i % copies.len()], n, k, &x, m, &mut y)?)
+                    })?;
+                    println!(
+                        "quant_gemm: {} at {m} tokens, mixed-input GEMM: {:.2} of {library} on the bf16 weight",
+                        format.name(),
+                        vendor_ms / ms
+                    );
+                    rows.push(row(format!("quant_gemm {} (mixed-input wgmma)", format.name()), ms, bytes));
+                }
+                Some(why) => {
+                    println!("quant_gemm: {} at {m} tokens: no mixed-input GEMM: {why}", format.name())
+                }
             }
         }
     }

@@ -41,6 +41,8 @@
 //!   `q8_0`, `q4_0`, `q4_K`, `q5_K` and `q6_K` blocks, for one vector or a small batch.
 //! - [`mxfp4_tiled`] (`kernels/mxfp4_tiled.hip`): MXFP4 weights re-laid out once for the
 //!   matrix-vector product, the fast path for decoding.
+//! - [`quant_gemm`] (`kernels/quant_gemm_wgmma.hip`, Hopper): products of many tokens that
+//!   decode the blocks in a matrix-core GEMM's own tile loop, so the weight never exists in `T`.
 
 pub mod dequant;
 pub mod dequant_gemm;
@@ -50,6 +52,7 @@ pub mod matvec;
 pub mod mx;
 pub mod mxfp;
 pub mod mxfp4_tiled;
+pub mod quant_gemm;
 
 #[cfg(test)]
 mod kquant_tests;
@@ -73,6 +76,7 @@ pub use mx::{
 };
 pub use mxfp::{MxFormat, mx_matmul, mx_matmul_reference, mx_matvec};
 pub use mxfp4_tiled::{DeviceTiledMxfp4, TiledCodes, TiledMxfp4, mx_matvec_tiled, mx_matvec_tiled_portable};
+pub use quant_gemm::{quant_gemm, quant_gemm_runs};
 
 /// Elements per block, in every format here but the k-quants (ggml's `QK8_0`, `QK4_0`,
 /// `QK_MXFP4`; the MX spec's block size `k`).

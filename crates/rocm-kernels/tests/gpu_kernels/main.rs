@@ -20,6 +20,7 @@ mod kv_cache;
 mod mxfp;
 mod mxfp4_tiled;
 mod paged_attention;
+mod quant_gemm;
 mod quant_matvec;
 mod rmsnorm;
 mod rope;

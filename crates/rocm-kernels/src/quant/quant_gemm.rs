@@ -1,0 +1,233 @@
+//! `quant_gemm`: `y = x W^T` with `W` in a block format, the blocks decoded inside a
+//! matrix-core GEMM's tile loop (`kernels/quant_gemm_wgmma.hip`: Hopper `wgmma`, sm_90a), so the
+//! weight is read once at its stored size and never written out in `T` as
+//! [`dequant_gemm`](super::dequant_gemm) does.
+//!
+//! Formats: q8_0, q4_0, mxfp4, q4_K and q5_K; compute types f16 and bf16 (the wgmma's inputs);
+//! `in` a multiple of the format's stage (64 elements, 128 for mxfp4). Each weight is decoded
+//! in f32 exactly as the dequantiser does and rounded once to `T`, the products accumulate in
+//! f32 and each output is rounded once to `T`: the dequantise + GEMM product up to the order of
+//! the sums.
+//!
+//! Not yet the model's prefill path: measured on an H200 it is slower than dequantising and
+//! calling cuBLAS (q8_0 at 512 x 14336 x 4096: 292 us against ~140 us), bound by its
+//! cp.async copies into shared memory (docs/kernels/quant_gemm.md, v3, has the measurements and
+//! what comes next). `bench quant_gemm` times it next to the other paths.
+
+use rocm_runtime::{DeviceBuffer, Stream};
+
+use super::dequant::{BlockFormat, check_dequantize};
+use crate::abi::quant_gemm as abi;
+use crate::dtype::Dtype;
+use crate::error::{KernelError, Result, ensure};
+use crate::gemm::GemmDesc;
+use crate::launchable::{Launchable, Needs};
+use crate::loader;
+use crate::modules::KernelModule;
+use rocm_runtime::LaunchConfig;
+
+const KERNEL: &str = "quant_gemm";
+const MODULE: KernelModule = KernelModule::QuantGemmWgmma;
+
+/// A format's kernel: its entry's name part, `k` a stage, a weight row's room in a stage and
+/// the stages of the ring (rocmforge_quant_gemm_abi.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    name: &'static str,
+    stage_k: usize,
+    row_bytes: usize,
+    stages: usize,
+}
+
+impl Shape {
+    fn of(format: BlockFormat) -> Option<Shape> {
+        let (name, stage_k, row_bytes, stages) = match format {
+            BlockFormat::Q8_0 => {
+                ("q8_0", abi::RF_QGEMM_Q8_0_KS, abi::RF_QGEMM_Q8_0_ROW_BYTES, abi::RF_QGEMM_Q8_0_STAGES)
+            }
+            BlockFormat::Q4_0 => {
+                ("q4_0", abi::RF_QGEMM_Q4_0_KS, abi::RF_QGEMM_Q4_0_ROW_BYTES, abi::RF_QGEMM_Q4_0_STAGES)
+            }
+            BlockFormat::Mxfp4Gguf => {
+                ("mxfp4", abi::RF_QGEMM_MXFP4_KS, abi::RF_QGEMM_MXFP4_ROW_BYTES, abi::RF_QGEMM_MXFP4_STAGES)
+            }
+            BlockFormat::Q4K => {
+                ("q4_k", abi::RF_QGEMM_Q4_K_KS, abi::RF_QGEMM_Q4_K_ROW_BYTES, abi::RF_QGEMM_Q4_K_STAGES)
+            }
+            BlockFormat::Q5K => {
+                ("q5_k", abi::RF_QGEMM_Q5_K_KS, abi::RF_QGEMM_Q5_K_ROW_BYTES, abi::RF_QGEMM_Q5_K_STAGES)
+            }
+            BlockFormat::Mxfp6(_) | BlockFormat::Q6K => return None,
+        };
+        Some(Shape {
+            name,
+            stage_k: stage_k as usize,
+            row_bytes: row_bytes as usize,
+            stages: stages as usize,
+        })
+    }
+
+    /// Dynamic shared memory of a block: the 1024-byte alignment slack and the ring of stages,
+    /// each the x tile (128 tokens x `stage_k` in 16 bits) and 256 weight rows' rooms.
+    fn shared_bytes(self) -> usize {
+        1024 + self.stages
+            * (abi::RF_QGEMM_TOKENS as usize * self.stage_k * 2
+                + abi::RF_QGEMM_ROWS as usize * self.row_bytes)
+    }
+}
+
+/// Formats with a kernel.
+const FORMATS: [BlockFormat; 5] =
+    [BlockFormat::Q8_0, BlockFormat::Q4_0, BlockFormat::Mxfp4Gguf, BlockFormat::Q4K, BlockFormat::Q5K];
+
+fn entry_name<T: Dtype>(shape: Shape) -> String {
+    format!("rf_qgemm_wgmma_{}_{}", shape.name, T::NAME)
+}
+
+/// Why [`quant_gemm`] cannot run `format` in `T` at width `inp` on `stream`'s device, or `None`
+/// when it can: the device has warpgroup MMA and the module its entry (sm_90a machine code), the
+/// format a kernel, `T` is f16 or bf16 and `inp` a whole number of the format's stages.
+pub fn quant_gemm_runs<T: Dtype>(stream: &Stream, format: BlockFormat, inp: usize) -> Option<String> {
+    let shape = match Shape::of(format) {
+        Some(shape) => shape,
+        None => {
+            return Some(format!(
+                "{} has no mixed-input GEMM (formats: q8_0, q4_0, mxfp4, q4_k, q5_k)",
+                format.name()
+            ));
+        }
+    };
+    if T::NAME == "f32" {
+        return Some(
+            "the mixed-input GEMM computes in f16 or bf16 (the matrix cores' inputs), not f32".into(),
+        );
+    }
+    if !inp.is_multiple_of(shape.stage_k) {
+        return Some(format!(
+            "in = {inp} is not a multiple of the {} kernel's {}-element stage",
+            format.name(),
+            shape.stage_k
+        ));
+    }
+    let info = stream.backend().info();
+    if !info.warpgroup_mma {
+        return Some(format!("{} ({}) has no warpgroup MMA (Hopper wgmma)", info.name, info.arch));
+    }
+    loader::kernel(stream, MODULE, &entry_name::<T>(shape)).err().map(|e| e.to_string())
+}
+
+/// `y = x W^T`: `x` is `[tokens, inp]`, `y` `[tokens, rows]`, `w` the weight's `rows x inp`
+/// elements as whole blocks of `format` (row-major, a row `inp / block elements` blocks), on
+/// `y`'s stream. Refused with the reason [`quant_gemm_runs`] gives where the kernel cannot run,
+/// and with a shape error for lengths that do not fit.
+#[allow(clippy::too_many_arguments)]
+pub fn quant_gemm<T: Dtype>(
+    format: BlockFormat,
+    w: &DeviceBuffer<u8>,
+    rows: usize,
+    inp: usize,
+    x: &DeviceBuffer<T>,
+    tokens: usize,
+    y: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    let elems = format.block_elems();
+    ensure(inp.is_multiple_of(elems), KERNEL, || {
+        format!("in = {inp} is not a whole number of {elems}-element {} blocks", format.name())
+    })?;
+    let weight =
+        rows.checked_mul(inp).ok_or_else(|| shape_error(format!("{rows} x {inp} overflows usize")))?;
+    check_dequantize(format, w.len(), weight)?;
+    let desc = GemmDesc::linear(tokens, rows, inp);
+    desc.check_buffers(x.len(), weight, y.len()).map_err(shape_error)?;
+    // The kernel counts rows, tokens and k in 32 bits; a grid row per 256 weight rows.
+    let limit = i32::MAX as usize;
+    ensure(rows <= limit && tokens <= limit && inp <= limit, KERNEL, || {
+        format!("{tokens} x {rows} x {inp}: each must be below 2^31")
+    })?;
+    let stream = y.stream().clone();
+    if let Some(why) = quant_gemm_runs::<T>(&stream, format, inp) {
+        return Err(shape_error(why));
+    }
+    if desc.is_empty() {
+        return Ok(());
+    }
+    let shape = Shape::of(format).expect("quant_gemm_runs checked the format");
+    ensure(x.device_ptr().is_multiple_of(16) && w.device_ptr().is_multiple_of(16), KERNEL, || {
+        "w and x must be 16-byte aligned".into()
+    })?;
+    let kernel = loader::kernel(&stream, MODULE, &entry_name::<T>(shape))?;
+    let config = LaunchConfig {
+        grid: [
+            tokens.div_ceil(abi::RF_QGEMM_TOKENS as usize) as u32,
+            rows.div_ceil(abi::RF_QGEMM_ROWS as usize) as u32,
+            1,
+        ],
+        block: [abi::RF_QGEMM_THREADS, 1, 1],
+        shared_mem_bytes: shape.shared_bytes() as u32,
+    };
+    let params = abi::rf_qgemm_params {
+        w: w.device_ptr(),
+        x: x.device_ptr(),
+        y: y.device_ptr(),
+        w_row_bytes: (inp / elems * format.block_bytes()) as u64,
+        x_ld: inp as u64,
+        y_ld: rows as u64,
+        rows: rows as i32,
+        k: inp as i32,
+        tokens: tokens as i32,
+        pad: 0,
+    };
+    // SAFETY: rf_qgemm_wgmma_<fmt>_<T>(rf_qgemm_params p), T f16 or bf16 (quant_gemm_runs),
+    // reads w[0, rows * w_row_bytes) (its 16-byte chunks are clamped to that end: the kernel
+    // computes the end from rows and w_row_bytes, which check_dequantize proved equal to
+    // w.len()), x[0, tokens * inp) and writes y[0, tokens * rows) (check_buffers), with rows,
+    // tokens and k below 2^31 as it counts them; k is a whole number of its stages
+    // (quant_gemm_runs) and w and x are 16-byte aligned (checked above), as its 16-byte copies
+    // need. The grid covers ceil(tokens / 128) x ceil(rows / 256) tiles, at most 2^24 rows
+    // of blocks (rows < 2^31), with RF_QGEMM_THREADS threads and the dynamic shared memory
+    // its entry's stages take (rocmforge_quant_gemm_abi.h, mirrored by Shape::shared_bytes;
+    // the launch checks the device's opt-in limit). `y` is a distinct `&mut` borrow, so it
+    // aliases neither input; `reads` / `writes` check all three belong to the stream.
+    unsafe {
+        stream.launch(&kernel).reads(w).reads(x).writes(y).arg(params).launch(config)?;
+    }
+    Ok(())
+}
+
+fn shape_error(message: String) -> KernelError {
+    KernelError::Shape { kernel: KERNEL, message }
+}
+
+/// The entries this module launches ([`crate::launchable`]): every format in f16 and bf16.
+pub(crate) fn launchable() -> Vec<Launchable> {
+    let mut out = Vec::new();
+    for format in FORMATS {
+        let shape = Shape::of(format).expect("a format with a kernel");
+        for t in ["f16", "bf16"] {
+            out.push(Launchable::new(
+                MODULE,
+                format!("rf_qgemm_wgmma_{}_{t}", shape.name),
+                Needs::WarpgroupMma,
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_fits_the_shared_memory_of_an_sm90_block() {
+        for format in FORMATS {
+            let shape = Shape::of(format).unwrap();
+            assert!(shape.shared_bytes() <= 227 << 10, "{}: {} bytes", shape.name, shape.shared_bytes());
+            assert!(
+                shape.stage_k.is_multiple_of(64)
+                    && shape.stage_k.is_multiple_of(format.block_elems().min(64))
+            );
+        }
+        assert_eq!(Shape::of(BlockFormat::Q6K), None);
+    }
+}

@@ -1,0 +1,101 @@
+//! `quant_gemm`: the mixed-input matrix-core GEMM (`kernels/quant_gemm_wgmma.hip`), for every
+//! format it has, f16 and bf16, against the f64 product on the dequantised weight (as `T`), at
+//! shapes with partial tiles of weight rows (256 a block) and tokens (128), into NaN-poisoned
+//! outputs. On a device without warpgroup MMA the same calls must be refused, naming why.
+
+use rocm_kernels::Dtype;
+use rocm_kernels::gemm::{GemmDesc, GemmElement, gemm_reference};
+use rocm_kernels::quant::{BlockFormat, dequantize_reference, quant_gemm, quant_gemm_runs};
+use rocm_runtime::{bf16, f16};
+use rocm_testkit::{GpuTest, Rng, gpu_test, relative_l2};
+
+use crate::shape_message;
+
+/// Formats with a kernel.
+const FORMATS: [BlockFormat; 5] =
+    [BlockFormat::Q8_0, BlockFormat::Q4_0, BlockFormat::Mxfp4Gguf, BlockFormat::Q4K, BlockFormat::Q5K];
+
+/// (tokens, rows, in): one partial tile each way (37 of 128 tokens, 300 = 256 + 44 rows), and
+/// two token tiles and four row tiles, both last ones partial, over ten 128-wide stages.
+const SHAPES: [(usize, usize, usize); 2] = [(37, 300, 512), (130, 1000, 1280)];
+
+/// Relative L2 against the f64 product of the same stored values: each output rounded once to
+/// `T` (half an ulp: 2^-9 relative in bf16, 2^-12 in f16) on top of f32 sums.
+fn l2_bound<T: Dtype>() -> f64 {
+    if T::NAME == "bf16" { 4e-3 } else { 5e-4 }
+}
+
+fn check_format<T: GemmElement>(gpu: &GpuTest, rng: &mut Rng, format: BlockFormat) {
+    let s = gpu.stream();
+    for (tokens, rows, inp) in SHAPES {
+        let values = rng.f32_vec(rows * inp, -1.0, 1.0);
+        let mut bytes = vec![0u8; format.bytes_for(rows * inp).unwrap()];
+        format.quantize(&values, &mut bytes).unwrap();
+        let weight: Vec<T> = dequantize_reference(format, &bytes).unwrap();
+        let x: Vec<T> = rng.f32_vec(tokens * inp, -1.0, 1.0).into_iter().map(T::from_f32).collect();
+        let desc = GemmDesc::linear(tokens, rows, inp);
+        let want = gemm_reference(&desc, &x, &weight, &vec![T::from_f32(0.0); tokens * rows]).unwrap();
+        let (w, xd) = (s.upload(&bytes).unwrap(), s.upload(&x).unwrap());
+        let mut y = s.alloc::<T>(tokens * rows).unwrap();
+        y.poison().unwrap();
+        let label = format!("{} {} {tokens}x{rows}x{inp}", format.name(), T::NAME);
+        quant_gemm(format, &w, rows, inp, &xd, tokens, &mut y).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let got: Vec<f64> = y.to_vec().unwrap().iter().map(|v| v.to_f32() as f64).collect();
+        assert!(got.iter().all(|v| v.is_finite()), "{label}: an output element is not finite (unwritten?)");
+        let l2 = relative_l2(&got, &want);
+        assert!(l2 <= l2_bound::<T>(), "{label}: relative L2 {l2:e} above {:e}", l2_bound::<T>());
+    }
+}
+
+fn matches_the_reference<T: GemmElement>(seed: u64) {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(seed);
+    if !gpu.backend().info().warpgroup_mma {
+        // Refused, with the device named: the launchers take dequantise + GEMM there.
+        let why = quant_gemm_runs::<T>(gpu.stream(), BlockFormat::Q8_0, 512).expect("refused without wgmma");
+        assert!(why.contains("no warpgroup MMA"), "{why}");
+        return;
+    }
+    for format in FORMATS {
+        check_format::<T>(&gpu, &mut rng, format);
+    }
+}
+
+#[test]
+fn matches_the_reference_bf16() {
+    matches_the_reference::<bf16>(0x9a01);
+}
+
+#[test]
+fn matches_the_reference_f16() {
+    matches_the_reference::<f16>(0x9a02);
+}
+
+#[test]
+fn what_it_cannot_run_is_refused() {
+    let gpu = gpu_test!();
+    let s = gpu.stream();
+    let (tokens, rows, inp) = (3, 5, 256);
+    let w = s.alloc_zeroed::<u8>(BlockFormat::Q6K.bytes_for(rows * inp).unwrap()).unwrap();
+    let x = s.alloc_zeroed::<bf16>(tokens * inp).unwrap();
+    let mut y = s.alloc::<bf16>(tokens * rows).unwrap();
+    let m = shape_message(quant_gemm(BlockFormat::Q6K, &w, rows, inp, &x, tokens, &mut y), "quant_gemm");
+    assert!(m.contains("q6_k has no mixed-input GEMM"), "{m}");
+    let xf = s.alloc_zeroed::<f32>(tokens * 64).unwrap();
+    let mut yf = s.alloc::<f32>(tokens * rows).unwrap();
+    let w8 = s.alloc_zeroed::<u8>(BlockFormat::Q8_0.bytes_for(rows * 64).unwrap()).unwrap();
+    let m = shape_message(quant_gemm(BlockFormat::Q8_0, &w8, rows, 64, &xf, tokens, &mut yf), "quant_gemm");
+    assert!(m.contains("computes in f16 or bf16"), "{m}");
+    // A width of whole blocks but not whole stages (mxfp4 stages 128 elements).
+    let w4 = s.alloc_zeroed::<u8>(BlockFormat::Mxfp4Gguf.bytes_for(rows * 96).unwrap()).unwrap();
+    let x96 = s.alloc_zeroed::<bf16>(tokens * 96).unwrap();
+    let m =
+        shape_message(quant_gemm(BlockFormat::Mxfp4Gguf, &w4, rows, 96, &x96, tokens, &mut y), "quant_gemm");
+    assert!(m.contains("in = 96 is not a multiple of the mxfp4 kernel's 128-element stage"), "{m}");
+    // Lengths are checked before the device is asked.
+    let mut short = s.alloc::<bf16>(tokens * rows - 1).unwrap();
+    let m = shape_message(quant_gemm(BlockFormat::Q8_0, &w8, rows, 64, &x, tokens, &mut short), "quant_gemm");
+    assert!(m.contains("C has 14 elements, the product reaches 15"), "{m}");
+    let m = shape_message(quant_gemm(BlockFormat::Q8_0, &w8, rows + 1, 64, &x, tokens, &mut y), "dequant");
+    assert!(m.contains("decode to"), "{m}");
+}
