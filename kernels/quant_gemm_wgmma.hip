@@ -11,16 +11,22 @@
 //
 // Roles: W rows are the wgmma's M (A from registers, the mma.sync m16n8k16 A layout), tokens its
 // N (B: x, K-major in shared memory, 128-byte swizzled). A block owns RF_QGEMM_ROWS = 256 rows of
-// W and RF_QGEMM_TOKENS = 128 tokens. Warpgroup 0 copies (16-byte cp.async) each K stage's x tile
-// and the 256 rows' bytes of the stage (the 16-byte span around the stage's blocks for the
-// 32-element formats; the header and the stage's part of each super-block for the k-quants) into
-// a ring of STAGES buffers. Each copying thread arrives on the stage's `full` mbarrier when its
-// copies land (cp.async.mbarrier.arrive.noinc), so all STAGES stages can be in flight; the math
-// warpgroups arrive on `empty` when they are done with one. Math warpgroup m owns
-// rows 128 m .. 128 m + 127 as two 64-row wgmma tiles (64 x 128 f32 accumulators each). Per 64 k
-// it decodes its A fragments (per 16 k and tile, each thread 4 pairs: rows g, g + 8 of its
-// warp's 16, k 2 (lane % 4) and + 8), then issues the eight wgmma and waits for them; the other
-// math warpgroup's products run while it decodes.
+// W and RF_QGEMM_TOKENS = 128 tokens. x is first re-laid out by rf_qgemm_pack_x into the
+// swizzled tiles the wgmma reads (a pass over x: 4 MB at 512 tokens x 4096), so that warpgroup 0,
+// the copying one, brings a stage's x with one bulk copy (the TMA engine) instead of 1024
+// cp.async. It copies the 256 rows' bytes of the stage with 16-byte cp.async (the 16-byte span
+// around the stage's blocks for the 32-element formats; the header and the stage's part of each
+// super-block for the k-quants) into a ring of STAGES buffers: each copying thread arrives on the
+// stage's `full` mbarrier when its copies land (cp.async.mbarrier.arrive.noinc) and thread 0's
+// arrival also expects the bulk copy's bytes, so every stage can be in flight. Math warpgroup m
+// owns rows 128 m .. 128 m + 127 as two 64-row wgmma tiles (64 x 128 f32 accumulators each). Per
+// 64 k it decodes its A fragments (per 16 k and tile, each thread 4 pairs: rows g, g + 8 of its
+// warp's 16, k 2 (lane % 4) and + 8, with the scales read once a row), then issues the eight
+// wgmma and waits for them; then hands the stage back on `empty`.
+//
+// Where the time goes (docs/kernels/quant_gemm.md, v3): the cp.async of W, the decode's 16-bit
+// shared-memory loads competing with the wgmma's reads of x, and a warpgroup's decode not
+// overlapping its own wgmma.
 //
 // Numerics: each weight is decoded in f32 exactly as kernels/dequant.hip does (rocmforge_quant.h)
 // and rounded once to T; products accumulate in f32 on the tensor cores; one rounding of each y
@@ -38,8 +44,10 @@
 
 // ---------------------------------------------------------------------------------------------
 // Formats as staged. Each names KS (k a stage: a multiple of 64 and of its block), COPY (16-byte
-// chunks a row a stage), ROW_BYTES (a row's room in a stage's shared memory) and `pair`: the
-// f32 values of elements e, e + 1 (e even, < KS) of the stage, from the row's staged bytes `s`.
+// chunks a row a stage), ROW_BYTES (a row's room in a stage's shared memory), `scale`: what
+// the 32-element group `group` of the stage shares (read once a stage, not once a pair), and
+// `pair`: the f32 values of elements e, e + 1 (e even, < KS) of the stage in that group, from
+// the row's staged bytes `s`.
 // ---------------------------------------------------------------------------------------------
 
 // Exact small integers from bytes without a conversion instruction (a quarter-rate unit on
@@ -62,21 +70,25 @@ template <int BLOCK_BYTES_, int KS_> struct rf_qg_blocks32 {
 };
 
 struct rf_qg_q8_0 : rf_qg_blocks32<34, 64> {
-    static RF_DEVICE void pair(const unsigned char* s, int e, float* v) {
-        const unsigned char* b = s + (e >> 5) * 34;
-        const float d = __half2float(*(const __half*)b);
+    typedef float Scale;
+    static RF_DEVICE Scale scale(const unsigned char* s, int group, int) {
+        return __half2float(*(const __half*)(s + group * 34));
+    }
+    static RF_DEVICE void pair(const unsigned char* s, int e, Scale d, float* v) {
         // The two i8 as biased bytes: 2^23 + 128 + q.
-        const unsigned q = (unsigned)*(const unsigned short*)(b + 2 + (e & 31)) ^ 0x8080u;
+        const unsigned q = (unsigned)*(const unsigned short*)(s + (e >> 5) * 34 + 2 + (e & 31)) ^ 0x8080u;
         v[0] = d * (rf_qg_u8_plus_2p23(q, 0x7650) - 8388736.0f);
         v[1] = d * (rf_qg_u8_plus_2p23(q, 0x7651) - 8388736.0f);
     }
 };
 
 struct rf_qg_q4_0 : rf_qg_blocks32<18, 64> {
-    static RF_DEVICE void pair(const unsigned char* s, int e, float* v) {
-        const unsigned char* b = s + (e >> 5) * 18;
-        const float d = __half2float(*(const __half*)b);
-        const unsigned q = (unsigned)*(const unsigned short*)(b + 2 + (e & 15)) >> ((e & 16) >> 2);
+    typedef float Scale;
+    static RF_DEVICE Scale scale(const unsigned char* s, int group, int) {
+        return __half2float(*(const __half*)(s + group * 18));
+    }
+    static RF_DEVICE void pair(const unsigned char* s, int e, Scale d, float* v) {
+        const unsigned q = (unsigned)*(const unsigned short*)(s + (e >> 5) * 18 + 2 + (e & 15)) >> ((e & 16) >> 2);
         v[0] = d * (__int_as_float(0x4B000000 | (q & 15u)) - 8388616.0f);
         v[1] = d * (__int_as_float(0x4B000000 | ((q >> 8) & 15u)) - 8388616.0f);
     }
@@ -84,12 +96,13 @@ struct rf_qg_q4_0 : rf_qg_blocks32<18, 64> {
 
 // 17-byte blocks: odd starts, so byte loads.
 struct rf_qg_mxfp4 : rf_qg_blocks32<17, 128> {
-    static RF_DEVICE void pair(const unsigned char* s, int e, float* v) {
-        const unsigned char* b = s + (e >> 5) * 17;
-        const float scale = rf_e8m0_to_float(b[0]);
+    typedef float Scale;
+    static RF_DEVICE Scale scale(const unsigned char* s, int group, int) { return rf_e8m0_to_float(s[group * 17]); }
+    static RF_DEVICE void pair(const unsigned char* s, int e, Scale scale, float* v) {
+        const unsigned char* b = s + (e >> 5) * 17 + 1 + (e & 15);
         const int shift = (e & 16) >> 2;
-        v[0] = rf_mxfp4::element((unsigned)b[1 + (e & 15)] >> shift) * scale;
-        v[1] = rf_mxfp4::element((unsigned)b[2 + (e & 15)] >> shift) * scale;
+        v[0] = rf_mxfp4::element((unsigned)b[0] >> shift) * scale;
+        v[1] = rf_mxfp4::element((unsigned)b[1] >> shift) * scale;
     }
 };
 
@@ -107,29 +120,28 @@ template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
         const rf_u64 block = (rf_u64)(k0 / 256) * BLOCK_BYTES;
         return p * 16 < QS ? block + 16 * p : block + QS + 32 * ((k0 / 64) % 4) + 16 * p - QS;
     }
-    static RF_DEVICE void pair(const unsigned char* s, int e, float* v, int quarter) {
-        const int sub = 2 * quarter + (e >> 5);
+    // (d * sc, dmin * m) of the sub-block, and which it is (for q5_K's fifth bits).
+    struct Scale {
+        float step, offset;
+        int sub;
+    };
+    static RF_DEVICE Scale scale(const unsigned char* s, int group, int quarter) {
+        const int sub = 2 * quarter + group;
         unsigned sc, m;
         rf_kquant_scale_min(s + 4, sub, &sc, &m);
-        const float step = __half2float(*(const __half*)s) * (float)sc;
-        const float offset = __half2float(*(const __half*)(s + 2)) * (float)m;
+        return {__half2float(*(const __half*)s) * (float)sc, __half2float(*(const __half*)(s + 2)) * (float)m, sub};
+    }
+    static RF_DEVICE void pair(const unsigned char* s, int e, Scale c, float* v) {
         const int shift = (e & 32) >> 3;
+        const unsigned lo = (unsigned)*(const unsigned short*)(s + QS + (e & 31)) >> shift;
+        unsigned hi = 0;
+        if (FIFTH_BIT) hi = (unsigned)*(const unsigned short*)(s + 16 + (e & 31)) >> c.sub;
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-            unsigned code = ((unsigned)s[QS + (e & 31) + i] >> shift) & 15u;
-            if (FIFTH_BIT) code |= (((unsigned)s[16 + (e & 31) + i] >> sub) & 1u) << 4;
-            v[i] = step * (float)code - offset;
+            unsigned code = (lo >> (8 * i)) & 15u;
+            if (FIFTH_BIT) code |= ((hi >> (8 * i)) & 1u) << 4;
+            v[i] = c.step * (float)code - c.offset;
         }
-    }
-};
-
-// The stage's quarter of a super-block only matters to the k-quants.
-template <typename F> struct rf_qg_decode {
-    static RF_DEVICE void pair(const unsigned char* s, int e, float* v, int) { F::pair(s, e, v); }
-};
-template <bool B> struct rf_qg_decode<rf_qg_kquant_affine<B>> {
-    static RF_DEVICE void pair(const unsigned char* s, int e, float* v, int quarter) {
-        rf_qg_kquant_affine<B>::pair(s, e, v, quarter);
     }
 };
 
@@ -148,9 +160,9 @@ template <typename T, typename F, int STAGES, int COPY_REGS, int MATH_REGS>
 RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
     typedef rf_qgemm_layout<F, STAGES> L;
     constexpr int MATH_ROWS = RF_QGEMM_ROWS / RF_QGEMM_MATH_WGS; // 128: two 64-row tiles
-    constexpr int KK = F::KS / 16;
-    static_assert(MATH_ROWS == 128 && KK % 4 == 0, "two 64-row tiles a math warpgroup; chunks of 64 k");
-    static_assert(STAGES >= 3, "the copying warps keep two stages in flight");
+    constexpr int CHUNKS = F::KS / 64;                             // 64 k each
+    static_assert(MATH_ROWS == 128 && RF_QGEMM_MATH_WGS == 2, "two math warpgroups of two 64-row tiles");
+    static_assert(STAGES >= 2, "a ring");
     static_assert(128 * (COPY_REGS + RF_QGEMM_MATH_WGS * MATH_REGS) <= 65536, "setmaxnreg within the SM's registers");
     extern __shared__ __align__(1024) unsigned char rf_qgemm_smem[];
     __shared__ unsigned long long full[STAGES], empty[STAGES];
@@ -158,14 +170,15 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
     unsigned char* ws = xs + STAGES * L::X_BYTES;
 
     const int wg = threadIdx.x / 128;
-    const int t0 = blockIdx.x * RF_QGEMM_TOKENS;
     const int r0 = blockIdx.y * RF_QGEMM_ROWS;
     const int stages = p.k / F::KS;
 
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int st = 0; st < STAGES; ++st) {
-            rf_mbar_init(&full[st], 128);
+            // Every copying thread arrives twice: once saying what bulk-copy bytes to expect
+            // (thread 0: the x tile's), once when its cp.async land.
+            rf_mbar_init(&full[st], 2 * 128);
             rf_mbar_init(&empty[st], 128 * RF_QGEMM_MATH_WGS);
         }
     }
@@ -174,25 +187,21 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
     if (wg == 0) {
         rf_setmaxnreg_dec<COPY_REGS>();
         const int tid = threadIdx.x;
-        const T* x = (const T*)p.x;
         const rf_u64 w_bytes = (rf_u64)p.rows * p.w_row_bytes;
+        // This block's x tiles, already in the swizzled layout (rf_qgemm_pack_x): one stage is
+        // X_BYTES contiguous bytes.
+        const unsigned char* x_tiles = (const unsigned char*)p.x_tiles + (rf_u64)blockIdx.x * stages * L::X_BYTES;
         for (int s = 0; s < stages; ++s) {
             const int st = s % STAGES;
             rf_mbar_wait(&empty[st], ((s / STAGES) & 1) ^ 1);
             const int k0 = s * F::KS;
-            // x: 128 token rows of KS elements, 16-byte chunks, zero past the last token. Each
-            // thread keeps one chunk column and steps down the rows (few registers: this
-            // warpgroup has given most of its own to the math warpgroups).
-            constexpr int CHUNKS = F::KS / 8, RSTEP = 128 / CHUNKS;
-            const int c = tid % CHUNKS;
-#pragma unroll 2
-            for (int r = tid / CHUNKS; r < RF_QGEMM_TOKENS; r += RSTEP) {
-                const bool ok = t0 + r < p.tokens;
-                const T* src = ok ? x + (rf_u64)(t0 + r) * p.x_ld + k0 + 8 * c : x;
-                rf_cp_async16(xs + st * L::X_BYTES + rf_sw128_offset<RF_QGEMM_TOKENS>(r, c), src, ok ? 16 : 0);
-            }
-            // W: COPY 16-byte chunks of each of the 256 rows, zero past the last row (and past
-            // the weight's end: a row's last chunks may reach into the next row).
+            // x: one bulk copy (the TMA engine) of the stage's tile, by thread 0; its bytes are
+            // what `full` waits for besides the arrivals.
+            rf_mbar_arrive_expect_tx(&full[st], tid == 0 ? L::X_BYTES : 0);
+            if (tid == 0) rf_bulk_copy(xs + st * L::X_BYTES, x_tiles + (rf_u64)s * L::X_BYTES, L::X_BYTES, &full[st]);
+            // W: COPY 16-byte chunks of each of the 256 rows (a bulk copy a row measured 1.5-3x
+            // slower: the TMA engine takes small requests one by one), zero past the last row
+            // and past the weight's end (a row's last chunks may reach into the next row).
             unsigned char* wst = ws + st * L::W_BYTES;
             for (int idx = tid; idx < RF_QGEMM_ROWS * F::COPY; idx += 128) {
                 const int r = idx / F::COPY, c = idx % F::COPY;
@@ -207,8 +216,8 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
                 }
                 rf_cp_async16(wst + r * F::ROW_BYTES + 16 * c, bytes ? p.w + off : p.w, bytes);
             }
-            // The stage's buffers fill behind this thread's back: it arrives on `full` once
-            // its copies have landed, and goes on to the next stage.
+            // The stage fills behind this thread's back: `full` completes once every copying
+            // thread's cp.async have landed (their noinc arrivals) and the x tile is in.
             rf_cp_async_mbar_arrive(&full[st]);
         }
         rf_cp_async_commit();
@@ -217,10 +226,11 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
     }
 
     rf_setmaxnreg_inc<MATH_REGS>();
+    const int me = wg - 1; // which math warpgroup
     const int lane = threadIdx.x % 32;
     const int warp = (threadIdx.x / 32) % 4;
     const int g = lane / 4, q = lane % 4;
-    const int wrow = (wg - 1) * MATH_ROWS + 16 * warp + g; // row g of the warp's 16 (tile 0)
+    const int wrow = me * MATH_ROWS + 16 * warp + g; // row g of the warp's 16 (tile 0)
     float d[2][16][4];
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -228,7 +238,6 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
         for (int j = 0; j < 16; ++j) d[i][j][0] = d[i][j][1] = d[i][j][2] = d[i][j][3] = 0.0f;
     unsigned a[4][2][4]; // [k step of the chunk][64-row tile][register]
 
-    // Fragments of k step kk (16 k) of the stage in `wst`: tile i, rows wrow + 64 i (+ 8).
     // A row's staged bytes start `delta` into its room (the 32-element formats' window is not
     // 16-byte aligned): (row * w_row_bytes + window) % 16, in 32 bits.
     auto staged = [&](const unsigned char* wst, int local, int k0) -> const unsigned char* {
@@ -240,38 +249,36 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
             return room + ((row_mod + (unsigned)(F::window(k0) % 16u)) & 15u);
         }
     };
-    auto decode = [&](unsigned (&frag)[2][4], const unsigned char* wst, int kk, int quarter, int k0) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const unsigned char* row0 = staged(wst, wrow + 64 * i, k0);
-            const unsigned char* row1 = staged(wst, wrow + 64 * i + 8, k0);
-            float v[2];
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int e = 16 * kk + 8 * h + 2 * q;
-                rf_qg_decode<F>::pair(row0, e, v, quarter);
-                frag[i][2 * h] = rf_pack2_bits16<T>(v[0], v[1]);
-                rf_qg_decode<F>::pair(row1, e, v, quarter);
-                frag[i][2 * h + 1] = rf_pack2_bits16<T>(v[0], v[1]);
-            }
-        }
-    };
 
-    // Chunks of 64 k: decode the chunk's four steps, then issue their eight wgmma and wait for
-    // them. A warpgroup decodes only while none of its wgmma runs (ptxas serialises every wgmma
-    // of a kernel that writes wgmma input registers while one is in flight, C7513); the other
-    // math warpgroup's products keep the tensor cores busy meanwhile.
     for (int s = 0; s < stages; ++s) {
         const int st = s % STAGES;
         rf_mbar_wait(&full[st], (s / STAGES) & 1);
-        rf_fence_proxy_async(); // the copies (generic proxy) before the wgmma reads x (async proxy)
+        rf_fence_proxy_async(); // orders this thread's view of the copies before its wgmma reads x
         const unsigned char* wst = ws + st * L::W_BYTES;
         const unsigned x_addr = rf_smem_addr(xs + st * L::X_BYTES);
-        const int quarter = (s * F::KS / 64) % 4;
+        const int k0 = s * F::KS;
+        const int quarter = (k0 / 64) % 4;
 #pragma unroll
-        for (int c = 0; c < KK / 4; ++c) {
+        for (int c = 0; c < CHUNKS; ++c) {
+            // The chunk's fragments: per 16 k and 64-row tile, rows wrow + 64 i (+ 8) and k pairs
+            // 2 q (+ 8) of each 16, with the scales of the chunk's two 32-element groups.
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) decode(a[kk], wst, 4 * c + kk, quarter, s * F::KS);
+            for (int i = 0; i < 2; ++i) {
+#pragma unroll
+                for (int r8 = 0; r8 < 2; ++r8) {
+                    const unsigned char* row = staged(wst, wrow + 64 * i + 8 * r8, k0);
+                    const typename F::Scale sc[2] = {F::scale(row, 2 * c, quarter), F::scale(row, 2 * c + 1, quarter)};
+#pragma unroll
+                    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            float v[2];
+                            F::pair(row, 64 * c + 16 * kk + 8 * h + 2 * q, sc[kk / 2], v);
+                            a[kk][i][2 * h + r8] = rf_pack2_bits16<T>(v[0], v[1]);
+                        }
+                    }
+                }
+            }
             rf_wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
@@ -282,6 +289,8 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
                 rf_wgmma<T, 128>::rs_kmajor(d[1], a[kk][1], b, 1);
             }
             rf_wgmma_commit();
+            // A warpgroup writes its A registers only while none of its wgmma runs (ptxas
+            // serialises every wgmma of a kernel that does otherwise, C7513).
             rf_wgmma_wait<0>();
             rf_wgmma_reg_fence(d[0]);
             rf_wgmma_reg_fence(d[1]);
@@ -292,6 +301,7 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
 
     // d[i][j]: rows wrow + 64 i (+ 8 for [2], [3]), tokens t0 + 8 j + 2 q (+ 1 for [1], [3]).
     T* y = (T*)p.y;
+    const int t0 = blockIdx.x * RF_QGEMM_TOKENS;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
 #pragma unroll
@@ -307,6 +317,24 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
                 }
             }
         }
+    }
+}
+
+// x [tokens, k] (leading dimension x_ld) into tiles: for each 128-token block b and 64-k column
+// block c, 16 KiB at ((b * k / 64) + c) * 16384, token row r's 16-byte chunk j at
+// r * 128 + ((j ^ r % 8) << 4): the 128-byte-swizzled layout the wgmma reads, so the GEMM copies
+// a stage with one bulk copy. Rows past the last token are zero. A thread a chunk.
+template <typename T> RF_DEVICE void rf_qgemm_pack_x(const rf_qgemm_params& p) {
+    const rf_u64 blocks64 = (rf_u64)p.k / 64;
+    const rf_u64 chunks = (rf_u64)((p.tokens + RF_QGEMM_TOKENS - 1) / RF_QGEMM_TOKENS) * blocks64 * RF_QGEMM_TOKENS * 8;
+    for (rf_u64 i = blockIdx.x * (rf_u64)blockDim.x + threadIdx.x; i < chunks; i += (rf_u64)gridDim.x * blockDim.x) {
+        const int j = (int)(i % 8), r = (int)(i / 8 % RF_QGEMM_TOKENS);
+        const rf_u64 tile = i / (8 * RF_QGEMM_TOKENS);
+        const rf_u64 b = tile / blocks64, c = tile % blocks64;
+        const rf_u64 t = b * RF_QGEMM_TOKENS + r;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (t < (rf_u64)p.tokens) v = *(const uint4*)((const T*)p.x + t * p.x_ld + c * 64 + 8 * j);
+        *(uint4*)((unsigned char*)p.x_tiles + tile * 16384 + r * 128 + ((j ^ (r % 8)) << 4)) = v;
     }
 }
 
@@ -327,5 +355,8 @@ RF_QGEMM_ENTRIES(rf_qg_q4_0, q4_0, Q4_0)
 RF_QGEMM_ENTRIES(rf_qg_mxfp4, mxfp4, MXFP4)
 RF_QGEMM_ENTRIES(rf_qg_kquant_affine<false>, q4_k, Q4_K)
 RF_QGEMM_ENTRIES(rf_qg_kquant_affine<true>, q5_k, Q5_K)
+
+RF_KERNEL void rf_qgemm_pack_x_f16(rf_qgemm_params p) { rf_qgemm_pack_x<__half>(p); }
+RF_KERNEL void rf_qgemm_pack_x_bf16(rf_qgemm_params p) { rf_qgemm_pack_x<rf_bf16>(p); }
 
 #endif // RF_WGMMA

@@ -39,9 +39,13 @@
 // y[t, r] = sum_k x[t, k] W[r, k]: W is `rows` rows of `w_row_bytes` bytes (k / block elements
 // blocks), x is [tokens, k] with leading dimension x_ld, y is [tokens, rows] with y_ld (both in
 // elements of the compute type).
+// x_tiles: x re-laid out by rf_qgemm_pack_x_<T> (written by it, read by the GEMM):
+// ceil(tokens / RF_QGEMM_TOKENS) * (k / 64) tiles of RF_QGEMM_TILE_BYTES.
+#define RF_QGEMM_TILE_BYTES (RF_QGEMM_TOKENS * 64 * 2)
 struct rf_qgemm_params {
     RF_ABI_PTR(const unsigned char) w;
     RF_ABI_PTR(const void) x;
+    RF_ABI_PTR(void) x_tiles;
     RF_ABI_PTR(void) y;
     unsigned long long w_row_bytes;
     unsigned long long x_ld, y_ld;

@@ -60,6 +60,19 @@ RF_DEVICE void rf_mbar_arrive(unsigned long long* bar) {
 RF_DEVICE void rf_cp_async_mbar_arrive(unsigned long long* bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(rf_smem_addr(bar)) : "memory");
 }
+// One arrival on `bar` that also expects `bytes` more of asynchronous copies (rf_bulk_copy) in the
+// current phase, which completes once every arrival and every expected byte are in.
+RF_DEVICE void rf_mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(rf_smem_addr(bar)), "r"(bytes) : "memory");
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared by the TMA engine,
+// counted on `bar` as they land (complete_tx).
+RF_DEVICE void rf_bulk_copy(void* smem, const void* gmem, unsigned bytes, unsigned long long* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     rf_smem_addr(smem)),
+                 "l"(gmem), "r"(bytes), "r"(rf_smem_addr(bar))
+                 : "memory");
+}
 // Waits until the phase of parity `parity` has completed (a fresh barrier counts the phase
 // before its first, parity 1, as completed).
 RF_DEVICE void rf_mbar_wait(unsigned long long* bar, unsigned parity) {

@@ -9,10 +9,14 @@
 //! f32 and each output is rounded once to `T`: the dequantise + GEMM product up to the order of
 //! the sums.
 //!
+//! `x` is first re-laid out (`rf_qgemm_pack_x`, into a temporary freed in stream order) as the
+//! swizzled tiles the kernel bulk-copies; the GEMM follows on the same stream.
+//!
 //! Not yet the model's prefill path: measured on an H200 it is slower than dequantising and
-//! calling cuBLAS (q8_0 at 512 x 14336 x 4096: 292 us against ~140 us), bound by its
-//! cp.async copies into shared memory (docs/kernels/quant_gemm.md, v3, has the measurements and
-//! what comes next). `bench quant_gemm` times it next to the other paths.
+//! calling cuBLAS (at 512 x 14336 x 4096, 188-245 us against 131-153 us), bound by its copies of
+//! the blocks and by decoding that does not overlap the products (docs/kernels/quant_gemm.md, v3,
+//! has the measurements and what comes next). `bench quant_gemm` times it next to the other
+//! paths.
 
 use rocm_runtime::{DeviceBuffer, Stream};
 
@@ -155,19 +159,16 @@ pub fn quant_gemm<T: Dtype>(
     ensure(x.device_ptr().is_multiple_of(16) && w.device_ptr().is_multiple_of(16), KERNEL, || {
         "w and x must be 16-byte aligned".into()
     })?;
+    let pack = loader::kernel(&stream, MODULE, &format!("rf_qgemm_pack_x_{}", T::NAME))?;
     let kernel = loader::kernel(&stream, MODULE, &entry_name::<T>(shape))?;
-    let config = LaunchConfig {
-        grid: [
-            tokens.div_ceil(abi::RF_QGEMM_TOKENS as usize) as u32,
-            rows.div_ceil(abi::RF_QGEMM_ROWS as usize) as u32,
-            1,
-        ],
-        block: [abi::RF_QGEMM_THREADS, 1, 1],
-        shared_mem_bytes: shape.shared_bytes() as u32,
-    };
-    let params = abi::rf_qgemm_params {
+    let token_tiles = tokens.div_ceil(abi::RF_QGEMM_TOKENS as usize);
+    // x re-laid out as the GEMM's swizzled tiles (rf_qgemm_pack_x), freed in stream order.
+    let tile_bytes = abi::RF_QGEMM_TILE_BYTES as usize;
+    let mut tiles = stream.alloc::<u8>(token_tiles * (inp / 64) * tile_bytes)?;
+    let mut params = abi::rf_qgemm_params {
         w: w.device_ptr(),
         x: x.device_ptr(),
+        x_tiles: tiles.device_ptr(),
         y: y.device_ptr(),
         w_row_bytes: (inp / elems * format.block_bytes()) as u64,
         x_ld: inp as u64,
@@ -177,30 +178,56 @@ pub fn quant_gemm<T: Dtype>(
         tokens: tokens as i32,
         pad: 0,
     };
+    let chunks = tiles.len() / 16;
+    let pack_blocks = chunks.div_ceil(256).min(stream.backend().info().compute_units.max(1) as usize * 16);
+    let pack_config =
+        LaunchConfig { grid: [pack_blocks as u32, 1, 1], block: [256, 1, 1], shared_mem_bytes: 0 };
+    // SAFETY: rf_qgemm_pack_x_<T>(rf_qgemm_params p) reads x[t * x_ld + 64 c + 8 j ..][..8] for
+    // t < tokens, c < k / 64, j < 8 (16-byte loads: x is 16-byte aligned, checked above, and
+    // x_ld = inp a multiple of 64), all inside x[0, tokens * inp) (check_buffers), and writes
+    // ceil(tokens / 128) * (k / 64) tiles of RF_QGEMM_TILE_BYTES, exactly `tiles` (a fresh
+    // allocation, 256-byte aligned), in a grid-stride loop over its 16-byte chunks counted in
+    // 64 bits. It reads no other field. `reads` / `writes` check both belong to the stream.
+    unsafe {
+        stream.launch(&pack).reads(x).writes(&mut tiles).arg(params).launch(pack_config)?;
+    }
+    params.x = 0; // the GEMM reads x only through the tiles
+    let config = LaunchConfig {
+        grid: [token_tiles as u32, rows.div_ceil(abi::RF_QGEMM_ROWS as usize) as u32, 1],
+        block: [abi::RF_QGEMM_THREADS, 1, 1],
+        shared_mem_bytes: shape.shared_bytes() as u32,
+    };
     // SAFETY: rf_qgemm_wgmma_<fmt>_<T>(rf_qgemm_params p), T f16 or bf16 (quant_gemm_runs),
     // reads w[0, rows * w_row_bytes) (its 16-byte chunks are clamped to that end: the kernel
     // computes the end from rows and w_row_bytes, which check_dequantize proved equal to
-    // w.len()), x[0, tokens * inp) and writes y[0, tokens * rows) (check_buffers), with rows,
-    // tokens and k below 2^31 as it counts them; k is a whole number of its stages
-    // (quant_gemm_runs) and w and x are 16-byte aligned (checked above), as its 16-byte copies
-    // need. The grid covers ceil(tokens / 128) x ceil(rows / 256) tiles, at most 2^24 rows
-    // of blocks (rows < 2^31), with RF_QGEMM_THREADS threads and the dynamic shared memory
-    // its entry's stages take (rocmforge_quant_gemm_abi.h, mirrored by Shape::shared_bytes;
-    // the launch checks the device's opt-in limit). `y` is a distinct `&mut` borrow, so it
-    // aliases neither input; `reads` / `writes` check all three belong to the stream.
+    // w.len()), the tiles the pack kernel just wrote in stream order (block b's k / KS stages
+    // of KS / 64 tiles from tile b * k / 64: all inside `tiles`, bulk-copied whole, 16-byte
+    // aligned) and writes y[0, tokens * rows) (check_buffers), with rows, tokens and k below
+    // 2^31 as it counts them; k is a whole number of its stages (quant_gemm_runs) and w is
+    // 16-byte aligned (checked above), as its 16-byte copies need. The grid covers
+    // ceil(tokens / 128) x ceil(rows / 256) tiles, at most 2^24 rows of blocks (rows < 2^31),
+    // with RF_QGEMM_THREADS threads and the dynamic shared memory its entry's stages take
+    // (rocmforge_quant_gemm_abi.h, mirrored by Shape::shared_bytes; the launch checks the
+    // device's opt-in limit). `y` is a distinct `&mut` borrow, so it aliases neither input;
+    // `reads` / `writes` check all three belong to the stream.
     unsafe {
-        stream.launch(&kernel).reads(w).reads(x).writes(y).arg(params).launch(config)?;
+        stream.launch(&kernel).reads(w).reads(&tiles).writes(y).arg(params).launch(config)?;
     }
     Ok(())
+    // `tiles` is dropped here: freed in stream order, after the GEMM.
 }
 
 fn shape_error(message: String) -> KernelError {
     KernelError::Shape { kernel: KERNEL, message }
 }
 
-/// The entries this module launches ([`crate::launchable`]): every format in f16 and bf16.
+/// The entries this module launches ([`crate::launchable`]): every format in f16 and bf16, and
+/// the x re-layout in both.
 pub(crate) fn launchable() -> Vec<Launchable> {
-    let mut out = Vec::new();
+    let mut out: Vec<Launchable> = ["f16", "bf16"]
+        .iter()
+        .map(|t| Launchable::new(MODULE, format!("rf_qgemm_pack_x_{t}"), Needs::WarpgroupMma))
+        .collect();
     for format in FORMATS {
         let shape = Shape::of(format).expect("a format with a kernel");
         for t in ["f16", "bf16"] {
