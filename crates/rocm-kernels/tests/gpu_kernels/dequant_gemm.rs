@@ -31,18 +31,19 @@ fn l2_bound<T: Dtype>() -> f64 {
     if T::NAME == "f32" { 1e-5 } else { 1e-2 }
 }
 
-struct Case<T: Dtype> {
-    format: BlockFormat,
-    tokens: usize,
-    rows: usize,
-    inp: usize,
-    blocks: DeviceBuffer<u8>,
-    x: DeviceBuffer<T>,
+/// A product on random weights quantised to `format` (shared with the mixed-input GEMM's tests).
+pub(crate) struct Case<T: Dtype> {
+    pub format: BlockFormat,
+    pub tokens: usize,
+    pub rows: usize,
+    pub inp: usize,
+    pub blocks: DeviceBuffer<u8>,
+    pub x: DeviceBuffer<T>,
     /// The f64 product on the dequantised weight (as `T`).
-    want: Vec<f64>,
+    pub want: Vec<f64>,
 }
 
-fn case<T: GemmElement>(
+pub(crate) fn case<T: GemmElement>(
     gpu: &GpuTest,
     rng: &mut Rng,
     format: BlockFormat,

@@ -1,14 +1,16 @@
 //! `quant_gemm`: the mixed-input matrix-core GEMM (`kernels/quant_gemm_wgmma.hip`), for every
 //! format it has, f16 and bf16, against the f64 product on the dequantised weight (as `T`), at
 //! shapes with partial tiles of weight rows (256 a block) and tokens (128), into NaN-poisoned
-//! outputs. On a device without warpgroup MMA the same calls must be refused, naming why.
+//! outputs (the cases of `dequant_gemm`'s tests). On a device without warpgroup MMA the same
+//! calls must be refused, naming why.
 
 use rocm_kernels::Dtype;
-use rocm_kernels::gemm::{GemmDesc, GemmElement, gemm_reference};
-use rocm_kernels::quant::{BlockFormat, dequantize_reference, quant_gemm, quant_gemm_runs};
+use rocm_kernels::gemm::GemmElement;
+use rocm_kernels::quant::{BlockFormat, quant_gemm, quant_gemm_runs};
 use rocm_runtime::{bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test, relative_l2};
 
+use crate::dequant_gemm::case;
 use crate::shape_message;
 
 /// Formats with a kernel.
@@ -26,23 +28,16 @@ fn l2_bound<T: Dtype>() -> f64 {
 }
 
 fn check_format<T: GemmElement>(gpu: &GpuTest, rng: &mut Rng, format: BlockFormat) {
-    let s = gpu.stream();
-    for (tokens, rows, inp) in SHAPES {
-        let values = rng.f32_vec(rows * inp, -1.0, 1.0);
-        let mut bytes = vec![0u8; format.bytes_for(rows * inp).unwrap()];
-        format.quantize(&values, &mut bytes).unwrap();
-        let weight: Vec<T> = dequantize_reference(format, &bytes).unwrap();
-        let x: Vec<T> = rng.f32_vec(tokens * inp, -1.0, 1.0).into_iter().map(T::from_f32).collect();
-        let desc = GemmDesc::linear(tokens, rows, inp);
-        let want = gemm_reference(&desc, &x, &weight, &vec![T::from_f32(0.0); tokens * rows]).unwrap();
-        let (w, xd) = (s.upload(&bytes).unwrap(), s.upload(&x).unwrap());
-        let mut y = s.alloc::<T>(tokens * rows).unwrap();
+    for shape in SHAPES {
+        let c = case::<T>(gpu, rng, format, shape);
+        let mut y = gpu.stream().alloc::<T>(c.tokens * c.rows).unwrap();
         y.poison().unwrap();
-        let label = format!("{} {} {tokens}x{rows}x{inp}", format.name(), T::NAME);
-        quant_gemm(format, &w, rows, inp, &xd, tokens, &mut y).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let label = format!("{} {} {}x{}x{}", format.name(), T::NAME, c.tokens, c.rows, c.inp);
+        quant_gemm(format, &c.blocks, c.rows, c.inp, &c.x, c.tokens, &mut y)
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
         let got: Vec<f64> = y.to_vec().unwrap().iter().map(|v| v.to_f32() as f64).collect();
         assert!(got.iter().all(|v| v.is_finite()), "{label}: an output element is not finite (unwritten?)");
-        let l2 = relative_l2(&got, &want);
+        let l2 = relative_l2(&got, &c.want);
         assert!(l2 <= l2_bound::<T>(), "{label}: relative L2 {l2:e} above {:e}", l2_bound::<T>());
     }
 }
