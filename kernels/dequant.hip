@@ -39,6 +39,8 @@
 // The k-quants (q4_K, q5_K, q6_K) take the general paths of version 2 (f16/bf16) and version 4
 // (f32): each group or chunk decodes its elements with the codec's arithmetic
 // (rocmforge_quant.h), reading its super-block's scales from the stage with byte loads.
+// Version 6 (k-quants, f16/bf16): a group's scale once, q4_K / q5_K codes as words, integers to
+// floats without the conversion unit (rf_dequant_group); the same bits.
 //
 // Version 5 (MXFP6 only): instead of rf_mx_element per element (~133 instructions a group), a
 // thread reads its 6 payload bytes as three aligned words and two funnel shifts (f32: 3 bytes of
@@ -349,6 +351,62 @@ RF_DEVICE void rf_dequant_tile_f32(const unsigned char* stage, float* o, int nb,
     }
 }
 
+// A group of 8 outputs (f16/bf16 path), block b, part p: F::group, except for the k-quants,
+// whose 8 elements share a sub-block: its scale (and min) once rather than once per 4 elements,
+// the codes of q4_K / q5_K as two aligned words (a super-block of 144 or 176 bytes starts
+// 16-byte aligned in the stage), and the integer codes made floats by placing them under the
+// exponent of 2^23 (exact, and not the quarter-rate conversion unit). The arithmetic on them is
+// the codec's (rocmforge_quant.h), so the same bits.
+template <typename F> struct rf_dequant_group {
+    static RF_DEVICE void decode(const unsigned char* b, int p, float* out) { F::group(b, p, out); }
+};
+
+// (float)code for 0 <= code < 2^23, exactly.
+RF_DEVICE float rf_dequant_small_int(unsigned int code) { return __int_as_float(0x4B000000 | (int)code) - 8388608.0f; }
+
+template <bool FIFTH_BIT, int BYTES> struct rf_dequant_group<rf_kquant<rf_kquant_affine<FIFTH_BIT>, BYTES>> {
+    static RF_DEVICE void decode(const unsigned char* b, int p, float* out) {
+        const int i0 = 8 * p;
+        const int s = i0 >> 5;
+        unsigned int sc, m;
+        rf_kquant_scale_min(b + 4, s, &sc, &m);
+        const float step = rf_f16_bits_to_float(b[0], b[1]) * (float)sc;
+        const float offset = rf_f16_bits_to_float(b[2], b[3]) * (float)m;
+        const unsigned int* q =
+            reinterpret_cast<const unsigned int*>(b + rf_kquant_affine<FIFTH_BIT>::QS + 32 * (i0 >> 6) + (i0 & 31));
+        const int shift = 4 * (s & 1);
+        unsigned int codes[2] = {(q[0] >> shift) & 0x0F0F0F0Fu, (q[1] >> shift) & 0x0F0F0F0Fu};
+        if (FIFTH_BIT) {
+            const unsigned int* h = reinterpret_cast<const unsigned int*>(b + 16 + (i0 & 31));
+            codes[0] |= ((h[0] >> s) & 0x01010101u) << 4;
+            codes[1] |= ((h[1] >> s) & 0x01010101u) << 4;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            out[i] = step * rf_dequant_small_int((codes[i >> 2] >> (8 * (i & 3))) & 0xFFu) - offset;
+        }
+    }
+};
+
+template <int BYTES> struct rf_dequant_group<rf_kquant<rf_kquant_q6, BYTES>> {
+    static RF_DEVICE void decode(const unsigned char* b, int p, float* out) {
+        const int i0 = 8 * p;
+        const int h = i0 >> 7;
+        const int k = (i0 >> 5) & 3;
+        const int l = i0 & 31;
+        const float step = rf_f16_bits_to_float(b[208], b[209]) * (float)(signed char)b[192 + (i0 >> 4)];
+        const unsigned char* ql = b + 64 * h + 32 * (k & 1) + l;
+        const unsigned char* qh = b + 128 + 32 * h + l;
+        const int shift = 4 * (k >> 1);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            const unsigned int code = ((ql[e] >> shift) & 15u) | (((qh[e] >> (2 * k)) & 3u) << 4);
+            // (float)(code - 32), exactly: 2^23 + code less 2^23 + 32.
+            out[e] = step * (__int_as_float(0x4B000000 | (int)code) - 8388640.0f);
+        }
+    }
+};
+
 // Decodes a staged tile (nb blocks at `stage`) into o[0 .. E nb). f16/bf16: group g (8 outputs,
 // an eighth of E) in thread g % nthreads, one 16-byte store; f32: rf_dequant_tile_f32.
 // `stage` is 16-byte aligned and readable for 16 bytes past the tile's blocks.
@@ -362,7 +420,7 @@ template <typename F> struct rf_dequant_tile {
             const int groups = GROUPS * nb;
             for (int g = tid; g < groups; g += nthreads) {
                 float v[8];
-                F::group(stage + (g / GROUPS) * F::BLOCK_BYTES, g % GROUPS, v);
+                rf_dequant_group<F>::decode(stage + (g / GROUPS) * F::BLOCK_BYTES, g % GROUPS, v);
                 // A 64-bit offset: with `o + 8 * g + i` in int arithmetic nvcc 13 split each
                 // 16-byte store into four 32-bit ones.
                 rf_dequant_store8(o + 8 * (rf_u64)g, v);
