@@ -42,6 +42,9 @@
 // Version 6 (k-quants, f16/bf16): a group's scale once, q4_K / q5_K codes as words, integers to
 // floats without the conversion unit (rf_dequant_group); the same bits.
 //
+// Version 7 (all formats): with 256 threads and an aligned source, a thread loads its share of
+// the next full tile into registers before decoding the current one (rf_dequant).
+//
 // Version 5 (MXFP6 only): instead of rf_mx_element per element (~133 instructions a group), a
 // thread reads its 6 payload bytes as three aligned words and two funnel shifts (f32: 3 bytes of
 // each chunk of a pair, two words and one funnel shift), places each code's bits in an f16
@@ -552,13 +555,37 @@ RF_DEVICE void rf_dequant(const unsigned char* blocks, T* out, rf_u64 nblocks) {
     // Uniform over the grid: every tile starts TILE * BB (a multiple of 16) bytes after `blocks`.
     const bool aligned = rf_is_aligned16(blocks);
     const rf_u64 ntiles = (nblocks + (TILE - 1)) / TILE;
+    // Full tiles (all but maybe the last) with the launcher's 256 threads and an aligned source
+    // take the prefetching path (version 7): a thread loads its share of the next tile into
+    // registers before it decodes the current one, so the loads' latency hides under the
+    // decoding and the stores.
+    constexpr int PREFETCH_THREADS = 256;
+    constexpr int PV = (TILE_VECS + PREFETCH_THREADS - 1) / PREFETCH_THREADS;
+    const bool prefetch = aligned && nthreads == PREFETCH_THREADS;
+    const rf_u64 full_tiles = nblocks / TILE;
+    uint4 pre[PV];
+    auto fetch = [&](rf_u64 t) {
+        const uint4* src = reinterpret_cast<const uint4*>(blocks + t * TILE * (rf_u64)BB);
+#pragma unroll
+        for (int j = 0; j < PV; ++j) {
+            const int i = tid + PREFETCH_THREADS * j;
+            if (i < TILE_VECS) pre[j] = rf_load16(src + i);
+        }
+    };
+    if (prefetch && blockIdx.x < full_tiles) fetch(blockIdx.x);
     for (rf_u64 t = blockIdx.x; t < ntiles; t += gridDim.x) {
         const rf_u64 first = t * TILE;
         const rf_u64 left = nblocks - first;
         const int nb = left < (rf_u64)TILE ? (int)left : TILE;
         const int bytes = nb * BB;
         const unsigned char* const src = blocks + first * (rf_u64)BB;
-        if (aligned) {
+        if (prefetch && t < full_tiles) {
+#pragma unroll
+            for (int j = 0; j < PV; ++j) {
+                const int i = tid + PREFETCH_THREADS * j;
+                if (i < TILE_VECS) stage_vecs[i] = pre[j];
+            }
+        } else if (aligned) {
             const int vecs = bytes >> 4;
             for (int i = tid; i < vecs; i += nthreads) {
                 stage_vecs[i] = rf_load16(src + 16 * i);
@@ -573,6 +600,7 @@ RF_DEVICE void rf_dequant(const unsigned char* blocks, T* out, rf_u64 nblocks) {
             }
         }
         __syncthreads();
+        if (prefetch && t + gridDim.x < full_tiles) fetch(t + gridDim.x);
         rf_dequant_tile<F>::run(stage, out + first * F::BLOCK_ELEMS, nb, tid, nthreads);
         // The next tile's staging overwrites what this one's decoding reads.
         __syncthreads();
