@@ -39,8 +39,9 @@
 // The k-quants (q4_K, q5_K, q6_K) take the general paths of version 2 (f16/bf16) and version 4
 // (f32): each group or chunk decodes its elements with the codec's arithmetic
 // (rocmforge_quant.h), reading its super-block's scales from the stage with byte loads.
-// Version 6 (k-quants, f16/bf16): a group's scale once, q4_K / q5_K codes as words, integers to
-// floats without the conversion unit (rf_dequant_group); the same bits.
+// Version 6 (k-quants, f16/bf16): a group's scale once, codes as words (q6_K's through funnel
+// shifts: its super-blocks are only 2-byte aligned), integers to floats without the conversion
+// unit (rf_dequant_group); the same bits.
 //
 // Version 7 (all formats): with 256 threads and an aligned source, a thread loads its share of
 // the next full tile into registers before decoding the current one (rf_dequant).
@@ -391,6 +392,16 @@ template <bool FIFTH_BIT, int BYTES> struct rf_dequant_group<rf_kquant<rf_kquant
     }
 };
 
+// q6_K super-blocks are 210 bytes, so 2-byte aligned in the stage: a group's 8 low-nibble bytes
+// and 8 high-bit-pair bytes each come as three aligned words and two funnel shifts.
+RF_DEVICE void rf_dequant_load8_even(const unsigned char* p, unsigned int* w) {
+    const unsigned int* a = reinterpret_cast<const unsigned int*>(p - ((size_t)p & 3));
+    const unsigned int shift = 8u * (unsigned int)((size_t)p & 3);
+    const unsigned int a0 = a[0], a1 = a[1], a2 = a[2];
+    w[0] = __funnelshift_r(a0, a1, shift);
+    w[1] = __funnelshift_r(a1, a2, shift);
+}
+
 template <int BYTES> struct rf_dequant_group<rf_kquant<rf_kquant_q6, BYTES>> {
     static RF_DEVICE void decode(const unsigned char* b, int p, float* out) {
         const int i0 = 8 * p;
@@ -398,14 +409,18 @@ template <int BYTES> struct rf_dequant_group<rf_kquant<rf_kquant_q6, BYTES>> {
         const int k = (i0 >> 5) & 3;
         const int l = i0 & 31;
         const float step = rf_f16_bits_to_float(b[208], b[209]) * (float)(signed char)b[192 + (i0 >> 4)];
-        const unsigned char* ql = b + 64 * h + 32 * (k & 1) + l;
-        const unsigned char* qh = b + 128 + 32 * h + l;
+        unsigned int ql[2], qh[2];
+        rf_dequant_load8_even(b + 64 * h + 32 * (k & 1) + l, ql);
+        rf_dequant_load8_even(b + 128 + 32 * h + l, qh);
         const int shift = 4 * (k >> 1);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            const unsigned int code = ((ql[e] >> shift) & 15u) | (((qh[e] >> (2 * k)) & 3u) << 4);
-            // (float)(code - 32), exactly: 2^23 + code less 2^23 + 32.
-            out[e] = step * (__int_as_float(0x4B000000 | (int)code) - 8388640.0f);
+        for (int j = 0; j < 2; ++j) {
+            const unsigned int codes = ((ql[j] >> shift) & 0x0F0F0F0Fu) | (((qh[j] >> (2 * k)) & 0x03030303u) << 4);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                // (float)(code - 32), exactly: 2^23 + code less 2^23 + 32.
+                out[4 * j + e] = step * (__int_as_float(0x4B000000 | (int)((codes >> (8 * e)) & 0xFFu)) - 8388640.0f);
+            }
         }
     }
 };
