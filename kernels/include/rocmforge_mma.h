@@ -31,10 +31,6 @@ RF_DEVICE unsigned rf_smem_addr(const void* p) { return (unsigned)__cvta_generic
 RF_DEVICE void rf_cp_async16(void* smem, const void* gmem, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(rf_smem_addr(smem)), "l"(gmem), "r"(bytes));
 }
-// 4 bytes global -> shared (both 4-byte aligned), through L1; `bytes` = 0 zero-fills.
-RF_DEVICE void rf_cp_async4(void* smem, const void* gmem, int bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(rf_smem_addr(smem)), "l"(gmem), "r"(bytes));
-}
 RF_DEVICE void rf_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> RF_DEVICE void rf_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
