@@ -34,4 +34,13 @@ struct rf_qmv_products {
     unsigned long long rows[RF_QMV_MAX_PRODUCTS];
 };
 
+// The matrix-core kernels (kernels/quant_matvec_mma.hip, NVIDIA sm_80+): rows a block owns (one
+// m16 tile), its warps at most (they split k into chunks), and each warp's stages (chunks in
+// flight plus the one computed on) for one vector, by format, and for passes of 8.
+#define RF_QMVM_ROWS 16
+#define RF_QMVM_WARPS 4
+#define RF_QMVM_STAGES_ONE_Q8_0 3
+#define RF_QMVM_STAGES_ONE_Q4_K 2
+#define RF_QMVM_STAGES_MANY 2
+
 #endif // ROCMFORGE_QUANT_MATVEC_ABI_H

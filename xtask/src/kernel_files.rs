@@ -28,6 +28,7 @@ const RESTRICTED: &[(&str, Only)] = &[
     ("flash_wgmma", Only::NvidiaSm90a),
     ("flash_mfma", Only::AmdMfma),
     ("quant_gemm_wgmma", Only::NvidiaSm90a),
+    ("quant_matvec_mma", Only::NvidiaMmaSync),
 ];
 
 /// The restriction of `kernels/<stem>.hip`, if it has one.

@@ -8,6 +8,11 @@ pub const RF_QMV_MAX_BATCH: u32 = 8;
 pub const RF_QMV_THREADS: u32 = 128;
 pub const RF_QMV_UNIT: u32 = 32;
 pub const RF_QMV_MAX_PRODUCTS: u32 = 3;
+pub const RF_QMVM_ROWS: u32 = 16;
+pub const RF_QMVM_WARPS: u32 = 4;
+pub const RF_QMVM_STAGES_ONE_Q8_0: u32 = 3;
+pub const RF_QMVM_STAGES_ONE_Q4_K: u32 = 2;
+pub const RF_QMVM_STAGES_MANY: u32 = 2;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, bytemuck :: Pod, bytemuck :: Zeroable)]
 pub struct rf_qmv_products {

@@ -14,8 +14,13 @@
 //! f64 value of each output and the size of what its sum adds up ([`QuantMatvecReference`]),
 //! from which [`QuantMatvecReference::allowed_error`] bounds the kernel's rounding. The design and
 //! its speed: `docs/kernels/quant_matvec.md`.
+//!
+//! Two implementations of that contract: `kernels/quant_matvec_mma.hip` on NVIDIA matrix cores
+//! (sm_80 and later) for q8_0 and q4_K weights with f16 or bf16 activations and rows of whole
+//! chunks ([`quant_matvec_on_matrix_cores`]), and the portable `kernels/quant_matvec.hip`
+//! everywhere else. They differ only in the order of their f32 sums.
 
-use rocm_runtime::{DeviceBuffer, LaunchConfig, Stream};
+use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
 
 use super::dequant::BlockFormat;
 use super::kquant;
@@ -23,11 +28,19 @@ use crate::KernelModule;
 use crate::abi::quant_matvec as abi;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
-use crate::launchable::{Launchable, every_dtype};
+use crate::launchable::{Launchable, Needs, every_dtype};
 use crate::loader;
 
 const KERNEL: &str = "quant_matvec";
 const MODULE: KernelModule = KernelModule::QuantMatvec;
+/// The matrix-core kernels (NVIDIA sm_80+).
+const MMA_MODULE: KernelModule = KernelModule::QuantMatvecMma;
+/// Rows a matrix-core block owns (one m16 tile), its warps at most (they split `k` into chunks)
+/// and each warp's stages (the chunks in flight and the one computed on) for passes of 8 (one
+/// vector: [`matrix_core_stages_one`]).
+const MMA_ROWS: usize = abi::RF_QMVM_ROWS as usize;
+const MMA_WARPS: usize = abi::RF_QMVM_WARPS as usize;
+const MMA_STAGES_MANY: usize = abi::RF_QMVM_STAGES_MANY as usize;
 
 /// Rows a thread block owns at a time.
 const ROWS: usize = abi::RF_QMV_ROWS as usize;
@@ -88,6 +101,17 @@ impl GgmlFormat {
     /// The name the kernels use (`rf_qmv_<name>_b<pass>_<dt>`).
     pub const fn name(self) -> &'static str {
         self.block_format().name()
+    }
+
+    /// Elements of a chunk of the matrix-core kernel (a warp's share of `k` at a time: `k` must
+    /// be whole chunks), if it reads the format: 8 q8_0 blocks (272 bytes a row), 2 q4_K
+    /// super-blocks (288).
+    pub const fn matrix_core_chunk(self) -> Option<usize> {
+        match self {
+            GgmlFormat::Q8_0 => Some(256),
+            GgmlFormat::Q4K => Some(512),
+            _ => None,
+        }
     }
 
     /// Whether an element is `step * q - min` (`q4_K`, `q5_K`), whose two parts the kernel sums
@@ -216,6 +240,9 @@ pub fn quant_matvec_group<T: Dtype>(
         message: format!("batch = {batch} is too large"),
     })?;
     let stream = products[0].y.stream().clone();
+    if let Some(chunk) = matrix_core_chunk(stream.backend().info().matrix_cores, format, T::NAME, k) {
+        return quant_matvec_mma(&stream, format, chunk, products, x, k, batch32);
+    }
     let kernel = loader::kernel(&stream, MODULE, &entry_name::<T>(format, pass_for(batch)))?;
     let groups: usize = products.iter().map(|p| p.rows.div_ceil(ROWS)).sum();
     // The kernel counts row groups in 32 bits, adding the grid (below 2^31 too) to one below this.
@@ -223,18 +250,6 @@ pub fn quant_matvec_group<T: Dtype>(
         format!("{total_rows} rows make {groups} row groups of {ROWS}; a launch takes fewer than 2^31")
     })?;
     let config = launch_config(&stream, &kernel, groups, k)?;
-    let mut params = abi::rf_qmv_products::default();
-    for (i, p) in products.iter().enumerate() {
-        if p.rows > 0 {
-            params.w[i] = p.w.device_ptr();
-            params.y[i] = p.y.device_ptr();
-            params.rows[i] = p.rows as u64;
-        }
-    }
-    let mut launch = stream.launch(&kernel);
-    for p in products.iter_mut() {
-        launch = launch.reads(p.w).writes(&mut *p.y);
-    }
     // SAFETY: rf_qmv_<fmt>_b<n>_<T>(rf_qmv_products p, const T* x, u64 k, u32 batch): with its
     // row groups below 2^31 (checked above) and a grid below 2^31 (launch_config), for each
     // product i with rows[i] > 0, reads bytes [0, rows[i] * k / E * block_bytes) of w[i] (a
@@ -247,10 +262,147 @@ pub fn quant_matvec_group<T: Dtype>(
     // the weights and x shared ones (so no output aliases an input); `reads` / `writes` check
     // that each belongs to the launching stream. launch_config gives whole warps of 32 or 64
     // lanes, at most RF_QMV_THREADS, the shapes its shared totals and its warp reduction take.
+    unsafe { launch_products(&stream, &kernel, config, products, x, k, batch32) }
+}
+
+/// Queues `kernel`, an entry `(rf_qmv_products p, const T* x, u64 k, u32 batch)` of either
+/// implementation, over `products` (unused slots: no rows, null pointers) and `x`: the weights
+/// and x as reads, the outputs as writes, each checked to belong to `stream`.
+///
+/// # Safety
+/// The kernel, `config`, `k` and `batch` must keep every access inside the buffers' extents:
+/// each caller proves it for its kernel.
+unsafe fn launch_products<T: Dtype>(
+    stream: &Stream,
+    kernel: &rocm_runtime::Function,
+    config: LaunchConfig,
+    products: &mut [QuantProduct<'_, T>],
+    x: &DeviceBuffer<T>,
+    k: usize,
+    batch: u32,
+) -> Result<()> {
+    let mut params = abi::rf_qmv_products::default();
+    for (i, p) in products.iter().enumerate() {
+        if p.rows > 0 {
+            params.w[i] = p.w.device_ptr();
+            params.y[i] = p.y.device_ptr();
+            params.rows[i] = p.rows as u64;
+        }
+    }
+    let mut launch = stream.launch(kernel);
+    for p in products.iter_mut() {
+        launch = launch.reads(p.w).writes(&mut *p.y);
+    }
+    // SAFETY: the caller's contract.
     unsafe {
-        launch.arg(params).buffer(x).arg(k as u64).arg(batch32).launch(config)?;
+        launch.arg(params).buffer(x).arg(k as u64).arg(batch).launch(config)?;
     }
     Ok(())
+}
+
+/// Whether [`quant_matvec`] and [`quant_matvec_group`] of `format` at row length `k` run on
+/// `stream`'s device's matrix cores (`kernels/quant_matvec_mma.hip`) rather than the portable
+/// kernel: NVIDIA `mma.sync` devices, q8_0 or q4_K weights, f16 or bf16 activations (`T`), and
+/// `k` a positive multiple of [`GgmlFormat::matrix_core_chunk`].
+pub fn quant_matvec_on_matrix_cores<T: Dtype>(stream: &Stream, format: GgmlFormat, k: usize) -> bool {
+    matrix_core_chunk(stream.backend().info().matrix_cores, format, T::NAME, k).is_some()
+}
+
+/// The chunk of the matrix-core kernel where it takes the product (see
+/// [`quant_matvec_on_matrix_cores`]).
+fn matrix_core_chunk(cores: MatrixCores, format: GgmlFormat, dtype: &str, k: usize) -> Option<usize> {
+    let chunk = format.matrix_core_chunk()?;
+    (cores == MatrixCores::MmaSync && matches!(dtype, "f16" | "bf16") && k > 0 && k.is_multiple_of(chunk))
+        .then_some(chunk)
+}
+
+/// Vectors a pass of the matrix-core kernel takes: its `_b1` entry for one vector, else `_b8`
+/// (passes of 8; a pass's unused vectors cost nothing but their zero-filled stage).
+fn matrix_core_pass(batch: u32) -> usize {
+    if batch == 1 { 1 } else { MAX_BATCH }
+}
+
+/// A matrix-core warp's stages at one vector, by format (the kernel's `F::STAGES_B1`).
+fn matrix_core_stages_one(format: GgmlFormat) -> usize {
+    match format {
+        GgmlFormat::Q8_0 => abi::RF_QMVM_STAGES_ONE_Q8_0 as usize,
+        _ => abi::RF_QMVM_STAGES_ONE_Q4_K as usize,
+    }
+}
+
+/// Shared bytes of a matrix-core block with `warps` warps and passes of `pass` vectors: per warp
+/// its stages ([`matrix_core_stages_one`] for one vector, `MMA_STAGES_MANY` for passes of 8) of the
+/// tile's rows of a chunk and the chunk of x (one vector; or `pass` vectors 64 bytes apart
+/// beyond the chunk's bytes), then the warps' totals (`16 x pass` f32).
+fn matrix_core_shared_bytes(format: GgmlFormat, chunk: usize, warps: usize, pass: usize) -> usize {
+    let row = chunk / format.block_elems() * format.block_bytes();
+    let (x, stages) = if pass == 1 {
+        (2 * chunk, matrix_core_stages_one(format))
+    } else {
+        (pass * (2 * chunk + 64), MMA_STAGES_MANY)
+    };
+    warps * stages * (MMA_ROWS * row + x) + warps * MMA_ROWS * pass * 4
+}
+
+/// Warps of a matrix-core block: one a chunk of the row, up to `MMA_WARPS` (so that every warp
+/// has at least one chunk of each tile: the kernel's barriers need all of them at each tile).
+fn matrix_core_warps(k: usize, chunk: usize) -> usize {
+    (k / chunk).clamp(1, MMA_WARPS)
+}
+
+/// [`quant_matvec_group`] on the matrix cores, the shapes already checked.
+fn quant_matvec_mma<T: Dtype>(
+    stream: &Stream,
+    format: GgmlFormat,
+    chunk: usize,
+    products: &mut [QuantProduct<'_, T>],
+    x: &DeviceBuffer<T>,
+    k: usize,
+    batch: u32,
+) -> Result<()> {
+    let pass = matrix_core_pass(batch);
+    let name = kernel_name::<T>(&format!("rf_qmvm_{}_b{pass}", format.name()));
+    let kernel = loader::kernel(stream, MMA_MODULE, &name)?;
+    let info = stream.backend().info();
+    let warps = matrix_core_warps(k, chunk);
+    let threads = warps * 32;
+    ensure(info.warp_size == 32 && kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
+        format!("the matrix-core kernel needs {threads} threads of 32-wide warps")
+    })?;
+    let row_bytes = k / format.block_elems() * format.block_bytes();
+    ensure(MMA_ROWS * row_bytes < 1 << 32, KERNEL, || {
+        format!("k = {k} is too long for the matrix-core kernel")
+    })?;
+    let tiles: usize = products.iter().map(|p| p.rows.div_ceil(MMA_ROWS)).sum();
+    ensure(tiles < GROUP_LIMIT, KERNEL, || {
+        format!("{tiles} tiles of {MMA_ROWS} rows; a launch takes fewer than 2^31")
+    })?;
+    let shared = matrix_core_shared_bytes(format, chunk, warps, pass);
+    ensure(shared <= info.shared_mem_per_block_optin as usize, KERNEL, || {
+        format!(
+            "needs {shared} bytes of shared memory, the device allows {}",
+            info.shared_mem_per_block_optin
+        )
+    })?;
+    let blocks = tiles.clamp(1, info.max_grid[0].max(1) as usize);
+    let config = LaunchConfig {
+        grid: [blocks as u32, 1, 1],
+        block: [threads as u32, 1, 1],
+        shared_mem_bytes: shared as u32,
+    };
+    // SAFETY: rf_qmvm_<fmt>_b<pass>_<T>(rf_qmv_products p, const T* x, u64 k, u32 batch): for
+    // each product i with rows[i] > 0 it copies bytes [0, rows[i] * row_bytes) of w[i] in whole
+    // 16-byte vectors (row_bytes = k / chunk chunks of 16-byte multiples; rows past the end are
+    // zero-filled without reading), reads x[0, batch * k) likewise (vectors past the batch
+    // zero-filled) and writes y[i][0, batch * rows[i]); check_quant_matvec_group proved those
+    // lengths. matrix_core_chunk proved k a positive multiple of the chunk; the _b1 entry gets
+    // batch 1 only. Its copy offsets are 32-bit: 16 * row_bytes < 2^32 (checked above), and its
+    // tile counter too (tiles and grid below 2^31). The block is `warps` whole warps of 32
+    // lanes, at most RF_QMVM_WARPS, with the dynamic shared memory its formula needs (checked
+    // against the device's opt-in limit; the launch opts in). Every w, y and x is 16-byte
+    // aligned (checked by the caller). Outputs are distinct `&mut` borrows, the weights and x
+    // shared ones; `reads` / `writes` check the stream.
+    unsafe { launch_products(stream, &kernel, config, products, x, k, batch) }
 }
 
 /// Products one [`quant_matvec_group`] launch takes at most.
@@ -400,14 +552,27 @@ pub fn quant_matvec_reference(
     Ok(QuantMatvecReference { y, magnitude, k })
 }
 
-/// The entries this module launches ([`crate::launchable`]): every format, pass and dtype.
+/// The entries this module launches ([`crate::launchable`]): every format, pass and dtype of the
+/// portable kernel, and the matrix-core kernel's where [`matrix_core_chunk`] takes them.
 pub(crate) fn launchable() -> Vec<Launchable> {
-    GgmlFormat::ALL
+    let mut out: Vec<Launchable> = GgmlFormat::ALL
         .iter()
         .flat_map(|f| {
             PASSES.iter().flat_map(move |p| every_dtype(MODULE, &format!("rf_qmv_{}_b{p}", f.name())))
         })
-        .collect()
+        .collect();
+    for format in GgmlFormat::ALL {
+        let Some(chunk) = format.matrix_core_chunk() else { continue };
+        for dtype in ["f16", "bf16"] {
+            if matrix_core_chunk(MatrixCores::MmaSync, format, dtype, chunk).is_some() {
+                for pass in [1, MAX_BATCH] {
+                    let name = format!("rf_qmvm_{}_b{pass}_{dtype}", format.name());
+                    out.push(Launchable::new(MMA_MODULE, name, Needs::MmaSync));
+                }
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -497,6 +662,55 @@ mod tests {
         // A kernel limited to fewer threads gets whole warps below its limit.
         assert_eq!(block_threads(448, 32, 96), 96);
         assert_eq!(block_threads(448, 64, 100), 64);
+    }
+
+    #[test]
+    fn matrix_cores_take_q8_0_and_q4_k_with_16_bit_activations_and_whole_chunks() {
+        let on = |cores, f, dt, k| matrix_core_chunk(cores, f, dt, k);
+        let mma = MatrixCores::MmaSync;
+        assert_eq!(on(mma, GgmlFormat::Q4K, "bf16", 4096), Some(512));
+        assert_eq!(on(mma, GgmlFormat::Q4K, "f16", 14_336), Some(512));
+        assert_eq!(on(mma, GgmlFormat::Q8_0, "f16", 256), Some(256));
+        // Not whole chunks, no k, f32 activations, other formats, other devices: portable.
+        assert_eq!(on(mma, GgmlFormat::Q4K, "f16", 256), None);
+        assert_eq!(on(mma, GgmlFormat::Q8_0, "bf16", 288), None);
+        assert_eq!(on(mma, GgmlFormat::Q8_0, "bf16", 0), None);
+        assert_eq!(on(mma, GgmlFormat::Q4K, "f32", 4096), None);
+        for f in [GgmlFormat::Q4_0, GgmlFormat::Q5K, GgmlFormat::Q6K] {
+            assert_eq!(on(mma, f, "f16", 4096), None);
+        }
+        assert_eq!(on(MatrixCores::None, GgmlFormat::Q4K, "f16", 4096), None);
+        assert_eq!(on(MatrixCores::Mfma, GgmlFormat::Q8_0, "bf16", 4096), None);
+        // Chunks are whole 16-byte vectors a row (the kernel's copies).
+        for f in GgmlFormat::ALL {
+            if let Some(chunk) = f.matrix_core_chunk() {
+                assert_eq!(chunk / f.block_elems() * f.block_bytes() % 16, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn matrix_core_blocks_fit_their_shared_memory() {
+        assert_eq!(matrix_core_pass(1), 1);
+        assert_eq!(matrix_core_pass(2), 8);
+        assert_eq!(matrix_core_pass(33), 8);
+        assert_eq!(matrix_core_warps(512, 512), 1);
+        assert_eq!(matrix_core_warps(1536, 512), 3);
+        assert_eq!(matrix_core_warps(14_336, 512), 4);
+        // q4_K, one vector: 4 warps x 2 stages x (16 x 288 + 1024) + 4 x 16 x 4; q8_0 3 stages.
+        assert_eq!(matrix_core_shared_bytes(GgmlFormat::Q4K, 512, 4, 1), 8 * (16 * 288 + 1024) + 256);
+        assert_eq!(matrix_core_shared_bytes(GgmlFormat::Q8_0, 256, 4, 1), 12 * (16 * 272 + 512) + 256);
+        // q8_0, 8 vectors: 4 warps x 2 stages, x of 8 x (512 + 64) bytes a stage.
+        assert_eq!(
+            matrix_core_shared_bytes(GgmlFormat::Q8_0, 256, 4, 8),
+            8 * (16 * 272 + 8 * 576) + 4 * 16 * 8 * 4
+        );
+        // Three blocks an SM within an H100's 227 KiB at one vector, two at 8.
+        for f in [GgmlFormat::Q4K, GgmlFormat::Q8_0] {
+            let chunk = f.matrix_core_chunk().unwrap();
+            assert!(3 * matrix_core_shared_bytes(f, chunk, 4, 1) <= 227 * 1024);
+            assert!(2 * matrix_core_shared_bytes(f, chunk, 4, 8) <= 227 * 1024);
+        }
     }
 
     #[test]

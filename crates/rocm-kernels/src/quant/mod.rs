@@ -68,7 +68,8 @@ pub use kquant::{
 };
 pub use matvec::{
     GgmlFormat, MAX_PRODUCTS, ProductShape, QuantMatvecReference, QuantProduct, check_quant_matvec,
-    check_quant_matvec_group, quant_matvec, quant_matvec_group, quant_matvec_reference,
+    check_quant_matvec_group, quant_matvec, quant_matvec_group, quant_matvec_on_matrix_cores,
+    quant_matvec_reference,
 };
 pub use mx::{
     E8M0_NAN, Fp6, MxElem, dequantize_mxfp4_gguf, dequantize_mxfp6, e8m0_to_f32, quantize_mxfp4_gguf,

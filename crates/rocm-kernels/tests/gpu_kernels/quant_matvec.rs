@@ -14,10 +14,11 @@
 //! kernel adds them separately) and the output type's rounding (half an ulp).
 
 use rocm_kernels::quant::{
-    BlockFormat, GgmlFormat, QuantProduct, quant_matvec, quant_matvec_group, quant_matvec_reference,
+    BlockFormat, GgmlFormat, QuantProduct, quant_matvec, quant_matvec_group, quant_matvec_on_matrix_cores,
+    quant_matvec_reference,
 };
 use rocm_kernels::{Dtype, KernelError};
-use rocm_runtime::{Error, bf16, f16};
+use rocm_runtime::{Error, MatrixCores, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test};
 
 use crate::mxfp::{activations, floats, poisoned};
@@ -169,6 +170,80 @@ fn matches_the_reference_f16() {
 fn matches_the_reference_bf16() {
     let gpu = gpu_test!();
     matches_the_reference::<bf16>(&gpu, 0x9a03);
+}
+
+/// (rows, k in chunks of the matrix-core kernel, batch): one chunk (one warp), several (warps
+/// splitting k, more chunks than warps), a 14336-element row for q4_K (28 chunks) and q8_0 (56);
+/// partial and whole 16-row tiles, more tiles than an SM holds, one vector and passes of 8 with
+/// vectors left unused.
+const MMA_CASES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (7, 1, 3),
+    (16, 2, 1),
+    (17, 3, 8),
+    (33, 5, 9),
+    (4099, 1, 1),
+    (130, 8, 2),
+    (5, 28, 1),
+    (3, 56, 17),
+];
+
+/// The matrix-core kernel (`kernels/quant_matvec_mma.hip`: q8_0 and q4_K with f16 or bf16
+/// activations, rows of whole chunks) against the reference, within the same bound as the
+/// portable kernel. On a device with `mma.sync` the launcher must take it for every case (a
+/// device that should run it cannot silently test the portable kernel instead); elsewhere the
+/// same cases run the portable kernel.
+fn matrix_cores_match_the_reference<T: Dtype>(seed: u64) {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(seed);
+    let mma = gpu.backend().info().matrix_cores == MatrixCores::MmaSync;
+    for format in [GgmlFormat::Q8_0, GgmlFormat::Q4K] {
+        let chunk = format.matrix_core_chunk().unwrap();
+        for (n, &(rows, chunks, batch)) in MMA_CASES.iter().enumerate() {
+            let k = chunks * chunk;
+            assert_eq!(
+                quant_matvec_on_matrix_cores::<T>(gpu.stream(), format, k),
+                mma,
+                "{} k {k}",
+                format.name()
+            );
+            let w = if n % 2 == 0 {
+                random_weights(&mut rng, format, rows, k)
+            } else {
+                quantised_weights(&mut rng, format, rows, k)
+            };
+            eprintln!(
+                "quant_matvec (matrix cores: {mma}) {} {} rows {rows} k {k} batch {batch}",
+                format.name(),
+                T::NAME
+            );
+            check::<T>(&gpu, &mut rng, format, &w, rows, k, batch);
+        }
+        // A NaN scale (d; q4_K's dmin too) spoils its row only, for every vector.
+        let (rows, k, batch) = (18, 2 * chunk, 3);
+        let mut w = random_weights(&mut rng, format, rows, k);
+        let row_bytes = k / format.block_elems() * format.block_bytes();
+        let fields = f16_scale_fields(format);
+        for (row, at) in [(2, fields[0]), (11, fields[fields.len() - 1])] {
+            let start = row * row_bytes + format.block_bytes() + at;
+            w[start..start + 2].copy_from_slice(&f16::NAN.to_bits().to_le_bytes());
+        }
+        check::<T>(&gpu, &mut rng, format, &w, rows, k, batch);
+        // Grouped products on the matrix cores: each equal to its product alone, bit for bit.
+        for batch in [1, 9] {
+            check_group::<T>(&gpu, &mut rng, format, &[37, 5, 130], 2 * chunk, batch);
+        }
+    }
+}
+
+#[test]
+fn matrix_cores_match_the_reference_f16() {
+    matrix_cores_match_the_reference::<f16>(0x9a20);
+}
+
+#[test]
+fn matrix_cores_match_the_reference_bf16() {
+    matrix_cores_match_the_reference::<bf16>(0x9a21);
 }
 
 /// Every batch size from 1 to 9 (the 1, 2, 4 and 8 passes, each with vectors left unused) on

@@ -1,0 +1,501 @@
+// Fused matrix-vector products with ggml block weights on NVIDIA matrix cores (sm_80 and later:
+// mma.sync.m16n8k16, cp.async): the matrix-core implementation of quant_matvec.hip's contract
+// for q8_0 and q4_K weights with f16 or bf16 activations, built for those targets only. Same
+// arguments, same results up to the order of f32 sums (the launcher, quant/matvec.rs, picks this
+// module where it applies and quant_matvec.hip everywhere else):
+//
+//   rf_qmvm_<fmt>_b<BC>_<dt>(products, x, k, batch):  y[b][r] = sum_c W[r][c] x[b][c]
+//
+// Why: the portable kernel spends 5 to 6.5 instructions an element and row (a code cut out,
+// turned into a float, an FMA each), which holds the 4-bit formats near 0.6 of copy bandwidth
+// at batch 1 and makes batch 8 cost 3 to 4 times batch 1. Here the multiply-adds go to the
+// tensor cores, 16 rows x 16 elements x up to 8 vectors an instruction, and what is left an
+// element is its decode into an exact f16/bf16 value: about 0.75 (q4_K, f16) to 2.5 (q8_0,
+// bf16) instructions an element and row, independent of the batch.
+//
+// Work. A thread block owns a tile of RF_QMVM_ROWS = 16 rows (the row tiles of all products
+// numbered one product after another); its warps (up to RF_QMVM_WARPS) split k into chunks of
+// F::CHUNK elements, warp w taking chunks w, w + warps, ... Each warp copies its tile's rows of
+// a chunk and the chunk of x (BC vectors) into its own shared stage with cp.async, STAGES - 1
+// chunks in flight while it computes on one; the pipeline runs on across tiles, passes and
+// products (every warp walks the same sequence of them), so it does not drain at a tile's end.
+// Rows past a product's end are zero-filled, so they contribute nothing and are not stored;
+// vectors past the batch likewise.
+//
+// Fragments (lane = 4 g + t): per unit of 32 elements (a q8_0 block, a q4_K sub-block) thread
+// t takes elements 8t .. 8t + 7 of rows g and g + 8 and of vector g (BC = 8; BC = 1: vector 0
+// in every column, so every column holds the same sums). A's register pairs are consecutive
+// elements (e0, e1), (e2, e3) | (e4, e5), (e6, e7), so B's pairs are x as it lies in memory:
+// one 16-byte shared load gives both k16 steps' b0, b1. Each unit starts from a zero
+// accumulator; D's f32 unit sums times the unit's scale go into f32 totals per row and vector,
+// so every product is exact and every sum f32, as in the portable kernel (its allowed_error
+// holds: at most 16 + 2 + k / 32 + 3 roundings on any term's way, fewer than k).
+//
+// Codes to exact 16-bit values:
+//   q4_K f16: a nibble under the f16 mantissa is its value times 2^-24 (a subnormal, which the
+//     tensor cores take as it is), the high nibble of a byte masked in place its value times
+//     2^-20: no shift, no subtraction. The unit sums are multiplied back by 2^24 or 2^20
+//     (exact), folded into the scale.
+//   q4_K bf16: a nibble under bf16 128's mantissa is 128 + c exactly; one packed FMA subtracts
+//     128 (a bf16 subnormal times an activation would underflow f32, so no bit placement).
+//   q8_0 f16: a code's byte with its sign bit flipped under f16 1024's mantissa is
+//     1024 + 128 + c; one packed subtraction of 1152.
+//   q8_0 bf16: 128 + c needs 8 mantissa bits, bf16 has 7: the code goes through f32 (byte under
+//     2^23, minus 2^23 + 128) and pairs are packed to bf16 (exact: |c| <= 128).
+// q4_K is affine (w = d sc q - dmin m): a unit adds step * S, S = sum q x from the mma and
+// step = d sc formed as the codec forms it (exact: an f16 times a 6-bit integer, so infinite
+// and NaN scales behave as the codec's); the mins go through the tensor cores too, A holding
+// each unit's 6-bit min m (exact in f16 and bf16) against the unit's x, so that one accumulator
+// sums m_s * sum x over a super-block's 8 units, times dmin once. Either way every term is
+// exact before its first rounding and the sum of |step q x| + |min x| bounds the error, as in
+// the portable kernel's factored form.
+//
+// Entry: each product's rows >= 1 (0: unused), their row tiles together below 2^31, k % F::CHUNK
+// == 0, k > 0, 1 <= batch (BC = 1 entries: batch == 1); blockDim.x = 32 * warps, warps <=
+// RF_QMVM_WARPS and warps <= k / F::CHUNK (every warp has a chunk of every tile: the tile's
+// reduction has barriers); dynamic shared memory warps * STAGES * stage + warps * 16 * BC * 4
+// (STAGES: F::STAGES_B1 for BC = 1, RF_QMVM_STAGES_MANY otherwise; stage: 16 * F::ROW +
+// x, x = BC == 1 ? 2 CHUNK : BC * (2 CHUNK + 64) bytes); every w, y and x 16-byte aligned;
+// 16 * row bytes < 2^32. The launcher (quant/matvec.rs) checks all of it.
+
+#include "rocmforge_quant.h"
+#include "rocmforge_mma.h"
+#include "rocmforge_quant_matvec_abi.h"
+
+#if !RF_MMA_SYNC && (defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__))
+#error "quant_matvec_mma.hip is built for NVIDIA sm_80 and later only (xtask kernels' target list)"
+#endif
+
+#if RF_MMA_SYNC
+
+// One unit: D (rows g, g + 8 x vectors 2t, 2t + 1) = A B over 32 elements, from zero. pg, ph:
+// rows g and g + 8's pairs (e0 e1, e2 e3, e4 e5, e6 e7); xb: the matching x words.
+template <typename T>
+RF_DEVICE void rf_qmvm_unit(float (&d)[4], const unsigned (&pg)[4], const unsigned (&ph)[4], uint4 xb) {
+    d[0] = d[1] = d[2] = d[3] = 0.0f;
+    const unsigned a0[4] = {pg[0], ph[0], pg[1], ph[1]};
+    const unsigned a1[4] = {pg[2], ph[2], pg[3], ph[3]};
+    rf_mma<T>::run(d, a0, xb.x, xb.y);
+    rf_mma<T>::run(d, a1, xb.z, xb.w);
+}
+
+// Totals of one lane: rows g, g + 8 x vectors 2t, 2t + 1 (acc[0], acc[1] | acc[2], acc[3]).
+// BC = 1 keeps vector 0 only (columns all equal): acc[0] and acc[2].
+template <int BC> RF_DEVICE void rf_qmvm_add(float (&acc)[4], const float (&d)[4], float sg, float sh) {
+    acc[0] = fmaf(sg, d[0], acc[0]);
+    acc[2] = fmaf(sh, d[2], acc[2]);
+    if (BC > 1) {
+        acc[1] = fmaf(sg, d[1], acc[1]);
+        acc[3] = fmaf(sh, d[3], acc[3]);
+    }
+}
+
+// Bytes b0, b1 of w (and b2, b3) 16 bits apart: [b0, 0, b1, 0], [b2, 0, b3, 0].
+RF_DEVICE unsigned rf_qmvm_spread01(unsigned w) { return __byte_perm(w, 0u, 0x4140); }
+RF_DEVICE unsigned rf_qmvm_spread23(unsigned w) { return __byte_perm(w, 0u, 0x4342); }
+
+// ---------------------------------------------------------------------------------------------
+// q4_K: chunks of two super-blocks (512 elements, 288 bytes a row)
+// ---------------------------------------------------------------------------------------------
+
+// Nibble pairs of one 32-bit word of codes (bytes e0..e3): the low nibbles (sub-block 2j) and
+// the high ones (2j + 1), as A pairs (e0 e1), (e2 e3).
+template <typename T> struct rf_qmvm_q4_nibbles;
+template <> struct rf_qmvm_q4_nibbles<__half> {
+    // Units' scale: low nibbles are their value times 2^-24, high ones times 2^-20; a 6-bit
+    // min placed likewise (rf_qmvm_q4k::min_pair) times 2^-24.
+    static constexpr float LO_UNIT = 16777216.0f;
+    static constexpr float HI_UNIT = 1048576.0f;
+    static constexpr float MIN_UNIT = 16777216.0f;
+    static RF_DEVICE void run(unsigned w, unsigned& lo01, unsigned& lo23, unsigned& hi01, unsigned& hi23) {
+        const unsigned p01 = rf_qmvm_spread01(w);
+        const unsigned p23 = rf_qmvm_spread23(w);
+        lo01 = p01 & 0x000f000fu;
+        lo23 = p23 & 0x000f000fu;
+        hi01 = p01 & 0x00f000f0u;
+        hi23 = p23 & 0x00f000f0u;
+    }
+    // [m, 0, m, 0] (two small integers in the low bytes of the halves) -> the pair (m, m) in
+    // MIN_UNIT: as it is.
+    static RF_DEVICE unsigned pair(unsigned spread) { return spread; }
+};
+template <> struct rf_qmvm_q4_nibbles<rf_bf16> {
+    static constexpr float LO_UNIT = 1.0f;
+    static constexpr float HI_UNIT = 1.0f;
+    static constexpr float MIN_UNIT = 1.0f;
+    // 128 + c -> c: c * 1 + (-128), packed bf16 (exact).
+    static RF_DEVICE unsigned less128(unsigned v) {
+        unsigned r;
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x3f803f80u), "r"(0xc300c300u));
+        return r;
+    }
+    static RF_DEVICE void run(unsigned w, unsigned& lo01, unsigned& lo23, unsigned& hi01, unsigned& hi23) {
+        const unsigned p01 = rf_qmvm_spread01(w);
+        const unsigned p23 = rf_qmvm_spread23(w);
+        lo01 = less128((p01 & 0x000f000fu) | 0x43004300u);
+        lo23 = less128((p23 & 0x000f000fu) | 0x43004300u);
+        hi01 = less128(((p01 >> 4) & 0x000f000fu) | 0x43004300u);
+        hi23 = less128(((p23 >> 4) & 0x000f000fu) | 0x43004300u);
+    }
+    static RF_DEVICE unsigned pair(unsigned spread) { return less128(spread | 0x43004300u); }
+};
+
+// 6-bit scales and mins of a super-block from its 12 bytes (words s0, s1, s2), four to a word
+// as bytes: sc[0] sub-blocks 0..3, sc[1] 4..7; m likewise (rocmforge_quant.h's
+// rf_kquant_scale_min, four at a time).
+RF_DEVICE void rf_qmvm_q4k_scales(const unsigned* s, unsigned (&sc)[2], unsigned (&m)[2]) {
+    sc[0] = s[0] & 0x3f3f3f3fu;
+    m[0] = s[1] & 0x3f3f3f3fu;
+    sc[1] = (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u);
+    m[1] = ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u);
+}
+
+template <typename T> struct rf_qmvm_q4_k {
+    static constexpr int CHUNK = 512;
+    static constexpr int ROW = 2 * 144;
+    static constexpr int STAGES_B1 = RF_QMVM_STAGES_ONE_Q4_K;
+    typedef rf_qmvm_q4_nibbles<T> N;
+
+    // Sub-block S's scale as a float (exact: a 6-bit integer).
+    template <int S> static RF_DEVICE float sc(const unsigned (&w)[2]) {
+        return __uint2float_rn(__byte_perm(w[S / 4], 0u, 0x4440u | (S % 4)));
+    }
+    // Sub-block S's min for both halves of an A pair, in N::MIN_UNIT.
+    template <int S> static RF_DEVICE unsigned min_pair(const unsigned (&w)[2]) {
+        return N::pair(__byte_perm(w[S / 4], 0u, 0x4040u | ((S % 4) << 8) | (S % 4)));
+    }
+
+    // Rows g (rg) and g + 8 (rh) of a staged chunk, x of the lane's vector (xv), t the lane's
+    // quarter: adds the chunk's products to acc. Per super-block, each unit's sum of q x times
+    // its step d sc (exact) goes into acc; the mins go through the tensor cores, A holding
+    // each unit's 6-bit min (exact in T) against the unit's x, so D_min = sum_s m_s X_s for the
+    // whole super-block, times dmin once.
+    template <int BC>
+    static RF_DEVICE void chunk(const unsigned char* rg, const unsigned char* rh, const T* xv, int t,
+                                float (&acc)[4]) {
+#pragma unroll
+        for (int sb = 0; sb < 2; ++sb) {
+            const unsigned char* bg = rg + 144 * sb;
+            const unsigned char* bh = rh + 144 * sb;
+            const unsigned dg = *reinterpret_cast<const unsigned*>(bg);
+            const unsigned dh = *reinterpret_cast<const unsigned*>(bh);
+            const float d_g = __half2float(__ushort_as_half((unsigned short)(dg & 0xffffu)));
+            const float dmin_g = __half2float(__ushort_as_half((unsigned short)(dg >> 16)));
+            const float d_h = __half2float(__ushort_as_half((unsigned short)(dh & 0xffffu)));
+            const float dmin_h = __half2float(__ushort_as_half((unsigned short)(dh >> 16)));
+            unsigned scg[2], mg[2], sch[2], mh[2];
+            rf_qmvm_q4k_scales(reinterpret_cast<const unsigned*>(bg + 4), scg, mg);
+            rf_qmvm_q4k_scales(reinterpret_cast<const unsigned*>(bh + 4), sch, mh);
+            // d times the units' scales: exact (powers of two), so (d UNIT) sc is d sc UNIT.
+            const float dlo_g = d_g * N::LO_UNIT, dhi_g = d_g * N::HI_UNIT;
+            const float dlo_h = d_h * N::LO_UNIT, dhi_h = d_h * N::HI_UNIT;
+            float dmin[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const uint2 qg = *reinterpret_cast<const uint2*>(bg + 16 + 32 * j + 8 * t);
+                const uint2 qh = *reinterpret_cast<const uint2*>(bh + 16 + 32 * j + 8 * t);
+                unsigned lg[4], hg[4], lh[4], hh[4];
+                N::run(qg.x, lg[0], lg[1], hg[0], hg[1]);
+                N::run(qg.y, lg[2], lg[3], hg[2], hg[3]);
+                N::run(qh.x, lh[0], lh[1], hh[0], hh[1]);
+                N::run(qh.y, lh[2], lh[3], hh[2], hh[3]);
+                const uint4 xlo = *reinterpret_cast<const uint4*>(xv + 256 * sb + 64 * j + 8 * t);
+                const uint4 xhi = *reinterpret_cast<const uint4*>(xv + 256 * sb + 64 * j + 32 + 8 * t);
+                float dl[4], dhi[4];
+                rf_qmvm_unit<T>(dl, lg, lh, xlo);
+                rf_qmvm_unit<T>(dhi, hg, hh, xhi);
+                // Sub-blocks 2j (low nibbles) and 2j + 1 (high): steps d sc (exact) in the units'
+                // scale; mins into D_min.
+#define RF_QMVM_Q4K_SUB(S, D, XB, DG, DH)                                                       \
+    {                                                                                          \
+        rf_qmvm_add<BC>(acc, D, (DG) * sc<S>(scg), (DH) * sc<S>(sch));                         \
+        const unsigned a_m[4] = {min_pair<S>(mg), min_pair<S>(mh), min_pair<S>(mg), min_pair<S>(mh)}; \
+        rf_mma<T>::run(dmin, a_m, XB.x, XB.y);                                                  \
+        rf_mma<T>::run(dmin, a_m, XB.z, XB.w);                                                  \
+    }
+                switch (j) {
+                case 0: RF_QMVM_Q4K_SUB(0, dl, xlo, dlo_g, dlo_h) RF_QMVM_Q4K_SUB(1, dhi, xhi, dhi_g, dhi_h) break;
+                case 1: RF_QMVM_Q4K_SUB(2, dl, xlo, dlo_g, dlo_h) RF_QMVM_Q4K_SUB(3, dhi, xhi, dhi_g, dhi_h) break;
+                case 2: RF_QMVM_Q4K_SUB(4, dl, xlo, dlo_g, dlo_h) RF_QMVM_Q4K_SUB(5, dhi, xhi, dhi_g, dhi_h) break;
+                default: RF_QMVM_Q4K_SUB(6, dl, xlo, dlo_g, dlo_h) RF_QMVM_Q4K_SUB(7, dhi, xhi, dhi_g, dhi_h) break;
+                }
+#undef RF_QMVM_Q4K_SUB
+            }
+            rf_qmvm_add<BC>(acc, dmin, -dmin_g * N::MIN_UNIT, -dmin_h * N::MIN_UNIT);
+        }
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// q8_0: chunks of 8 blocks (256 elements, 272 bytes a row)
+// ---------------------------------------------------------------------------------------------
+
+template <typename T> struct rf_qmvm_q8_codes;
+template <> struct rf_qmvm_q8_codes<__half> {
+    // Four codes (bytes of w, i8) -> pairs (c0 c1), (c2 c3): 1024 + (c ^ 0x80) - 1152.
+    static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
+        const unsigned u = w ^ 0x80808080u;
+        const __half2 bias = __halves2half2(__ushort_as_half(0x6480u), __ushort_as_half(0x6480u));
+        const unsigned a = __byte_perm(u, 0x64646464u, 0x4140);
+        const unsigned b = __byte_perm(u, 0x64646464u, 0x4342);
+        const __half2 ha = __hsub2(*reinterpret_cast<const __half2*>(&a), bias);
+        const __half2 hb = __hsub2(*reinterpret_cast<const __half2*>(&b), bias);
+        p01 = *reinterpret_cast<const unsigned*>(&ha);
+        p23 = *reinterpret_cast<const unsigned*>(&hb);
+    }
+};
+template <> struct rf_qmvm_q8_codes<rf_bf16> {
+    static RF_DEVICE float code(unsigned u, int byte) {
+        return __uint_as_float(__byte_perm(u, 0x4b000000u, 0x7440u | (unsigned)byte)) - 8388736.0f;
+    }
+    static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
+        const unsigned u = w ^ 0x80808080u;
+        p01 = rf_pack2_bits16<rf_bf16>(code(u, 0), code(u, 1));
+        p23 = rf_pack2_bits16<rf_bf16>(code(u, 2), code(u, 3));
+    }
+};
+
+template <typename T> struct rf_qmvm_q8_0 {
+    static constexpr int CHUNK = 256;
+    static constexpr int ROW = 8 * 34;
+    static constexpr int STAGES_B1 = RF_QMVM_STAGES_ONE_Q8_0;
+
+    // Codes 8t .. 8t + 7 of block B of a staged row (4-byte aligned), as two words.
+    template <int B> static RF_DEVICE uint2 codes(const unsigned char* row, int t) {
+        constexpr int OFF = 34 * B + 2;
+        const unsigned* p = reinterpret_cast<const unsigned*>(row + (OFF & ~3) + 8 * t);
+        if (OFF % 4 == 0) {
+            return make_uint2(p[0], p[1]);
+        }
+        return make_uint2(__funnelshift_r(p[0], p[1], 8 * (OFF % 4)), __funnelshift_r(p[1], p[2], 8 * (OFF % 4)));
+    }
+    template <int B> static RF_DEVICE float scale(const unsigned char* row) {
+        return __half2float(*reinterpret_cast<const __half*>(row + 34 * B));
+    }
+    template <int B, int BC>
+    static RF_DEVICE void block(const unsigned char* rg, const unsigned char* rh, const T* xv, int t,
+                                float (&acc)[4]) {
+        const uint2 cg = codes<B>(rg, t);
+        const uint2 ch = codes<B>(rh, t);
+        unsigned pg[4], ph[4];
+        rf_qmvm_q8_codes<T>::run(cg.x, pg[0], pg[1]);
+        rf_qmvm_q8_codes<T>::run(cg.y, pg[2], pg[3]);
+        rf_qmvm_q8_codes<T>::run(ch.x, ph[0], ph[1]);
+        rf_qmvm_q8_codes<T>::run(ch.y, ph[2], ph[3]);
+        const uint4 xb = *reinterpret_cast<const uint4*>(xv + 32 * B + 8 * t);
+        float d[4];
+        rf_qmvm_unit<T>(d, pg, ph, xb);
+        rf_qmvm_add<BC>(acc, d, scale<B>(rg), scale<B>(rh));
+    }
+    template <int BC>
+    static RF_DEVICE void chunk(const unsigned char* rg, const unsigned char* rh, const T* xv, int t,
+                                float (&acc)[4]) {
+        block<0, BC>(rg, rh, xv, t, acc);
+        block<1, BC>(rg, rh, xv, t, acc);
+        block<2, BC>(rg, rh, xv, t, acc);
+        block<3, BC>(rg, rh, xv, t, acc);
+        block<4, BC>(rg, rh, xv, t, acc);
+        block<5, BC>(rg, rh, xv, t, acc);
+        block<6, BC>(rg, rh, xv, t, acc);
+        block<7, BC>(rg, rh, xv, t, acc);
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The kernel
+// ---------------------------------------------------------------------------------------------
+
+// Bytes of a stage's x: one vector of the chunk (BC = 1), or BC vectors 64 bytes apart beyond
+// the chunk, so that the two vectors a quarter-warp's 16-byte loads read fall in distinct banks.
+template <int CHUNK, int BC> struct rf_qmvm_x {
+    static constexpr int STRIDE = BC == 1 ? 2 * CHUNK : 2 * CHUNK + 64; // bytes between vectors
+    static constexpr int BYTES = BC * STRIDE;
+};
+
+// A warp's place in its block's work: product, tile of the product, pass, chunk. prod ==
+// RF_QMV_MAX_PRODUCTS: no work left.
+struct rf_qmvm_cursor {
+    int prod;
+    unsigned tile;
+    unsigned pass;
+    unsigned c;
+};
+
+template <typename F, typename T, int BC, int STAGES>
+RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned batch) {
+    constexpr int R = RF_QMVM_ROWS;
+    constexpr int ROW = F::ROW;
+    constexpr int VECS = ROW / 16; // 16-byte copies a row's chunk
+    constexpr int WBYTES = R * ROW;
+    typedef rf_qmvm_x<F::CHUNK, BC> X;
+    constexpr int STAGE = WBYTES + X::BYTES;
+    constexpr int COPIES = (R * VECS + 31) / 32;
+    static_assert(ROW % 16 == 0, "a row's chunk is whole 16-byte vectors");
+    extern __shared__ __align__(16) unsigned char rf_qmvm_smem[];
+    const int lane = (int)threadIdx.x & 31;
+    const int warp = (int)threadIdx.x >> 5;
+    const int warps = (int)blockDim.x >> 5;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    unsigned char* stages = rf_qmvm_smem + warp * STAGES * STAGE;
+    float* totals = reinterpret_cast<float*>(rf_qmvm_smem + warps * STAGES * STAGE);
+    const unsigned chunks = (unsigned)(k / F::CHUNK);
+    const unsigned row_bytes = chunks * ROW;
+    // Lane's weight copies: copy j is vector i = lane + 32 j of the stage, row i / VECS.
+    unsigned src_off[COPIES];
+#pragma unroll
+    for (int j = 0; j < COPIES; ++j) {
+        const int i = lane + 32 * j;
+        src_off[j] = (unsigned)(i / VECS) * row_bytes + 16u * (unsigned)(i % VECS);
+    }
+    auto tiles_of = [&](int prod) -> unsigned { return (unsigned)((p.rows[prod] + R - 1) / R); };
+    // The block's work, the same sequence for every warp: its tiles (blockIdx.x, then every
+    // gridDim.x-th, counted across the products one after another), each in passes of BC
+    // vectors; warp w takes chunks w, w + warps, ... of each (the launcher gives every warp at
+    // least one). The launcher keeps the tiles of all products and the grid below 2^31, so
+    // `tile` cannot wrap.
+    auto settle = [&](rf_qmvm_cursor& cur) {
+        while (cur.prod < RF_QMV_MAX_PRODUCTS && cur.tile >= tiles_of(cur.prod)) {
+            cur.tile -= tiles_of(cur.prod);
+            ++cur.prod;
+        }
+    };
+    auto advance = [&](rf_qmvm_cursor& cur) {
+        cur.c += (unsigned)warps;
+        if (cur.c < chunks) {
+            return;
+        }
+        cur.c = (unsigned)warp;
+        cur.pass += BC;
+        if (cur.pass < batch) {
+            return;
+        }
+        cur.pass = 0;
+        cur.tile += gridDim.x;
+        settle(cur);
+    };
+    auto rows_of = [&](const rf_qmvm_cursor& cur) -> int {
+        const rf_u64 left = p.rows[cur.prod] - (rf_u64)cur.tile * R;
+        return left < (rf_u64)R ? (int)left : R;
+    };
+    auto vectors_of = [&](const rf_qmvm_cursor& cur) -> int {
+        return batch - cur.pass < (unsigned)BC ? (int)(batch - cur.pass) : BC;
+    };
+    // The cursor's chunk of its tile's rows and of x -> stage s; rows and vectors past the ends
+    // are zero-filled (nothing read).
+    auto stage_in = [&](const rf_qmvm_cursor& cur, int s) {
+        unsigned char* dst = stages + s * STAGE;
+        const int rows = rows_of(cur);
+        const int nvec = vectors_of(cur);
+        const unsigned char* src = p.w[cur.prod] + ((rf_u64)cur.tile * R) * row_bytes + (rf_u64)cur.c * ROW;
+#pragma unroll
+        for (int j = 0; j < COPIES; ++j) {
+            const int i = lane + 32 * j;
+            if (R * VECS % 32 == 0 || i < R * VECS) {
+                const bool ok = i < rows * VECS;
+                rf_cp_async16(dst + 16 * i, ok ? src + src_off[j] : src, ok ? 16 : 0);
+            }
+        }
+        constexpr int XV = 2 * F::CHUNK / 16; // 16-byte vectors of one vector's chunk
+        const T* xp = x + (rf_u64)cur.pass * k + (rf_u64)cur.c * F::CHUNK;
+#pragma unroll
+        for (int i0 = 0; i0 < BC * XV; i0 += 32) {
+            const int i = i0 + lane;
+            const int v = i / XV;
+            const int e = i - v * XV;
+            if (BC * XV % 32 == 0 || i < BC * XV) {
+                const unsigned char* xs = reinterpret_cast<const unsigned char*>(xp + (rf_u64)(v < nvec ? v : 0) * k);
+                rf_cp_async16(dst + WBYTES + v * X::STRIDE + 16 * e, xs + 16 * e, v < nvec ? 16 : 0);
+            }
+        }
+    };
+
+    rf_qmvm_cursor cur = {0, blockIdx.x, 0, (unsigned)warp};
+    settle(cur);
+    // STAGES - 1 chunks in flight while one is computed on, across tiles, passes and products:
+    // the pipeline does not drain at a tile's end.
+    rf_qmvm_cursor load = cur;
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; ++i) {
+        if (load.prod < RF_QMV_MAX_PRODUCTS) {
+            stage_in(load, i);
+            advance(load);
+        }
+        rf_cp_async_commit();
+    }
+    int s = 0;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    while (cur.prod < RF_QMV_MAX_PRODUCTS) {
+        if (load.prod < RF_QMV_MAX_PRODUCTS) {
+            stage_in(load, s == 0 ? STAGES - 1 : s - 1); // the stage computed on last
+            advance(load);
+        }
+        rf_cp_async_commit();
+        rf_cp_async_wait<STAGES - 1>(); // cur's chunk has landed (this lane's copies) ...
+        __syncwarp();                   // ... and every lane's
+        const unsigned char* st = stages + s * STAGE;
+        const T* xv = reinterpret_cast<const T*>(st + WBYTES + (BC == 1 ? 0 : g * X::STRIDE));
+        F::template chunk<BC>(st + g * ROW, st + (g + 8) * ROW, xv, t, acc);
+        __syncwarp(); // every lane is done with stage s before it is refilled
+        s = s + 1 == STAGES ? 0 : s + 1;
+        if (cur.c + (unsigned)warps >= chunks) {
+            // The warp's last chunk of this tile and pass: totals [warp][row][vector], added in
+            // warp order.
+            float* mine = totals + warp * R * BC;
+            if (BC == 1) {
+                if (t == 0) {
+                    mine[g] = acc[0];
+                    mine[g + 8] = acc[2];
+                }
+            } else {
+                mine[g * BC + 2 * t] = acc[0];
+                mine[g * BC + 2 * t + 1] = acc[1];
+                mine[(g + 8) * BC + 2 * t] = acc[2];
+                mine[(g + 8) * BC + 2 * t + 1] = acc[3];
+            }
+            acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+            __syncthreads();
+            const int rows = rows_of(cur);
+            const int nvec = vectors_of(cur);
+            const rf_u64 nrows = p.rows[cur.prod];
+            T* y = reinterpret_cast<T*>(p.y[cur.prod]) + (rf_u64)cur.pass * nrows + (rf_u64)cur.tile * R;
+            for (int i = (int)threadIdx.x; i < R * BC; i += (int)blockDim.x) {
+                const int r = i / BC;
+                const int v = i - r * BC;
+                if (r < rows && v < nvec) {
+                    float sum = 0.0f;
+                    for (int w = 0; w < warps; ++w) {
+                        sum += totals[w * R * BC + i];
+                    }
+                    y[(rf_u64)v * nrows + r] = rf_from_float<T>(sum);
+                }
+            }
+            __syncthreads(); // the totals are read before the next tile or pass writes them
+        }
+        advance(cur);
+    }
+    rf_cp_async_wait<0>();
+}
+
+#define RF_QMVM_BODY(F, T, BC, STAGES) rf_qmvm<F, T, BC, STAGES>(p, x, k, batch);
+#else
+// A host pass (no device code): the entries are declarations only.
+#define RF_QMVM_BODY(F, T, BC, STAGES)
+#endif // RF_MMA_SYNC
+
+// 4 warps, registers for 4 blocks an SM. One vector: F::STAGES_B1 stages (q8_0: 3, three
+// blocks an SM by shared memory; q4_K: 2, four); passes of 8: RF_QMVM_STAGES_MANY stages of 8
+// vectors of x each (two blocks an SM). Measured on an H200 (docs/kernels/quant_matvec.md,
+// v3): q8_0 at 5 blocks of 2 stages (80 registers) and q4_K at 3 of 3 were slower.
+#define RF_QMVM_ENTRY(fmt, F, BC, dt, T)                                                       \
+    RF_KERNEL void __launch_bounds__(32 * RF_QMVM_WARPS, 4)                                     \
+        rf_qmvm_##fmt##_b##BC##_##dt(rf_qmv_products p, const T* x, rf_u64 k, unsigned batch) { \
+        RF_QMVM_BODY(F<T>, T, BC, BC == 1 ? F<T>::STAGES_B1 : RF_QMVM_STAGES_MANY)              \
+    }
+#define RF_QMVM_ENTRIES(fmt, F)                                                                \
+    RF_QMVM_ENTRY(fmt, F, 1, f16, __half)                                                       \
+    RF_QMVM_ENTRY(fmt, F, 8, f16, __half)                                                       \
+    RF_QMVM_ENTRY(fmt, F, 1, bf16, rf_bf16)                                                     \
+    RF_QMVM_ENTRY(fmt, F, 8, bf16, rf_bf16)
+RF_QMVM_ENTRIES(q4_k, rf_qmvm_q4_k)
+RF_QMVM_ENTRIES(q8_0, rf_qmvm_q8_0)
