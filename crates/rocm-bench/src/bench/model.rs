@@ -32,6 +32,10 @@
 //!   copy row. Without `python3`, torch or the script, one line says why the rows are absent;
 //!   the bench never fails because of them.
 //!
+//! `ROCMFORGE_BENCH_MODEL_TYPES` (a comma-separated list of the types' names, `Q4_K,MXFP4`)
+//! limits the rows to those weight types: a profiler attached to one type's steps need not
+//! wade through the others'.
+//!
 //! Weights are random valid blocks (scales chosen so values stay within about +-0.06, like a
 //! trained 8B model's), written raw: quantising 400 M values on the host would take longer than
 //! the benchmark.
@@ -73,9 +77,22 @@ fn config() -> ModelConfig {
     }
 }
 
+/// The types [`run`] measures: [`TYPES`], or those named in `ROCMFORGE_BENCH_MODEL_TYPES`.
+fn selected_types() -> Result<Vec<GgmlType>> {
+    let Ok(list) = std::env::var("ROCMFORGE_BENCH_MODEL_TYPES") else { return Ok(TYPES.to_vec()) };
+    list.split(',')
+        .map(|name| {
+            TYPES.into_iter().find(|t| t.name().eq_ignore_ascii_case(name.trim())).ok_or_else(|| {
+                format!("ROCMFORGE_BENCH_MODEL_TYPES: `{name}` is not one of {:?}", TYPES.map(|t| t.name()))
+                    .into()
+            })
+        })
+        .collect()
+}
+
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    for ty in TYPES {
+    for ty in selected_types()? {
         let file = Arc::new(GgufFile::from_bytes(layers_of(&mut b.rng, ty)?)?);
         let model = Model::<bf16>::load(file, &b.stream)?;
         b.stream.synchronize()?;

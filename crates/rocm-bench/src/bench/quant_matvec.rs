@@ -1,6 +1,7 @@
 //! Benchmark of `kernels/quant_matvec.hip` at the linear layers of a Llama-3-8B block (hidden
 //! 4096, MLP 14336, 8 KV heads of 128), for every ggml format it reads and batches of 1
-//! (decode), 8 and 32 (batched decode), f16 activations:
+//! (decode), 8 and 32 (batched decode), f16 activations, and bf16 (the model's) for the formats
+//! the matrix-core kernel reads (rows marked `(mma)` where it ran):
 //!
 //! - `4096x4096`: q and o projections; `1024x4096`: k and v projections;
 //! - `14336x4096`: gate and up; `4096x14336`: down (rows x k).
@@ -17,8 +18,10 @@
 //! `<fmt> matvec group b<N>`, next to the sum of the single launches' rows above.
 
 use rocm_kernels::Dtype;
-use rocm_kernels::quant::{GgmlFormat, QuantProduct, quant_matvec, quant_matvec_group};
-use rocm_runtime::{DeviceBuffer, f16};
+use rocm_kernels::quant::{
+    GgmlFormat, QuantProduct, quant_matvec, quant_matvec_group, quant_matvec_on_matrix_cores,
+};
+use rocm_runtime::{DeviceBuffer, bf16, f16};
 
 use super::{Bench, Row};
 use crate::Result;
@@ -39,6 +42,11 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             for &batch in BATCHES {
                 rows.push(matvec::<f16>(b, format, &weights, n, k, batch)?);
             }
+            if format.matrix_core_chunk().is_some() {
+                for &batch in &BATCHES[..2] {
+                    rows.push(matvec::<bf16>(b, format, &weights, n, k, batch)?);
+                }
+            }
         }
     }
     for &group in GROUPS {
@@ -46,6 +54,7 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             let weights = group.iter().map(|&n| weights(b, format, n, 4096)).collect::<Result<Vec<_>>>()?;
             for &batch in &BATCHES[..2] {
                 rows.push(matvec_group::<f16>(b, format, &weights, group, 4096, batch)?);
+                rows.push(matvec_group::<bf16>(b, format, &weights, group, 4096, batch)?);
             }
         }
     }
@@ -80,13 +89,18 @@ fn matvec_group<T: Dtype>(
     let weight_bytes: usize = w.iter().map(|copies| copies[0].len()).sum();
     let rows: usize = group.iter().sum();
     Ok(Row {
-        kernel: format!("{} matvec group b{batch}", format.name()),
+        kernel: format!("{} matvec group b{batch}{}", format.name(), path_mark::<T>(b, format, k)),
         dtype: T::NAME,
         shape: format!("{}x{k}", group.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("+")),
         ms,
         bytes: (weight_bytes + batch * (k + rows) * size_of::<T>()) as u64,
         flops: None,
     })
+}
+
+/// ` (mma)` where the product runs on the matrix cores (`kernels/quant_matvec_mma.hip`).
+fn path_mark<T: Dtype>(b: &Bench, format: GgmlFormat, k: usize) -> &'static str {
+    if quant_matvec_on_matrix_cores::<T>(&b.stream, format, k) { " (mma)" } else { "" }
 }
 
 /// How many copies of a `bytes`-byte weight cover four times the L2.
@@ -137,7 +151,7 @@ fn matvec<T: Dtype>(
         Ok(quant_matvec(format, &w[i % w.len()], &x, &mut y, n, k, batch)?)
     })?;
     Ok(Row {
-        kernel: format!("{} matvec b{batch}", format.name()),
+        kernel: format!("{} matvec b{batch}{}", format.name(), path_mark::<T>(b, format, k)),
         dtype: T::NAME,
         shape: format!("{n}x{k}"),
         ms,
