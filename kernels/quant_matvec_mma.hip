@@ -1,6 +1,6 @@
 // Fused matrix-vector products with ggml block weights on NVIDIA matrix cores (sm_80 and later:
 // mma.sync.m16n8k16, cp.async): the matrix-core implementation of quant_matvec.hip's contract
-// for q8_0 and q4_K weights with f16 or bf16 activations, built for those targets only. Same
+// for q8_0, q4_K and q5_K weights with f16 or bf16 activations, built for those targets only. Same
 // arguments, same results up to the order of f32 sums (the launcher, quant/matvec.rs, picks this
 // module where it applies and quant_matvec.hip everywhere else):
 //
@@ -38,6 +38,9 @@
 //     (exact), folded into the scale.
 //   q4_K bf16: a nibble under bf16 128's mantissa is 128 + c exactly; one packed FMA subtracts
 //     128 (a bf16 subnormal times an activation would underflow f32, so no bit placement).
+//   q5_K: as q4_K, each code's fifth bit (from qh, one bit a sub-block) or-ed in above its
+//     nibble: codes up to 31 are still f16 subnormals, or 128 + c in bf16. q5_K takes q4_K's
+//     chunk (two super-blocks) and stages.
 //   q8_0 f16: a code's byte with its sign bit flipped under f16 1024's mantissa is
 //     1024 + 128 + c; one packed subtraction of 1152.
 //   q8_0 bf16: 128 + c needs 8 mantissa bits, bf16 has 7: the code goes through f32 (byte under
@@ -95,19 +98,23 @@ RF_DEVICE unsigned rf_qmvm_spread01(unsigned w) { return __byte_perm(w, 0u, 0x41
 RF_DEVICE unsigned rf_qmvm_spread23(unsigned w) { return __byte_perm(w, 0u, 0x4342); }
 
 // ---------------------------------------------------------------------------------------------
-// q4_K: chunks of two super-blocks (512 elements, 288 bytes a row)
+// q4_K and q5_K: chunks of two super-blocks (512 elements, 288 or 352 bytes a row)
 // ---------------------------------------------------------------------------------------------
 
-// Nibble pairs of one 32-bit word of codes (bytes e0..e3): the low nibbles (sub-block 2j) and
-// the high ones (2j + 1), as A pairs (e0 e1), (e2 e3).
+// Code pairs of one 32-bit word of nibbles (bytes e0..e3): the low nibbles (sub-block 2j) and
+// the high ones (2j + 1), as A pairs (e0 e1), (e2 e3). raw() places the nibbles; q5_K then ors
+// in each code's fifth bit, 16 times the nibble's unit, at bit FIFTH_LO or FIFTH_HI of each half;
+// done() makes the exact values.
 template <typename T> struct rf_qmvm_q4_nibbles;
 template <> struct rf_qmvm_q4_nibbles<__half> {
-    // Units' scale: low nibbles are their value times 2^-24, high ones times 2^-20; a 6-bit
-    // min placed likewise (rf_qmvm_q4k::min_pair) times 2^-24.
+    // Units' scale: low nibbles are their value times 2^-24, high ones times 2^-20 (codes up to
+    // 31: f16 subnormals either way); a 6-bit min placed likewise (min_pair) times 2^-24.
     static constexpr float LO_UNIT = 16777216.0f;
     static constexpr float HI_UNIT = 1048576.0f;
     static constexpr float MIN_UNIT = 16777216.0f;
-    static RF_DEVICE void run(unsigned w, unsigned& lo01, unsigned& lo23, unsigned& hi01, unsigned& hi23) {
+    static constexpr int FIFTH_LO = 4;
+    static constexpr int FIFTH_HI = 8;
+    static RF_DEVICE void raw(unsigned w, unsigned& lo01, unsigned& lo23, unsigned& hi01, unsigned& hi23) {
         const unsigned p01 = rf_qmvm_spread01(w);
         const unsigned p23 = rf_qmvm_spread23(w);
         lo01 = p01 & 0x000f000fu;
@@ -115,28 +122,33 @@ template <> struct rf_qmvm_q4_nibbles<__half> {
         hi01 = p01 & 0x00f000f0u;
         hi23 = p23 & 0x00f000f0u;
     }
+    static RF_DEVICE unsigned done(unsigned v) { return v; }
     // [m, 0, m, 0] (two small integers in the low bytes of the halves) -> the pair (m, m) in
     // MIN_UNIT: as it is.
     static RF_DEVICE unsigned pair(unsigned spread) { return spread; }
 };
 template <> struct rf_qmvm_q4_nibbles<rf_bf16> {
+    // A code c (5 bits at most) under bf16 128's mantissa is 128 + c; done() subtracts 128.
     static constexpr float LO_UNIT = 1.0f;
     static constexpr float HI_UNIT = 1.0f;
     static constexpr float MIN_UNIT = 1.0f;
+    static constexpr int FIFTH_LO = 4;
+    static constexpr int FIFTH_HI = 4;
     // 128 + c -> c: c * 1 + (-128), packed bf16 (exact).
     static RF_DEVICE unsigned less128(unsigned v) {
         unsigned r;
         asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x3f803f80u), "r"(0xc300c300u));
         return r;
     }
-    static RF_DEVICE void run(unsigned w, unsigned& lo01, unsigned& lo23, unsigned& hi01, unsigned& hi23) {
+    static RF_DEVICE void raw(unsigned w, unsigned& lo01, unsigned& lo23, unsigned& hi01, unsigned& hi23) {
         const unsigned p01 = rf_qmvm_spread01(w);
         const unsigned p23 = rf_qmvm_spread23(w);
-        lo01 = less128((p01 & 0x000f000fu) | 0x43004300u);
-        lo23 = less128((p23 & 0x000f000fu) | 0x43004300u);
-        hi01 = less128(((p01 >> 4) & 0x000f000fu) | 0x43004300u);
-        hi23 = less128(((p23 >> 4) & 0x000f000fu) | 0x43004300u);
+        lo01 = (p01 & 0x000f000fu) | 0x43004300u;
+        lo23 = (p23 & 0x000f000fu) | 0x43004300u;
+        hi01 = ((p01 >> 4) & 0x000f000fu) | 0x43004300u;
+        hi23 = ((p23 >> 4) & 0x000f000fu) | 0x43004300u;
     }
+    static RF_DEVICE unsigned done(unsigned v) { return less128(v); }
     static RF_DEVICE unsigned pair(unsigned spread) { return less128(spread | 0x43004300u); }
 };
 
@@ -150,9 +162,19 @@ RF_DEVICE void rf_qmvm_q4k_scales(const unsigned* s, unsigned (&sc)[2], unsigned
     m[1] = ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u);
 }
 
-template <typename T> struct rf_qmvm_q4_k {
+// The fifth bits of sub-block S for a pair of spread qh bytes ([h0, 0, h1, 0]: bit S of each),
+// at bit AT of each half.
+template <int S, int AT> RF_DEVICE unsigned rf_qmvm_fifth(unsigned spread) {
+    return ((spread >> S) & 0x00010001u) << AT;
+}
+
+// FIFTH = false: q4_K (144-byte super-blocks, nibbles from byte 16); true: q5_K (176 bytes: the
+// fifth bits qh[32] at byte 16, bit s of qh[e] for element e of sub-block s; nibbles from 48).
+template <typename T, bool FIFTH> struct rf_qmvm_kquant {
+    static constexpr int BYTES = FIFTH ? 176 : 144;
+    static constexpr int QS = FIFTH ? 48 : 16;
     static constexpr int CHUNK = 512;
-    static constexpr int ROW = 2 * 144;
+    static constexpr int ROW = 2 * BYTES;
     static constexpr int STAGES_B1 = RF_QMVM_STAGES_ONE_Q4_K;
     typedef rf_qmvm_q4_nibbles<T> N;
 
@@ -163,6 +185,23 @@ template <typename T> struct rf_qmvm_q4_k {
     // Sub-block S's min for both halves of an A pair, in N::MIN_UNIT.
     template <int S> static RF_DEVICE unsigned min_pair(const unsigned (&w)[2]) {
         return N::pair(__byte_perm(w[S / 4], 0u, 0x4040u | ((S % 4) << 8) | (S % 4)));
+    }
+    // A row's 8 codes of sub-blocks 2J (lo) and 2J + 1 (hi) from its two words of nibbles q
+    // (and, q5_K, the spread fifth-bit bytes h: h[0], h[1] of the first qh word, h[2], h[3]
+    // of the second) as the exact A pairs.
+    template <int J>
+    static RF_DEVICE void codes(uint2 q, const unsigned (&h)[4], unsigned (&lo)[4], unsigned (&hi)[4]) {
+        N::raw(q.x, lo[0], lo[1], hi[0], hi[1]);
+        N::raw(q.y, lo[2], lo[3], hi[2], hi[3]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            if (FIFTH) {
+                lo[i] |= rf_qmvm_fifth<2 * J, N::FIFTH_LO>(h[i]);
+                hi[i] |= rf_qmvm_fifth<2 * J + 1, N::FIFTH_HI>(h[i]);
+            }
+            lo[i] = N::done(lo[i]);
+            hi[i] = N::done(hi[i]);
+        }
     }
 
     // Rows g (rg) and g + 8 (rh) of a staged chunk, x of the lane's vector (xv), t the lane's
@@ -175,8 +214,8 @@ template <typename T> struct rf_qmvm_q4_k {
                                 float (&acc)[4]) {
 #pragma unroll
         for (int sb = 0; sb < 2; ++sb) {
-            const unsigned char* bg = rg + 144 * sb;
-            const unsigned char* bh = rh + 144 * sb;
+            const unsigned char* bg = rg + BYTES * sb;
+            const unsigned char* bh = rh + BYTES * sb;
             const unsigned dg = *reinterpret_cast<const unsigned*>(bg);
             const unsigned dh = *reinterpret_cast<const unsigned*>(bh);
             const float d_g = __half2float(__ushort_as_half((unsigned short)(dg & 0xffffu)));
@@ -186,45 +225,64 @@ template <typename T> struct rf_qmvm_q4_k {
             unsigned scg[2], mg[2], sch[2], mh[2];
             rf_qmvm_q4k_scales(reinterpret_cast<const unsigned*>(bg + 4), scg, mg);
             rf_qmvm_q4k_scales(reinterpret_cast<const unsigned*>(bh + 4), sch, mh);
+            // q5_K: the fifth-bit bytes of the lane's elements 8t .. 8t + 7 (the same for every
+            // sub-block, a bit each), spread as the nibbles are.
+            unsigned fg[4] = {0u, 0u, 0u, 0u}, fh[4] = {0u, 0u, 0u, 0u};
+            if (FIFTH) {
+                const uint2 wg = *reinterpret_cast<const uint2*>(bg + 16 + 8 * t);
+                const uint2 wh = *reinterpret_cast<const uint2*>(bh + 16 + 8 * t);
+                fg[0] = rf_qmvm_spread01(wg.x);
+                fg[1] = rf_qmvm_spread23(wg.x);
+                fg[2] = rf_qmvm_spread01(wg.y);
+                fg[3] = rf_qmvm_spread23(wg.y);
+                fh[0] = rf_qmvm_spread01(wh.x);
+                fh[1] = rf_qmvm_spread23(wh.x);
+                fh[2] = rf_qmvm_spread01(wh.y);
+                fh[3] = rf_qmvm_spread23(wh.y);
+            }
             // d times the units' scales: exact (powers of two), so (d UNIT) sc is d sc UNIT.
             const float dlo_g = d_g * N::LO_UNIT, dhi_g = d_g * N::HI_UNIT;
             const float dlo_h = d_h * N::LO_UNIT, dhi_h = d_h * N::HI_UNIT;
             float dmin[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                const uint2 qg = *reinterpret_cast<const uint2*>(bg + 16 + 32 * j + 8 * t);
-                const uint2 qh = *reinterpret_cast<const uint2*>(bh + 16 + 32 * j + 8 * t);
+                const uint2 qg = *reinterpret_cast<const uint2*>(bg + QS + 32 * j + 8 * t);
+                const uint2 qh = *reinterpret_cast<const uint2*>(bh + QS + 32 * j + 8 * t);
                 unsigned lg[4], hg[4], lh[4], hh[4];
-                N::run(qg.x, lg[0], lg[1], hg[0], hg[1]);
-                N::run(qg.y, lg[2], lg[3], hg[2], hg[3]);
-                N::run(qh.x, lh[0], lh[1], hh[0], hh[1]);
-                N::run(qh.y, lh[2], lh[3], hh[2], hh[3]);
                 const uint4 xlo = *reinterpret_cast<const uint4*>(xv + 256 * sb + 64 * j + 8 * t);
                 const uint4 xhi = *reinterpret_cast<const uint4*>(xv + 256 * sb + 64 * j + 32 + 8 * t);
                 float dl[4], dhi[4];
-                rf_qmvm_unit<T>(dl, lg, lh, xlo);
-                rf_qmvm_unit<T>(dhi, hg, hh, xhi);
                 // Sub-blocks 2j (low nibbles) and 2j + 1 (high): steps d sc (exact) in the units'
                 // scale; mins into D_min.
-#define RF_QMVM_Q4K_SUB(S, D, XB, DG, DH)                                                       \
+#define RF_QMVM_KQ_SUB(S, D, XB, DG, DH)                                                        \
     {                                                                                          \
         rf_qmvm_add<BC>(acc, D, (DG) * sc<S>(scg), (DH) * sc<S>(sch));                         \
         const unsigned a_m[4] = {min_pair<S>(mg), min_pair<S>(mh), min_pair<S>(mg), min_pair<S>(mh)}; \
         rf_mma<T>::run(dmin, a_m, XB.x, XB.y);                                                  \
         rf_mma<T>::run(dmin, a_m, XB.z, XB.w);                                                  \
     }
+#define RF_QMVM_KQ_GROUP(J)                                                                     \
+    codes<J>(qg, fg, lg, hg);                                                                  \
+    codes<J>(qh, fh, lh, hh);                                                                  \
+    rf_qmvm_unit<T>(dl, lg, lh, xlo);                                                          \
+    rf_qmvm_unit<T>(dhi, hg, hh, xhi);                                                         \
+    RF_QMVM_KQ_SUB(2 * J, dl, xlo, dlo_g, dlo_h)                                               \
+    RF_QMVM_KQ_SUB(2 * J + 1, dhi, xhi, dhi_g, dhi_h)
                 switch (j) {
-                case 0: RF_QMVM_Q4K_SUB(0, dl, xlo, dlo_g, dlo_h) RF_QMVM_Q4K_SUB(1, dhi, xhi, dhi_g, dhi_h) break;
-                case 1: RF_QMVM_Q4K_SUB(2, dl, xlo, dlo_g, dlo_h) RF_QMVM_Q4K_SUB(3, dhi, xhi, dhi_g, dhi_h) break;
-                case 2: RF_QMVM_Q4K_SUB(4, dl, xlo, dlo_g, dlo_h) RF_QMVM_Q4K_SUB(5, dhi, xhi, dhi_g, dhi_h) break;
-                default: RF_QMVM_Q4K_SUB(6, dl, xlo, dlo_g, dlo_h) RF_QMVM_Q4K_SUB(7, dhi, xhi, dhi_g, dhi_h) break;
+                case 0: RF_QMVM_KQ_GROUP(0) break;
+                case 1: RF_QMVM_KQ_GROUP(1) break;
+                case 2: RF_QMVM_KQ_GROUP(2) break;
+                default: RF_QMVM_KQ_GROUP(3) break;
                 }
-#undef RF_QMVM_Q4K_SUB
+#undef RF_QMVM_KQ_GROUP
+#undef RF_QMVM_KQ_SUB
             }
             rf_qmvm_add<BC>(acc, dmin, -dmin_g * N::MIN_UNIT, -dmin_h * N::MIN_UNIT);
         }
     }
 };
+template <typename T> using rf_qmvm_q4_k = rf_qmvm_kquant<T, false>;
+template <typename T> using rf_qmvm_q5_k = rf_qmvm_kquant<T, true>;
 
 // ---------------------------------------------------------------------------------------------
 // q8_0: chunks of 8 blocks (256 elements, 272 bytes a row)
@@ -498,4 +556,5 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
     RF_QMVM_ENTRY(fmt, F, 1, bf16, rf_bf16)                                                     \
     RF_QMVM_ENTRY(fmt, F, 8, bf16, rf_bf16)
 RF_QMVM_ENTRIES(q4_k, rf_qmvm_q4_k)
+RF_QMVM_ENTRIES(q5_k, rf_qmvm_q5_k)
 RF_QMVM_ENTRIES(q8_0, rf_qmvm_q8_0)

@@ -16,7 +16,7 @@
 //! its speed: `docs/kernels/quant_matvec.md`.
 //!
 //! Two implementations of that contract: `kernels/quant_matvec_mma.hip` on NVIDIA matrix cores
-//! (sm_80 and later) for q8_0 and q4_K weights with f16 or bf16 activations and rows of whole
+//! (sm_80 and later) for q8_0, q4_K and q5_K weights with f16 or bf16 activations and rows of whole
 //! chunks ([`quant_matvec_on_matrix_cores`]), and the portable `kernels/quant_matvec.hip`
 //! everywhere else. They differ only in the order of their f32 sums.
 
@@ -104,12 +104,12 @@ impl GgmlFormat {
     }
 
     /// Elements of a chunk of the matrix-core kernel (a warp's share of `k` at a time: `k` must
-    /// be whole chunks), if it reads the format: 8 q8_0 blocks (272 bytes a row), 2 q4_K
-    /// super-blocks (288).
+    /// be whole chunks), if it reads the format: 8 q8_0 blocks (272 bytes a row), 2 q4_K or q5_K
+    /// super-blocks (288, 352).
     pub const fn matrix_core_chunk(self) -> Option<usize> {
         match self {
             GgmlFormat::Q8_0 => Some(256),
-            GgmlFormat::Q4K => Some(512),
+            GgmlFormat::Q4K | GgmlFormat::Q5K => Some(512),
             _ => None,
         }
     }
@@ -302,7 +302,7 @@ unsafe fn launch_products<T: Dtype>(
 
 /// Whether [`quant_matvec`] and [`quant_matvec_group`] of `format` at row length `k` run on
 /// `stream`'s device's matrix cores (`kernels/quant_matvec_mma.hip`) rather than the portable
-/// kernel: NVIDIA `mma.sync` devices, q8_0 or q4_K weights, f16 or bf16 activations (`T`), and
+/// kernel: NVIDIA `mma.sync` devices, q8_0, q4_K or q5_K weights, f16 or bf16 activations (`T`), and
 /// `k` a positive multiple of [`GgmlFormat::matrix_core_chunk`].
 pub fn quant_matvec_on_matrix_cores<T: Dtype>(stream: &Stream, format: GgmlFormat, k: usize) -> bool {
     matrix_core_chunk(stream.backend().info().matrix_cores, format, T::NAME, k).is_some()
@@ -665,7 +665,7 @@ mod tests {
     }
 
     #[test]
-    fn matrix_cores_take_q8_0_and_q4_k_with_16_bit_activations_and_whole_chunks() {
+    fn matrix_cores_take_q8_0_q4_k_and_q5_k_with_16_bit_activations_and_whole_chunks() {
         let on = |cores, f, dt, k| matrix_core_chunk(cores, f, dt, k);
         let mma = MatrixCores::MmaSync;
         assert_eq!(on(mma, GgmlFormat::Q4K, "bf16", 4096), Some(512));
@@ -676,7 +676,8 @@ mod tests {
         assert_eq!(on(mma, GgmlFormat::Q8_0, "bf16", 288), None);
         assert_eq!(on(mma, GgmlFormat::Q8_0, "bf16", 0), None);
         assert_eq!(on(mma, GgmlFormat::Q4K, "f32", 4096), None);
-        for f in [GgmlFormat::Q4_0, GgmlFormat::Q5K, GgmlFormat::Q6K] {
+        assert_eq!(on(mma, GgmlFormat::Q5K, "bf16", 4096), Some(512));
+        for f in [GgmlFormat::Q4_0, GgmlFormat::Q6K] {
             assert_eq!(on(mma, f, "f16", 4096), None);
         }
         assert_eq!(on(MatrixCores::None, GgmlFormat::Q4K, "f16", 4096), None);
@@ -705,11 +706,13 @@ mod tests {
             matrix_core_shared_bytes(GgmlFormat::Q8_0, 256, 4, 8),
             8 * (16 * 272 + 8 * 576) + 4 * 16 * 8 * 4
         );
-        // Three blocks an SM within an H100's 227 KiB at one vector, two at 8.
-        for f in [GgmlFormat::Q4K, GgmlFormat::Q8_0] {
+        // Three blocks an SM within an H100's 227 KiB at one vector, two at 8 (q5_K's larger
+        // rows: one).
+        for f in [GgmlFormat::Q4K, GgmlFormat::Q5K, GgmlFormat::Q8_0] {
             let chunk = f.matrix_core_chunk().unwrap();
             assert!(3 * matrix_core_shared_bytes(f, chunk, 4, 1) <= 227 * 1024);
-            assert!(2 * matrix_core_shared_bytes(f, chunk, 4, 8) <= 227 * 1024);
+            let at_8 = if f == GgmlFormat::Q5K { 1 } else { 2 };
+            assert!(at_8 * matrix_core_shared_bytes(f, chunk, 4, 8) <= 227 * 1024);
         }
     }
 
