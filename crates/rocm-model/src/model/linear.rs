@@ -179,10 +179,13 @@ fn has_fused_product(format: BlockFormat, tokens: usize) -> bool {
 }
 
 /// Tokens up to which ggml's block formats take the fused matrix-vector kernel; past this the
-/// weight is dequantised once into the step's scratch and the (vendor) GEMM runs on it. The
-/// fused kernel does every vector's FMAs on the SIMT units: measured on an H100 (`bench model`
-/// at 8B layer shapes, one call each way), a decode step's layer took, fused / dequantise +
-/// GEMM: Q8_0 428 / 562 us at 8 tokens and 1581 / 593 at 32; Q4_K 467 / 531 and 1831 / 648.
+/// weight is dequantised once into the step's scratch and the (vendor) GEMM runs on it. Chosen
+/// when the fused kernel did every vector's FMAs on the SIMT units: measured on an H100 (`bench
+/// model` at 8B layer shapes, one call each way), a decode step's layer took, fused /
+/// dequantise + GEMM: Q8_0 428 / 562 us at 8 tokens and 1581 / 593 at 32; Q4_K 467 / 531 and
+/// 1831 / 648. On the matrix cores (q8_0, q4_K, q5_K with 16-bit activations, NVIDIA) 8 tokens
+/// cost 1.1-1.4 times one (H200, docs/kernels/quant_matvec.md v3) and 32 tokens take 4 passes
+/// over the weight; whether 16 would now pay is not measured.
 pub const FUSED_MAX_TOKENS: usize = 8;
 
 /// Runs the fused quantised product where there is one for this format and token count, and
