@@ -204,6 +204,64 @@ template <typename T, bool FIFTH> struct rf_qmvm_kquant {
         }
     }
 
+    // What one row's super-block gives each of its units: the packed scales and mins, d in the
+    // low and high units' scales (exact: powers of two, so (d UNIT) sc is d sc UNIT), dmin, and
+    // (q5_K) the fifth-bit bytes of the lane's elements 8t .. 8t + 7 (the same for every
+    // sub-block, a bit each), spread as the nibbles are.
+    struct Row {
+        unsigned sc[2], m[2], fifth[4];
+        float dlo, dhi, dmin;
+    };
+    static RF_DEVICE Row row(const unsigned char* b, int t) {
+        Row r;
+        float d[2]; // d, dmin
+        rf_unpack2_bits16<__half>(*reinterpret_cast<const unsigned*>(b), d);
+        r.dlo = d[0] * N::LO_UNIT;
+        r.dhi = d[0] * N::HI_UNIT;
+        r.dmin = d[1];
+        rf_qmvm_q4k_scales(reinterpret_cast<const unsigned*>(b + 4), r.sc, r.m);
+        if (FIFTH) {
+            const uint2 w = *reinterpret_cast<const uint2*>(b + 16 + 8 * t);
+            r.fifth[0] = rf_qmvm_spread01(w.x);
+            r.fifth[1] = rf_qmvm_spread23(w.x);
+            r.fifth[2] = rf_qmvm_spread01(w.y);
+            r.fifth[3] = rf_qmvm_spread23(w.y);
+        }
+        return r;
+    }
+
+    // Sub-block S of rows g and h, its unit sums d against x words xb: the step d sc (exact,
+    // in the unit's scale) times d into acc; the min against xb into D_min (dmin).
+    template <int S, int BC>
+    static RF_DEVICE void sub(const Row& g, const Row& h, const float (&d)[4], uint4 xb, float (&acc)[4],
+                              float (&dmin)[4]) {
+        const float dg = S % 2 == 0 ? g.dlo : g.dhi;
+        const float dh = S % 2 == 0 ? h.dlo : h.dhi;
+        rf_qmvm_add<BC>(acc, d, dg * sc<S>(g.sc), dh * sc<S>(h.sc));
+        const unsigned a_m[4] = {min_pair<S>(g.m), min_pair<S>(h.m), min_pair<S>(g.m), min_pair<S>(h.m)};
+        rf_mma<T>::run(dmin, a_m, xb.x, xb.y);
+        rf_mma<T>::run(dmin, a_m, xb.z, xb.w);
+    }
+
+    // Group J of a super-block (bg, bh: rows g and g + 8; xs: its x): sub-blocks 2J (the low
+    // nibbles) and 2J + 1 (the high ones).
+    template <int J, int BC>
+    static RF_DEVICE void group(const unsigned char* bg, const unsigned char* bh, const Row& g, const Row& h,
+                                const T* xs, int t, float (&acc)[4], float (&dmin)[4]) {
+        const uint2 qg = *reinterpret_cast<const uint2*>(bg + QS + 32 * J + 8 * t);
+        const uint2 qh = *reinterpret_cast<const uint2*>(bh + QS + 32 * J + 8 * t);
+        const uint4 xlo = *reinterpret_cast<const uint4*>(xs + 64 * J + 8 * t);
+        const uint4 xhi = *reinterpret_cast<const uint4*>(xs + 64 * J + 32 + 8 * t);
+        unsigned lg[4], hg[4], lh[4], hh[4];
+        codes<J>(qg, g.fifth, lg, hg);
+        codes<J>(qh, h.fifth, lh, hh);
+        float dl[4], dhi[4];
+        rf_qmvm_unit<T>(dl, lg, lh, xlo);
+        rf_qmvm_unit<T>(dhi, hg, hh, xhi);
+        sub<2 * J, BC>(g, h, dl, xlo, acc, dmin);
+        sub<2 * J + 1, BC>(g, h, dhi, xhi, acc, dmin);
+    }
+
     // Rows g (rg) and g + 8 (rh) of a staged chunk, x of the lane's vector (xv), t the lane's
     // quarter: adds the chunk's products to acc. Per super-block, each unit's sum of q x times
     // its step d sc (exact) goes into acc; the mins go through the tensor cores, A holding
@@ -216,68 +274,15 @@ template <typename T, bool FIFTH> struct rf_qmvm_kquant {
         for (int sb = 0; sb < 2; ++sb) {
             const unsigned char* bg = rg + BYTES * sb;
             const unsigned char* bh = rh + BYTES * sb;
-            const unsigned dg = *reinterpret_cast<const unsigned*>(bg);
-            const unsigned dh = *reinterpret_cast<const unsigned*>(bh);
-            const float d_g = __half2float(__ushort_as_half((unsigned short)(dg & 0xffffu)));
-            const float dmin_g = __half2float(__ushort_as_half((unsigned short)(dg >> 16)));
-            const float d_h = __half2float(__ushort_as_half((unsigned short)(dh & 0xffffu)));
-            const float dmin_h = __half2float(__ushort_as_half((unsigned short)(dh >> 16)));
-            unsigned scg[2], mg[2], sch[2], mh[2];
-            rf_qmvm_q4k_scales(reinterpret_cast<const unsigned*>(bg + 4), scg, mg);
-            rf_qmvm_q4k_scales(reinterpret_cast<const unsigned*>(bh + 4), sch, mh);
-            // q5_K: the fifth-bit bytes of the lane's elements 8t .. 8t + 7 (the same for every
-            // sub-block, a bit each), spread as the nibbles are.
-            unsigned fg[4] = {0u, 0u, 0u, 0u}, fh[4] = {0u, 0u, 0u, 0u};
-            if (FIFTH) {
-                const uint2 wg = *reinterpret_cast<const uint2*>(bg + 16 + 8 * t);
-                const uint2 wh = *reinterpret_cast<const uint2*>(bh + 16 + 8 * t);
-                fg[0] = rf_qmvm_spread01(wg.x);
-                fg[1] = rf_qmvm_spread23(wg.x);
-                fg[2] = rf_qmvm_spread01(wg.y);
-                fg[3] = rf_qmvm_spread23(wg.y);
-                fh[0] = rf_qmvm_spread01(wh.x);
-                fh[1] = rf_qmvm_spread23(wh.x);
-                fh[2] = rf_qmvm_spread01(wh.y);
-                fh[3] = rf_qmvm_spread23(wh.y);
-            }
-            // d times the units' scales: exact (powers of two), so (d UNIT) sc is d sc UNIT.
-            const float dlo_g = d_g * N::LO_UNIT, dhi_g = d_g * N::HI_UNIT;
-            const float dlo_h = d_h * N::LO_UNIT, dhi_h = d_h * N::HI_UNIT;
+            const Row g = row(bg, t);
+            const Row h = row(bh, t);
+            const T* xs = xv + 256 * sb;
             float dmin[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const uint2 qg = *reinterpret_cast<const uint2*>(bg + QS + 32 * j + 8 * t);
-                const uint2 qh = *reinterpret_cast<const uint2*>(bh + QS + 32 * j + 8 * t);
-                unsigned lg[4], hg[4], lh[4], hh[4];
-                const uint4 xlo = *reinterpret_cast<const uint4*>(xv + 256 * sb + 64 * j + 8 * t);
-                const uint4 xhi = *reinterpret_cast<const uint4*>(xv + 256 * sb + 64 * j + 32 + 8 * t);
-                float dl[4], dhi[4];
-                // Sub-blocks 2j (low nibbles) and 2j + 1 (high): steps d sc (exact) in the units'
-                // scale; mins into D_min.
-#define RF_QMVM_KQ_SUB(S, D, XB, DG, DH)                                                        \
-    {                                                                                          \
-        rf_qmvm_add<BC>(acc, D, (DG) * sc<S>(scg), (DH) * sc<S>(sch));                         \
-        const unsigned a_m[4] = {min_pair<S>(mg), min_pair<S>(mh), min_pair<S>(mg), min_pair<S>(mh)}; \
-        rf_mma<T>::run(dmin, a_m, XB.x, XB.y);                                                  \
-        rf_mma<T>::run(dmin, a_m, XB.z, XB.w);                                                  \
-    }
-#define RF_QMVM_KQ_GROUP(J)                                                                     \
-    codes<J>(qg, fg, lg, hg);                                                                  \
-    codes<J>(qh, fh, lh, hh);                                                                  \
-    rf_qmvm_unit<T>(dl, lg, lh, xlo);                                                          \
-    rf_qmvm_unit<T>(dhi, hg, hh, xhi);                                                         \
-    RF_QMVM_KQ_SUB(2 * J, dl, xlo, dlo_g, dlo_h)                                               \
-    RF_QMVM_KQ_SUB(2 * J + 1, dhi, xhi, dhi_g, dhi_h)
-                switch (j) {
-                case 0: RF_QMVM_KQ_GROUP(0) break;
-                case 1: RF_QMVM_KQ_GROUP(1) break;
-                case 2: RF_QMVM_KQ_GROUP(2) break;
-                default: RF_QMVM_KQ_GROUP(3) break;
-                }
-#undef RF_QMVM_KQ_GROUP
-#undef RF_QMVM_KQ_SUB
-            }
-            rf_qmvm_add<BC>(acc, dmin, -dmin_g * N::MIN_UNIT, -dmin_h * N::MIN_UNIT);
+            group<0, BC>(bg, bh, g, h, xs, t, acc, dmin);
+            group<1, BC>(bg, bh, g, h, xs, t, acc, dmin);
+            group<2, BC>(bg, bh, g, h, xs, t, acc, dmin);
+            group<3, BC>(bg, bh, g, h, xs, t, acc, dmin);
+            rf_qmvm_add<BC>(acc, dmin, -g.dmin * N::MIN_UNIT, -h.dmin * N::MIN_UNIT);
         }
     }
 };
@@ -328,7 +333,7 @@ template <typename T> struct rf_qmvm_q8_0 {
         return make_uint2(__funnelshift_r(p[0], p[1], 8 * (OFF % 4)), __funnelshift_r(p[1], p[2], 8 * (OFF % 4)));
     }
     template <int B> static RF_DEVICE float scale(const unsigned char* row) {
-        return __half2float(*reinterpret_cast<const __half*>(row + 34 * B));
+        return rf_bits16_to_float<__half>(*reinterpret_cast<const unsigned short*>(row + 34 * B));
     }
     template <int B, int BC>
     static RF_DEVICE void block(const unsigned char* rg, const unsigned char* rh, const T* xv, int t,

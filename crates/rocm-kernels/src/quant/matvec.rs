@@ -28,7 +28,7 @@ use crate::KernelModule;
 use crate::abi::quant_matvec as abi;
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{KernelError, Result, ensure};
-use crate::launchable::{Launchable, Needs, every_dtype};
+use crate::launchable::{DTYPES, Launchable, Needs, every_dtype};
 use crate::loader;
 
 const KERNEL: &str = "quant_matvec";
@@ -563,12 +563,12 @@ pub(crate) fn launchable() -> Vec<Launchable> {
         .collect();
     for format in GgmlFormat::ALL {
         let Some(chunk) = format.matrix_core_chunk() else { continue };
-        for dtype in ["f16", "bf16"] {
-            if matrix_core_chunk(MatrixCores::MmaSync, format, dtype, chunk).is_some() {
-                for pass in [1, MAX_BATCH] {
-                    let name = format!("rf_qmvm_{}_b{pass}_{dtype}", format.name());
-                    out.push(Launchable::new(MMA_MODULE, name, Needs::MmaSync));
-                }
+        for dtype in
+            DTYPES.iter().filter(|dt| matrix_core_chunk(MatrixCores::MmaSync, format, dt, chunk).is_some())
+        {
+            for pass in [1, MAX_BATCH] {
+                let name = format!("rf_qmvm_{}_b{pass}_{dtype}", format.name());
+                out.push(Launchable::new(MMA_MODULE, name, Needs::MmaSync));
             }
         }
     }

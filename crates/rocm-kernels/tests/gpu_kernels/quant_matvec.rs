@@ -63,6 +63,21 @@ fn quantised_weights(rng: &mut Rng, format: GgmlFormat, rows: usize, k: usize) -
     w
 }
 
+/// Case `n`'s weights: raw random blocks for even cases, the CPU quantisers' blocks for odd ones.
+fn case_weights(rng: &mut Rng, n: usize, format: GgmlFormat, rows: usize, k: usize) -> Vec<u8> {
+    if n.is_multiple_of(2) {
+        random_weights(rng, format, rows, k)
+    } else {
+        quantised_weights(rng, format, rows, k)
+    }
+}
+
+/// Makes the f16 scale at byte `at` of block `block` of row `row` (rows of `k` elements) NaN.
+fn nan_scale(w: &mut [u8], format: GgmlFormat, k: usize, row: usize, block: usize, at: usize) {
+    let start = (row * (k / format.block_elems()) + block) * format.block_bytes() + at;
+    w[start..start + 2].copy_from_slice(&f16::NAN.to_bits().to_le_bytes());
+}
+
 /// Runs the product on the device with poisoned outputs and checks every output against the
 /// reference: within `allowed_error`, NaN exactly where the reference is NaN.
 fn check<T: Dtype>(
@@ -143,11 +158,7 @@ fn matches_the_reference<T: Dtype>(gpu: &GpuTest, seed: u64) {
     for format in GgmlFormat::ALL {
         for (n, &(rows, blocks, batch)) in CASES.iter().enumerate() {
             let k = if blocks == LONG { 14_336 } else { blocks * format.block_elems() };
-            let w = if n % 2 == 0 {
-                random_weights(&mut rng, format, rows, k)
-            } else {
-                quantised_weights(&mut rng, format, rows, k)
-            };
+            let w = case_weights(&mut rng, n, format, rows, k);
             eprintln!("quant_matvec {} {} rows {rows} k {k} batch {batch}", format.name(), T::NAME);
             check::<T>(gpu, &mut rng, format, &w, rows, k, batch);
         }
@@ -208,11 +219,7 @@ fn matrix_cores_match_the_reference<T: Dtype>(seed: u64) {
                 "{} k {k}",
                 format.name()
             );
-            let w = if n % 2 == 0 {
-                random_weights(&mut rng, format, rows, k)
-            } else {
-                quantised_weights(&mut rng, format, rows, k)
-            };
+            let w = case_weights(&mut rng, n, format, rows, k);
             eprintln!(
                 "quant_matvec (matrix cores: {mma}) {} {} rows {rows} k {k} batch {batch}",
                 format.name(),
@@ -223,11 +230,9 @@ fn matrix_cores_match_the_reference<T: Dtype>(seed: u64) {
         // A NaN scale (d; q4_K's dmin too) spoils its row only, for every vector.
         let (rows, k, batch) = (18, 2 * chunk, 3);
         let mut w = random_weights(&mut rng, format, rows, k);
-        let row_bytes = k / format.block_elems() * format.block_bytes();
         let fields = f16_scale_fields(format);
         for (row, at) in [(2, fields[0]), (11, fields[fields.len() - 1])] {
-            let start = row * row_bytes + format.block_bytes() + at;
-            w[start..start + 2].copy_from_slice(&f16::NAN.to_bits().to_le_bytes());
+            nan_scale(&mut w, format, k, row, 1, at);
         }
         check::<T>(&gpu, &mut rng, format, &w, rows, k, batch);
         // Grouped products on the matrix cores: each equal to its product alone, bit for bit.
@@ -286,13 +291,10 @@ fn a_nan_scale_spoils_its_row_only() {
     for format in GgmlFormat::ALL {
         let (rows, k, batch) = (9, 3 * format.block_elems(), 3);
         let mut w = random_weights(&mut rng, format, rows, k);
-        let bb = format.block_bytes();
-        let blocks_per_row = k / format.block_elems();
         let fields = f16_scale_fields(format);
         // Row 2, block 1: d; row 6, block 2: the last scale field (dmin for q4_K / q5_K).
         for (row, block, at) in [(2, 1, fields[0]), (6, 2, fields[fields.len() - 1])] {
-            let start = (row * blocks_per_row + block) * bb + at;
-            w[start..start + 2].copy_from_slice(&f16::NAN.to_bits().to_le_bytes());
+            nan_scale(&mut w, format, k, row, block, at);
         }
         // check() wants NaN exactly where the reference has it: in rows 2 and 6.
         let reference = quant_matvec_reference(format, &w, &vec![1.0; batch * k], rows, k, batch).unwrap();
