@@ -3,6 +3,7 @@
 // O = sum_s exp(lse_s - lse) O_s. Splits that saw no key have lse = -inf and weigh nothing; a row
 // no split saw stays zeros with lse = -inf.
 
+#include "rocmforge_dependent_launch.h"
 #include "rocmforge_flash.h"
 
 template <typename T>
@@ -35,6 +36,9 @@ RF_DEVICE void rf_flash_combine(const rf_flash_params& p) {
 }
 
 #define RF_FLASH_COMBINE_ENTRY(suffix, T) \
-    RF_KERNEL void rf_flash_combine_##suffix(rf_flash_params p) { rf_flash_combine<T>(p); }
+    RF_KERNEL void rf_flash_combine_##suffix(rf_flash_params p) { \
+        rf_follow_prior_grid();                                    \
+        rf_flash_combine<T>(p);                                    \
+    }
 
 RF_FOR_EACH_DTYPE(RF_FLASH_COMBINE_ENTRY)

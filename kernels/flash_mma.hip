@@ -15,6 +15,7 @@
 // registers, is directly the A operand of O (16 x D) += P V, with V fragments by
 // ldmatrix.trans.
 
+#include "rocmforge_dependent_launch.h"
 #include "rocmforge_flash_mma.h"
 
 #if !RF_MMA_SYNC && (defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__))
@@ -22,7 +23,9 @@
 #endif
 
 #if RF_MMA_SYNC
-#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG, MW) rf_flash_mma<T, DT, BC, W, S, KS, PG, MW>(p);
+#define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG, MW) \
+    rf_follow_prior_grid();                            \
+    rf_flash_mma<T, DT, BC, W, S, KS, PG, MW>(p);
 #else
 // A host pass (no device code): the entries are declarations only.
 #define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG, MW)

@@ -14,6 +14,7 @@
 // Elementwise and memory-bound; decode writes a few rows a step, so simplicity wins here.
 
 #include "rocmforge.h"
+#include "rocmforge_dependent_launch.h"
 #include "rocmforge_kv_cache_abi.h"
 
 template <typename T>
@@ -41,7 +42,13 @@ RF_DEVICE void rf_kv_cache_copy_blocks(const rf_kv_copy_params& p) {
 }
 
 #define RF_KV_ENTRIES(suffix, T)                                                                      \
-    RF_KERNEL void rf_kv_cache_write_##suffix(rf_kv_write_params p) { rf_kv_cache_write<T>(p); }     \
-    RF_KERNEL void rf_kv_cache_copy_blocks_##suffix(rf_kv_copy_params p) { rf_kv_cache_copy_blocks<T>(p); }
+    RF_KERNEL void rf_kv_cache_write_##suffix(rf_kv_write_params p) {                                 \
+        rf_follow_prior_grid();                                                                       \
+        rf_kv_cache_write<T>(p);                                                                      \
+    }                                                                                                 \
+    RF_KERNEL void rf_kv_cache_copy_blocks_##suffix(rf_kv_copy_params p) {                            \
+        rf_follow_prior_grid();                                                                       \
+        rf_kv_cache_copy_blocks<T>(p);                                                                \
+    }
 
 RF_FOR_EACH_DTYPE(RF_KV_ENTRIES)

@@ -61,6 +61,7 @@
 // x, x = BC == 1 ? 2 CHUNK : BC * (2 CHUNK + 64) bytes); every w, y and x 16-byte aligned;
 // 16 * row bytes < 2^32. The launcher (quant/matvec.rs) checks all of it.
 
+#include "rocmforge_dependent_launch.h"
 #include "rocmforge_quant.h"
 #include "rocmforge_mma.h"
 #include "rocmforge_quant_matvec_abi.h"
@@ -444,12 +445,11 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
     auto vectors_of = [&](const rf_qmvm_cursor& cur) -> int {
         return batch - cur.pass < (unsigned)BC ? (int)(batch - cur.pass) : BC;
     };
-    // The cursor's chunk of its tile's rows and of x -> stage s; rows and vectors past the ends
-    // are zero-filled (nothing read).
-    auto stage_in = [&](const rf_qmvm_cursor& cur, int s) {
+    // The cursor's chunk of its tile's rows -> stage s, and of x (stage_x); rows and vectors
+    // past the ends are zero-filled (nothing read).
+    auto stage_w = [&](const rf_qmvm_cursor& cur, int s) {
         unsigned char* dst = stages + s * STAGE;
         const int rows = rows_of(cur);
-        const int nvec = vectors_of(cur);
         const unsigned char* src = p.w[cur.prod] + ((rf_u64)cur.tile * R) * row_bytes + (rf_u64)cur.c * ROW;
 #pragma unroll
         for (int j = 0; j < COPIES; ++j) {
@@ -459,6 +459,10 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
                 rf_cp_async16(dst + 16 * i, ok ? src + src_off[j] : src, ok ? 16 : 0);
             }
         }
+    };
+    auto stage_x = [&](const rf_qmvm_cursor& cur, int s) {
+        unsigned char* dst = stages + s * STAGE;
+        const int nvec = vectors_of(cur);
         constexpr int XV = 2 * F::CHUNK / 16; // 16-byte vectors of one vector's chunk
         const T* xp = x + (rf_u64)cur.pass * k + (rf_u64)cur.c * F::CHUNK;
 #pragma unroll
@@ -472,16 +476,32 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
             }
         }
     };
+    auto stage_in = [&](const rf_qmvm_cursor& cur, int s) {
+        stage_w(cur, s);
+        stage_x(cur, s);
+    };
 
     rf_qmvm_cursor cur = {0, blockIdx.x, 0, (unsigned)warp};
     settle(cur);
     // STAGES - 1 chunks in flight while one is computed on, across tiles, passes and products:
-    // the pipeline does not drain at a tile's end.
+    // the pipeline does not drain at a tile's end. The first chunks' weights need nothing of the
+    // kernel ahead (a dependent launch: rocmforge_dependent_launch.h), so their copies start
+    // before the wait for it; x's copies, and every write, come after. The weights join the
+    // first stage's group of copies, which the first wait below needs anyway.
     rf_qmvm_cursor load = cur;
 #pragma unroll
     for (int i = 0; i < STAGES - 1; ++i) {
         if (load.prod < RF_QMV_MAX_PRODUCTS) {
-            stage_in(load, i);
+            stage_w(load, i);
+            advance(load);
+        }
+    }
+    rf_follow_prior_grid();
+    load = cur;
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; ++i) {
+        if (load.prod < RF_QMV_MAX_PRODUCTS) {
+            stage_x(load, i);
             advance(load);
         }
         rf_cp_async_commit();

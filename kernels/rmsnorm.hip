@@ -17,6 +17,7 @@
 // registers, many rows in flight), the block path (v1) for every other row.
 
 #include "rocmforge.h"
+#include "rocmforge_dependent_launch.h"
 #include "rocmforge_reduce.h"
 #include "rocmforge_rmsnorm_abi.h"
 
@@ -362,22 +363,26 @@ RF_DEVICE void rf_rmsnorm_group(const T* x, T* residual, const T* weight, T* out
     RF_KERNEL __launch_bounds__(1024) void rf_rmsnorm_##suffix(const T* x, const T* weight, T* out,     \
                                                                rf_u64 x_stride, rf_u64 out_stride,     \
                                                                rf_u64 rows, unsigned int cols, float eps) { \
+        rf_follow_prior_grid();                                                                        \
         rf_rmsnorm<T, false>(x, nullptr, weight, out, x_stride, 0, out_stride, rows, cols, eps);        \
     }                                                                                                  \
     RF_KERNEL __launch_bounds__(1024) void rf_rmsnorm_residual_##suffix(                               \
         const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride, rf_u64 residual_stride,     \
         rf_u64 out_stride, rf_u64 rows, unsigned int cols, float eps) {                                \
+        rf_follow_prior_grid();                                                                        \
         rf_rmsnorm<T, true>(x, residual, weight, out, x_stride, residual_stride, out_stride, rows, cols, \
                             eps);                                                                      \
     }                                                                                                  \
     RF_KERNEL RF_RMS_GROUP_BOUNDS void rf_rmsnorm_group_##suffix(                                      \
         const T* x, const T* weight, T* out, rf_u64 x_stride, rf_u64 out_stride, rf_u64 rows,          \
         unsigned int cols, float eps) {                                                                \
+        rf_follow_prior_grid();                                                                        \
         rf_rmsnorm_group<T, false>(x, nullptr, weight, out, x_stride, 0, out_stride, rows, cols, eps);  \
     }                                                                                                  \
     RF_KERNEL RF_RMS_RESIDUAL_GROUP_BOUNDS void rf_rmsnorm_residual_group_##suffix(                    \
         const T* x, T* residual, const T* weight, T* out, rf_u64 x_stride, rf_u64 residual_stride,     \
         rf_u64 out_stride, rf_u64 rows, unsigned int cols, float eps) {                                \
+        rf_follow_prior_grid();                                                                        \
         rf_rmsnorm_group<T, true>(x, residual, weight, out, x_stride, residual_stride, out_stride, rows, \
                                   cols, eps);                                                          \
     }

@@ -33,6 +33,7 @@
 // strides, head_dim and segments), one element at a time otherwise.
 
 #include "rocmforge.h"
+#include "rocmforge_dependent_launch.h"
 
 namespace rf_rope {
 
@@ -417,6 +418,7 @@ RF_DEVICE void rope_warp(T* q, T* k, const int* pos, const int* block_pos, rf_u6
                          rf_u64 k_heads, rf_u64 q_stride, rf_u64 k_stride, unsigned int head_dim,          \
                          unsigned int seg_dim, unsigned int segments, int interleaved, int vectorized,     \
                          long long max_pos, rf_rope::Freqs freqs) {                                        \
+        rf_follow_prior_grid();                                                                           \
         rf_rope::rope<T>(q, k, pos, block_pos, tokens, q_heads, k_heads, q_stride, k_stride, head_dim,     \
                          seg_dim, segments, interleaved, vectorized, max_pos, freqs);                      \
     }
@@ -431,6 +433,7 @@ RF_FOR_EACH_DTYPE(RF_ROPE_ENTRY)
                               unsigned int head_dim, unsigned int seg_dim, unsigned int segments,         \
                               int interleaved, int vectorized, long long max_pos, rf_rope::Freqs freqs) { \
         (void)interleaved; /* always 0 here */                                                            \
+        rf_follow_prior_grid();                                                                           \
         rf_rope::rope_warp<T, false>(q, k, pos, block_pos, tokens, q_heads, k_heads, q_stride, k_stride,   \
                                      head_dim, seg_dim, segments, vectorized, max_pos, freqs);            \
     }                                                                                                     \
@@ -441,6 +444,7 @@ RF_FOR_EACH_DTYPE(RF_ROPE_ENTRY)
                                  int interleaved, int vectorized, long long max_pos,                      \
                                  rf_rope::Freqs freqs) {                                                  \
         (void)interleaved; /* always 1 here */                                                            \
+        rf_follow_prior_grid();                                                                           \
         rf_rope::rope_warp<T, true>(q, k, pos, block_pos, tokens, q_heads, k_heads, q_stride, k_stride,    \
                                     head_dim, seg_dim, segments, vectorized, max_pos, freqs);             \
     }

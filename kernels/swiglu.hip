@@ -17,6 +17,7 @@
 // pass); cols % N elements of a vectorised row are a scalar tail.
 
 #include "rocmforge.h"
+#include "rocmforge_dependent_launch.h"
 #include "rocmforge_swiglu_abi.h"
 
 // Stable form: e = exp(-|g|) is never infinite, so very negative gates give their tiny true
@@ -144,6 +145,7 @@ RF_DEVICE void rf_swiglu(const T* gate, const T* up, T* out, rf_u64 gate_stride,
 #define RF_SWIGLU_ENTRY(suffix, T)                                                                    \
     RF_KERNEL void rf_swiglu_##suffix(const T* gate, const T* up, T* out, rf_u64 gate_stride,           \
                                       rf_u64 up_stride, rf_u64 out_stride, rf_u64 rows, rf_u64 cols) { \
+        rf_follow_prior_grid();                                                                        \
         rf_swiglu<T>(gate, up, out, gate_stride, up_stride, out_stride, rows, cols);                   \
     }
 

@@ -147,6 +147,9 @@ const CUDA: Binding = Binding {
         "cuModuleUnload",
         "cuModuleGetFunction",
         "cuLaunchKernel",
+        // Launches that may begin before the kernel ahead of them ends (programmatic dependent
+        // launch, sm_90+; `Launch::dependent`): CUDA 12.0's.
+        "cuLaunchKernelEx",
         "cuFuncGetAttribute",
         "cuFuncSetAttribute",
         // Stream capture and graphs (`rocm_runtime::Graph`). cuda.h's `cuStreamBeginCapture` and
@@ -169,6 +172,7 @@ const CUDA: Binding = Binding {
         "CUstreamCaptureMode_enum",
         "CUstreamCaptureStatus_enum",
         "CUmemPool_attribute_enum",
+        "CUlaunchAttributeID_enum",
     ],
     types: &["CUstream_flags_enum", "CUevent_flags_enum", "CUmemPool_attribute_enum"],
     vars: &[],

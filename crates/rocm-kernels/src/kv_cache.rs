@@ -115,6 +115,8 @@ pub fn kv_cache_write<T: Dtype>(
     unsafe {
         stream
             .launch(&kernel)
+            // The entry waits for the kernel ahead first (rocmforge_dependent_launch.h).
+            .dependent()
             .reads(k)
             .reads(v)
             .reads(slots)
@@ -204,6 +206,8 @@ fn copy_blocks<T: Dtype>(
     unsafe {
         stream
             .launch(&kernel)
+            // The entry waits for the kernel ahead first (rocmforge_dependent_launch.h).
+            .dependent()
             .reads(&device_pairs)
             .reads(k_cache)
             .reads(v_cache)

@@ -98,6 +98,8 @@ impl RmsNorm {
         unsafe {
             stream
                 .launch(&kernel)
+                // The entry waits for the kernel ahead first (rocmforge_dependent_launch.h).
+                .dependent()
                 .buffer(x)
                 .buffer(weight)
                 .buffer_mut(out)
@@ -129,6 +131,8 @@ impl RmsNorm {
         unsafe {
             stream
                 .launch(&kernel)
+                // The entry waits for the kernel ahead first (rocmforge_dependent_launch.h).
+                .dependent()
                 .buffer_mut(x)
                 .buffer(weight)
                 .arg(x_ptr)
@@ -171,6 +175,8 @@ impl RmsNorm {
         unsafe {
             stream
                 .launch(&kernel)
+                // The entry waits for the kernel ahead first (rocmforge_dependent_launch.h).
+                .dependent()
                 .buffer(x)
                 .buffer_mut(residual)
                 .buffer(weight)
@@ -212,6 +218,8 @@ impl RmsNorm {
         unsafe {
             stream
                 .launch(&kernel)
+                // The entry waits for the kernel ahead first (rocmforge_dependent_launch.h).
+                .dependent()
                 .buffer_mut(x)
                 .buffer_mut(residual)
                 .buffer(weight)

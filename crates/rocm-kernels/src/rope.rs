@@ -351,7 +351,8 @@ impl Rope {
         // token's rounds of heads, each round taken by exactly one slice, so every element is
         // still read and written by one thread.
         unsafe {
-            let launch = stream.launch(&kernel).buffer_mut(q.buffer);
+            // Every entry waits for the kernel ahead first (rocmforge_dependent_launch.h).
+            let launch = stream.launch(&kernel).dependent().buffer_mut(q.buffer);
             let launch = match k {
                 Some(k) => launch.buffer_mut(k.buffer),
                 None => launch.arg(0u64),

@@ -51,6 +51,8 @@ pub fn swiglu<T: Dtype>(
     unsafe {
         stream
             .launch(&kernel)
+            // The entry waits for the kernel ahead first (rocmforge_dependent_launch.h).
+            .dependent()
             .buffer(gate)
             .buffer(up)
             .buffer_mut(out)
@@ -98,6 +100,8 @@ pub fn swiglu_fused<T: Dtype>(
     unsafe {
         stream
             .launch(&kernel)
+            // The entry waits for the kernel ahead first (rocmforge_dependent_launch.h).
+            .dependent()
             .buffer(gate_up)
             .arg(up)
             .buffer_mut(out)

@@ -38,6 +38,11 @@ pub struct DeviceInfo {
     /// Hopper's warpgroup MMA (`wgmma`): an sm_90 device, whose code objects the kernels build
     /// as sm_90a SASS (which runs there only). Launchers take the warpgroup kernels by this.
     pub warpgroup_mma: bool,
+    /// Programmatic dependent launch (NVIDIA sm_90+ through the CUDA driver): a launch marked
+    /// [`dependent`](crate::Launch::dependent) may start while the kernel ahead of it on the
+    /// stream is still running, and waits for it inside (`rf_wait_prior_grid`). Elsewhere such
+    /// a launch is an ordinary one.
+    pub dependent_launch: bool,
     /// Whether the device drives a display (a desktop's GPU, shared with the compositor):
     /// NVIDIA reports the display watchdog (the kernel-execution timeout); on AMD, sysfs says
     /// whether the card is the boot VGA device or has a connected connector. GPU test runs

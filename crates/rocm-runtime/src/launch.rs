@@ -1,7 +1,7 @@
 //! The typed launch builder: arguments collected with their sizes, checked, then launched.
 
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::buffer::{DeviceBuffer, DeviceCopy};
 use crate::error::{Error, Result};
@@ -49,7 +49,19 @@ pub struct Launch<'a> {
     args: Vec<ArgValue>,
     /// The allocations of the buffers passed: a capture records them ([`crate::graph`]).
     allocations: Vec<AllocationId>,
+    /// Marked by [`Launch::dependent`].
+    dependent: bool,
     error: Option<Error>,
+}
+
+/// Set to `0` to make every [`Launch::dependent`] launch an ordinary one: the A/B switch of the
+/// benchmarks, and a way to rule dependent launches out when chasing a fault.
+pub const DEPENDENT_LAUNCH_ENV: &str = "ROCMFORGE_DEPENDENT_LAUNCH";
+
+/// Whether [`DEPENDENT_LAUNCH_ENV`] leaves dependent launches on (read once a process).
+fn dependent_launch_allowed() -> bool {
+    static ALLOWED: OnceLock<bool> = OnceLock::new();
+    *ALLOWED.get_or_init(|| std::env::var(DEPENDENT_LAUNCH_ENV).map_or(true, |v| v.trim() != "0"))
 }
 
 impl std::fmt::Debug for Launch<'_> {
@@ -65,7 +77,23 @@ impl<'a> Launch<'a> {
     pub(crate) fn new(stream: &'a Stream, function: &'a Function) -> Self {
         let error = (!Arc::ptr_eq(stream.backend(), function.backend()))
             .then(|| Error::InvalidArgument(format!("`{}` was loaded on another device", function.name())));
-        Launch { stream, function, args: Vec::new(), allocations: Vec::new(), error }
+        Launch { stream, function, args: Vec::new(), allocations: Vec::new(), dependent: false, error }
+    }
+
+    /// Lets the kernel begin before the one ahead of it on the stream ends, where the device
+    /// has programmatic dependent launch ([`DeviceInfo::dependent_launch`]; an ordinary launch
+    /// elsewhere, or with [`DEPENDENT_LAUNCH_ENV`] = 0). Its blocks may start as soon as those
+    /// of the kernel ahead call `rf_launch_dependents()` or exit, and do what needs nothing of
+    /// that kernel (the first copies of a weight) while it finishes.
+    ///
+    /// Part of [`Launch::launch`]'s contract then: the kernel calls `rf_wait_prior_grid()`
+    /// (kernels/include/rocmforge_dependent_launch.h) before it reads anything an earlier
+    /// launch writes and before it writes anything at all.
+    ///
+    /// [`DeviceInfo::dependent_launch`]: crate::DeviceInfo::dependent_launch
+    pub fn dependent(mut self) -> Self {
+        self.dependent = true;
+        self
     }
 
     fn push_bytes(&mut self, bytes: &[u8]) {
@@ -124,7 +152,8 @@ impl<'a> Launch<'a> {
     /// The arguments must match the kernel's parameters in type and order (sizes are checked
     /// where the driver reports them), and the kernel must access memory only inside the
     /// buffers passed to it, for the sizes they have: the caller vouches for the kernel's
-    /// indexing. The typed launchers in `rocm-kernels` are the safe way to call this.
+    /// indexing. A [`Launch::dependent`] kernel waits for the grid ahead of it first (see
+    /// there). The typed launchers in `rocm-kernels` are the safe way to call this.
     pub unsafe fn launch(self, config: LaunchConfig) -> Result<()> {
         if let Some(e) = self.error {
             return Err(e);
@@ -174,8 +203,10 @@ impl<'a> Launch<'a> {
             stream = self.stream.id()
         )
         .entered();
+        let dependent = self.dependent && info.dependent_launch && dependent_launch_allowed();
         // SAFETY: `params` holds one pointer per argument into storage alive for this call
-        // (the driver copies the values at launch); the rest is the caller's contract.
+        // (the driver copies the values at launch); the rest, a dependent kernel's wait
+        // included, is the caller's contract.
         unsafe {
             driver.launch(
                 function.raw(),
@@ -184,6 +215,7 @@ impl<'a> Launch<'a> {
                 config.shared_mem_bytes,
                 self.stream.raw(),
                 &mut params,
+                dependent,
             )
         }
     }

@@ -50,7 +50,7 @@ pub use device::{CodeObjectKind, DeviceInfo, MatrixCores, MemoryInfo};
 pub use error::{Bytes, DriverError, Error, OverBudget, Result};
 pub use event::Event;
 pub use graph::Graph;
-pub use launch::{Launch, LaunchConfig};
+pub use launch::{DEPENDENT_LAUNCH_ENV, Launch, LaunchConfig};
 pub use ledger::{Account, Ledger, LiveAllocation};
 pub use module::{Function, Module};
 pub use platform::{PLATFORM_ENV, Platform, PlatformChoice};

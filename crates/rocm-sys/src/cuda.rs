@@ -56,6 +56,12 @@ pub struct CUmemPoolHandle_st {
     _unused: [u8; 0],
 }
 pub type CUmemoryPool = *mut CUmemPoolHandle_st;
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUgraphDeviceUpdatableNode_st {
+    _unused: [u8; 0],
+}
+pub type CUgraphDeviceNode = *mut CUgraphDeviceUpdatableNode_st;
 impl CUstream_flags_enum {
     pub const CU_STREAM_DEFAULT: CUstream_flags_enum = CUstream_flags_enum(0);
     pub const CU_STREAM_NON_BLOCKING: CUstream_flags_enum = CUstream_flags_enum(1);
@@ -373,6 +379,215 @@ impl CUfunction_attribute_enum {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUfunction_attribute_enum(pub ::std::os::raw::c_uint);
 pub use self::CUfunction_attribute_enum as CUfunction_attribute;
+pub const CU_ACCESS_PROPERTY_NORMAL: CUaccessProperty_enum = 0;
+pub const CU_ACCESS_PROPERTY_STREAMING: CUaccessProperty_enum = 1;
+pub const CU_ACCESS_PROPERTY_PERSISTING: CUaccessProperty_enum = 2;
+pub type CUaccessProperty_enum = ::std::os::raw::c_uint;
+pub use self::CUaccessProperty_enum as CUaccessProperty;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUaccessPolicyWindow_st {
+    pub base_ptr: *mut ::std::os::raw::c_void,
+    pub num_bytes: usize,
+    pub hitRatio: f32,
+    pub hitProp: CUaccessProperty,
+    pub missProp: CUaccessProperty,
+}
+impl Default for CUaccessPolicyWindow_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUaccessPolicyWindow_v1 = CUaccessPolicyWindow_st;
+pub type CUaccessPolicyWindow = CUaccessPolicyWindow_v1;
+pub const CU_SYNC_POLICY_AUTO: CUsynchronizationPolicy_enum = 1;
+pub const CU_SYNC_POLICY_SPIN: CUsynchronizationPolicy_enum = 2;
+pub const CU_SYNC_POLICY_YIELD: CUsynchronizationPolicy_enum = 3;
+pub const CU_SYNC_POLICY_BLOCKING_SYNC: CUsynchronizationPolicy_enum = 4;
+pub type CUsynchronizationPolicy_enum = ::std::os::raw::c_uint;
+pub use self::CUsynchronizationPolicy_enum as CUsynchronizationPolicy;
+pub const CU_CLUSTER_SCHEDULING_POLICY_DEFAULT: CUclusterSchedulingPolicy_enum = 0;
+pub const CU_CLUSTER_SCHEDULING_POLICY_SPREAD: CUclusterSchedulingPolicy_enum = 1;
+pub const CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING: CUclusterSchedulingPolicy_enum = 2;
+pub type CUclusterSchedulingPolicy_enum = ::std::os::raw::c_uint;
+pub use self::CUclusterSchedulingPolicy_enum as CUclusterSchedulingPolicy;
+pub const CU_LAUNCH_MEM_SYNC_DOMAIN_DEFAULT: CUlaunchMemSyncDomain_enum = 0;
+pub const CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE: CUlaunchMemSyncDomain_enum = 1;
+pub type CUlaunchMemSyncDomain_enum = ::std::os::raw::c_uint;
+pub use self::CUlaunchMemSyncDomain_enum as CUlaunchMemSyncDomain;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct CUlaunchMemSyncDomainMap_st {
+    pub default_: ::std::os::raw::c_uchar,
+    pub remote: ::std::os::raw::c_uchar,
+}
+pub type CUlaunchMemSyncDomainMap = CUlaunchMemSyncDomainMap_st;
+impl CUlaunchAttributeID_enum {
+    pub const CU_LAUNCH_ATTRIBUTE_IGNORE: CUlaunchAttributeID_enum = CUlaunchAttributeID_enum(0);
+    pub const CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW: CUlaunchAttributeID_enum =
+        CUlaunchAttributeID_enum(1);
+    pub const CU_LAUNCH_ATTRIBUTE_COOPERATIVE: CUlaunchAttributeID_enum = CUlaunchAttributeID_enum(2);
+    pub const CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY: CUlaunchAttributeID_enum =
+        CUlaunchAttributeID_enum(3);
+    pub const CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: CUlaunchAttributeID_enum = CUlaunchAttributeID_enum(4);
+    pub const CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: CUlaunchAttributeID_enum =
+        CUlaunchAttributeID_enum(5);
+    pub const CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: CUlaunchAttributeID_enum =
+        CUlaunchAttributeID_enum(6);
+    pub const CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT: CUlaunchAttributeID_enum = CUlaunchAttributeID_enum(7);
+    pub const CU_LAUNCH_ATTRIBUTE_PRIORITY: CUlaunchAttributeID_enum = CUlaunchAttributeID_enum(8);
+    pub const CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP: CUlaunchAttributeID_enum = CUlaunchAttributeID_enum(9);
+    pub const CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN: CUlaunchAttributeID_enum = CUlaunchAttributeID_enum(10);
+    pub const CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION: CUlaunchAttributeID_enum =
+        CUlaunchAttributeID_enum(11);
+    pub const CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT: CUlaunchAttributeID_enum =
+        CUlaunchAttributeID_enum(12);
+    pub const CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE: CUlaunchAttributeID_enum =
+        CUlaunchAttributeID_enum(13);
+    pub const CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: CUlaunchAttributeID_enum =
+        CUlaunchAttributeID_enum(14);
+    pub const CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING: CUlaunchAttributeID_enum =
+        CUlaunchAttributeID_enum(16);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUlaunchAttributeID_enum(pub ::std::os::raw::c_uint);
+pub use self::CUlaunchAttributeID_enum as CUlaunchAttributeID;
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union CUlaunchAttributeValue_union {
+    pub pad: [::std::os::raw::c_char; 64usize],
+    pub accessPolicyWindow: CUaccessPolicyWindow,
+    pub cooperative: ::std::os::raw::c_int,
+    pub syncPolicy: CUsynchronizationPolicy,
+    pub clusterDim: CUlaunchAttributeValue_union__bindgen_ty_1,
+    pub clusterSchedulingPolicyPreference: CUclusterSchedulingPolicy,
+    pub programmaticStreamSerializationAllowed: ::std::os::raw::c_int,
+    pub programmaticEvent: CUlaunchAttributeValue_union__bindgen_ty_2,
+    pub launchCompletionEvent: CUlaunchAttributeValue_union__bindgen_ty_3,
+    pub priority: ::std::os::raw::c_int,
+    pub memSyncDomainMap: CUlaunchMemSyncDomainMap,
+    pub memSyncDomain: CUlaunchMemSyncDomain,
+    pub preferredClusterDim: CUlaunchAttributeValue_union__bindgen_ty_4,
+    pub deviceUpdatableKernelNode: CUlaunchAttributeValue_union__bindgen_ty_5,
+    pub sharedMemCarveout: ::std::os::raw::c_uint,
+    pub nvlinkUtilCentricScheduling: ::std::os::raw::c_uint,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct CUlaunchAttributeValue_union__bindgen_ty_1 {
+    pub x: ::std::os::raw::c_uint,
+    pub y: ::std::os::raw::c_uint,
+    pub z: ::std::os::raw::c_uint,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUlaunchAttributeValue_union__bindgen_ty_2 {
+    pub event: CUevent,
+    pub flags: ::std::os::raw::c_int,
+    pub triggerAtBlockStart: ::std::os::raw::c_int,
+}
+impl Default for CUlaunchAttributeValue_union__bindgen_ty_2 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUlaunchAttributeValue_union__bindgen_ty_3 {
+    pub event: CUevent,
+    pub flags: ::std::os::raw::c_int,
+}
+impl Default for CUlaunchAttributeValue_union__bindgen_ty_3 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct CUlaunchAttributeValue_union__bindgen_ty_4 {
+    pub x: ::std::os::raw::c_uint,
+    pub y: ::std::os::raw::c_uint,
+    pub z: ::std::os::raw::c_uint,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUlaunchAttributeValue_union__bindgen_ty_5 {
+    pub deviceUpdatable: ::std::os::raw::c_int,
+    pub devNode: CUgraphDeviceNode,
+}
+impl Default for CUlaunchAttributeValue_union__bindgen_ty_5 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for CUlaunchAttributeValue_union {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUlaunchAttributeValue = CUlaunchAttributeValue_union;
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct CUlaunchAttribute_st {
+    pub id: CUlaunchAttributeID,
+    pub pad: [::std::os::raw::c_char; 4usize],
+    pub value: CUlaunchAttributeValue,
+}
+impl Default for CUlaunchAttribute_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUlaunchAttribute = CUlaunchAttribute_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUlaunchConfig_st {
+    pub gridDimX: ::std::os::raw::c_uint,
+    pub gridDimY: ::std::os::raw::c_uint,
+    pub gridDimZ: ::std::os::raw::c_uint,
+    pub blockDimX: ::std::os::raw::c_uint,
+    pub blockDimY: ::std::os::raw::c_uint,
+    pub blockDimZ: ::std::os::raw::c_uint,
+    pub sharedMemBytes: ::std::os::raw::c_uint,
+    pub hStream: CUstream,
+    pub attrs: *mut CUlaunchAttribute,
+    pub numAttrs: ::std::os::raw::c_uint,
+}
+impl Default for CUlaunchConfig_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUlaunchConfig = CUlaunchConfig_st;
 impl CUstreamCaptureStatus_enum {
     pub const CU_STREAM_CAPTURE_STATUS_NONE: CUstreamCaptureStatus_enum = CUstreamCaptureStatus_enum(0);
     pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: CUstreamCaptureStatus_enum = CUstreamCaptureStatus_enum(1);
@@ -639,6 +854,12 @@ pub struct CudaLibrary {
         kernelParams: *mut *mut ::std::os::raw::c_void,
         extra: *mut *mut ::std::os::raw::c_void,
     ) -> CUresult,
+    pub cuLaunchKernelEx: unsafe extern "C" fn(
+        config: *const CUlaunchConfig,
+        f: CUfunction,
+        kernelParams: *mut *mut ::std::os::raw::c_void,
+        extra: *mut *mut ::std::os::raw::c_void,
+    ) -> CUresult,
     pub cuGraphInstantiateWithFlags: unsafe extern "C" fn(
         phGraphExec: *mut CUgraphExec,
         hGraph: CUgraph,
@@ -709,6 +930,7 @@ impl CudaLibrary {
         let cuFuncGetAttribute = __library.get(b"cuFuncGetAttribute\0").map(|sym| *sym)?;
         let cuFuncSetAttribute = __library.get(b"cuFuncSetAttribute\0").map(|sym| *sym)?;
         let cuLaunchKernel = __library.get(b"cuLaunchKernel\0").map(|sym| *sym)?;
+        let cuLaunchKernelEx = __library.get(b"cuLaunchKernelEx\0").map(|sym| *sym)?;
         let cuGraphInstantiateWithFlags = __library.get(b"cuGraphInstantiateWithFlags\0").map(|sym| *sym)?;
         let cuGraphLaunch = __library.get(b"cuGraphLaunch\0").map(|sym| *sym)?;
         let cuGraphExecDestroy = __library.get(b"cuGraphExecDestroy\0").map(|sym| *sym)?;
@@ -761,6 +983,7 @@ impl CudaLibrary {
             cuFuncGetAttribute,
             cuFuncSetAttribute,
             cuLaunchKernel,
+            cuLaunchKernelEx,
             cuGraphInstantiateWithFlags,
             cuGraphLaunch,
             cuGraphExecDestroy,
@@ -1021,6 +1244,15 @@ impl CudaLibrary {
             kernelParams,
             extra,
         )
+    }
+    pub unsafe fn cuLaunchKernelEx(
+        &self,
+        config: *const CUlaunchConfig,
+        f: CUfunction,
+        kernelParams: *mut *mut ::std::os::raw::c_void,
+        extra: *mut *mut ::std::os::raw::c_void,
+    ) -> CUresult {
+        (self.cuLaunchKernelEx)(config, f, kernelParams, extra)
     }
     pub unsafe fn cuGraphInstantiateWithFlags(
         &self,

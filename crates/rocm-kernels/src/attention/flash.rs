@@ -445,7 +445,10 @@ pub(super) fn run<T: Dtype>(
     // whose ids the kernel checks against num_blocks (the caches' lengths were checked for
     // num_blocks x block_size slots), for keys below each batch's clamped seq_lens entry.
     unsafe {
-        let launch = stream.launch(&function).reads(q).reads(k).reads(v);
+        let launch = stream.launch(&function);
+        // The mma.sync entries wait for the kernel ahead first (flash_mma.hip): dependent.
+        let launch = if plan.module == KernelModule::FlashMma { launch.dependent() } else { launch };
+        let launch = launch.reads(q).reads(k).reads(v);
         let launch = match paged {
             Some(p) => launch.reads(p.block_table).reads(p.seq_lens),
             None => launch,
@@ -465,7 +468,8 @@ pub(super) fn run<T: Dtype>(
         // num_splits x rows x head_dim and num_splits x rows, written above on this stream) and writes o
         // at its checked strides and lse (length checked) when given.
         unsafe {
-            let launch = stream.launch(&combine).reads(&**po).reads(&**pl).writes(o);
+            // The entry waits for the kernel ahead first (rocmforge_dependent_launch.h).
+            let launch = stream.launch(&combine).dependent().reads(&**po).reads(&**pl).writes(o);
             match lse {
                 Some(l) => launch.writes(l).arg(params).launch(config)?,
                 None => launch.arg(params).launch(config)?,

@@ -262,16 +262,20 @@ pub fn quant_matvec_group<T: Dtype>(
     // the weights and x shared ones (so no output aliases an input); `reads` / `writes` check
     // that each belongs to the launching stream. launch_config gives whole warps of 32 or 64
     // lanes, at most RF_QMV_THREADS, the shapes its shared totals and its warp reduction take.
-    unsafe { launch_products(&stream, &kernel, config, products, x, k, batch32) }
+    unsafe { launch_products(&stream, &kernel, config, products, x, k, batch32, false) }
 }
 
 /// Queues `kernel`, an entry `(rf_qmv_products p, const T* x, u64 k, u32 batch)` of either
 /// implementation, over `products` (unused slots: no rows, null pointers) and `x`: the weights
 /// and x as reads, the outputs as writes, each checked to belong to `stream`.
 ///
+/// `dependent`: launched as a [`Launch::dependent`](rocm_runtime::Launch::dependent) one.
+///
 /// # Safety
 /// The kernel, `config`, `k` and `batch` must keep every access inside the buffers' extents:
-/// each caller proves it for its kernel.
+/// each caller proves it for its kernel. A `dependent` kernel must wait for the kernel ahead
+/// before reading x or writing anything (rocmforge_dependent_launch.h).
+#[allow(clippy::too_many_arguments)]
 unsafe fn launch_products<T: Dtype>(
     stream: &Stream,
     kernel: &rocm_runtime::Function,
@@ -280,6 +284,7 @@ unsafe fn launch_products<T: Dtype>(
     x: &DeviceBuffer<T>,
     k: usize,
     batch: u32,
+    dependent: bool,
 ) -> Result<()> {
     let mut params = abi::rf_qmv_products::default();
     for (i, p) in products.iter().enumerate() {
@@ -290,6 +295,9 @@ unsafe fn launch_products<T: Dtype>(
         }
     }
     let mut launch = stream.launch(kernel);
+    if dependent {
+        launch = launch.dependent();
+    }
     for p in products.iter_mut() {
         launch = launch.reads(p.w).writes(&mut *p.y);
     }
@@ -401,8 +409,9 @@ fn quant_matvec_mma<T: Dtype>(
     // lanes, at most RF_QMVM_WARPS, with the dynamic shared memory its formula needs (checked
     // against the device's opt-in limit; the launch opts in). Every w, y and x is 16-byte
     // aligned (checked by the caller). Outputs are distinct `&mut` borrows, the weights and x
-    // shared ones; `reads` / `writes` check the stream.
-    unsafe { launch_products(stream, &kernel, config, products, x, k, batch) }
+    // shared ones; `reads` / `writes` check the stream. Dependent: only the weights' first
+    // copies come before its wait for the kernel ahead; x's copies and every write after.
+    unsafe { launch_products(stream, &kernel, config, products, x, k, batch, true) }
 }
 
 /// Products one [`quant_matvec_group`] launch takes at most.

@@ -601,6 +601,7 @@ mod tests {
             stream_ordered_memory: true,
             matrix_cores: MatrixCores::MmaSync,
             warpgroup_mma: true,
+            dependent_launch: false,
             drives_display: false,
         }
     }

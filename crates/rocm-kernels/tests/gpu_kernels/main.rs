@@ -10,6 +10,7 @@
 mod attention;
 mod axpy;
 mod causal_mask;
+mod dependent_launch;
 mod dequant;
 mod dequant_gemm;
 mod fill;

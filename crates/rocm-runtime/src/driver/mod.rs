@@ -211,9 +211,15 @@ pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
     /// streams of AMD's HIP for NVIDIA too, as hipBLAS would hand them over.
     fn vendor_blas(&self, arch: &str) -> Result<(&'static str, Box<dyn crate::blas::VendorBlas>)>;
 
+    /// `dependent`: the launch may begin before the kernel ahead of it on `stream` ends
+    /// (programmatic dependent launch; only where [`DeviceInfo::dependent_launch`] says so).
+    ///
     /// # Safety
     /// `params` points at one readable value per kernel parameter, of the parameter's type,
-    /// and the kernel's memory accesses stay inside allocations that outlive its execution.
+    /// and the kernel's memory accesses stay inside allocations that outlive its execution. A
+    /// `dependent` kernel waits for the grid ahead of it (`rf_wait_prior_grid`) before any
+    /// access that kernel, or one before it, could conflict with.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn launch(
         &self,
         function: RawFunction,
@@ -222,6 +228,7 @@ pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
         shared_mem_bytes: u32,
         stream: RawStream,
         params: &mut [*mut c_void],
+        dependent: bool,
     ) -> Result<()>;
 }
 

@@ -254,6 +254,7 @@ impl DeviceDriver for CudaDevice {
             stream_ordered_memory: self.memory_pools,
             matrix_cores: MatrixCores::for_nvidia_major(major),
             warpgroup_mma: (major, minor) == (9, 0),
+            dependent_launch: major >= 9,
             drives_display: a(Attr::CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT)? != 0,
         })
     }
@@ -579,8 +580,36 @@ impl DeviceDriver for CudaDevice {
         shared_mem_bytes: u32,
         stream: RawStream,
         params: &mut [*mut c_void],
+        dependent: bool,
     ) -> Result<()> {
         self.bind()?;
+        if dependent {
+            // Programmatic stream serialisation: the kernel may be scheduled once every block
+            // of the one ahead has called `griddepcontrol.launch_dependents` or exited, and
+            // waits for that grid's completion and memory in `griddepcontrol.wait`. Captured
+            // into a graph, the edge between the two nodes is a programmatic one.
+            let mut attribute = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                ..Default::default()
+            };
+            attribute.value.programmaticStreamSerializationAllowed = 1;
+            let config = sys::CUlaunchConfig {
+                gridDimX: grid[0],
+                gridDimY: grid[1],
+                gridDimZ: grid[2],
+                blockDimX: block[0],
+                blockDimY: block[1],
+                blockDimZ: block[2],
+                sharedMemBytes: shared_mem_bytes,
+                hStream: stream.0.cast(),
+                attrs: &mut attribute,
+                numAttrs: 1,
+            };
+            return call!(
+                self.lib(),
+                cuLaunchKernelEx(&config, function.0.cast(), params.as_mut_ptr(), std::ptr::null_mut())
+            );
+        }
         call!(
             self.lib(),
             cuLaunchKernel(

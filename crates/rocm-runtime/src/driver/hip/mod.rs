@@ -365,6 +365,9 @@ impl DeviceDriver for HipDevice {
             stream_ordered_memory: self.pool_fallback.is_none(),
             matrix_cores,
             warpgroup_mma,
+            // HIP's launches have no programmatic dependencies (AMD's HIP for NVIDIA has none
+            // either): a dependent launch is an ordinary one.
+            dependent_launch: false,
             drives_display,
         })
     }
@@ -713,6 +716,7 @@ impl DeviceDriver for HipDevice {
         shared_mem_bytes: u32,
         stream: RawStream,
         params: &mut [*mut c_void],
+        _dependent: bool,
     ) -> Result<()> {
         self.bind()?;
         call!(
