@@ -17,6 +17,8 @@ use rocm_kernels::swiglu::{swiglu, swiglu_reference};
 use rocm_runtime::{DeviceBuffer, Error, Stream};
 use rocm_testkit::{Rng, Tolerance, assert_close, gpu_test};
 
+use crate::f32_bits;
+
 /// 2048 rows of 4096 f32: 32 MiB a buffer, so each launch runs for tens of microseconds.
 const ROWS: usize = 2048;
 const COLS: usize = 4096;
@@ -71,10 +73,6 @@ fn reference(x: &[f32], weight: &[f32]) -> Vec<f32> {
     out
 }
 
-fn bits(values: &[f32]) -> Vec<u32> {
-    values.iter().map(|v| v.to_bits()).collect()
-}
-
 #[test]
 fn dependent_launches_wait_for_the_kernel_ahead() {
     let gpu = gpu_test!();
@@ -117,6 +115,10 @@ fn dependent_launches_wait_for_the_kernel_ahead() {
         }
         graph.launch().unwrap();
         let replayed = state.out.to_vec().unwrap();
-        assert_eq!(bits(&replayed), bits(&got), "round {round}: the replay differs from the eager launches");
+        assert_eq!(
+            f32_bits(&replayed),
+            f32_bits(&got),
+            "round {round}: the replay differs from the eager launches"
+        );
     }
 }

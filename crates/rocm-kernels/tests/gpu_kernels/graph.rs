@@ -9,6 +9,8 @@ use rocm_kernels::swiglu::{swiglu, swiglu_reference};
 use rocm_runtime::{DeviceBuffer, Error, Stream};
 use rocm_testkit::{Rng, Tolerance, assert_close, gpu_test};
 
+use crate::f32_bits;
+
 const A: f32 = 0.75;
 
 /// Inputs `x`, `u`; intermediate `y`; output `out`.
@@ -50,10 +52,6 @@ fn reference(x: &[f32], u: &[f32]) -> Vec<f32> {
     swiglu_reference(&y, u, &mut out);
     axpy_reference(-1.0, x, &mut out);
     out
-}
-
-fn bits(values: &[f32]) -> Vec<u32> {
-    values.iter().map(|v| v.to_bits()).collect()
 }
 
 #[test]
@@ -99,7 +97,11 @@ fn graph_of_kernel_launches_replays_like_the_eager_launches() {
             state.out.write_from_host(&vec![f32::NAN; n]).unwrap();
             graph.launch().unwrap();
             let got = state.out.to_vec().unwrap();
-            assert_eq!(bits(&got), bits(&want), "n {n}: replay {replay} differs from the eager launches");
+            assert_eq!(
+                f32_bits(&got),
+                f32_bits(&want),
+                "n {n}: replay {replay} differs from the eager launches"
+            );
         }
     }
 }

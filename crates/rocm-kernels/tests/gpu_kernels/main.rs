@@ -30,6 +30,11 @@ mod stream_read;
 mod stream_rmw;
 mod swiglu;
 
+/// The bit patterns of `values`, for comparisons that must be exact (NaNs included).
+pub(crate) fn f32_bits(values: &[f32]) -> Vec<u32> {
+    values.iter().map(|v| v.to_bits()).collect()
+}
+
 /// The message of a `KernelError::Shape` that `kernel`'s launcher returned; panics on anything
 /// else (success, another error, another kernel's).
 pub(crate) fn shape_message<T: std::fmt::Debug>(
