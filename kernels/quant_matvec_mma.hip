@@ -1,6 +1,6 @@
 // Fused matrix-vector products with ggml block weights on NVIDIA matrix cores (sm_80 and later:
 // mma.sync.m16n8k16, cp.async): the matrix-core implementation of quant_matvec.hip's contract
-// for q8_0, q4_K and q5_K weights with f16 or bf16 activations, built for those targets only. Same
+// for q8_0, q4_0, q4_K and q5_K weights with f16 or bf16 activations, built for those targets only. Same
 // arguments, same results up to the order of f32 sums (the launcher, quant/matvec.rs, picks this
 // module where it applies and quant_matvec.hip everywhere else):
 //
@@ -45,6 +45,8 @@
 //     1024 + 128 + c; one packed subtraction of 1152.
 //   q8_0 bf16: 128 + c needs 8 mantissa bits, bf16 has 7: the code goes through f32 (byte under
 //     2^23, minus 2^23 + 128) and pairs are packed to bf16 (exact: |c| <= 128).
+//   q4_0: a nibble under f16 1024's (bf16 128's) mantissa, minus 1032 (136): c - 8, exact. It
+//     takes q8_0's chunk (8 blocks) and stages.
 // q4_K is affine (w = d sc q - dmin m): a unit adds step * S, S = sum q x from the mma and
 // step = d sc formed as the codec forms it (exact: an f16 times a 6-bit integer, so infinite
 // and NaN scales behave as the codec's); the mins go through the tensor cores too, A holding
@@ -366,6 +368,90 @@ template <typename T> struct rf_qmvm_q8_0 {
 };
 
 // ---------------------------------------------------------------------------------------------
+// q4_0: chunks of 8 blocks (256 elements, 144 bytes a row), q8_0's stages
+// ---------------------------------------------------------------------------------------------
+
+// Four codes (the low nibbles of w's bytes) -> pairs (c0 - 8, c1 - 8), (c2 - 8, c3 - 8), exact.
+template <typename T> struct rf_qmvm_q4_0_codes;
+template <> struct rf_qmvm_q4_0_codes<__half> {
+    // A nibble under f16 1024's mantissa is 1024 + c; one packed subtraction of 1032.
+    static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
+        const __half2 bias = __halves2half2(__ushort_as_half(0x6408u), __ushort_as_half(0x6408u));
+        const unsigned a = (rf_qmvm_spread01(w) & 0x000f000fu) | 0x64006400u;
+        const unsigned b = (rf_qmvm_spread23(w) & 0x000f000fu) | 0x64006400u;
+        const __half2 ha = __hsub2(*reinterpret_cast<const __half2*>(&a), bias);
+        const __half2 hb = __hsub2(*reinterpret_cast<const __half2*>(&b), bias);
+        p01 = *reinterpret_cast<const unsigned*>(&ha);
+        p23 = *reinterpret_cast<const unsigned*>(&hb);
+    }
+};
+template <> struct rf_qmvm_q4_0_codes<rf_bf16> {
+    // A nibble under bf16 128's mantissa is 128 + c; one packed FMA adds -136 (exact).
+    static RF_DEVICE unsigned less136(unsigned v) {
+        unsigned r;
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x3f803f80u), "r"(0xc308c308u));
+        return r;
+    }
+    static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
+        p01 = less136((rf_qmvm_spread01(w) & 0x000f000fu) | 0x43004300u);
+        p23 = less136((rf_qmvm_spread23(w) & 0x000f000fu) | 0x43004300u);
+    }
+};
+
+// An 18-byte block: d (f16), then qs[16], element j in the low nibble of qs[j] and element
+// j + 16 in the high one. Thread t's elements 8t .. 8t + 7 are the low (t < 2) or high (t >= 2)
+// nibbles of qs[8 (t & 1)] .. qs[8 (t & 1) + 7]. w = (c - 8) d, so a block adds d * sum (c - 8) x:
+// every code decoded to its exact signed value, as q8_0's.
+template <typename T> struct rf_qmvm_q4_0 {
+    static constexpr int CHUNK = 256;
+    static constexpr int ROW = 8 * 18;
+    static constexpr int STAGES_B1 = RF_QMVM_STAGES_ONE_Q8_0;
+
+    // Thread t's eight nibbles of block B of a staged row (16-byte aligned), moved to the low
+    // half of each byte, as two words.
+    template <int B> static RF_DEVICE uint2 codes(const unsigned char* row, int t) {
+        constexpr int OFF = 18 * B + 2;
+        const unsigned* p = reinterpret_cast<const unsigned*>(row + (OFF & ~3) + 8 * (t & 1));
+        const int shift = 4 * (t >> 1);
+        if (OFF % 4 == 0) {
+            return make_uint2(p[0] >> shift, p[1] >> shift);
+        }
+        return make_uint2(__funnelshift_r(p[0], p[1], 8 * (OFF % 4)) >> shift,
+                          __funnelshift_r(p[1], p[2], 8 * (OFF % 4)) >> shift);
+    }
+    template <int B> static RF_DEVICE float scale(const unsigned char* row) {
+        return rf_bits16_to_float<__half>(*reinterpret_cast<const unsigned short*>(row + 18 * B));
+    }
+    template <int B, int BC>
+    static RF_DEVICE void block(const unsigned char* rg, const unsigned char* rh, const T* xv, int t,
+                                float (&acc)[4]) {
+        const uint2 cg = codes<B>(rg, t);
+        const uint2 ch = codes<B>(rh, t);
+        unsigned pg[4], ph[4];
+        rf_qmvm_q4_0_codes<T>::run(cg.x, pg[0], pg[1]);
+        rf_qmvm_q4_0_codes<T>::run(cg.y, pg[2], pg[3]);
+        rf_qmvm_q4_0_codes<T>::run(ch.x, ph[0], ph[1]);
+        rf_qmvm_q4_0_codes<T>::run(ch.y, ph[2], ph[3]);
+        const uint4 xb = *reinterpret_cast<const uint4*>(xv + 32 * B + 8 * t);
+        float d[4];
+        rf_qmvm_unit<T>(d, pg, ph, xb);
+        rf_qmvm_add<BC>(acc, d, scale<B>(rg), scale<B>(rh));
+    }
+    template <int BC>
+    static RF_DEVICE void chunk(const unsigned char* rg, const unsigned char* rh, const T* xv, int t,
+                                float (&acc)[4]) {
+        block<0, BC>(rg, rh, xv, t, acc);
+        block<1, BC>(rg, rh, xv, t, acc);
+        block<2, BC>(rg, rh, xv, t, acc);
+        block<3, BC>(rg, rh, xv, t, acc);
+        block<4, BC>(rg, rh, xv, t, acc);
+        block<5, BC>(rg, rh, xv, t, acc);
+        block<6, BC>(rg, rh, xv, t, acc);
+        block<7, BC>(rg, rh, xv, t, acc);
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------------------------
 
@@ -583,3 +669,4 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
 RF_QMVM_ENTRIES(q4_k, rf_qmvm_q4_k)
 RF_QMVM_ENTRIES(q5_k, rf_qmvm_q5_k)
 RF_QMVM_ENTRIES(q8_0, rf_qmvm_q8_0)
+RF_QMVM_ENTRIES(q4_0, rf_qmvm_q4_0)

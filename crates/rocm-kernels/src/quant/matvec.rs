@@ -104,11 +104,11 @@ impl GgmlFormat {
     }
 
     /// Elements of a chunk of the matrix-core kernel (a warp's share of `k` at a time: `k` must
-    /// be whole chunks), if it reads the format: 8 q8_0 blocks (272 bytes a row), 2 q4_K or q5_K
-    /// super-blocks (288, 352).
+    /// be whole chunks), if it reads the format: 8 q8_0 or q4_0 blocks (272, 144 bytes a row), 2
+    /// q4_K or q5_K super-blocks (288, 352).
     pub const fn matrix_core_chunk(self) -> Option<usize> {
         match self {
-            GgmlFormat::Q8_0 => Some(256),
+            GgmlFormat::Q8_0 | GgmlFormat::Q4_0 => Some(256),
             GgmlFormat::Q4K | GgmlFormat::Q5K => Some(512),
             _ => None,
         }
@@ -333,7 +333,7 @@ fn matrix_core_pass(batch: u32) -> usize {
 /// A matrix-core warp's stages at one vector, by format (the kernel's `F::STAGES_B1`).
 fn matrix_core_stages_one(format: GgmlFormat) -> usize {
     match format {
-        GgmlFormat::Q8_0 => abi::RF_QMVM_STAGES_ONE_Q8_0 as usize,
+        GgmlFormat::Q8_0 | GgmlFormat::Q4_0 => abi::RF_QMVM_STAGES_ONE_Q8_0 as usize,
         _ => abi::RF_QMVM_STAGES_ONE_Q4_K as usize,
     }
 }
@@ -674,7 +674,7 @@ mod tests {
     }
 
     #[test]
-    fn matrix_cores_take_q8_0_q4_k_and_q5_k_with_16_bit_activations_and_whole_chunks() {
+    fn matrix_cores_take_q8_0_q4_0_q4_k_and_q5_k_with_16_bit_activations_and_whole_chunks() {
         let on = |cores, f, dt, k| matrix_core_chunk(cores, f, dt, k);
         let mma = MatrixCores::MmaSync;
         assert_eq!(on(mma, GgmlFormat::Q4K, "bf16", 4096), Some(512));
@@ -686,9 +686,9 @@ mod tests {
         assert_eq!(on(mma, GgmlFormat::Q8_0, "bf16", 0), None);
         assert_eq!(on(mma, GgmlFormat::Q4K, "f32", 4096), None);
         assert_eq!(on(mma, GgmlFormat::Q5K, "bf16", 4096), Some(512));
-        for f in [GgmlFormat::Q4_0, GgmlFormat::Q6K] {
-            assert_eq!(on(mma, f, "f16", 4096), None);
-        }
+        assert_eq!(on(mma, GgmlFormat::Q4_0, "bf16", 4096), Some(256));
+        assert_eq!(on(mma, GgmlFormat::Q4_0, "f16", 4000), None);
+        assert_eq!(on(mma, GgmlFormat::Q6K, "f16", 4096), None);
         assert_eq!(on(MatrixCores::None, GgmlFormat::Q4K, "f16", 4096), None);
         assert_eq!(on(MatrixCores::Mfma, GgmlFormat::Q8_0, "bf16", 4096), None);
         // Chunks are whole 16-byte vectors a row (the kernel's copies).
@@ -717,7 +717,7 @@ mod tests {
         );
         // Three blocks an SM within an H100's 227 KiB at one vector, two at 8 (q5_K's larger
         // rows: one).
-        for f in [GgmlFormat::Q4K, GgmlFormat::Q5K, GgmlFormat::Q8_0] {
+        for f in [GgmlFormat::Q4K, GgmlFormat::Q5K, GgmlFormat::Q8_0, GgmlFormat::Q4_0] {
             let chunk = f.matrix_core_chunk().unwrap();
             assert!(3 * matrix_core_shared_bytes(f, chunk, 4, 1) <= 227 * 1024);
             let at_8 = if f == GgmlFormat::Q5K { 1 } else { 2 };

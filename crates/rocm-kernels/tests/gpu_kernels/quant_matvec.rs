@@ -185,7 +185,7 @@ fn matches_the_reference_bf16() {
 
 /// (rows, k in chunks of the matrix-core kernel, batch): one chunk (one warp), several (warps
 /// splitting k, more chunks than warps), a 14336-element row for q4_K and q5_K (28 chunks) and
-/// q8_0 (56);
+/// q8_0 and q4_0 (56);
 /// partial and whole 16-row tiles, more tiles than an SM holds, one vector and passes of 8 with
 /// vectors left unused.
 const MMA_CASES: &[(usize, usize, usize)] = &[
@@ -200,7 +200,7 @@ const MMA_CASES: &[(usize, usize, usize)] = &[
     (3, 56, 17),
 ];
 
-/// The matrix-core kernel (`kernels/quant_matvec_mma.hip`: q8_0, q4_K and q5_K with f16 or bf16
+/// The matrix-core kernel (`kernels/quant_matvec_mma.hip`: q8_0, q4_0, q4_K and q5_K with f16 or bf16
 /// activations, rows of whole chunks) against the reference, within the same bound as the
 /// portable kernel. On a device with `mma.sync` the launcher must take it for every case (a
 /// device that should run it cannot silently test the portable kernel instead); elsewhere the
@@ -209,7 +209,7 @@ fn matrix_cores_match_the_reference<T: Dtype>(seed: u64) {
     let gpu = gpu_test!();
     let mut rng = Rng::new(seed);
     let mma = gpu.backend().info().matrix_cores == MatrixCores::MmaSync;
-    for format in [GgmlFormat::Q8_0, GgmlFormat::Q4K, GgmlFormat::Q5K] {
+    for format in [GgmlFormat::Q8_0, GgmlFormat::Q4_0, GgmlFormat::Q4K, GgmlFormat::Q5K] {
         let chunk = format.matrix_core_chunk().unwrap();
         for (n, &(rows, chunks, batch)) in MMA_CASES.iter().enumerate() {
             let k = chunks * chunk;
