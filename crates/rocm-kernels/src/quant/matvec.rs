@@ -16,7 +16,7 @@
 //! its speed: `docs/kernels/quant_matvec.md`.
 //!
 //! Two implementations of that contract: `kernels/quant_matvec_mma.hip` on NVIDIA matrix cores
-//! (sm_80 and later) for q8_0, q4_K and q5_K weights with f16 or bf16 activations and rows of whole
+//! (sm_80 and later) for q8_0, q4_0, q4_K and q5_K weights with f16 or bf16 activations and rows of whole
 //! chunks ([`quant_matvec_on_matrix_cores`]), and the portable `kernels/quant_matvec.hip`
 //! everywhere else. They differ only in the order of their f32 sums.
 
