@@ -178,6 +178,7 @@ template <typename T, bool FIFTH> struct rf_qmvm_kquant {
     static constexpr int QS = FIFTH ? 48 : 16;
     static constexpr int CHUNK = 512;
     static constexpr int ROW = 2 * BYTES;
+    static constexpr int SPAN = ROW;
     static constexpr int STAGES_B1 = RF_QMVM_STAGES_ONE_Q4_K;
     typedef rf_qmvm_q4_nibbles<T> N;
 
@@ -324,6 +325,7 @@ template <> struct rf_qmvm_q8_codes<rf_bf16> {
 template <typename T> struct rf_qmvm_q8_0 {
     static constexpr int CHUNK = 256;
     static constexpr int ROW = 8 * 34;
+    static constexpr int SPAN = ROW;
     static constexpr int STAGES_B1 = RF_QMVM_STAGES_ONE_Q8_0;
 
     // Codes 8t .. 8t + 7 of block B of a staged row (4-byte aligned), as two words.
@@ -405,6 +407,7 @@ template <> struct rf_qmvm_q4_0_codes<rf_bf16> {
 template <typename T> struct rf_qmvm_q4_0 {
     static constexpr int CHUNK = 256;
     static constexpr int ROW = 8 * 18;
+    static constexpr int SPAN = ROW;
     static constexpr int STAGES_B1 = RF_QMVM_STAGES_ONE_Q8_0;
 
     // Thread t's eight nibbles of block B of a staged row (16-byte aligned), moved to the low
@@ -452,6 +455,110 @@ template <typename T> struct rf_qmvm_q4_0 {
 };
 
 // ---------------------------------------------------------------------------------------------
+// q6_K: chunks of two super-blocks (512 elements, 420 bytes a row), staged as 16-byte spans
+// ---------------------------------------------------------------------------------------------
+
+// Four 6-bit codes (bytes of w, each below 64) -> pairs (c0 - 32, c1 - 32), (c2 - 32, c3 - 32),
+// exact: under f16 1024's mantissa minus 1056, or under bf16 128's mantissa plus -160.
+template <typename T> struct rf_qmvm_q6_codes;
+template <> struct rf_qmvm_q6_codes<__half> {
+    static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
+        const __half2 bias = __halves2half2(__ushort_as_half(0x6420u), __ushort_as_half(0x6420u));
+        const unsigned a = rf_qmvm_spread01(w) | 0x64006400u;
+        const unsigned b = rf_qmvm_spread23(w) | 0x64006400u;
+        const __half2 ha = __hsub2(*reinterpret_cast<const __half2*>(&a), bias);
+        const __half2 hb = __hsub2(*reinterpret_cast<const __half2*>(&b), bias);
+        p01 = *reinterpret_cast<const unsigned*>(&ha);
+        p23 = *reinterpret_cast<const unsigned*>(&hb);
+    }
+};
+template <> struct rf_qmvm_q6_codes<rf_bf16> {
+    static RF_DEVICE unsigned less160(unsigned v) {
+        unsigned r;
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x3f803f80u), "r"(0xc320c320u));
+        return r;
+    }
+    static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
+        p01 = less160(rf_qmvm_spread01(w) | 0x43004300u);
+        p23 = less160(rf_qmvm_spread23(w) | 0x43004300u);
+    }
+};
+
+// The 4 bytes at byte OFF + add of a word-aligned row (add a multiple of 4; OFF even).
+template <int OFF> RF_DEVICE unsigned rf_qmvm_word(const unsigned char* row, int add) {
+    const unsigned* p = reinterpret_cast<const unsigned*>(row + (OFF & ~3) + add);
+    if (OFF % 4 == 0) {
+        return p[0];
+    }
+    return __funnelshift_r(p[0], p[1], 8 * (OFF % 4));
+}
+
+// A 210-byte super-block: ql[128] (low 4 bits), qh[64] (high 2 bits), scales[16] (i8, one a 16
+// elements), d (f16). Its half N (128 elements) is four groups J of 32: element l of group J
+// takes ql[64 N + 32 (J & 1) + l]'s low (J < 2) or high nibble, bits 2 J, 2 J + 1 of
+// qh[32 N + l] above it, and scale scales[8 N + 2 J + l / 16]; w = d sc (q - 32).
+//
+// The scale changes every 16 elements, so a group is two units of 16 with one m16n8k16 each
+// (not rf_qmvm_unit's 32): in unit U thread t takes elements 16 U + 4 t .. + 3, A pairs (e0 e1)
+// and (e2 e3) against x's words as they lie. Rows are 16-byte aligned (the launcher requires k
+// to be a multiple of 2048), a chunk starts c * 420 bytes in, so its span (SPAN bytes from the
+// 16-byte boundary below it) holds it at offset (c * 420) % 16: 0, 4, 8 or 12, word-aligned.
+// Super-block 1 of a chunk then lies 2 bytes off a word (rf_qmvm_word's funnel shift).
+template <typename T> struct rf_qmvm_q6_k {
+    static constexpr int CHUNK = 512;
+    static constexpr int ROW = 2 * 210;
+    static constexpr int SPAN = 432; // 12 + ROW, whole 16-byte vectors
+    static constexpr int STAGES_B1 = RF_QMVM_STAGES_ONE_Q4_K;
+
+    template <int S, int N, int J, int U>
+    static RF_DEVICE void codes(const unsigned char* row, int t, unsigned& p01, unsigned& p23) {
+        constexpr int SB = 210 * S;
+        const unsigned ql = rf_qmvm_word<SB + 64 * N + 32 * (J & 1) + 16 * U>(row, 4 * t);
+        const unsigned qh = rf_qmvm_word<SB + 128 + 32 * N + 16 * U>(row, 4 * t);
+        const unsigned q = ((ql >> (4 * (J >> 1))) & 0x0f0f0f0fu) | (((qh >> (2 * J)) & 0x03030303u) << 4);
+        rf_qmvm_q6_codes<T>::run(q, p01, p23);
+    }
+    template <int S, int N, int J, int U> static RF_DEVICE float step(const unsigned char* row, float d) {
+        return d * (float)(signed char)row[210 * S + 192 + 8 * N + 2 * J + U];
+    }
+    template <int S, int N, int J, int U, int BC>
+    static RF_DEVICE void unit(const unsigned char* rg, const unsigned char* rh, const T* xv, int t, float dg,
+                               float dh, float (&acc)[4]) {
+        unsigned a[4];
+        codes<S, N, J, U>(rg, t, a[0], a[2]);
+        codes<S, N, J, U>(rh, t, a[1], a[3]);
+        const uint2 xb = *reinterpret_cast<const uint2*>(xv + 256 * S + 128 * N + 32 * J + 16 * U + 4 * t);
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        rf_mma<T>::run(d, a, xb.x, xb.y);
+        rf_qmvm_add<BC>(acc, d, step<S, N, J, U>(rg, dg), step<S, N, J, U>(rh, dh));
+    }
+    template <int S, int BC>
+    static RF_DEVICE void super_block(const unsigned char* rg, const unsigned char* rh, const T* xv, int t,
+                                      float (&acc)[4]) {
+        const float dg = rf_bits16_to_float<__half>(*reinterpret_cast<const unsigned short*>(rg + 210 * S + 208));
+        const float dh = rf_bits16_to_float<__half>(*reinterpret_cast<const unsigned short*>(rh + 210 * S + 208));
+#define RF_QMVM_Q6_GROUP(N, J)                                   \
+    unit<S, N, J, 0, BC>(rg, rh, xv, t, dg, dh, acc);            \
+    unit<S, N, J, 1, BC>(rg, rh, xv, t, dg, dh, acc);
+        RF_QMVM_Q6_GROUP(0, 0)
+        RF_QMVM_Q6_GROUP(0, 1)
+        RF_QMVM_Q6_GROUP(0, 2)
+        RF_QMVM_Q6_GROUP(0, 3)
+        RF_QMVM_Q6_GROUP(1, 0)
+        RF_QMVM_Q6_GROUP(1, 1)
+        RF_QMVM_Q6_GROUP(1, 2)
+        RF_QMVM_Q6_GROUP(1, 3)
+#undef RF_QMVM_Q6_GROUP
+    }
+    template <int BC>
+    static RF_DEVICE void chunk(const unsigned char* rg, const unsigned char* rh, const T* xv, int t,
+                                float (&acc)[4]) {
+        super_block<0, BC>(rg, rh, xv, t, acc);
+        super_block<1, BC>(rg, rh, xv, t, acc);
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------------------------
 
@@ -474,13 +581,15 @@ struct rf_qmvm_cursor {
 template <typename F, typename T, int BC, int STAGES>
 RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned batch) {
     constexpr int R = RF_QMVM_ROWS;
-    constexpr int ROW = F::ROW;
-    constexpr int VECS = ROW / 16; // 16-byte copies a row's chunk
-    constexpr int WBYTES = R * ROW;
+    constexpr int ROW = F::ROW;    // bytes of a row's chunk
+    constexpr int SPAN = F::SPAN;  // bytes staged for them: ROW, or (q6_K) the 16-byte span around them
+    constexpr int VECS = SPAN / 16; // 16-byte copies a row's chunk
+    constexpr int WBYTES = R * SPAN;
+    constexpr bool SPANNED = SPAN != ROW;
     typedef rf_qmvm_x<F::CHUNK, BC> X;
     constexpr int STAGE = WBYTES + X::BYTES;
     constexpr int COPIES = (R * VECS + 31) / 32;
-    static_assert(ROW % 16 == 0, "a row's chunk is whole 16-byte vectors");
+    static_assert(SPAN % 16 == 0 && (SPANNED || ROW % 16 == 0), "a row's chunk is staged as whole 16-byte vectors");
     extern __shared__ __align__(16) unsigned char rf_qmvm_smem[];
     const int lane = (int)threadIdx.x & 31;
     const int warp = (int)threadIdx.x >> 5;
@@ -533,15 +642,18 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
     };
     // The cursor's chunk of its tile's rows -> stage s, and of x (stage_x); rows and vectors
     // past the ends are zero-filled (nothing read).
+    // A spanned chunk is copied from the 16-byte boundary below it (rows are 16-byte aligned),
+    // its span's vectors past the row's end zero-filled (nothing read).
     auto stage_w = [&](const rf_qmvm_cursor& cur, int s) {
         unsigned char* dst = stages + s * STAGE;
         const int rows = rows_of(cur);
-        const unsigned char* src = p.w[cur.prod] + ((rf_u64)cur.tile * R) * row_bytes + (rf_u64)cur.c * ROW;
+        const unsigned start = SPANNED ? cur.c * (unsigned)ROW & ~15u : cur.c * (unsigned)ROW;
+        const unsigned char* src = p.w[cur.prod] + ((rf_u64)cur.tile * R) * row_bytes + start;
 #pragma unroll
         for (int j = 0; j < COPIES; ++j) {
             const int i = lane + 32 * j;
             if (R * VECS % 32 == 0 || i < R * VECS) {
-                const bool ok = i < rows * VECS;
+                const bool ok = i < rows * VECS && (!SPANNED || start + 16u * (unsigned)(i % VECS) < row_bytes);
                 rf_cp_async16(dst + 16 * i, ok ? src + src_off[j] : src, ok ? 16 : 0);
             }
         }
@@ -604,7 +716,8 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
         __syncwarp();                   // ... and every lane's
         const unsigned char* st = stages + s * STAGE;
         const T* xv = reinterpret_cast<const T*>(st + WBYTES + (BC == 1 ? 0 : g * X::STRIDE));
-        F::template chunk<BC>(st + g * ROW, st + (g + 8) * ROW, xv, t, acc);
+        const int at = SPANNED ? (int)(cur.c * (unsigned)ROW & 15u) : 0; // the chunk's offset in its span
+        F::template chunk<BC>(st + g * SPAN + at, st + (g + 8) * SPAN + at, xv, t, acc);
         __syncwarp(); // every lane is done with stage s before it is refilled
         s = s + 1 == STAGES ? 0 : s + 1;
         if (cur.c + (unsigned)warps >= chunks) {
@@ -670,3 +783,4 @@ RF_QMVM_ENTRIES(q4_k, rf_qmvm_q4_k)
 RF_QMVM_ENTRIES(q5_k, rf_qmvm_q5_k)
 RF_QMVM_ENTRIES(q8_0, rf_qmvm_q8_0)
 RF_QMVM_ENTRIES(q4_0, rf_qmvm_q4_0)
+RF_QMVM_ENTRIES(q6_k, rf_qmvm_q6_k)

@@ -103,14 +103,23 @@ impl GgmlFormat {
         self.block_format().name()
     }
 
-    /// Elements of a chunk of the matrix-core kernel (a warp's share of `k` at a time: `k` must
-    /// be whole chunks), if it reads the format: 8 q8_0 or q4_0 blocks (272, 144 bytes a row), 2
-    /// q4_K or q5_K super-blocks (288, 352).
+    /// Elements of a chunk of the matrix-core kernel (a warp's share of `k` at a time), if it
+    /// reads the format: 8 q8_0 or q4_0 blocks (272, 144 bytes a row), 2 q4_K, q5_K or q6_K
+    /// super-blocks (288, 352, 420).
     pub const fn matrix_core_chunk(self) -> Option<usize> {
         match self {
             GgmlFormat::Q8_0 | GgmlFormat::Q4_0 => Some(256),
-            GgmlFormat::Q4K | GgmlFormat::Q5K => Some(512),
-            _ => None,
+            GgmlFormat::Q4K | GgmlFormat::Q5K | GgmlFormat::Q6K => Some(512),
+        }
+    }
+
+    /// What `k` must be a multiple of for the matrix-core kernel: whole chunks, whose rows are
+    /// whole 16-byte vectors (the kernel's copies). A q6_K chunk is not (420 bytes), so its
+    /// rows must be: 8 super-blocks, 2048 elements.
+    pub const fn matrix_core_k_step(self) -> Option<usize> {
+        match self {
+            GgmlFormat::Q6K => Some(2048),
+            _ => self.matrix_core_chunk(),
         }
     }
 
@@ -319,8 +328,8 @@ pub fn quant_matvec_on_matrix_cores<T: Dtype>(stream: &Stream, format: GgmlForma
 /// The chunk of the matrix-core kernel where it takes the product (see
 /// [`quant_matvec_on_matrix_cores`]).
 fn matrix_core_chunk(cores: MatrixCores, format: GgmlFormat, dtype: &str, k: usize) -> Option<usize> {
-    let chunk = format.matrix_core_chunk()?;
-    (cores == MatrixCores::MmaSync && matches!(dtype, "f16" | "bf16") && k > 0 && k.is_multiple_of(chunk))
+    let (chunk, step) = (format.matrix_core_chunk()?, format.matrix_core_k_step()?);
+    (cores == MatrixCores::MmaSync && matches!(dtype, "f16" | "bf16") && k > 0 && k.is_multiple_of(step))
         .then_some(chunk)
 }
 
@@ -334,22 +343,31 @@ fn matrix_core_pass(batch: u32) -> usize {
 fn matrix_core_stages_one(format: GgmlFormat) -> usize {
     match format {
         GgmlFormat::Q8_0 | GgmlFormat::Q4_0 => abi::RF_QMVM_STAGES_ONE_Q8_0 as usize,
-        _ => abi::RF_QMVM_STAGES_ONE_Q4_K as usize,
+        GgmlFormat::Q4K | GgmlFormat::Q5K | GgmlFormat::Q6K => abi::RF_QMVM_STAGES_ONE_Q4_K as usize,
     }
 }
 
 /// Shared bytes of a matrix-core block with `warps` warps and passes of `pass` vectors: per warp
 /// its stages ([`matrix_core_stages_one`] for one vector, `MMA_STAGES_MANY` for passes of 8) of the
-/// tile's rows of a chunk and the chunk of x (one vector; or `pass` vectors 64 bytes apart
+/// tile's rows of a chunk ([`matrix_core_span`] bytes each) and the chunk of x (one vector; or `pass` vectors 64 bytes apart
 /// beyond the chunk's bytes), then the warps' totals (`16 x pass` f32).
 fn matrix_core_shared_bytes(format: GgmlFormat, chunk: usize, warps: usize, pass: usize) -> usize {
-    let row = chunk / format.block_elems() * format.block_bytes();
+    let row = matrix_core_span(format, chunk);
     let (x, stages) = if pass == 1 {
         (2 * chunk, matrix_core_stages_one(format))
     } else {
         (pass * (2 * chunk + 64), MMA_STAGES_MANY)
     };
     warps * stages * (MMA_ROWS * row + x) + warps * MMA_ROWS * pass * 4
+}
+
+/// Bytes of shared memory a row's chunk takes (the kernel's `F::SPAN`): the chunk's bytes when
+/// they are whole 16-byte vectors; else (q6_K) the 16-byte vectors from the boundary below the
+/// chunk that cover it wherever it starts, at an offset that is a multiple of `gcd(bytes, 16)`.
+fn matrix_core_span(format: GgmlFormat, chunk: usize) -> usize {
+    let bytes = chunk / format.block_elems() * format.block_bytes();
+    let align = 1 << bytes.trailing_zeros().min(4);
+    (bytes + 16 - align).div_ceil(16) * 16
 }
 
 /// Warps of a matrix-core block: one a chunk of the row, up to `MMA_WARPS` (so that every warp
@@ -400,10 +418,11 @@ fn quant_matvec_mma<T: Dtype>(
     };
     // SAFETY: rf_qmvm_<fmt>_b<pass>_<T>(rf_qmv_products p, const T* x, u64 k, u32 batch): for
     // each product i with rows[i] > 0 it copies bytes [0, rows[i] * row_bytes) of w[i] in whole
-    // 16-byte vectors (row_bytes = k / chunk chunks of 16-byte multiples; rows past the end are
-    // zero-filled without reading), reads x[0, batch * k) likewise (vectors past the batch
-    // zero-filled) and writes y[i][0, batch * rows[i]); check_quant_matvec_group proved those
-    // lengths. matrix_core_chunk proved k a positive multiple of the chunk; the _b1 entry gets
+    // 16-byte vectors (row_bytes a multiple of 16: k is whole k steps; rows past the end, and a
+    // q6_K chunk's span past its row's end, are zero-filled without reading), reads x[0, batch *
+    // k) likewise (vectors past the batch zero-filled) and writes y[i][0, batch * rows[i]);
+    // check_quant_matvec_group proved those lengths. matrix_core_chunk proved k a positive
+    // multiple of the format's k step (so of its chunk); the _b1 entry gets
     // batch 1 only. Its copy offsets are 32-bit: 16 * row_bytes < 2^32 (checked above), and its
     // tile counter too (tiles and grid below 2^31). The block is `warps` whole warps of 32
     // lanes, at most RF_QMVM_WARPS, with the dynamic shared memory its formula needs (checked
@@ -674,7 +693,7 @@ mod tests {
     }
 
     #[test]
-    fn matrix_cores_take_q8_0_q4_0_q4_k_and_q5_k_with_16_bit_activations_and_whole_chunks() {
+    fn matrix_cores_take_every_ggml_format_with_16_bit_activations_and_whole_k_steps() {
         let on = |cores, f, dt, k| matrix_core_chunk(cores, f, dt, k);
         let mma = MatrixCores::MmaSync;
         assert_eq!(on(mma, GgmlFormat::Q4K, "bf16", 4096), Some(512));
@@ -688,15 +707,25 @@ mod tests {
         assert_eq!(on(mma, GgmlFormat::Q5K, "bf16", 4096), Some(512));
         assert_eq!(on(mma, GgmlFormat::Q4_0, "bf16", 4096), Some(256));
         assert_eq!(on(mma, GgmlFormat::Q4_0, "f16", 4000), None);
-        assert_eq!(on(mma, GgmlFormat::Q6K, "f16", 4096), None);
+        // q6_K: rows of whole 16-byte vectors, 2048 elements (1680 bytes) at a time.
+        assert_eq!(on(mma, GgmlFormat::Q6K, "f16", 4096), Some(512));
+        assert_eq!(on(mma, GgmlFormat::Q6K, "bf16", 14_336), Some(512));
+        assert_eq!(on(mma, GgmlFormat::Q6K, "f16", 3584), None);
+        assert_eq!(on(mma, GgmlFormat::Q6K, "f16", 1024), None);
         assert_eq!(on(MatrixCores::None, GgmlFormat::Q4K, "f16", 4096), None);
         assert_eq!(on(MatrixCores::Mfma, GgmlFormat::Q8_0, "bf16", 4096), None);
-        // Chunks are whole 16-byte vectors a row (the kernel's copies).
+        // A k step's row bytes are whole 16-byte vectors (the kernel's copies), and whole chunks.
         for f in GgmlFormat::ALL {
-            if let Some(chunk) = f.matrix_core_chunk() {
-                assert_eq!(chunk / f.block_elems() * f.block_bytes() % 16, 0);
-            }
+            let (chunk, step) = (f.matrix_core_chunk().unwrap(), f.matrix_core_k_step().unwrap());
+            assert_eq!(step / f.block_elems() * f.block_bytes() % 16, 0, "{f:?}");
+            assert_eq!(step % chunk, 0, "{f:?}");
         }
+        // Spans: the chunk's bytes where they are whole vectors; q6_K's 420 at offsets 0, 4, 8
+        // or 12 of the vector below them: 432 (the kernel's F::SPAN).
+        assert_eq!(matrix_core_span(GgmlFormat::Q4K, 512), 288);
+        assert_eq!(matrix_core_span(GgmlFormat::Q8_0, 256), 272);
+        assert_eq!(matrix_core_span(GgmlFormat::Q6K, 512), 432);
+        assert!((0..16).all(|c| c * 420 % 16 + 420 <= 432));
     }
 
     #[test]
@@ -717,10 +746,10 @@ mod tests {
         );
         // Three blocks an SM within an H100's 227 KiB at one vector, two at 8 (q5_K's larger
         // rows: one).
-        for f in [GgmlFormat::Q4K, GgmlFormat::Q5K, GgmlFormat::Q8_0, GgmlFormat::Q4_0] {
+        for f in GgmlFormat::ALL {
             let chunk = f.matrix_core_chunk().unwrap();
             assert!(3 * matrix_core_shared_bytes(f, chunk, 4, 1) <= 227 * 1024);
-            let at_8 = if f == GgmlFormat::Q5K { 1 } else { 2 };
+            let at_8 = if matches!(f, GgmlFormat::Q5K | GgmlFormat::Q6K) { 1 } else { 2 };
             assert!(at_8 * matrix_core_shared_bytes(f, chunk, 4, 8) <= 227 * 1024);
         }
     }

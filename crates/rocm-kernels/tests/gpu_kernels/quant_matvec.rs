@@ -183,9 +183,9 @@ fn matches_the_reference_bf16() {
     matches_the_reference::<bf16>(&gpu, 0x9a03);
 }
 
-/// (rows, k in chunks of the matrix-core kernel, batch): one chunk (one warp), several (warps
-/// splitting k, more chunks than warps), a 14336-element row for q4_K and q5_K (28 chunks) and
-/// q8_0 and q4_0 (56);
+/// (rows, k in k steps of the matrix-core kernel, batch): one step (one chunk, one warp; q6_K:
+/// 4 chunks), several (warps splitting k, more chunks than warps), a 14336-element row for q4_K
+/// and q5_K (28 steps) and q8_0 and q4_0 (56);
 /// partial and whole 16-row tiles, more tiles than an SM holds, one vector and passes of 8 with
 /// vectors left unused.
 const MMA_CASES: &[(usize, usize, usize)] = &[
@@ -200,8 +200,8 @@ const MMA_CASES: &[(usize, usize, usize)] = &[
     (3, 56, 17),
 ];
 
-/// The matrix-core kernel (`kernels/quant_matvec_mma.hip`: q8_0, q4_0, q4_K and q5_K with f16 or bf16
-/// activations, rows of whole chunks) against the reference, within the same bound as the
+/// The matrix-core kernel (`kernels/quant_matvec_mma.hip`: every ggml format with f16 or bf16
+/// activations, rows of whole k steps) against the reference, within the same bound as the
 /// portable kernel. On a device with `mma.sync` the launcher must take it for every case (a
 /// device that should run it cannot silently test the portable kernel instead); elsewhere the
 /// same cases run the portable kernel.
@@ -209,10 +209,10 @@ fn matrix_cores_match_the_reference<T: Dtype>(seed: u64) {
     let gpu = gpu_test!();
     let mut rng = Rng::new(seed);
     let mma = gpu.backend().info().matrix_cores == MatrixCores::MmaSync;
-    for format in [GgmlFormat::Q8_0, GgmlFormat::Q4_0, GgmlFormat::Q4K, GgmlFormat::Q5K] {
-        let chunk = format.matrix_core_chunk().unwrap();
-        for (n, &(rows, chunks, batch)) in MMA_CASES.iter().enumerate() {
-            let k = chunks * chunk;
+    for format in GgmlFormat::ALL {
+        let step = format.matrix_core_k_step().unwrap();
+        for (n, &(rows, steps, batch)) in MMA_CASES.iter().enumerate() {
+            let k = steps * step;
             assert_eq!(
                 quant_matvec_on_matrix_cores::<T>(gpu.stream(), format, k),
                 mma,
@@ -228,7 +228,7 @@ fn matrix_cores_match_the_reference<T: Dtype>(seed: u64) {
             check::<T>(&gpu, &mut rng, format, &w, rows, k, batch);
         }
         // A NaN scale (d; q4_K's dmin too) spoils its row only, for every vector.
-        let (rows, k, batch) = (18, 2 * chunk, 3);
+        let (rows, k, batch) = (18, 2 * step, 3);
         let mut w = random_weights(&mut rng, format, rows, k);
         let fields = f16_scale_fields(format);
         for (row, at) in [(2, fields[0]), (11, fields[fields.len() - 1])] {
@@ -237,7 +237,7 @@ fn matrix_cores_match_the_reference<T: Dtype>(seed: u64) {
         check::<T>(&gpu, &mut rng, format, &w, rows, k, batch);
         // Grouped products on the matrix cores: each equal to its product alone, bit for bit.
         for batch in [1, 9] {
-            check_group::<T>(&gpu, &mut rng, format, &[37, 5, 130], 2 * chunk, batch);
+            check_group::<T>(&gpu, &mut rng, format, &[37, 5, 130], 2 * step, batch);
         }
     }
 }
