@@ -1,8 +1,8 @@
 // Fused matrix-vector products with ggml block weights on NVIDIA matrix cores (sm_80 and later:
 // mma.sync.m16n8k16, cp.async): the matrix-core implementation of quant_matvec.hip's contract
-// for q8_0, q4_0, q4_K and q5_K weights with f16 or bf16 activations, built for those targets only. Same
-// arguments, same results up to the order of f32 sums (the launcher, quant/matvec.rs, picks this
-// module where it applies and quant_matvec.hip everywhere else):
+// for every ggml format (q8_0, q4_0, q4_K, q5_K, q6_K) with f16 or bf16 activations, built for
+// those targets only. Same arguments, same results up to the order of f32 sums (the launcher,
+// quant/matvec.rs, picks this module where it applies and quant_matvec.hip everywhere else):
 //
 //   rf_qmvm_<fmt>_b<BC>_<dt>(products, x, k, batch):  y[b][r] = sum_c W[r][c] x[b][c]
 //
@@ -47,6 +47,9 @@
 //     2^23, minus 2^23 + 128) and pairs are packed to bf16 (exact: |c| <= 128).
 //   q4_0: a nibble under f16 1024's (bf16 128's) mantissa, minus 1032 (136): c - 8, exact. It
 //     takes q8_0's chunk (8 blocks) and stages.
+//   q6_K: the 6-bit code under the same mantissas, minus 1056 (160): q - 32, exact. Its scale
+//     changes every 16 elements, so its units are 16 elements (one mma each), and its 420-byte
+//     chunks are staged as 16-byte spans (rf_qmvm_q6_k).
 // q4_K is affine (w = d sc q - dmin m): a unit adds step * S, S = sum q x from the mma and
 // step = d sc formed as the codec forms it (exact: an f16 times a 6-bit integer, so infinite
 // and NaN scales behave as the codec's); the mins go through the tensor cores too, A holding

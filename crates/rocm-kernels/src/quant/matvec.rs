@@ -16,8 +16,8 @@
 //! its speed: `docs/kernels/quant_matvec.md`.
 //!
 //! Two implementations of that contract: `kernels/quant_matvec_mma.hip` on NVIDIA matrix cores
-//! (sm_80 and later) for q8_0, q4_0, q4_K and q5_K weights with f16 or bf16 activations and rows of whole
-//! chunks ([`quant_matvec_on_matrix_cores`]), and the portable `kernels/quant_matvec.hip`
+//! (sm_80 and later) for every ggml format's weights with f16 or bf16 activations and rows of
+//! whole k steps ([`quant_matvec_on_matrix_cores`]), and the portable `kernels/quant_matvec.hip`
 //! everywhere else. They differ only in the order of their f32 sums.
 
 use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};

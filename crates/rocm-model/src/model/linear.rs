@@ -183,7 +183,7 @@ fn has_fused_product(format: BlockFormat, tokens: usize) -> bool {
 /// when the fused kernel did every vector's FMAs on the SIMT units: measured on an H100 (`bench
 /// model` at 8B layer shapes, one call each way), a decode step's layer took, fused /
 /// dequantise + GEMM: Q8_0 428 / 562 us at 8 tokens and 1581 / 593 at 32; Q4_K 467 / 531 and
-/// 1831 / 648. On the matrix cores (q8_0, q4_0, q4_K, q5_K with 16-bit activations, NVIDIA) 8 tokens
+/// 1831 / 648. On the matrix cores (ggml's formats with 16-bit activations, NVIDIA) 8 tokens
 /// cost 1.1-1.4 times one (H200, docs/kernels/quant_matvec.md v3) and 32 tokens take 4 passes
 /// over the weight: with this at 32 (H200, 2026-12-02, one call), the 32-token layer took Q8_0
 /// 409 us against 410 through the GEMM, Q4_K 361 against 397 (`bench quant_matvec`: q8_0 at 32
