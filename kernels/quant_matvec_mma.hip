@@ -300,8 +300,22 @@ template <typename T> using rf_qmvm_q5_k = rf_qmvm_kquant<T, true>;
 // q8_0: chunks of 8 blocks (256 elements, 272 bytes a row)
 // ---------------------------------------------------------------------------------------------
 
+// q8_0's layout: 34-byte blocks, d (f16) then qs[32] (i8); thread t's codes are bytes 8t .. 8t + 7.
+struct rf_qmvm_q8_layout {
+    static constexpr int BYTES = 34;
+    // Codes 8t .. 8t + 7 of block B of a staged row (4-byte aligned), as two words.
+    template <int B> static RF_DEVICE uint2 codes(const unsigned char* row, int t) {
+        constexpr int OFF = 34 * B + 2;
+        const unsigned* p = reinterpret_cast<const unsigned*>(row + (OFF & ~3) + 8 * t);
+        if (OFF % 4 == 0) {
+            return make_uint2(p[0], p[1]);
+        }
+        return make_uint2(__funnelshift_r(p[0], p[1], 8 * (OFF % 4)), __funnelshift_r(p[1], p[2], 8 * (OFF % 4)));
+    }
+};
+
 template <typename T> struct rf_qmvm_q8_codes;
-template <> struct rf_qmvm_q8_codes<__half> {
+template <> struct rf_qmvm_q8_codes<__half> : rf_qmvm_q8_layout {
     // Four codes (bytes of w, i8) -> pairs (c0 c1), (c2 c3): 1024 + (c ^ 0x80) - 1152.
     static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
         const unsigned u = w ^ 0x80808080u;
@@ -314,7 +328,7 @@ template <> struct rf_qmvm_q8_codes<__half> {
         p23 = *reinterpret_cast<const unsigned*>(&hb);
     }
 };
-template <> struct rf_qmvm_q8_codes<rf_bf16> {
+template <> struct rf_qmvm_q8_codes<rf_bf16> : rf_qmvm_q8_layout {
     static RF_DEVICE float code(unsigned u, int byte) {
         return __uint_as_float(__byte_perm(u, 0x4b000000u, 0x7440u | (unsigned)byte)) - 8388736.0f;
     }
@@ -325,34 +339,28 @@ template <> struct rf_qmvm_q8_codes<rf_bf16> {
     }
 };
 
-template <typename T> struct rf_qmvm_q8_0 {
+// q8_0 and q4_0: blocks of 32 elements, an f16 scale d first, each code decoded to its exact
+// signed value (C<T>: the layout's BYTES and codes<B>(row, t), thread t's eight codes as two
+// words; run(), four of them to two A pairs), so a block adds d * sum c x. Chunks of 8 blocks.
+template <typename T, template <typename> class C> struct rf_qmvm_block32 {
     static constexpr int CHUNK = 256;
-    static constexpr int ROW = 8 * 34;
+    static constexpr int ROW = 8 * C<T>::BYTES;
     static constexpr int SPAN = ROW;
     static constexpr int STAGES_B1 = RF_QMVM_STAGES_ONE_Q8_0;
 
-    // Codes 8t .. 8t + 7 of block B of a staged row (4-byte aligned), as two words.
-    template <int B> static RF_DEVICE uint2 codes(const unsigned char* row, int t) {
-        constexpr int OFF = 34 * B + 2;
-        const unsigned* p = reinterpret_cast<const unsigned*>(row + (OFF & ~3) + 8 * t);
-        if (OFF % 4 == 0) {
-            return make_uint2(p[0], p[1]);
-        }
-        return make_uint2(__funnelshift_r(p[0], p[1], 8 * (OFF % 4)), __funnelshift_r(p[1], p[2], 8 * (OFF % 4)));
-    }
     template <int B> static RF_DEVICE float scale(const unsigned char* row) {
-        return rf_bits16_to_float<__half>(*reinterpret_cast<const unsigned short*>(row + 34 * B));
+        return rf_bits16_to_float<__half>(*reinterpret_cast<const unsigned short*>(row + C<T>::BYTES * B));
     }
     template <int B, int BC>
     static RF_DEVICE void block(const unsigned char* rg, const unsigned char* rh, const T* xv, int t,
                                 float (&acc)[4]) {
-        const uint2 cg = codes<B>(rg, t);
-        const uint2 ch = codes<B>(rh, t);
+        const uint2 cg = C<T>::template codes<B>(rg, t);
+        const uint2 ch = C<T>::template codes<B>(rh, t);
         unsigned pg[4], ph[4];
-        rf_qmvm_q8_codes<T>::run(cg.x, pg[0], pg[1]);
-        rf_qmvm_q8_codes<T>::run(cg.y, pg[2], pg[3]);
-        rf_qmvm_q8_codes<T>::run(ch.x, ph[0], ph[1]);
-        rf_qmvm_q8_codes<T>::run(ch.y, ph[2], ph[3]);
+        C<T>::run(cg.x, pg[0], pg[1]);
+        C<T>::run(cg.y, pg[2], pg[3]);
+        C<T>::run(ch.x, ph[0], ph[1]);
+        C<T>::run(ch.y, ph[2], ph[3]);
         const uint4 xb = *reinterpret_cast<const uint4*>(xv + 32 * B + 8 * t);
         float d[4];
         rf_qmvm_unit<T>(d, pg, ph, xb);
@@ -371,48 +379,17 @@ template <typename T> struct rf_qmvm_q8_0 {
         block<7, BC>(rg, rh, xv, t, acc);
     }
 };
+template <typename T> using rf_qmvm_q8_0 = rf_qmvm_block32<T, rf_qmvm_q8_codes>;
 
 // ---------------------------------------------------------------------------------------------
 // q4_0: chunks of 8 blocks (256 elements, 144 bytes a row), q8_0's stages
 // ---------------------------------------------------------------------------------------------
 
-// Four codes (the low nibbles of w's bytes) -> pairs (c0 - 8, c1 - 8), (c2 - 8, c3 - 8), exact.
-template <typename T> struct rf_qmvm_q4_0_codes;
-template <> struct rf_qmvm_q4_0_codes<__half> {
-    // A nibble under f16 1024's mantissa is 1024 + c; one packed subtraction of 1032.
-    static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
-        const __half2 bias = __halves2half2(__ushort_as_half(0x6408u), __ushort_as_half(0x6408u));
-        const unsigned a = (rf_qmvm_spread01(w) & 0x000f000fu) | 0x64006400u;
-        const unsigned b = (rf_qmvm_spread23(w) & 0x000f000fu) | 0x64006400u;
-        const __half2 ha = __hsub2(*reinterpret_cast<const __half2*>(&a), bias);
-        const __half2 hb = __hsub2(*reinterpret_cast<const __half2*>(&b), bias);
-        p01 = *reinterpret_cast<const unsigned*>(&ha);
-        p23 = *reinterpret_cast<const unsigned*>(&hb);
-    }
-};
-template <> struct rf_qmvm_q4_0_codes<rf_bf16> {
-    // A nibble under bf16 128's mantissa is 128 + c; one packed FMA adds -136 (exact).
-    static RF_DEVICE unsigned less136(unsigned v) {
-        unsigned r;
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x3f803f80u), "r"(0xc308c308u));
-        return r;
-    }
-    static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
-        p01 = less136((rf_qmvm_spread01(w) & 0x000f000fu) | 0x43004300u);
-        p23 = less136((rf_qmvm_spread23(w) & 0x000f000fu) | 0x43004300u);
-    }
-};
-
-// An 18-byte block: d (f16), then qs[16], element j in the low nibble of qs[j] and element
-// j + 16 in the high one. Thread t's elements 8t .. 8t + 7 are the low (t < 2) or high (t >= 2)
-// nibbles of qs[8 (t & 1)] .. qs[8 (t & 1) + 7]. w = (c - 8) d, so a block adds d * sum (c - 8) x:
-// every code decoded to its exact signed value, as q8_0's.
-template <typename T> struct rf_qmvm_q4_0 {
-    static constexpr int CHUNK = 256;
-    static constexpr int ROW = 8 * 18;
-    static constexpr int SPAN = ROW;
-    static constexpr int STAGES_B1 = RF_QMVM_STAGES_ONE_Q8_0;
-
+// q4_0's layout: 18-byte blocks, d (f16) then qs[16], element j in the low nibble of qs[j] and
+// element j + 16 in the high one. Thread t's elements 8t .. 8t + 7 are the low (t < 2) or high
+// (t >= 2) nibbles of qs[8 (t & 1)] .. qs[8 (t & 1) + 7]; w = (c - 8) d.
+struct rf_qmvm_q4_0_layout {
+    static constexpr int BYTES = 18;
     // Thread t's eight nibbles of block B of a staged row (16-byte aligned), moved to the low
     // half of each byte, as two words.
     template <int B> static RF_DEVICE uint2 codes(const unsigned char* row, int t) {
@@ -425,37 +402,36 @@ template <typename T> struct rf_qmvm_q4_0 {
         return make_uint2(__funnelshift_r(p[0], p[1], 8 * (OFF % 4)) >> shift,
                           __funnelshift_r(p[1], p[2], 8 * (OFF % 4)) >> shift);
     }
-    template <int B> static RF_DEVICE float scale(const unsigned char* row) {
-        return rf_bits16_to_float<__half>(*reinterpret_cast<const unsigned short*>(row + 18 * B));
-    }
-    template <int B, int BC>
-    static RF_DEVICE void block(const unsigned char* rg, const unsigned char* rh, const T* xv, int t,
-                                float (&acc)[4]) {
-        const uint2 cg = codes<B>(rg, t);
-        const uint2 ch = codes<B>(rh, t);
-        unsigned pg[4], ph[4];
-        rf_qmvm_q4_0_codes<T>::run(cg.x, pg[0], pg[1]);
-        rf_qmvm_q4_0_codes<T>::run(cg.y, pg[2], pg[3]);
-        rf_qmvm_q4_0_codes<T>::run(ch.x, ph[0], ph[1]);
-        rf_qmvm_q4_0_codes<T>::run(ch.y, ph[2], ph[3]);
-        const uint4 xb = *reinterpret_cast<const uint4*>(xv + 32 * B + 8 * t);
-        float d[4];
-        rf_qmvm_unit<T>(d, pg, ph, xb);
-        rf_qmvm_add<BC>(acc, d, scale<B>(rg), scale<B>(rh));
-    }
-    template <int BC>
-    static RF_DEVICE void chunk(const unsigned char* rg, const unsigned char* rh, const T* xv, int t,
-                                float (&acc)[4]) {
-        block<0, BC>(rg, rh, xv, t, acc);
-        block<1, BC>(rg, rh, xv, t, acc);
-        block<2, BC>(rg, rh, xv, t, acc);
-        block<3, BC>(rg, rh, xv, t, acc);
-        block<4, BC>(rg, rh, xv, t, acc);
-        block<5, BC>(rg, rh, xv, t, acc);
-        block<6, BC>(rg, rh, xv, t, acc);
-        block<7, BC>(rg, rh, xv, t, acc);
+};
+
+// Four codes (the low nibbles of w's bytes) -> pairs (c0 - 8, c1 - 8), (c2 - 8, c3 - 8), exact.
+template <typename T> struct rf_qmvm_q4_0_codes;
+template <> struct rf_qmvm_q4_0_codes<__half> : rf_qmvm_q4_0_layout {
+    // A nibble under f16 1024's mantissa is 1024 + c; one packed subtraction of 1032.
+    static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
+        const __half2 bias = __halves2half2(__ushort_as_half(0x6408u), __ushort_as_half(0x6408u));
+        const unsigned a = (rf_qmvm_spread01(w) & 0x000f000fu) | 0x64006400u;
+        const unsigned b = (rf_qmvm_spread23(w) & 0x000f000fu) | 0x64006400u;
+        const __half2 ha = __hsub2(*reinterpret_cast<const __half2*>(&a), bias);
+        const __half2 hb = __hsub2(*reinterpret_cast<const __half2*>(&b), bias);
+        p01 = *reinterpret_cast<const unsigned*>(&ha);
+        p23 = *reinterpret_cast<const unsigned*>(&hb);
     }
 };
+template <> struct rf_qmvm_q4_0_codes<rf_bf16> : rf_qmvm_q4_0_layout {
+    // A nibble under bf16 128's mantissa is 128 + c; one packed FMA adds -136 (exact).
+    static RF_DEVICE unsigned less136(unsigned v) {
+        unsigned r;
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x3f803f80u), "r"(0xc308c308u));
+        return r;
+    }
+    static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
+        p01 = less136((rf_qmvm_spread01(w) & 0x000f000fu) | 0x43004300u);
+        p23 = less136((rf_qmvm_spread23(w) & 0x000f000fu) | 0x43004300u);
+    }
+};
+
+template <typename T> using rf_qmvm_q4_0 = rf_qmvm_block32<T, rf_qmvm_q4_0_codes>;
 
 // ---------------------------------------------------------------------------------------------
 // q6_K: chunks of two super-blocks (512 elements, 420 bytes a row), staged as 16-byte spans
