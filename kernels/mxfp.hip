@@ -23,6 +23,7 @@
 // outputs each; per 32-wide k step the block stages X as f32 and decodes one weight block per row
 // into shared memory, then accumulates from there.
 
+#include "rocmforge_dependent_launch.h"
 #include "rocmforge_quant.h"
 #include "rocmforge_mma.h"
 #include "rocmforge_mxfp_abi.h"
@@ -495,6 +496,7 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
 #define RF_MXM_ENTRY(name, F, T, ANY_K)                                                 \
     RF_KERNEL void __launch_bounds__(32 * RF_MXM_WARPS, 5)                              \
         name(const unsigned char* w, const T* x, T* y, rf_u64 n, rf_u64 k) {            \
+        rf_follow_prior_grid();                                                         \
         RF_MXM_BODY(F, T, ANY_K)                                                        \
     }
 // rf_<fmt>_matvec_mma_<dt>: k % 512 == 0; rf_<fmt>_matvec_mma_anyk_<dt>: any k % 32 == 0.
@@ -586,6 +588,7 @@ RF_DEVICE void rf_mx_matmul(const unsigned char* w, const T* x, T* y, rf_u64 m, 
 
 #define RF_MX_ENTRIES(fmt, F, suffix, T)                                                                      \
     RF_KERNEL void rf_##fmt##_matvec_##suffix(const unsigned char* w, const T* x, T* y, rf_u64 n, rf_u64 k) { \
+        rf_follow_prior_grid();                                                                             \
         rf_mx_matvec<F, T>(w, x, y, n, k);                                                                  \
     }                                                                                                       \
     RF_KERNEL void rf_##fmt##_matmul_##suffix(const unsigned char* w, const T* x, T* y, rf_u64 m, rf_u64 n,   \

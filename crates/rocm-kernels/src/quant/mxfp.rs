@@ -169,10 +169,12 @@ pub fn mx_matvec<T: Dtype>(
     //   n are zero-filled without reading. matvec_mma_config gives it 1..=4 warps of 32 lanes, the
     //   shared memory its formula needs (checked against the device's limit) and checks
     //   16 row_bytes < 2^32, which keeps its 32-bit copy offsets exact.
-    // w and x are shared borrows distinct from y; the builder checks the stream.
+    // w and x are shared borrows distinct from y; the builder checks the stream. Every matvec
+    // entry waits for the kernel ahead first (rocmforge_dependent_launch.h): dependent.
     unsafe {
         stream
             .launch(&kernel)
+            .dependent()
             .buffer(w)
             .buffer(x)
             .buffer_mut(y)
