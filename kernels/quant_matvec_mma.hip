@@ -29,7 +29,8 @@
 // one 16-byte shared load gives both k16 steps' b0, b1. Each unit starts from a zero
 // accumulator; D's f32 unit sums times the unit's scale go into f32 totals per row and vector,
 // so every product is exact and every sum f32, as in the portable kernel (its allowed_error
-// holds: at most 16 + 2 + k / 32 + 3 roundings on any term's way, fewer than k).
+// holds: at most 16 + 2 + k / 16 + 3 roundings on any term's way, fewer than k; units of 32
+// elements, or q6_K's of 16).
 //
 // Codes to exact 16-bit values:
 //   q4_K f16: a nibble under the f16 mantissa is its value times 2^-24 (a subnormal, which the
@@ -59,12 +60,12 @@
 // the portable kernel's factored form.
 //
 // Entry: each product's rows >= 1 (0: unused), their row tiles together below 2^31, k % F::CHUNK
-// == 0, k > 0, 1 <= batch (BC = 1 entries: batch == 1); blockDim.x = 32 * warps, warps <=
-// RF_QMVM_WARPS and warps <= k / F::CHUNK (every warp has a chunk of every tile: the tile's
-// reduction has barriers); dynamic shared memory warps * STAGES * stage + warps * 16 * BC * 4
-// (STAGES: F::STAGES_B1 for BC = 1, RF_QMVM_STAGES_MANY otherwise; stage: 16 * F::ROW +
-// x, x = BC == 1 ? 2 CHUNK : BC * (2 CHUNK + 64) bytes); every w, y and x 16-byte aligned;
-// 16 * row bytes < 2^32. The launcher (quant/matvec.rs) checks all of it.
+// == 0 with rows of whole 16-byte vectors, k > 0, 1 <= batch (BC = 1 entries: batch == 1);
+// blockDim.x = 32 * warps, warps <= RF_QMVM_WARPS and warps <= k / F::CHUNK (every warp has a
+// chunk of every tile: the tile's reduction has barriers); dynamic shared memory warps * STAGES
+// * stage + warps * 16 * BC * 4 (STAGES: F::STAGES_B1 for BC = 1, RF_QMVM_STAGES_MANY otherwise;
+// stage: 16 * F::SPAN + x, x = BC == 1 ? 2 CHUNK : BC * (2 CHUNK + 64) bytes); every w, y and x
+// 16-byte aligned; 16 * row bytes < 2^32. The launcher (quant/matvec.rs) checks all of it.
 
 #include "rocmforge_dependent_launch.h"
 #include "rocmforge_quant.h"
