@@ -1,7 +1,7 @@
 //! Benchmark of `kernels/quant_matvec.hip` at the linear layers of a Llama-3-8B block (hidden
 //! 4096, MLP 14336, 8 KV heads of 128), for every ggml format it reads and batches of 1
-//! (decode), 8 and 32 (batched decode), f16 activations, and bf16 (the model's) for the formats
-//! the matrix-core kernel reads (rows marked `(mma)` where it ran):
+//! (decode), 8 and 32 (batched decode), f16 activations, and bf16 (the model's) at 1 and 8
+//! (rows marked `(mma)` where the matrix-core kernel ran):
 //!
 //! - `4096x4096`: q and o projections; `1024x4096`: k and v projections;
 //! - `14336x4096`: gate and up; `4096x14336`: down (rows x k).
@@ -42,10 +42,8 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             for &batch in BATCHES {
                 rows.push(matvec::<f16>(b, format, &weights, n, k, batch)?);
             }
-            if format.matrix_core_chunk().is_some() {
-                for &batch in &BATCHES[..2] {
-                    rows.push(matvec::<bf16>(b, format, &weights, n, k, batch)?);
-                }
+            for &batch in &BATCHES[..2] {
+                rows.push(matvec::<bf16>(b, format, &weights, n, k, batch)?);
             }
         }
     }

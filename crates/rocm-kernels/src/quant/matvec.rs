@@ -103,22 +103,21 @@ impl GgmlFormat {
         self.block_format().name()
     }
 
-    /// Elements of a chunk of the matrix-core kernel (a warp's share of `k` at a time), if it
-    /// reads the format: 8 q8_0 or q4_0 blocks (272, 144 bytes a row), 2 q4_K, q5_K or q6_K
-    /// super-blocks (288, 352, 420).
-    pub const fn matrix_core_chunk(self) -> Option<usize> {
+    /// Elements of a chunk of the matrix-core kernel (a warp's share of `k` at a time): 8 q8_0
+    /// or q4_0 blocks (272, 144 bytes a row), 2 q4_K, q5_K or q6_K super-blocks (288, 352, 420).
+    pub const fn matrix_core_chunk(self) -> usize {
         match self {
-            GgmlFormat::Q8_0 | GgmlFormat::Q4_0 => Some(256),
-            GgmlFormat::Q4K | GgmlFormat::Q5K | GgmlFormat::Q6K => Some(512),
+            GgmlFormat::Q8_0 | GgmlFormat::Q4_0 => 256,
+            GgmlFormat::Q4K | GgmlFormat::Q5K | GgmlFormat::Q6K => 512,
         }
     }
 
     /// What `k` must be a multiple of for the matrix-core kernel: whole chunks, whose rows are
     /// whole 16-byte vectors (the kernel's copies). A q6_K chunk is not (420 bytes), so its
     /// rows must be: 8 super-blocks, 2048 elements.
-    pub const fn matrix_core_k_step(self) -> Option<usize> {
+    pub const fn matrix_core_k_step(self) -> usize {
         match self {
-            GgmlFormat::Q6K => Some(2048),
+            GgmlFormat::Q6K => 2048,
             _ => self.matrix_core_chunk(),
         }
     }
@@ -319,8 +318,8 @@ unsafe fn launch_products<T: Dtype>(
 
 /// Whether [`quant_matvec`] and [`quant_matvec_group`] of `format` at row length `k` run on
 /// `stream`'s device's matrix cores (`kernels/quant_matvec_mma.hip`) rather than the portable
-/// kernel: NVIDIA `mma.sync` devices, q8_0, q4_K or q5_K weights, f16 or bf16 activations (`T`), and
-/// `k` a positive multiple of [`GgmlFormat::matrix_core_chunk`].
+/// kernel: NVIDIA `mma.sync` devices, f16 or bf16 activations (`T`), and `k` a positive multiple
+/// of [`GgmlFormat::matrix_core_k_step`] (every ggml format).
 pub fn quant_matvec_on_matrix_cores<T: Dtype>(stream: &Stream, format: GgmlFormat, k: usize) -> bool {
     matrix_core_chunk(stream.backend().info().matrix_cores, format, T::NAME, k).is_some()
 }
@@ -328,9 +327,9 @@ pub fn quant_matvec_on_matrix_cores<T: Dtype>(stream: &Stream, format: GgmlForma
 /// The chunk of the matrix-core kernel where it takes the product (see
 /// [`quant_matvec_on_matrix_cores`]).
 fn matrix_core_chunk(cores: MatrixCores, format: GgmlFormat, dtype: &str, k: usize) -> Option<usize> {
-    let (chunk, step) = (format.matrix_core_chunk()?, format.matrix_core_k_step()?);
+    let step = format.matrix_core_k_step();
     (cores == MatrixCores::MmaSync && matches!(dtype, "f16" | "bf16") && k > 0 && k.is_multiple_of(step))
-        .then_some(chunk)
+        .then_some(format.matrix_core_chunk())
 }
 
 /// Vectors a pass of the matrix-core kernel takes: its `_b1` entry for one vector, else `_b8`
@@ -348,9 +347,10 @@ fn matrix_core_stages_one(format: GgmlFormat) -> usize {
 }
 
 /// Shared bytes of a matrix-core block with `warps` warps and passes of `pass` vectors: per warp
-/// its stages ([`matrix_core_stages_one`] for one vector, `MMA_STAGES_MANY` for passes of 8) of the
-/// tile's rows of a chunk ([`matrix_core_span`] bytes each) and the chunk of x (one vector; or `pass` vectors 64 bytes apart
-/// beyond the chunk's bytes), then the warps' totals (`16 x pass` f32).
+/// its stages ([`matrix_core_stages_one`] for one vector, `MMA_STAGES_MANY` for passes of 8) of
+/// the tile's rows of a chunk ([`matrix_core_span`] bytes each) and the chunk of x (one vector;
+/// or `pass` vectors 64 bytes apart beyond the chunk's bytes), then the warps' totals (`16 x
+/// pass` f32).
 fn matrix_core_shared_bytes(format: GgmlFormat, chunk: usize, warps: usize, pass: usize) -> usize {
     let row = matrix_core_span(format, chunk);
     let (x, stages) = if pass == 1 {
@@ -581,7 +581,7 @@ pub fn quant_matvec_reference(
 }
 
 /// The entries this module launches ([`crate::launchable`]): every format, pass and dtype of the
-/// portable kernel, and the matrix-core kernel's where [`matrix_core_chunk`] takes them.
+/// portable kernel, and the matrix-core kernel's for the dtypes [`matrix_core_chunk`] takes.
 pub(crate) fn launchable() -> Vec<Launchable> {
     let mut out: Vec<Launchable> = GgmlFormat::ALL
         .iter()
@@ -590,9 +590,9 @@ pub(crate) fn launchable() -> Vec<Launchable> {
         })
         .collect();
     for format in GgmlFormat::ALL {
-        let Some(chunk) = format.matrix_core_chunk() else { continue };
+        let step = format.matrix_core_k_step();
         for dtype in
-            DTYPES.iter().filter(|dt| matrix_core_chunk(MatrixCores::MmaSync, format, dt, chunk).is_some())
+            DTYPES.iter().filter(|dt| matrix_core_chunk(MatrixCores::MmaSync, format, dt, step).is_some())
         {
             for pass in [1, MAX_BATCH] {
                 let name = format!("rf_qmvm_{}_b{pass}_{dtype}", format.name());
@@ -716,7 +716,7 @@ mod tests {
         assert_eq!(on(MatrixCores::Mfma, GgmlFormat::Q8_0, "bf16", 4096), None);
         // A k step's row bytes are whole 16-byte vectors (the kernel's copies), and whole chunks.
         for f in GgmlFormat::ALL {
-            let (chunk, step) = (f.matrix_core_chunk().unwrap(), f.matrix_core_k_step().unwrap());
+            let (chunk, step) = (f.matrix_core_chunk(), f.matrix_core_k_step());
             assert_eq!(step / f.block_elems() * f.block_bytes() % 16, 0, "{f:?}");
             assert_eq!(step % chunk, 0, "{f:?}");
         }
@@ -747,7 +747,7 @@ mod tests {
         // Three blocks an SM within an H100's 227 KiB at one vector, two at 8 (q5_K's larger
         // rows: one).
         for f in GgmlFormat::ALL {
-            let chunk = f.matrix_core_chunk().unwrap();
+            let chunk = f.matrix_core_chunk();
             assert!(3 * matrix_core_shared_bytes(f, chunk, 4, 1) <= 227 * 1024);
             let at_8 = if matches!(f, GgmlFormat::Q5K | GgmlFormat::Q6K) { 1 } else { 2 };
             assert!(at_8 * matrix_core_shared_bytes(f, chunk, 4, 8) <= 227 * 1024);

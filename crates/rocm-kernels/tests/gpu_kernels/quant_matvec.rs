@@ -210,7 +210,7 @@ fn matrix_cores_match_the_reference<T: Dtype>(seed: u64) {
     let mut rng = Rng::new(seed);
     let mma = gpu.backend().info().matrix_cores == MatrixCores::MmaSync;
     for format in GgmlFormat::ALL {
-        let step = format.matrix_core_k_step().unwrap();
+        let step = format.matrix_core_k_step();
         for (n, &(rows, steps, batch)) in MMA_CASES.iter().enumerate() {
             let k = steps * step;
             assert_eq!(
