@@ -16,6 +16,14 @@
 //!   over whole weights (BF16, MXFP4 past one token) is not recorded but run eagerly on the
 //!   workspace (`DecodeWorkspace::graph` says why), as where the platform has no graphs: the
 //!   row then says `eager workspace`.
+//! - decode graph, per added layer: the graph step again on a model of [`DEEPER`] layers; the
+//!   difference over the [`LAYERS`]-layer step, divided by the layers added, is what one more
+//!   layer costs a step (rows `model decode graph b<N> +layer`). The plain rows divide the whole
+//!   step by [`LAYERS`], so they also carry a share of what every step pays once (the host's
+//!   uploads of the inputs, the graph's launch, the final synchronise); the `+layer` rows
+//!   leave that out and say how much it is (`fixed`), and their tokens/s is a 32-layer step:
+//!   fixed + 32 x the added layer's time. Both are measured; the target (issue 21) is the
+//!   layer's time against its weight bytes.
 //! - prefill: [`PREFILL`] tokens of one sequence, per layer, TFLOP/s of the projections
 //!   (`2 x tokens x parameters`).
 //!
@@ -54,6 +62,8 @@ use super::{Bench, Row};
 use crate::Result;
 
 const LAYERS: usize = 2;
+/// Layers of the second model the graph rows run, for what one more layer costs a step.
+const DEEPER: usize = 4;
 /// Tokens each sequence holds before the timed decode steps.
 const CONTEXT: usize = 128;
 const BATCHES: [usize; 3] = [1, 8, 32];
@@ -63,10 +73,10 @@ const PREFILL: usize = 512;
 /// The weight types benchmarked: bf16 as stored, and the block formats kept as stored.
 const TYPES: [GgmlType; 4] = [GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::MXFP4];
 
-fn config() -> ModelConfig {
+fn config(layers: usize) -> ModelConfig {
     ModelConfig {
         hidden: 4096,
-        layers: LAYERS,
+        layers,
         ffn: 14_336,
         q_heads: 32,
         kv_heads: 8,
@@ -93,17 +103,49 @@ fn selected_types() -> Result<Vec<GgmlType>> {
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for ty in selected_types()? {
-        let file = Arc::new(GgufFile::from_bytes(layers_of(&mut b.rng, ty)?)?);
-        let model = Model::<bf16>::load(file, &b.stream)?;
-        b.stream.synchronize()?;
+        let model = load(b, ty, LAYERS)?;
         let layer_bytes = model.weight_bytes() / LAYERS as u64;
+        let mut graph_steps = Vec::new();
         for batch in BATCHES {
             rows.push(decode(b, &model, ty, batch, layer_bytes)?);
-            rows.push(decode_graph(b, &model, ty, batch, layer_bytes)?);
+            let (row, step_ms) = decode_graph(b, &model, ty, batch, layer_bytes)?;
+            rows.push(row);
+            graph_steps.push((batch, step_ms));
         }
         rows.push(prefill(b, &model, ty, layer_bytes)?);
+        drop(model);
+        let deeper = load(b, ty, DEEPER)?;
+        for (batch, short_ms) in graph_steps {
+            let (_, deep_ms) = decode_graph(b, &deeper, ty, batch, layer_bytes)?;
+            rows.push(added_layer_row(ty, batch, short_ms, deep_ms, layer_bytes));
+        }
     }
     Ok(rows)
+}
+
+/// A model of `layers` random 8B-shaped layers of `ty`, loaded.
+fn load(b: &mut Bench, ty: GgmlType, layers: usize) -> Result<Model<bf16>> {
+    let file = Arc::new(GgufFile::from_bytes(layers_of(&mut b.rng, ty, layers)?)?);
+    let model = Model::<bf16>::load(file, &b.stream)?;
+    b.stream.synchronize()?;
+    Ok(model)
+}
+
+/// What one more layer costs a graph step of `batch` sequences, from the steps of the
+/// [`LAYERS`]- and [`DEEPER`]-layer models (ms); the rest of the short step is what every step
+/// pays once.
+fn added_layer_row(ty: GgmlType, batch: usize, short_ms: f64, deep_ms: f64, layer_bytes: u64) -> Row {
+    let layer_ms = (deep_ms - short_ms) / (DEEPER - LAYERS) as f64;
+    let fixed_ms = short_ms - LAYERS as f64 * layer_ms;
+    let tokens_per_s = batch as f64 / ((fixed_ms + 32.0 * layer_ms) / 1e3);
+    Row {
+        kernel: format!("model decode graph b{batch} +layer"),
+        dtype: ty.name(),
+        shape: format!("8B: {tokens_per_s:.0} tok/s@32L, fixed {:.1} us", fixed_ms * 1e3),
+        ms: layer_ms,
+        bytes: layer_bytes,
+        flops: None,
+    }
 }
 
 /// Where `bench model` finds the PyTorch script, relative to the current directory.
@@ -212,14 +254,15 @@ fn decode(b: &mut Bench, model: &Model<bf16>, ty: GgmlType, batch: usize, layer_
     Ok(decode_row(format!("model decode b{batch}"), ty, batch, step_ms, layer_bytes))
 }
 
-/// [`decode`] through a decode graph recorded once (the recording is not timed).
+/// [`decode`] through a decode graph recorded once (the recording is not timed); the row and the
+/// whole step's median time (ms).
 fn decode_graph(
     b: &mut Bench,
     model: &Model<bf16>,
     ty: GgmlType,
     batch: usize,
     layer_bytes: u64,
-) -> Result<Row> {
+) -> Result<(Row, f64)> {
     let (mut cache, mut kv, seqs) = decode_cache(b, model, batch)?;
     let x: Vec<bf16> = b.random(batch * model.config().hidden, -1.0, 1.0);
     let mut workspace = model.decode_workspace(&mut kv, batch, PER_SEQ)?;
@@ -229,7 +272,7 @@ fn decode_graph(
         graph.step(&mut cache, &seqs, &x)?;
         Ok(())
     })?;
-    Ok(decode_row(format!("model decode {mode} b{batch}"), ty, batch, step_ms, layer_bytes))
+    Ok((decode_row(format!("model decode {mode} b{batch}"), ty, batch, step_ms, layer_bytes), step_ms))
 }
 
 /// A prefill of [`PREFILL`] tokens of one sequence.
@@ -263,10 +306,10 @@ fn prefill(b: &mut Bench, model: &Model<bf16>, ty: GgmlType, layer_bytes: u64) -
     })
 }
 
-/// The GGUF bytes of [`LAYERS`] 8B-shaped layers whose projections are random blocks of `ty`
+/// The GGUF bytes of `layers` 8B-shaped layers whose projections are random blocks of `ty`
 /// (norms f32 near 1).
-fn layers_of(rng: &mut Rng, ty: GgmlType) -> Result<Vec<u8>> {
-    let config = config();
+fn layers_of(rng: &mut Rng, ty: GgmlType, layers: usize) -> Result<Vec<u8>> {
+    let config = config(layers);
     let spec = SyntheticSpec {
         config: config.clone(),
         output_norm: false,
