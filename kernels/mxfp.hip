@@ -357,6 +357,7 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
     }
     constexpr int ACOPIES = (RF_MXM_ROWS * AV + 31) / 32; // ANY_K: vectors a lane copies per chunk
 
+    bool first = true; // before the block's first wait for the kernel ahead
     // Uniform across the block: every thread reaches both barriers.
     for (rf_u64 row0 = (rf_u64)blockIdx.x * RF_MXM_ROWS; row0 < n; row0 += (rf_u64)gridDim.x * RF_MXM_ROWS) {
         const unsigned char* tile = w + row0 * row_bytes;
@@ -370,9 +371,9 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
             return ANY_K && nblocks - c * RF_MXM_CHUNK < RF_MXM_CHUNK ? (int)(nblocks - c * RF_MXM_CHUNK)
                                                                     : RF_MXM_CHUNK;
         };
-        // Chunk c of the tile's rows and of x -> stage s; rows past n are zero-filled (nothing
-        // read).
-        auto stage_in = [&](rf_u64 c, int s) {
+        // Chunk c of the tile's rows -> stage s (stage_w) and of x (stage_x); rows past n are
+        // zero-filled (nothing read).
+        auto stage_w = [&](rf_u64 c, int s) {
             unsigned char* dst = stages + s * STAGE;
             const unsigned char* src = tile + c * ROW;
             if (!ANY_K) {
@@ -413,6 +414,9 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
                     }
                 }
             }
+        };
+        auto stage_x = [&](rf_u64 c, int s) {
+            unsigned char* dst = stages + s * STAGE;
             const unsigned char* xsrc = reinterpret_cast<const unsigned char*>(x + c * (RF_QK * RF_MXM_CHUNK));
             // x of the chunk's blocks that exist.
             const int xvecs = chunk_blocks(c) * RF_QK * (int)sizeof(T) / 16;
@@ -424,12 +428,23 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
         float total_h = 0.0f; // row g + 8
         int s = 0;
         if ((rf_u64)warp < chunks) {
-            stage_in((rf_u64)warp, 0);
+            stage_w((rf_u64)warp, 0);
+        }
+        // The weights need nothing of the kernel ahead (a dependent launch:
+        // rocmforge_dependent_launch.h), so the block's first copies of them are issued before
+        // its wait; x's, and every write, come after. Uniform across the block.
+        if (first) {
+            rf_follow_prior_grid();
+            first = false;
+        }
+        if ((rf_u64)warp < chunks) {
+            stage_x((rf_u64)warp, 0);
         }
         rf_cp_async_commit();
         for (rf_u64 c = (rf_u64)warp; c < chunks; c += (rf_u64)warps) {
             if (c + (rf_u64)warps < chunks) {
-                stage_in(c + (rf_u64)warps, s ^ 1);
+                stage_w(c + (rf_u64)warps, s ^ 1);
+                stage_x(c + (rf_u64)warps, s ^ 1);
             }
             rf_cp_async_commit();
             rf_cp_async_wait<1>(); // chunk c has landed (this lane's copies) ...
@@ -496,7 +511,6 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
 #define RF_MXM_ENTRY(name, F, T, ANY_K)                                                 \
     RF_KERNEL void __launch_bounds__(32 * RF_MXM_WARPS, 5)                              \
         name(const unsigned char* w, const T* x, T* y, rf_u64 n, rf_u64 k) {            \
-        rf_follow_prior_grid();                                                         \
         RF_MXM_BODY(F, T, ANY_K)                                                        \
     }
 // rf_<fmt>_matvec_mma_<dt>: k % 512 == 0; rf_<fmt>_matvec_mma_anyk_<dt>: any k % 32 == 0.

@@ -169,8 +169,10 @@ pub fn mx_matvec<T: Dtype>(
     //   n are zero-filled without reading. matvec_mma_config gives it 1..=4 warps of 32 lanes, the
     //   shared memory its formula needs (checked against the device's limit) and checks
     //   16 row_bytes < 2^32, which keeps its 32-bit copy offsets exact.
-    // w and x are shared borrows distinct from y; the builder checks the stream. Every matvec
-    // entry waits for the kernel ahead first (rocmforge_dependent_launch.h): dependent.
+    // w and x are shared borrows distinct from y; the builder checks the stream. Dependent
+    // (rocmforge_dependent_launch.h): the portable entry waits for the kernel ahead first; the
+    // matrix-core entries issue a block's first weight copies before that wait, and x's copies
+    // and every write after it.
     unsafe {
         stream
             .launch(&kernel)
