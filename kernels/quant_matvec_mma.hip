@@ -100,6 +100,15 @@ template <int BC> RF_DEVICE void rf_qmvm_add(float (&acc)[4], const float (&d)[4
     }
 }
 
+// (a & MASK) | bits in one LOP3. Written as C, with both constants known, ptxas emits two: a
+// LOP3 holds one immediate, and it does not keep the other in a register on its own. Here `bits`
+// is a register operand, so a decode's mask-and-place is one instruction.
+template <unsigned MASK> RF_DEVICE unsigned rf_qmvm_and_or(unsigned a, unsigned bits) {
+    unsigned r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "n"(MASK), "r"(bits));
+    return r;
+}
+
 // Bytes b0, b1 of w (and b2, b3) 16 bits apart: [b0, 0, b1, 0], [b2, 0, b3, 0].
 RF_DEVICE unsigned rf_qmvm_spread01(unsigned w) { return __byte_perm(w, 0u, 0x4140); }
 RF_DEVICE unsigned rf_qmvm_spread23(unsigned w) { return __byte_perm(w, 0u, 0x4342); }
@@ -150,10 +159,10 @@ template <> struct rf_qmvm_q4_nibbles<rf_bf16> {
     static RF_DEVICE void raw(unsigned w, unsigned& lo01, unsigned& lo23, unsigned& hi01, unsigned& hi23) {
         const unsigned p01 = rf_qmvm_spread01(w);
         const unsigned p23 = rf_qmvm_spread23(w);
-        lo01 = (p01 & 0x000f000fu) | 0x43004300u;
-        lo23 = (p23 & 0x000f000fu) | 0x43004300u;
-        hi01 = ((p01 >> 4) & 0x000f000fu) | 0x43004300u;
-        hi23 = ((p23 >> 4) & 0x000f000fu) | 0x43004300u;
+        lo01 = rf_qmvm_and_or<0x000f000fu>(p01, 0x43004300u);
+        lo23 = rf_qmvm_and_or<0x000f000fu>(p23, 0x43004300u);
+        hi01 = rf_qmvm_and_or<0x000f000fu>(p01 >> 4, 0x43004300u);
+        hi23 = rf_qmvm_and_or<0x000f000fu>(p23 >> 4, 0x43004300u);
     }
     static RF_DEVICE unsigned done(unsigned v) { return less128(v); }
     static RF_DEVICE unsigned pair(unsigned spread) { return less128(spread | 0x43004300u); }
@@ -411,8 +420,8 @@ template <> struct rf_qmvm_q4_0_codes<__half> : rf_qmvm_q4_0_layout {
     // A nibble under f16 1024's mantissa is 1024 + c; one packed subtraction of 1032.
     static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
         const __half2 bias = __halves2half2(__ushort_as_half(0x6408u), __ushort_as_half(0x6408u));
-        const unsigned a = (rf_qmvm_spread01(w) & 0x000f000fu) | 0x64006400u;
-        const unsigned b = (rf_qmvm_spread23(w) & 0x000f000fu) | 0x64006400u;
+        const unsigned a = rf_qmvm_and_or<0x000f000fu>(rf_qmvm_spread01(w), 0x64006400u);
+        const unsigned b = rf_qmvm_and_or<0x000f000fu>(rf_qmvm_spread23(w), 0x64006400u);
         const __half2 ha = __hsub2(*reinterpret_cast<const __half2*>(&a), bias);
         const __half2 hb = __hsub2(*reinterpret_cast<const __half2*>(&b), bias);
         p01 = *reinterpret_cast<const unsigned*>(&ha);
@@ -427,8 +436,8 @@ template <> struct rf_qmvm_q4_0_codes<rf_bf16> : rf_qmvm_q4_0_layout {
         return r;
     }
     static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
-        p01 = less136((rf_qmvm_spread01(w) & 0x000f000fu) | 0x43004300u);
-        p23 = less136((rf_qmvm_spread23(w) & 0x000f000fu) | 0x43004300u);
+        p01 = less136(rf_qmvm_and_or<0x000f000fu>(rf_qmvm_spread01(w), 0x43004300u));
+        p23 = less136(rf_qmvm_and_or<0x000f000fu>(rf_qmvm_spread23(w), 0x43004300u));
     }
 };
 
