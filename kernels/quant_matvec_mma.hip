@@ -109,6 +109,32 @@ template <unsigned MASK> RF_DEVICE unsigned rf_qmvm_and_or(unsigned a, unsigned 
     return r;
 }
 
+// Exact 16-bit values of small codes: a code c below 2^7 placed in a half's mantissa under the
+// exponent of f16 1024 (PLACED: 0x6400 | c, for c below 2^10) or bf16 128 (0x4300 | c) is
+// 1024 + c or 128 + c; less<O> subtracts 1024 + O or 128 + O from both halves, leaving c - O
+// exactly (every value on the way is an integer the type holds). f16: one HSUB2; bf16: one
+// packed FMA by 1.
+template <typename T> struct rf_qmvm_placed;
+template <> struct rf_qmvm_placed<__half> {
+    static constexpr unsigned PLACED = 0x64006400u;
+    static constexpr unsigned BYTES = 0x64646464u; // for a PRMT that places the codes' bytes
+    template <unsigned O> static RF_DEVICE unsigned less(unsigned v) {
+        const __half2 bias = __halves2half2(__ushort_as_half(0x6400u + O), __ushort_as_half(0x6400u + O));
+        const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&v), bias);
+        return *reinterpret_cast<const unsigned*>(&h);
+    }
+};
+template <> struct rf_qmvm_placed<rf_bf16> {
+    static constexpr unsigned PLACED = 0x43004300u;
+    static constexpr unsigned BYTES = 0x43434343u;
+    template <unsigned O> static RF_DEVICE unsigned less(unsigned v) {
+        static_assert(O < 128, "128 + O is exact in bf16 below 256");
+        unsigned r;
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x3f803f80u), "r"((0xc300u + O) * 0x10001u));
+        return r;
+    }
+};
+
 // Bytes b0, b1 of w (and b2, b3) 16 bits apart: [b0, 0, b1, 0], [b2, 0, b3, 0].
 RF_DEVICE unsigned rf_qmvm_spread01(unsigned w) { return __byte_perm(w, 0u, 0x4140); }
 RF_DEVICE unsigned rf_qmvm_spread23(unsigned w) { return __byte_perm(w, 0u, 0x4342); }
@@ -150,22 +176,17 @@ template <> struct rf_qmvm_q4_nibbles<rf_bf16> {
     static constexpr float MIN_UNIT = 1.0f;
     static constexpr int FIFTH_LO = 4;
     static constexpr int FIFTH_HI = 4;
-    // 128 + c -> c: c * 1 + (-128), packed bf16 (exact).
-    static RF_DEVICE unsigned less128(unsigned v) {
-        unsigned r;
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x3f803f80u), "r"(0xc300c300u));
-        return r;
-    }
+    typedef rf_qmvm_placed<rf_bf16> P;
     static RF_DEVICE void raw(unsigned w, unsigned& lo01, unsigned& lo23, unsigned& hi01, unsigned& hi23) {
         const unsigned p01 = rf_qmvm_spread01(w);
         const unsigned p23 = rf_qmvm_spread23(w);
-        lo01 = rf_qmvm_and_or<0x000f000fu>(p01, 0x43004300u);
-        lo23 = rf_qmvm_and_or<0x000f000fu>(p23, 0x43004300u);
-        hi01 = rf_qmvm_and_or<0x000f000fu>(p01 >> 4, 0x43004300u);
-        hi23 = rf_qmvm_and_or<0x000f000fu>(p23 >> 4, 0x43004300u);
+        lo01 = rf_qmvm_and_or<0x000f000fu>(p01, P::PLACED);
+        lo23 = rf_qmvm_and_or<0x000f000fu>(p23, P::PLACED);
+        hi01 = rf_qmvm_and_or<0x000f000fu>(p01 >> 4, P::PLACED);
+        hi23 = rf_qmvm_and_or<0x000f000fu>(p23 >> 4, P::PLACED);
     }
-    static RF_DEVICE unsigned done(unsigned v) { return less128(v); }
-    static RF_DEVICE unsigned pair(unsigned spread) { return less128(spread | 0x43004300u); }
+    static RF_DEVICE unsigned done(unsigned v) { return P::less<0>(v); }
+    static RF_DEVICE unsigned pair(unsigned spread) { return P::less<0>(spread | P::PLACED); }
 };
 
 // 6-bit scales and mins of a super-block from its 12 bytes (words s0, s1, s2), four to a word
@@ -327,6 +348,8 @@ struct rf_qmvm_q8_layout {
 template <typename T> struct rf_qmvm_q8_codes;
 template <> struct rf_qmvm_q8_codes<__half> : rf_qmvm_q8_layout {
     // Four codes (bytes of w, i8) -> pairs (c0 c1), (c2 c3): 1024 + (c ^ 0x80) - 1152.
+    // (rf_qmvm_placed<__half>::less<128> gives these values too, but in this one decoder it cost
+    // ptxas 24 more instructions on sm_90a, so the subtraction stays spelled out here.)
     static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
         const unsigned u = w ^ 0x80808080u;
         const __half2 bias = __halves2half2(__ushort_as_half(0x6480u), __ushort_as_half(0x6480u));
@@ -415,29 +438,12 @@ struct rf_qmvm_q4_0_layout {
 };
 
 // Four codes (the low nibbles of w's bytes) -> pairs (c0 - 8, c1 - 8), (c2 - 8, c3 - 8), exact.
-template <typename T> struct rf_qmvm_q4_0_codes;
-template <> struct rf_qmvm_q4_0_codes<__half> : rf_qmvm_q4_0_layout {
-    // A nibble under f16 1024's mantissa is 1024 + c; one packed subtraction of 1032.
+// The nibble placed (rf_qmvm_placed) less 8.
+template <typename T> struct rf_qmvm_q4_0_codes : rf_qmvm_q4_0_layout {
+    typedef rf_qmvm_placed<T> P;
     static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
-        const __half2 bias = __halves2half2(__ushort_as_half(0x6408u), __ushort_as_half(0x6408u));
-        const unsigned a = rf_qmvm_and_or<0x000f000fu>(rf_qmvm_spread01(w), 0x64006400u);
-        const unsigned b = rf_qmvm_and_or<0x000f000fu>(rf_qmvm_spread23(w), 0x64006400u);
-        const __half2 ha = __hsub2(*reinterpret_cast<const __half2*>(&a), bias);
-        const __half2 hb = __hsub2(*reinterpret_cast<const __half2*>(&b), bias);
-        p01 = *reinterpret_cast<const unsigned*>(&ha);
-        p23 = *reinterpret_cast<const unsigned*>(&hb);
-    }
-};
-template <> struct rf_qmvm_q4_0_codes<rf_bf16> : rf_qmvm_q4_0_layout {
-    // A nibble under bf16 128's mantissa is 128 + c; one packed FMA adds -136 (exact).
-    static RF_DEVICE unsigned less136(unsigned v) {
-        unsigned r;
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x3f803f80u), "r"(0xc308c308u));
-        return r;
-    }
-    static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
-        p01 = less136(rf_qmvm_and_or<0x000f000fu>(rf_qmvm_spread01(w), 0x43004300u));
-        p23 = less136(rf_qmvm_and_or<0x000f000fu>(rf_qmvm_spread23(w), 0x43004300u));
+        p01 = P::template less<8>(rf_qmvm_and_or<0x000f000fu>(rf_qmvm_spread01(w), P::PLACED));
+        p23 = P::template less<8>(rf_qmvm_and_or<0x000f000fu>(rf_qmvm_spread23(w), P::PLACED));
     }
 };
 
@@ -448,28 +454,12 @@ template <typename T> using rf_qmvm_q4_0 = rf_qmvm_block32<T, rf_qmvm_q4_0_codes
 // ---------------------------------------------------------------------------------------------
 
 // Four 6-bit codes (bytes of w, each below 64) -> pairs (c0 - 32, c1 - 32), (c2 - 32, c3 - 32),
-// exact: under f16 1024's mantissa minus 1056, or under bf16 128's mantissa plus -160.
-template <typename T> struct rf_qmvm_q6_codes;
-template <> struct rf_qmvm_q6_codes<__half> {
+// exact: each byte placed (rf_qmvm_placed) by the PRMT that spreads it, one a pair, less 32.
+template <typename T> struct rf_qmvm_q6_codes {
+    typedef rf_qmvm_placed<T> P;
     static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
-        const __half2 bias = __halves2half2(__ushort_as_half(0x6420u), __ushort_as_half(0x6420u));
-        const unsigned a = rf_qmvm_spread01(w) | 0x64006400u;
-        const unsigned b = rf_qmvm_spread23(w) | 0x64006400u;
-        const __half2 ha = __hsub2(*reinterpret_cast<const __half2*>(&a), bias);
-        const __half2 hb = __hsub2(*reinterpret_cast<const __half2*>(&b), bias);
-        p01 = *reinterpret_cast<const unsigned*>(&ha);
-        p23 = *reinterpret_cast<const unsigned*>(&hb);
-    }
-};
-template <> struct rf_qmvm_q6_codes<rf_bf16> {
-    static RF_DEVICE unsigned less160(unsigned v) {
-        unsigned r;
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x3f803f80u), "r"(0xc320c320u));
-        return r;
-    }
-    static RF_DEVICE void run(unsigned w, unsigned& p01, unsigned& p23) {
-        p01 = less160(rf_qmvm_spread01(w) | 0x43004300u);
-        p23 = less160(rf_qmvm_spread23(w) | 0x43004300u);
+        p01 = P::template less<32>(__byte_perm(w, P::BYTES, 0x4140));
+        p23 = P::template less<32>(__byte_perm(w, P::BYTES, 0x4342));
     }
 };
 
@@ -504,7 +494,10 @@ template <typename T> struct rf_qmvm_q6_k {
         constexpr int SB = 210 * S;
         const unsigned ql = rf_qmvm_word<SB + 64 * N + 32 * (J & 1) + 16 * U>(row, 4 * t);
         const unsigned qh = rf_qmvm_word<SB + 128 + 32 * N + 16 * U>(row, 4 * t);
-        const unsigned q = ((ql >> (4 * (J >> 1))) & 0x0f0f0f0fu) | (((qh >> (2 * J)) & 0x03030303u) << 4);
+        // The low nibble from ql, bits 2J and 2J + 1 of qh's byte above it (bits 4 and 5).
+        constexpr int H = 4 - 2 * J;
+        const unsigned hi = (H >= 0 ? qh << (H & 31) : qh >> (-H & 31)) & 0x30303030u;
+        const unsigned q = rf_qmvm_and_or<0x0f0f0f0fu>(J >> 1 ? ql >> 4 : ql, hi);
         rf_qmvm_q6_codes<T>::run(q, p01, p23);
     }
     template <int S, int N, int J, int U> static RF_DEVICE float step(const unsigned char* row, float d) {
