@@ -18,7 +18,10 @@
 //!   row then says `eager workspace`.
 //! - decode graph, per added layer: the graph step again on a model of [`DEEPER`] layers; the
 //!   difference over the [`LAYERS`]-layer step, divided by the layers added, is what one more
-//!   layer costs a step (rows `model decode graph b<N> +layer`). The plain rows divide the whole
+//!   layer costs a step (rows `model decode graph b<N> +layer`, or `eager workspace` where the
+//!   step is not recorded). A difference of two medians: on an H200 it moved by up to ~5 us
+//!   a layer between calls at b1 and by tens of us at b32, where the eager workspace's host
+//!   launches and the vendor GEMM add their jitter. The plain rows divide the whole
 //!   step by [`LAYERS`], so they also carry a share of what every step pays once (the host's
 //!   uploads of the inputs, the graph's launch, the final synchronise); the `+layer` rows
 //!   leave that out and say how much it is (`fixed`), and their tokens/s is a 32-layer step:
@@ -110,15 +113,15 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
         for batch in BATCHES {
             rows.push(decode(b, &model, ty, batch, layer_bytes)?);
             let (row, step_ms) = decode_graph(b, &model, ty, batch, layer_bytes)?;
+            graph_steps.push((batch, step_ms, format!("{} +layer", row.kernel)));
             rows.push(row);
-            graph_steps.push((batch, step_ms));
         }
         rows.push(prefill(b, &model, ty, layer_bytes)?);
         drop(model);
         let deeper = load(b, ty, DEEPER)?;
-        for (batch, short_ms) in graph_steps {
+        for (batch, short_ms, kernel) in graph_steps {
             let (_, deep_ms) = decode_graph(b, &deeper, ty, batch, layer_bytes)?;
-            rows.push(added_layer_row(ty, batch, short_ms, deep_ms, layer_bytes));
+            rows.push(added_layer_row(kernel, ty, batch, short_ms, deep_ms, layer_bytes));
         }
     }
     Ok(rows)
@@ -135,12 +138,19 @@ fn load(b: &mut Bench, ty: GgmlType, layers: usize) -> Result<Model<bf16>> {
 /// What one more layer costs a graph step of `batch` sequences, from the steps of the
 /// [`LAYERS`]- and [`DEEPER`]-layer models (ms); the rest of the short step is what every step
 /// pays once.
-fn added_layer_row(ty: GgmlType, batch: usize, short_ms: f64, deep_ms: f64, layer_bytes: u64) -> Row {
+fn added_layer_row(
+    kernel: String,
+    ty: GgmlType,
+    batch: usize,
+    short_ms: f64,
+    deep_ms: f64,
+    layer_bytes: u64,
+) -> Row {
     let layer_ms = (deep_ms - short_ms) / (DEEPER - LAYERS) as f64;
     let fixed_ms = short_ms - LAYERS as f64 * layer_ms;
     let tokens_per_s = batch as f64 / ((fixed_ms + 32.0 * layer_ms) / 1e3);
     Row {
-        kernel: format!("model decode graph b{batch} +layer"),
+        kernel,
         dtype: ty.name(),
         shape: format!("8B: {tokens_per_s:.0} tok/s@32L, fixed {:.1} us", fixed_ms * 1e3),
         ms: layer_ms,
