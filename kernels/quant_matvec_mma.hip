@@ -109,15 +109,16 @@ template <unsigned MASK> RF_DEVICE unsigned rf_qmvm_and_or(unsigned a, unsigned 
     return r;
 }
 
-// Exact 16-bit values of small codes: a code c below 2^7 placed in a half's mantissa under the
-// exponent of f16 1024 (PLACED: 0x6400 | c, for c below 2^10) or bf16 128 (0x4300 | c) is
-// 1024 + c or 128 + c; less<O> subtracts 1024 + O or 128 + O from both halves, leaving c - O
+// Exact 16-bit values of small codes. A code c placed in a half's mantissa under the exponent
+// bits of f16 1024 (PLACED, 0x6400 | c, c below 2^10) or of bf16 128 (0x4300 | c, c below 2^7)
+// is 1024 + c or 128 + c; less<O> subtracts 1024 + O or 128 + O from both halves, leaving c - O
 // exactly (every value on the way is an integer the type holds). f16: one HSUB2; bf16: one
-// packed FMA by 1.
+// packed FMA by 1. BYTES: the exponent byte four times, the second operand of a PRMT that
+// spreads a word's code bytes 16 bits apart and places them at once.
 template <typename T> struct rf_qmvm_placed;
 template <> struct rf_qmvm_placed<__half> {
     static constexpr unsigned PLACED = 0x64006400u;
-    static constexpr unsigned BYTES = 0x64646464u; // for a PRMT that places the codes' bytes
+    static constexpr unsigned BYTES = 0x64646464u;
     template <unsigned O> static RF_DEVICE unsigned less(unsigned v) {
         const __half2 bias = __halves2half2(__ushort_as_half(0x6400u + O), __ushort_as_half(0x6400u + O));
         const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&v), bias);

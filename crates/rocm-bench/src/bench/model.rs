@@ -70,8 +70,9 @@ const DEEPER: usize = 4;
 /// Tokens each sequence holds before the timed decode steps.
 const CONTEXT: usize = 128;
 const BATCHES: [usize; 3] = [1, 8, 32];
-/// Timed decode steps (the median is reported), after two untimed ones. A b1 step takes ~0.3 ms;
-/// 31 keep the `+layer` rows (a difference of two medians) within about a microsecond.
+/// Timed decode steps (the median is reported), after two untimed ones: 31, not 9, for the
+/// `+layer` rows (a difference of two medians); a b1 step takes ~0.3 ms. The medians still move
+/// by a few microseconds a layer between calls (the module doc).
 const STEPS: usize = 31;
 const PREFILL: usize = 512;
 /// The weight types benchmarked: bf16 as stored, and the block formats kept as stored.
