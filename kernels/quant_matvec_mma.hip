@@ -136,6 +136,15 @@ template <> struct rf_qmvm_placed<rf_bf16> {
     }
 };
 
+// The 4 bytes at byte OFF + add of a word-aligned row (add a multiple of 4): one load, or two and a funnel shift.
+template <int OFF> RF_DEVICE unsigned rf_qmvm_word(const unsigned char* row, int add) {
+    const unsigned* p = reinterpret_cast<const unsigned*>(row + (OFF & ~3) + add);
+    if (OFF % 4 == 0) {
+        return p[0];
+    }
+    return __funnelshift_r(p[0], p[1], 8 * (OFF % 4));
+}
+
 // Bytes b0, b1 of w (and b2, b3) 16 bits apart: [b0, 0, b1, 0], [b2, 0, b3, 0].
 RF_DEVICE unsigned rf_qmvm_spread01(unsigned w) { return __byte_perm(w, 0u, 0x4140); }
 RF_DEVICE unsigned rf_qmvm_spread23(unsigned w) { return __byte_perm(w, 0u, 0x4342); }
@@ -338,11 +347,7 @@ struct rf_qmvm_q8_layout {
     // Codes 8t .. 8t + 7 of block B of a staged row (4-byte aligned), as two words.
     template <int B> static RF_DEVICE uint2 codes(const unsigned char* row, int t) {
         constexpr int OFF = 34 * B + 2;
-        const unsigned* p = reinterpret_cast<const unsigned*>(row + (OFF & ~3) + 8 * t);
-        if (OFF % 4 == 0) {
-            return make_uint2(p[0], p[1]);
-        }
-        return make_uint2(__funnelshift_r(p[0], p[1], 8 * (OFF % 4)), __funnelshift_r(p[1], p[2], 8 * (OFF % 4)));
+        return make_uint2(rf_qmvm_word<OFF>(row, 8 * t), rf_qmvm_word<OFF + 4>(row, 8 * t));
     }
 };
 
@@ -428,13 +433,8 @@ struct rf_qmvm_q4_0_layout {
     // half of each byte, as two words.
     template <int B> static RF_DEVICE uint2 codes(const unsigned char* row, int t) {
         constexpr int OFF = 18 * B + 2;
-        const unsigned* p = reinterpret_cast<const unsigned*>(row + (OFF & ~3) + 8 * (t & 1));
         const int shift = 4 * (t >> 1);
-        if (OFF % 4 == 0) {
-            return make_uint2(p[0] >> shift, p[1] >> shift);
-        }
-        return make_uint2(__funnelshift_r(p[0], p[1], 8 * (OFF % 4)) >> shift,
-                          __funnelshift_r(p[1], p[2], 8 * (OFF % 4)) >> shift);
+        return make_uint2(rf_qmvm_word<OFF>(row, 8 * (t & 1)) >> shift, rf_qmvm_word<OFF + 4>(row, 8 * (t & 1)) >> shift);
     }
 };
 
@@ -463,15 +463,6 @@ template <typename T> struct rf_qmvm_q6_codes {
         p23 = P::template less<32>(__byte_perm(w, P::BYTES, 0x4342));
     }
 };
-
-// The 4 bytes at byte OFF + add of a word-aligned row (add a multiple of 4; OFF even).
-template <int OFF> RF_DEVICE unsigned rf_qmvm_word(const unsigned char* row, int add) {
-    const unsigned* p = reinterpret_cast<const unsigned*>(row + (OFF & ~3) + add);
-    if (OFF % 4 == 0) {
-        return p[0];
-    }
-    return __funnelshift_r(p[0], p[1], 8 * (OFF % 4));
-}
 
 // A 210-byte super-block: ql[128] (low 4 bits), qh[64] (high 2 bits), scales[16] (i8, one a 16
 // elements), d (f16). Its half N (128 elements) is four groups J of 32: element l of group J
@@ -552,8 +543,6 @@ template <int CHUNK, int BC> struct rf_qmvm_x {
     static constexpr int BYTES = BC * STRIDE;
 };
 
-// A warp's place in its block's work: product, tile of the product, pass, chunk. prod ==
-// RF_QMV_MAX_PRODUCTS: no work left.
 // Entry i of one of a product list's arrays by selects: indexing the kernel parameter with a
 // run-time value made the compiler copy all of it to local memory (a 72-byte stack frame, and a
 // local load on the way to each chunk's copies).
@@ -562,6 +551,8 @@ template <typename A> RF_DEVICE A rf_qmvm_pick(const A (&a)[RF_QMV_MAX_PRODUCTS]
     return i == 0 ? a[0] : i == 1 ? a[1] : a[2];
 }
 
+// A warp's place in its block's work: product, tile of the product, pass, chunk. prod ==
+// RF_QMV_MAX_PRODUCTS: no work left.
 struct rf_qmvm_cursor {
     int prod;
     unsigned tile;
