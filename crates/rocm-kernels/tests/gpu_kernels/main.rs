@@ -18,6 +18,7 @@ mod flash_attention;
 mod gemm;
 mod graph;
 mod kv_cache;
+mod l2_prefetch;
 mod mxfp;
 mod mxfp4_tiled;
 mod paged_attention;
