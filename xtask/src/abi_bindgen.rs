@@ -20,7 +20,6 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("rocmforge_flash_abi.h", "flash.rs"),
     ("rocmforge_gemm_abi.h", "gemm.rs"),
     ("rocmforge_kv_cache_abi.h", "kv_cache.rs"),
-    ("rocmforge_l2_prefetch_abi.h", "l2_prefetch.rs"),
     ("rocmforge_mxfp_abi.h", "mxfp.rs"),
     ("rocmforge_mxfp4_tiled_abi.h", "mxfp4_tiled.rs"),
     ("rocmforge_quant_gemm_abi.h", "quant_gemm.rs"),

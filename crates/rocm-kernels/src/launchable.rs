@@ -54,7 +54,6 @@ pub fn all() -> Vec<Launchable> {
     [
         crate::axpy::launchable(),
         crate::fill::launchable(),
-        crate::l2_prefetch::launchable(),
         crate::spin::launchable(),
         crate::stream_read::launchable(),
         crate::stream_rmw::launchable(),

@@ -16,7 +16,6 @@ mod error;
 pub mod fill;
 pub mod gemm;
 pub mod kv_cache;
-pub mod l2_prefetch;
 pub mod launchable;
 mod loader;
 mod modules;

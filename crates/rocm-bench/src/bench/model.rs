@@ -109,10 +109,6 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for ty in selected_types()? {
         let model = load(b, ty, LAYERS)?;
-        if rows.is_empty() {
-            // The decode rows depend on it (`ROCMFORGE_WEIGHT_PREFETCH` changes it).
-            println!("weight prefetch (bytes): {:?}", model.weight_prefetch());
-        }
         let layer_bytes = model.weight_bytes() / LAYERS as u64;
         let mut graph_steps = Vec::new();
         for batch in BATCHES {

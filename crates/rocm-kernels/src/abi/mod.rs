@@ -14,8 +14,6 @@ pub(crate) mod flash;
 pub(crate) mod gemm;
 /// `rocmforge_kv_cache_abi.h`: the KV-cache kernels' parameter blocks.
 pub(crate) mod kv_cache;
-/// `rocmforge_l2_prefetch_abi.h`: the L2 prefetch kernel's ranges.
-pub(crate) mod l2_prefetch;
 /// `rocmforge_mxfp_abi.h`: the MXFP matrix-vector and matrix-matrix kernels' shapes.
 pub(crate) mod mxfp;
 /// `rocmforge_mxfp4_tiled_abi.h`: the tiled MXFP4 layout and kernel constants.

@@ -18,7 +18,6 @@ mod flash_attention;
 mod gemm;
 mod graph;
 mod kv_cache;
-mod l2_prefetch;
 mod mxfp;
 mod mxfp4_tiled;
 mod paged_attention;

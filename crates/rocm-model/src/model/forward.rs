@@ -35,8 +35,7 @@ use super::config::ModelConfig;
 use super::embedding::{OUTPUT_HEAD, TOKEN_EMBEDDING, TokenEmbedding, load_head};
 use super::error::{ModelError, Result};
 use super::layer::{LayerWeights, Mlp};
-use super::linear::{FUSED_MAX_TOKENS, Linear, Products};
-use super::prefetch::{WeightPrefetch, prefetch};
+use super::linear::{Linear, Products};
 use super::weights::{Block, LayerTensor, OUTPUT_NORM, check_model, load_device};
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvCacheError, KvCacheShape, KvCacheTensors, PagedCache, SeqId};
@@ -55,8 +54,6 @@ pub struct Model<T: GemmElement> {
     stream: Stream,
     /// The path of every product ([`Model::set_gemm_path`]).
     gemm: GemmPath,
-    /// What a decode step asks the L2 for ahead of its products ([`Model::set_weight_prefetch`]).
-    prefetch: WeightPrefetch,
 }
 
 impl<T: GemmElement> std::fmt::Debug for Model<T> {
@@ -123,7 +120,6 @@ impl<T: GemmElement> Model<T> {
             head,
             stream: stream.clone(),
             gemm: GemmPath::Auto,
-            prefetch: WeightPrefetch::for_l2(stream.backend().info().l2_cache_bytes as usize)?,
         })
     }
 
@@ -138,18 +134,6 @@ impl<T: GemmElement> Model<T> {
     /// [`GemmPath::Portable`] set.
     pub fn set_gemm_path(&mut self, path: GemmPath) {
         self.gemm = path;
-    }
-
-    /// What a decode step (up to [`FUSED_MAX_TOKENS`] tokens) asks the device's L2 for ahead
-    /// of its products: by default [`WeightPrefetch::for_l2`] of the device's L2, or
-    /// [`WEIGHT_PREFETCH_ENV`](super::WEIGHT_PREFETCH_ENV)'s setting. A decode graph records
-    /// the setting in force when it is captured.
-    pub fn set_weight_prefetch(&mut self, prefetch: WeightPrefetch) {
-        self.prefetch = prefetch;
-    }
-
-    pub fn weight_prefetch(&self) -> WeightPrefetch {
-        self.prefetch
     }
 
     pub fn gemm_path(&self) -> GemmPath {
@@ -478,8 +462,6 @@ impl<T: GemmElement> Model<T> {
         let mut products = Products { gemm, scratch: dequant.as_mut() };
         let norm = RmsNorm::new(n, c.hidden, c.rms_eps);
         let ones = ones.as_ref();
-        // Only steps whose products stream their weights once (the fused kernels) gain from it.
-        let fetch = if n <= FUSED_MAX_TOKENS { self.prefetch } else { WeightPrefetch::OFF };
 
         for (l, w) in self.layers.iter().enumerate() {
             // The previous block's output joins the residual stream in this norm's kernel.
@@ -496,8 +478,6 @@ impl<T: GemmElement> Model<T> {
                 &inputs.positions,
                 None,
             )?;
-            let after_qkv: Vec<_> = w.products_in_order().skip(3).collect();
-            prefetch(&after_qkv, fetch.attention)?;
             let (k_cache, v_cache) = kv.layer_mut(l)?;
             // Copy-on-write of shared blocks first, one call per pair (docs/kv_cache.md).
             for &pair in copies {
@@ -520,13 +500,8 @@ impl<T: GemmElement> Model<T> {
             w.block_output(Block::Attention, &norm, attn, n, delta, spare, &mut products)?;
 
             norm.run_residual(delta, h, w.norm(LayerTensor::FfnNorm), xn)?;
-            let down = w.linear(LayerTensor::FfnDown);
-            w.mlp_activation(xn, n, c.ffn, mlp, &mut products, || prefetch(&[down], fetch.mlp))?;
+            w.mlp_activation(xn, n, c.ffn, mlp, &mut products)?;
             w.block_output(Block::Mlp, &norm, &mlp.act, n, delta, spare, &mut products)?;
-            if let Some(next) = self.layers.get(l + 1) {
-                let qkv: Vec<_> = next.products_in_order().take(3).collect();
-                prefetch(&qkv, fetch.next_layer)?;
-            }
         }
         // The last block's output joins the stream in the final norm.
         let weight = match &self.final_norm {

@@ -67,15 +67,6 @@ impl<T: GemmElement> LayerWeights<T> {
         vectors as u64 + self.matrices.iter().map(|(_, w)| w.device_bytes()).sum::<u64>()
     }
 
-    /// The projections a step runs, in the order their products read them: Q, K, V, the
-    /// attention output, gate (when the layer has one), up, down.
-    pub fn products_in_order(&self) -> impl Iterator<Item = &Linear<T>> {
-        use LayerTensor::*;
-        [AttnQ, AttnK, AttnV, AttnOutput, FfnGate, FfnUp, FfnDown]
-            .into_iter()
-            .filter_map(|t| self.matrices.iter().find(|(x, _)| *x == t).map(|(_, w)| w))
-    }
-
     /// The projections, for sizing what their products need.
     pub fn linears(&self) -> impl Iterator<Item = &Linear<T>> {
         self.matrices.iter().map(|(_, w)| w)
@@ -128,8 +119,7 @@ impl<T: GemmElement> LayerWeights<T> {
     }
 
     /// `act = silu(gate) * up` of `xn`: separate `ffn_gate` and `ffn_up`, or glm4's stacked
-    /// `ffn_up` (each output row `[gate | up]`, in `mlp.gate`); `between` is queued after the
-    /// products and before SwiGLU.
+    /// `ffn_up` (each output row `[gate | up]`, in `mlp.gate`).
     pub fn mlp_activation(
         &self,
         xn: &DeviceBuffer<T>,
@@ -137,18 +127,15 @@ impl<T: GemmElement> LayerWeights<T> {
         ffn: usize,
         mlp: &mut Mlp<T>,
         products: &mut Products<'_, T>,
-        between: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         match &mut mlp.up {
             Some(up) => {
                 let weights = [LayerTensor::FfnGate, LayerTensor::FfnUp].map(|t| self.linear(t));
                 apply_shared(&weights, xn, tokens, &mut [&mut mlp.gate, &mut *up], products)?;
-                between()?;
                 swiglu(&mlp.gate, up, &mut mlp.act)?;
             }
             None => {
                 self.linear(LayerTensor::FfnUp).apply_with(xn, tokens, &mut mlp.gate, products)?;
-                between()?;
                 swiglu_fused(&mlp.gate, &mut mlp.act, tokens, ffn)?;
             }
         }
