@@ -27,6 +27,7 @@
 #include "rocmforge_quant.h"
 #include "rocmforge_mma.h"
 #include "rocmforge_mxfp_abi.h"
+#include "rocmforge_products.h"
 
 extern __shared__ uint4 rf_mx_smem[];
 
@@ -211,9 +212,15 @@ RF_DEVICE void rf_mx_matvec(const unsigned char* w, const T* x, T* y, rf_u64 n, 
 //         eight magnitudes come from a byte-permute table held in registers, exact bf16
 //         values. MXFP6 with bf16, and f32 activations, run the portable kernel.
 //
+// A launch takes one product (w, y, n) or, in the _group entries, a product list of up to
+// RF_QMV_MAX_PRODUCTS over the same x (rf_qmv_products, rocmforge_products.h): the blocks take
+// the 16-row tiles of all its products, numbered one product after another, in turn. Each
+// tile's computation is the same either way, so a product's output has the same bits.
+//
 // Entry: blockDim.x a multiple of 32 up to 32 * RF_MXM_WARPS, k % 512 == 0 (_anyk: k % 32 == 0),
-// 16 * row bytes < 2^32, w and x 16-byte aligned; dynamic shared memory warps * RF_MXM_STAGES *
-// (16 * stage row bytes + 1024) + warps * 16 * 4 (matvec_mma_shared_bytes in mxfp.rs).
+// 16 * row bytes < 2^32, the tiles of all products below 2^31, every w, y and x 16-byte
+// aligned; dynamic shared memory warps * RF_MXM_STAGES * (16 * stage row bytes + 1024) + warps
+// * 16 * 4 (matvec_mma_shared_bytes in mxfp.rs).
 
 #if RF_MMA_SYNC
 
@@ -322,8 +329,11 @@ template <int ROW, bool ANY_K> struct rf_mxm_stage_row {
     static constexpr int WORDS = NEED + ((4 - NEED % 32) + 32) % 32;
 };
 
+// The products of `p` (one for the single-product entries), their 16-row tiles numbered one
+// product after another and taken by the blocks in turn: a layer's Q, K and V (4096, 1024 and
+// 1024 rows at 8B shapes) in one launch fill the device where K and V alone would not.
 template <typename F, typename T, bool ANY_K>
-RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64 n, rf_u64 k) {
+RF_DEVICE void rf_mx_matvec_mma(const rf_qmv_products& p, const T* x, rf_u64 k) {
     typedef rf_mxm<F, T> D;
     constexpr int BB = F::BLOCK_BYTES;
     constexpr int ROW = RF_MXM_CHUNK * BB; // bytes of a row's chunk: 272 (MXFP4), 400 (MXFP6)
@@ -346,7 +356,10 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
     const rf_u64 nblocks = k / RF_QK;
     const rf_u64 chunks = (nblocks + RF_MXM_CHUNK - 1) / RF_MXM_CHUNK;
     const rf_u64 row_bytes = nblocks * BB;
-    const unsigned char* w_end = w + n * row_bytes;
+    // The launcher keeps the tiles of all products below 2^31.
+    const unsigned tiles0 = (unsigned)((p.rows[0] + RF_MXM_ROWS - 1) / RF_MXM_ROWS);
+    const unsigned tiles01 = tiles0 + (unsigned)((p.rows[1] + RF_MXM_ROWS - 1) / RF_MXM_ROWS);
+    const unsigned tiles = tiles01 + (unsigned)((p.rows[2] + RF_MXM_ROWS - 1) / RF_MXM_ROWS);
     // Lane's copies: copy j is 16-byte vector i = lane + 32 j of the stage, row i / VECS. Its
     // offset from the chunk's start in row 0 fits 32 bits (the launcher checks 16 row_bytes).
     unsigned src_off[COPIES];
@@ -359,7 +372,13 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
 
     bool first = true; // before the block's first wait for the kernel ahead
     // Uniform across the block: every thread reaches both barriers.
-    for (rf_u64 row0 = (rf_u64)blockIdx.x * RF_MXM_ROWS; row0 < n; row0 += (rf_u64)gridDim.x * RF_MXM_ROWS) {
+    for (unsigned gt = blockIdx.x; gt < tiles; gt += gridDim.x) {
+        const int prod = gt < tiles0 ? 0 : gt < tiles01 ? 1 : 2;
+        const unsigned char* w = rf_products_pick(p.w, prod);
+        T* y = reinterpret_cast<T*>(rf_products_pick(p.y, prod));
+        const rf_u64 n = rf_products_pick(p.rows, prod);
+        const rf_u64 row0 = (rf_u64)(gt - (prod == 0 ? 0u : prod == 1 ? tiles0 : tiles01)) * RF_MXM_ROWS;
+        const unsigned char* w_end = w + n * row_bytes;
         const unsigned char* tile = w + row0 * row_bytes;
         const int rows = n - row0 < RF_MXM_ROWS ? (int)(n - row0) : RF_MXM_ROWS;
         // ANY_K: where rows g and g + 8 start within their first 16-byte vector (chunks are
@@ -501,9 +520,17 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
     }
 }
 
-#define RF_MXM_BODY(F, T, ANY_K) rf_mx_matvec_mma<F, T, ANY_K>(w, x, y, n, k);
+// One product: the list of just it.
+#define RF_MXM_BODY(F, T, ANY_K)                                                        \
+    rf_qmv_products p = {};                                                             \
+    p.w[0] = w;                                                                         \
+    p.y[0] = y;                                                                         \
+    p.rows[0] = n;                                                                      \
+    rf_mx_matvec_mma<F, T, ANY_K>(p, x, k);
+#define RF_MXM_GROUP_BODY(F, T, ANY_K) rf_mx_matvec_mma<F, T, ANY_K>(p, x, k);
 #else
 #define RF_MXM_BODY(F, T, ANY_K) RF_MMA_UNAVAILABLE();
+#define RF_MXM_GROUP_BODY(F, T, ANY_K) RF_MMA_UNAVAILABLE();
 #endif // RF_MMA_SYNC
 
 // At most 128 threads; 5 blocks an SM is what shared memory allows for MXFP4 (43 KB each), and
@@ -513,10 +540,21 @@ RF_DEVICE void rf_mx_matvec_mma(const unsigned char* w, const T* x, T* y, rf_u64
         name(const unsigned char* w, const T* x, T* y, rf_u64 n, rf_u64 k) {            \
         RF_MXM_BODY(F, T, ANY_K)                                                        \
     }
-// rf_<fmt>_matvec_mma_<dt>: k % 512 == 0; rf_<fmt>_matvec_mma_anyk_<dt>: any k % 32 == 0.
+// A product list (rows 0: unused) over one x, with quant_matvec_mma's parameters so that one
+// launcher serves both; `batch` is 1 (one vector: these entries have no passes).
+#define RF_MXM_GROUP_ENTRY(name, F, T, ANY_K)                                           \
+    RF_KERNEL void __launch_bounds__(32 * RF_MXM_WARPS, 5)                              \
+        name(const rf_qmv_products p, const T* x, rf_u64 k, unsigned batch) {           \
+        (void)batch;                                                                    \
+        RF_MXM_GROUP_BODY(F, T, ANY_K)                                                  \
+    }
+// rf_<fmt>_matvec_mma_<dt>: k % 512 == 0; rf_<fmt>_matvec_mma_anyk_<dt>: any k % 32 == 0;
+// rf_<fmt>_matvec_mma_group_<dt>: a product list, k % 512 == 0 (an _anyk list spilled at this
+// register budget, 32-96 bytes; other k run a launch a product).
 #define RF_MXM_ENTRIES(fmt, F, suffix, T)                                               \
     RF_MXM_ENTRY(rf_##fmt##_matvec_mma_##suffix, F, T, false)                           \
-    RF_MXM_ENTRY(rf_##fmt##_matvec_mma_anyk_##suffix, F, T, true)
+    RF_MXM_ENTRY(rf_##fmt##_matvec_mma_anyk_##suffix, F, T, true)                       \
+    RF_MXM_GROUP_ENTRY(rf_##fmt##_matvec_mma_group_##suffix, F, T, false)
 RF_MXM_ENTRIES(mxfp4, rf_mxfp4, f16, __half)
 RF_MXM_ENTRIES(mxfp4, rf_mxfp4, bf16, rf_bf16)
 RF_MXM_ENTRIES(mxfp6_e2m3, rf_mxfp6_e2m3, f16, __half)

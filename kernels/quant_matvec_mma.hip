@@ -70,7 +70,7 @@
 #include "rocmforge_dependent_launch.h"
 #include "rocmforge_quant.h"
 #include "rocmforge_mma.h"
-#include "rocmforge_quant_matvec_abi.h"
+#include "rocmforge_products.h"
 
 #if !RF_MMA_SYNC && (defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__))
 #error "quant_matvec_mma.hip is built for NVIDIA sm_80 and later only (xtask kernels' target list)"
@@ -543,14 +543,6 @@ template <int CHUNK, int BC> struct rf_qmvm_x {
     static constexpr int BYTES = BC * STRIDE;
 };
 
-// Entry i of one of a product list's arrays by selects: indexing the kernel parameter with a
-// run-time value made the compiler copy all of it to local memory (a 72-byte stack frame, and a
-// local load on the way to each chunk's copies).
-template <typename A> RF_DEVICE A rf_qmvm_pick(const A (&a)[RF_QMV_MAX_PRODUCTS], int i) {
-    static_assert(RF_QMV_MAX_PRODUCTS == 3, "a select for each product past the first");
-    return i == 0 ? a[0] : i == 1 ? a[1] : a[2];
-}
-
 // A warp's place in its block's work: product, tile of the product, pass, chunk. prod ==
 // RF_QMV_MAX_PRODUCTS: no work left.
 struct rf_qmvm_cursor {
@@ -589,7 +581,7 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
         const int i = lane + 32 * j;
         src_off[j] = (unsigned)(i / VECS) * row_bytes + 16u * (unsigned)(i % VECS);
     }
-    auto tiles_of = [&](int prod) -> unsigned { return (unsigned)((rf_qmvm_pick(p.rows, prod) + R - 1) / R); };
+    auto tiles_of = [&](int prod) -> unsigned { return (unsigned)((rf_products_pick(p.rows, prod) + R - 1) / R); };
     // The block's work, the same sequence for every warp: its tiles (blockIdx.x, then every
     // gridDim.x-th, counted across the products one after another), each in passes of BC
     // vectors; warp w takes chunks w, w + warps, ... of each (the launcher gives every warp at
@@ -616,7 +608,7 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
         settle(cur);
     };
     auto rows_of = [&](const rf_qmvm_cursor& cur) -> int {
-        const rf_u64 left = rf_qmvm_pick(p.rows, cur.prod) - (rf_u64)cur.tile * R;
+        const rf_u64 left = rf_products_pick(p.rows, cur.prod) - (rf_u64)cur.tile * R;
         return left < (rf_u64)R ? (int)left : R;
     };
     auto vectors_of = [&](const rf_qmvm_cursor& cur) -> int {
@@ -630,7 +622,7 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
         unsigned char* dst = stages + s * STAGE;
         const int rows = rows_of(cur);
         const unsigned start = SPANNED ? cur.c * (unsigned)ROW & ~15u : cur.c * (unsigned)ROW;
-        const unsigned char* src = rf_qmvm_pick(p.w, cur.prod) + ((rf_u64)cur.tile * R) * row_bytes + start;
+        const unsigned char* src = rf_products_pick(p.w, cur.prod) + ((rf_u64)cur.tile * R) * row_bytes + start;
 #pragma unroll
         for (int j = 0; j < COPIES; ++j) {
             const int i = lane + 32 * j;
@@ -721,8 +713,8 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
             __syncthreads();
             const int rows = rows_of(cur);
             const int nvec = vectors_of(cur);
-            const rf_u64 nrows = rf_qmvm_pick(p.rows, cur.prod);
-            T* y = reinterpret_cast<T*>(rf_qmvm_pick(p.y, cur.prod)) + (rf_u64)cur.pass * nrows + (rf_u64)cur.tile * R;
+            const rf_u64 nrows = rf_products_pick(p.rows, cur.prod);
+            T* y = reinterpret_cast<T*>(rf_products_pick(p.y, cur.prod)) + (rf_u64)cur.pass * nrows + (rf_u64)cur.tile * R;
             for (int i = (int)threadIdx.x; i < R * BC; i += (int)blockDim.x) {
                 const int r = i / BC;
                 const int v = i - r * BC;

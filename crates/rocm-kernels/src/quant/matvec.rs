@@ -284,7 +284,7 @@ pub fn quant_matvec_group<T: Dtype>(
 /// each caller proves it for its kernel. A `dependent` kernel must wait for the kernel ahead
 /// before reading x or writing anything (rocmforge_dependent_launch.h).
 #[allow(clippy::too_many_arguments)]
-unsafe fn launch_products<T: Dtype>(
+pub(super) unsafe fn launch_products<T: Dtype>(
     stream: &Stream,
     kernel: &rocm_runtime::Function,
     config: LaunchConfig,

@@ -4,7 +4,8 @@
 //! [`MxFormat`] along `k` (`k` a multiple of 32), so the buffer holds `n * k / 32` blocks. This
 //! is how GGUF stores a linear layer's `[out_features, in_features]` weight.
 //!
-//! - [`mx_matvec`]: `y[r] = sum_c W[r, c] x[c]` (decode: one token).
+//! - [`mx_matvec`]: `y[r] = sum_c W[r, c] x[c]` (decode: one token); [`mx_matvec_group`]:
+//!   several such products over one `x` in one launch.
 //! - [`mx_matmul`]: `Y[i, r] = sum_c X[i, c] W[r, c]`, `X` `[m, k]` and `Y` `[m, n]` row-major
 //!   (prefill: `Y = X W^T`).
 //!
@@ -19,6 +20,7 @@ use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
 
 use super::QK;
 use super::dequant::BlockFormat;
+use super::matvec::{MAX_PRODUCTS, QuantProduct, launch_products};
 use super::mx::{Fp6, MxElem};
 use crate::KernelModule;
 use crate::abi::mxfp as abi;
@@ -145,6 +147,7 @@ pub fn mx_matvec<T: Dtype>(
     let stream = y.stream().clone();
     let cores = stream.backend().info().matrix_cores;
     let (kernel, config) = if matvec_on_matrix_cores(cores, format, T::NAME, k, w.device_ptr()) {
+        check_mma_tiles(n)?;
         let any_k = !k.is_multiple_of(QK * MMA_CHUNK_BLOCKS);
         let variant = if any_k { "matvec_mma_anyk" } else { "matvec_mma" };
         let name = kernel_name::<T>(&format!("rf_{}_{variant}", format.block_format().name()));
@@ -185,6 +188,70 @@ pub fn mx_matvec<T: Dtype>(
             .launch(config)?;
     }
     Ok(())
+}
+
+/// Up to [`MAX_PRODUCTS`] products `y_i = W_i x` over the same `x` (`k` elements), each weight
+/// `[rows_i, k]` in `format` and each `y_i` `rows_i` elements: a layer's Q, K and V, or its gate
+/// and up. Where [`mx_matvec`] takes the matrix cores and `k % 512 == 0`, one launch runs them
+/// all, the 16-row tiles of every product numbered one after another: a 1024-row projection
+/// alone (K, V at 8B shapes: 64 blocks) leaves most of an H100's 132 SMs idle, and each launch
+/// is a boundary in the step. Elsewhere each runs its own [`mx_matvec`]. Either way every output
+/// has exactly the bits [`mx_matvec`] of its product alone gives (the same tile computation).
+/// Queued on the first output's stream, which every buffer must belong to; shapes are checked
+/// as [`mx_matvec`]'s, product by product.
+pub fn mx_matvec_group<T: Dtype>(
+    format: MxFormat,
+    products: &mut [QuantProduct<'_, T>],
+    x: &DeviceBuffer<T>,
+    k: usize,
+) -> Result<()> {
+    ensure((1..=MAX_PRODUCTS).contains(&products.len()), KERNEL, || {
+        format!("{} products; a group takes 1 to {MAX_PRODUCTS}", products.len())
+    })?;
+    for p in products.iter() {
+        check_product(format, 1, p.rows, k, p.w.len(), x.len(), p.y.len())?;
+    }
+    let total_rows: usize = products.iter().map(|p| p.rows).sum();
+    if total_rows == 0 {
+        return Ok(());
+    }
+    for p in products.iter() {
+        check_aligned(x, p.y)?;
+    }
+    let stream = products[0].y.stream().clone();
+    let cores = stream.backend().info().matrix_cores;
+    let grouped = k.is_multiple_of(QK * MMA_CHUNK_BLOCKS)
+        && products.iter().all(|p| matvec_on_matrix_cores(cores, format, T::NAME, k, p.w.device_ptr()));
+    if !grouped {
+        for p in products.iter_mut().filter(|p| p.rows > 0) {
+            mx_matvec(format, p.w, x, p.y, p.rows, k)?;
+        }
+        return Ok(());
+    }
+    let tiles: usize = products.iter().map(|p| p.rows.div_ceil(MMA_ROWS)).sum();
+    check_mma_tiles(tiles * MMA_ROWS)?;
+    let name = kernel_name::<T>(&format!("rf_{}_matvec_mma_group", format.block_format().name()));
+    let kernel = loader::kernel(&stream, MODULE, &name)?;
+    let config = matvec_mma_config(&stream, &kernel, format, tiles * MMA_ROWS, k)?;
+    // SAFETY: rf_<fmt>_matvec_mma_group_<T>(rf_qmv_products p, const T* x, u64 k, u32 batch):
+    // for each product i with rows[i] > 0, the tiles of rf_<fmt>_matvec_mma_<T> over w[i] and
+    // y[i] (that entry's contract, which mx_matvec's SAFETY states: reads bytes [0, rows[i] * k /
+    // 32 * block_bytes) of w[i] and x[0, k), writes y[i][0, rows[i])), lengths check_product
+    // proved for each. Its tiles counted across the products are below 2^31 (check_mma_tiles)
+    // and its grid too (matvec_mma_config), so the 32-bit tile index cannot wrap; k % 512 == 0
+    // and every w, y and x is 16-byte aligned (checked above, matvec_on_matrix_cores); products
+    // with no rows hold null pointers it never reads. The outputs are distinct `&mut` borrows,
+    // the weights and x shared ones; `reads` / `writes` check each belongs to the stream. batch
+    // is 1 (the entry ignores it). Dependent, as mx_matvec's matrix-core entries.
+    unsafe { launch_products(&stream, &kernel, config, products, x, k, 1, true) }
+}
+
+/// The matrix-core entries count 16-row tiles in 32 bits: `rows` (all of a launch's products)
+/// must make fewer than 2^31.
+fn check_mma_tiles(rows: usize) -> Result<()> {
+    ensure(rows.div_ceil(MMA_ROWS) < 1 << 31, KERNEL, || {
+        format!("{rows} rows make 2^31 or more tiles of {MMA_ROWS}; a launch takes fewer")
+    })
 }
 
 /// Whether [`mx_matvec`] runs the matrix-core kernel: NVIDIA mma.sync devices, MXFP4 weights
@@ -376,7 +443,7 @@ pub(crate) fn launchable() -> Vec<Launchable> {
         for dtype in
             DTYPES.iter().filter(|dt| matvec_on_matrix_cores(MatrixCores::MmaSync, format, dt, QK, 0))
         {
-            for variant in ["matvec_mma", "matvec_mma_anyk"] {
+            for variant in ["matvec_mma", "matvec_mma_anyk", "matvec_mma_group"] {
                 out.push(Launchable::new(MODULE, format!("rf_{fmt}_{variant}_{dtype}"), Needs::MmaSync));
             }
         }

@@ -1,11 +1,13 @@
 //! `mxfp` products against their f64 CPU reference: MXFP4 (GGUF layout) and MXFP6 (E2M3, E3M2)
 //! weights of random bytes (every code point), f32/f16/bf16 activations and outputs, awkward
 //! shapes (n = 1, 7, 127, 4097 rows; k = 32, 96, 512, 2880, 4096, 4128, 14336; m = 1, 3, 17,
-//! 70), both weight staging paths of each matrix-vector kernel (portable: 16-byte loads when
+//! 70), product groups (bit for bit the products alone), both weight staging paths of each matrix-vector kernel (portable: 16-byte loads when
 //! k % 512 == 0, byte loads otherwise; matrix cores: 16-byte or word copies likewise), and the
 //! shapes the launchers must refuse.
 
-use rocm_kernels::quant::{MxFormat, QK, mx_matmul, mx_matmul_reference, mx_matvec};
+use rocm_kernels::quant::{
+    MxFormat, QK, QuantProduct, mx_matmul, mx_matmul_reference, mx_matvec, mx_matvec_group,
+};
 use rocm_kernels::{Dtype, KernelError};
 use rocm_runtime::{DeviceBuffer, Error, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test};
@@ -148,6 +150,93 @@ fn matvec_matches_the_reference_f16() {
 fn matvec_matches_the_reference_bf16() {
     let gpu = gpu_test!();
     matvec::<bf16>(&gpu, 0x3a03);
+}
+
+/// Rows of the products of a group: a layer's Q, K, V at a small scale with ragged last tiles
+/// (37 rows: a tile of 5), one-row products, and a group of one.
+const GROUPS: &[&[usize]] = &[&[37, 1, 100], &[300, 64, 64], &[1, 1], &[129], &[16, 17, 15]];
+
+/// `mx_matvec_group` gives each output exactly the bits of `mx_matvec` of its product alone:
+/// on the grouped matrix-core entry (k % 512 == 0, f16 / bf16 MXFP4 and f16 MXFP6 on NVIDIA)
+/// and on the per-product path (other k, f32, other devices). Outputs are poisoned first, so a
+/// tile no block computed fails.
+fn matvec_group<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    for format in MxFormat::ALL {
+        for k in [512, 4096, 96, 2880] {
+            for rows in GROUPS {
+                let x = activations::<T>(&mut rng, k);
+                let dx = gpu.stream().upload(&x).unwrap();
+                let ws: Vec<DeviceBuffer<u8>> = rows
+                    .iter()
+                    .map(|&n| gpu.stream().upload(&random_weights(&mut rng, format, n, k)).unwrap())
+                    .collect();
+                let mut alone = Vec::new();
+                for (w, &n) in ws.iter().zip(rows.iter()) {
+                    let mut y = poisoned::<T>(gpu, n);
+                    mx_matvec(format, w, &dx, &mut y, n, k).unwrap();
+                    alone.push(y.to_vec().unwrap());
+                }
+                let mut ys: Vec<DeviceBuffer<T>> = rows.iter().map(|&n| poisoned::<T>(gpu, n)).collect();
+                let mut group: Vec<QuantProduct<'_, T>> = ws
+                    .iter()
+                    .zip(ys.iter_mut())
+                    .zip(rows.iter())
+                    .map(|((w, y), &rows)| QuantProduct { w, y, rows })
+                    .collect();
+                mx_matvec_group(format, &mut group, &dx, k).unwrap();
+                drop(group);
+                for (i, (y, want)) in ys.iter().zip(&alone).enumerate() {
+                    let bits = |v: &[T]| v.iter().map(|e| e.to_f32().to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&y.to_vec().unwrap()),
+                        bits(want),
+                        "{format:?} {} k {k} rows {rows:?}: product {i} differs from its launch alone",
+                        T::NAME
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matvec_group_equals_each_product_alone_f32() {
+    let gpu = gpu_test!();
+    matvec_group::<f32>(&gpu, 0x3a11);
+}
+
+#[test]
+fn matvec_group_equals_each_product_alone_f16() {
+    let gpu = gpu_test!();
+    matvec_group::<f16>(&gpu, 0x3a12);
+}
+
+#[test]
+fn matvec_group_equals_each_product_alone_bf16() {
+    let gpu = gpu_test!();
+    matvec_group::<bf16>(&gpu, 0x3a13);
+}
+
+#[test]
+fn matvec_group_refuses_bad_groups() {
+    let gpu = gpu_test!();
+    let shape_error = |r: Result<(), KernelError>| crate::shape_message(r, "mxfp");
+    let f = MxFormat::Mxfp4Gguf;
+    let w = gpu.stream().upload(&vec![0x21u8; 7 * 16 * 17]).unwrap();
+    let x = gpu.stream().upload(&[1.0f32; 512].map(f16::from_f32)).unwrap();
+    let mut ys: Vec<DeviceBuffer<f16>> = (0..4).map(|_| poisoned::<f16>(&gpu, 7)).collect();
+    let mut four: Vec<QuantProduct<'_, f16>> =
+        ys.iter_mut().map(|y| QuantProduct { w: &w, y, rows: 7 }).collect();
+    assert!(shape_error(mx_matvec_group(f, &mut four, &x, 512)).contains("4 products; a group takes 1 to 3"));
+    assert!(shape_error(mx_matvec_group(f, &mut four[..0], &x, 512)).contains("0 products"));
+    four[1].rows = 6;
+    assert!(shape_error(mx_matvec_group(f, &mut four[..2], &x, 512)).contains("w holds 1904 bytes"));
+    drop(four);
+    assert!(
+        ys.iter().all(|y| y.to_vec().unwrap().iter().all(|v| v.to_f32().is_nan())),
+        "nothing ran after a refused group"
+    );
 }
 
 /// (m, n, k): one token; tiles cut at every edge (n = 7, 127, 4097; m = 3, 17, 70 crosses a

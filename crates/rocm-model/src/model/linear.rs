@@ -21,7 +21,7 @@ use std::sync::Arc;
 use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
 use rocm_kernels::quant::{
     BlockFormat, GgmlFormat, MAX_PRODUCTS, MxFormat, QuantProduct, dequant_gemm, dequantize_into, mx_matvec,
-    quant_matvec, quant_matvec_group,
+    mx_matvec_group, quant_matvec, quant_matvec_group,
 };
 use rocm_runtime::DeviceBuffer;
 
@@ -115,9 +115,10 @@ impl<T: GemmElement> Linear<T> {
 }
 
 /// `ys[i] = x W_i^T` for projections sharing their input `x` (`tokens` rows; a layer's Q, K
-/// and V, or its gate and up). One launch for all when they are blocks of one ggml format with
-/// a fused product at `tokens` (`quant_matvec_group`: fewer launches, each output with the bits
-/// of its own launch; docs/kernels/quant_matvec.md, v2, has what it saves); otherwise each
+/// and V, or its gate and up). One launch for all when they are blocks of one format with a
+/// fused product at `tokens` (`quant_matvec_group` for ggml's, `mx_matvec_group` for MXFP4:
+/// fewer launches, each output with the bits of its own launch; docs/kernels/quant_matvec.md,
+/// v2, and docs/kernels/mxfp.md have what it saves); otherwise each
 /// through [`Linear::apply_with`].
 pub(crate) fn apply_shared<T: GemmElement>(
     linears: &[&Linear<T>],
@@ -134,7 +135,10 @@ pub(crate) fn apply_shared<T: GemmElement>(
                 .zip(ys.iter_mut())
                 .map(|((w, rows), y)| QuantProduct { w, y: &mut **y, rows })
                 .collect();
-            quant_matvec_group(format, &mut group, x, inp, tokens)?;
+            match format {
+                SharedFormat::Ggml(g) => quant_matvec_group(g, &mut group, x, inp, tokens)?,
+                SharedFormat::Mx(m) => mx_matvec_group(m, &mut group, x, inp)?,
+            }
         }
         None => {
             for (linear, y) in linears.iter().zip(ys.iter_mut()) {
@@ -145,14 +149,33 @@ pub(crate) fn apply_shared<T: GemmElement>(
     Ok(())
 }
 
-/// The common ggml format, input width and (blocks, rows) of `linears` when one grouped fused
-/// launch can run them at `tokens`: 2 to [`MAX_PRODUCTS`] weights, all blocks of the same ggml
+/// The formats whose fused products take a product list in one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SharedFormat {
+    /// ggml's (`quant_matvec_group`).
+    Ggml(GgmlFormat),
+    /// MXFP4 at one token (`mx_matvec_group`).
+    Mx(MxFormat),
+}
+
+impl SharedFormat {
+    fn of(format: BlockFormat) -> Option<SharedFormat> {
+        match (format, GgmlFormat::of(format)) {
+            (_, Some(g)) => Some(SharedFormat::Ggml(g)),
+            (BlockFormat::Mxfp4Gguf, None) => Some(SharedFormat::Mx(MxFormat::Mxfp4Gguf)),
+            _ => None,
+        }
+    }
+}
+
+/// The common format, input width and (blocks, rows) of `linears` when one grouped fused
+/// launch can run them at `tokens`: 2 to [`MAX_PRODUCTS`] weights, all blocks of the same
 /// format and width, with a fused product at `tokens`.
 #[allow(clippy::type_complexity)]
 fn shared_blocks<'a, T: GemmElement>(
     linears: &[&'a Linear<T>],
     tokens: usize,
-) -> Option<(GgmlFormat, usize, Vec<(&'a DeviceBuffer<u8>, usize)>)> {
+) -> Option<(SharedFormat, usize, Vec<(&'a DeviceBuffer<u8>, usize)>)> {
     if !(2..=MAX_PRODUCTS).contains(&linears.len()) {
         return None;
     }
@@ -160,13 +183,13 @@ fn shared_blocks<'a, T: GemmElement>(
     let mut weights = Vec::with_capacity(linears.len());
     for linear in linears {
         let Linear::Blocks { format, blocks, out, inp } = linear else { return None };
-        let g = GgmlFormat::of(*format).filter(|_| has_fused_product(*format, tokens))?;
-        if *common.get_or_insert((g, *inp)) != (g, *inp) {
+        let f = SharedFormat::of(*format).filter(|_| has_fused_product(*format, tokens))?;
+        if *common.get_or_insert((f, *inp)) != (f, *inp) {
             return None;
         }
         weights.push((&**blocks, *out));
     }
-    common.map(|(g, inp)| (g, inp, weights))
+    common.map(|(f, inp)| (f, inp, weights))
 }
 
 /// Whether [`fused_product`] runs a fused kernel for `format` at `tokens`.
