@@ -162,6 +162,48 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         self.stream.synchronize()
     }
 
+    /// [`DeviceBuffer::write_from_host`] of several buffers of one stream, each `(buffer, src)`:
+    /// the copies are queued one after another and waited for once, where separate calls wait
+    /// once each (a decode step's positions, slots, block tables and lengths: a round trip to
+    /// the device saved per input). Every length and every buffer's stream are checked before
+    /// anything is queued. Returns once every queued copy is complete, also when a copy fails to
+    /// queue (so no source is released while the device may still read it).
+    pub fn write_all_from_host(writes: &[(&DeviceBuffer<T>, &[T])]) -> Result<()> {
+        let Some((first, _)) = writes.first() else { return Ok(()) };
+        let stream = &first.stream;
+        for (buffer, src) in writes {
+            buffer.check_len(src.len(), "write_all_from_host")?;
+            if !buffer.stream.same_as(stream) {
+                return Err(Error::StreamMismatch { stream: stream.id(), buffer_stream: buffer.stream.id() });
+            }
+        }
+        let _outside =
+            stream.capture_state().outside(stream.id(), "copying from the host", HOST_COPY_IN_CAPTURE)?;
+        let bytes: usize = writes.iter().map(|(b, _)| b.size_bytes()).sum();
+        let _span = tracing::trace_span!("copy_htod_all", bytes, copies = writes.len(), stream = stream.id())
+            .entered();
+        let mut queued = Ok(());
+        for (buffer, src) in writes.iter().filter(|(b, _)| b.len > 0) {
+            // SAFETY: the destination is `buffer`'s allocation of `size_bytes()`; `src` holds
+            // as many readable bytes (lengths checked above) and outlives the copy: every
+            // queued copy is waited for below before returning, whether or not a later one
+            // failed to queue.
+            queued = unsafe {
+                stream.backend().driver().copy_htod(
+                    buffer.ptr,
+                    src.as_ptr().cast(),
+                    buffer.size_bytes(),
+                    stream.raw(),
+                )
+            };
+            if queued.is_err() {
+                break;
+            }
+        }
+        let waited = stream.synchronize();
+        queued.and(waited)
+    }
+
     /// Copies this buffer into `dst`, waiting for the stream's queued work and the copy.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         self.check_len(dst.len(), "copy_to_host")?;

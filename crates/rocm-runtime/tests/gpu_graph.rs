@@ -178,6 +178,8 @@ fn operations_that_cannot_be_recorded_are_refused_inside_a_capture() {
             let replay = "again at every replay";
             assert_refused(buffer.copy_from_host(&host), id, "copying from the host", replay);
             assert_refused(buffer.write_from_host(&host), id, "copying from the host", replay);
+            let all = DeviceBuffer::write_all_from_host(&[(&buffer, &host[..])]);
+            assert_refused(all, id, "copying from the host", replay);
             assert_refused(buffer.copy_to_host(&mut host), id, "copying to the host", replay);
             assert_refused(buffer.to_vec(), id, "copying to the host", replay);
             assert_refused(s.synchronize(), id, "synchronizing the stream", "nothing recorded has run");

@@ -1,6 +1,6 @@
 //! The runtime on a real device: discovery, copies, memsets, events, the memory guard.
 
-use rocm_runtime::{CodeObjectKind, Error, Platform, f16};
+use rocm_runtime::{CodeObjectKind, DeviceBuffer, Error, Platform, f16};
 use rocm_testkit::{Rng, gpu_test};
 
 /// Sizes that are not multiples of any block or vector width.
@@ -124,6 +124,48 @@ fn fills_set_every_element() {
     }
     let mut wide = gpu.stream().alloc::<f64>(3).unwrap();
     assert!(matches!(wide.fill(1.0), Err(Error::InvalidArgument(_))));
+}
+
+/// `write_all_from_host`: every buffer gets its slice (awkward and empty lengths, poisoned
+/// first); a wrong length or a buffer of another stream refuses the whole call before any copy,
+/// so nothing changes.
+#[test]
+fn writes_of_several_buffers_wait_once_and_check_everything_first() {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(0x5eed_00a1);
+    let lens = [1usize, 0, 17, 4099, 65_537];
+    let hosts: Vec<Vec<i32>> =
+        lens.iter().map(|&n| (0..n).map(|_| rng.next_u64() as i32).collect()).collect();
+    let mut buffers: Vec<DeviceBuffer<i32>> = lens.iter().map(|&n| gpu.stream().alloc(n).unwrap()).collect();
+    for b in &mut buffers {
+        b.poison().unwrap();
+    }
+    let writes: Vec<(&DeviceBuffer<i32>, &[i32])> =
+        buffers.iter().zip(&hosts).map(|(b, h)| (b, &h[..])).collect();
+    DeviceBuffer::write_all_from_host(&writes).unwrap();
+    for (i, (b, h)) in buffers.iter().zip(&hosts).enumerate() {
+        assert_eq!(&b.to_vec().unwrap(), h, "buffer {i}");
+    }
+    DeviceBuffer::<i32>::write_all_from_host(&[]).unwrap();
+
+    let zeros: Vec<Vec<i32>> = lens.iter().map(|&n| vec![0; n]).collect();
+    let short = vec![0i32; 16];
+    let mut bad: Vec<(&DeviceBuffer<i32>, &[i32])> =
+        buffers.iter().zip(&zeros).map(|(b, z)| (b, &z[..])).collect();
+    bad[2].1 = &short;
+    let err = DeviceBuffer::write_all_from_host(&bad).unwrap_err();
+    assert!(err.to_string().contains("16 elements given for a buffer of 17"), "{err}");
+    let other = gpu.new_stream();
+    let theirs = other.upload(&[7i32; 3]).unwrap();
+    let mut mixed: Vec<(&DeviceBuffer<i32>, &[i32])> =
+        buffers.iter().zip(&zeros).map(|(b, z)| (b, &z[..])).collect();
+    mixed.push((&theirs, &[0, 0, 0]));
+    let err = DeviceBuffer::write_all_from_host(&mixed).unwrap_err();
+    assert!(matches!(err, Error::StreamMismatch { .. }), "{err}");
+    for (i, (b, h)) in buffers.iter().zip(&hosts).enumerate() {
+        assert_eq!(&b.to_vec().unwrap(), h, "buffer {i} changed by a refused call");
+    }
+    assert_eq!(theirs.to_vec().unwrap(), [7; 3]);
 }
 
 #[test]

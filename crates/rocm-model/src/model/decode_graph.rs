@@ -272,10 +272,13 @@ impl<'a, T: GemmElement> DecodeWorkspace<'a, T> {
         let tables = cache.pack_block_tables_with_width(&step.seqs, self.max_blocks)?;
         let i = &self.ws.inputs;
         self.ws.h.write_from_host(rows)?;
-        i.positions.write_from_host(&step.positions)?;
-        i.slots.write_from_host(&step.slots)?;
-        i.block_table.write_from_host(&tables.block_tables)?;
-        i.seq_lens.write_from_host(&tables.context_lens)?;
+        // One wait for the four index inputs, not one each (they are all i32).
+        DeviceBuffer::write_all_from_host(&[
+            (&i.positions, &step.positions[..]),
+            (&i.slots, &step.slots[..]),
+            (&i.block_table, &tables.block_tables[..]),
+            (&i.seq_lens, &tables.context_lens[..]),
+        ])?;
         if !step.copies.is_empty() {
             let shape = self.kv.shape().kernel_shape();
             for l in 0..self.kv.num_layers() {
