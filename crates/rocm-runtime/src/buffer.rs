@@ -138,28 +138,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// allocation the graph recorded, and is ordered on the buffer's stream after the replays
     /// queued before it (and before those queued after). Returns once the copy is complete.
     pub fn write_from_host(&self, src: &[T]) -> Result<()> {
-        self.check_len(src.len(), "write_from_host")?;
-        let _outside = self.stream.capture_state().outside(
-            self.stream.id(),
-            "copying from the host",
-            HOST_COPY_IN_CAPTURE,
-        )?;
-        if self.len == 0 {
-            return Ok(());
-        }
-        let bytes = self.size_bytes();
-        let _span = tracing::trace_span!("copy_htod", bytes, stream = self.stream.id()).entered();
-        // SAFETY: the destination is this buffer's allocation of `bytes`; `src` holds `bytes`
-        // readable bytes and outlives the copy, because we wait for the stream before returning.
-        unsafe {
-            self.stream.backend().driver().copy_htod(
-                self.ptr,
-                src.as_ptr().cast(),
-                bytes,
-                self.stream.raw(),
-            )?;
-        }
-        self.stream.synchronize()
+        Self::write_each_from_host(&[(self, src)], "write_from_host")
     }
 
     /// [`DeviceBuffer::write_from_host`] of several buffers of one stream, each `(buffer, src)`:
@@ -169,10 +148,16 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// anything is queued. Returns once every queued copy is complete, also when a copy fails to
     /// queue (so no source is released while the device may still read it).
     pub fn write_all_from_host(writes: &[(&DeviceBuffer<T>, &[T])]) -> Result<()> {
+        Self::write_each_from_host(writes, "write_all_from_host")
+    }
+
+    /// Both host writes: checks, queues each non-empty copy, waits once (not at all when
+    /// nothing was queued). `what` names the caller in errors.
+    fn write_each_from_host(writes: &[(&DeviceBuffer<T>, &[T])], what: &str) -> Result<()> {
         let Some((first, _)) = writes.first() else { return Ok(()) };
         let stream = &first.stream;
         for (buffer, src) in writes {
-            buffer.check_len(src.len(), "write_all_from_host")?;
+            buffer.check_len(src.len(), what)?;
             if !buffer.stream.same_as(stream) {
                 return Err(Error::StreamMismatch { stream: stream.id(), buffer_stream: buffer.stream.id() });
             }
@@ -180,8 +165,11 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         let _outside =
             stream.capture_state().outside(stream.id(), "copying from the host", HOST_COPY_IN_CAPTURE)?;
         let bytes: usize = writes.iter().map(|(b, _)| b.size_bytes()).sum();
-        let _span = tracing::trace_span!("copy_htod_all", bytes, copies = writes.len(), stream = stream.id())
-            .entered();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let _span =
+            tracing::trace_span!("copy_htod", bytes, copies = writes.len(), stream = stream.id()).entered();
         let mut queued = Ok(());
         for (buffer, src) in writes.iter().filter(|(b, _)| b.len > 0) {
             // SAFETY: the destination is `buffer`'s allocation of `size_bytes()`; `src` holds

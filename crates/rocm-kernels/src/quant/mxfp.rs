@@ -147,7 +147,7 @@ pub fn mx_matvec<T: Dtype>(
     let stream = y.stream().clone();
     let cores = stream.backend().info().matrix_cores;
     let (kernel, config) = if matvec_on_matrix_cores(cores, format, T::NAME, k, w.device_ptr()) {
-        check_mma_tiles(n)?;
+        check_mma_tiles(n.div_ceil(MMA_ROWS))?;
         let any_k = !k.is_multiple_of(QK * MMA_CHUNK_BLOCKS);
         let variant = if any_k { "matvec_mma_anyk" } else { "matvec_mma" };
         let name = kernel_name::<T>(&format!("rf_{}_{variant}", format.block_format().name()));
@@ -229,7 +229,7 @@ pub fn mx_matvec_group<T: Dtype>(
         return Ok(());
     }
     let tiles: usize = products.iter().map(|p| p.rows.div_ceil(MMA_ROWS)).sum();
-    check_mma_tiles(tiles * MMA_ROWS)?;
+    check_mma_tiles(tiles)?;
     let name = kernel_name::<T>(&format!("rf_{}_matvec_mma_group", format.block_format().name()));
     let kernel = loader::kernel(&stream, MODULE, &name)?;
     let config = matvec_mma_config(&stream, &kernel, format, tiles * MMA_ROWS, k)?;
@@ -246,11 +246,11 @@ pub fn mx_matvec_group<T: Dtype>(
     unsafe { launch_products(&stream, &kernel, config, products, x, k, 1, true) }
 }
 
-/// The matrix-core entries count 16-row tiles in 32 bits: `rows` (all of a launch's products)
-/// must make fewer than 2^31.
-fn check_mma_tiles(rows: usize) -> Result<()> {
-    ensure(rows.div_ceil(MMA_ROWS) < 1 << 31, KERNEL, || {
-        format!("{rows} rows make 2^31 or more tiles of {MMA_ROWS}; a launch takes fewer")
+/// The matrix-core entries count 16-row tiles in 32 bits: a launch's `tiles` (all its
+/// products') must be fewer than 2^31.
+fn check_mma_tiles(tiles: usize) -> Result<()> {
+    ensure(tiles < 1 << 31, KERNEL, || {
+        format!("{tiles} tiles of {MMA_ROWS} rows; a launch takes fewer than 2^31")
     })
 }
 

@@ -1,9 +1,9 @@
 //! `mxfp` products against their f64 CPU reference: MXFP4 (GGUF layout) and MXFP6 (E2M3, E3M2)
 //! weights of random bytes (every code point), f32/f16/bf16 activations and outputs, awkward
 //! shapes (n = 1, 7, 127, 4097 rows; k = 32, 96, 512, 2880, 4096, 4128, 14336; m = 1, 3, 17,
-//! 70), product groups (bit for bit the products alone), both weight staging paths of each matrix-vector kernel (portable: 16-byte loads when
-//! k % 512 == 0, byte loads otherwise; matrix cores: 16-byte or word copies likewise), and the
-//! shapes the launchers must refuse.
+//! 70), product groups (bit for bit the products alone), both weight staging paths of each
+//! matrix-vector kernel (portable: 16-byte loads when k % 512 == 0, byte loads otherwise;
+//! matrix cores: 16-byte or word copies likewise), and the shapes the launchers must refuse.
 
 use rocm_kernels::quant::{
     MxFormat, QK, QuantProduct, mx_matmul, mx_matmul_reference, mx_matvec, mx_matvec_group,

@@ -136,8 +136,8 @@ pub(crate) fn apply_shared<T: GemmElement>(
                 .map(|((w, rows), y)| QuantProduct { w, y: &mut **y, rows })
                 .collect();
             match format {
-                SharedFormat::Ggml(g) => quant_matvec_group(g, &mut group, x, inp, tokens)?,
-                SharedFormat::Mx(m) => mx_matvec_group(m, &mut group, x, inp)?,
+                FusedFormat::Ggml(g) => quant_matvec_group(g, &mut group, x, inp, tokens)?,
+                FusedFormat::Mx(m) => mx_matvec_group(m, &mut group, x, inp)?,
             }
         }
         None => {
@@ -149,20 +149,22 @@ pub(crate) fn apply_shared<T: GemmElement>(
     Ok(())
 }
 
-/// The formats whose fused products take a product list in one launch.
+/// The block formats with a fused matrix-vector kernel, by the kernel family that runs them
+/// (alone, or a product list in one launch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SharedFormat {
-    /// ggml's (`quant_matvec_group`).
+enum FusedFormat {
+    /// ggml's, up to [`FUSED_MAX_TOKENS`] (`quant_matvec`, `quant_matvec_group`).
     Ggml(GgmlFormat),
-    /// MXFP4 at one token (`mx_matvec_group`).
+    /// MXFP4 at one token (`mx_matvec`, `mx_matvec_group`).
     Mx(MxFormat),
 }
 
-impl SharedFormat {
-    fn of(format: BlockFormat) -> Option<SharedFormat> {
+impl FusedFormat {
+    /// The fused kernel family for `format` at `tokens`, if it has one.
+    fn of(format: BlockFormat, tokens: usize) -> Option<FusedFormat> {
         match (format, GgmlFormat::of(format)) {
-            (_, Some(g)) => Some(SharedFormat::Ggml(g)),
-            (BlockFormat::Mxfp4Gguf, None) => Some(SharedFormat::Mx(MxFormat::Mxfp4Gguf)),
+            (_, Some(g)) => (tokens <= FUSED_MAX_TOKENS).then_some(FusedFormat::Ggml(g)),
+            (BlockFormat::Mxfp4Gguf, None) => (tokens == 1).then_some(FusedFormat::Mx(MxFormat::Mxfp4Gguf)),
             _ => None,
         }
     }
@@ -175,7 +177,7 @@ impl SharedFormat {
 fn shared_blocks<'a, T: GemmElement>(
     linears: &[&'a Linear<T>],
     tokens: usize,
-) -> Option<(SharedFormat, usize, Vec<(&'a DeviceBuffer<u8>, usize)>)> {
+) -> Option<(FusedFormat, usize, Vec<(&'a DeviceBuffer<u8>, usize)>)> {
     if !(2..=MAX_PRODUCTS).contains(&linears.len()) {
         return None;
     }
@@ -183,7 +185,7 @@ fn shared_blocks<'a, T: GemmElement>(
     let mut weights = Vec::with_capacity(linears.len());
     for linear in linears {
         let Linear::Blocks { format, blocks, out, inp } = linear else { return None };
-        let f = SharedFormat::of(*format).filter(|_| has_fused_product(*format, tokens))?;
+        let f = FusedFormat::of(*format, tokens)?;
         if *common.get_or_insert((f, *inp)) != (f, *inp) {
             return None;
         }
@@ -194,11 +196,7 @@ fn shared_blocks<'a, T: GemmElement>(
 
 /// Whether [`fused_product`] runs a fused kernel for `format` at `tokens`.
 fn has_fused_product(format: BlockFormat, tokens: usize) -> bool {
-    match (format, GgmlFormat::of(format)) {
-        (_, Some(_)) => tokens <= FUSED_MAX_TOKENS,
-        (BlockFormat::Mxfp4Gguf, _) => tokens == 1,
-        _ => false,
-    }
+    FusedFormat::of(format, tokens).is_some()
 }
 
 /// Tokens up to which ggml's block formats take the fused matrix-vector kernel; past this the
@@ -225,12 +223,10 @@ fn fused_product<T: GemmElement>(
     tokens: usize,
     y: &mut DeviceBuffer<T>,
 ) -> Result<bool> {
-    if !has_fused_product(format, tokens) {
-        return Ok(false);
-    }
-    match GgmlFormat::of(format) {
-        Some(g) => quant_matvec(g, blocks, x, y, out, inp, tokens)?,
-        None => mx_matvec(MxFormat::Mxfp4Gguf, blocks, x, y, out, inp)?,
+    let Some(fused) = FusedFormat::of(format, tokens) else { return Ok(false) };
+    match fused {
+        FusedFormat::Ggml(g) => quant_matvec(g, blocks, x, y, out, inp, tokens)?,
+        FusedFormat::Mx(m) => mx_matvec(m, blocks, x, y, out, inp)?,
     }
     Ok(true)
 }
