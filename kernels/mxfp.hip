@@ -224,38 +224,6 @@ RF_DEVICE void rf_mx_matvec(const unsigned char* w, const T* x, T* y, rf_u64 n, 
 
 #if RF_MMA_SYNC
 
-// f16: payload word w -> A fragments, a[0] = step 0 (pairs of elements 4t, 4t+1 | 4t+2, 4t+3),
-// a[1] = step 1 (the same 16 places higher), each value times 2^-14.
-RF_DEVICE void rf_mxm_e2m1_word_f16(unsigned w, unsigned (&a)[2][2]) {
-    // Bytes b0, b1 (b2, b3) 16 bits apart, so that one left shift and one mask place a nibble's
-    // magnitude (or its sign) in both halves at once; the left shifts run as multiplies, off
-    // the integer pipe that the masks and permutes need.
-    const unsigned p01 = __byte_perm(w, 0u, 0x4140); // [b0, 0, b1, 0]
-    const unsigned p23 = __byte_perm(w, 0u, 0x4342); // [b2, 0, b3, 0]
-    a[0][0] = ((p01 << 9) & 0x0e000e00u) | ((p01 << 12) & 0x80008000u); // low nibbles of b0, b1
-    a[0][1] = ((p23 << 9) & 0x0e000e00u) | ((p23 << 12) & 0x80008000u);
-    a[1][0] = ((p01 << 5) & 0x0e000e00u) | ((p01 << 8) & 0x80008000u); // high nibbles
-    a[1][1] = ((p23 << 5) & 0x0e000e00u) | ((p23 << 8) & 0x80008000u);
-}
-
-// Two payload bytes -> the bf16 pairs (low nibble of b0, of b1) and (high of b0, of b1), the
-// magnitudes from the byte-permute tables RF_E2M1_{HI,LO} (rocmforge_quant.h). `mags`:
-// the bytes' magnitudes, one per selector nibble (b & 0x77 each); `signs`: b0 in bits 8-15 and
-// b1 in bits 24-31, so the high nibbles' signs sit on the pairs' sign bits (15, 31) and the low
-// nibbles' four places lower.
-RF_DEVICE void rf_mxm_e2m1_pairs_bf16(unsigned mags, unsigned signs, unsigned& lo, unsigned& hi) {
-    const unsigned h = __byte_perm(RF_E2M1_HI0, RF_E2M1_HI1, mags); // of lo0, hi0, lo1, hi1
-    const unsigned l = __byte_perm(RF_E2M1_LO0, RF_E2M1_LO1, mags);
-    lo = __byte_perm(l, h, 0x6240) | ((signs << 4) & 0x80008000u);
-    hi = __byte_perm(l, h, 0x7351) | (signs & 0x80008000u);
-}
-
-// bf16: payload word w -> A fragments, laid out as rf_mxm_e2m1_word_f16's (exact values).
-RF_DEVICE void rf_mxm_e2m1_word_bf16(unsigned w, unsigned (&a)[2][2]) {
-    rf_mxm_e2m1_pairs_bf16(w & 0x7777u, __byte_perm(w, 0u, 0x1404), a[0][0], a[1][0]);
-    rf_mxm_e2m1_pairs_bf16((w >> 16) & 0x7777u, __byte_perm(w, 0u, 0x3424), a[0][1], a[1][1]);
-}
-
 // Per format and activation type: UNIT (what the decoded values are scaled by, undone on the
 // block sums), piece(stage row, delta, b, t, a) (thread t's codes of block b of a staged row
 // whose blocks start delta bytes in, decoded into the A pairs of the block's two mma steps) and
@@ -282,13 +250,13 @@ template <typename T> struct rf_mxm_mxfp4 {
 template <> struct rf_mxm<rf_mxfp4, __half> : rf_mxm_mxfp4<__half> {
     static constexpr float UNIT = 16384.0f; // the f16 values are the codes' times 2^-14
     static RF_DEVICE void piece(const unsigned char* row, int delta, int b, int t, unsigned (&a)[2][2]) {
-        rf_mxm_e2m1_word_f16(word(row, delta, b, t), a);
+        rf_e2m1_word_f16(word(row, delta, b, t), a);
     }
 };
 template <> struct rf_mxm<rf_mxfp4, rf_bf16> : rf_mxm_mxfp4<rf_bf16> {
     static constexpr float UNIT = 1.0f;
     static RF_DEVICE void piece(const unsigned char* row, int delta, int b, int t, unsigned (&a)[2][2]) {
-        rf_mxm_e2m1_word_bf16(word(row, delta, b, t), a);
+        rf_e2m1_word_bf16(word(row, delta, b, t), a);
     }
 };
 
