@@ -1,7 +1,8 @@
 // Fused matrix-vector products with ggml block weights on NVIDIA matrix cores (sm_80 and later:
 // mma.sync.m16n8k16, cp.async): the matrix-core implementation of quant_matvec.hip's contract
 // for every ggml format (q8_0, q4_0, q4_K, q5_K, q6_K) with f16 or bf16 activations, built for
-// those targets only. Same arguments, same results up to the order of f32 sums (the launcher,
+// those targets only; and MXFP4 (ggml's block_mxfp4) in passes of 8 vectors, for
+// mxfp.rs's mx_matvec_group past one vector (one vector runs mxfp.hip's product lists). Same arguments, same results up to the order of f32 sums (the launcher,
 // quant/matvec.rs, picks this module where it applies and quant_matvec.hip everywhere else):
 //
 //   rf_qmvm_<fmt>_b<BC>_<dt>(products, x, k, batch):  y[b][r] = sum_c W[r][c] x[b][c]
@@ -533,6 +534,76 @@ template <typename T> struct rf_qmvm_q6_k {
 };
 
 // ---------------------------------------------------------------------------------------------
+// MXFP4 (ggml's block_mxfp4): chunks of 16 blocks (512 elements, 272 bytes a row)
+// ---------------------------------------------------------------------------------------------
+
+// A 17-byte block: an E8M0 scale byte, then qs[16], element j in the low nibble of qs[j] and
+// j + 16 in the high one (E2M1 codes). Thread t takes payload word t of a block (mxfp.hip's
+// arrangement): elements 4t .. 4t + 3 (low nibbles, the block's first mma) and 16 + 4t .. 16 +
+// 4t + 3 (high nibbles, its second), against x's pairs as they lie at 4t and 16 + 4t, decoded
+// by rocmforge_quant.h's rf_e2m1_word_<dt> into exact values times 1 / UNIT. A block adds its
+// sum times UNIT (exact) times its scale (a power of two, or NaN for 0xFF: exact) to the totals,
+// the sum scaled first so that a large scale cannot overflow where the product does not.
+template <typename T> struct rf_qmvm_e2m1;
+template <> struct rf_qmvm_e2m1<__half> {
+    static constexpr float UNIT = 16384.0f;
+    static RF_DEVICE void run(unsigned w, unsigned (&a)[2][2]) { rf_e2m1_word_f16(w, a); }
+};
+template <> struct rf_qmvm_e2m1<rf_bf16> {
+    static constexpr float UNIT = 1.0f;
+    static RF_DEVICE void run(unsigned w, unsigned (&a)[2][2]) { rf_e2m1_word_bf16(w, a); }
+};
+
+template <typename T> struct rf_qmvm_mxfp4 {
+    static constexpr int CHUNK = 512;
+    static constexpr int ROW = 16 * 17;
+    static constexpr int SPAN = ROW;
+    static constexpr int STAGES_B1 = RF_QMVM_STAGES_ONE_Q4_K;
+    typedef rf_qmvm_e2m1<T> E;
+
+    template <int B, int BC>
+    static RF_DEVICE void block(const unsigned char* rg, const unsigned char* rh, const T* xv, int t,
+                                float (&acc)[4]) {
+        unsigned ag[2][2];
+        unsigned ah[2][2];
+        E::run(rf_qmvm_word<17 * B + 1>(rg, 4 * t), ag);
+        E::run(rf_qmvm_word<17 * B + 1>(rh, 4 * t), ah);
+        const uint2 lo = *reinterpret_cast<const uint2*>(xv + 32 * B + 4 * t);
+        const uint2 hi = *reinterpret_cast<const uint2*>(xv + 32 * B + 16 + 4 * t);
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const unsigned a0[4] = {ag[0][0], ah[0][0], ag[0][1], ah[0][1]};
+        const unsigned a1[4] = {ag[1][0], ah[1][0], ag[1][1], ah[1][1]};
+        rf_mma<T>::run(d, a0, lo.x, lo.y);
+        rf_mma<T>::run(d, a1, hi.x, hi.y);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            d[i] *= E::UNIT;
+        }
+        rf_qmvm_add<BC>(acc, d, rf_e8m0_to_float(rg[17 * B]), rf_e8m0_to_float(rh[17 * B]));
+    }
+    template <int BC>
+    static RF_DEVICE void chunk(const unsigned char* rg, const unsigned char* rh, const T* xv, int t,
+                                float (&acc)[4]) {
+        block<0, BC>(rg, rh, xv, t, acc);
+        block<1, BC>(rg, rh, xv, t, acc);
+        block<2, BC>(rg, rh, xv, t, acc);
+        block<3, BC>(rg, rh, xv, t, acc);
+        block<4, BC>(rg, rh, xv, t, acc);
+        block<5, BC>(rg, rh, xv, t, acc);
+        block<6, BC>(rg, rh, xv, t, acc);
+        block<7, BC>(rg, rh, xv, t, acc);
+        block<8, BC>(rg, rh, xv, t, acc);
+        block<9, BC>(rg, rh, xv, t, acc);
+        block<10, BC>(rg, rh, xv, t, acc);
+        block<11, BC>(rg, rh, xv, t, acc);
+        block<12, BC>(rg, rh, xv, t, acc);
+        block<13, BC>(rg, rh, xv, t, acc);
+        block<14, BC>(rg, rh, xv, t, acc);
+        block<15, BC>(rg, rh, xv, t, acc);
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------------------------
 
@@ -758,3 +829,7 @@ RF_QMVM_ENTRIES(q5_k, rf_qmvm_q5_k)
 RF_QMVM_ENTRIES(q8_0, rf_qmvm_q8_0)
 RF_QMVM_ENTRIES(q4_0, rf_qmvm_q4_0)
 RF_QMVM_ENTRIES(q6_k, rf_qmvm_q6_k)
+// MXFP4 at one vector runs mxfp.hip's product lists, which measured faster (docs/kernels/mxfp.md,
+// "Several vectors"): passes of 8 only.
+RF_QMVM_ENTRY(mxfp4, rf_qmvm_mxfp4, 8, f16, __half)
+RF_QMVM_ENTRY(mxfp4, rf_qmvm_mxfp4, 8, bf16, rf_bf16)

@@ -13,7 +13,7 @@
 //!   host, positions, slots, tables, lengths) and launches the recorded step once. Rows
 //!   `model decode graph b<N>` next to the eager ones; the difference is the host work and
 //!   launches the graph removes. The vendor BLAS cannot be recorded, so a step that runs a GEMM
-//!   over whole weights (BF16, MXFP4 past one token) is not recorded but run eagerly on the
+//!   over whole weights (BF16, block formats past 8 tokens) is not recorded but run eagerly on the
 //!   workspace (`DecodeWorkspace::graph` says why), as where the platform has no graphs: the
 //!   row then says `eager workspace`.
 //! - decode graph, per added layer: the graph step again on a model of [`DEEPER`] layers; the

@@ -15,11 +15,13 @@
 //!
 //! Grouped launches (`quant_matvec_group`), as the model runs them, for q8_0 and q4_K: Q, K and
 //! V in one launch (`4096+1024+1024x4096`) and gate and up in one (`14336+14336x4096`), rows
-//! `<fmt> matvec group b<N>`, next to the sum of the single launches' rows above.
+//! `<fmt> matvec group b<N>`, next to the sum of the single launches' rows above; and the same
+//! groups of MXFP4 weights (`mx_matvec_group`, rows `mxfp4 matvec group b<N>`).
 
 use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
-    GgmlFormat, QuantProduct, quant_matvec, quant_matvec_group, quant_matvec_on_matrix_cores,
+    BlockFormat, GgmlFormat, MxFormat, QuantProduct, mx_matvec_group, quant_matvec, quant_matvec_group,
+    quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 
@@ -55,6 +57,14 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
                 rows.push(matvec_group::<bf16>(b, format, &weights, group, 4096, batch)?);
             }
         }
+        let weights = group
+            .iter()
+            .map(|&n| super::mxfp::weights(b, BlockFormat::Mxfp4Gguf, n, 4096))
+            .collect::<Result<Vec<_>>>()?;
+        for &batch in &BATCHES[..2] {
+            rows.push(mx_group::<f16>(b, &weights, group, 4096, batch)?);
+            rows.push(mx_group::<bf16>(b, &weights, group, 4096, batch)?);
+        }
     }
     Ok(rows)
 }
@@ -69,6 +79,38 @@ fn matvec_group<T: Dtype>(
     k: usize,
     batch: usize,
 ) -> Result<Row> {
+    let label = format!("{} matvec group b{batch}{}", format.name(), path_mark::<T>(b, format, k));
+    time_group::<T>(b, label, w, group, k, batch, |products, x| {
+        Ok(quant_matvec_group(format, products, x, k, batch)?)
+    })
+}
+
+/// [`matvec_group`] for MXFP4 weights (`mx_matvec_group`; past one vector on NVIDIA matrix cores
+/// it runs `kernels/quant_matvec_mma.hip` too).
+fn mx_group<T: Dtype>(
+    b: &mut Bench,
+    w: &[Vec<DeviceBuffer<u8>>],
+    group: &[usize],
+    k: usize,
+    batch: usize,
+) -> Result<Row> {
+    let label = format!("mxfp4 matvec group b{batch}");
+    time_group::<T>(b, label, w, group, k, batch, |products, x| {
+        Ok(mx_matvec_group(MxFormat::Mxfp4Gguf, products, x, k, batch)?)
+    })
+}
+
+/// Times `launch(products, x)` over random `x` (`batch` vectors of `k`), the i-th call taking
+/// the i-th copy of each weight.
+fn time_group<T: Dtype>(
+    b: &mut Bench,
+    kernel: String,
+    w: &[Vec<DeviceBuffer<u8>>],
+    group: &[usize],
+    k: usize,
+    batch: usize,
+    mut launch: impl FnMut(&mut [QuantProduct<'_, T>], &DeviceBuffer<T>) -> Result<()>,
+) -> Result<Row> {
     let x = b.random::<T>(batch * k, -1.0, 1.0);
     let x = b.stream.upload(&x)?;
     let mut ys =
@@ -82,12 +124,12 @@ fn matvec_group<T: Dtype>(
             .zip(group)
             .map(|((copies, y), &rows)| QuantProduct { w: &copies[i % copies.len()], y, rows })
             .collect();
-        Ok(quant_matvec_group(format, &mut products, &x, k, batch)?)
+        launch(&mut products, &x)
     })?;
     let weight_bytes: usize = w.iter().map(|copies| copies[0].len()).sum();
     let rows: usize = group.iter().sum();
     Ok(Row {
-        kernel: format!("{} matvec group b{batch}{}", format.name(), path_mark::<T>(b, format, k)),
+        kernel,
         dtype: T::NAME,
         shape: format!("{}x{k}", group.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("+")),
         ms,

@@ -37,7 +37,7 @@ const MODULE: KernelModule = KernelModule::QuantMatvec;
 const MMA_MODULE: KernelModule = KernelModule::QuantMatvecMma;
 /// Rows a matrix-core block owns (one m16 tile), its warps at most (they split `k` into chunks)
 /// and each warp's stages (the chunks in flight and the one computed on) for passes of 8 (one
-/// vector: [`matrix_core_stages_one`]).
+/// vector: [`MmaFormat`]'s `stages_one`).
 const MMA_ROWS: usize = abi::RF_QMVM_ROWS as usize;
 const MMA_WARPS: usize = abi::RF_QMVM_WARPS as usize;
 const MMA_STAGES_MANY: usize = abi::RF_QMVM_STAGES_MANY as usize;
@@ -248,8 +248,8 @@ pub fn quant_matvec_group<T: Dtype>(
         message: format!("batch = {batch} is too large"),
     })?;
     let stream = products[0].y.stream().clone();
-    if let Some(chunk) = matrix_core_chunk(stream.backend().info().matrix_cores, format, T::NAME, k) {
-        return quant_matvec_mma(&stream, format, chunk, products, x, k, batch32);
+    if matrix_core_chunk(stream.backend().info().matrix_cores, format, T::NAME, k).is_some() {
+        return matrix_core_products(&stream, MmaFormat::ggml(format), products, x, k, batch32);
     }
     let kernel = loader::kernel(&stream, MODULE, &entry_name::<T>(format, pass_for(batch)))?;
     let groups: usize = products.iter().map(|p| p.rows.div_ceil(ROWS)).sum();
@@ -338,36 +338,71 @@ fn matrix_core_pass(batch: u32) -> usize {
     if batch == 1 { 1 } else { MAX_BATCH }
 }
 
-/// A matrix-core warp's stages at one vector, by format (the kernel's `F::STAGES_B1`).
-fn matrix_core_stages_one(format: GgmlFormat) -> usize {
-    match format {
-        GgmlFormat::Q8_0 | GgmlFormat::Q4_0 => abi::RF_QMVM_STAGES_ONE_Q8_0 as usize,
-        GgmlFormat::Q4K | GgmlFormat::Q5K | GgmlFormat::Q6K => abi::RF_QMVM_STAGES_ONE_Q4_K as usize,
+/// A weight format of the matrix-core kernel (`kernels/quant_matvec_mma.hip`): its entries'
+/// name (`rf_qmvm_<name>_b<pass>_<dt>`), its blocks, its chunk (a warp's share of `k` at a time:
+/// the kernel's `F::CHUNK`) and its stages at one vector (`F::STAGES_B1`). Every ggml format,
+/// and MXFP4 for [`super::mx_matvec_group`]'s batches (passes of 8 only: its `_b8` entries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct MmaFormat {
+    name: &'static str,
+    block_elems: usize,
+    block_bytes: usize,
+    chunk: usize,
+    stages_one: usize,
+}
+
+impl MmaFormat {
+    pub(super) const fn ggml(format: GgmlFormat) -> MmaFormat {
+        let stages_one = match format {
+            GgmlFormat::Q8_0 | GgmlFormat::Q4_0 => abi::RF_QMVM_STAGES_ONE_Q8_0 as usize,
+            GgmlFormat::Q4K | GgmlFormat::Q5K | GgmlFormat::Q6K => abi::RF_QMVM_STAGES_ONE_Q4_K as usize,
+        };
+        MmaFormat {
+            name: format.name(),
+            block_elems: format.block_elems(),
+            block_bytes: format.block_bytes(),
+            chunk: format.matrix_core_chunk(),
+            stages_one,
+        }
     }
-}
 
-/// Shared bytes of a matrix-core block with `warps` warps and passes of `pass` vectors: per warp
-/// its stages ([`matrix_core_stages_one`] for one vector, `MMA_STAGES_MANY` for passes of 8) of
-/// the tile's rows of a chunk ([`matrix_core_span`] bytes each) and the chunk of x (one vector;
-/// or `pass` vectors 64 bytes apart beyond the chunk's bytes), then the warps' totals (`16 x
-/// pass` f32).
-fn matrix_core_shared_bytes(format: GgmlFormat, chunk: usize, warps: usize, pass: usize) -> usize {
-    let row = matrix_core_span(format, chunk);
-    let (x, stages) = if pass == 1 {
-        (2 * chunk, matrix_core_stages_one(format))
-    } else {
-        (pass * (2 * chunk + 64), MMA_STAGES_MANY)
+    /// MXFP4 in ggml's layout: chunks of 16 blocks (272 bytes a row, whole 16-byte vectors when
+    /// `k % 512 == 0`), q4_K's stages.
+    pub(super) const MXFP4: MmaFormat = MmaFormat {
+        name: BlockFormat::Mxfp4Gguf.name(),
+        block_elems: BlockFormat::Mxfp4Gguf.block_elems(),
+        block_bytes: BlockFormat::Mxfp4Gguf.block_bytes(),
+        chunk: 512,
+        stages_one: abi::RF_QMVM_STAGES_ONE_Q4_K as usize,
     };
-    warps * stages * (MMA_ROWS * row + x) + warps * MMA_ROWS * pass * 4
-}
 
-/// Bytes of shared memory a row's chunk takes (the kernel's `F::SPAN`): the chunk's bytes when
-/// they are whole 16-byte vectors; else (q6_K) the 16-byte vectors from the boundary below the
-/// chunk that cover it wherever it starts, at an offset that is a multiple of `gcd(bytes, 16)`.
-fn matrix_core_span(format: GgmlFormat, chunk: usize) -> usize {
-    let bytes = chunk / format.block_elems() * format.block_bytes();
-    let align = 1 << bytes.trailing_zeros().min(4);
-    (bytes + 16 - align).div_ceil(16) * 16
+    /// Bytes of a row's chunk.
+    const fn chunk_bytes(self) -> usize {
+        self.chunk / self.block_elems * self.block_bytes
+    }
+
+    /// Bytes of shared memory a row's chunk takes (the kernel's `F::SPAN`): the chunk's bytes
+    /// when they are whole 16-byte vectors; else (q6_K) the 16-byte vectors from the boundary
+    /// below the chunk that cover it wherever it starts, at an offset that is a multiple of
+    /// `gcd(bytes, 16)`.
+    const fn span(self) -> usize {
+        let bytes = self.chunk_bytes();
+        let align = 1 << if bytes.trailing_zeros() < 4 { bytes.trailing_zeros() } else { 4 };
+        (bytes + 16 - align).div_ceil(16) * 16
+    }
+
+    /// Shared bytes of a block with `warps` warps and passes of `pass` vectors: per warp its
+    /// stages (`stages_one` for one vector, `MMA_STAGES_MANY` for passes of 8) of the tile's rows
+    /// of a chunk ([`Self::span`] bytes each) and the chunk of x (one vector; or `pass` vectors
+    /// 64 bytes apart beyond the chunk's bytes), then the warps' totals (`16 x pass` f32).
+    const fn shared_bytes(self, warps: usize, pass: usize) -> usize {
+        let (x, stages) = if pass == 1 {
+            (2 * self.chunk, self.stages_one)
+        } else {
+            (pass * (2 * self.chunk + 64), MMA_STAGES_MANY)
+        };
+        warps * stages * (MMA_ROWS * self.span() + x) + warps * MMA_ROWS * pass * 4
+    }
 }
 
 /// Warps of a matrix-core block: one a chunk of the row, up to `MMA_WARPS` (so that every warp
@@ -376,18 +411,26 @@ fn matrix_core_warps(k: usize, chunk: usize) -> usize {
     (k / chunk).clamp(1, MMA_WARPS)
 }
 
-/// [`quant_matvec_group`] on the matrix cores, the shapes already checked.
-fn quant_matvec_mma<T: Dtype>(
+/// Products over `x` on the matrix cores (`kernels/quant_matvec_mma.hip`) in `format`, their
+/// shapes already checked as [`check_quant_matvec_group`] checks them (the weights exactly
+/// `rows * k / block_elems` blocks, x `batch * k` and each y `batch * rows` elements, every
+/// buffer 16-byte aligned), on an `mma.sync` device with 16-bit activations and `k` a positive
+/// multiple of a k step (whole chunks whose rows are whole 16-byte vectors, or q6_K's 2048).
+/// [`MmaFormat::MXFP4`] has passes of 8 only (`batch > 1`).
+pub(super) fn matrix_core_products<T: Dtype>(
     stream: &Stream,
-    format: GgmlFormat,
-    chunk: usize,
+    format: MmaFormat,
     products: &mut [QuantProduct<'_, T>],
     x: &DeviceBuffer<T>,
     k: usize,
     batch: u32,
 ) -> Result<()> {
+    let chunk = format.chunk;
+    debug_assert!(
+        k > 0 && k.is_multiple_of(chunk) && (k / format.block_elems * format.block_bytes).is_multiple_of(16)
+    );
     let pass = matrix_core_pass(batch);
-    let name = kernel_name::<T>(&format!("rf_qmvm_{}_b{pass}", format.name()));
+    let name = kernel_name::<T>(&format!("rf_qmvm_{}_b{pass}", format.name));
     let kernel = loader::kernel(stream, MMA_MODULE, &name)?;
     let info = stream.backend().info();
     let warps = matrix_core_warps(k, chunk);
@@ -395,7 +438,7 @@ fn quant_matvec_mma<T: Dtype>(
     ensure(info.warp_size == 32 && kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
         format!("the matrix-core kernel needs {threads} threads of 32-wide warps")
     })?;
-    let row_bytes = k / format.block_elems() * format.block_bytes();
+    let row_bytes = k / format.block_elems * format.block_bytes;
     ensure(MMA_ROWS * row_bytes < 1 << 32, KERNEL, || {
         format!("k = {k} is too long for the matrix-core kernel")
     })?;
@@ -403,7 +446,7 @@ fn quant_matvec_mma<T: Dtype>(
     ensure(tiles < GROUP_LIMIT, KERNEL, || {
         format!("{tiles} tiles of {MMA_ROWS} rows; a launch takes fewer than 2^31")
     })?;
-    let shared = matrix_core_shared_bytes(format, chunk, warps, pass);
+    let shared = format.shared_bytes(warps, pass);
     ensure(shared <= info.shared_mem_per_block_optin as usize, KERNEL, || {
         format!(
             "needs {shared} bytes of shared memory, the device allows {}",
@@ -421,9 +464,9 @@ fn quant_matvec_mma<T: Dtype>(
     // 16-byte vectors (row_bytes a multiple of 16: k is whole k steps; rows past the end, and a
     // q6_K chunk's span past its row's end, are zero-filled without reading), reads x[0, batch *
     // k) likewise (vectors past the batch zero-filled) and writes y[i][0, batch * rows[i]);
-    // check_quant_matvec_group proved those lengths. matrix_core_chunk proved k a positive
-    // multiple of the format's k step (so of its chunk); the _b1 entry gets
-    // batch 1 only. Its copy offsets are 32-bit: 16 * row_bytes < 2^32 (checked above), and its
+    // the caller proved those lengths (check_quant_matvec_group, or mxfp's check_product for
+    // each) and k a positive multiple of the format's k step (so of its chunk); the _b1 entry
+    // gets batch 1 only. Its copy offsets are 32-bit: 16 * row_bytes < 2^32 (checked above), and its
     // tile counter too (tiles and grid below 2^31). The block is `warps` whole warps of 32
     // lanes, at most RF_QMVM_WARPS, with the dynamic shared memory its formula needs (checked
     // against the device's opt-in limit; the launch opts in). Every w, y and x is 16-byte
@@ -600,6 +643,10 @@ pub(crate) fn launchable() -> Vec<Launchable> {
             }
         }
     }
+    for dtype in ["f16", "bf16"] {
+        let name = format!("rf_qmvm_{}_b{MAX_BATCH}_{dtype}", MmaFormat::MXFP4.name);
+        out.push(Launchable::new(MMA_MODULE, name, Needs::MmaSync));
+    }
     out
 }
 
@@ -722,9 +769,10 @@ mod tests {
         }
         // Spans: the chunk's bytes where they are whole vectors; q6_K's 420 at offsets 0, 4, 8
         // or 12 of the vector below them: 432 (the kernel's F::SPAN).
-        assert_eq!(matrix_core_span(GgmlFormat::Q4K, 512), 288);
-        assert_eq!(matrix_core_span(GgmlFormat::Q8_0, 256), 272);
-        assert_eq!(matrix_core_span(GgmlFormat::Q6K, 512), 432);
+        assert_eq!(MmaFormat::ggml(GgmlFormat::Q4K).span(), 288);
+        assert_eq!(MmaFormat::ggml(GgmlFormat::Q8_0).span(), 272);
+        assert_eq!(MmaFormat::ggml(GgmlFormat::Q6K).span(), 432);
+        assert_eq!(MmaFormat::MXFP4.span(), 272);
         assert!((0..16).all(|c| c * 420 % 16 + 420 <= 432));
     }
 
@@ -737,20 +785,22 @@ mod tests {
         assert_eq!(matrix_core_warps(1536, 512), 3);
         assert_eq!(matrix_core_warps(14_336, 512), 4);
         // q4_K, one vector: 4 warps x 2 stages x (16 x 288 + 1024) + 4 x 16 x 4; q8_0 3 stages.
-        assert_eq!(matrix_core_shared_bytes(GgmlFormat::Q4K, 512, 4, 1), 8 * (16 * 288 + 1024) + 256);
-        assert_eq!(matrix_core_shared_bytes(GgmlFormat::Q8_0, 256, 4, 1), 12 * (16 * 272 + 512) + 256);
+        let (q4k, q8_0) = (MmaFormat::ggml(GgmlFormat::Q4K), MmaFormat::ggml(GgmlFormat::Q8_0));
+        assert_eq!(q4k.shared_bytes(4, 1), 8 * (16 * 288 + 1024) + 256);
+        assert_eq!(q8_0.shared_bytes(4, 1), 12 * (16 * 272 + 512) + 256);
+        // MXFP4: 16 blocks of 17 bytes a row's chunk, q4_K's two stages.
+        assert_eq!(MmaFormat::MXFP4.shared_bytes(4, 1), 8 * (16 * 272 + 1024) + 256);
         // q8_0, 8 vectors: 4 warps x 2 stages, x of 8 x (512 + 64) bytes a stage.
-        assert_eq!(
-            matrix_core_shared_bytes(GgmlFormat::Q8_0, 256, 4, 8),
-            8 * (16 * 272 + 8 * 576) + 4 * 16 * 8 * 4
-        );
+        assert_eq!(q8_0.shared_bytes(4, 8), 8 * (16 * 272 + 8 * 576) + 4 * 16 * 8 * 4);
         // Three blocks an SM within an H100's 227 KiB at one vector, two at 8 (q5_K's larger
         // rows: one).
-        for f in GgmlFormat::ALL {
-            let chunk = f.matrix_core_chunk();
-            assert!(3 * matrix_core_shared_bytes(f, chunk, 4, 1) <= 227 * 1024);
-            let at_8 = if matches!(f, GgmlFormat::Q5K | GgmlFormat::Q6K) { 1 } else { 2 };
-            assert!(at_8 * matrix_core_shared_bytes(f, chunk, 4, 8) <= 227 * 1024);
+        for (f, at_8) in GgmlFormat::ALL
+            .map(|g| (MmaFormat::ggml(g), if matches!(g, GgmlFormat::Q5K | GgmlFormat::Q6K) { 1 } else { 2 }))
+            .into_iter()
+            .chain([(MmaFormat::MXFP4, 2)])
+        {
+            assert!(3 * f.shared_bytes(4, 1) <= 227 * 1024, "{f:?}");
+            assert!(at_8 * f.shared_bytes(4, 8) <= 227 * 1024, "{f:?}");
         }
     }
 

@@ -5,7 +5,8 @@
 //! is how GGUF stores a linear layer's `[out_features, in_features]` weight.
 //!
 //! - [`mx_matvec`]: `y[r] = sum_c W[r, c] x[c]` (decode: one token); [`mx_matvec_group`]:
-//!   several such products over one `x` in one launch.
+//!   several such products over the same vectors in one launch, one token or a few (batched
+//!   decode).
 //! - [`mx_matmul`]: `Y[i, r] = sum_c X[i, c] W[r, c]`, `X` `[m, k]` and `Y` `[m, n]` row-major
 //!   (prefill: `Y = X W^T`).
 //!
@@ -20,7 +21,7 @@ use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
 
 use super::QK;
 use super::dequant::BlockFormat;
-use super::matvec::{MAX_PRODUCTS, QuantProduct, launch_products};
+use super::matvec::{MAX_PRODUCTS, MmaFormat, QuantProduct, launch_products, matrix_core_products};
 use super::mx::{Fp6, MxElem};
 use crate::KernelModule;
 use crate::abi::mxfp as abi;
@@ -190,29 +191,40 @@ pub fn mx_matvec<T: Dtype>(
     Ok(())
 }
 
-/// Up to [`MAX_PRODUCTS`] products `y_i = W_i x` over the same `x` (`k` elements), each weight
-/// `[rows_i, k]` in `format` and each `y_i` `rows_i` elements: a layer's Q, K and V, or its gate
-/// and up. Where [`mx_matvec`] takes the matrix cores and `k % 512 == 0`, one launch runs them
-/// all, the 16-row tiles of every product numbered one after another: a 1024-row projection
-/// alone (K, V at 8B shapes: 64 blocks) leaves most of an H100's 132 SMs idle, and each launch
-/// is a boundary in the step. Elsewhere each runs its own [`mx_matvec`]. Either way every output
-/// has exactly the bits [`mx_matvec`] of its product alone gives (the same tile computation).
+/// Up to [`MAX_PRODUCTS`] products `y_i = W_i x` over the same `batch` vectors `x` (`[batch,
+/// k]`), each weight `[rows_i, k]` in `format` and each `y_i` `[batch, rows_i]`: a layer's Q, K
+/// and V, or its gate and up, for `batch` tokens.
+///
+/// One vector: where [`mx_matvec`] takes the matrix cores and `k % 512 == 0`, one launch runs
+/// them all, the 16-row tiles of every product numbered one after another: a 1024-row
+/// projection alone (K, V at 8B shapes: 64 blocks) leaves most of an H100's 132 SMs idle, and
+/// each launch is a boundary in the step. Elsewhere each runs its own [`mx_matvec`]. Either way
+/// every output has exactly the bits [`mx_matvec`] of its product alone gives (the same tile
+/// computation).
+///
+/// Several vectors: MXFP4 with f16 or bf16 activations, `k % 512 == 0`, on `mma.sync` devices
+/// runs `kernels/quant_matvec_mma.hip` over the whole list, 8 vectors a pass over the weight
+/// (the batch is the matrix cores' n: 8 vectors cost little more than one;
+/// docs/kernels/mxfp.md). Everything else runs [`mx_matmul`] a product. Numerics as
+/// [`mx_matvec`]'s: exact products, f32 sums, one rounding to `T`.
+///
 /// Queued on the first output's stream, which every buffer must belong to; shapes are checked
-/// as [`mx_matvec`]'s, product by product.
+/// as [`mx_matmul`]'s (`m = batch`), product by product. No rows or no vectors: nothing runs.
 pub fn mx_matvec_group<T: Dtype>(
     format: MxFormat,
     products: &mut [QuantProduct<'_, T>],
     x: &DeviceBuffer<T>,
     k: usize,
+    batch: usize,
 ) -> Result<()> {
     ensure((1..=MAX_PRODUCTS).contains(&products.len()), KERNEL, || {
         format!("{} products; a group takes 1 to {MAX_PRODUCTS}", products.len())
     })?;
     for p in products.iter() {
-        check_product(format, 1, p.rows, k, p.w.len(), x.len(), p.y.len())?;
+        check_product(format, batch, p.rows, k, p.w.len(), x.len(), p.y.len())?;
     }
     let total_rows: usize = products.iter().map(|p| p.rows).sum();
-    if total_rows == 0 {
+    if total_rows == 0 || batch == 0 {
         return Ok(());
     }
     for p in products.iter() {
@@ -220,9 +232,28 @@ pub fn mx_matvec_group<T: Dtype>(
     }
     let stream = products[0].y.stream().clone();
     let cores = stream.backend().info().matrix_cores;
-    let grouped = k.is_multiple_of(QK * MMA_CHUNK_BLOCKS)
-        && products.iter().all(|p| matvec_on_matrix_cores(cores, format, T::NAME, k, p.w.device_ptr()));
-    if !grouped {
+    let whole_chunks = k.is_multiple_of(QK * MMA_CHUNK_BLOCKS);
+    let on_cores =
+        |p: &QuantProduct<'_, T>| matvec_on_matrix_cores(cores, format, T::NAME, k, p.w.device_ptr());
+    if batch > 1 {
+        let batch32 = u32::try_from(batch).map_err(|_| KernelError::Shape {
+            kernel: KERNEL,
+            message: format!("batch = {batch} is too large"),
+        })?;
+        if format == MxFormat::Mxfp4Gguf && whole_chunks && products.iter().all(on_cores) {
+            check_mma_tiles(products.iter().map(|p| p.rows.div_ceil(MMA_ROWS)).sum())?;
+            // The kernel's contract (matrix_core_products): check_product proved each weight
+            // `rows * k / 32` blocks, x `batch * k` and each y `batch * rows` elements; x, y
+            // (check_aligned) and w (matvec_on_matrix_cores) are 16-byte aligned; k is a positive
+            // multiple of 512, so a row's chunk is 272 bytes, whole 16-byte vectors.
+            return matrix_core_products(&stream, MmaFormat::MXFP4, products, x, k, batch32);
+        }
+        for p in products.iter_mut().filter(|p| p.rows > 0) {
+            mx_matmul(format, p.w, x, p.y, batch, p.rows, k)?;
+        }
+        return Ok(());
+    }
+    if !(whole_chunks && products.iter().all(on_cores)) {
         for p in products.iter_mut().filter(|p| p.rows > 0) {
             mx_matvec(format, p.w, x, p.y, p.rows, k)?;
         }

@@ -1,7 +1,8 @@
 //! `mxfp` products against their f64 CPU reference: MXFP4 (GGUF layout) and MXFP6 (E2M3, E3M2)
 //! weights of random bytes (every code point), f32/f16/bf16 activations and outputs, awkward
 //! shapes (n = 1, 7, 127, 4097 rows; k = 32, 96, 512, 2880, 4096, 4128, 14336; m = 1, 3, 17,
-//! 70), product groups (bit for bit the products alone), both weight staging paths of each
+//! 70), product groups (bit for bit the products alone; over 2 to 11 vectors, against the
+//! reference), both weight staging paths of each
 //! matrix-vector kernel (portable: 16-byte loads when k % 512 == 0, byte loads otherwise;
 //! matrix cores: 16-byte or word copies likewise), and the shapes the launchers must refuse.
 
@@ -88,6 +89,25 @@ pub(crate) fn assert_within<T: Dtype>(got: &[T], expected: &[f64], magnitude: &[
     );
 }
 
+/// `y` (`[m, n]` on the device) within [`assert_within`]'s bounds of the reference product of
+/// `w` (`[n, k]` in `format`) and `x` (`[m, k]`).
+#[allow(clippy::too_many_arguments)]
+fn assert_matches_reference<T: Dtype>(
+    format: MxFormat,
+    y: &DeviceBuffer<T>,
+    w: &[u8],
+    x: &[T],
+    m: usize,
+    n: usize,
+    k: usize,
+    what: &str,
+) {
+    let xf = floats(x);
+    let expected = mx_matmul_reference(format, w, &xf, m, n, k).unwrap();
+    let magnitude = magnitudes(format, w, &xf, m, n, k);
+    assert_within(&y.to_vec().unwrap(), &expected, &magnitude, k, what);
+}
+
 /// (n, k): every row count with every k, plus one large aligned matrix.
 const MATVEC: &[(usize, usize)] = &[
     (1, 32),
@@ -124,12 +144,9 @@ fn matvec<T: Dtype>(gpu: &GpuTest, seed: u64) {
             let dx = gpu.stream().upload(&x).unwrap();
             let mut y = poisoned::<T>(gpu, n);
             mx_matvec(format, &dw, &dx, &mut y, n, k).unwrap();
-            let xf = floats(&x);
-            let expected = mx_matmul_reference(format, &w, &xf, 1, n, k).unwrap();
-            let magnitude = magnitudes(format, &w, &xf, 1, n, k);
             let what = format!("matvec {format:?} {} n {n} k {k}", T::NAME);
             eprintln!("{what}");
-            assert_within(&y.to_vec().unwrap(), &expected, &magnitude, k, &what);
+            assert_matches_reference(format, &y, &w, &x, 1, n, k, &what);
         }
     }
 }
@@ -156,6 +173,25 @@ fn matvec_matches_the_reference_bf16() {
 /// (37 rows: a tile of 5), one-row products, and a group of one.
 const GROUPS: &[&[usize]] = &[&[37, 1, 100], &[300, 64, 64], &[1, 1], &[129], &[16, 17, 15]];
 
+/// `mx_matvec_group` of the products `ws[i]` (`rows[i]` rows each) over `batch` vectors `x`, into
+/// outputs poisoned first.
+fn run_group<T: Dtype>(
+    gpu: &GpuTest,
+    format: MxFormat,
+    ws: &[DeviceBuffer<u8>],
+    rows: &[usize],
+    x: &DeviceBuffer<T>,
+    k: usize,
+    batch: usize,
+) -> Vec<DeviceBuffer<T>> {
+    let mut ys: Vec<DeviceBuffer<T>> = rows.iter().map(|&n| poisoned::<T>(gpu, batch * n)).collect();
+    let mut group: Vec<QuantProduct<'_, T>> =
+        ws.iter().zip(ys.iter_mut()).zip(rows).map(|((w, y), &rows)| QuantProduct { w, y, rows }).collect();
+    mx_matvec_group(format, &mut group, x, k, batch).unwrap();
+    drop(group);
+    ys
+}
+
 /// `mx_matvec_group` gives each output exactly the bits of `mx_matvec` of its product alone:
 /// on the grouped matrix-core entry (k % 512 == 0, f16 / bf16 MXFP4 and f16 MXFP6 on NVIDIA)
 /// and on the per-product path (other k, f32, other devices). Outputs are poisoned first, so a
@@ -177,15 +213,7 @@ fn matvec_group<T: Dtype>(gpu: &GpuTest, seed: u64) {
                     mx_matvec(format, w, &dx, &mut y, n, k).unwrap();
                     alone.push(y.to_vec().unwrap());
                 }
-                let mut ys: Vec<DeviceBuffer<T>> = rows.iter().map(|&n| poisoned::<T>(gpu, n)).collect();
-                let mut group: Vec<QuantProduct<'_, T>> = ws
-                    .iter()
-                    .zip(ys.iter_mut())
-                    .zip(rows.iter())
-                    .map(|((w, y), &rows)| QuantProduct { w, y, rows })
-                    .collect();
-                mx_matvec_group(format, &mut group, &dx, k).unwrap();
-                drop(group);
+                let ys = run_group(gpu, format, &ws, rows, &dx, k, 1);
                 for (i, (y, want)) in ys.iter().zip(&alone).enumerate() {
                     let bits = |v: &[T]| v.iter().map(|e| e.to_f32().to_bits()).collect::<Vec<_>>();
                     assert_eq!(
@@ -218,6 +246,59 @@ fn matvec_group_equals_each_product_alone_bf16() {
     matvec_group::<bf16>(&gpu, 0x3a13);
 }
 
+/// `mx_matvec_group` over several vectors (`[batch, k]` in, `[batch, rows]` out for each
+/// product) against the reference: MXFP4 with f16 / bf16 on NVIDIA matrix cores where k % 512 ==
+/// 0 (quant_matvec_mma.hip's passes of 8: batches of 2, 8 and 11, a full pass and one of 3);
+/// every other format, type and k through `mx_matmul`. Ragged last tiles and one-row products,
+/// k of one and 28 chunks (each of 4 warps through both stages), outputs poisoned first.
+fn matvec_batch<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let sanitized = rocm_testkit::sanitizer().is_some();
+    for format in MxFormat::ALL {
+        for (k, rows) in
+            [(512, &[37usize, 1, 100][..]), (14_336, &[129, 16][..]), (96, &[17][..]), (4096, &[300][..])]
+        {
+            for batch in [2, 8, 11] {
+                // Under a sanitizer, mx_matmul's large shapes are left out (its own test covers
+                // it within SANITIZED_MACS); the matrix-core passes run at every shape.
+                let passes = format == MxFormat::Mxfp4Gguf && T::NAME != "f32" && k % 512 == 0;
+                let macs = batch * rows.iter().sum::<usize>() * k;
+                if sanitized && !passes && macs > SANITIZED_MACS {
+                    eprintln!("under a sanitizer: leaving out {format:?} k {k} batch {batch}");
+                    continue;
+                }
+                let x = activations::<T>(&mut rng, batch * k);
+                let dx = gpu.stream().upload(&x).unwrap();
+                let hw: Vec<Vec<u8>> = rows.iter().map(|&n| random_weights(&mut rng, format, n, k)).collect();
+                let ws: Vec<DeviceBuffer<u8>> = hw.iter().map(|w| gpu.stream().upload(w).unwrap()).collect();
+                let ys = run_group(gpu, format, &ws, rows, &dx, k, batch);
+                for (i, ((y, w), &n)) in ys.iter().zip(&hw).zip(rows.iter()).enumerate() {
+                    let what = format!("{format:?} {} k {k} batch {batch} product {i} of {rows:?}", T::NAME);
+                    assert_matches_reference(format, y, w, &x, batch, n, k, &what);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matvec_batch_matches_the_reference_f32() {
+    let gpu = gpu_test!();
+    matvec_batch::<f32>(&gpu, 0x3a21);
+}
+
+#[test]
+fn matvec_batch_matches_the_reference_f16() {
+    let gpu = gpu_test!();
+    matvec_batch::<f16>(&gpu, 0x3a22);
+}
+
+#[test]
+fn matvec_batch_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    matvec_batch::<bf16>(&gpu, 0x3a23);
+}
+
 #[test]
 fn matvec_group_refuses_bad_groups() {
     let gpu = gpu_test!();
@@ -228,10 +309,12 @@ fn matvec_group_refuses_bad_groups() {
     let mut ys: Vec<DeviceBuffer<f16>> = (0..4).map(|_| poisoned::<f16>(&gpu, 7)).collect();
     let mut four: Vec<QuantProduct<'_, f16>> =
         ys.iter_mut().map(|y| QuantProduct { w: &w, y, rows: 7 }).collect();
-    assert!(shape_error(mx_matvec_group(f, &mut four, &x, 512)).contains("4 products; a group takes 1 to 3"));
-    assert!(shape_error(mx_matvec_group(f, &mut four[..0], &x, 512)).contains("0 products"));
+    assert!(
+        shape_error(mx_matvec_group(f, &mut four, &x, 512, 1)).contains("4 products; a group takes 1 to 3")
+    );
+    assert!(shape_error(mx_matvec_group(f, &mut four[..0], &x, 512, 1)).contains("0 products"));
     four[1].rows = 6;
-    assert!(shape_error(mx_matvec_group(f, &mut four[..2], &x, 512)).contains("w holds 1904 bytes"));
+    assert!(shape_error(mx_matvec_group(f, &mut four[..2], &x, 512, 1)).contains("w holds 1904 bytes"));
     drop(four);
     assert!(
         ys.iter().all(|y| y.to_vec().unwrap().iter().all(|v| v.to_f32().is_nan())),
@@ -332,9 +415,10 @@ fn one_token_matmul_equals_matvec_within_rounding() {
     }
 }
 
-/// The E8M0 scale's two special bytes on every matrix-vector path (f16/bf16 take the matrix-core
-/// kernel where there is one, since k % 512 == 0): 0xFF is NaN and makes its row NaN; 0 is
-/// 2^-127, whose products stay exact (f32 subnormals) and are checked like any other.
+/// The E8M0 scale's two special bytes on every matrix-vector path, one vector and three (f16/bf16
+/// take the matrix-core kernels where there are some, since k % 512 == 0): 0xFF is NaN and makes
+/// its row NaN; 0 is 2^-127, whose products stay exact (f32 subnormals) and are checked like any
+/// other.
 fn special_scales<T: Dtype>(gpu: &GpuTest, seed: u64) {
     let mut rng = Rng::new(seed);
     let (n, k) = (37, 1024);
@@ -353,17 +437,37 @@ fn special_scales<T: Dtype>(gpu: &GpuTest, seed: u64) {
     let dx = gpu.stream().upload(&x).unwrap();
     let mut y = poisoned::<T>(gpu, n);
     mx_matvec(format, &dw, &dx, &mut y, n, k).unwrap();
-    let got = y.to_vec().unwrap();
-    let xf = floats(&x);
-    let expected = mx_matmul_reference(format, &w, &xf, 1, n, k).unwrap();
-    let magnitude = magnitudes(format, &w, &xf, 1, n, k);
-    for r in [3, 20] {
-        assert!(got[r].to_f32().is_nan(), "{}: row {r} has a NaN scale, got {:?}", T::NAME, got[r]);
+    check_special_scales(&y.to_vec().unwrap(), &w, &floats(&x), 1, n, k, "one vector");
+    // Three vectors (the first the same x): mx_matvec_group's batched path.
+    let batch = 3;
+    let mut xs = x.clone();
+    xs.extend(activations::<T>(&mut rng, (batch - 1) * k));
+    let dxs = gpu.stream().upload(&xs).unwrap();
+    let mut ys = poisoned::<T>(gpu, batch * n);
+    mx_matvec_group(format, &mut [QuantProduct { w: &dw, y: &mut ys, rows: n }], &dxs, k, batch).unwrap();
+    check_special_scales(&ys.to_vec().unwrap(), &w, &floats(&xs), batch, n, k, "three vectors");
+}
+
+/// Rows 3 and 20 of every vector's output NaN (a NaN scale), the others within the reference's
+/// bounds.
+fn check_special_scales<T: Dtype>(got: &[T], w: &[u8], x: &[f32], m: usize, n: usize, k: usize, what: &str) {
+    let format = MxFormat::Mxfp4Gguf;
+    let expected = mx_matmul_reference(format, w, x, m, n, k).unwrap();
+    let magnitude = magnitudes(format, w, x, m, n, k);
+    let nan_row = |i: usize| [3, 20].contains(&(i % n));
+    for (i, g) in got.iter().enumerate().filter(|&(i, _)| nan_row(i)) {
+        assert!(g.to_f32().is_nan(), "{} {what}: output {i} has a NaN scale, got {g:?}", T::NAME);
     }
-    let keep: Vec<usize> = (0..n).filter(|r| ![3, 20].contains(r)).collect();
-    let pick = |v: &[f64]| keep.iter().map(|&r| v[r]).collect::<Vec<_>>();
-    let got_rest: Vec<T> = keep.iter().map(|&r| got[r]).collect();
-    assert_within(&got_rest, &pick(&expected), &pick(&magnitude), k, &format!("special scales {}", T::NAME));
+    let keep: Vec<usize> = (0..m * n).filter(|&i| !nan_row(i)).collect();
+    let pick = |v: &[f64]| keep.iter().map(|&i| v[i]).collect::<Vec<_>>();
+    let got_rest: Vec<T> = keep.iter().map(|&i| got[i]).collect();
+    assert_within(
+        &got_rest,
+        &pick(&expected),
+        &pick(&magnitude),
+        k,
+        &format!("special scales {} {what}", T::NAME),
+    );
 }
 
 #[test]

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
 use rocm_kernels::quant::{
-    BlockFormat, GgmlFormat, MAX_PRODUCTS, MxFormat, QuantProduct, dequant_gemm, dequantize_into, mx_matvec,
+    BlockFormat, GgmlFormat, MAX_PRODUCTS, MxFormat, QuantProduct, dequant_gemm, dequantize_into,
     mx_matvec_group, quant_matvec, quant_matvec_group,
 };
 use rocm_runtime::DeviceBuffer;
@@ -137,7 +137,7 @@ pub(crate) fn apply_shared<T: GemmElement>(
                 .collect();
             match format {
                 FusedFormat::Ggml(g) => quant_matvec_group(g, &mut group, x, inp, tokens)?,
-                FusedFormat::Mx(m) => mx_matvec_group(m, &mut group, x, inp)?,
+                FusedFormat::Mx(m) => mx_matvec_group(m, &mut group, x, inp, tokens)?,
             }
         }
         None => {
@@ -155,7 +155,7 @@ pub(crate) fn apply_shared<T: GemmElement>(
 enum FusedFormat {
     /// ggml's, up to [`FUSED_MAX_TOKENS`] (`quant_matvec`, `quant_matvec_group`).
     Ggml(GgmlFormat),
-    /// MXFP4 at one token (`mx_matvec`, `mx_matvec_group`).
+    /// MXFP4, up to [`FUSED_MAX_TOKENS`] (`mx_matvec_group`).
     Mx(MxFormat),
 }
 
@@ -164,7 +164,9 @@ impl FusedFormat {
     fn of(format: BlockFormat, tokens: usize) -> Option<FusedFormat> {
         match (format, GgmlFormat::of(format)) {
             (_, Some(g)) => (tokens <= FUSED_MAX_TOKENS).then_some(FusedFormat::Ggml(g)),
-            (BlockFormat::Mxfp4Gguf, None) => (tokens == 1).then_some(FusedFormat::Mx(MxFormat::Mxfp4Gguf)),
+            (BlockFormat::Mxfp4Gguf, None) => {
+                (tokens <= FUSED_MAX_TOKENS).then_some(FusedFormat::Mx(MxFormat::Mxfp4Gguf))
+            }
             _ => None,
         }
     }
@@ -212,8 +214,8 @@ fn has_fused_product(format: BlockFormat, tokens: usize) -> bool {
 pub const FUSED_MAX_TOKENS: usize = 8;
 
 /// Runs the fused quantised product where there is one for this format and token count, and
-/// says whether it did: ggml's formats up to [`FUSED_MAX_TOKENS`] (`quant_matvec`), MXFP4 at
-/// one token (`mx_matvec`).
+/// says whether it did: ggml's formats (`quant_matvec`) and MXFP4 (`mx_matvec_group` of one
+/// product) up to [`FUSED_MAX_TOKENS`].
 fn fused_product<T: GemmElement>(
     format: BlockFormat,
     blocks: &DeviceBuffer<u8>,
@@ -226,7 +228,9 @@ fn fused_product<T: GemmElement>(
     let Some(fused) = FusedFormat::of(format, tokens) else { return Ok(false) };
     match fused {
         FusedFormat::Ggml(g) => quant_matvec(g, blocks, x, y, out, inp, tokens)?,
-        FusedFormat::Mx(m) => mx_matvec(m, blocks, x, y, out, inp)?,
+        FusedFormat::Mx(m) => {
+            mx_matvec_group(m, &mut [QuantProduct { w: blocks, y, rows: out }], x, inp, tokens)?
+        }
     }
     Ok(true)
 }
@@ -260,21 +264,17 @@ mod tests {
 
     use super::{FUSED_MAX_TOKENS, bias_desc, has_fused_product};
 
-    /// What a decode workspace sizes its dequantisation scratch by: ggml's formats fused up to
-    /// 8 tokens, MXFP4 at one, MXFP6 never.
+    /// What a decode workspace sizes its dequantisation scratch by: ggml's formats and MXFP4
+    /// fused up to 8 tokens, MXFP6 never.
     #[test]
     fn fused_products_cover_the_documented_token_counts() {
-        for format in
-            [BlockFormat::Q8_0, BlockFormat::Q4_0, BlockFormat::Q4K, BlockFormat::Q5K, BlockFormat::Q6K]
-        {
+        for format in BlockFormat::GGUF {
             assert!(
                 has_fused_product(format, 1) && has_fused_product(format, FUSED_MAX_TOKENS),
                 "{format:?}"
             );
             assert!(!has_fused_product(format, FUSED_MAX_TOKENS + 1), "{format:?}");
         }
-        assert!(has_fused_product(BlockFormat::Mxfp4Gguf, 1));
-        assert!(!has_fused_product(BlockFormat::Mxfp4Gguf, 2));
         assert!(!has_fused_product(BlockFormat::Mxfp6(rocm_kernels::quant::Fp6::E2M3), 1));
     }
 

@@ -161,17 +161,31 @@ fn mxfp4_types(_: usize, t: LayerTensor) -> GgmlType {
     if t.is_matrix() { GgmlType::MXFP4 } else { GgmlType::F32 }
 }
 
-#[test]
-fn grouped_mxfp4_products_match_the_reference_bf16() {
-    let gpu = gpu_test!();
+/// The model of [`mxfp4_types`] (hidden 512, FFN 1024, 8 query and 2 KV heads of 64).
+fn mxfp4_file() -> Arc<GgufFile> {
     let base = SyntheticSpec::small(Architecture::Llama);
     let spec = SyntheticSpec {
         config: ModelConfig { hidden: 512, ffn: 1024, q_heads: 8, kv_heads: 2, ..base.config },
         types: mxfp4_types,
         ..base
     };
-    let file = Arc::new(GgufFile::from_bytes(spec.to_bytes().unwrap()).unwrap());
+    Arc::new(GgufFile::from_bytes(spec.to_bytes().unwrap()).unwrap())
+}
+
+#[test]
+fn grouped_mxfp4_products_match_the_reference_bf16() {
+    let gpu = gpu_test!();
+    let file = mxfp4_file();
     parity_one_sequence_of::<bf16>(&gpu, file, "MXFP4, grouped products");
+}
+
+/// The same model decoding two sequences a step: on NVIDIA with bf16 activations each product
+/// list runs `quant_matvec_mma`'s MXFP4 passes of 8 vectors (`mx_matvec_group` past one token).
+#[test]
+fn batched_mxfp4_products_match_the_reference_bf16() {
+    let gpu = gpu_test!();
+    let file = mxfp4_file();
+    parity_of::<bf16>(&gpu, file, "MXFP4, batched products");
 }
 
 /// Block-format projections stay as their blocks on the device: the weights take the file's
