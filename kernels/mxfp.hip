@@ -199,8 +199,10 @@ RF_DEVICE void rf_mx_matvec(const unsigned char* w, const T* x, T* y, rf_u64 n, 
 // memory (B's b0, b1: consecutive pairs of x). B is the same in all 8 columns, so every
 // column of D holds the row's block sum. Each block's two steps start from zero; the block sum
 // (f32) times the E8M0 scale (a power of two: exact) is added to the row's f32 total, so every
-// product is exact and the sums are f32, as in the portable kernel. The warps' totals are added
-// in shared memory in a fixed order.
+// product is exact and the sums are f32, as in the portable kernel. The four lanes of a row hold
+// the same block sums, so lane t adds blocks t, t + 4, ... of each chunk (the ones whose scales
+// it decodes) and the four totals meet at the tile's end; the warps' totals are added in shared
+// memory in a fixed order.
 //
 // Decoding a thread's 8 codes into A pairs:
 //   f16:  bit placement, no table: a code's magnitude bits under the f16 exponent and mantissa
@@ -440,8 +442,8 @@ RF_DEVICE void rf_mx_matvec_mma(const rf_qmv_products& p, const T* x, rf_u64 k) 
             const unsigned char* rh = rg + 8 * RS;
             const int cb = chunk_blocks(c);
             // The chunk's 32 scales (16 blocks of rows g and g + 8) are decoded once per group
-            // of four lanes: lane t takes blocks t, t + 4, t + 8, t + 12; the others fetch
-            // them by shuffle.
+            // of four lanes: lane t takes blocks t, t + 4, t + 8, t + 12, and adds only those
+            // blocks' sums (below).
             float scale_g[RF_MXM_CHUNK / 4];
             float scale_h[RF_MXM_CHUNK / 4];
 #pragma unroll
@@ -465,13 +467,22 @@ RF_DEVICE void rf_mx_matvec_mma(const rf_qmv_products& p, const T* x, rf_u64 k) 
                 const unsigned a1[4] = {ag[1][0], ah[1][0], ag[1][1], ah[1][1]};
                 rf_mma<T>::run(d, a0, xb.x, xb.y);
                 rf_mma<T>::run(d, a1, xb.z, xb.w);
-                const int from = (lane & ~3) | (b & 3);
-                total_g = fmaf(d[0] * D::UNIT, __shfl_sync(0xffffffffu, scale_g[b >> 2], from), total_g);
-                total_h = fmaf(d[2] * D::UNIT, __shfl_sync(0xffffffffu, scale_h[b >> 2], from), total_h);
+                // Every column of D holds the row's block sum (B's columns are all x), so the
+                // four lanes of a row hold the same sums: lane t adds its own blocks' (b % 4 ==
+                // t) with the scales it decoded, and the four totals meet at the tile's end.
+                if ((b & 3) == t) {
+                    total_g = fmaf(d[0] * D::UNIT, scale_g[b >> 2], total_g);
+                    total_h = fmaf(d[2] * D::UNIT, scale_h[b >> 2], total_h);
+                }
             }
             __syncwarp(); // every lane is done with stage s before it is refilled
             s ^= 1;
         }
+        // The four lanes' totals of each row, in a fixed order (every lane of the warp gets here).
+        total_g += __shfl_xor_sync(0xffffffffu, total_g, 1);
+        total_h += __shfl_xor_sync(0xffffffffu, total_h, 1);
+        total_g += __shfl_xor_sync(0xffffffffu, total_g, 2);
+        total_h += __shfl_xor_sync(0xffffffffu, total_h, 2);
         if (t == 0) {
             totals[warp * RF_MXM_ROWS + g] = total_g;
             totals[warp * RF_MXM_ROWS + g + 8] = total_h;
