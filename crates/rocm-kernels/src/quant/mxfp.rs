@@ -204,7 +204,7 @@ pub fn mx_matvec<T: Dtype>(
 ///
 /// Several vectors: MXFP4 with f16 or bf16 activations, `k % 512 == 0`, on `mma.sync` devices
 /// runs `kernels/quant_matvec_mma.hip` over the whole list, 8 vectors a pass over the weight
-/// (the batch is the matrix cores' n: 8 vectors cost little more than one;
+/// (the batch is the matrix cores' n: 8 vectors cost 1.2-1.5 times one, against 8 times;
 /// docs/kernels/mxfp.md). Everything else runs [`mx_matmul`] a product. Numerics as
 /// [`mx_matvec`]'s: exact products, f32 sums, one rounding to `T`.
 ///
