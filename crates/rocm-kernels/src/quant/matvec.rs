@@ -243,10 +243,7 @@ pub fn quant_matvec_group<T: Dtype>(
         KERNEL,
         || "w, x and y must be 16-byte aligned".into(),
     )?;
-    let batch32 = u32::try_from(batch).map_err(|_| KernelError::Shape {
-        kernel: KERNEL,
-        message: format!("batch = {batch} is too large"),
-    })?;
+    let batch32 = batch_arg(batch)?;
     let stream = products[0].y.stream().clone();
     if matrix_core_chunk(stream.backend().info().matrix_cores, format, T::NAME, k).is_some() {
         return matrix_core_products(&stream, MmaFormat::ggml(format), products, x, k, batch32);
@@ -271,6 +268,12 @@ pub fn quant_matvec_group<T: Dtype>(
     // that each belongs to the launching stream. launch_config gives whole warps of 32 or 64
     // lanes, at most RF_QMV_THREADS, the shapes its shared totals and its warp reduction take.
     unsafe { launch_products(&stream, &kernel, config, products, x, k, batch32, false) }
+}
+
+/// `batch` as the kernels' 32-bit argument, refused when it does not fit.
+pub(super) fn batch_arg(batch: usize) -> Result<u32> {
+    u32::try_from(batch)
+        .map_err(|_| KernelError::Shape { kernel: KERNEL, message: format!("batch = {batch} is too large") })
 }
 
 /// Queues `kernel`, an entry `(rf_qmv_products p, const T* x, u64 k, u32 batch)` of either

@@ -21,7 +21,9 @@ use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
 
 use super::QK;
 use super::dequant::BlockFormat;
-use super::matvec::{MAX_PRODUCTS, MmaFormat, QuantProduct, launch_products, matrix_core_products};
+use super::matvec::{
+    MAX_PRODUCTS, MmaFormat, QuantProduct, batch_arg, launch_products, matrix_core_products,
+};
 use super::mx::{Fp6, MxElem};
 use crate::KernelModule;
 use crate::abi::mxfp as abi;
@@ -232,30 +234,22 @@ pub fn mx_matvec_group<T: Dtype>(
     }
     let stream = products[0].y.stream().clone();
     let cores = stream.backend().info().matrix_cores;
-    let whole_chunks = k.is_multiple_of(QK * MMA_CHUNK_BLOCKS);
-    let on_cores =
-        |p: &QuantProduct<'_, T>| matvec_on_matrix_cores(cores, format, T::NAME, k, p.w.device_ptr());
-    if batch > 1 {
-        let batch32 = u32::try_from(batch).map_err(|_| KernelError::Shape {
-            kernel: KERNEL,
-            message: format!("batch = {batch} is too large"),
-        })?;
-        if format == MxFormat::Mxfp4Gguf && whole_chunks && products.iter().all(on_cores) {
-            check_mma_tiles(products.iter().map(|p| p.rows.div_ceil(MMA_ROWS)).sum())?;
-            // The kernel's contract (matrix_core_products): check_product proved each weight
-            // `rows * k / 32` blocks, x `batch * k` and each y `batch * rows` elements; x, y
-            // (check_aligned) and w (matvec_on_matrix_cores) are 16-byte aligned; k is a positive
-            // multiple of 512, so a row's chunk is 272 bytes, whole 16-byte vectors.
-            return matrix_core_products(&stream, MmaFormat::MXFP4, products, x, k, batch32);
-        }
-        for p in products.iter_mut().filter(|p| p.rows > 0) {
-            mx_matmul(format, p.w, x, p.y, batch, p.rows, k)?;
-        }
-        return Ok(());
+    let fused = k.is_multiple_of(QK * MMA_CHUNK_BLOCKS)
+        && products.iter().all(|p| matvec_on_matrix_cores(cores, format, T::NAME, k, p.w.device_ptr()));
+    if fused && batch > 1 && format == MxFormat::Mxfp4Gguf {
+        // The kernel's contract (matrix_core_products, which also bounds the tiles): check_product
+        // proved each weight `rows * k / 32` blocks, x `batch * k` and each y `batch * rows`
+        // elements; x, y (check_aligned) and w (matvec_on_matrix_cores) are 16-byte aligned; k is
+        // a positive multiple of 512, so a row's chunk is 272 bytes, whole 16-byte vectors.
+        return matrix_core_products(&stream, MmaFormat::MXFP4, products, x, k, batch_arg(batch)?);
     }
-    if !(whole_chunks && products.iter().all(on_cores)) {
+    if !(fused && batch == 1) {
         for p in products.iter_mut().filter(|p| p.rows > 0) {
-            mx_matvec(format, p.w, x, p.y, p.rows, k)?;
+            if batch == 1 {
+                mx_matvec(format, p.w, x, p.y, p.rows, k)?;
+            } else {
+                mx_matmul(format, p.w, x, p.y, batch, p.rows, k)?;
+            }
         }
         return Ok(());
     }
