@@ -43,4 +43,11 @@ struct rf_qmv_products {
 #define RF_QMVM_STAGES_ONE_Q4_K 2
 #define RF_QMVM_STAGES_MANY 2
 
+// The matrix-core kernel for passes of 32 vectors (kernels/quant_matmul_mma.hip): rows a block
+// owns (one 16-row tile a warp), its warps, the vectors of a pass, and its stages.
+#define RF_QMMM_ROWS 64
+#define RF_QMMM_WARPS 4
+#define RF_QMMM_BATCH 32
+#define RF_QMMM_STAGES 2
+
 #endif // ROCMFORGE_QUANT_MATVEC_ABI_H

@@ -28,6 +28,7 @@ const RESTRICTED: &[(&str, Only)] = &[
     ("flash_wgmma", Only::NvidiaSm90a),
     ("flash_mfma", Only::AmdMfma),
     ("quant_gemm_wgmma", Only::NvidiaSm90a),
+    ("quant_matmul_mma", Only::NvidiaMmaSync),
     ("quant_matvec_mma", Only::NvidiaMmaSync),
 ];
 

@@ -16,7 +16,8 @@
 //! Grouped launches (`quant_matvec_group`), as the model runs them, for q8_0 and q4_K: Q, K and
 //! V in one launch (`4096+1024+1024x4096`) and gate and up in one (`14336+14336x4096`), rows
 //! `<fmt> matvec group b<N>`, next to the sum of the single launches' rows above; and the same
-//! groups of MXFP4 weights (`mx_matvec_group`, rows `mxfp4 matvec group b<N>`).
+//! groups of MXFP4 weights (`mx_matvec_group`, rows `mxfp4 matvec group b<N>`); each at 1, 8
+//! and 32 vectors (32: `kernels/quant_matmul_mma.hip` on the matrix cores).
 
 use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
@@ -52,7 +53,7 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     for &group in GROUPS {
         for format in [GgmlFormat::Q8_0, GgmlFormat::Q4K] {
             let weights = group.iter().map(|&n| weights(b, format, n, 4096)).collect::<Result<Vec<_>>>()?;
-            for &batch in &BATCHES[..2] {
+            for &batch in BATCHES {
                 rows.push(matvec_group::<f16>(b, format, &weights, group, 4096, batch)?);
                 rows.push(matvec_group::<bf16>(b, format, &weights, group, 4096, batch)?);
             }
@@ -61,7 +62,7 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             .iter()
             .map(|&n| super::mxfp::weights(b, BlockFormat::Mxfp4Gguf, n, 4096))
             .collect::<Result<Vec<_>>>()?;
-        for &batch in &BATCHES[..2] {
+        for &batch in BATCHES {
             rows.push(mx_group::<f16>(b, &weights, group, 4096, batch)?);
             rows.push(mx_group::<bf16>(b, &weights, group, 4096, batch)?);
         }

@@ -15,10 +15,12 @@
 //! from which [`QuantMatvecReference::allowed_error`] bounds the kernel's rounding. The design and
 //! its speed: `docs/kernels/quant_matvec.md`.
 //!
-//! Two implementations of that contract: `kernels/quant_matvec_mma.hip` on NVIDIA matrix cores
-//! (sm_80 and later) for every ggml format's weights with f16 or bf16 activations and rows of
-//! whole k steps ([`quant_matvec_on_matrix_cores`]), and the portable `kernels/quant_matvec.hip`
-//! everywhere else. They differ only in the order of their f32 sums.
+//! Two implementations of that contract: on NVIDIA matrix cores (sm_80 and later) for every
+//! ggml format's weights with f16 or bf16 activations and rows of whole k steps
+//! ([`quant_matvec_on_matrix_cores`]), `kernels/quant_matvec_mma.hip` for up to 8 vectors and
+//! `kernels/quant_matmul_mma.hip` (passes of 32, the weight read once a pass) beyond; and the
+//! portable `kernels/quant_matvec.hip` everywhere else. They differ only in the order of their
+//! f32 sums.
 
 use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
 
@@ -41,6 +43,13 @@ const MMA_MODULE: KernelModule = KernelModule::QuantMatvecMma;
 const MMA_ROWS: usize = abi::RF_QMVM_ROWS as usize;
 const MMA_WARPS: usize = abi::RF_QMVM_WARPS as usize;
 const MMA_STAGES_MANY: usize = abi::RF_QMVM_STAGES_MANY as usize;
+/// The matrix-core kernel for more than 8 vectors (`kernels/quant_matmul_mma.hip`): rows a
+/// block owns (a 16-row tile a warp), its warps, the vectors of a pass and its stages.
+const WIDE_MODULE: KernelModule = KernelModule::QuantMatmulMma;
+const WIDE_ROWS: usize = abi::RF_QMMM_ROWS as usize;
+const WIDE_WARPS: usize = abi::RF_QMMM_WARPS as usize;
+const WIDE_PASS: usize = abi::RF_QMMM_BATCH as usize;
+const WIDE_STAGES: usize = abi::RF_QMMM_STAGES as usize;
 
 /// Rows a thread block owns at a time.
 const ROWS: usize = abi::RF_QMV_ROWS as usize;
@@ -335,10 +344,16 @@ fn matrix_core_chunk(cores: MatrixCores, format: GgmlFormat, dtype: &str, k: usi
         .then_some(format.matrix_core_chunk())
 }
 
-/// Vectors a pass of the matrix-core kernel takes: its `_b1` entry for one vector, else `_b8`
-/// (passes of 8; a pass's unused vectors cost nothing but their zero-filled stage).
+/// Vectors a pass of the matrix-core kernels takes: `quant_matvec_mma`'s `_b1` entry for one
+/// vector and `_b8` up to 8 (a pass's unused vectors cost nothing but their zero-filled stage);
+/// beyond, `quant_matmul_mma`'s passes of 32, which read the weight once for all of them where
+/// passes of 8 read it once each (docs/kernels/quant_matvec.md, v7).
 fn matrix_core_pass(batch: u32) -> usize {
-    if batch == 1 { 1 } else { MAX_BATCH }
+    match batch {
+        1 => 1,
+        2..=8 => MAX_BATCH,
+        _ => WIDE_PASS,
+    }
 }
 
 /// A weight format of the matrix-core kernel (`kernels/quant_matvec_mma.hip`): its entries'
@@ -394,10 +409,17 @@ impl MmaFormat {
         (bytes + 16 - align).div_ceil(16) * 16
     }
 
-    /// Shared bytes of a block with `warps` warps and passes of `pass` vectors: per warp its
-    /// stages (`stages_one` for one vector, `MMA_STAGES_MANY` for passes of 8) of the tile's rows
-    /// of a chunk ([`Self::span`] bytes each) and the chunk of x (one vector; or `pass` vectors
-    /// 64 bytes apart beyond the chunk's bytes), then the warps' totals (`16 x pass` f32).
+    /// Shared bytes of a `quant_matmul_mma` block: its stages, each the chunk of its 64 rows and
+    /// of the pass's 32 vectors of x, 64 bytes apart beyond the chunk's bytes.
+    const fn wide_shared_bytes(self) -> usize {
+        WIDE_STAGES * (WIDE_ROWS * self.span() + WIDE_PASS * (2 * self.chunk + 64))
+    }
+
+    /// Shared bytes of a `quant_matvec_mma` block with `warps` warps and passes of `pass` vectors:
+    /// per warp its stages (`stages_one` for one vector, `MMA_STAGES_MANY` for passes of 8) of
+    /// the tile's rows of a chunk ([`Self::span`] bytes each) and the chunk of x (one vector; or
+    /// `pass` vectors 64 bytes apart beyond the chunk's bytes), then the warps' totals (`16 x
+    /// pass` f32).
     const fn shared_bytes(self, warps: usize, pass: usize) -> usize {
         let (x, stages) = if pass == 1 {
             (2 * self.chunk, self.stages_one)
@@ -419,7 +441,7 @@ fn matrix_core_warps(k: usize, chunk: usize) -> usize {
 /// `rows * k / block_elems` blocks, x `batch * k` and each y `batch * rows` elements, every
 /// buffer 16-byte aligned), on an `mma.sync` device with 16-bit activations and `k` a positive
 /// multiple of a k step (whole chunks whose rows are whole 16-byte vectors, or q6_K's 2048).
-/// [`MmaFormat::MXFP4`] has passes of 8 only (`batch > 1`).
+/// [`MmaFormat::MXFP4`] has passes of 8 and 32 only (`batch > 1`).
 pub(super) fn matrix_core_products<T: Dtype>(
     stream: &Stream,
     format: MmaFormat,
@@ -433,10 +455,13 @@ pub(super) fn matrix_core_products<T: Dtype>(
         k > 0 && k.is_multiple_of(chunk) && (k / format.block_elems * format.block_bytes).is_multiple_of(16)
     );
     let pass = matrix_core_pass(batch);
-    let name = kernel_name::<T>(&format!("rf_qmvm_{}_b{pass}", format.name));
-    let kernel = loader::kernel(stream, MMA_MODULE, &name)?;
+    let wide = pass == WIDE_PASS;
+    let (module, prefix, rows_a_block) =
+        if wide { (WIDE_MODULE, "rf_qmmm", WIDE_ROWS) } else { (MMA_MODULE, "rf_qmvm", MMA_ROWS) };
+    let name = kernel_name::<T>(&format!("{prefix}_{}_b{pass}", format.name));
+    let kernel = loader::kernel(stream, module, &name)?;
     let info = stream.backend().info();
-    let warps = matrix_core_warps(k, chunk);
+    let warps = if wide { WIDE_WARPS } else { matrix_core_warps(k, chunk) };
     let threads = warps * 32;
     ensure(info.warp_size == 32 && kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
         format!("the matrix-core kernel needs {threads} threads of 32-wide warps")
@@ -445,11 +470,11 @@ pub(super) fn matrix_core_products<T: Dtype>(
     ensure(MMA_ROWS * row_bytes < 1 << 32, KERNEL, || {
         format!("k = {k} is too long for the matrix-core kernel")
     })?;
-    let tiles: usize = products.iter().map(|p| p.rows.div_ceil(MMA_ROWS)).sum();
+    let tiles: usize = products.iter().map(|p| p.rows.div_ceil(rows_a_block)).sum();
     ensure(tiles < GROUP_LIMIT, KERNEL, || {
-        format!("{tiles} tiles of {MMA_ROWS} rows; a launch takes fewer than 2^31")
+        format!("{tiles} tiles of {rows_a_block} rows; a launch takes fewer than 2^31")
     })?;
-    let shared = format.shared_bytes(warps, pass);
+    let shared = if wide { format.wide_shared_bytes() } else { format.shared_bytes(warps, pass) };
     ensure(shared <= info.shared_mem_per_block_optin as usize, KERNEL, || {
         format!(
             "needs {shared} bytes of shared memory, the device allows {}",
@@ -462,7 +487,8 @@ pub(super) fn matrix_core_products<T: Dtype>(
         block: [threads as u32, 1, 1],
         shared_mem_bytes: shared as u32,
     };
-    // SAFETY: rf_qmvm_<fmt>_b<pass>_<T>(rf_qmv_products p, const T* x, u64 k, u32 batch): for
+    // SAFETY: rf_qmvm_<fmt>_b<pass>_<T>, or rf_qmmm_<fmt>_b32_<T> past 8 vectors (the same
+    // contract), (rf_qmv_products p, const T* x, u64 k, u32 batch): for
     // each product i with rows[i] > 0 it copies bytes [0, rows[i] * row_bytes) of w[i] in whole
     // 16-byte vectors (row_bytes a multiple of 16: k is whole k steps; rows past the end, and a
     // q6_K chunk's span past its row's end, are zero-filled without reading), reads x[0, batch *
@@ -471,7 +497,8 @@ pub(super) fn matrix_core_products<T: Dtype>(
     // each) and k a positive multiple of the format's k step (so of its chunk); the _b1 entry
     // gets batch 1 only. Its copy offsets are 32-bit: 16 * row_bytes < 2^32 (checked above), and its
     // tile counter too (tiles and grid below 2^31). The block is `warps` whole warps of 32
-    // lanes, at most RF_QMVM_WARPS, with the dynamic shared memory its formula needs (checked
+    // lanes, at most RF_QMVM_WARPS (RF_QMMM_WARPS for rf_qmmm), with the dynamic shared memory
+    // its formula needs (checked
     // against the device's opt-in limit; the launch opts in). Every w, y and x is 16-byte
     // aligned (checked by the caller). Outputs are distinct `&mut` borrows, the weights and x
     // shared ones; `reads` / `writes` check the stream. Dependent: only the weights' first
@@ -649,6 +676,10 @@ pub(crate) fn launchable() -> Vec<Launchable> {
     for dtype in ["f16", "bf16"] {
         let name = format!("rf_qmvm_{}_b{MAX_BATCH}_{dtype}", MmaFormat::MXFP4.name);
         out.push(Launchable::new(MMA_MODULE, name, Needs::MmaSync));
+        for format in GgmlFormat::ALL.map(|f| f.name()).into_iter().chain([MmaFormat::MXFP4.name]) {
+            let name = format!("rf_qmmm_{format}_b{WIDE_PASS}_{dtype}");
+            out.push(Launchable::new(WIDE_MODULE, name, Needs::MmaSync));
+        }
     }
     out
 }
@@ -783,7 +814,9 @@ mod tests {
     fn matrix_core_blocks_fit_their_shared_memory() {
         assert_eq!(matrix_core_pass(1), 1);
         assert_eq!(matrix_core_pass(2), 8);
-        assert_eq!(matrix_core_pass(33), 8);
+        assert_eq!(matrix_core_pass(8), 8);
+        assert_eq!(matrix_core_pass(9), 32);
+        assert_eq!(matrix_core_pass(33), 32);
         assert_eq!(matrix_core_warps(512, 512), 1);
         assert_eq!(matrix_core_warps(1536, 512), 3);
         assert_eq!(matrix_core_warps(14_336, 512), 4);
@@ -804,7 +837,11 @@ mod tests {
         {
             assert!(3 * f.shared_bytes(4, 1) <= 227 * 1024, "{f:?}");
             assert!(at_8 * f.shared_bytes(4, 8) <= 227 * 1024, "{f:?}");
+            // Passes of 32: at least one block an SM (q8_0 three, q4_K two, q6_K one).
+            assert!(f.wide_shared_bytes() <= 227 * 1024, "{f:?}");
         }
+        // q8_0, 32 vectors: 2 stages x (64 x 272 + 32 x (512 + 64)).
+        assert_eq!(q8_0.wide_shared_bytes(), 2 * (64 * 272 + 32 * 576));
     }
 
     #[test]

@@ -75,7 +75,9 @@ pub use mx::{
     E8M0_NAN, Fp6, MxElem, dequantize_mxfp4_gguf, dequantize_mxfp6, e8m0_to_f32, quantize_mxfp4_gguf,
     quantize_mxfp6,
 };
-pub use mxfp::{MxFormat, mx_matmul, mx_matmul_reference, mx_matvec, mx_matvec_group};
+pub use mxfp::{
+    MxFormat, mx_matmul, mx_matmul_reference, mx_matvec, mx_matvec_group, mx_matvec_group_on_matrix_cores,
+};
 pub use mxfp4_tiled::{DeviceTiledMxfp4, TiledCodes, TiledMxfp4, mx_matvec_tiled, mx_matvec_tiled_portable};
 pub use quant_gemm::{quant_gemm, quant_gemm_runs};
 

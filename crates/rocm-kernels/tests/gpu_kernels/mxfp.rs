@@ -248,7 +248,8 @@ fn matvec_group_equals_each_product_alone_bf16() {
 
 /// `mx_matvec_group` over several vectors (`[batch, k]` in, `[batch, rows]` out for each
 /// product) against the reference: MXFP4 with f16 / bf16 on NVIDIA matrix cores where k % 512 ==
-/// 0 (quant_matvec_mma.hip's passes of 8: batches of 2, 8 and 11, a full pass and one of 3);
+/// 0 (quant_matvec_mma.hip's passes of 8: batches of 2 and 8; quant_matmul_mma.hip's of 32:
+/// 11, and 33, a full pass and one of 1);
 /// every other format, type and k through `mx_matmul`. Ragged last tiles and one-row products,
 /// k of one and 28 chunks (each of 4 warps through both stages), outputs poisoned first.
 fn matvec_batch<T: Dtype>(gpu: &GpuTest, seed: u64) {
@@ -258,7 +259,7 @@ fn matvec_batch<T: Dtype>(gpu: &GpuTest, seed: u64) {
         for (k, rows) in
             [(512, &[37usize, 1, 100][..]), (14_336, &[129, 16][..]), (96, &[17][..]), (4096, &[300][..])]
         {
-            for batch in [2, 8, 11] {
+            for batch in [2, 8, 11, 33] {
                 // Under a sanitizer, mx_matmul's large shapes are left out (its own test covers
                 // it within SANITIZED_MACS); the matrix-core passes run at every shape.
                 let passes = format == MxFormat::Mxfp4Gguf && T::NAME != "f32" && k % 512 == 0;

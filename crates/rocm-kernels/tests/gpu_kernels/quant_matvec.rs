@@ -187,7 +187,9 @@ fn matches_the_reference_bf16() {
 /// 4 chunks), several (warps splitting k, more chunks than warps), a 14336-element row for q4_K
 /// and q5_K (28 steps) and q8_0 and q4_0 (56);
 /// partial and whole 16-row tiles, more tiles than an SM holds, one vector and passes of 8 with
-/// vectors left unused.
+/// vectors left unused; past 8 vectors quant_matmul_mma.hip's passes of 32 (9, 17: one pass with
+/// vectors left unused; 32: a whole one; 33: two, the second of one vector) over 64-row blocks,
+/// whole (64) and partial (97: two warps of the second block with a row or none).
 const MMA_CASES: &[(usize, usize, usize)] = &[
     (1, 1, 1),
     (7, 1, 3),
@@ -198,6 +200,8 @@ const MMA_CASES: &[(usize, usize, usize)] = &[
     (130, 8, 2),
     (5, 28, 1),
     (3, 56, 17),
+    (97, 2, 32),
+    (64, 3, 33),
 ];
 
 /// The matrix-core kernel (`kernels/quant_matvec_mma.hip`: every ggml format with f16 or bf16
@@ -236,7 +240,7 @@ fn matrix_cores_match_the_reference<T: Dtype>(seed: u64) {
         }
         check::<T>(&gpu, &mut rng, format, &w, rows, k, batch);
         // Grouped products on the matrix cores: each equal to its product alone, bit for bit.
-        for batch in [1, 9] {
+        for batch in [1, 9, 40] {
             check_group::<T>(&gpu, &mut rng, format, &[37, 5, 130], 2 * step, batch);
         }
     }

@@ -21,7 +21,8 @@ use std::sync::Arc;
 use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
 use rocm_kernels::quant::{
     BlockFormat, GgmlFormat, MAX_PRODUCTS, MxFormat, QuantProduct, dequant_gemm, dequantize_into,
-    mx_matvec_group, quant_matvec, quant_matvec_group,
+    mx_matvec_group, mx_matvec_group_on_matrix_cores, quant_matvec, quant_matvec_group,
+    quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::DeviceBuffer;
 
@@ -70,7 +71,11 @@ impl<T: GemmElement> Linear<T> {
     /// a fused kernel, or the weight is dense).
     pub fn dequant_len(&self, tokens: usize) -> usize {
         match *self {
-            Linear::Blocks { format, out, inp, .. } if !has_fused_product(format, tokens) => out * inp,
+            Linear::Blocks { format, ref blocks, out, inp }
+                if !has_fused_product::<T>(format, blocks, inp, tokens) =>
+            {
+                out * inp
+            }
             _ => 0,
         }
     }
@@ -80,7 +85,9 @@ impl<T: GemmElement> Linear<T> {
     pub fn uses_gemm(&self, tokens: usize) -> bool {
         match *self {
             Linear::Dense { .. } => true,
-            Linear::Blocks { format, .. } => !has_fused_product(format, tokens),
+            Linear::Blocks { format, ref blocks, inp, .. } => {
+                !has_fused_product::<T>(format, blocks, inp, tokens)
+            }
         }
     }
 
@@ -153,22 +160,40 @@ pub(crate) fn apply_shared<T: GemmElement>(
 /// (alone, or a product list in one launch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FusedFormat {
-    /// ggml's, up to [`FUSED_MAX_TOKENS`] (`quant_matvec`, `quant_matvec_group`).
+    /// ggml's (`quant_matvec`, `quant_matvec_group`).
     Ggml(GgmlFormat),
-    /// MXFP4, up to [`FUSED_MAX_TOKENS`] (`mx_matvec_group`).
+    /// MXFP4 (`mx_matvec_group`).
     Mx(MxFormat),
 }
 
 impl FusedFormat {
-    /// The fused kernel family for `format` at `tokens`, if it has one.
-    fn of(format: BlockFormat, tokens: usize) -> Option<FusedFormat> {
+    /// The fused kernel family for `format`, if it has one.
+    fn of(format: BlockFormat) -> Option<FusedFormat> {
         match (format, GgmlFormat::of(format)) {
-            (_, Some(g)) => (tokens <= FUSED_MAX_TOKENS).then_some(FusedFormat::Ggml(g)),
-            (BlockFormat::Mxfp4Gguf, None) => {
-                (tokens <= FUSED_MAX_TOKENS).then_some(FusedFormat::Mx(MxFormat::Mxfp4Gguf))
-            }
+            (_, Some(g)) => Some(FusedFormat::Ggml(g)),
+            (BlockFormat::Mxfp4Gguf, None) => Some(FusedFormat::Mx(MxFormat::Mxfp4Gguf)),
             _ => None,
         }
+    }
+
+    /// The most tokens the family's fused product takes for a weight of `inp` columns on
+    /// `stream`'s device in `T` ([`fused_max_tokens`]).
+    fn max_tokens<T: GemmElement>(self, stream: &rocm_runtime::Stream, inp: usize) -> usize {
+        fused_max_tokens(match self {
+            FusedFormat::Ggml(g) => quant_matvec_on_matrix_cores::<T>(stream, g, inp),
+            FusedFormat::Mx(m) => mx_matvec_group_on_matrix_cores::<T>(stream, m, inp),
+        })
+    }
+
+    /// The fused kernel family for `format` when it takes `tokens` rows of `x` against `blocks`
+    /// (`inp` columns).
+    fn at<T: GemmElement>(
+        format: BlockFormat,
+        blocks: &DeviceBuffer<u8>,
+        inp: usize,
+        tokens: usize,
+    ) -> Option<Self> {
+        FusedFormat::of(format).filter(|f| tokens <= f.max_tokens::<T>(blocks.stream(), inp))
     }
 }
 
@@ -187,7 +212,7 @@ fn shared_blocks<'a, T: GemmElement>(
     let mut weights = Vec::with_capacity(linears.len());
     for linear in linears {
         let Linear::Blocks { format, blocks, out, inp } = linear else { return None };
-        let f = FusedFormat::of(*format, tokens)?;
+        let f = FusedFormat::at::<T>(*format, blocks, *inp, tokens)?;
         if *common.get_or_insert((f, *inp)) != (f, *inp) {
             return None;
         }
@@ -196,9 +221,15 @@ fn shared_blocks<'a, T: GemmElement>(
     common.map(|(f, inp)| (f, inp, weights))
 }
 
-/// Whether [`fused_product`] runs a fused kernel for `format` at `tokens`.
-fn has_fused_product(format: BlockFormat, tokens: usize) -> bool {
-    FusedFormat::of(format, tokens).is_some()
+/// Whether [`fused_product`] runs a fused kernel for `format` at `tokens` against `blocks`
+/// (`inp` columns).
+fn has_fused_product<T: GemmElement>(
+    format: BlockFormat,
+    blocks: &DeviceBuffer<u8>,
+    inp: usize,
+    tokens: usize,
+) -> bool {
+    FusedFormat::at::<T>(format, blocks, inp, tokens).is_some()
 }
 
 /// Tokens up to which ggml's block formats take the fused matrix-vector kernel; past this the
@@ -210,8 +241,22 @@ fn has_fused_product(format: BlockFormat, tokens: usize) -> bool {
 /// cost 1.1-1.4 times one (H200, docs/kernels/quant_matvec.md v3) and 32 tokens take 4 passes
 /// over the weight: with this at 32 (H200, 2026-12-02, one call), the 32-token layer took Q8_0
 /// 409 us against 410 through the GEMM, Q4_K 361 against 397 (`bench quant_matvec`: q8_0 at 32
-/// tokens 92 us, 3.4 times 8), too little to move the limit for one format.
+/// tokens 92 us, 3.4 times 8), too little to move the limit for one format. Where the matrix
+/// cores take the product ([`FUSED_MAX_TOKENS_MATRIX_CORES`]) passes of 32 now read the weight
+/// once for 32 tokens.
 pub const FUSED_MAX_TOKENS: usize = 8;
+
+/// Tokens up to which the fused kernel runs where the matrix cores take the product (NVIDIA
+/// `mma.sync`, 16-bit activations: `quant_matvec_on_matrix_cores`,
+/// `mx_matvec_group_on_matrix_cores`): `kernels/quant_matmul_mma.hip` reads the weight once for
+/// up to 32 vectors (docs/kernels/quant_matvec.md, v7, has what a decode layer of 32 tokens
+/// takes each way).
+pub const FUSED_MAX_TOKENS_MATRIX_CORES: usize = 32;
+
+/// The fused limit where the product does (`true`) or does not run on the matrix cores.
+fn fused_max_tokens(matrix_cores: bool) -> usize {
+    if matrix_cores { FUSED_MAX_TOKENS_MATRIX_CORES } else { FUSED_MAX_TOKENS }
+}
 
 /// Runs the fused quantised product where there is one for this format and token count, and
 /// says whether it did: ggml's formats (`quant_matvec`) and MXFP4 (`mx_matvec_group` of one
@@ -225,7 +270,7 @@ fn fused_product<T: GemmElement>(
     tokens: usize,
     y: &mut DeviceBuffer<T>,
 ) -> Result<bool> {
-    let Some(fused) = FusedFormat::of(format, tokens) else { return Ok(false) };
+    let Some(fused) = FusedFormat::at::<T>(format, blocks, inp, tokens) else { return Ok(false) };
     match fused {
         FusedFormat::Ggml(g) => quant_matvec(g, blocks, x, y, out, inp, tokens)?,
         FusedFormat::Mx(m) => {
@@ -262,20 +307,19 @@ mod tests {
 
     use rocm_kernels::quant::BlockFormat;
 
-    use super::{FUSED_MAX_TOKENS, bias_desc, has_fused_product};
+    use super::{FUSED_MAX_TOKENS, FUSED_MAX_TOKENS_MATRIX_CORES, FusedFormat, bias_desc, fused_max_tokens};
 
     /// What a decode workspace sizes its dequantisation scratch by: ggml's formats and MXFP4
-    /// fused up to 8 tokens, MXFP6 never.
+    /// fused up to 8 tokens, or 32 on the matrix cores; MXFP6 never.
     #[test]
     fn fused_products_cover_the_documented_token_counts() {
         for format in BlockFormat::GGUF {
-            assert!(
-                has_fused_product(format, 1) && has_fused_product(format, FUSED_MAX_TOKENS),
-                "{format:?}"
-            );
-            assert!(!has_fused_product(format, FUSED_MAX_TOKENS + 1), "{format:?}");
+            assert!(FusedFormat::of(format).is_some(), "{format:?}");
         }
-        assert!(!has_fused_product(BlockFormat::Mxfp6(rocm_kernels::quant::Fp6::E2M3), 1));
+        assert!(FusedFormat::of(BlockFormat::Mxfp6(rocm_kernels::quant::Fp6::E2M3)).is_none());
+        assert_eq!(fused_max_tokens(false), FUSED_MAX_TOKENS);
+        assert_eq!(fused_max_tokens(true), FUSED_MAX_TOKENS_MATRIX_CORES);
+        assert_eq!((FUSED_MAX_TOKENS, FUSED_MAX_TOKENS_MATRIX_CORES), (8, 32));
     }
 
     /// The rank-1 product adds `bias` to every row, as the GEMMs' reference (which follows the

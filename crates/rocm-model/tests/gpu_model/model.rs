@@ -153,6 +153,19 @@ fn kquant_model_matches_the_reference_bf16() {
     parity_one_sequence_of::<bf16>(&gpu, file, "k-quants");
 }
 
+/// The k-quant model at widths of whole 512-element chunks (hidden 512, FFN 1024), two
+/// sequences: on NVIDIA with bf16 activations the 23-token prefill takes the fused products'
+/// passes of 32 (`quant_matmul_mma`) for every weight the matrix cores take, the 37-token one
+/// dequantisation and the GEMM, and the steps of two tokens the passes of 8.
+#[test]
+fn kquant_model_batches_match_the_reference_bf16() {
+    let gpu = gpu_test!();
+    let base = SyntheticSpec::small_kquants();
+    let spec = SyntheticSpec { config: ModelConfig { hidden: 512, ffn: 1024, ..base.config }, ..base };
+    let file = Arc::new(GgufFile::from_bytes(spec.to_bytes().unwrap()).unwrap());
+    parity_of::<bf16>(&gpu, file, "k-quants, batches");
+}
+
 /// Every projection MXFP4, rows of whole 512-element chunks (hidden 512, FFN 1024, 8 query and
 /// 2 KV heads of 64): on NVIDIA with bf16 activations Q, K and V decode in one launch of the
 /// matrix-core product list, and gate and up in another (`mx_matvec_group`); the small model's
