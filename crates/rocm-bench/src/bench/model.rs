@@ -13,9 +13,9 @@
 //!   host, positions, slots, tables, lengths) and launches the recorded step once. Rows
 //!   `model decode graph b<N>` next to the eager ones; the difference is the host work and
 //!   launches the graph removes. The vendor BLAS cannot be recorded, so a step that runs a GEMM
-//!   over whole weights (BF16, block formats past 8 tokens) is not recorded but run eagerly on the
-//!   workspace (`DecodeWorkspace::graph` says why), as where the platform has no graphs: the
-//!   row then says `eager workspace`.
+//!   over whole weights (BF16; block formats past 8 tokens, 32 on NVIDIA's matrix cores) is not
+//!   recorded but run eagerly on the workspace (`DecodeWorkspace::graph` says why), as where the
+//!   platform has no graphs: the row then says `eager workspace`.
 //! - decode graph, per added layer: the graph step again on a model of [`DEEPER`] layers; the
 //!   difference over the [`LAYERS`]-layer step, divided by the layers added, is what one more
 //!   layer costs a step (rows `model decode graph b<N> +layer`, or `eager workspace` where the
