@@ -52,8 +52,9 @@
 #ifndef ROCMFORGE_QMVM_FORMATS_H
 #define ROCMFORGE_QMVM_FORMATS_H
 
-#include "rocmforge_quant.h"
 #include "rocmforge_mma.h"
+#include "rocmforge_quant.h"
+#include "rocmforge_quant_matvec_abi.h"
 
 #if RF_MMA_SYNC
 
