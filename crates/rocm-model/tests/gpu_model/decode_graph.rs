@@ -44,10 +44,11 @@ fn with_vocab(spec: SyntheticSpec) -> Arc<GgufFile> {
     Arc::new(GgufFile::from_bytes(spec.to_bytes().unwrap()).unwrap())
 }
 
-/// Both caches prefilled alike: three sequences of `PROMPTS` tokens.
+/// Both caches prefilled alike: a sequence of each of `prompts`' lengths.
 fn prefill<T: GemmElement>(
     gpu: &GpuTest,
     model: &Model<T>,
+    prompts: &[usize],
     caches: [(&mut PagedCache, &mut KvCacheTensors<T>); 2],
 ) -> Vec<SeqId> {
     let hidden = model.config().hidden;
@@ -55,8 +56,8 @@ fn prefill<T: GemmElement>(
     for (cache, kv) in caches {
         kv.fill_bytes(0xFF).unwrap();
         let mut rng = SplitMix(31);
-        seqs = PROMPTS.iter().map(|_| cache.add_sequence()).collect();
-        for (&s, &len) in seqs.iter().zip(&PROMPTS) {
+        seqs = prompts.iter().map(|_| cache.add_sequence()).collect();
+        for (&s, &len) in seqs.iter().zip(prompts) {
             let x = gpu.stream().upload(&rows::<T>(&mut rng, len * hidden)).unwrap();
             model.prefill(cache, kv, s, &x).unwrap();
         }
@@ -65,17 +66,30 @@ fn prefill<T: GemmElement>(
 }
 
 /// Graph steps, then eager workspace steps, each equal bit for bit to `decode_step` on a twin
-/// cache; with a vocabulary, the logits too and the ids path.
+/// cache; with a vocabulary, the logits too and the ids path. Three sequences of `PROMPTS`.
 fn graph_equals_eager<T: GemmElement>(gpu: &GpuTest, file: Arc<GgufFile>, what: &str) {
+    graph_equals_eager_of::<T>(gpu, file, what, &PROMPTS, 16);
+}
+
+/// [`graph_equals_eager`] for a sequence of each of `prompts`' lengths, in caches of `blocks`
+/// blocks of 16.
+fn graph_equals_eager_of<T: GemmElement>(
+    gpu: &GpuTest,
+    file: Arc<GgufFile>,
+    what: &str,
+    prompts: &[usize],
+    blocks: usize,
+) {
     let mut model = Model::<T>::load(file, gpu.stream()).unwrap();
     model.set_gemm_path(GemmPath::Portable);
     let model = model;
     let hidden = model.config().hidden;
     let (mut eager_cache, mut graph_cache) =
-        (PagedCache::new(16, 16).unwrap(), PagedCache::new(16, 16).unwrap());
+        (PagedCache::new(blocks, 16).unwrap(), PagedCache::new(blocks, 16).unwrap());
     let mut eager_kv = model.new_kv_cache(&eager_cache).unwrap();
     let mut graph_kv = model.new_kv_cache(&graph_cache).unwrap();
-    let seqs = prefill(gpu, &model, [(&mut eager_cache, &mut eager_kv), (&mut graph_cache, &mut graph_kv)]);
+    let seqs =
+        prefill(gpu, &model, prompts, [(&mut eager_cache, &mut eager_kv), (&mut graph_cache, &mut graph_kv)]);
     let vocab = model.vocab_size();
     let mut rng = SplitMix(32);
     {
@@ -143,7 +157,8 @@ fn graph_equals_eager<T: GemmElement>(gpu: &GpuTest, file: Arc<GgufFile>, what: 
             "{what}: V cache of layer {l}"
         );
     }
-    assert_eq!(graph_cache.seq_len(seqs[2]).unwrap(), PROMPTS[2] + GRAPH_STEPS + EAGER_STEPS);
+    let last = prompts.len() - 1;
+    assert_eq!(graph_cache.seq_len(seqs[last]).unwrap(), prompts[last] + GRAPH_STEPS + EAGER_STEPS);
     graph_cache.validate().unwrap();
 }
 
@@ -182,6 +197,23 @@ fn decode_graph_equals_eager_kquants() {
     let gpu = gpu_test!();
     let file = Arc::new(GgufFile::from_bytes(SyntheticSpec::small_kquants().to_bytes().unwrap()).unwrap());
     graph_equals_eager::<bf16>(&gpu, file, "k-quants");
+}
+
+/// Twelve sequences a step on the k-quant model at widths of whole 512-element chunks (hidden
+/// 512, FFN 1024): on NVIDIA with bf16 activations the products the matrix cores take run
+/// `quant_matmul_mma`'s passes of 32 (fused past 8 tokens), so the step is recorded; the rest,
+/// and other devices, dequantise and run the GEMM eagerly. Either way bit for bit the eager step.
+#[test]
+fn decode_graph_of_twelve_sequences_equals_eager_kquants() {
+    let gpu = gpu_test!();
+    let base = SyntheticSpec::small_kquants();
+    let spec = SyntheticSpec {
+        config: rocm_model::model::ModelConfig { hidden: 512, ffn: 1024, ..base.config },
+        ..base
+    };
+    let file = Arc::new(GgufFile::from_bytes(spec.to_bytes().unwrap()).unwrap());
+    let prompts = [37, 23, 5, 1, 16, 17, 40, 60, 9, 31, 2, 64];
+    graph_equals_eager_of::<bf16>(&gpu, file, "k-quants, 12 sequences", &prompts, 96);
 }
 
 /// A step that cannot run is refused before any device work, and the cache is as it was; the
