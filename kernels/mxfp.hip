@@ -249,16 +249,10 @@ template <typename T> struct rf_mxm_mxfp4 {
         return make_uint4(lo.x, lo.y, hi.x, hi.y);
     }
 };
-template <> struct rf_mxm<rf_mxfp4, __half> : rf_mxm_mxfp4<__half> {
-    static constexpr float UNIT = 16384.0f; // the f16 values are the codes' times 2^-14
+template <typename T> struct rf_mxm<rf_mxfp4, T> : rf_mxm_mxfp4<T> {
+    static constexpr float UNIT = rf_e2m1_mma<T>::UNIT;
     static RF_DEVICE void piece(const unsigned char* row, int delta, int b, int t, unsigned (&a)[2][2]) {
-        rf_e2m1_word_f16(word(row, delta, b, t), a);
-    }
-};
-template <> struct rf_mxm<rf_mxfp4, rf_bf16> : rf_mxm_mxfp4<rf_bf16> {
-    static constexpr float UNIT = 1.0f;
-    static RF_DEVICE void piece(const unsigned char* row, int delta, int b, int t, unsigned (&a)[2][2]) {
-        rf_e2m1_word_bf16(word(row, delta, b, t), a);
+        rf_e2m1_mma<T>::run(rf_mxm_mxfp4<T>::word(row, delta, b, t), a);
     }
 };
 

@@ -553,22 +553,12 @@ template <typename T> struct rf_qmvm_q6_k {
 // by rocmforge_quant.h's rf_e2m1_word_<dt> into exact values times 1 / UNIT. A block adds its
 // sum times UNIT (exact) times its scale (a power of two, or NaN for 0xFF: exact) to the totals,
 // the sum scaled first so that a large scale cannot overflow where the product does not.
-template <typename T> struct rf_qmvm_e2m1;
-template <> struct rf_qmvm_e2m1<__half> {
-    static constexpr float UNIT = 16384.0f;
-    static RF_DEVICE void run(unsigned w, unsigned (&a)[2][2]) { rf_e2m1_word_f16(w, a); }
-};
-template <> struct rf_qmvm_e2m1<rf_bf16> {
-    static constexpr float UNIT = 1.0f;
-    static RF_DEVICE void run(unsigned w, unsigned (&a)[2][2]) { rf_e2m1_word_bf16(w, a); }
-};
-
 template <typename T> struct rf_qmvm_mxfp4 {
     static constexpr int CHUNK = 512;
     static constexpr int ROW = 16 * 17;
     static constexpr int SPAN = ROW;
     static constexpr int STAGES_B1 = RF_QMVM_STAGES_ONE_Q4_K;
-    typedef rf_qmvm_e2m1<T> E;
+    typedef rf_e2m1_mma<T> E;
 
     template <int B, int BC, int XT>
     static RF_DEVICE void block(const unsigned char* rg, const unsigned char* rh, const T* xv, int t,

@@ -163,6 +163,20 @@ RF_DEVICE void rf_e2m1_word_bf16(unsigned w, unsigned (&a)[2][2]) {
     rf_e2m1_pairs_bf16((w >> 16) & 0x7777u, __byte_perm(w, 0u, 0x3424), a[0][1], a[1][1]);
 }
 
+// The MXFP4 word decoder for activations of type T (run: rf_e2m1_word_<dt>) and UNIT, what its
+// values are scaled by (f16: the codes' times 2^-14; bf16: exact), which a block's sum is
+// multiplied back by. The one pick of both, for mxfp.hip's and rocmforge_qmvm_formats.h's
+// matrix-core products.
+template <typename T> struct rf_e2m1_mma;
+template <> struct rf_e2m1_mma<__half> {
+    static constexpr float UNIT = 16384.0f;
+    static RF_DEVICE void run(unsigned w, unsigned (&a)[2][2]) { rf_e2m1_word_f16(w, a); }
+};
+template <> struct rf_e2m1_mma<rf_bf16> {
+    static constexpr float UNIT = 1.0f;
+    static RF_DEVICE void run(unsigned w, unsigned (&a)[2][2]) { rf_e2m1_word_bf16(w, a); }
+};
+
 // Packed MXFP6, element type E2M3 (EBITS = 2, MBITS = 3) or E3M2 (3, 2).
 template <int EBITS, int MBITS> struct rf_mxfp6 {
     static constexpr int BLOCK_BYTES = 25;
