@@ -488,8 +488,8 @@ pub(super) fn matrix_core_products<T: Dtype>(
         shared_mem_bytes: shared as u32,
     };
     // SAFETY: rf_qmvm_<fmt>_b<pass>_<T>, or rf_qmmm_<fmt>_b32_<T> past 8 vectors (the same
-    // contract), (rf_qmv_products p, const T* x, u64 k, u32 batch): for
-    // each product i with rows[i] > 0 it copies bytes [0, rows[i] * row_bytes) of w[i] in whole
+    // contract), (rf_qmv_products p, const T* x, u64 k, u32 batch): for each product i with
+    // rows[i] > 0 it copies bytes [0, rows[i] * row_bytes) of w[i] in whole
     // 16-byte vectors (row_bytes a multiple of 16: k is whole k steps; rows past the end, and a
     // q6_K chunk's span past its row's end, are zero-filled without reading), reads x[0, batch *
     // k) likewise (vectors past the batch zero-filled) and writes y[i][0, batch * rows[i]);
@@ -498,11 +498,11 @@ pub(super) fn matrix_core_products<T: Dtype>(
     // gets batch 1 only. Its copy offsets are 32-bit: 16 * row_bytes < 2^32 (checked above), and its
     // tile counter too (tiles and grid below 2^31). The block is `warps` whole warps of 32
     // lanes, at most RF_QMVM_WARPS (RF_QMMM_WARPS for rf_qmmm), with the dynamic shared memory
-    // its formula needs (checked
-    // against the device's opt-in limit; the launch opts in). Every w, y and x is 16-byte
-    // aligned (checked by the caller). Outputs are distinct `&mut` borrows, the weights and x
-    // shared ones; `reads` / `writes` check the stream. Dependent: only the weights' first
-    // copies come before its wait for the kernel ahead; x's copies and every write after.
+    // its formula needs (checked against the device's opt-in limit; the launch opts in). Every
+    // w, y and x is 16-byte aligned (checked by the caller). Outputs are distinct `&mut`
+    // borrows, the weights and x shared ones; `reads` / `writes` check the stream. Dependent:
+    // only the weights' first copies come before its wait for the kernel ahead; x's copies and
+    // every write after.
     unsafe { launch_products(stream, &kernel, config, products, x, k, batch, true) }
 }
 

@@ -279,12 +279,6 @@ fn check_mma_tiles(tiles: usize) -> Result<()> {
     })
 }
 
-/// Whether [`mx_matvec`] runs the matrix-core kernel: NVIDIA mma.sync devices, MXFP4 weights
-/// with f16 or bf16 activations or MXFP6 weights with f16 activations (the types the kernel
-/// builds those elements' values in exactly), and a 16-byte aligned weight. Rows of whole
-/// 16-byte chunks of 16 blocks (`k % 512 == 0`) are copied as they are; any other `k` takes
-/// the `_anyk` entry, which copies the 16-byte vectors covering each row's unaligned chunk.
-/// Everything else runs the portable kernel.
 /// Whether [`mx_matvec_group`] of `format` at row length `k` runs several vectors on
 /// `stream`'s device's matrix cores (MXFP4 with f16 or bf16 activations, `k % 512 == 0`, NVIDIA
 /// `mma.sync`: `kernels/quant_matvec_mma.hip` up to 8 vectors a pass, `quant_matmul_mma.hip`'s
@@ -296,6 +290,12 @@ pub fn mx_matvec_group_on_matrix_cores<T: Dtype>(stream: &Stream, format: MxForm
         && matvec_on_matrix_cores(stream.backend().info().matrix_cores, format, T::NAME, k, 0)
 }
 
+/// Whether [`mx_matvec`] runs the matrix-core kernel: NVIDIA mma.sync devices, MXFP4 weights
+/// with f16 or bf16 activations or MXFP6 weights with f16 activations (the types the kernel
+/// builds those elements' values in exactly), and a 16-byte aligned weight. Rows of whole
+/// 16-byte chunks of 16 blocks (`k % 512 == 0`) are copied as they are; any other `k` takes
+/// the `_anyk` entry, which copies the 16-byte vectors covering each row's unaligned chunk.
+/// Everything else runs the portable kernel.
 fn matvec_on_matrix_cores(cores: MatrixCores, format: MxFormat, dtype: &str, k: usize, w_ptr: u64) -> bool {
     let typed = match format {
         MxFormat::Mxfp4Gguf => matches!(dtype, "f16" | "bf16"),
