@@ -64,10 +64,9 @@ RF_DEVICE void rf_qmmm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
     constexpr int VECS = SPAN / 16;            // 16-byte copies a row's chunk
     constexpr bool SPANNED = SPAN != ROW;
     constexpr int WBYTES = BR * SPAN;          // the block's rows of a stage
-    constexpr int XSTRIDE = 2 * F::CHUNK + 64; // bytes between two vectors' chunks (bank offset)
-    constexpr int XT = 8 * XSTRIDE / 2;        // elements between two n-tiles' x
+    typedef rf_qmvm_x<F::CHUNK, BC> X;         // x's layout in a stage (quant_matvec_mma.hip's)
     constexpr int XV = 2 * F::CHUNK / 16;      // 16-byte copies of one vector's chunk
-    constexpr int STAGE = WBYTES + BC * XSTRIDE;
+    constexpr int STAGE = WBYTES + X::BYTES;
     constexpr int COPIES = (R * VECS + 31) / 32;
     constexpr int THREADS = 32 * RF_QMMM_WARPS;
     static_assert(SPAN % 16 == 0 && (SPANNED || ROW % 16 == 0), "a row's chunk is staged as whole 16-byte vectors");
@@ -134,7 +133,7 @@ RF_DEVICE void rf_qmmm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
             }
         }
     };
-    // The pass's vectors of the cursor's chunk -> stage s, XSTRIDE bytes apart, by every thread.
+    // The pass's vectors of the cursor's chunk -> stage s, X::STRIDE bytes apart, by every thread.
     auto stage_x = [&](const rf_qmmm_cursor& cur, int s) {
         unsigned char* dst = rf_qmmm_smem + s * STAGE + WBYTES;
         const int nvec = vectors_of(cur);
@@ -145,7 +144,7 @@ RF_DEVICE void rf_qmmm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
             const int v = i / XV;
             const int e = i - v * XV;
             const unsigned char* xs = reinterpret_cast<const unsigned char*>(xp + (rf_u64)(v < nvec ? v : 0) * k);
-            rf_cp_async16(dst + v * XSTRIDE + 16 * e, xs + 16 * e, v < nvec ? 16 : 0);
+            rf_cp_async16(dst + v * X::STRIDE + 16 * e, xs + 16 * e, v < nvec ? 16 : 0);
         }
     };
 
@@ -192,9 +191,9 @@ RF_DEVICE void rf_qmmm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
         rf_cp_async_commit();
         const unsigned char* st = rf_qmmm_smem + s * STAGE;
         const unsigned char* rw = st + warp * R * SPAN;
-        const T* xv = reinterpret_cast<const T*>(st + WBYTES + g * XSTRIDE);
+        const T* xv = reinterpret_cast<const T*>(st + WBYTES + g * X::STRIDE);
         const int at = SPANNED ? (int)(cur.c * (unsigned)ROW & 15u) : 0; // the chunk's offset in its span
-        F::template chunk<BC, XT>(rw + g * SPAN + at, rw + (g + 8) * SPAN + at, xv, t, acc);
+        F::template chunk<BC, X::TILE>(rw + g * SPAN + at, rw + (g + 8) * SPAN + at, xv, t, acc);
         s = s + 1 == STAGES ? 0 : s + 1;
         if (cur.c + 1 == chunks) {
             // The pass's last chunk: the warp's rows g, g + 8 x vectors 8 n + 2 t, + 1.

@@ -47,13 +47,6 @@
 // The kernel
 // ---------------------------------------------------------------------------------------------
 
-// Bytes of a stage's x: one vector of the chunk (BC = 1), or BC vectors 64 bytes apart beyond
-// the chunk, so that the two vectors a quarter-warp's 16-byte loads read fall in distinct banks.
-template <int CHUNK, int BC> struct rf_qmvm_x {
-    static constexpr int STRIDE = BC == 1 ? 2 * CHUNK : 2 * CHUNK + 64; // bytes between vectors
-    static constexpr int BYTES = BC * STRIDE;
-};
-
 // A warp's place in its block's work: product, tile of the product, pass, chunk. prod ==
 // RF_QMV_MAX_PRODUCTS: no work left.
 struct rf_qmvm_cursor {

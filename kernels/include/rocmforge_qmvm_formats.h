@@ -618,6 +618,16 @@ template <typename T> struct rf_qmvm_mxfp4 {
     }
 };
 
+// Bytes of a stage's x, as both kernels lay it out: one vector of the chunk (BC = 1), or BC
+// vectors 64 bytes apart beyond the chunk, so that the two vectors a quarter-warp's 16-byte
+// loads read fall in distinct banks. TILE: 16-bit elements from one n-tile's x to the next (the
+// XT of chunk<BC, XT>).
+template <int CHUNK, int BC> struct rf_qmvm_x {
+    static constexpr int STRIDE = BC == 1 ? 2 * CHUNK : 2 * CHUNK + 64; // bytes between vectors
+    static constexpr int BYTES = BC * STRIDE;
+    static constexpr int TILE = 8 * STRIDE / 2;
+};
+
 #endif // RF_MMA_SYNC
 
 #endif // ROCMFORGE_QMVM_FORMATS_H
