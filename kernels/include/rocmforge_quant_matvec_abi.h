@@ -50,4 +50,24 @@ struct rf_qmv_products {
 #define RF_QMMM_BATCH 32
 #define RF_QMMM_STAGES 2
 
+// Its k split (the rf_qmmm_<fmt>_b32_split_<dt> entries), for launches of few rows (a layer's
+// O and down products at a decode step of 9 to 32 sequences leave most SMs idle otherwise).
+// Product i's row blocks are each cut along k into splits[i] parts (1: not split; at most
+// RF_QMMM_MAX_SPLITS), each part a unit of work of its own: part s of a row of
+// `chunks` chunks takes chunks [s chunks / splits, (s + 1) chunks / splits). A part stores its
+// f32 totals ([RF_QMMM_BATCH vectors][RF_QMMM_ROWS rows]) in `partial` at its unit's place (the
+// units of the split products numbered one product after another, a row block's parts
+// together); the last part of a row block to arrive (counted in `arrivals`, one counter a row
+// block of a split product, numbered likewise) adds all parts in order and stores y, then sets
+// its counter back to 0: counters are 0 between launches. A split launch takes one pass (batch <=
+// RF_QMMM_BATCH).
+#define RF_QMMM_MAX_SPLITS 8
+
+struct rf_qmmm_split {
+    RF_ABI_PTR(float) partial;
+    RF_ABI_PTR(unsigned) arrivals;
+    unsigned splits[RF_QMV_MAX_PRODUCTS];
+    unsigned pad;
+};
+
 #endif // ROCMFORGE_QUANT_MATVEC_ABI_H

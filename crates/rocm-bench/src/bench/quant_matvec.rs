@@ -1,7 +1,7 @@
 //! Benchmark of `kernels/quant_matvec.hip` at the linear layers of a Llama-3-8B block (hidden
 //! 4096, MLP 14336, 8 KV heads of 128), for every ggml format it reads and batches of 1
-//! (decode), 8 and 32 (batched decode), f16 activations, and bf16 (the model's) at 1 and 8
-//! (rows marked `(mma)` where the matrix-core kernel ran):
+//! (decode), 8 and 32 (batched decode), f16 and bf16 (the model's) activations (rows marked
+//! `(mma)` where the matrix-core kernel ran):
 //!
 //! - `4096x4096`: q and o projections; `1024x4096`: k and v projections;
 //! - `14336x4096`: gate and up; `4096x14336`: down (rows x k).
@@ -17,11 +17,12 @@
 //! V in one launch (`4096+1024+1024x4096`) and gate and up in one (`14336+14336x4096`), rows
 //! `<fmt> matvec group b<N>`, next to the sum of the single launches' rows above; and the same
 //! groups of MXFP4 weights (`mx_matvec_group`, rows `mxfp4 matvec group b<N>`); each at 1, 8
-//! and 32 vectors (32: `kernels/quant_matmul_mma.hip` on the matrix cores).
+//! and 32 vectors (32: `kernels/quant_matmul_mma.hip` on the matrix cores, whose products of
+//! few rows split k across blocks, here in one [`SplitScratch`] as a decode workspace has).
 
 use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
-    BlockFormat, GgmlFormat, MxFormat, QuantProduct, mx_matvec_group, quant_matvec, quant_matvec_group,
+    BlockFormat, GgmlFormat, MxFormat, QuantProduct, SplitScratch, mx_matvec_group_in, quant_matvec_group_in,
     quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::{DeviceBuffer, bf16, f16};
@@ -45,7 +46,7 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             for &batch in BATCHES {
                 rows.push(matvec::<f16>(b, format, &weights, n, k, batch)?);
             }
-            for &batch in &BATCHES[..2] {
+            for &batch in BATCHES {
                 rows.push(matvec::<bf16>(b, format, &weights, n, k, batch)?);
             }
         }
@@ -81,8 +82,8 @@ fn matvec_group<T: Dtype>(
     batch: usize,
 ) -> Result<Row> {
     let label = format!("{} matvec group b{batch}{}", format.name(), path_mark::<T>(b, format, k));
-    time_group::<T>(b, label, w, group, k, batch, |products, x| {
-        Ok(quant_matvec_group(format, products, x, k, batch)?)
+    time_group::<T>(b, label, w, group, k, batch, |products, x, split| {
+        Ok(quant_matvec_group_in(format, products, x, k, batch, Some(split))?)
     })
 }
 
@@ -96,13 +97,13 @@ fn mx_group<T: Dtype>(
     batch: usize,
 ) -> Result<Row> {
     let label = format!("mxfp4 matvec group b{batch}");
-    time_group::<T>(b, label, w, group, k, batch, |products, x| {
-        Ok(mx_matvec_group(MxFormat::Mxfp4Gguf, products, x, k, batch)?)
+    time_group::<T>(b, label, w, group, k, batch, |products, x, split| {
+        Ok(mx_matvec_group_in(MxFormat::Mxfp4Gguf, products, x, k, batch, Some(split))?)
     })
 }
 
-/// Times `launch(products, x)` over random `x` (`batch` vectors of `k`), the i-th call taking
-/// the i-th copy of each weight.
+/// Times `launch(products, x, split scratch)` over random `x` (`batch` vectors of `k`), the i-th
+/// call taking the i-th copy of each weight.
 fn time_group<T: Dtype>(
     b: &mut Bench,
     kernel: String,
@@ -110,10 +111,11 @@ fn time_group<T: Dtype>(
     group: &[usize],
     k: usize,
     batch: usize,
-    mut launch: impl FnMut(&mut [QuantProduct<'_, T>], &DeviceBuffer<T>) -> Result<()>,
+    mut launch: impl FnMut(&mut [QuantProduct<'_, T>], &DeviceBuffer<T>, &mut SplitScratch) -> Result<()>,
 ) -> Result<Row> {
     let x = b.random::<T>(batch * k, -1.0, 1.0);
     let x = b.stream.upload(&x)?;
+    let mut split = SplitScratch::new(&b.stream)?;
     let mut ys =
         group.iter().map(|&n| b.stream.alloc::<T>(batch * n)).collect::<std::result::Result<Vec<_>, _>>()?;
     let mut i = 0;
@@ -125,7 +127,7 @@ fn time_group<T: Dtype>(
             .zip(group)
             .map(|((copies, y), &rows)| QuantProduct { w: &copies[i % copies.len()], y, rows })
             .collect();
-        launch(&mut products, &x)
+        launch(&mut products, &x, &mut split)
     })?;
     let weight_bytes: usize = w.iter().map(|copies| copies[0].len()).sum();
     let rows: usize = group.iter().sum();
@@ -186,10 +188,12 @@ fn matvec<T: Dtype>(
     let x = b.random::<T>(batch * k, -1.0, 1.0);
     let x = b.stream.upload(&x)?;
     let mut y = b.stream.alloc::<T>(batch * n)?;
+    let mut split = SplitScratch::new(&b.stream)?;
     let mut i = 0;
     let ms = b.time(|| {
         i += 1;
-        Ok(quant_matvec(format, &w[i % w.len()], &x, &mut y, n, k, batch)?)
+        let product = &mut [QuantProduct { w: &w[i % w.len()], y: &mut y, rows: n }];
+        Ok(quant_matvec_group_in(format, product, &x, k, batch, Some(&mut split))?)
     })?;
     Ok(Row {
         kernel: format!("{} matvec b{batch}{}", format.name(), path_mark::<T>(b, format, k)),

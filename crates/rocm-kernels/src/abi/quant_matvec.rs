@@ -17,6 +17,7 @@ pub const RF_QMMM_ROWS: u32 = 64;
 pub const RF_QMMM_WARPS: u32 = 4;
 pub const RF_QMMM_BATCH: u32 = 32;
 pub const RF_QMMM_STAGES: u32 = 2;
+pub const RF_QMMM_MAX_SPLITS: u32 = 8;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, bytemuck :: Pod, bytemuck :: Zeroable)]
 pub struct rf_qmv_products {
@@ -31,4 +32,21 @@ const _: () = {
     ["Offset of field: rf_qmv_products::w"][::std::mem::offset_of!(rf_qmv_products, w) - 0usize];
     ["Offset of field: rf_qmv_products::y"][::std::mem::offset_of!(rf_qmv_products, y) - 24usize];
     ["Offset of field: rf_qmv_products::rows"][::std::mem::offset_of!(rf_qmv_products, rows) - 48usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, bytemuck :: Pod, bytemuck :: Zeroable)]
+pub struct rf_qmmm_split {
+    pub partial: ::std::os::raw::c_ulonglong,
+    pub arrivals: ::std::os::raw::c_ulonglong,
+    pub splits: [::std::os::raw::c_uint; 3usize],
+    pub pad: ::std::os::raw::c_uint,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rf_qmmm_split"][::std::mem::size_of::<rf_qmmm_split>() - 32usize];
+    ["Alignment of rf_qmmm_split"][::std::mem::align_of::<rf_qmmm_split>() - 8usize];
+    ["Offset of field: rf_qmmm_split::partial"][::std::mem::offset_of!(rf_qmmm_split, partial) - 0usize];
+    ["Offset of field: rf_qmmm_split::arrivals"][::std::mem::offset_of!(rf_qmmm_split, arrivals) - 8usize];
+    ["Offset of field: rf_qmmm_split::splits"][::std::mem::offset_of!(rf_qmmm_split, splits) - 16usize];
+    ["Offset of field: rf_qmmm_split::pad"][::std::mem::offset_of!(rf_qmmm_split, pad) - 28usize];
 };

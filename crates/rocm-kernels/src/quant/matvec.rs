@@ -25,6 +25,7 @@
 use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
 
 use super::dequant::BlockFormat;
+use super::k_split::{self, SplitScratch};
 use super::kquant;
 use crate::KernelModule;
 use crate::abi::quant_matvec as abi;
@@ -225,7 +226,9 @@ pub struct QuantProduct<'a, T: Dtype> {
 
 /// Up to [`MAX_PRODUCTS`] products over the same activations `x` (`[batch, k]`) in one launch,
 /// all in `format`: a layer's Q, K and V projections, or its gate and up projections. Each
-/// output has exactly the bits [`quant_matvec`] of its product alone would give; one launch as
+/// output has exactly the bits [`quant_matvec`] of its product alone would give (except where the
+/// launch splits `k`, at 9 to 32 vectors on the matrix cores: the group splits less than its
+/// products alone would, so the order of their f32 sums may differ; `quant/k_split.rs`); one launch as
 /// wide as all their rows reads the weights closer to the copy rate than one launch each (a
 /// 1024-row projection alone cannot fill the memory pipeline). Queued on the first output's
 /// stream, which every buffer must belong to.
@@ -235,6 +238,21 @@ pub fn quant_matvec_group<T: Dtype>(
     x: &DeviceBuffer<T>,
     k: usize,
     batch: usize,
+) -> Result<()> {
+    quant_matvec_group_in(format, products, x, k, batch, None)
+}
+
+/// [`quant_matvec_group`] with a [`SplitScratch`] (of the products' stream) for the products
+/// whose `k` is split across blocks (few rows at 9 to 32 vectors on the matrix cores:
+/// `quant/k_split.rs`); with `None` a split launch allocates a temporary one, which a stream
+/// that is recording a graph refuses. The results are the same either way.
+pub fn quant_matvec_group_in<T: Dtype>(
+    format: GgmlFormat,
+    products: &mut [QuantProduct<'_, T>],
+    x: &DeviceBuffer<T>,
+    k: usize,
+    batch: usize,
+    split: Option<&mut SplitScratch>,
 ) -> Result<()> {
     let shapes: Vec<ProductShape> =
         products.iter().map(|p| ProductShape { rows: p.rows, w_len: p.w.len(), y_len: p.y.len() }).collect();
@@ -255,7 +273,7 @@ pub fn quant_matvec_group<T: Dtype>(
     let batch32 = batch_arg(batch)?;
     let stream = products[0].y.stream().clone();
     if matrix_core_chunk(stream.backend().info().matrix_cores, format, T::NAME, k).is_some() {
-        return matrix_core_products(&stream, MmaFormat::ggml(format), products, x, k, batch32);
+        return matrix_core_products(&stream, MmaFormat::ggml(format), products, x, k, batch32, split);
     }
     let kernel = loader::kernel(&stream, MODULE, &entry_name::<T>(format, pass_for(batch)))?;
     let groups: usize = products.iter().map(|p| p.rows.div_ceil(ROWS)).sum();
@@ -276,7 +294,7 @@ pub fn quant_matvec_group<T: Dtype>(
     // the weights and x shared ones (so no output aliases an input); `reads` / `writes` check
     // that each belongs to the launching stream. launch_config gives whole warps of 32 or 64
     // lanes, at most RF_QMV_THREADS, the shapes its shared totals and its warp reduction take.
-    unsafe { launch_products(&stream, &kernel, config, products, x, k, batch32, false) }
+    unsafe { launch_products(&stream, &kernel, config, products, x, k, batch32, false, None) }
 }
 
 /// `batch` as the kernels' 32-bit argument, refused when it does not fit.
@@ -290,6 +308,8 @@ pub(super) fn batch_arg(batch: usize) -> Result<u32> {
 /// and x as reads, the outputs as writes, each checked to belong to `stream`.
 ///
 /// `dependent`: launched as a [`Launch::dependent`](rocm_runtime::Launch::dependent) one.
+/// `split`: the last argument of `quant_matmul_mma`'s `_split` entries, their k split, and the
+/// scratch its pointers are into (a write); `None` for the other entries.
 ///
 /// # Safety
 /// The kernel, `config`, `k` and `batch` must keep every access inside the buffers' extents:
@@ -305,6 +325,7 @@ pub(super) unsafe fn launch_products<T: Dtype>(
     k: usize,
     batch: u32,
     dependent: bool,
+    split: Option<(abi::rf_qmmm_split, &mut SplitScratch)>,
 ) -> Result<()> {
     let mut params = abi::rf_qmv_products::default();
     for (i, p) in products.iter().enumerate() {
@@ -321,10 +342,12 @@ pub(super) unsafe fn launch_products<T: Dtype>(
     for p in products.iter_mut() {
         launch = launch.reads(p.w).writes(&mut *p.y);
     }
-    // SAFETY: the caller's contract.
-    unsafe {
-        launch.arg(params).buffer(x).arg(k as u64).arg(batch).launch(config)?;
+    launch = launch.arg(params).buffer(x).arg(k as u64).arg(batch);
+    if let Some((args, scratch)) = split {
+        launch = launch.writes(&mut scratch.partial).writes(&mut scratch.arrivals).arg(args);
     }
+    // SAFETY: the caller's contract.
+    unsafe { launch.launch(config) }?;
     Ok(())
 }
 
@@ -441,7 +464,8 @@ fn matrix_core_warps(k: usize, chunk: usize) -> usize {
 /// `rows * k / block_elems` blocks, x `batch * k` and each y `batch * rows` elements, every
 /// buffer 16-byte aligned), on an `mma.sync` device with 16-bit activations and `k` a positive
 /// multiple of a k step (whole chunks whose rows are whole 16-byte vectors, or q6_K's 2048).
-/// [`MmaFormat::MXFP4`] has passes of 8 and 32 only (`batch > 1`).
+/// [`MmaFormat::MXFP4`] has passes of 8 and 32 only (`batch > 1`). Passes of 32 may split `k`
+/// (`quant/k_split.rs`), in `split` or a temporary scratch.
 pub(super) fn matrix_core_products<T: Dtype>(
     stream: &Stream,
     format: MmaFormat,
@@ -449,6 +473,7 @@ pub(super) fn matrix_core_products<T: Dtype>(
     x: &DeviceBuffer<T>,
     k: usize,
     batch: u32,
+    split: Option<&mut SplitScratch>,
 ) -> Result<()> {
     let chunk = format.chunk;
     debug_assert!(
@@ -458,21 +483,12 @@ pub(super) fn matrix_core_products<T: Dtype>(
     let wide = pass == WIDE_PASS;
     let (module, prefix, rows_a_block) =
         if wide { (WIDE_MODULE, "rf_qmmm", WIDE_ROWS) } else { (MMA_MODULE, "rf_qmvm", MMA_ROWS) };
-    let name = kernel_name::<T>(&format!("{prefix}_{}_b{pass}", format.name));
-    let kernel = loader::kernel(stream, module, &name)?;
     let info = stream.backend().info();
     let warps = if wide { WIDE_WARPS } else { matrix_core_warps(k, chunk) };
     let threads = warps * 32;
-    ensure(info.warp_size == 32 && kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
-        format!("the matrix-core kernel needs {threads} threads of 32-wide warps")
-    })?;
     let row_bytes = k / format.block_elems * format.block_bytes;
     ensure(MMA_ROWS * row_bytes < 1 << 32, KERNEL, || {
         format!("k = {k} is too long for the matrix-core kernel")
-    })?;
-    let tiles: usize = products.iter().map(|p| p.rows.div_ceil(rows_a_block)).sum();
-    ensure(tiles < GROUP_LIMIT, KERNEL, || {
-        format!("{tiles} tiles of {rows_a_block} rows; a launch takes fewer than 2^31")
     })?;
     let shared = if wide { format.wide_shared_bytes() } else { format.shared_bytes(warps, pass) };
     ensure(shared <= info.shared_mem_per_block_optin as usize, KERNEL, || {
@@ -481,15 +497,75 @@ pub(super) fn matrix_core_products<T: Dtype>(
             info.shared_mem_per_block_optin
         )
     })?;
+    // The parts along k of every product's row blocks (1: none; only passes of 32 split, all
+    // products alike), and the units of work (a tile, or a row block's part) of all products
+    // and of the split ones.
+    let mut splits = [1u32; MAX_PRODUCTS];
+    if wide {
+        let resident = k_split::resident_blocks(info, shared);
+        let row_blocks = k_split::row_blocks(products.iter().map(|p| p.rows));
+        let sms = info.compute_units as usize;
+        splits =
+            [k_split::splits_for(sms, resident, row_blocks, k / chunk, batch as usize) as u32; MAX_PRODUCTS];
+    }
+    let (mut tiles, mut split_units, mut split_blocks) = (0usize, 0usize, 0usize);
+    for (p, &s) in products.iter().zip(&splits) {
+        let blocks = p.rows.div_ceil(rows_a_block);
+        tiles += blocks * s as usize;
+        if s > 1 {
+            split_units += blocks * s as usize;
+            split_blocks += blocks;
+        }
+    }
+    ensure(tiles < GROUP_LIMIT, KERNEL, || {
+        format!("{tiles} units of work of {rows_a_block} rows; a launch takes fewer than 2^31")
+    })?;
+    let entry = if split_units > 0 {
+        format!("{prefix}_{}_b{pass}_split", format.name)
+    } else {
+        format!("{prefix}_{}_b{pass}", format.name)
+    };
+    let kernel = loader::kernel(stream, module, &kernel_name::<T>(&entry))?;
+    ensure(info.warp_size == 32 && kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
+        format!("the matrix-core kernel needs {threads} threads of 32-wide warps")
+    })?;
     let blocks = tiles.clamp(1, info.max_grid[0].max(1) as usize);
     let config = LaunchConfig {
         grid: [blocks as u32, 1, 1],
         block: [threads as u32, 1, 1],
         shared_mem_bytes: shared as u32,
     };
-    // SAFETY: rf_qmvm_<fmt>_b<pass>_<T>, or rf_qmmm_<fmt>_b32_<T> past 8 vectors (the same
-    // contract), (rf_qmv_products p, const T* x, u64 k, u32 batch): for each product i with
-    // rows[i] > 0 it copies bytes [0, rows[i] * row_bytes) of w[i] in whole
+    let mut temporary;
+    let split = match split_units {
+        0 => None,
+        _ => {
+            let scratch = match split {
+                Some(s) => s,
+                None => {
+                    temporary = SplitScratch::new(stream)?;
+                    &mut temporary
+                }
+            };
+            ensure(scratch.holds(split_units, split_blocks), KERNEL, || {
+                format!(
+                    "the split scratch ({} bytes) has no room for {split_units} parts of {split_blocks} \
+                     row blocks: it was made for another device",
+                    scratch.bytes()
+                )
+            })?;
+            let args = abi::rf_qmmm_split {
+                partial: scratch.partial.device_ptr(),
+                arrivals: scratch.arrivals.device_ptr(),
+                splits,
+                pad: 0,
+            };
+            Some((args, scratch))
+        }
+    };
+    // SAFETY: rf_qmvm_<fmt>_b<pass>_<T>, or past 8 vectors rf_qmmm_<fmt>_b32_<T> (the same
+    // contract) or, where a product splits k, rf_qmmm_<fmt>_b32_split_<T> (the same and the
+    // split, below), (rf_qmv_products p, const T* x, u64 k, u32 batch[, rf_qmmm_split split]):
+    // for each product i with rows[i] > 0 it copies bytes [0, rows[i] * row_bytes) of w[i] in whole
     // 16-byte vectors (row_bytes a multiple of 16: k is whole k steps; rows past the end, and a
     // q6_K chunk's span past its row's end, are zero-filled without reading), reads x[0, batch *
     // k) likewise (vectors past the batch zero-filled) and writes y[i][0, batch * rows[i]);
@@ -502,8 +578,15 @@ pub(super) fn matrix_core_products<T: Dtype>(
     // w, y and x is 16-byte aligned (checked by the caller). Outputs are distinct `&mut`
     // borrows, the weights and x shared ones; `reads` / `writes` check the stream. Dependent:
     // only the weights' first copies come before its wait for the kernel ahead; x's copies and
-    // every write after.
-    unsafe { launch_products(stream, &kernel, config, products, x, k, batch, true) }
+    // every write after. The split (rocmforge_quant_matvec_abi.h): every splits[i] is 1 to
+    // min(k / chunk, RF_QMMM_MAX_SPLITS), and a split launch is one pass, batch <= 32
+    // (splits_for); the units of all products are below 2^31 (checked above); its parts write
+    // partial[0, split_units * 32 * 64) and count on arrivals[0, split_blocks), which the scratch
+    // holds (checked above): a `&mut` borrow or a temporary, of this stream (`writes` checks),
+    // its counters zero (allocated zeroed; a split launch leaves them zero, and two launches on
+    // a stream never write them at once: a dependent one writes only after the kernel ahead
+    // has completed).
+    unsafe { launch_products(stream, &kernel, config, products, x, k, batch, true, split) }
 }
 
 /// Products one [`quant_matvec_group`] launch takes at most.
@@ -677,8 +760,10 @@ pub(crate) fn launchable() -> Vec<Launchable> {
         let name = format!("rf_qmvm_{}_b{MAX_BATCH}_{dtype}", MmaFormat::MXFP4.name);
         out.push(Launchable::new(MMA_MODULE, name, Needs::MmaSync));
         for format in GgmlFormat::ALL.map(|f| f.name()).into_iter().chain([MmaFormat::MXFP4.name]) {
-            let name = format!("rf_qmmm_{format}_b{WIDE_PASS}_{dtype}");
-            out.push(Launchable::new(WIDE_MODULE, name, Needs::MmaSync));
+            for entry in ["", "_split"] {
+                let name = format!("rf_qmmm_{format}_b{WIDE_PASS}{entry}_{dtype}");
+                out.push(Launchable::new(WIDE_MODULE, name, Needs::MmaSync));
+            }
         }
     }
     out

@@ -47,6 +47,7 @@
 pub mod dequant;
 pub mod dequant_gemm;
 pub mod ggml;
+pub mod k_split;
 pub mod kquant;
 pub mod matvec;
 pub mod mx;
@@ -62,21 +63,23 @@ mod tests;
 pub use dequant::{BlockFormat, dequantize, dequantize_into, dequantize_range, dequantize_reference};
 pub use dequant_gemm::{OVERLAP_BLOCKS, Overlap, dequant_gemm};
 pub use ggml::{dequantize_q4_0, dequantize_q8_0, quantize_q4_0, quantize_q8_0};
+pub use k_split::{K_SPLIT_ENV, SplitScratch};
 pub use kquant::{
     Q4_K_BLOCK_BYTES, Q5_K_BLOCK_BYTES, Q6_K_BLOCK_BYTES, QK_K, dequantize_q4_k, dequantize_q5_k,
     dequantize_q6_k, quantize_q4_k, quantize_q5_k, quantize_q6_k,
 };
 pub use matvec::{
     GgmlFormat, MAX_PRODUCTS, ProductShape, QuantMatvecReference, QuantProduct, check_quant_matvec,
-    check_quant_matvec_group, quant_matvec, quant_matvec_group, quant_matvec_on_matrix_cores,
-    quant_matvec_reference,
+    check_quant_matvec_group, quant_matvec, quant_matvec_group, quant_matvec_group_in,
+    quant_matvec_on_matrix_cores, quant_matvec_reference,
 };
 pub use mx::{
     E8M0_NAN, Fp6, MxElem, dequantize_mxfp4_gguf, dequantize_mxfp6, e8m0_to_f32, quantize_mxfp4_gguf,
     quantize_mxfp6,
 };
 pub use mxfp::{
-    MxFormat, mx_matmul, mx_matmul_reference, mx_matvec, mx_matvec_group, mx_matvec_group_on_matrix_cores,
+    MxFormat, mx_matmul, mx_matmul_reference, mx_matvec, mx_matvec_group, mx_matvec_group_in,
+    mx_matvec_group_on_matrix_cores,
 };
 pub use mxfp4_tiled::{DeviceTiledMxfp4, TiledCodes, TiledMxfp4, mx_matvec_tiled, mx_matvec_tiled_portable};
 pub use quant_gemm::{quant_gemm, quant_gemm_runs};

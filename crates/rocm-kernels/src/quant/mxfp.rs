@@ -21,6 +21,7 @@ use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
 
 use super::QK;
 use super::dequant::BlockFormat;
+use super::k_split::SplitScratch;
 use super::matvec::{
     MAX_PRODUCTS, MmaFormat, QuantProduct, batch_arg, launch_products, matrix_core_products,
 };
@@ -207,7 +208,8 @@ pub fn mx_matvec<T: Dtype>(
 /// Several vectors: MXFP4 with f16 or bf16 activations, `k % 512 == 0`, on `mma.sync` devices
 /// runs `kernels/quant_matvec_mma.hip` over the whole list, 8 vectors a pass over the weight
 /// (the batch is the matrix cores' n: 8 vectors cost 1.2-1.5 times one, against 8 times;
-/// docs/kernels/mxfp.md). Everything else runs [`mx_matmul`] a product. Numerics as
+/// docs/kernels/mxfp.md), and past 8 `kernels/quant_matmul_mma.hip`'s passes of 32, which may
+/// split `k` as [`super::quant_matvec_group_in`] says. Everything else runs [`mx_matmul`] a product. Numerics as
 /// [`mx_matvec`]'s: exact products, f32 sums, one rounding to `T`.
 ///
 /// Queued on the first output's stream, which every buffer must belong to; shapes are checked
@@ -218,6 +220,19 @@ pub fn mx_matvec_group<T: Dtype>(
     x: &DeviceBuffer<T>,
     k: usize,
     batch: usize,
+) -> Result<()> {
+    mx_matvec_group_in(format, products, x, k, batch, None)
+}
+
+/// [`mx_matvec_group`] with a [`SplitScratch`] for the products that split `k` (MXFP4 at 9 to 32
+/// vectors on the matrix cores; [`super::quant_matvec_group_in`] says more).
+pub fn mx_matvec_group_in<T: Dtype>(
+    format: MxFormat,
+    products: &mut [QuantProduct<'_, T>],
+    x: &DeviceBuffer<T>,
+    k: usize,
+    batch: usize,
+    split: Option<&mut SplitScratch>,
 ) -> Result<()> {
     ensure((1..=MAX_PRODUCTS).contains(&products.len()), KERNEL, || {
         format!("{} products; a group takes 1 to {MAX_PRODUCTS}", products.len())
@@ -241,7 +256,7 @@ pub fn mx_matvec_group<T: Dtype>(
         // proved each weight `rows * k / 32` blocks, x `batch * k` and each y `batch * rows`
         // elements; x, y (check_aligned) and w (matvec_on_matrix_cores) are 16-byte aligned; k is
         // a positive multiple of 512, so a row's chunk is 272 bytes, whole 16-byte vectors.
-        return matrix_core_products(&stream, MmaFormat::MXFP4, products, x, k, batch_arg(batch)?);
+        return matrix_core_products(&stream, MmaFormat::MXFP4, products, x, k, batch_arg(batch)?, split);
     }
     if !(fused && batch == 1) {
         for p in products.iter_mut().filter(|p| p.rows > 0) {
@@ -268,7 +283,7 @@ pub fn mx_matvec_group<T: Dtype>(
     // with no rows hold null pointers it never reads. The outputs are distinct `&mut` borrows,
     // the weights and x shared ones; `reads` / `writes` check each belongs to the stream. batch
     // is 1 (the entry ignores it). Dependent, as mx_matvec's matrix-core entries.
-    unsafe { launch_products(&stream, &kernel, config, products, x, k, 1, true) }
+    unsafe { launch_products(&stream, &kernel, config, products, x, k, 1, true, None) }
 }
 
 /// The matrix-core entries count 16-row tiles in 32 bits: a launch's `tiles` (all its

@@ -14,11 +14,11 @@
 //! kernel adds them separately) and the output type's rounding (half an ulp).
 
 use rocm_kernels::quant::{
-    BlockFormat, GgmlFormat, QuantProduct, quant_matvec, quant_matvec_group, quant_matvec_on_matrix_cores,
-    quant_matvec_reference,
+    BlockFormat, GgmlFormat, QuantProduct, SplitScratch, quant_matvec, quant_matvec_group,
+    quant_matvec_group_in, quant_matvec_on_matrix_cores, quant_matvec_reference,
 };
 use rocm_kernels::{Dtype, KernelError};
-use rocm_runtime::{Error, MatrixCores, bf16, f16};
+use rocm_runtime::{DeviceBuffer, Error, MatrixCores, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test};
 
 use crate::mxfp::{activations, floats, poisoned};
@@ -189,7 +189,10 @@ fn matches_the_reference_bf16() {
 /// partial and whole 16-row tiles, more tiles than an SM holds, one vector and passes of 8 with
 /// vectors left unused; past 8 vectors quant_matmul_mma.hip's passes of 32 (9, 17: one pass with
 /// vectors left unused; 32: a whole one; 33: two, the second of one vector) over 64-row blocks,
-/// whole (64) and partial (97: two warps of the second block with a row or none).
+/// whole (64) and partial (97: two warps of the second block with a row or none); and products
+/// of few row blocks at 9 to 32 vectors that split k across blocks (quant/k_split.rs: 200 rows
+/// of 9 steps, q8_0's 9 chunks in 4 parts of 2 or 3, q6_K's 36 in 8; 70 rows of 11 steps in 5
+/// parts of 2 or 3).
 const MMA_CASES: &[(usize, usize, usize)] = &[
     (1, 1, 1),
     (7, 1, 3),
@@ -202,6 +205,8 @@ const MMA_CASES: &[(usize, usize, usize)] = &[
     (3, 56, 17),
     (97, 2, 32),
     (64, 3, 33),
+    (200, 9, 32),
+    (70, 11, 12),
 ];
 
 /// The matrix-core kernel (`kernels/quant_matvec_mma.hip`: every ggml format with f16 or bf16
@@ -239,10 +244,12 @@ fn matrix_cores_match_the_reference<T: Dtype>(seed: u64) {
             nan_scale(&mut w, format, k, row, 1, at);
         }
         check::<T>(&gpu, &mut rng, format, &w, rows, k, batch);
-        // Grouped products on the matrix cores: each equal to its product alone, bit for bit.
+        // Grouped products on the matrix cores: each equal to its product alone, bit for bit at
+        // 1 and 40 vectors; at 9 and 20 (9 steps: the launch splits k) within the bound.
         for batch in [1, 9, 40] {
             check_group::<T>(&gpu, &mut rng, format, &[37, 5, 130], 2 * step, batch);
         }
+        check_group::<T>(&gpu, &mut rng, format, &[37, 5, 130], 9 * step, 20);
     }
 }
 
@@ -311,8 +318,9 @@ fn a_nan_scale_spoils_its_row_only() {
 }
 
 /// Products over one `x` in one launch (`quant_matvec_group`) at `k` and `batch`, weights of
-/// `rows[i]` rows: each output equal bit for bit to its product launched alone, and within the
-/// reference's bound. Outputs poisoned before both launches.
+/// `rows[i]` rows: each output equal bit for bit to its product launched alone (but where the
+/// launches may split `k`, 9 to 32 vectors on the matrix cores: a group may split less than
+/// its products alone), and within the reference's bound. Outputs poisoned before both launches.
 fn check_group<T: Dtype>(
     gpu: &GpuTest,
     rng: &mut Rng,
@@ -341,10 +349,114 @@ fn check_group<T: Dtype>(
         quant_matvec(format, &dw[i], &dx, &mut alone, r, k, batch).unwrap();
         let got = grouped[i].to_vec().unwrap();
         let want = alone.to_vec().unwrap();
-        let differ =
-            got.iter().zip(&want).filter(|(g, a)| g.to_f32().to_bits() != a.to_f32().to_bits()).count();
-        assert_eq!(differ, 0, "{what}: outputs differing from the product launched alone");
+        if !(SplitScratch::wanted(batch) && quant_matvec_on_matrix_cores::<T>(s, format, k)) {
+            let differ =
+                got.iter().zip(&want).filter(|(g, a)| g.to_f32().to_bits() != a.to_f32().to_bits()).count();
+            assert_eq!(differ, 0, "{what}: outputs differing from the product launched alone");
+        }
+        assert_matches_reference::<T>(format, &w[i], &floats(&x), &floats(&want), r, k, batch, &what);
         assert_matches_reference::<T>(format, &w[i], &floats(&x), &floats(&got), r, k, batch, &what);
+    }
+}
+
+/// Products over one x that split k, through one [`SplitScratch`].
+struct SplitStep {
+    x: DeviceBuffer<bf16>,
+    y: [DeviceBuffer<bf16>; 2],
+    scratch: SplitScratch,
+}
+
+/// Two q4_K products (300 and 70 rows: 5 and 2 row blocks, 9 chunks of k in 4 parts on an
+/// H100) at 20 vectors through one [`SplitScratch`], launch after launch (each split launch
+/// leaves its arrival counters at zero for the next) and recorded into a graph (which needs the
+/// scratch: a stream that records refuses the temporary one): the same bits as with a temporary
+/// scratch, and within the reference's bound. Without matrix cores nothing splits and the same
+/// calls run the portable kernel.
+#[test]
+fn split_products_reuse_one_scratch_and_replay_in_graphs() {
+    let gpu = gpu_test!();
+    let s = gpu.stream();
+    let mut rng = Rng::new(0x9a30);
+    let format = GgmlFormat::Q4K;
+    let (rows, k, batch) = ([300, 70], 9 * format.matrix_core_k_step(), 20);
+    let w: Vec<Vec<u8>> = rows.iter().map(|&r| random_weights(&mut rng, format, r, k)).collect();
+    let dw: Vec<_> = w.iter().map(|w| s.upload(w).unwrap()).collect();
+    let run = |step: &mut SplitStep, scratch: bool| -> Result<(), KernelError> {
+        let [y0, y1] = &mut step.y;
+        let mut products = [
+            QuantProduct { w: &dw[0], y: y0, rows: rows[0] },
+            QuantProduct { w: &dw[1], y: y1, rows: rows[1] },
+        ];
+        let split = if scratch { Some(&mut step.scratch) } else { None };
+        quant_matvec_group_in(format, &mut products, &step.x, k, batch, split)
+    };
+    let new_step = || SplitStep {
+        x: s.alloc(batch * k).unwrap(),
+        y: rows.map(|r| poisoned::<bf16>(&gpu, batch * r)),
+        scratch: SplitScratch::new(s).unwrap(),
+    };
+    let outputs = |step: &SplitStep| {
+        step.y
+            .each_ref()
+            .map(|y| y.to_vec().unwrap().iter().map(|v| v.to_f32().to_bits()).collect::<Vec<_>>())
+    };
+    // The eager results, with a temporary scratch, then checked against the reference.
+    let eager = |step: &mut SplitStep, x: &[bf16]| {
+        step.x.copy_from_host(x).unwrap();
+        for y in &mut step.y {
+            y.poison().unwrap();
+        }
+        run(step, false).unwrap();
+        for (i, y) in step.y.iter().enumerate() {
+            let what = format!("split product {i} of {rows:?}, k {k} batch {batch}");
+            let got = floats(&y.to_vec().unwrap());
+            assert_matches_reference::<bf16>(format, &w[i], &floats(x), &got, rows[i], k, batch, &what);
+        }
+        outputs(step)
+    };
+    let mut step = new_step();
+    for launch in 0..3 {
+        let x = activations::<bf16>(&mut rng, batch * k);
+        let want = eager(&mut step, &x);
+        for y in &mut step.y {
+            y.poison().unwrap();
+        }
+        run(&mut step, true).unwrap();
+        assert_eq!(outputs(&step), want, "launch {launch} through the scratch: not the temporary's bits");
+    }
+
+    let mut recorded = new_step();
+    let graph = match s.capture_with(&mut recorded, |_, step| run(step, true)) {
+        Ok(graph) => graph,
+        Err(KernelError::Runtime(Error::GraphsUnsupported(why))) => {
+            eprintln!("graphs are unsupported by this HIP library, which is allowed: {why}");
+            return;
+        }
+        Err(e) => panic!("recording the split products failed: {e}"),
+    };
+    for replay in 0..3 {
+        let x = activations::<bf16>(&mut rng, batch * k);
+        let want = eager(&mut step, &x);
+        let state = graph.state();
+        state.x.write_from_host(&x).unwrap();
+        for (y, &r) in state.y.iter().zip(&rows) {
+            y.write_from_host(&vec![bf16::from_f32(f32::NAN); batch * r]).unwrap();
+        }
+        graph.launch().unwrap();
+        assert_eq!(outputs(state), want, "replay {replay}: not the eager launch's bits");
+    }
+    drop(graph);
+
+    // Recording a split launch without a scratch is refused (it would allocate one).
+    if quant_matvec_on_matrix_cores::<bf16>(s, format, k) {
+        let mut unscratched = new_step();
+        match s.capture_with(&mut unscratched, |_, step| run(step, false)) {
+            Err(KernelError::Runtime(Error::CaptureRefused { operation, .. })) => {
+                assert_eq!(operation, "allocating");
+            }
+            Err(e) => panic!("recording without a scratch: {e}"),
+            Ok(_) => panic!("recording a split launch without a scratch was not refused"),
+        }
     }
 }
 
