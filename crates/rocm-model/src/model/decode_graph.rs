@@ -31,6 +31,7 @@
 use rocm_kernels::attention::{AttentionScratch, FlashOptions, PagedAttention};
 use rocm_kernels::gemm::{GemmElement, GemmPath};
 use rocm_kernels::kv_cache::kv_cache_copy_blocks_shared;
+use rocm_kernels::quant::SplitScratch;
 use rocm_runtime::{DeviceBuffer, Graph, Stream};
 
 use super::error::{ModelError, Result};
@@ -72,7 +73,8 @@ impl<T: GemmElement> Model<T> {
     /// wide (so each sequence holds at most `max_blocks * block_size` tokens), over `kv`, which
     /// the workspace borrows with the model until it is dropped. Allocates the activations,
     /// the inputs, a dequantisation scratch as large as the largest weight whose product has no
-    /// fused kernel at `batch` tokens (none when all have one), the attention's split scratch,
+    /// fused kernel at `batch` tokens (none when all have one), the fused products' split
+    /// scratch at batches that can split `k` (9 to 32), the attention's split scratch,
     /// and the logits when the model has an output head.
     pub fn decode_workspace<'a>(
         &'a self,
@@ -124,6 +126,7 @@ impl<T: GemmElement> Model<T> {
         let mut ws = self.workspace(batch, inputs, s.alloc_zeroed(batch * c.hidden)?)?;
         let dequant = self.dequant_len(batch);
         ws.dequant = if dequant > 0 { Some(s.alloc(dequant)?) } else { None };
+        ws.split = if SplitScratch::wanted(batch) { Some(SplitScratch::new(s)?) } else { None };
         ws.attention_scratch =
             Some(AttentionScratch::for_paged::<T>(s, &attention, &FlashOptions::default())?);
         let logits = match self.head_rows() {

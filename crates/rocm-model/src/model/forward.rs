@@ -27,6 +27,7 @@ use rocm_kernels::attention::{
 };
 use rocm_kernels::gemm::{GemmElement, GemmPath};
 use rocm_kernels::kv_cache::{kv_cache_copy_blocks, kv_cache_write};
+use rocm_kernels::quant::SplitScratch;
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::rope::{Rope, RopeTensor};
 use rocm_runtime::{DeviceBuffer, Stream};
@@ -389,6 +390,7 @@ impl<T: GemmElement> Model<T> {
                 false => None,
             },
             dequant: None,
+            split: None,
             attention_scratch: None,
         })
     }
@@ -427,7 +429,8 @@ impl<T: GemmElement> Model<T> {
         let head =
             self.head.as_ref().ok_or_else(|| ModelError::MissingTensor { name: OUTPUT_HEAD.into() })?;
         let out = self.final_norm.output(&ws.xn, &ws.h);
-        head.apply_with(out, ws.tokens, logits, &mut Products { gemm, scratch: ws.dequant.as_mut() })
+        let mut products = Products { gemm, scratch: ws.dequant.as_mut(), split: ws.split.as_mut() };
+        head.apply_with(out, ws.tokens, logits, &mut products)
     }
 
     /// Every layer and the final norm over the workspace (`ws.h` holding the input rows, its
@@ -456,10 +459,11 @@ impl<T: GemmElement> Model<T> {
             spare,
             ones,
             dequant,
+            split,
             attention_scratch,
         } = ws;
         let n = *n;
-        let mut products = Products { gemm, scratch: dequant.as_mut() };
+        let mut products = Products { gemm, scratch: dequant.as_mut(), split: split.as_mut() };
         let norm = RmsNorm::new(n, c.hidden, c.rms_eps);
         let ones = ones.as_ref();
 
@@ -545,6 +549,8 @@ pub(super) struct Workspace<T: GemmElement> {
     ones: Option<DeviceBuffer<T>>,
     /// Where products without a fused kernel dequantise their weight (`None`: temporaries).
     pub dequant: Option<DeviceBuffer<T>>,
+    /// Where fused products that split `k` keep their parts (`None`: temporaries).
+    pub split: Option<SplitScratch>,
     /// The key split's partial results (`None`: temporaries).
     pub attention_scratch: Option<AttentionScratch>,
 }

@@ -20,26 +20,29 @@ use std::sync::Arc;
 
 use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
 use rocm_kernels::quant::{
-    BlockFormat, GgmlFormat, MAX_PRODUCTS, MxFormat, QuantProduct, dequant_gemm, dequantize_into,
-    mx_matvec_group, mx_matvec_group_on_matrix_cores, quant_matvec, quant_matvec_group,
+    BlockFormat, GgmlFormat, MAX_PRODUCTS, MxFormat, QuantProduct, SplitScratch, dequant_gemm,
+    dequantize_into, mx_matvec_group_in, mx_matvec_group_on_matrix_cores, quant_matvec_group_in,
     quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::DeviceBuffer;
 
 use super::error::Result;
 
-/// How a pass runs its products: the GEMM path (the model's, [`GemmPath::Auto`] by default),
-/// and where a block-format weight without a fused kernel for the token count is dequantised:
-/// a scratch at least [`Linear::dequant_len`] long, or a temporary per product when `None`.
+/// How a pass runs its products: the GEMM path (the model's, [`GemmPath::Auto`] by default);
+/// where a block-format weight without a fused kernel for the token count is dequantised: a
+/// scratch at least [`Linear::dequant_len`] long, or a temporary per product when `None`; and
+/// where fused products that split `k` keep their parts (`None`: temporaries; the results are
+/// the same).
 pub(crate) struct Products<'a, T: GemmElement> {
     pub gemm: GemmPath,
     pub scratch: Option<&'a mut DeviceBuffer<T>>,
+    pub split: Option<&'a mut SplitScratch>,
 }
 
 impl<T: GemmElement> Products<'_, T> {
     /// Temporaries per product, on `gemm`.
     pub fn temporaries(gemm: GemmPath) -> Self {
-        Products { gemm, scratch: None }
+        Products { gemm, scratch: None, split: None }
     }
 }
 
@@ -106,7 +109,7 @@ impl<T: GemmElement> Linear<T> {
                 gemm_with(path, &GemmDesc::linear(tokens, out, inp), x, w, y)?;
             }
             Linear::Blocks { format, ref blocks, out, inp } => {
-                if !fused_product(format, blocks, out, inp, x, tokens, y)? {
+                if !fused_product(format, blocks, out, inp, x, tokens, y, products.split.as_deref_mut())? {
                     match products.scratch.as_deref_mut() {
                         Some(w) => {
                             dequantize_into(format, blocks, w)?;
@@ -142,9 +145,10 @@ pub(crate) fn apply_shared<T: GemmElement>(
                 .zip(ys.iter_mut())
                 .map(|((w, rows), y)| QuantProduct { w, y: &mut **y, rows })
                 .collect();
+            let split = products.split.as_deref_mut();
             match format {
-                FusedFormat::Ggml(g) => quant_matvec_group(g, &mut group, x, inp, tokens)?,
-                FusedFormat::Mx(m) => mx_matvec_group(m, &mut group, x, inp, tokens)?,
+                FusedFormat::Ggml(g) => quant_matvec_group_in(g, &mut group, x, inp, tokens, split)?,
+                FusedFormat::Mx(m) => mx_matvec_group_in(m, &mut group, x, inp, tokens, split)?,
             }
         }
         None => {
@@ -261,6 +265,7 @@ fn fused_max_tokens(matrix_cores: bool) -> usize {
 /// Runs the fused quantised product where there is one for this format and token count, and
 /// says whether it did: ggml's formats (`quant_matvec`) and MXFP4 (`mx_matvec_group` of one
 /// product) up to [`FUSED_MAX_TOKENS`].
+#[allow(clippy::too_many_arguments)]
 fn fused_product<T: GemmElement>(
     format: BlockFormat,
     blocks: &DeviceBuffer<u8>,
@@ -269,13 +274,13 @@ fn fused_product<T: GemmElement>(
     x: &DeviceBuffer<T>,
     tokens: usize,
     y: &mut DeviceBuffer<T>,
+    split: Option<&mut SplitScratch>,
 ) -> Result<bool> {
     let Some(fused) = FusedFormat::at::<T>(format, blocks, inp, tokens) else { return Ok(false) };
+    let product = &mut [QuantProduct { w: blocks, y, rows: out }];
     match fused {
-        FusedFormat::Ggml(g) => quant_matvec(g, blocks, x, y, out, inp, tokens)?,
-        FusedFormat::Mx(m) => {
-            mx_matvec_group(m, &mut [QuantProduct { w: blocks, y, rows: out }], x, inp, tokens)?
-        }
+        FusedFormat::Ggml(g) => quant_matvec_group_in(g, product, x, inp, tokens, split)?,
+        FusedFormat::Mx(m) => mx_matvec_group_in(m, product, x, inp, tokens, split)?,
     }
     Ok(true)
 }

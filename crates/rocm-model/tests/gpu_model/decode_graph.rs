@@ -200,15 +200,17 @@ fn decode_graph_equals_eager_kquants() {
 }
 
 /// Twelve sequences a step on the k-quant model at widths of whole 512-element chunks (hidden
-/// 512, FFN 1024): on NVIDIA with bf16 activations the products the matrix cores take run
-/// `quant_matmul_mma`'s passes of 32 (fused past 8 tokens), so the step is recorded; the rest,
-/// and other devices, dequantise and run the GEMM eagerly. Either way bit for bit the eager step.
+/// 512, FFN 4096): on NVIDIA with bf16 activations the products the matrix cores take run
+/// `quant_matmul_mma`'s passes of 32 (fused past 8 tokens), so the step is recorded; the down
+/// product (512 rows, 8 chunks of k) splits k across blocks, in the workspace's scratch when
+/// recorded and in a temporary eagerly. The rest, and other devices, dequantise and run the
+/// GEMM eagerly. Either way bit for bit the eager step.
 #[test]
 fn decode_graph_of_twelve_sequences_equals_eager_kquants() {
     let gpu = gpu_test!();
     let base = SyntheticSpec::small_kquants();
     let spec = SyntheticSpec {
-        config: rocm_model::model::ModelConfig { hidden: 512, ffn: 1024, ..base.config },
+        config: rocm_model::model::ModelConfig { hidden: 512, ffn: 4096, ..base.config },
         ..base
     };
     let file = Arc::new(GgufFile::from_bytes(spec.to_bytes().unwrap()).unwrap());
