@@ -42,7 +42,8 @@
 // F::CHUNK == 0 with rows of whole 16-byte vectors, k > 0, batch >= 1; blockDim.x = 32 *
 // RF_QMMM_WARPS; dynamic shared memory RF_QMMM_STAGES * (RF_QMMM_ROWS * F::SPAN + 32 * (2 CHUNK
 // + 64)) bytes; every w, y and x 16-byte aligned; 16 * row bytes < 2^32; each splits[i] from
-// 1 to k / F::CHUNK, and where any is above 1, batch <= 32, `partial` room for every unit's
+// 1 to min(k / F::CHUNK, RF_QMMM_MAX_SPLITS) (the _split entries), and where any is above 1,
+// batch <= 32, `partial` room for every unit's
 // 32 x 64 f32 totals and `arrivals` a zeroed counter for every row block of a split product.
 // The launcher checks all of it.
 
