@@ -148,11 +148,6 @@ fn splits_with(
     })
 }
 
-/// 64-row blocks of products of `rows` rows each.
-pub(super) fn row_blocks(rows: impl IntoIterator<Item = usize>) -> usize {
-    rows.into_iter().map(|r| r.div_ceil(ROWS)).sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,7 +156,7 @@ mod tests {
     fn few_rows_split_until_the_device_is_full() {
         // An H100's 132 SMs, two blocks each; k = 4096 in chunks of 512 (8) and 14336 (28).
         let (sms, resident) = (132, 264);
-        let blocks = |rows: &[usize]| row_blocks(rows.iter().copied());
+        let blocks = |rows: &[usize]| rows.iter().map(|r| r.div_ceil(ROWS)).sum::<usize>();
         let splits = |rows: &[usize], chunks, batch| {
             splits_with(sms, resident, blocks(rows), chunks, batch, MIN_CHUNKS)
         };

@@ -226,11 +226,11 @@ pub struct QuantProduct<'a, T: Dtype> {
 
 /// Up to [`MAX_PRODUCTS`] products over the same activations `x` (`[batch, k]`) in one launch,
 /// all in `format`: a layer's Q, K and V projections, or its gate and up projections. Each
-/// output has exactly the bits [`quant_matvec`] of its product alone would give (except where the
-/// launch splits `k`, at 9 to 32 vectors on the matrix cores: the group splits less than its
-/// products alone would, so the order of their f32 sums may differ; `quant/k_split.rs`); one launch as
-/// wide as all their rows reads the weights closer to the copy rate than one launch each (a
-/// 1024-row projection alone cannot fill the memory pipeline). Queued on the first output's
+/// output has exactly the bits [`quant_matvec`] of its product alone would give (except where
+/// the launch splits `k`, at 9 to 32 vectors on the matrix cores: the group splits less than
+/// its products alone would, so the order of their f32 sums may differ; `quant/k_split.rs`);
+/// one launch as wide as all their rows reads the weights closer to the copy rate than one
+/// launch each (a 1024-row projection alone cannot fill the memory pipeline). Queued on the first output's
 /// stream, which every buffer must belong to.
 pub fn quant_matvec_group<T: Dtype>(
     format: GgmlFormat,
@@ -497,30 +497,21 @@ pub(super) fn matrix_core_products<T: Dtype>(
             info.shared_mem_per_block_optin
         )
     })?;
-    // The parts along k of every product's row blocks (1: none; only passes of 32 split, all
-    // products alike), and the units of work (a tile, or a row block's part) of all products
-    // and of the split ones.
-    let mut splits = [1u32; MAX_PRODUCTS];
-    if wide {
-        let resident = k_split::resident_blocks(info, shared);
-        let row_blocks = k_split::row_blocks(products.iter().map(|p| p.rows));
-        let sms = info.compute_units as usize;
-        splits =
-            [k_split::splits_for(sms, resident, row_blocks, k / chunk, batch as usize) as u32; MAX_PRODUCTS];
-    }
-    let (mut tiles, mut split_units, mut split_blocks) = (0usize, 0usize, 0usize);
-    for (p, &s) in products.iter().zip(&splits) {
-        let blocks = p.rows.div_ceil(rows_a_block);
-        tiles += blocks * s as usize;
-        if s > 1 {
-            split_units += blocks * s as usize;
-            split_blocks += blocks;
+    // Each row block's parts along k, the same for every product (1: none; only passes of 32
+    // split), and the launch's units of work (a row block, or a row block's part).
+    let row_blocks: usize = products.iter().map(|p| p.rows.div_ceil(rows_a_block)).sum();
+    let splits = match wide {
+        true => {
+            let resident = k_split::resident_blocks(info, shared);
+            k_split::splits_for(info.compute_units as usize, resident, row_blocks, k / chunk, batch as usize)
         }
-    }
-    ensure(tiles < GROUP_LIMIT, KERNEL, || {
-        format!("{tiles} units of work of {rows_a_block} rows; a launch takes fewer than 2^31")
+        false => 1,
+    };
+    let units = row_blocks * splits;
+    ensure(units < GROUP_LIMIT, KERNEL, || {
+        format!("{units} units of work of {rows_a_block} rows; a launch takes fewer than 2^31")
     })?;
-    let entry = if split_units > 0 {
+    let entry = if splits > 1 {
         format!("{prefix}_{}_b{pass}_split", format.name)
     } else {
         format!("{prefix}_{}_b{pass}", format.name)
@@ -529,15 +520,15 @@ pub(super) fn matrix_core_products<T: Dtype>(
     ensure(info.warp_size == 32 && kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
         format!("the matrix-core kernel needs {threads} threads of 32-wide warps")
     })?;
-    let blocks = tiles.clamp(1, info.max_grid[0].max(1) as usize);
+    let blocks = units.clamp(1, info.max_grid[0].max(1) as usize);
     let config = LaunchConfig {
         grid: [blocks as u32, 1, 1],
         block: [threads as u32, 1, 1],
         shared_mem_bytes: shared as u32,
     };
     let mut temporary;
-    let split = match split_units {
-        0 => None,
+    let split = match splits {
+        1 => None,
         _ => {
             let scratch = match split {
                 Some(s) => s,
@@ -546,17 +537,17 @@ pub(super) fn matrix_core_products<T: Dtype>(
                     &mut temporary
                 }
             };
-            ensure(scratch.holds(split_units, split_blocks), KERNEL, || {
+            ensure(scratch.holds(units, row_blocks), KERNEL, || {
                 format!(
-                    "the split scratch ({} bytes) has no room for {split_units} parts of {split_blocks} \
-                     row blocks: it was made for another device",
+                    "the split scratch ({} bytes) has no room for {units} parts of {row_blocks} row \
+                     blocks: it was made for another device",
                     scratch.bytes()
                 )
             })?;
             let args = abi::rf_qmmm_split {
                 partial: scratch.partial.device_ptr(),
                 arrivals: scratch.arrivals.device_ptr(),
-                splits,
+                splits: [splits as u32; MAX_PRODUCTS],
                 pad: 0,
             };
             Some((args, scratch))
@@ -581,7 +572,7 @@ pub(super) fn matrix_core_products<T: Dtype>(
     // every write after. The split (rocmforge_quant_matvec_abi.h): every splits[i] is 1 to
     // min(k / chunk, RF_QMMM_MAX_SPLITS), and a split launch is one pass, batch <= 32
     // (splits_for); the units of all products are below 2^31 (checked above); its parts write
-    // partial[0, split_units * 32 * 64) and count on arrivals[0, split_blocks), which the scratch
+    // partial[0, units * 32 * 64) and count on arrivals[0, row_blocks), which the scratch
     // holds (checked above): a `&mut` borrow or a temporary, of this stream (`writes` checks),
     // its counters zero (allocated zeroed; a split launch leaves them zero, and two launches on
     // a stream never write them at once: a dependent one writes only after the kernel ahead

@@ -209,8 +209,8 @@ pub fn mx_matvec<T: Dtype>(
 /// runs `kernels/quant_matvec_mma.hip` over the whole list, 8 vectors a pass over the weight
 /// (the batch is the matrix cores' n: 8 vectors cost 1.2-1.5 times one, against 8 times;
 /// docs/kernels/mxfp.md), and past 8 `kernels/quant_matmul_mma.hip`'s passes of 32, which may
-/// split `k` as [`super::quant_matvec_group_in`] says. Everything else runs [`mx_matmul`] a product. Numerics as
-/// [`mx_matvec`]'s: exact products, f32 sums, one rounding to `T`.
+/// split `k` as [`super::quant_matvec_group_in`] says. Everything else runs [`mx_matmul`] a
+/// product. Numerics as [`mx_matvec`]'s: exact products, f32 sums, one rounding to `T`.
 ///
 /// Queued on the first output's stream, which every buffer must belong to; shapes are checked
 /// as [`mx_matmul`]'s (`m = batch`), product by product. No rows or no vectors: nothing runs.

@@ -263,8 +263,9 @@ fn fused_max_tokens(matrix_cores: bool) -> usize {
 }
 
 /// Runs the fused quantised product where there is one for this format and token count, and
-/// says whether it did: ggml's formats (`quant_matvec`) and MXFP4 (`mx_matvec_group` of one
-/// product) up to [`FUSED_MAX_TOKENS`].
+/// says whether it did: ggml's formats (`quant_matvec_group_in`) and MXFP4 (`mx_matvec_group_in`)
+/// of one product, up to [`FUSED_MAX_TOKENS`] (or [`FUSED_MAX_TOKENS_MATRIX_CORES`]), with the
+/// pass's split scratch.
 #[allow(clippy::too_many_arguments)]
 fn fused_product<T: GemmElement>(
     format: BlockFormat,
