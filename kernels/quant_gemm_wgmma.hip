@@ -6,27 +6,23 @@
 //
 // Dequantising W to T first writes and reads back the whole weight in T (117 MB at 14336 x
 // 4096): at 512 tokens that costs 40% on top of the GEMM. Here the blocks travel to shared memory
-// as stored and are decoded into the wgmma's A registers, so W is read once at its own size and
-// never exists in T anywhere.
+// as stored and are decoded there into the wgmma's A tiles, so W is read once at its own size and
+// never exists in T in global memory.
 //
-// Roles: W rows are the wgmma's M (A from registers, the mma.sync m16n8k16 A layout), tokens its
-// N (B: x, K-major in shared memory, 128-byte swizzled). A block owns RF_QGEMM_ROWS = 256 rows of
-// W and RF_QGEMM_TOKENS = 128 tokens. x is first re-laid out by rf_qgemm_pack_x into the
-// swizzled tiles the wgmma reads (a pass over x: 4 MB at 512 tokens x 4096), so that warpgroup 0,
-// the copying one, brings a stage's x with one bulk copy (the TMA engine) instead of 1024
-// cp.async. It copies the 256 rows' bytes of the stage with 16-byte cp.async (the 16-byte span
-// around the stage's blocks for the 32-element formats; the header and the stage's part of each
-// super-block for the k-quants) into a ring of STAGES buffers: each copying thread arrives on the
-// stage's `full` mbarrier when its copies land (cp.async.mbarrier.arrive.noinc) and thread 0's
-// arrival also expects the bulk copy's bytes, so every stage can be in flight. Math warpgroup m
-// owns rows 128 m .. 128 m + 127 as two 64-row wgmma tiles (64 x 128 f32 accumulators each). Per
-// 64 k it decodes its A fragments (per 16 k and tile, each thread 4 pairs: rows g, g + 8 of its
-// warp's 16, k 2 (lane % 4) and + 8, with the scales read once a row), then issues the eight
-// wgmma and waits for them; then hands the stage back on `empty`.
-//
-// Where the time goes (docs/kernels/quant_gemm.md, v3): the cp.async of W, the decode's 16-bit
-// shared-memory loads competing with the wgmma's reads of x, and a warpgroup's decode not
-// overlapping its own wgmma.
+// Roles: W rows are the wgmma's M, tokens its N; both operands K-major in shared memory,
+// 128-byte swizzled. A block owns RF_QGEMM_ROWS = 128 rows of W and RF_QGEMM_TOKENS = 256
+// tokens, so each decoded element serves 256 tokens (the decode's instructions, not a memory,
+// bound this kernel: docs/kernels/quant_gemm.md, v3 and v7). x is first re-laid out by
+// rf_qgemm_pack_x into the swizzled tiles the wgmma reads, so that warpgroup 0, the copying one,
+// brings a stage's x with one bulk copy (the TMA engine). It copies the 128 rows' bytes of the
+// stage with 16-byte cp.async (the 16-byte span around the stage's blocks for the 32-element
+// formats; the header and the stage's part of each super-block for the k-quants) into a ring of
+// STAGES buffers: each copying thread arrives on the stage's `full` mbarrier when its copies
+// land (cp.async.mbarrier.arrive.noinc) and thread 0's arrival also expects the bulk copy's
+// bytes, so every stage can be in flight. Math warpgroup m owns rows 64 m .. 64 m + 63 (64 x 256
+// f32 accumulators). Per 64 k it decodes its rows into one of its two A tiles in shared memory,
+// issues four m64n256k16 wgmma and, while they run, goes on to decode the next 64 k into the
+// other tile; a stage goes back to the copying warps (`empty`) once its last products are done.
 //
 // Numerics: each weight is decoded in f32 exactly as kernels/dequant.hip does (rocmforge_quant.h)
 // and rounded once to T; products accumulate in f32 on the tensor cores; one rounding of each y
@@ -152,16 +148,20 @@ template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
 template <typename F, int STAGES> struct rf_qgemm_layout {
     static constexpr int X_BYTES = RF_QGEMM_TOKENS * F::KS * 2; // KS / 64 swizzled column blocks
     static constexpr int W_BYTES = RF_QGEMM_ROWS * F::ROW_BYTES;
-    // Dynamic shared memory: the 1024-byte alignment slack, then the x ring, then the W ring.
-    static constexpr int SMEM = 1024 + STAGES * (X_BYTES + W_BYTES);
+    // A math warpgroup's decoded tile: its rows x 64 k in T.
+    static constexpr int A_BYTES = RF_QGEMM_ROWS / RF_QGEMM_MATH_WGS * 64 * 2;
+    static_assert(RF_QGEMM_MATH_WGS * 2 * A_BYTES == RF_QGEMM_A_BYTES, "ABI shape");
+    // Dynamic shared memory: the 1024-byte alignment slack, then the x ring, then the W ring,
+    // then each math warpgroup's two decoded tiles.
+    static constexpr int SMEM = 1024 + STAGES * (X_BYTES + W_BYTES) + RF_QGEMM_A_BYTES;
 };
 
 template <typename T, typename F, int STAGES, int COPY_REGS, int MATH_REGS>
 RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
     typedef rf_qgemm_layout<F, STAGES> L;
-    constexpr int MATH_ROWS = RF_QGEMM_ROWS / RF_QGEMM_MATH_WGS; // 128: two 64-row tiles
+    constexpr int MATH_ROWS = RF_QGEMM_ROWS / RF_QGEMM_MATH_WGS; // one 64-row wgmma tile
     constexpr int CHUNKS = F::KS / 64;                             // 64 k each
-    static_assert(MATH_ROWS == 128 && RF_QGEMM_MATH_WGS == 2, "two math warpgroups of two 64-row tiles");
+    static_assert(MATH_ROWS == 64 && RF_QGEMM_TOKENS == 256, "a math warpgroup: 64 rows x 256 tokens");
     static_assert(STAGES >= 2, "a ring");
     static_assert(128 * (COPY_REGS + RF_QGEMM_MATH_WGS * MATH_REGS) <= 65536, "setmaxnreg within the SM's registers");
     extern __shared__ __align__(1024) unsigned char rf_qgemm_smem[];
@@ -227,16 +227,10 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
 
     rf_setmaxnreg_inc<MATH_REGS>();
     const int me = wg - 1; // which math warpgroup
-    const int lane = threadIdx.x % 32;
-    const int warp = (threadIdx.x / 32) % 4;
-    const int g = lane / 4, q = lane % 4;
-    const int wrow = me * MATH_ROWS + 16 * warp + g; // row g of the warp's 16 (tile 0)
-    float d[2][16][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 16; ++j) d[i][j][0] = d[i][j][1] = d[i][j][2] = d[i][j][3] = 0.0f;
-    unsigned a[4][2][4]; // [k step of the chunk][64-row tile][register]
+    const int t = threadIdx.x % 128;
+    float d[32][4]; // set by the first chunk's wgmma (accumulate = 0)
+    // This warpgroup's ring of two decoded A tiles: its 64 rows x 64 k in T, 128-byte swizzled.
+    unsigned char* a_ring = ws + STAGES * L::W_BYTES + me * 2 * L::A_BYTES;
 
     // A row's staged bytes start `delta` into its room (the 32-element formats' window is not
     // 16-byte aligned): (row * w_row_bytes + window) % 16, in 32 bits.
@@ -250,6 +244,9 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
         }
     };
 
+    // Thread t decodes the 8 elements 8 (t % 8) .. + 7 of each 64-k chunk in rows t / 8 + 16 j
+    // (j < 4) of the warpgroup's 64: one 16-byte chunk of the A tile each.
+    const int piece = t % 8;
     for (int s = 0; s < stages; ++s) {
         const int st = s % STAGES;
         rf_mbar_wait(&full[st], (s / STAGES) & 1);
@@ -260,68 +257,83 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
         const int quarter = (k0 / 64) % 4;
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
-            // The chunk's fragments: per 16 k and 64-row tile, rows wrow + 64 i (+ 8) and k pairs
-            // 2 q (+ 8) of each 16, with the scales of the chunk's two 32-element groups.
+            const int n = s * CHUNKS + c; // chunks so far: A tile n % 2
+            unsigned char* a_tile = a_ring + (n % 2) * L::A_BYTES;
+            // Tile n % 2 was last read by chunk n - 2's wgmma, which every warp of the group
+            // has waited for (chunk n - 1's wait) once all pass this barrier.
+            rf_named_barrier(1 + me, 128);
+            const int e = 64 * c + 8 * piece;
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
+            for (int j = 0; j < MATH_ROWS / 16; ++j) {
+                const int local = t / 8 + 16 * j;
+                const unsigned char* row = staged(wst, me * MATH_ROWS + local, k0);
+                const typename F::Scale sc = F::scale(row, e / 32, quarter);
+                uint4 v;
+                unsigned* w = (unsigned*)&v;
 #pragma unroll
-                for (int r8 = 0; r8 < 2; ++r8) {
-                    const unsigned char* row = staged(wst, wrow + 64 * i + 8 * r8, k0);
-                    const typename F::Scale sc[2] = {F::scale(row, 2 * c, quarter), F::scale(row, 2 * c + 1, quarter)};
-#pragma unroll
-                    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            float v[2];
-                            F::pair(row, 64 * c + 16 * kk + 8 * h + 2 * q, sc[kk / 2], v);
-                            a[kk][i][2 * h + r8] = rf_pack2_bits16<T>(v[0], v[1]);
-                        }
-                    }
+                for (int h = 0; h < 4; ++h) {
+                    float f[2];
+                    F::pair(row, e + 2 * h, sc, f);
+                    w[h] = rf_pack2_bits16<T>(f[0], f[1]);
                 }
+                *(uint4*)(a_tile + rf_sw128_offset<MATH_ROWS>(local, piece)) = v;
             }
+            // The decoded tile, from this thread's generic-proxy stores to every thread's wgmma.
+            rf_fence_proxy_async();
+            rf_named_barrier(1 + me, 128);
+            const unsigned a_addr = rf_smem_addr(a_tile);
             rf_wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
-                // Token rows are 128 bytes (64 k) a column block: step kk of chunk c is bytes
-                // 32 kk of column block c (the hardware applies the swizzle to the full address).
+                // Rows are 128 bytes (64 k) a column block: step kk is bytes 32 kk of each row
+                // (the hardware applies the swizzle to the full address); x's chunk c is its
+                // column block c.
                 const rf_u64 b = rf_wgmma_desc(x_addr + c * RF_QGEMM_TOKENS * 128 + kk * 32, 16, 1024);
-                rf_wgmma<T, 128>::rs_kmajor(d[0], a[kk][0], b, 1);
-                rf_wgmma<T, 128>::rs_kmajor(d[1], a[kk][1], b, 1);
+                rf_wgmma<T, RF_QGEMM_TOKENS>::ss(d, rf_wgmma_desc(a_addr + kk * 32, 16, 1024), b, n + kk > 0);
             }
             rf_wgmma_commit();
-            // A warpgroup writes its A registers only while none of its wgmma runs (ptxas
-            // serialises every wgmma of a kernel that does otherwise, C7513).
-            rf_wgmma_wait<0>();
-            rf_wgmma_reg_fence(d[0]);
-            rf_wgmma_reg_fence(d[1]);
+            // Chunk n - 1's products are done (this one's run on while the next is decoded):
+            // when it was its stage's last, the stage's buffers go back to the copying warps.
+            // (No register fence here: one would define the accumulators of the wgmma still in
+            // flight, and ptxas would serialise every wgmma, C7515.)
+            rf_wgmma_wait<1>();
+            if (c == 0 && s > 0) rf_mbar_arrive(&empty[(s - 1) % STAGES]);
         }
-        // The stage's wgmma and decodes are done: its buffers go back to the copying warps.
-        rf_mbar_arrive(&empty[st]);
+    }
+    rf_wgmma_wait<0>();
+    rf_wgmma_reg_fence(d);
+    if (stages == 0) {
+        // k = 0: no wgmma ran (the first of each tile zeroes its accumulators rather than
+        // adding to them, so that nothing defines them before the pipeline, C7515).
+#pragma unroll
+        for (int j = 0; j < 32; ++j) d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
     }
 
-    // d[i][j]: rows wrow + 64 i (+ 8 for [2], [3]), tokens t0 + 8 j + 2 q (+ 1 for [1], [3]).
+    // d[j]: row 16 warp + g (+ 8 for [2], [3]) of the warpgroup's, tokens t0 + 8 j + 2 q (+ 1 for
+    // [1], [3]).
+    const int lane = threadIdx.x % 32;
+    const int warp = (threadIdx.x / 32) % 4;
+    const int g = lane / 4, q = lane % 4;
+    const int wrow = me * MATH_ROWS + 16 * warp + g;
     T* y = (T*)p.y;
     const int t0 = blockIdx.x * RF_QGEMM_TOKENS;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int h = 0; h < 2; ++h) {
+        const int r = r0 + wrow + 8 * h;
+        if (r >= p.rows) continue;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = r0 + wrow + 64 * i + 8 * h;
-            if (r >= p.rows) continue;
+        for (int j = 0; j < RF_QGEMM_TOKENS / 8; ++j) {
 #pragma unroll
-            for (int j = 0; j < 16; ++j) {
-#pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const int t = t0 + 8 * j + 2 * q + c;
-                    if (t < p.tokens) y[(rf_u64)t * p.y_ld + r] = rf_from_float<T>(d[i][j][2 * h + c]);
-                }
+            for (int c = 0; c < 2; ++c) {
+                const int t = t0 + 8 * j + 2 * q + c;
+                if (t < p.tokens) y[(rf_u64)t * p.y_ld + r] = rf_from_float<T>(d[j][2 * h + c]);
             }
         }
     }
 }
 
-// x [tokens, k] (leading dimension x_ld) into tiles: for each 128-token block b and 64-k column
-// block c, 16 KiB at ((b * k / 64) + c) * 16384, token row r's 16-byte chunk j at
+// x [tokens, k] (leading dimension x_ld) into tiles: for each RF_QGEMM_TOKENS-token block b and
+// 64-k column block c, RF_QGEMM_TILE_BYTES at ((b * k / 64) + c) * RF_QGEMM_TILE_BYTES, token row r's 16-byte chunk j at
 // r * 128 + ((j ^ r % 8) << 4): the 128-byte-swizzled layout the wgmma reads, so the GEMM copies
 // a stage with one bulk copy. Rows past the last token are zero. A thread a chunk.
 template <typename T> RF_DEVICE void rf_qgemm_pack_x(const rf_qgemm_params& p) {
@@ -334,7 +346,7 @@ template <typename T> RF_DEVICE void rf_qgemm_pack_x(const rf_qgemm_params& p) {
         const rf_u64 t = b * RF_QGEMM_TOKENS + r;
         uint4 v = make_uint4(0, 0, 0, 0);
         if (t < (rf_u64)p.tokens) v = *(const uint4*)((const T*)p.x + t * p.x_ld + c * 64 + 8 * j);
-        *(uint4*)((unsigned char*)p.x_tiles + tile * 16384 + r * 128 + ((j ^ (r % 8)) << 4)) = v;
+        *(uint4*)((unsigned char*)p.x_tiles + tile * RF_QGEMM_TILE_BYTES + r * 128 + ((j ^ (r % 8)) << 4)) = v;
     }
 }
 

@@ -11,30 +11,31 @@
 // A block computes RF_QGEMM_ROWS rows of W (output features) for RF_QGEMM_TOKENS rows of x:
 // one copying warpgroup and RF_QGEMM_MATH_WGS math warpgroups of 128 threads, each math
 // warpgroup RF_QGEMM_ROWS / RF_QGEMM_MATH_WGS rows.
-#define RF_QGEMM_ROWS 256
-#define RF_QGEMM_TOKENS 128
+#define RF_QGEMM_ROWS 128
+#define RF_QGEMM_TOKENS 256
 #define RF_QGEMM_MATH_WGS 2
 #define RF_QGEMM_THREADS (128 * (RF_QGEMM_MATH_WGS + 1))
 
 // Per format (entry rf_qgemm_wgmma_<format>_<T>): k a stage (KS), a W row's room in a stage's
 // shared memory (ROW_BYTES) and the stages of the ring (STAGES). A block's dynamic shared memory
-// is 1024 (alignment) + STAGES * (RF_QGEMM_TOKENS * KS * 2 + RF_QGEMM_ROWS * ROW_BYTES); k must
-// be a multiple of KS.
+// is 1024 (alignment) + STAGES * (RF_QGEMM_TOKENS * KS * 2 + RF_QGEMM_ROWS * ROW_BYTES) +
+// RF_QGEMM_A_BYTES (each math warpgroup's two decoded 64-k tiles); k must be a multiple of KS.
+#define RF_QGEMM_A_BYTES (RF_QGEMM_MATH_WGS * 2 * (RF_QGEMM_ROWS / RF_QGEMM_MATH_WGS) * 64 * 2)
 #define RF_QGEMM_Q8_0_KS 64
 #define RF_QGEMM_Q8_0_ROW_BYTES 112
 #define RF_QGEMM_Q8_0_STAGES 4
 #define RF_QGEMM_Q4_0_KS 64
 #define RF_QGEMM_Q4_0_ROW_BYTES 80
-#define RF_QGEMM_Q4_0_STAGES 5
+#define RF_QGEMM_Q4_0_STAGES 4
 #define RF_QGEMM_MXFP4_KS 128
 #define RF_QGEMM_MXFP4_ROW_BYTES 112
-#define RF_QGEMM_MXFP4_STAGES 3
+#define RF_QGEMM_MXFP4_STAGES 2
 #define RF_QGEMM_Q4_K_KS 64
 #define RF_QGEMM_Q4_K_ROW_BYTES 48
-#define RF_QGEMM_Q4_K_STAGES 7
+#define RF_QGEMM_Q4_K_STAGES 5
 #define RF_QGEMM_Q5_K_KS 64
 #define RF_QGEMM_Q5_K_ROW_BYTES 80
-#define RF_QGEMM_Q5_K_STAGES 5
+#define RF_QGEMM_Q5_K_STAGES 4
 
 // y[t, r] = sum_k x[t, k] W[r, k]: W is `rows` rows of `w_row_bytes` bytes (k / block elements
 // blocks), x is [tokens, k] with leading dimension x_ld, y is [tokens, rows] with y_ld (both in

@@ -12,11 +12,10 @@
 //! `x` is first re-laid out (`rf_qgemm_pack_x`, into a temporary freed in stream order) as the
 //! swizzled tiles the kernel bulk-copies; the GEMM follows on the same stream.
 //!
-//! Not yet the model's prefill path: measured on an H200 it is slower than dequantising and
-//! calling cuBLAS (at 512 x 14336 x 4096, 188-245 us against 131-153 us), bound by its copies of
-//! the blocks and by decoding that does not overlap the products (docs/kernels/quant_gemm.md, v3,
-//! has the measurements and what comes next). `bench quant_gemm` times it next to the other
-//! paths.
+//! Not yet the model's prefill path: measured on an H200 it is still slower than dequantising and
+//! calling cuBLAS (at 512 x 14336 x 4096, 158-202 us against 133-137 us; at 4096 tokens 1.2-1.5 ms
+//! against 0.63-0.65), bound by the decode's instructions (docs/kernels/quant_gemm.md, v7, has
+//! the measurements and what comes next). `bench quant_gemm` times it next to the other paths.
 
 use rocm_runtime::{DeviceBuffer, Stream};
 
@@ -71,12 +70,14 @@ impl Shape {
         })
     }
 
-    /// Dynamic shared memory of a block: the 1024-byte alignment slack and the ring of stages,
-    /// each the x tile (128 tokens x `stage_k` in 16 bits) and 256 weight rows' rooms.
+    /// Dynamic shared memory of a block: the 1024-byte alignment slack, the ring of stages,
+    /// each the x tile (256 tokens x `stage_k` in 16 bits) and 128 weight rows' rooms, and the
+    /// math warpgroups' decoded tiles.
     fn shared_bytes(self) -> usize {
         1024 + self.stages
             * (abi::RF_QGEMM_TOKENS as usize * self.stage_k * 2
                 + abi::RF_QGEMM_ROWS as usize * self.row_bytes)
+            + abi::RF_QGEMM_A_BYTES as usize
     }
 }
 
@@ -143,7 +144,7 @@ pub fn quant_gemm<T: Dtype>(
     check_dequantize(format, w.len(), weight)?;
     let desc = GemmDesc::linear(tokens, rows, inp);
     desc.check_buffers(x.len(), weight, y.len()).map_err(shape_error)?;
-    // The kernel counts rows, tokens and k in 32 bits; a grid row per 256 weight rows.
+    // The kernel counts rows, tokens and k in 32 bits; a grid row per 128 weight rows.
     let limit = i32::MAX as usize;
     ensure(rows <= limit && tokens <= limit && inp <= limit, KERNEL, || {
         format!("{tokens} x {rows} x {inp}: each must be below 2^31")
@@ -182,14 +183,17 @@ pub fn quant_gemm<T: Dtype>(
     let pack_blocks = chunks.div_ceil(256).min(stream.backend().info().compute_units.max(1) as usize * 16);
     let pack_config =
         LaunchConfig { grid: [pack_blocks as u32, 1, 1], block: [256, 1, 1], shared_mem_bytes: 0 };
-    // SAFETY: rf_qgemm_pack_x_<T>(rf_qgemm_params p) reads x[t * x_ld + 64 c + 8 j ..][..8] for
-    // t < tokens, c < k / 64, j < 8 (16-byte loads: x is 16-byte aligned, checked above, and
-    // x_ld = inp a multiple of 64), all inside x[0, tokens * inp) (check_buffers), and writes
-    // ceil(tokens / 128) * (k / 64) tiles of RF_QGEMM_TILE_BYTES, exactly `tiles` (a fresh
-    // allocation, 256-byte aligned), in a grid-stride loop over its 16-byte chunks counted in
-    // 64 bits. It reads no other field. `reads` / `writes` check both belong to the stream.
-    unsafe {
-        stream.launch(&pack).reads(x).writes(&mut tiles).arg(params).launch(pack_config)?;
+    // (in = 0: no tile to pack, and the GEMM stores zeros.)
+    if chunks > 0 {
+        // SAFETY: rf_qgemm_pack_x_<T>(rf_qgemm_params p) reads x[t * x_ld + 64 c + 8 j ..][..8] for
+        // t < tokens, c < k / 64, j < 8 (16-byte loads: x is 16-byte aligned, checked above, and
+        // x_ld = inp a multiple of 64), all inside x[0, tokens * inp) (check_buffers), and writes
+        // ceil(tokens / 256) * (k / 64) tiles of RF_QGEMM_TILE_BYTES, exactly `tiles` (a fresh
+        // allocation, 256-byte aligned), in a grid-stride loop over its 16-byte chunks counted in
+        // 64 bits. It reads no other field. `reads` / `writes` check both belong to the stream.
+        unsafe {
+            stream.launch(&pack).reads(x).writes(&mut tiles).arg(params).launch(pack_config)?;
+        }
     }
     params.x = 0; // the GEMM reads x only through the tiles
     let config = LaunchConfig {
@@ -205,7 +209,7 @@ pub fn quant_gemm<T: Dtype>(
     // aligned) and writes y[0, tokens * rows) (check_buffers), with rows, tokens and k below
     // 2^31 as it counts them; k is a whole number of its stages (quant_gemm_runs) and w is
     // 16-byte aligned (checked above), as its 16-byte copies need. The grid covers
-    // ceil(tokens / 128) x ceil(rows / 256) tiles, at most 2^24 rows of blocks (rows < 2^31),
+    // ceil(tokens / 256) x ceil(rows / 128) tiles, at most 2^24 rows of blocks (rows < 2^31),
     // with RF_QGEMM_THREADS threads and the dynamic shared memory its entry's stages take
     // (rocmforge_quant_gemm_abi.h, mirrored by Shape::shared_bytes; the launch checks the
     // device's opt-in limit). `y` is a distinct `&mut` borrow, so it aliases neither input;

@@ -1,6 +1,6 @@
 //! `quant_gemm`: the mixed-input matrix-core GEMM (`kernels/quant_gemm_wgmma.hip`), for every
 //! format it has, f16 and bf16, against the f64 product on the dequantised weight (as `T`), at
-//! shapes with partial tiles of weight rows (256 a block) and tokens (128), into NaN-poisoned
+//! shapes with partial tiles of weight rows (128 a block) and tokens (256), into NaN-poisoned
 //! outputs (the cases of `dequant_gemm`'s tests). On a device without warpgroup MMA the same
 //! calls must be refused, naming why.
 
@@ -17,9 +17,10 @@ use crate::shape_message;
 const FORMATS: [BlockFormat; 5] =
     [BlockFormat::Q8_0, BlockFormat::Q4_0, BlockFormat::Mxfp4Gguf, BlockFormat::Q4K, BlockFormat::Q5K];
 
-/// (tokens, rows, in): one partial tile each way (37 of 128 tokens, 300 = 256 + 44 rows), and
-/// two token tiles and four row tiles, both last ones partial, over ten 128-wide stages.
-const SHAPES: [(usize, usize, usize); 2] = [(37, 300, 512), (130, 1000, 1280)];
+/// (tokens, rows, in): one partial tile each way (37 of 256 tokens, 300 = 2 x 128 + 44 rows),
+/// and two token tiles and eight row tiles, both last ones partial, over twelve 64-wide stages
+/// (six of mxfp4's 128).
+const SHAPES: [(usize, usize, usize); 2] = [(37, 300, 512), (260, 1000, 768)];
 
 /// Relative L2 against the f64 product of the same stored values: each output rounded once to
 /// `T` (half an ulp: 2^-9 relative in bf16, 2^-12 in f16) on top of f32 sums.
@@ -64,6 +65,24 @@ fn matches_the_reference_bf16() {
 #[test]
 fn matches_the_reference_f16() {
     matches_the_reference::<f16>(0x9a02);
+}
+
+/// `in = 0`: no stage, no wgmma (the kernel's first wgmma of a tile is what zeroes its
+/// accumulators), so the kernel stores zeros itself.
+#[test]
+fn an_empty_sum_stores_zeros() {
+    let gpu = gpu_test!();
+    let s = gpu.stream();
+    if quant_gemm_runs::<bf16>(s, BlockFormat::Q8_0, 0).is_some() {
+        return; // refused without wgmma: matches_the_reference_* check the reason
+    }
+    let (tokens, rows) = (130, 300);
+    let w = s.alloc::<u8>(0).unwrap();
+    let x = s.alloc::<bf16>(0).unwrap();
+    let mut y = s.alloc::<bf16>(tokens * rows).unwrap();
+    y.poison().unwrap();
+    quant_gemm(BlockFormat::Q8_0, &w, rows, 0, &x, tokens, &mut y).unwrap();
+    assert!(y.to_vec().unwrap().iter().all(|v| v.to_f32() == 0.0), "an output of an empty sum is not 0");
 }
 
 #[test]
