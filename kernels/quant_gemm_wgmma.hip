@@ -148,9 +148,8 @@ template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
 template <typename F, int STAGES> struct rf_qgemm_layout {
     static constexpr int X_BYTES = RF_QGEMM_TOKENS * F::KS * 2; // KS / 64 swizzled column blocks
     static constexpr int W_BYTES = RF_QGEMM_ROWS * F::ROW_BYTES;
-    // A math warpgroup's decoded tile: its rows x 64 k in T.
-    static constexpr int A_BYTES = RF_QGEMM_ROWS / RF_QGEMM_MATH_WGS * 64 * 2;
-    static_assert(RF_QGEMM_MATH_WGS * 2 * A_BYTES == RF_QGEMM_A_BYTES, "ABI shape");
+    // A math warpgroup's decoded tile (two each): its rows x 64 k in T.
+    static constexpr int A_BYTES = RF_QGEMM_A_BYTES / (2 * RF_QGEMM_MATH_WGS);
     // Dynamic shared memory: the 1024-byte alignment slack, then the x ring, then the W ring,
     // then each math warpgroup's two decoded tiles.
     static constexpr int SMEM = 1024 + STAGES * (X_BYTES + W_BYTES) + RF_QGEMM_A_BYTES;
