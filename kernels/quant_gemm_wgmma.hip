@@ -13,14 +13,12 @@
 // 128-byte swizzled. A block owns RF_QGEMM_ROWS = 128 rows of W and RF_QGEMM_TOKENS = 256
 // tokens, so each decoded element serves 256 tokens (the decode's instructions, not a memory,
 // bound this kernel: docs/kernels/quant_gemm.md, v3 and v7). x is first re-laid out by
-// rf_qgemm_pack_x into the swizzled tiles the wgmma reads, so that warpgroup 0, the copying one,
-// brings a stage's x with one bulk copy (the TMA engine). It copies the 128 rows' bytes of the
-// stage with 16-byte cp.async (the 16-byte span around the stage's blocks for the 32-element
-// formats; the header and the stage's part of each super-block for the k-quants) into a ring of
-// STAGES buffers: each copying thread arrives on the stage's `full` mbarrier when its copies
-// land (cp.async.mbarrier.arrive.noinc) and thread 0's arrival also expects the bulk copy's
-// bytes, so every stage can be in flight. Math warpgroup m owns rows 64 m .. 64 m + 63 (64 x 256
-// f32 accumulators). Per 64 k it decodes its rows into one of its two A tiles in shared memory,
+// rf_qgemm_pack_x into the swizzled tiles the wgmma reads, so that one thread of warpgroup 0, the
+// copying one, brings a stage's x with one bulk copy (the TMA engine) and its 128 rows of W with
+// one or two tensor copies (the launcher's tensor map over W's bytes; cp.async of 16 bytes a
+// thread cost as much as the decode: docs/kernels/quant_gemm.md, v8), into a ring of STAGES
+// buffers whose `full` mbarrier completes when their bytes have landed. Math warpgroup m owns
+// rows 64 m .. 64 m + 63 (64 x 256 f32 accumulators). Per 64 k it decodes its rows into one of its two A tiles in shared memory,
 // issues four m64n256k16 wgmma and, while they run, goes on to decode the next 64 k into the
 // other tile; a stage goes back to the copying warps (`empty`) once its last products are done.
 //
@@ -39,11 +37,14 @@
 #if RF_WGMMA
 
 // ---------------------------------------------------------------------------------------------
-// Formats as staged. Each names KS (k a stage: a multiple of 64 and of its block), COPY (16-byte
-// chunks a row a stage), ROW_BYTES (a row's room in a stage's shared memory), `scale`: what
-// the 32-element group `group` of the stage shares (read once a stage, not once a pair), and
-// `pair`: the f32 values of elements e, e + 1 (e even, < KS) of the stage in that group, from
-// the row's staged bytes `s`.
+// Formats as staged. A stage of W is BOXES boxes of the tensor map over W's bytes, each 128 rows x
+// BOX bytes (a multiple of 16) from byte `box(k0, b)` of every row (a multiple of 16: rows start
+// on 16-byte boundaries too), stored box after box in shared memory (rows BOX bytes apart); the
+// stage's bytes start `skip(k0)` into its first box. Each format names KS (k a stage: a multiple
+// of 64 and of its block), BOX, BOXES, ROW_BYTES (BOXES * BOX: a row's share of a stage),
+// `scale`: what the 32-element group `group` of the stage shares (read once a stage, not once a
+// pair), and `pair`: the f32 values of elements e, e + 1 (e even, < KS) of the stage in that
+// group, from the row's staged bytes `s` (box b's bytes at s - skip + b * RF_QGEMM_ROWS * BOX).
 // ---------------------------------------------------------------------------------------------
 
 // Exact small integers from bytes without a conversion instruction (a quarter-rate unit on
@@ -52,17 +53,14 @@ RF_DEVICE float rf_qg_u8_plus_2p23(unsigned word, unsigned selector) {
     return __int_as_float((int)__byte_perm(word, 0x4B000000u, selector));
 }
 
-// The 32-element formats: a stage is WINDOW bytes of a row from byte (k0 / 32) * BLOCK_BYTES,
-// which is 2-aligned at best. It is copied as the COPY 16-byte chunks from the 16-byte boundary
-// below it (the row's `delta` = its start % 16 lies in front of it in shared memory), into
-// rows of an odd number of chunks, so the 8 rows a warp reads at once sit in 8 bank groups.
+// The 32-element formats: a stage is the WINDOW bytes of a row from byte (k0 / 32) * BLOCK_BYTES,
+// 2-aligned at best, so one box from the 16-byte boundary below it, WINDOW + 15 rounded up to 16.
 template <int BLOCK_BYTES_, int KS_> struct rf_qg_blocks32 {
     static constexpr int KS = KS_, BLOCK_BYTES = BLOCK_BYTES_;
-    static constexpr bool ALIGNED = false;
     static constexpr int WINDOW = KS / 32 * BLOCK_BYTES;
-    static constexpr int COPY = (15 + WINDOW + 15) / 16;
-    static constexpr int ROW_BYTES = 16 * (COPY | 1);
-    static RF_DEVICE rf_u64 window(int k0) { return (rf_u64)(k0 / 32) * BLOCK_BYTES; }
+    static constexpr int BOX = (WINDOW + 15 + 15) / 16 * 16, BOXES = 1, ROW_BYTES = BOX;
+    static RF_DEVICE int box(int k0, int) { return k0 / 32 * BLOCK_BYTES & ~15; }
+    static RF_DEVICE int skip(int k0) { return k0 / 32 * BLOCK_BYTES & 15; }
 };
 
 struct rf_qg_q8_0 : rf_qg_blocks32<34, 64> {
@@ -102,20 +100,20 @@ struct rf_qg_mxfp4 : rf_qg_blocks32<17, 128> {
     }
 };
 
-// q4_K / q5_K, 64 elements (two sub-blocks) a stage: the super-block's 16-byte header (d, dmin,
-// the packed scales), q5_K's 32 bytes of fifth bits, and the stage's 32 bytes of nibbles. The
+// q4_K / q5_K, 64 elements (two sub-blocks) a stage, in two boxes: the super-block's first BOX
+// bytes (the 16-byte header: d, dmin, the packed scales; q5_K's 32 bytes of fifth bits), and BOX
+// bytes from the stage's 32 bytes of nibbles (q5_K's box carries 16 bytes it does not use). The
 // stage is quarter k0 % 256 / 64 of its super-block; the header tells its sub-blocks' scales.
 template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
-    static constexpr int KS = 64, COPY = FIFTH_BIT ? 5 : 3;
-    static constexpr bool ALIGNED = true; // 16-byte super-blocks and pieces
-    static constexpr int ROW_BYTES = 16 * COPY;
+    static constexpr int KS = 64;
+    static constexpr int BOX = FIFTH_BIT ? 48 : 32, BOXES = 2, ROW_BYTES = BOXES * BOX;
     static constexpr int BLOCK_BYTES = FIFTH_BIT ? 176 : 144;
-    static constexpr int QS = FIFTH_BIT ? 48 : 16; // the nibbles, in the super-block and staged
-    // Byte offset in its row of 16-byte piece p of the stage at k0.
-    static RF_DEVICE rf_u64 piece(int k0, int p) {
-        const rf_u64 block = (rf_u64)(k0 / 256) * BLOCK_BYTES;
-        return p * 16 < QS ? block + 16 * p : block + QS + 32 * ((k0 / 64) % 4) + 16 * p - QS;
+    static constexpr int QS = FIFTH_BIT ? 48 : 16; // the nibbles, in the super-block
+    static constexpr int QS_STAGED = RF_QGEMM_ROWS * BOX; // the stage's nibbles, from a row's header
+    static RF_DEVICE int box(int k0, int b) {
+        return k0 / 256 * BLOCK_BYTES + (b == 0 ? 0 : QS + 32 * ((k0 / 64) % 4));
     }
+    static RF_DEVICE int skip(int) { return 0; }
     // (d * sc, dmin * m) of the sub-block, and which it is (for q5_K's fifth bits).
     struct Scale {
         float step, offset;
@@ -129,7 +127,7 @@ template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
     }
     static RF_DEVICE void pair(const unsigned char* s, int e, Scale c, float* v) {
         const int shift = (e & 32) >> 3;
-        const unsigned lo = (unsigned)*(const unsigned short*)(s + QS + (e & 31)) >> shift;
+        const unsigned lo = (unsigned)*(const unsigned short*)(s + QS_STAGED + (e & 31)) >> shift;
         unsigned hi = 0;
         if (FIFTH_BIT) hi = (unsigned)*(const unsigned short*)(s + 16 + (e & 31)) >> c.sub;
 #pragma unroll
@@ -156,12 +154,13 @@ template <typename F, int STAGES> struct rf_qgemm_layout {
 };
 
 template <typename T, typename F, int STAGES, int COPY_REGS, int MATH_REGS>
-RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
+RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_map) {
     typedef rf_qgemm_layout<F, STAGES> L;
     constexpr int MATH_ROWS = RF_QGEMM_ROWS / RF_QGEMM_MATH_WGS; // one 64-row wgmma tile
     constexpr int CHUNKS = F::KS / 64;                             // 64 k each
     static_assert(MATH_ROWS == 64 && RF_QGEMM_TOKENS == 256, "a math warpgroup: 64 rows x 256 tokens");
     static_assert(STAGES >= 2, "a ring");
+    static_assert(F::BOX % 16 == 0 && F::ROW_BYTES == F::BOXES * F::BOX, "boxes of whole 16-byte units");
     static_assert(128 * (COPY_REGS + RF_QGEMM_MATH_WGS * MATH_REGS) <= 65536, "setmaxnreg within the SM's registers");
     extern __shared__ __align__(1024) unsigned char rf_qgemm_smem[];
     __shared__ unsigned long long full[STAGES], empty[STAGES];
@@ -175,9 +174,8 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int st = 0; st < STAGES; ++st) {
-            // Every copying thread arrives twice: once saying what bulk-copy bytes to expect
-            // (thread 0: the x tile's), once when its cp.async land.
-            rf_mbar_init(&full[st], 2 * 128);
+            // Thread 0 of the copying warpgroup arrives once, expecting the stage's bytes.
+            rf_mbar_init(&full[st], 1);
             rf_mbar_init(&empty[st], 128 * RF_QGEMM_MATH_WGS);
         }
     }
@@ -185,8 +183,9 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
 
     if (wg == 0) {
         rf_setmaxnreg_dec<COPY_REGS>();
-        const int tid = threadIdx.x;
-        const rf_u64 w_bytes = (rf_u64)p.rows * p.w_row_bytes;
+        // One thread issues every copy (the TMA engine's), the rest of the warpgroup idles: its
+        // warps exist for setmaxnreg, which gives registers away a warpgroup at a time.
+        if (threadIdx.x != 0) return;
         // This block's x tiles, already in the swizzled layout (rf_qgemm_pack_x): one stage is
         // X_BYTES contiguous bytes.
         const unsigned char* x_tiles = (const unsigned char*)p.x_tiles + (rf_u64)blockIdx.x * stages * L::X_BYTES;
@@ -194,33 +193,16 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
             const int st = s % STAGES;
             rf_mbar_wait(&empty[st], ((s / STAGES) & 1) ^ 1);
             const int k0 = s * F::KS;
-            // x: one bulk copy (the TMA engine) of the stage's tile, by thread 0; its bytes are
-            // what `full` waits for besides the arrivals.
-            rf_mbar_arrive_expect_tx(&full[st], tid == 0 ? L::X_BYTES : 0);
-            if (tid == 0) rf_bulk_copy(xs + st * L::X_BYTES, x_tiles + (rf_u64)s * L::X_BYTES, L::X_BYTES, &full[st]);
-            // W: COPY 16-byte chunks of each of the 256 rows (a bulk copy a row measured 1.5-3x
-            // slower: the TMA engine takes small requests one by one), zero past the last row
-            // and past the weight's end (a row's last chunks may reach into the next row).
+            // The stage is the x tile (one bulk copy) and W's boxes (a tensor copy each, 128 rows
+            // at once; rows past the last arrive as zeros): `full` completes once all their
+            // bytes have landed. (cp.async of 16 bytes a thread cost as much time as the decode.)
+            rf_mbar_arrive_expect_tx(&full[st], L::X_BYTES + L::W_BYTES);
+            rf_bulk_copy(xs + st * L::X_BYTES, x_tiles + (rf_u64)s * L::X_BYTES, L::X_BYTES, &full[st]);
             unsigned char* wst = ws + st * L::W_BYTES;
-            for (int idx = tid; idx < RF_QGEMM_ROWS * F::COPY; idx += 128) {
-                const int r = idx / F::COPY, c = idx % F::COPY;
-                const rf_u64 row = (rf_u64)(r0 + r) * p.w_row_bytes;
-                rf_u64 off;
-                int bytes = r0 + r < p.rows ? 16 : 0;
-                if constexpr (F::ALIGNED) {
-                    off = row + F::piece(k0, c);
-                } else {
-                    off = ((row + F::window(k0)) & ~(rf_u64)15) + 16 * c;
-                    bytes = off < w_bytes ? (w_bytes - off < (rf_u64)bytes ? (int)(w_bytes - off) : bytes) : 0;
-                }
-                rf_cp_async16(wst + r * F::ROW_BYTES + 16 * c, bytes ? p.w + off : p.w, bytes);
-            }
-            // The stage fills behind this thread's back: `full` completes once every copying
-            // thread's cp.async have landed (their noinc arrivals) and the x tile is in.
-            rf_cp_async_mbar_arrive(&full[st]);
+#pragma unroll
+            for (int b = 0; b < F::BOXES; ++b)
+                rf_tensor_copy_2d(wst + b * RF_QGEMM_ROWS * F::BOX, &w_map, F::box(k0, b), r0, &full[st]);
         }
-        rf_cp_async_commit();
-        rf_cp_async_wait<0>();
         return;
     }
 
@@ -230,18 +212,6 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
     float d[32][4]; // set by the first chunk's wgmma (accumulate = 0)
     // This warpgroup's ring of two decoded A tiles: its 64 rows x 64 k in T, 128-byte swizzled.
     unsigned char* a_ring = ws + STAGES * L::W_BYTES + me * 2 * L::A_BYTES;
-
-    // A row's staged bytes start `delta` into its room (the 32-element formats' window is not
-    // 16-byte aligned): (row * w_row_bytes + window) % 16, in 32 bits.
-    auto staged = [&](const unsigned char* wst, int local, int k0) -> const unsigned char* {
-        const unsigned char* room = wst + local * F::ROW_BYTES;
-        if constexpr (F::ALIGNED) {
-            return room;
-        } else {
-            const unsigned row_mod = (unsigned)(r0 + local) % 16u * (unsigned)(p.w_row_bytes % 16u);
-            return room + ((row_mod + (unsigned)(F::window(k0) % 16u)) & 15u);
-        }
-    };
 
     // Thread t decodes the 8 elements 8 (t % 8) .. + 7 of each 64-k chunk in rows t / 8 + 16 j
     // (j < 4) of the warpgroup's 64: one 16-byte chunk of the A tile each.
@@ -265,7 +235,7 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p) {
 #pragma unroll
             for (int j = 0; j < MATH_ROWS / 16; ++j) {
                 const int local = t / 8 + 16 * j;
-                const unsigned char* row = staged(wst, me * MATH_ROWS + local, k0);
+                const unsigned char* row = wst + (me * MATH_ROWS + local) * F::BOX + F::skip(k0);
                 const typename F::Scale sc = F::scale(row, e / 32, quarter);
                 uint4 v;
                 unsigned* w = (unsigned*)&v;
@@ -353,12 +323,15 @@ template <typename T> RF_DEVICE void rf_qgemm_pack_x(const rf_qgemm_params& p) {
 // gives the launcher (rocmforge_quant_gemm_abi.h: STAGES buffers as fit in ~200 KiB).
 // Registers: 56 a copying thread (fewer spill), 224 a math thread (accumulators 128, a chunk's
 // fragments 32).
-#define RF_QGEMM_ENTRY(T, TNAME, F, FNAME, STAGES)                                                               \
-    RF_KERNEL void __launch_bounds__(RF_QGEMM_THREADS, 1) rf_qgemm_wgmma_##FNAME##_##TNAME(rf_qgemm_params p) { \
-        rf_qgemm_wgmma<T, F, STAGES, 56, 224>(p);                                                                \
+#define RF_QGEMM_ENTRY(T, TNAME, F, FNAME, STAGES)                                                              \
+    RF_KERNEL void __launch_bounds__(RF_QGEMM_THREADS, 1)                                                       \
+        rf_qgemm_wgmma_##FNAME##_##TNAME(rf_qgemm_params p, const __grid_constant__ rf_tensor_map w_map) {      \
+        rf_qgemm_wgmma<T, F, STAGES, 56, 224>(p, w_map);                                                        \
     }
 #define RF_QGEMM_ENTRIES(F, FNAME, NAME)                                                                      \
-    static_assert(F::KS == RF_QGEMM_##NAME##_KS && F::ROW_BYTES == RF_QGEMM_##NAME##_ROW_BYTES, "ABI shape"); \
+    static_assert(F::KS == RF_QGEMM_##NAME##_KS && F::BOX == RF_QGEMM_##NAME##_BOX &&                          \
+                      F::ROW_BYTES == RF_QGEMM_##NAME##_ROW_BYTES,                                            \
+                  "ABI shape");                                                                               \
     RF_QGEMM_ENTRY(__half, f16, F, FNAME, RF_QGEMM_##NAME##_STAGES)                                          \
     RF_QGEMM_ENTRY(rf_bf16, bf16, F, FNAME, RF_QGEMM_##NAME##_STAGES)
 RF_QGEMM_ENTRIES(rf_qg_q8_0, q8_0, Q8_0)

@@ -73,6 +73,20 @@ RF_DEVICE void rf_bulk_copy(void* smem, const void* gmem, unsigned bytes, unsign
                  "l"(gmem), "r"(bytes), "r"(rf_smem_addr(bar))
                  : "memory");
 }
+// A tensor map (CUDA's CUtensorMap; rocm_runtime::TensorMap), which a kernel takes by value as a
+// `const __grid_constant__` parameter so that its address is the parameter's own.
+struct __align__(64) rf_tensor_map {
+    unsigned long long opaque[16];
+};
+// The box of the 2D tensor map `map` at (x, y) (x along rows: bytes for a map over bytes; y the
+// row), global -> shared (128-byte aligned) by the TMA engine, counted on `bar` as it lands;
+// whatever lies outside the tensor arrives as zeros.
+RF_DEVICE void rf_tensor_copy_2d(void* smem, const rf_tensor_map* map, int x, int y, unsigned long long* bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+                     rf_smem_addr(smem)),
+                 "l"(map), "r"(x), "r"(y), "r"(rf_smem_addr(bar))
+                 : "memory");
+}
 // Waits until the phase of parity `parity` has completed (a fresh barrier counts the phase
 // before its first, parity 1, as completed).
 RF_DEVICE void rf_mbar_wait(unsigned long long* bar, unsigned parity) {

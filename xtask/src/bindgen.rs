@@ -162,9 +162,16 @@ const CUDA: Binding = Binding {
         "cuGraphLaunch",
         "cuGraphExecDestroy",
         "cuGraphDestroy",
+        // TMA tensor maps (`rocm_runtime::TensorMap`, sm_90+): CUDA 12.0's.
+        "cuTensorMapEncodeTiled",
     ],
     newtype_enums: &[
         "cudaError_enum",
+        "CUtensorMapDataType_enum",
+        "CUtensorMapInterleave_enum",
+        "CUtensorMapSwizzle_enum",
+        "CUtensorMapL2promotion_enum",
+        "CUtensorMapFloatOOBfill_enum",
         "CUdevice_attribute_enum",
         "CUfunction_attribute_enum",
         "CUstream_flags_enum",

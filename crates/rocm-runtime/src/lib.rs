@@ -38,6 +38,7 @@ mod ledger;
 mod module;
 mod platform;
 mod stream;
+mod tensor_map;
 
 pub use backend::{Backend, DEFAULT_MEM_FRACTION, MEM_FRACTION_ENV, Platforms, detect};
 pub use blas::{Blas, BlasElement, ColMajorGemm, ElementType, GemmDesc, Transpose};
@@ -55,6 +56,7 @@ pub use ledger::{Account, Ledger, LiveAllocation};
 pub use module::{Function, Module};
 pub use platform::{PLATFORM_ENV, Platform, PlatformChoice};
 pub use stream::Stream;
+pub use tensor_map::TensorMap;
 
 /// Set (to the tool's name) by `cargo xtask gpu-test --sanitize` while tests run under a
 /// memory or race checker, where every launch costs orders of magnitude more. Defined here, below

@@ -1,6 +1,6 @@
 //! The runtime on a real device: discovery, copies, memsets, events, the memory guard.
 
-use rocm_runtime::{CodeObjectKind, DeviceBuffer, Error, Platform, f16};
+use rocm_runtime::{CodeObjectKind, DeviceBuffer, Error, Platform, TensorMap, f16};
 use rocm_testkit::{Rng, gpu_test};
 
 /// Sizes that are not multiples of any block or vector width.
@@ -180,6 +180,35 @@ fn empty_buffers_and_mismatched_lengths() {
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
     let err = gpu.stream().alloc::<f64>(usize::MAX / 4).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+}
+
+/// Tensor maps: what breaks the TMA engine's rules is refused here, naming it, before the driver
+/// is asked; on NVIDIA's driver a map that keeps them is made (kernels use one: quant_gemm's
+/// tests), through HIP none is.
+#[test]
+fn tensor_maps_keep_the_hardware_rules() {
+    let gpu = gpu_test!();
+    let bytes = gpu.stream().alloc_zeroed::<u8>(300 * 4352).unwrap();
+    let refused = |r: rocm_runtime::Result<TensorMap>, want: &str| {
+        let e = r.unwrap_err().to_string();
+        assert!(e.starts_with("invalid argument: tensor map: ") && e.contains(want), "{e}");
+    };
+    refused(
+        TensorMap::bytes_2d(&bytes, 301, 4352, 96, 128),
+        "301 rows of 4352 bytes exceed the buffer's 1305600",
+    );
+    refused(TensorMap::bytes_2d(&bytes, usize::MAX, 4352, 96, 128), "exceed the buffer");
+    refused(TensorMap::bytes_2d(&bytes, 0, 4352, 96, 128), "an empty tensor");
+    refused(TensorMap::bytes_2d(&bytes, 300, 4350, 96, 128), "the row length 4350 must be multiples of 16");
+    refused(TensorMap::bytes_2d(&bytes, 300, 4352, 90, 128), "a box of 128 rows x 90 bytes");
+    refused(TensorMap::bytes_2d(&bytes, 300, 4352, 96, 257), "a box of 257 rows x 96 bytes");
+    refused(TensorMap::bytes_2d(&bytes, 300, 4352, 272, 128), "each side 1 to 256");
+    let made = TensorMap::bytes_2d(&bytes, 300, 4352, 96, 128);
+    if gpu.backend().info().platform == Platform::Nvidia {
+        made.unwrap();
+    } else {
+        refused(made, "exist on NVIDIA's driver only, not through HIP");
+    }
 }
 
 #[test]

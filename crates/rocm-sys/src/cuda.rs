@@ -4,6 +4,8 @@
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 #![allow(dead_code, unsafe_op_in_unsafe_fn, missing_debug_implementations, clippy::all, clippy::undocumented_unsafe_blocks)]
 
+pub type cuuint32_t = u32;
+pub type cuuint64_t = u64;
 pub type CUdeviceptr_v2 = ::std::os::raw::c_ulonglong;
 pub type CUdeviceptr = CUdeviceptr_v2;
 pub type CUdevice_v1 = ::std::os::raw::c_int;
@@ -714,6 +716,89 @@ impl cudaError_enum {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaError_enum(pub ::std::os::raw::c_uint);
 pub use self::cudaError_enum as CUresult;
+#[repr(C)]
+#[repr(align(128))]
+#[derive(Debug, Copy, Clone)]
+pub struct CUtensorMap_st {
+    pub opaque: [cuuint64_t; 16usize],
+}
+impl Default for CUtensorMap_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUtensorMap = CUtensorMap_st;
+impl CUtensorMapDataType_enum {
+    pub const CU_TENSOR_MAP_DATA_TYPE_UINT8: CUtensorMapDataType_enum = CUtensorMapDataType_enum(0);
+    pub const CU_TENSOR_MAP_DATA_TYPE_UINT16: CUtensorMapDataType_enum = CUtensorMapDataType_enum(1);
+    pub const CU_TENSOR_MAP_DATA_TYPE_UINT32: CUtensorMapDataType_enum = CUtensorMapDataType_enum(2);
+    pub const CU_TENSOR_MAP_DATA_TYPE_INT32: CUtensorMapDataType_enum = CUtensorMapDataType_enum(3);
+    pub const CU_TENSOR_MAP_DATA_TYPE_UINT64: CUtensorMapDataType_enum = CUtensorMapDataType_enum(4);
+    pub const CU_TENSOR_MAP_DATA_TYPE_INT64: CUtensorMapDataType_enum = CUtensorMapDataType_enum(5);
+    pub const CU_TENSOR_MAP_DATA_TYPE_FLOAT16: CUtensorMapDataType_enum = CUtensorMapDataType_enum(6);
+    pub const CU_TENSOR_MAP_DATA_TYPE_FLOAT32: CUtensorMapDataType_enum = CUtensorMapDataType_enum(7);
+    pub const CU_TENSOR_MAP_DATA_TYPE_FLOAT64: CUtensorMapDataType_enum = CUtensorMapDataType_enum(8);
+    pub const CU_TENSOR_MAP_DATA_TYPE_BFLOAT16: CUtensorMapDataType_enum = CUtensorMapDataType_enum(9);
+    pub const CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ: CUtensorMapDataType_enum = CUtensorMapDataType_enum(10);
+    pub const CU_TENSOR_MAP_DATA_TYPE_TFLOAT32: CUtensorMapDataType_enum = CUtensorMapDataType_enum(11);
+    pub const CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ: CUtensorMapDataType_enum = CUtensorMapDataType_enum(12);
+    pub const CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B: CUtensorMapDataType_enum = CUtensorMapDataType_enum(13);
+    pub const CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B: CUtensorMapDataType_enum = CUtensorMapDataType_enum(14);
+    pub const CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B: CUtensorMapDataType_enum = CUtensorMapDataType_enum(15);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUtensorMapDataType_enum(pub ::std::os::raw::c_uint);
+pub use self::CUtensorMapDataType_enum as CUtensorMapDataType;
+impl CUtensorMapInterleave_enum {
+    pub const CU_TENSOR_MAP_INTERLEAVE_NONE: CUtensorMapInterleave_enum = CUtensorMapInterleave_enum(0);
+    pub const CU_TENSOR_MAP_INTERLEAVE_16B: CUtensorMapInterleave_enum = CUtensorMapInterleave_enum(1);
+    pub const CU_TENSOR_MAP_INTERLEAVE_32B: CUtensorMapInterleave_enum = CUtensorMapInterleave_enum(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUtensorMapInterleave_enum(pub ::std::os::raw::c_uint);
+pub use self::CUtensorMapInterleave_enum as CUtensorMapInterleave;
+impl CUtensorMapSwizzle_enum {
+    pub const CU_TENSOR_MAP_SWIZZLE_NONE: CUtensorMapSwizzle_enum = CUtensorMapSwizzle_enum(0);
+    pub const CU_TENSOR_MAP_SWIZZLE_32B: CUtensorMapSwizzle_enum = CUtensorMapSwizzle_enum(1);
+    pub const CU_TENSOR_MAP_SWIZZLE_64B: CUtensorMapSwizzle_enum = CUtensorMapSwizzle_enum(2);
+    pub const CU_TENSOR_MAP_SWIZZLE_128B: CUtensorMapSwizzle_enum = CUtensorMapSwizzle_enum(3);
+    pub const CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B: CUtensorMapSwizzle_enum = CUtensorMapSwizzle_enum(4);
+    pub const CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B_FLIP_8B: CUtensorMapSwizzle_enum =
+        CUtensorMapSwizzle_enum(5);
+    pub const CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B: CUtensorMapSwizzle_enum = CUtensorMapSwizzle_enum(6);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUtensorMapSwizzle_enum(pub ::std::os::raw::c_uint);
+pub use self::CUtensorMapSwizzle_enum as CUtensorMapSwizzle;
+impl CUtensorMapL2promotion_enum {
+    pub const CU_TENSOR_MAP_L2_PROMOTION_NONE: CUtensorMapL2promotion_enum = CUtensorMapL2promotion_enum(0);
+    pub const CU_TENSOR_MAP_L2_PROMOTION_L2_64B: CUtensorMapL2promotion_enum = CUtensorMapL2promotion_enum(1);
+    pub const CU_TENSOR_MAP_L2_PROMOTION_L2_128B: CUtensorMapL2promotion_enum =
+        CUtensorMapL2promotion_enum(2);
+    pub const CU_TENSOR_MAP_L2_PROMOTION_L2_256B: CUtensorMapL2promotion_enum =
+        CUtensorMapL2promotion_enum(3);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUtensorMapL2promotion_enum(pub ::std::os::raw::c_uint);
+pub use self::CUtensorMapL2promotion_enum as CUtensorMapL2promotion;
+impl CUtensorMapFloatOOBfill_enum {
+    pub const CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: CUtensorMapFloatOOBfill_enum =
+        CUtensorMapFloatOOBfill_enum(0);
+    pub const CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA: CUtensorMapFloatOOBfill_enum =
+        CUtensorMapFloatOOBfill_enum(1);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUtensorMapFloatOOBfill_enum(pub ::std::os::raw::c_uint);
+pub use self::CUtensorMapFloatOOBfill_enum as CUtensorMapFloatOOBfill;
 impl CUmemPool_attribute_enum {
     pub const CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: CUmemPool_attribute_enum =
         CUmemPool_attribute_enum(1);
@@ -868,6 +953,20 @@ pub struct CudaLibrary {
     pub cuGraphLaunch: unsafe extern "C" fn(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult,
     pub cuGraphExecDestroy: unsafe extern "C" fn(hGraphExec: CUgraphExec) -> CUresult,
     pub cuGraphDestroy: unsafe extern "C" fn(hGraph: CUgraph) -> CUresult,
+    pub cuTensorMapEncodeTiled: unsafe extern "C" fn(
+        tensorMap: *mut CUtensorMap,
+        tensorDataType: CUtensorMapDataType,
+        tensorRank: cuuint32_t,
+        globalAddress: *mut ::std::os::raw::c_void,
+        globalDim: *const cuuint64_t,
+        globalStrides: *const cuuint64_t,
+        boxDim: *const cuuint32_t,
+        elementStrides: *const cuuint32_t,
+        interleave: CUtensorMapInterleave,
+        swizzle: CUtensorMapSwizzle,
+        l2Promotion: CUtensorMapL2promotion,
+        oobFill: CUtensorMapFloatOOBfill,
+    ) -> CUresult,
 }
 impl CudaLibrary {
     pub unsafe fn new<P>(path: P) -> Result<Self, ::libloading::Error>
@@ -935,6 +1034,7 @@ impl CudaLibrary {
         let cuGraphLaunch = __library.get(b"cuGraphLaunch\0").map(|sym| *sym)?;
         let cuGraphExecDestroy = __library.get(b"cuGraphExecDestroy\0").map(|sym| *sym)?;
         let cuGraphDestroy = __library.get(b"cuGraphDestroy\0").map(|sym| *sym)?;
+        let cuTensorMapEncodeTiled = __library.get(b"cuTensorMapEncodeTiled\0").map(|sym| *sym)?;
         Ok(CudaLibrary {
             __library,
             cuGetErrorString,
@@ -988,6 +1088,7 @@ impl CudaLibrary {
             cuGraphLaunch,
             cuGraphExecDestroy,
             cuGraphDestroy,
+            cuTensorMapEncodeTiled,
         })
     }
     pub unsafe fn cuGetErrorString(
@@ -1270,5 +1371,35 @@ impl CudaLibrary {
     }
     pub unsafe fn cuGraphDestroy(&self, hGraph: CUgraph) -> CUresult {
         (self.cuGraphDestroy)(hGraph)
+    }
+    pub unsafe fn cuTensorMapEncodeTiled(
+        &self,
+        tensorMap: *mut CUtensorMap,
+        tensorDataType: CUtensorMapDataType,
+        tensorRank: cuuint32_t,
+        globalAddress: *mut ::std::os::raw::c_void,
+        globalDim: *const cuuint64_t,
+        globalStrides: *const cuuint64_t,
+        boxDim: *const cuuint32_t,
+        elementStrides: *const cuuint32_t,
+        interleave: CUtensorMapInterleave,
+        swizzle: CUtensorMapSwizzle,
+        l2Promotion: CUtensorMapL2promotion,
+        oobFill: CUtensorMapFloatOOBfill,
+    ) -> CUresult {
+        (self.cuTensorMapEncodeTiled)(
+            tensorMap,
+            tensorDataType,
+            tensorRank,
+            globalAddress,
+            globalDim,
+            globalStrides,
+            boxDim,
+            elementStrides,
+            interleave,
+            swizzle,
+            l2Promotion,
+            oobFill,
+        )
     }
 }

@@ -4,7 +4,9 @@
 //! [`dequant_gemm`](super::dequant_gemm) does.
 //!
 //! Formats: q8_0, q4_0, mxfp4, q4_K and q5_K; compute types f16 and bf16 (the wgmma's inputs);
-//! `in` a multiple of the format's stage (64 elements, 128 for mxfp4). Each weight is decoded
+//! `in` a multiple of the format's stage (64 elements, 128 for mxfp4) whose weight rows are whole
+//! 16-byte units (the kernel copies the weight through a TMA tensor map: q8_0 and q4_0 need `in`
+//! a multiple of 256, mxfp4 of 512). Each weight is decoded
 //! in f32 exactly as the dequantiser does and rounded once to `T`, the products accumulate in
 //! f32 and each output is rounded once to `T`: the dequantise + GEMM product up to the order of
 //! the sums.
@@ -13,9 +15,8 @@
 //! swizzled tiles the kernel bulk-copies; the GEMM follows on the same stream.
 //!
 //! Not yet the model's prefill path: measured on an H200 it is still slower than dequantising and
-//! calling cuBLAS (at 512 x 14336 x 4096, 158-202 us against 133-137 us; at 4096 tokens 1.2-1.5 ms
-//! against 0.63-0.65), bound by the decode's instructions (docs/kernels/quant_gemm.md, v7, has
-//! the measurements and what comes next). `bench quant_gemm` times it next to the other paths.
+//! calling cuBLAS (at 512 x 14336 x 4096, 143-184 us against 130-136 us; at 4096 tokens 1.0-1.4 ms
+//! against 0.61-0.65; docs/kernels/quant_gemm.md, v8, has the measurements and what comes next). `bench quant_gemm` times it next to the other paths.
 
 use rocm_runtime::{DeviceBuffer, Stream};
 
@@ -27,44 +28,67 @@ use crate::gemm::GemmDesc;
 use crate::launchable::{Launchable, Needs};
 use crate::loader;
 use crate::modules::KernelModule;
-use rocm_runtime::LaunchConfig;
+use rocm_runtime::{LaunchConfig, TensorMap};
 
 const KERNEL: &str = "quant_gemm";
 const MODULE: KernelModule = KernelModule::QuantGemmWgmma;
 
-/// A format's kernel: its entry's name part, `k` a stage, a weight row's room in a stage and
-/// the stages of the ring (rocmforge_quant_gemm_abi.h).
+/// A format's kernel: its entry's name part, `k` a stage, the width of the boxes in which it
+/// copies the weight, a weight row's share of a stage and the stages of the ring
+/// (rocmforge_quant_gemm_abi.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Shape {
     name: &'static str,
     stage_k: usize,
+    box_bytes: usize,
     row_bytes: usize,
     stages: usize,
 }
 
 impl Shape {
     fn of(format: BlockFormat) -> Option<Shape> {
-        let (name, stage_k, row_bytes, stages) = match format {
-            BlockFormat::Q8_0 => {
-                ("q8_0", abi::RF_QGEMM_Q8_0_KS, abi::RF_QGEMM_Q8_0_ROW_BYTES, abi::RF_QGEMM_Q8_0_STAGES)
-            }
-            BlockFormat::Q4_0 => {
-                ("q4_0", abi::RF_QGEMM_Q4_0_KS, abi::RF_QGEMM_Q4_0_ROW_BYTES, abi::RF_QGEMM_Q4_0_STAGES)
-            }
-            BlockFormat::Mxfp4Gguf => {
-                ("mxfp4", abi::RF_QGEMM_MXFP4_KS, abi::RF_QGEMM_MXFP4_ROW_BYTES, abi::RF_QGEMM_MXFP4_STAGES)
-            }
-            BlockFormat::Q4K => {
-                ("q4_k", abi::RF_QGEMM_Q4_K_KS, abi::RF_QGEMM_Q4_K_ROW_BYTES, abi::RF_QGEMM_Q4_K_STAGES)
-            }
-            BlockFormat::Q5K => {
-                ("q5_k", abi::RF_QGEMM_Q5_K_KS, abi::RF_QGEMM_Q5_K_ROW_BYTES, abi::RF_QGEMM_Q5_K_STAGES)
-            }
+        let (name, stage_k, box_bytes, row_bytes, stages) = match format {
+            BlockFormat::Q8_0 => (
+                "q8_0",
+                abi::RF_QGEMM_Q8_0_KS,
+                abi::RF_QGEMM_Q8_0_BOX,
+                abi::RF_QGEMM_Q8_0_ROW_BYTES,
+                abi::RF_QGEMM_Q8_0_STAGES,
+            ),
+            BlockFormat::Q4_0 => (
+                "q4_0",
+                abi::RF_QGEMM_Q4_0_KS,
+                abi::RF_QGEMM_Q4_0_BOX,
+                abi::RF_QGEMM_Q4_0_ROW_BYTES,
+                abi::RF_QGEMM_Q4_0_STAGES,
+            ),
+            BlockFormat::Mxfp4Gguf => (
+                "mxfp4",
+                abi::RF_QGEMM_MXFP4_KS,
+                abi::RF_QGEMM_MXFP4_BOX,
+                abi::RF_QGEMM_MXFP4_ROW_BYTES,
+                abi::RF_QGEMM_MXFP4_STAGES,
+            ),
+            BlockFormat::Q4K => (
+                "q4_k",
+                abi::RF_QGEMM_Q4_K_KS,
+                abi::RF_QGEMM_Q4_K_BOX,
+                abi::RF_QGEMM_Q4_K_ROW_BYTES,
+                abi::RF_QGEMM_Q4_K_STAGES,
+            ),
+            BlockFormat::Q5K => (
+                "q5_k",
+                abi::RF_QGEMM_Q5_K_KS,
+                abi::RF_QGEMM_Q5_K_BOX,
+                abi::RF_QGEMM_Q5_K_ROW_BYTES,
+                abi::RF_QGEMM_Q5_K_STAGES,
+            ),
             BlockFormat::Mxfp6(_) | BlockFormat::Q6K => return None,
         };
         Some(Shape {
             name,
             stage_k: stage_k as usize,
+            box_bytes: box_bytes as usize,
             row_bytes: row_bytes as usize,
             stages: stages as usize,
         })
@@ -91,7 +115,9 @@ fn entry_name<T: Dtype>(shape: Shape) -> String {
 
 /// Why [`quant_gemm`] cannot run `format` in `T` at width `inp` on `stream`'s device, or `None`
 /// when it can: the device has warpgroup MMA and the module its entry (sm_90a machine code), the
-/// format a kernel, `T` is f16 or bf16 and `inp` a whole number of the format's stages.
+/// format a kernel, `T` is f16 or bf16, `inp` a whole number of the format's stages and a weight
+/// row a whole number of 16 bytes (the stride of the tensor map through which the kernel copies
+/// it: q8_0 and q4_0 need `inp` a multiple of 256, mxfp4 of 512).
 pub fn quant_gemm_runs<T: Dtype>(stream: &Stream, format: BlockFormat, inp: usize) -> Option<String> {
     let shape = match Shape::of(format) {
         Some(shape) => shape,
@@ -112,6 +138,14 @@ pub fn quant_gemm_runs<T: Dtype>(stream: &Stream, format: BlockFormat, inp: usiz
             "in = {inp} is not a multiple of the {} kernel's {}-element stage",
             format.name(),
             shape.stage_k
+        ));
+    }
+    let row_bytes = inp / format.block_elems() * format.block_bytes();
+    if !row_bytes.is_multiple_of(16) {
+        return Some(format!(
+            "in = {inp}: a {} weight row of {row_bytes} bytes is not a whole number of 16 bytes, \
+             which the kernel's tensor copies need",
+            format.name()
         ));
     }
     let info = stream.backend().info();
@@ -179,6 +213,19 @@ pub fn quant_gemm<T: Dtype>(
         tokens: tokens as i32,
         pad: 0,
     };
+    // W's bytes as `rows` rows, copied in boxes of 128 rows (rows past the last arrive as zeros).
+    // in = 0: no bytes to map, and the kernel copies nothing.
+    let w_map = if inp == 0 {
+        bytemuck::Zeroable::zeroed()
+    } else {
+        TensorMap::bytes_2d(
+            w,
+            rows,
+            params.w_row_bytes as usize,
+            shape.box_bytes,
+            abi::RF_QGEMM_ROWS as usize,
+        )?
+    };
     let chunks = tiles.len() / 16;
     let pack_blocks = chunks.div_ceil(256).min(stream.backend().info().compute_units.max(1) as usize * 16);
     let pack_config =
@@ -201,21 +248,21 @@ pub fn quant_gemm<T: Dtype>(
         block: [abi::RF_QGEMM_THREADS, 1, 1],
         shared_mem_bytes: shape.shared_bytes() as u32,
     };
-    // SAFETY: rf_qgemm_wgmma_<fmt>_<T>(rf_qgemm_params p), T f16 or bf16 (quant_gemm_runs),
-    // reads w[0, rows * w_row_bytes) (its 16-byte chunks are clamped to that end: the kernel
-    // computes the end from rows and w_row_bytes, which check_dequantize proved equal to
-    // w.len()), the tiles the pack kernel just wrote in stream order (block b's k / KS stages
-    // of KS / 64 tiles from tile b * k / 64: all inside `tiles`, bulk-copied whole, 16-byte
-    // aligned) and writes y[0, tokens * rows) (check_buffers), with rows, tokens and k below
-    // 2^31 as it counts them; k is a whole number of its stages (quant_gemm_runs) and w is
-    // 16-byte aligned (checked above), as its 16-byte copies need. The grid covers
-    // ceil(tokens / 256) x ceil(rows / 128) tiles, at most 2^24 rows of blocks (rows < 2^31),
-    // with RF_QGEMM_THREADS threads and the dynamic shared memory its entry's stages take
-    // (rocmforge_quant_gemm_abi.h, mirrored by Shape::shared_bytes; the launch checks the
-    // device's opt-in limit). `y` is a distinct `&mut` borrow, so it aliases neither input;
-    // `reads` / `writes` check all three belong to the stream.
+    // SAFETY: rf_qgemm_wgmma_<fmt>_<T>(rf_qgemm_params p, rf_tensor_map w_map), T f16 or bf16
+    // (quant_gemm_runs), reads the weight only through w_map, whose tensor is w[0, rows *
+    // w_row_bytes) (check_dequantize proved that equal to w.len(); what a box finds outside it
+    // arrives as zeros), the tiles the pack kernel just wrote in stream order (block b's k / KS
+    // stages of KS / 64 tiles from tile b * k / 64: all inside `tiles`, bulk-copied whole,
+    // 16-byte aligned) and writes y[0, tokens * rows) (check_buffers), with rows, tokens and k
+    // below 2^31 as it counts them; k is a whole number of its stages (quant_gemm_runs). The
+    // grid covers ceil(tokens / 256) x ceil(rows / 128) tiles, at most 2^24 rows of blocks
+    // (rows < 2^31), with RF_QGEMM_THREADS threads and the dynamic shared memory its entry's
+    // stages take (rocmforge_quant_gemm_abi.h, mirrored by Shape::shared_bytes; the launch
+    // checks the device's opt-in limit). `y` is a distinct `&mut` borrow, so it aliases neither
+    // input; `reads` / `writes` check all three belong to the stream, and `reads(w)` keeps the
+    // buffer w_map points into alive for the launch.
     unsafe {
-        stream.launch(&kernel).reads(w).reads(&tiles).writes(y).arg(params).launch(config)?;
+        stream.launch(&kernel).reads(w).reads(&tiles).writes(y).arg(params).arg(w_map).launch(config)?;
     }
     Ok(())
     // `tiles` is dropped here: freed in stream order, after the GEMM.

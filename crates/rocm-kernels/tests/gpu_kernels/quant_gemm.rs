@@ -18,9 +18,10 @@ const FORMATS: [BlockFormat; 5] =
     [BlockFormat::Q8_0, BlockFormat::Q4_0, BlockFormat::Mxfp4Gguf, BlockFormat::Q4K, BlockFormat::Q5K];
 
 /// (tokens, rows, in): one partial tile each way (37 of 256 tokens, 300 = 2 x 128 + 44 rows),
-/// and two token tiles and eight row tiles, both last ones partial, over twelve 64-wide stages
-/// (six of mxfp4's 128).
-const SHAPES: [(usize, usize, usize); 2] = [(37, 300, 512), (260, 1000, 768)];
+/// and two token tiles and eight row tiles, both last ones partial, over twenty-four 64-wide stages
+/// (twelve of mxfp4's 128). Widths whose weight rows are whole 16-byte units for every format (the
+/// kernel's tensor copies need it; mxfp4's 17-byte blocks make that a multiple of 512).
+const SHAPES: [(usize, usize, usize); 2] = [(37, 300, 512), (260, 1000, 1536)];
 
 /// Relative L2 against the f64 product of the same stored values: each output rounded once to
 /// `T` (half an ulp: 2^-9 relative in bf16, 2^-12 in f16) on top of f32 sums.
@@ -106,6 +107,10 @@ fn what_it_cannot_run_is_refused() {
     let m =
         shape_message(quant_gemm(BlockFormat::Mxfp4Gguf, &w4, rows, 96, &x96, tokens, &mut y), "quant_gemm");
     assert!(m.contains("in = 96 is not a multiple of the mxfp4 kernel's 128-element stage"), "{m}");
+    // Whole stages, but a weight row of 68 bytes: not a stride the tensor copies can take.
+    let x64 = s.alloc_zeroed::<bf16>(tokens * 64).unwrap();
+    let m = shape_message(quant_gemm(BlockFormat::Q8_0, &w8, rows, 64, &x64, tokens, &mut y), "quant_gemm");
+    assert!(m.contains("a q8_0 weight row of 68 bytes is not a whole number of 16 bytes"), "{m}");
     // Lengths are checked before the device is asked.
     let mut short = s.alloc::<bf16>(tokens * rows - 1).unwrap();
     let m = shape_message(quant_gemm(BlockFormat::Q8_0, &w8, rows, 64, &x, tokens, &mut short), "quant_gemm");

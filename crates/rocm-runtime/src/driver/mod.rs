@@ -206,6 +206,18 @@ pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
     /// Lets the kernel use `bytes` of dynamic shared memory (needed above 48 KiB on NVIDIA).
     fn function_set_max_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()>;
 
+    /// The 128 bytes of a tensor map (CUDA's `CUtensorMap`) over `rows` rows of `row_bytes` bytes
+    /// from `base`, read as unsigned bytes in boxes of `box_rows` rows x `box_bytes` bytes, zeros
+    /// outside the rows (`crate::TensorMap`). Only the CUDA driver makes them.
+    fn tensor_map_bytes_2d(
+        &self,
+        base: DevicePtr,
+        rows: u64,
+        row_bytes: u64,
+        box_bytes: u32,
+        box_rows: u32,
+    ) -> Result<[u64; 16]>;
+
     /// A handle of the vendor BLAS for this device (`arch`: its `DeviceInfo::arch`), and the
     /// library's name. Which library follows the silicon, not the host API: cuBLAS takes the
     /// streams of AMD's HIP for NVIDIA too, as hipBLAS would hand them over.

@@ -562,6 +562,41 @@ impl DeviceDriver for CudaDevice {
         Ok(value.max(0) as u32)
     }
 
+    fn tensor_map_bytes_2d(
+        &self,
+        base: DevicePtr,
+        rows: u64,
+        row_bytes: u64,
+        box_bytes: u32,
+        box_rows: u32,
+    ) -> Result<[u64; 16]> {
+        let mut map = sys::CUtensorMap::default();
+        let dims = [row_bytes, rows];
+        let strides = [row_bytes]; // the innermost dimension's is the element size, implied
+        let boxes = [box_bytes, box_rows];
+        let element_strides = [1u32, 1];
+        // The driver checks the address, sizes, strides and boxes against the hardware's rules
+        // and refuses what breaks them (CUDA_ERROR_INVALID_VALUE).
+        call!(
+            self.lib(),
+            cuTensorMapEncodeTiled(
+                &mut map,
+                sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                2,
+                base as *mut c_void,
+                dims.as_ptr(),
+                strides.as_ptr(),
+                boxes.as_ptr(),
+                element_strides.as_ptr(),
+                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        )?;
+        Ok(map.opaque)
+    }
+
     fn function_set_max_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()> {
         let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         call!(self.lib(), cuFuncSetAttribute(function.0.cast(), attr, bytes as i32))

@@ -688,6 +688,12 @@ impl DeviceDriver for HipDevice {
         Ok(value.max(0) as u32)
     }
 
+    fn tensor_map_bytes_2d(&self, _: DevicePtr, _: u64, _: u64, _: u32, _: u32) -> Result<[u64; 16]> {
+        Err(Error::InvalidArgument(
+            "tensor map: the TMA engine's descriptors exist on NVIDIA's driver only, not through HIP".into(),
+        ))
+    }
+
     fn function_set_max_dynamic_shared(&self, function: RawFunction, bytes: u32) -> Result<()> {
         match self.hip.runtime {
             // AMD GPUs give a block all of the LDS it asks for up to the device limit; no opt-in.
