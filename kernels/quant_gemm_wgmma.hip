@@ -11,16 +11,17 @@
 //
 // Roles: W rows are the wgmma's M, tokens its N; both operands K-major in shared memory,
 // 128-byte swizzled. A block owns RF_QGEMM_ROWS = 128 rows of W and RF_QGEMM_TOKENS = 256
-// tokens, so each decoded element serves 256 tokens (the decode's instructions, not a memory,
-// bound this kernel: docs/kernels/quant_gemm.md, v3 and v7). x is first re-laid out by
-// rf_qgemm_pack_x into the swizzled tiles the wgmma reads, so that one thread of warpgroup 0, the
-// copying one, brings a stage's x with one bulk copy (the TMA engine) and its 128 rows of W with
-// one or two tensor copies (the launcher's tensor map over W's bytes; cp.async of 16 bytes a
-// thread cost as much as the decode: docs/kernels/quant_gemm.md, v8), into a ring of STAGES
-// buffers whose `full` mbarrier completes when their bytes have landed. Math warpgroup m owns
-// rows 64 m .. 64 m + 63 (64 x 256 f32 accumulators). Per 64 k it decodes its rows into one of its two A tiles in shared memory,
-// issues four m64n256k16 wgmma and, while they run, goes on to decode the next 64 k into the
-// other tile; a stage goes back to the copying warps (`empty`) once its last products are done.
+// tokens, so each decoded element serves 256 tokens (the decode's instructions, and until v8 the
+// weight's copies, bound this kernel: docs/kernels/quant_gemm.md, v3, v7, v8). x is first
+// re-laid out by rf_qgemm_pack_x into the swizzled tiles the wgmma reads, so that one thread of
+// warpgroup 0, the copying one, brings a stage's x with one bulk copy (the TMA engine) and its
+// 128 rows of W with one or two tensor copies (the launcher's tensor map over W's bytes; cp.async
+// of 16 bytes a thread cost as much as the decode), into a ring of STAGES buffers whose `full`
+// mbarrier completes when their bytes have landed. Math warpgroup m owns
+// rows 64 m .. 64 m + 63 (64 x 256 f32 accumulators). Per 64 k it decodes its rows into one of
+// its two A tiles in shared memory, issues four m64n256k16 wgmma and, while they run, goes on to
+// decode the next 64 k into the other tile; a stage goes back to the copying warps (`empty`) once
+// its last products are done.
 //
 // Numerics: each weight is decoded in f32 exactly as kernels/dequant.hip does (rocmforge_quant.h)
 // and rounded once to T; products accumulate in f32 on the tensor cores; one rounding of each y

@@ -6,17 +6,17 @@
 //! Formats: q8_0, q4_0, mxfp4, q4_K and q5_K; compute types f16 and bf16 (the wgmma's inputs);
 //! `in` a multiple of the format's stage (64 elements, 128 for mxfp4) whose weight rows are whole
 //! 16-byte units (the kernel copies the weight through a TMA tensor map: q8_0 and q4_0 need `in`
-//! a multiple of 256, mxfp4 of 512). Each weight is decoded
-//! in f32 exactly as the dequantiser does and rounded once to `T`, the products accumulate in
-//! f32 and each output is rounded once to `T`: the dequantise + GEMM product up to the order of
-//! the sums.
+//! a multiple of 256, mxfp4 of 512). Each weight is decoded in f32 exactly as the dequantiser
+//! does and rounded once to `T`, the products accumulate in f32 and each output is rounded once
+//! to `T`: the dequantise + GEMM product up to the order of the sums.
 //!
 //! `x` is first re-laid out (`rf_qgemm_pack_x`, into a temporary freed in stream order) as the
 //! swizzled tiles the kernel bulk-copies; the GEMM follows on the same stream.
 //!
 //! Not yet the model's prefill path: measured on an H200 it is still slower than dequantising and
-//! calling cuBLAS (at 512 x 14336 x 4096, 143-184 us against 130-136 us; at 4096 tokens 1.0-1.4 ms
-//! against 0.61-0.65; docs/kernels/quant_gemm.md, v8, has the measurements and what comes next). `bench quant_gemm` times it next to the other paths.
+//! calling cuBLAS (at 512 x 14336 x 4096, 143-184 us against 130-136 us; at 4096 tokens 1.0-1.4
+//! ms against 0.61-0.65; docs/kernels/quant_gemm.md, v8 and v9, has the measurements and what
+//! comes next). `bench quant_gemm` times it next to the other paths.
 
 use rocm_runtime::{DeviceBuffer, Stream};
 
