@@ -331,7 +331,7 @@ template <typename T> RF_DEVICE void rf_qgemm_pack_x(const rf_qgemm_params& p) {
     }
 #define RF_QGEMM_ENTRIES(F, FNAME, NAME)                                                                      \
     static_assert(F::KS == RF_QGEMM_##NAME##_KS && F::BOX == RF_QGEMM_##NAME##_BOX &&                          \
-                      F::ROW_BYTES == RF_QGEMM_##NAME##_ROW_BYTES,                                            \
+                      F::BOXES == RF_QGEMM_##NAME##_BOXES,                                                    \
                   "ABI shape");                                                                               \
     RF_QGEMM_ENTRY(__half, f16, F, FNAME, RF_QGEMM_##NAME##_STAGES)                                          \
     RF_QGEMM_ENTRY(rf_bf16, bf16, F, FNAME, RF_QGEMM_##NAME##_STAGES)

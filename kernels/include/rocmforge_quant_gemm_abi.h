@@ -19,31 +19,31 @@
 // Per format (entry rf_qgemm_wgmma_<format>_<T>(rf_qgemm_params, rf_tensor_map)): k a stage
 // (KS), the width in bytes of the boxes in which the kernel copies W (BOX: the tensor map passed
 // with the parameters covers W's bytes as `rows` rows of `w_row_bytes`, boxes of
-// RF_QGEMM_ROWS rows x BOX bytes), a W row's share of a stage's shared memory (ROW_BYTES, whole
-// boxes) and the stages of the ring (STAGES). A block's dynamic shared memory is 1024
-// (alignment) + STAGES * (RF_QGEMM_TOKENS * KS * 2 + RF_QGEMM_ROWS * ROW_BYTES) +
+// RF_QGEMM_ROWS rows x BOX bytes), the boxes a stage (BOXES) and the stages of the ring
+// (STAGES). A block's dynamic shared memory is 1024 (alignment) + STAGES * (RF_QGEMM_TOKENS * KS
+// * 2 + RF_QGEMM_ROWS * BOXES * BOX) +
 // RF_QGEMM_A_BYTES (each math warpgroup's two decoded 64-k tiles); k must be a multiple of KS
 // and w_row_bytes of 16 (the tensor map's row stride).
 #define RF_QGEMM_A_BYTES (RF_QGEMM_MATH_WGS * 2 * (RF_QGEMM_ROWS / RF_QGEMM_MATH_WGS) * 64 * 2)
 #define RF_QGEMM_Q8_0_KS 64
 #define RF_QGEMM_Q8_0_BOX 96
-#define RF_QGEMM_Q8_0_ROW_BYTES 96
+#define RF_QGEMM_Q8_0_BOXES 1
 #define RF_QGEMM_Q8_0_STAGES 4
 #define RF_QGEMM_Q4_0_KS 64
 #define RF_QGEMM_Q4_0_BOX 64
-#define RF_QGEMM_Q4_0_ROW_BYTES 64
+#define RF_QGEMM_Q4_0_BOXES 1
 #define RF_QGEMM_Q4_0_STAGES 4
 #define RF_QGEMM_MXFP4_KS 128
 #define RF_QGEMM_MXFP4_BOX 96
-#define RF_QGEMM_MXFP4_ROW_BYTES 96
+#define RF_QGEMM_MXFP4_BOXES 1
 #define RF_QGEMM_MXFP4_STAGES 2
 #define RF_QGEMM_Q4_K_KS 64
 #define RF_QGEMM_Q4_K_BOX 32
-#define RF_QGEMM_Q4_K_ROW_BYTES 64
+#define RF_QGEMM_Q4_K_BOXES 2
 #define RF_QGEMM_Q4_K_STAGES 4
 #define RF_QGEMM_Q5_K_KS 64
 #define RF_QGEMM_Q5_K_BOX 48
-#define RF_QGEMM_Q5_K_ROW_BYTES 96
+#define RF_QGEMM_Q5_K_BOXES 2
 #define RF_QGEMM_Q5_K_STAGES 4
 
 // y[t, r] = sum_k x[t, k] W[r, k]: W is `rows` rows of `w_row_bytes` bytes (k / block elements

@@ -55,11 +55,6 @@ RF_DEVICE void rf_mbar_init(unsigned long long* bar, unsigned count) {
 RF_DEVICE void rf_mbar_arrive(unsigned long long* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(rf_smem_addr(bar)) : "memory");
 }
-// One arrival on `bar` once every cp.async this thread has issued so far has landed, without
-// waiting for them here (the barrier's count includes it: `noinc`).
-RF_DEVICE void rf_cp_async_mbar_arrive(unsigned long long* bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(rf_smem_addr(bar)) : "memory");
-}
 // One arrival on `bar` that also expects `bytes` more of asynchronous copies (rf_bulk_copy) in the
 // current phase, which completes once every arrival and every expected byte are in.
 RF_DEVICE void rf_mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {

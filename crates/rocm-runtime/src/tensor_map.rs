@@ -18,7 +18,9 @@ pub struct TensorMap([u64; 16]);
 impl TensorMap {
     /// A map over the first `rows * row_bytes` bytes of `buffer` as `rows` rows of `row_bytes`
     /// unsigned bytes, copied in boxes of `box_rows` rows x `box_bytes` bytes that may start at
-    /// any byte of any row; a box's bytes past a row's end or past the last row arrive as zeros.
+    /// any row, at a multiple of 16 bytes in it (a kernel that starts one elsewhere faults:
+    /// `CUDA_ERROR_ILLEGAL_INSTRUCTION`); a box's bytes past a row's end or past the last row
+    /// arrive as zeros.
     ///
     /// The hardware's rules, refused here with what broke them: the buffer's address and
     /// `row_bytes` are multiples of 16, `box_bytes` is a multiple of 16, and both box sides are

@@ -34,53 +34,52 @@ const KERNEL: &str = "quant_gemm";
 const MODULE: KernelModule = KernelModule::QuantGemmWgmma;
 
 /// A format's kernel: its entry's name part, `k` a stage, the width of the boxes in which it
-/// copies the weight, a weight row's share of a stage and the stages of the ring
-/// (rocmforge_quant_gemm_abi.h).
+/// copies the weight, the boxes a stage and the stages of the ring (rocmforge_quant_gemm_abi.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Shape {
     name: &'static str,
     stage_k: usize,
     box_bytes: usize,
-    row_bytes: usize,
+    boxes: usize,
     stages: usize,
 }
 
 impl Shape {
     fn of(format: BlockFormat) -> Option<Shape> {
-        let (name, stage_k, box_bytes, row_bytes, stages) = match format {
+        let (name, stage_k, box_bytes, boxes, stages) = match format {
             BlockFormat::Q8_0 => (
                 "q8_0",
                 abi::RF_QGEMM_Q8_0_KS,
                 abi::RF_QGEMM_Q8_0_BOX,
-                abi::RF_QGEMM_Q8_0_ROW_BYTES,
+                abi::RF_QGEMM_Q8_0_BOXES,
                 abi::RF_QGEMM_Q8_0_STAGES,
             ),
             BlockFormat::Q4_0 => (
                 "q4_0",
                 abi::RF_QGEMM_Q4_0_KS,
                 abi::RF_QGEMM_Q4_0_BOX,
-                abi::RF_QGEMM_Q4_0_ROW_BYTES,
+                abi::RF_QGEMM_Q4_0_BOXES,
                 abi::RF_QGEMM_Q4_0_STAGES,
             ),
             BlockFormat::Mxfp4Gguf => (
                 "mxfp4",
                 abi::RF_QGEMM_MXFP4_KS,
                 abi::RF_QGEMM_MXFP4_BOX,
-                abi::RF_QGEMM_MXFP4_ROW_BYTES,
+                abi::RF_QGEMM_MXFP4_BOXES,
                 abi::RF_QGEMM_MXFP4_STAGES,
             ),
             BlockFormat::Q4K => (
                 "q4_k",
                 abi::RF_QGEMM_Q4_K_KS,
                 abi::RF_QGEMM_Q4_K_BOX,
-                abi::RF_QGEMM_Q4_K_ROW_BYTES,
+                abi::RF_QGEMM_Q4_K_BOXES,
                 abi::RF_QGEMM_Q4_K_STAGES,
             ),
             BlockFormat::Q5K => (
                 "q5_k",
                 abi::RF_QGEMM_Q5_K_KS,
                 abi::RF_QGEMM_Q5_K_BOX,
-                abi::RF_QGEMM_Q5_K_ROW_BYTES,
+                abi::RF_QGEMM_Q5_K_BOXES,
                 abi::RF_QGEMM_Q5_K_STAGES,
             ),
             BlockFormat::Mxfp6(_) | BlockFormat::Q6K => return None,
@@ -89,18 +88,18 @@ impl Shape {
             name,
             stage_k: stage_k as usize,
             box_bytes: box_bytes as usize,
-            row_bytes: row_bytes as usize,
+            boxes: boxes as usize,
             stages: stages as usize,
         })
     }
 
     /// Dynamic shared memory of a block: the 1024-byte alignment slack, the ring of stages,
-    /// each the x tile (256 tokens x `stage_k` in 16 bits) and 128 weight rows' rooms, and the
-    /// math warpgroups' decoded tiles.
+    /// each the x tile (256 tokens x `stage_k` in 16 bits) and the weight's boxes (128 rows of
+    /// `box_bytes` each), and the math warpgroups' decoded tiles.
     fn shared_bytes(self) -> usize {
         1024 + self.stages
             * (abi::RF_QGEMM_TOKENS as usize * self.stage_k * 2
-                + abi::RF_QGEMM_ROWS as usize * self.row_bytes)
+                + abi::RF_QGEMM_ROWS as usize * self.boxes * self.box_bytes)
             + abi::RF_QGEMM_A_BYTES as usize
     }
 }
