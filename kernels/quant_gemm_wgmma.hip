@@ -6,22 +6,23 @@
 //
 // Dequantising W to T first writes and reads back the whole weight in T (117 MB at 14336 x
 // 4096): at 512 tokens that costs 40% on top of the GEMM. Here the blocks travel to shared memory
-// as stored and are decoded there into the wgmma's A tiles, so W is read once at its own size and
-// never exists in T in global memory.
+// as stored and are decoded from there into the wgmma's A fragments, so W is read once at its own
+// size and never exists in T in global memory.
 //
-// Roles: W rows are the wgmma's M, tokens its N; both operands K-major in shared memory,
-// 128-byte swizzled. A block owns RF_QGEMM_ROWS = 128 rows of W and RF_QGEMM_TOKENS = 256
-// tokens, so each decoded element serves 256 tokens (the decode's instructions, and until v8 the
-// weight's copies, bound this kernel: docs/kernels/quant_gemm.md, v3, v7, v8). x is first
-// re-laid out by rf_qgemm_pack_x into the swizzled tiles the wgmma reads, so that one thread of
-// warpgroup 0, the copying one, brings a stage's x with one bulk copy (the TMA engine) and its
-// 128 rows of W with one or two tensor copies (the launcher's tensor map over W's bytes; cp.async
-// of 16 bytes a thread cost as much as the decode), into a ring of STAGES buffers whose `full`
-// mbarrier completes when their bytes have landed. Math warpgroup m owns
-// rows 64 m .. 64 m + 63 (64 x 256 f32 accumulators). Per 64 k it decodes its rows into one of
-// its two A tiles in shared memory, issues four m64n256k16 wgmma and, while they run, goes on to
-// decode the next 64 k into the other tile; a stage goes back to the copying warps (`empty`) once
-// its last products are done.
+// Roles: W rows are the wgmma's M, tokens its N. A block owns RF_QGEMM_ROWS = 128 rows of W and
+// RF_QGEMM_TOKENS = 256 tokens, so each decoded element serves 256 tokens (the decode's
+// instructions, and until v8 the weight's copies, bound this kernel: docs/kernels/quant_gemm.md,
+// v3, v7, v8). x is first re-laid out by rf_qgemm_pack_x into the 128-byte-swizzled K-major tiles
+// the wgmma reads, so that one thread of warpgroup 0, the copying one, brings a stage's x with one
+// bulk copy (the TMA engine) and its 128 rows of W with one or two tensor copies (the launcher's
+// tensor map over W's bytes; cp.async of 16 bytes a thread cost as much as the decode), into a
+// ring of STAGES buffers whose `full` mbarrier completes when their bytes have landed. Math
+// warpgroup m owns rows 64 m .. 64 m + 63 (64 x 256 f32 accumulators). Per 64 k each thread
+// decodes its own A fragments (the wgmma's register operand: two rows, 32 elements) straight from
+// the staged blocks into one of two register sets and issues four m64n256k16 wgmma on them; while
+// they run it decodes the next 64 k into the other set (v10: decoding into shared memory instead
+// cost a store, a barrier and the tensor cores' reads of every element). A stage goes back to the
+// copying warps (`empty`) once its last products are done.
 //
 // Numerics: each weight is decoded in f32 exactly as kernels/dequant.hip does (rocmforge_quant.h)
 // and rounded once to T; products accumulate in f32 on the tensor cores; one rounding of each y
@@ -43,9 +44,10 @@
 // on 16-byte boundaries too), stored box after box in shared memory (rows BOX bytes apart); the
 // stage's bytes start `skip(k0)` into its first box. Each format names KS (k a stage: a multiple
 // of 64 and of its block), BOX, BOXES, ROW_BYTES (BOXES * BOX: a row's share of a stage),
-// `scale`: what the 32-element group `group` of the stage shares (read once a stage, not once a
-// pair), and `pair`: the f32 values of elements e, e + 1 (e even, < KS) of the stage in that
-// group, from the row's staged bytes `s` (box b's bytes at s - skip + b * RF_QGEMM_ROWS * BOX).
+// `scale`: what the GROUP-element group `group` of the stage shares (GROUP 32 unless a format
+// says: q6_K's 16; read once a group, not once a pair), and `pair`: the f32 values of elements
+// e, e + 1 (e even, < KS) of the stage in that group, from the row's staged bytes `s` (box b's
+// bytes at s - skip + b * RF_QGEMM_ROWS * BOX).
 // ---------------------------------------------------------------------------------------------
 
 // Exact small integers from bytes without a conversion instruction (a quarter-rate unit on
@@ -127,16 +129,47 @@ template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
         return {__half2float(*(const __half*)s) * (float)sc, __half2float(*(const __half*)(s + 2)) * (float)m, sub};
     }
     static RF_DEVICE void pair(const unsigned char* s, int e, Scale c, float* v) {
-        const int shift = (e & 32) >> 3;
-        const unsigned lo = (unsigned)*(const unsigned short*)(s + QS_STAGED + (e & 31)) >> shift;
-        unsigned hi = 0;
-        if (FIFTH_BIT) hi = (unsigned)*(const unsigned short*)(s + 16 + (e & 31)) >> c.sub;
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            unsigned code = (lo >> (8 * i)) & 15u;
-            if (FIFTH_BIT) code |= ((hi >> (8 * i)) & 1u) << 4;
-            v[i] = c.step * (float)code - c.offset;
-        }
+        // Both codes a byte each (2^23 + code as f32, exactly the code once 2^23 is taken off).
+        unsigned codes = ((unsigned)*(const unsigned short*)(s + QS_STAGED + (e & 31)) >> ((e & 32) >> 3)) & 0x0F0Fu;
+        if (FIFTH_BIT) codes |= (((unsigned)*(const unsigned short*)(s + 16 + (e & 31)) >> c.sub) & 0x0101u) << 4;
+        v[0] = c.step * (rf_qg_u8_plus_2p23(codes, 0x7650) - 8388608.0f) - c.offset;
+        v[1] = c.step * (rf_qg_u8_plus_2p23(codes, 0x7651) - 8388608.0f) - c.offset;
+    }
+};
+
+// q6_K, 64 elements (quarter Q = k0 % 256 / 64 of a 210-byte super-block) a stage, in two boxes
+// from the 16-byte boundaries below the stage's 64 bytes of low nibbles (half Q / 2 of ql) and
+// below its 32 bytes of high bit pairs (that half of qh), which the super-block's 16 i8 scales
+// and f16 d follow. Super-blocks start 2-aligned, so both boxes are `skip` bytes early; the
+// second box of half 0 is the one that reaches d, at most 14 + 82 bytes. Scales are per 16
+// elements. Element e of the stage: the nibble (Q odd: high) of the stage's ql byte e, and bits
+// 4 (Q % 2) + 2 (e / 32) of qh byte e % 32 above it; (d * sc) * (code - 32), as dequant.hip.
+struct rf_qg_q6_k {
+    static constexpr int KS = 64, GROUP = 16;
+    static constexpr int BOX = 96, BOXES = 2, ROW_BYTES = BOXES * BOX;
+    static constexpr int BLOCK_BYTES = 210;
+    static constexpr int QH_STAGED = RF_QGEMM_ROWS * BOX; // the stage's qh, from its ql
+    static RF_DEVICE int box(int k0, int b) {
+        const int half = (k0 / 128) % 2;
+        return (k0 / 256 * BLOCK_BYTES + (b == 0 ? 64 * half : 128 + 32 * half)) & ~15;
+    }
+    static RF_DEVICE int skip(int k0) { return k0 / 256 * BLOCK_BYTES & 15; }
+    struct Scale {
+        float step;
+        int odd; // Q % 2
+    };
+    static RF_DEVICE Scale scale(const unsigned char* s, int group, int quarter) {
+        const int half = quarter / 2, odd = quarter % 2;
+        const unsigned char* tail = s + QH_STAGED + 64 - 32 * half; // the scales, then d
+        const float d = __half2float(*(const __half*)(tail + 16));
+        return {d * (float)(signed char)tail[8 * half + 4 * odd + group], odd};
+    }
+    static RF_DEVICE void pair(const unsigned char* s, int e, Scale c, float* v) {
+        unsigned codes = ((unsigned)*(const unsigned short*)(s + e) >> (4 * c.odd)) & 0x0F0Fu;
+        codes |= (((unsigned)*(const unsigned short*)(s + QH_STAGED + (e & 31)) >> (4 * c.odd + ((e & 32) >> 4))) & 0x0303u) << 4;
+        // 2^23 + code, less 2^23 + 32: code - 32 exactly.
+        v[0] = c.step * (rf_qg_u8_plus_2p23(codes, 0x7650) - 8388640.0f);
+        v[1] = c.step * (rf_qg_u8_plus_2p23(codes, 0x7651) - 8388640.0f);
     }
 };
 
@@ -144,14 +177,15 @@ template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
 // The kernel
 // ---------------------------------------------------------------------------------------------
 
+// Elements that share a Scale: F::GROUP where a format says (q6_K: 16), else 32.
+template <typename F, typename = void> struct rf_qg_group : std::integral_constant<int, 32> {};
+template <typename F> struct rf_qg_group<F, decltype((void)F::GROUP)> : std::integral_constant<int, F::GROUP> {};
+
 template <typename F, int STAGES> struct rf_qgemm_layout {
     static constexpr int X_BYTES = RF_QGEMM_TOKENS * F::KS * 2; // KS / 64 swizzled column blocks
     static constexpr int W_BYTES = RF_QGEMM_ROWS * F::ROW_BYTES;
-    // A math warpgroup's decoded tile (two each): its rows x 64 k in T.
-    static constexpr int A_BYTES = RF_QGEMM_A_BYTES / (2 * RF_QGEMM_MATH_WGS);
-    // Dynamic shared memory: the 1024-byte alignment slack, then the x ring, then the W ring,
-    // then each math warpgroup's two decoded tiles.
-    static constexpr int SMEM = 1024 + STAGES * (X_BYTES + W_BYTES) + RF_QGEMM_A_BYTES;
+    // Dynamic shared memory: the 1024-byte alignment slack, then the x ring, then the W ring.
+    static constexpr int SMEM = 1024 + STAGES * (X_BYTES + W_BYTES);
 };
 
 template <typename T, typename F, int STAGES, int COPY_REGS, int MATH_REGS>
@@ -159,6 +193,7 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
     typedef rf_qgemm_layout<F, STAGES> L;
     constexpr int MATH_ROWS = RF_QGEMM_ROWS / RF_QGEMM_MATH_WGS; // one 64-row wgmma tile
     constexpr int CHUNKS = F::KS / 64;                             // 64 k each
+    constexpr int GROUP = rf_qg_group<F>::value;                    // elements a scale
     static_assert(MATH_ROWS == 64 && RF_QGEMM_TOKENS == 256, "a math warpgroup: 64 rows x 256 tokens");
     static_assert(STAGES >= 2, "a ring");
     static_assert(F::BOX % 16 == 0 && F::ROW_BYTES == F::BOXES * F::BOX, "boxes of whole 16-byte units");
@@ -209,67 +244,67 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
 
     rf_setmaxnreg_inc<MATH_REGS>();
     const int me = wg - 1; // which math warpgroup
-    const int t = threadIdx.x % 128;
-    float d[32][4]; // set by the first chunk's wgmma (accumulate = 0)
-    // This warpgroup's ring of two decoded A tiles: its 64 rows x 64 k in T, 128-byte swizzled.
-    unsigned char* a_ring = ws + STAGES * L::W_BYTES + me * 2 * L::A_BYTES;
-
-    // Thread t decodes the 8 elements 8 (t % 8) .. + 7 of each 64-k chunk in rows t / 8 + 16 j
-    // (j < 4) of the warpgroup's 64: one 16-byte chunk of the A tile each.
-    const int piece = t % 8;
-    for (int s = 0; s < stages; ++s) {
+    float d[32][4];        // set by the first chunk's wgmma (accumulate = 0)
+    // A from registers, in two sets: chunk n's fragments are set n % 2, decoded while chunk
+    // n - 1's wgmma (the other set) run. Thread (warp w, lane 4 g + q) holds rows 16 w + g and
+    // + 8 of the warpgroup's 64, k 16 kk + 2 q + {0, 1} and + 8 of each chunk of 64 (kk < 4).
+    unsigned a[2][4][4];
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+    const int row0 = me * MATH_ROWS + 16 * warp + lane / 4;
+    const int q2 = 2 * (lane % 4);
+    const int chunks = stages * CHUNKS;
+    auto chunk = [&](auto buf, int n) {
+        constexpr int B = decltype(buf)::value;
+        const int s = n / CHUNKS, c = n % CHUNKS;
         const int st = s % STAGES;
-        rf_mbar_wait(&full[st], (s / STAGES) & 1);
-        rf_fence_proxy_async(); // orders this thread's view of the copies before its wgmma reads x
+        if (c == 0) {
+            rf_mbar_wait(&full[st], (s / STAGES) & 1);
+            rf_fence_proxy_async(); // orders this thread's view of the copies before its wgmma reads x
+        }
         const unsigned char* wst = ws + st * L::W_BYTES;
-        const unsigned x_addr = rf_smem_addr(xs + st * L::X_BYTES);
         const int k0 = s * F::KS;
         const int quarter = (k0 / 64) % 4;
 #pragma unroll
-        for (int c = 0; c < CHUNKS; ++c) {
-            const int n = s * CHUNKS + c; // chunks so far: A tile n % 2
-            unsigned char* a_tile = a_ring + (n % 2) * L::A_BYTES;
-            // Tile n % 2 was last read by chunk n - 2's wgmma, which every warp of the group
-            // has waited for (chunk n - 1's wait) once all pass this barrier.
-            rf_named_barrier(1 + me, 128);
-            const int e = 64 * c + 8 * piece;
+        for (int i = 0; i < 2; ++i) {
+            const unsigned char* row = wst + (row0 + 8 * i) * F::BOX + F::skip(k0);
 #pragma unroll
-            for (int j = 0; j < MATH_ROWS / 16; ++j) {
-                const int local = t / 8 + 16 * j;
-                const unsigned char* row = wst + (me * MATH_ROWS + local) * F::BOX + F::skip(k0);
-                const typename F::Scale sc = F::scale(row, e / 32, quarter);
-                uint4 v;
-                unsigned* w = (unsigned*)&v;
+            for (int grp = 0; grp < 64 / GROUP; ++grp) {
+                const typename F::Scale sc = F::scale(row, 64 / GROUP * c + grp, quarter);
 #pragma unroll
-                for (int h = 0; h < 4; ++h) {
-                    float f[2];
-                    F::pair(row, e + 2 * h, sc, f);
-                    w[h] = rf_pack2_bits16<T>(f[0], f[1]);
+                for (int kk = GROUP / 16 * grp; kk < GROUP / 16 * (grp + 1); ++kk) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        float f[2];
+                        F::pair(row, 64 * c + 16 * kk + 8 * h + q2, sc, f);
+                        a[B][kk][i + 2 * h] = rf_pack2_bits16<T>(f[0], f[1]);
+                    }
                 }
-                *(uint4*)(a_tile + rf_sw128_offset<MATH_ROWS>(local, piece)) = v;
             }
-            // The decoded tile, from this thread's generic-proxy stores to every thread's wgmma.
-            rf_fence_proxy_async();
-            rf_named_barrier(1 + me, 128);
-            const unsigned a_addr = rf_smem_addr(a_tile);
-            rf_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-                // Rows are 128 bytes (64 k) a column block: step kk is bytes 32 kk of each row
-                // (the hardware applies the swizzle to the full address); x's chunk c is its
-                // column block c.
-                const rf_u64 b = rf_wgmma_desc(x_addr + c * RF_QGEMM_TOKENS * 128 + kk * 32, 16, 1024);
-                rf_wgmma<T, RF_QGEMM_TOKENS>::ss(d, rf_wgmma_desc(a_addr + kk * 32, 16, 1024), b, n + kk > 0);
-            }
-            rf_wgmma_commit();
-            // Chunk n - 1's products are done (this one's run on while the next is decoded):
-            // when it was its stage's last, the stage's buffers go back to the copying warps.
-            // (No register fence here: one would define the accumulators of the wgmma still in
-            // flight, and ptxas would serialise every wgmma, C7515.)
-            rf_wgmma_wait<1>();
-            if (c == 0 && s > 0) rf_mbar_arrive(&empty[(s - 1) % STAGES]);
         }
+        const unsigned x_addr = rf_smem_addr(xs + st * L::X_BYTES);
+        rf_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            // x's chunk c is its column block c; step kk is bytes 32 kk of each row (the
+            // hardware applies the swizzle to the full address).
+            const rf_u64 b = rf_wgmma_desc(x_addr + c * RF_QGEMM_TOKENS * 128 + kk * 32, 16, 1024);
+            rf_wgmma<T, RF_QGEMM_TOKENS>::rs(d, a[B][kk], b, n + kk > 0);
+        }
+        rf_wgmma_commit();
+        // Chunk n - 1's products are done (this one's run on while the next is decoded): its
+        // registers may be written again, and when it was its stage's last, the stage's buffers
+        // go back to the copying warps.
+        rf_wgmma_wait<1>();
+        if (c == 0 && s > 0) rf_mbar_arrive(&empty[(s - 1) % STAGES]);
+    };
+    // Pairs of chunks, then an odd one: no path of the loop reaches set 0's decode with set 0's
+    // own wgmma still in flight (ptxas would serialise every wgmma otherwise, C7513).
+    int n = 0;
+    for (; n + 1 < chunks; n += 2) {
+        chunk(std::integral_constant<int, 0>(), n);
+        chunk(std::integral_constant<int, 1>(), n + 1);
     }
+    if (n < chunks) chunk(std::integral_constant<int, 0>(), n);
     rf_wgmma_wait<0>();
     rf_wgmma_reg_fence(d);
     if (stages == 0) {
@@ -281,8 +316,6 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
 
     // d[j]: row 16 warp + g (+ 8 for [2], [3]) of the warpgroup's, tokens t0 + 8 j + 2 q (+ 1 for
     // [1], [3]).
-    const int lane = threadIdx.x % 32;
-    const int warp = (threadIdx.x / 32) % 4;
     const int g = lane / 4, q = lane % 4;
     const int wrow = me * MATH_ROWS + 16 * warp + g;
     T* y = (T*)p.y;
@@ -322,7 +355,7 @@ template <typename T> RF_DEVICE void rf_qgemm_pack_x(const rf_qgemm_params& p) {
 
 // Entry points rf_qgemm_wgmma_<format>_<T>, one block an SM, with the shape the ABI header
 // gives the launcher (rocmforge_quant_gemm_abi.h: STAGES buffers as fit in ~200 KiB).
-// Registers: 56 a copying thread (fewer spill), 224 a math thread (accumulators 128, a chunk's
+// Registers: 56 a copying thread (fewer spill), 224 a math thread (accumulators 128, two chunks'
 // fragments 32).
 #define RF_QGEMM_ENTRY(T, TNAME, F, FNAME, STAGES)                                                              \
     RF_KERNEL void __launch_bounds__(RF_QGEMM_THREADS, 1)                                                       \
@@ -340,6 +373,7 @@ RF_QGEMM_ENTRIES(rf_qg_q4_0, q4_0, Q4_0)
 RF_QGEMM_ENTRIES(rf_qg_mxfp4, mxfp4, MXFP4)
 RF_QGEMM_ENTRIES(rf_qg_kquant_affine<false>, q4_k, Q4_K)
 RF_QGEMM_ENTRIES(rf_qg_kquant_affine<true>, q5_k, Q5_K)
+RF_QGEMM_ENTRIES(rf_qg_q6_k, q6_k, Q6_K)
 
 RF_KERNEL void rf_qgemm_pack_x_f16(rf_qgemm_params p) { rf_qgemm_pack_x<__half>(p); }
 RF_KERNEL void rf_qgemm_pack_x_bf16(rf_qgemm_params p) { rf_qgemm_pack_x<rf_bf16>(p); }

@@ -21,10 +21,8 @@
 // with the parameters covers W's bytes as `rows` rows of `w_row_bytes`, boxes of
 // RF_QGEMM_ROWS rows x BOX bytes), the boxes a stage (BOXES) and the stages of the ring
 // (STAGES). A block's dynamic shared memory is 1024 (alignment) + STAGES * (RF_QGEMM_TOKENS * KS
-// * 2 + RF_QGEMM_ROWS * BOXES * BOX) +
-// RF_QGEMM_A_BYTES (each math warpgroup's two decoded 64-k tiles); k must be a multiple of KS
-// and w_row_bytes of 16 (the tensor map's row stride).
-#define RF_QGEMM_A_BYTES (RF_QGEMM_MATH_WGS * 2 * (RF_QGEMM_ROWS / RF_QGEMM_MATH_WGS) * 64 * 2)
+// * 2 + RF_QGEMM_ROWS * BOXES * BOX); k must be a multiple of KS and w_row_bytes of 16 (the
+// tensor map's row stride).
 #define RF_QGEMM_Q8_0_KS 64
 #define RF_QGEMM_Q8_0_BOX 96
 #define RF_QGEMM_Q8_0_BOXES 1
@@ -45,6 +43,10 @@
 #define RF_QGEMM_Q5_K_BOX 48
 #define RF_QGEMM_Q5_K_BOXES 2
 #define RF_QGEMM_Q5_K_STAGES 4
+#define RF_QGEMM_Q6_K_KS 64
+#define RF_QGEMM_Q6_K_BOX 96
+#define RF_QGEMM_Q6_K_BOXES 2
+#define RF_QGEMM_Q6_K_STAGES 4
 
 // y[t, r] = sum_k x[t, k] W[r, k]: W is `rows` rows of `w_row_bytes` bytes (k / block elements
 // blocks), x is [tokens, k] with leading dimension x_ld, y is [tokens, rows] with y_ld (both in

@@ -120,11 +120,12 @@ template <int ROWS> RF_DEVICE unsigned rf_sw128_offset(int r, int c) {
 
 // D (64 x N) = A B + (accumulate ? D : 0), K = 16, inputs f16 or bf16 (PTX type `ty`).
 //   ss: A (64 x 16) and B (16 x N) both K-major in shared memory (descriptors a, b);
-//   rs: A from registers, B N-major in shared memory (a row of 16-bit values along N).
+//   rs: A from registers, B in shared memory: N-major (a row of 16-bit values along N) at N = 64
+//       and 128, K-major at N = 256.
 // The operand lists are spelled out because inline assembly names each register, so only the
 // shapes the kernels use exist: ss and rs at N = 64 (flash: S = Q K^T over a 64-key tile; O +=
-// P V at head_dim 64), rs at N = 128 (flash: O += P V at head_dim 128) and ss at N = 256
-// (quant_gemm_wgmma: decoded weight tiles times 256 activation rows).
+// P V at head_dim 64), rs at N = 128 (flash: O += P V at head_dim 128) and rs at N = 256 with B
+// K-major (quant_gemm_wgmma: decoded weight fragments times 256 activation rows).
 template <typename T, int N> struct rf_wgmma;
 #define RF_WGMMA_N64(T, ty) \
     template <> struct rf_wgmma<T, 64> {\
@@ -163,13 +164,13 @@ template <typename T, int N> struct rf_wgmma;
 
 #define RF_WGMMA_N256(T, ty) \
     template <> struct rf_wgmma<T, 256> {\
-    static RF_DEVICE void ss(float (&d)[32][4], rf_u64 a, rf_u64 b, int accumulate) {\
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"\
+    static RF_DEVICE void rs(float (&d)[32][4], const unsigned (&a)[4], rf_u64 b, int accumulate) {\
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"\
                      "wgmma.mma_async.sync.aligned.m64n256k16.f32." ty "." ty " "\
                      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "\
-                     "%128, %129, p, 1, 1, 0, 0;\n}\n"\
+                     "{%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"\
                      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]), "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]), "+f"(d[16][3]), "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]), "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]), "+f"(d[19][0]), "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]), "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]), "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]), "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]), "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]), "+f"(d[24][0]), "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]), "+f"(d[25][0]), "+f"(d[25][1]), "+f"(d[25][2]), "+f"(d[25][3]), "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]), "+f"(d[26][3]), "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]), "+f"(d[28][0]), "+f"(d[28][1]), "+f"(d[28][2]), "+f"(d[28][3]), "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]), "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])\
-                     : "l"(a), "l"(b), "r"(accumulate));\
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));\
     }\
     };
 

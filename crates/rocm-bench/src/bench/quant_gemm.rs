@@ -31,7 +31,7 @@ use crate::Result;
 /// (n, k) of the weight: gate/up.
 const WEIGHT: (usize, usize) = (14_336, 4096);
 /// Tokens of the products.
-const TOKENS: &[usize] = &[512, 4096];
+const TOKENS: &[usize] = &[256, 512, 1024, 4096];
 
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let blas = match Blas::open(&b.backend) {

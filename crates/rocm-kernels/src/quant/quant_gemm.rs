@@ -3,20 +3,20 @@
 //! weight is read once at its stored size and never written out in `T` as
 //! [`dequant_gemm`](super::dequant_gemm) does.
 //!
-//! Formats: q8_0, q4_0, mxfp4, q4_K and q5_K; compute types f16 and bf16 (the wgmma's inputs);
+//! Formats: q8_0, q4_0, mxfp4, q4_K, q5_K and q6_K; compute types f16 and bf16 (the wgmma's inputs);
 //! `in` a multiple of the format's stage (64 elements, 128 for mxfp4) whose weight rows are whole
 //! 16-byte units (the kernel copies the weight through a TMA tensor map: q8_0 and q4_0 need `in`
-//! a multiple of 256, mxfp4 of 512). Each weight is decoded in f32 exactly as the dequantiser
+//! a multiple of 256, mxfp4 of 512, q6_K of 2048). Each weight is decoded in f32 exactly as the dequantiser
 //! does and rounded once to `T`, the products accumulate in f32 and each output is rounded once
 //! to `T`: the dequantise + GEMM product up to the order of the sums.
 //!
 //! `x` is first re-laid out (`rf_qgemm_pack_x`, into a temporary freed in stream order) as the
 //! swizzled tiles the kernel bulk-copies; the GEMM follows on the same stream.
 //!
-//! Not yet the model's prefill path: measured on an H200 it is still slower than dequantising and
-//! calling cuBLAS (at 512 x 14336 x 4096, 143-184 us against 130-136 us; at 4096 tokens 1.0-1.4
-//! ms against 0.61-0.65; docs/kernels/quant_gemm.md, v8 and v9, has the measurements and what
-//! comes next). `bench quant_gemm` times it next to the other paths.
+//! rocm-model's prefill takes it up to 512 tokens for the formats where it measured faster than
+//! dequantising and calling cuBLAS (H200, 512 x 14336 x 4096: q8_0 117.5 us against 135.2; at
+//! 4096 tokens cuBLAS's GEMM wins: docs/kernels/quant_gemm.md, v10). `bench quant_gemm` times it
+//! next to the other paths.
 
 use rocm_runtime::{DeviceBuffer, Stream};
 
@@ -82,7 +82,14 @@ impl Shape {
                 abi::RF_QGEMM_Q5_K_BOXES,
                 abi::RF_QGEMM_Q5_K_STAGES,
             ),
-            BlockFormat::Mxfp6(_) | BlockFormat::Q6K => return None,
+            BlockFormat::Q6K => (
+                "q6_k",
+                abi::RF_QGEMM_Q6_K_KS,
+                abi::RF_QGEMM_Q6_K_BOX,
+                abi::RF_QGEMM_Q6_K_BOXES,
+                abi::RF_QGEMM_Q6_K_STAGES,
+            ),
+            BlockFormat::Mxfp6(_) => return None,
         };
         Some(Shape {
             name,
@@ -95,18 +102,23 @@ impl Shape {
 
     /// Dynamic shared memory of a block: the 1024-byte alignment slack, the ring of stages,
     /// each the x tile (256 tokens x `stage_k` in 16 bits) and the weight's boxes (128 rows of
-    /// `box_bytes` each), and the math warpgroups' decoded tiles.
+    /// `box_bytes` each).
     fn shared_bytes(self) -> usize {
         1024 + self.stages
             * (abi::RF_QGEMM_TOKENS as usize * self.stage_k * 2
                 + abi::RF_QGEMM_ROWS as usize * self.boxes * self.box_bytes)
-            + abi::RF_QGEMM_A_BYTES as usize
     }
 }
 
 /// Formats with a kernel.
-const FORMATS: [BlockFormat; 5] =
-    [BlockFormat::Q8_0, BlockFormat::Q4_0, BlockFormat::Mxfp4Gguf, BlockFormat::Q4K, BlockFormat::Q5K];
+const FORMATS: [BlockFormat; 6] = [
+    BlockFormat::Q8_0,
+    BlockFormat::Q4_0,
+    BlockFormat::Mxfp4Gguf,
+    BlockFormat::Q4K,
+    BlockFormat::Q5K,
+    BlockFormat::Q6K,
+];
 
 fn entry_name<T: Dtype>(shape: Shape) -> String {
     format!("rf_qgemm_wgmma_{}_{}", shape.name, T::NAME)
@@ -116,13 +128,13 @@ fn entry_name<T: Dtype>(shape: Shape) -> String {
 /// when it can: the device has warpgroup MMA and the module its entry (sm_90a machine code), the
 /// format a kernel, `T` is f16 or bf16, `inp` a whole number of the format's stages and a weight
 /// row a whole number of 16 bytes (the stride of the tensor map through which the kernel copies
-/// it: q8_0 and q4_0 need `inp` a multiple of 256, mxfp4 of 512).
+/// it: q8_0 and q4_0 need `inp` a multiple of 256, mxfp4 of 512, q6_K of 2048).
 pub fn quant_gemm_runs<T: Dtype>(stream: &Stream, format: BlockFormat, inp: usize) -> Option<String> {
     let shape = match Shape::of(format) {
         Some(shape) => shape,
         None => {
             return Some(format!(
-                "{} has no mixed-input GEMM (formats: q8_0, q4_0, mxfp4, q4_k, q5_k)",
+                "{} has no mixed-input GEMM (formats: q8_0, q4_0, mxfp4, q4_k, q5_k, q6_k)",
                 format.name()
             ));
         }
@@ -153,6 +165,16 @@ pub fn quant_gemm_runs<T: Dtype>(stream: &Stream, format: BlockFormat, inp: usiz
     }
     loader::kernel(stream, MODULE, &entry_name::<T>(shape)).err().map(|e| e.to_string())
 }
+
+/// [`quant_gemm`]'s grid for `rows` weight rows and `tokens` tokens: `[token tiles, row tiles]`,
+/// a block a tile of 256 tokens x 128 rows, one block an SM (its shared memory). A grid of fewer
+/// blocks than SMs leaves the rest idle for the whole product, which is what callers weigh it by.
+pub fn quant_gemm_grid(rows: usize, tokens: usize) -> [usize; 2] {
+    [tokens.div_ceil(QUANT_GEMM_TILE_TOKENS), rows.div_ceil(abi::RF_QGEMM_ROWS as usize)]
+}
+
+/// Tokens of a [`quant_gemm`] tile: a partial last tile costs as much as a full one.
+pub const QUANT_GEMM_TILE_TOKENS: usize = abi::RF_QGEMM_TOKENS as usize;
 
 /// `y = x W^T`: `x` is `[tokens, inp]`, `y` `[tokens, rows]`, `w` the weight's `rows x inp`
 /// elements as whole blocks of `format` (row-major, a row `inp / block elements` blocks), on
@@ -242,8 +264,9 @@ pub fn quant_gemm<T: Dtype>(
         }
     }
     params.x = 0; // the GEMM reads x only through the tiles
+    let [token_tiles, row_tiles] = quant_gemm_grid(rows, tokens);
     let config = LaunchConfig {
-        grid: [token_tiles as u32, rows.div_ceil(abi::RF_QGEMM_ROWS as usize) as u32, 1],
+        grid: [token_tiles as u32, row_tiles as u32, 1],
         block: [abi::RF_QGEMM_THREADS, 1, 1],
         shared_mem_bytes: shape.shared_bytes() as u32,
     };
@@ -305,6 +328,6 @@ mod tests {
                     && shape.stage_k.is_multiple_of(format.block_elems().min(64))
             );
         }
-        assert_eq!(Shape::of(BlockFormat::Q6K), None);
+        assert_eq!(Shape::of(BlockFormat::Mxfp6(crate::quant::Fp6::E2M3)), None);
     }
 }

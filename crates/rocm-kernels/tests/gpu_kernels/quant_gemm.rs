@@ -6,7 +6,7 @@
 
 use rocm_kernels::Dtype;
 use rocm_kernels::gemm::GemmElement;
-use rocm_kernels::quant::{BlockFormat, quant_gemm, quant_gemm_runs};
+use rocm_kernels::quant::{BlockFormat, Fp6, quant_gemm, quant_gemm_runs};
 use rocm_runtime::{bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test, relative_l2};
 
@@ -14,14 +14,24 @@ use crate::dequant_gemm::case;
 use crate::shape_message;
 
 /// Formats with a kernel.
-const FORMATS: [BlockFormat; 5] =
-    [BlockFormat::Q8_0, BlockFormat::Q4_0, BlockFormat::Mxfp4Gguf, BlockFormat::Q4K, BlockFormat::Q5K];
+const FORMATS: [BlockFormat; 6] = [
+    BlockFormat::Q8_0,
+    BlockFormat::Q4_0,
+    BlockFormat::Mxfp4Gguf,
+    BlockFormat::Q4K,
+    BlockFormat::Q5K,
+    BlockFormat::Q6K,
+];
 
 /// (tokens, rows, in): one partial tile each way (37 of 256 tokens, 300 = 2 x 128 + 44 rows),
 /// and two token tiles and eight row tiles, both last ones partial, over twenty-four 64-wide stages
 /// (twelve of mxfp4's 128). Widths whose weight rows are whole 16-byte units for every format (the
 /// kernel's tensor copies need it; mxfp4's 17-byte blocks make that a multiple of 512).
 const SHAPES: [(usize, usize, usize); 2] = [(37, 300, 512), (260, 1000, 1536)];
+
+/// q6_K's 210-byte super-blocks make a whole number of 16-byte units every 8: the same tiles over
+/// 2048 (every quarter of eight super-blocks, both halves of each).
+const Q6_K_SHAPES: [(usize, usize, usize); 2] = [(37, 300, 2048), (260, 1000, 2048)];
 
 /// Relative L2 against the f64 product of the same stored values: each output rounded once to
 /// `T` (half an ulp: 2^-9 relative in bf16, 2^-12 in f16) on top of f32 sums.
@@ -30,7 +40,8 @@ fn l2_bound<T: Dtype>() -> f64 {
 }
 
 fn check_format<T: GemmElement>(gpu: &GpuTest, rng: &mut Rng, format: BlockFormat) {
-    for shape in SHAPES {
+    let shapes = if format == BlockFormat::Q6K { Q6_K_SHAPES } else { SHAPES };
+    for shape in shapes {
         let c = case::<T>(gpu, rng, format, shape);
         let mut y = gpu.stream().alloc::<T>(c.tokens * c.rows).unwrap();
         y.poison().unwrap();
@@ -91,11 +102,16 @@ fn what_it_cannot_run_is_refused() {
     let gpu = gpu_test!();
     let s = gpu.stream();
     let (tokens, rows, inp) = (3, 5, 256);
-    let w = s.alloc_zeroed::<u8>(BlockFormat::Q6K.bytes_for(rows * inp).unwrap()).unwrap();
+    let mx6 = BlockFormat::Mxfp6(Fp6::E2M3);
+    let w = s.alloc_zeroed::<u8>(mx6.bytes_for(rows * inp).unwrap()).unwrap();
     let x = s.alloc_zeroed::<bf16>(tokens * inp).unwrap();
     let mut y = s.alloc::<bf16>(tokens * rows).unwrap();
-    let m = shape_message(quant_gemm(BlockFormat::Q6K, &w, rows, inp, &x, tokens, &mut y), "quant_gemm");
-    assert!(m.contains("q6_k has no mixed-input GEMM"), "{m}");
+    let m = shape_message(quant_gemm(mx6, &w, rows, inp, &x, tokens, &mut y), "quant_gemm");
+    assert!(m.contains("has no mixed-input GEMM"), "{m}");
+    // q6_K's rows are 210 bytes a super-block: whole 16-byte units only every 2048 elements.
+    let w6 = s.alloc_zeroed::<u8>(BlockFormat::Q6K.bytes_for(rows * inp).unwrap()).unwrap();
+    let m = shape_message(quant_gemm(BlockFormat::Q6K, &w6, rows, inp, &x, tokens, &mut y), "quant_gemm");
+    assert!(m.contains("a q6_k weight row of 210 bytes is not a whole number of 16 bytes"), "{m}");
     let xf = s.alloc_zeroed::<f32>(tokens * 64).unwrap();
     let mut yf = s.alloc::<f32>(tokens * rows).unwrap();
     let w8 = s.alloc_zeroed::<u8>(BlockFormat::Q8_0.bytes_for(rows * 64).unwrap()).unwrap();
