@@ -7,6 +7,9 @@
 //!
 //! - few tokens (decode): a fused kernel reads every block once and decodes it in registers
 //!   ([`fused_product`] says which formats and token counts have one);
+//! - prefill up to [`mixed_input_max_tokens`], with a grid that fills the device:
+//!   the mixed-input GEMM (`rocm_kernels::quant::quant_gemm`, Hopper), which decodes the blocks
+//!   inside its tile loop ([`mixed_input_product`]);
 //! - otherwise (prefill): the weight is dequantised to `T` and the GEMM runs on it
 //!   (`rocm_kernels::quant::dequant_gemm`, in sequence): into a temporary freed in stream order,
 //!   or into the caller's scratch ([`Products`]: a decode workspace's, allocated once, which a
@@ -20,9 +23,9 @@ use std::sync::Arc;
 
 use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
 use rocm_kernels::quant::{
-    BlockFormat, GgmlFormat, MAX_PRODUCTS, MxFormat, QuantProduct, SplitScratch, dequant_gemm,
-    dequantize_into, mx_matvec_group_in, mx_matvec_group_on_matrix_cores, quant_matvec_group_in,
-    quant_matvec_on_matrix_cores,
+    BlockFormat, GgmlFormat, MAX_PRODUCTS, MxFormat, QUANT_GEMM_TILE_TOKENS, QuantProduct, SplitScratch,
+    dequant_gemm, dequantize_into, mx_matvec_group_in, mx_matvec_group_on_matrix_cores, quant_gemm,
+    quant_gemm_grid, quant_gemm_runs, quant_matvec_group_in, quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::DeviceBuffer;
 
@@ -109,7 +112,9 @@ impl<T: GemmElement> Linear<T> {
                 gemm_with(path, &GemmDesc::linear(tokens, out, inp), x, w, y)?;
             }
             Linear::Blocks { format, ref blocks, out, inp } => {
-                if !fused_product(format, blocks, out, inp, x, tokens, y, products.split.as_deref_mut())? {
+                if !fused_product(format, blocks, out, inp, x, tokens, y, products.split.as_deref_mut())?
+                    && !mixed_input_product(format, blocks, out, inp, x, tokens, y, path)?
+                {
                     match products.scratch.as_deref_mut() {
                         Some(w) => {
                             dequantize_into(format, blocks, w)?;
@@ -286,6 +291,69 @@ fn fused_product<T: GemmElement>(
     Ok(true)
 }
 
+/// Tokens up to which a block-format product past the fused kernels may run the mixed-input
+/// GEMM (0: never). Measured on an H200 (`bench quant_gemm --iters 20`, one call, 2026-12-03;
+/// docs/kernels/quant_gemm.md, v10), 14336 x 4096 in bf16, us, mixed-input against dequantise +
+/// cuBLAS:
+///
+/// | tokens | q8_0 | q4_0 | q4_K | q5_K | q6_K | MXFP4 |
+/// |---|---|---|---|---|---|---|
+/// | 256 | 61.4 / 93.2 | 62.8 / 87.4 | 65.7 / 88.3 | 71.7 / 89.6 | 73.1 / 92.2 | 78.8 / 86.8 |
+/// | 512 | 118.7 / 135.8 | 122.2 / 130.2 | 128.8 / 131.5 | 139.2 / 134.1 | 140.5 / 135.7 | 153.4 / 130.1 |
+/// | 1024 | 227.9 / 197.4 | 233.8 / 191.7 | 247.0 / 194.4 | 268.0 / 196.4 | 273.6 / 200.2 | 294.1 / 188.5 |
+///
+/// Past that cuBLAS's GEMM outruns the decode's fixed cost (4096 tokens: 846-1083 against
+/// 606-636).
+pub fn mixed_input_max_tokens(format: BlockFormat) -> usize {
+    match format {
+        BlockFormat::Q8_0 | BlockFormat::Q4_0 | BlockFormat::Q4K => 512,
+        BlockFormat::Q5K | BlockFormat::Q6K | BlockFormat::Mxfp4Gguf => 256,
+        BlockFormat::Mxfp6(_) => 0,
+    }
+}
+
+/// Whether the mixed-input GEMM's grid for `out` rows and `tokens` tokens suits it: at least 4/5
+/// of the device's `sms` busy (a block a 128 x 256 tile, one an SM), and the last token tile at
+/// least 3/4 full (a partial tile costs a whole one, while dequantise + GEMM pays by the token).
+/// Measured on an H200 (132 SMs): the gate and up products at 512 tokens (224 blocks) and 256
+/// (112) ran faster than dequantise + cuBLAS (the table of [`mixed_input_max_tokens`]), but with
+/// every product of an 8B layer taking it -- Q, O and down at 64 blocks, K and V at 16 -- a
+/// 512-token prefill layer took 728.0 us against 641.4 (q8_0) and 775.2 against 617.3 (q4_K).
+/// The 3/4 is the table's interpolation: q8_0 at 384 tokens would still pay two tiles (~119 us)
+/// where dequantise + cuBLAS takes ~114.
+fn suits_the_grid(out: usize, tokens: usize, sms: usize) -> bool {
+    let [token_tiles, row_tiles] = quant_gemm_grid(out, tokens);
+    let last_tile = tokens.saturating_sub(token_tiles.saturating_sub(1) * QUANT_GEMM_TILE_TOKENS);
+    5 * token_tiles * row_tiles >= 4 * sms && 4 * last_tile >= 3 * QUANT_GEMM_TILE_TOKENS
+}
+
+/// Runs the mixed-input GEMM where it is the faster path for this format and token count, and
+/// says whether it did: on the default GEMM path ([`GemmPath::Auto`]; an explicit vendor or
+/// portable GEMM is honoured), up to [`mixed_input_max_tokens`], with a grid that suits it
+/// ([`suits_the_grid`]), where `quant_gemm_runs` says the device and width allow it (Hopper,
+/// 16-bit `T`).
+#[allow(clippy::too_many_arguments)]
+fn mixed_input_product<T: GemmElement>(
+    format: BlockFormat,
+    blocks: &DeviceBuffer<u8>,
+    out: usize,
+    inp: usize,
+    x: &DeviceBuffer<T>,
+    tokens: usize,
+    y: &mut DeviceBuffer<T>,
+    path: GemmPath,
+) -> Result<bool> {
+    if path != GemmPath::Auto
+        || tokens > mixed_input_max_tokens(format)
+        || !suits_the_grid(out, tokens, y.stream().backend().info().compute_units as usize)
+        || quant_gemm_runs::<T>(y.stream(), format, inp).is_some()
+    {
+        return Ok(false);
+    }
+    quant_gemm(format, blocks, out, inp, x, tokens, y)?;
+    Ok(true)
+}
+
 /// `y[t, j] += bias[j]` for `tokens` rows of `y` (`[tokens, out]`, `out` = `bias.len()`), with
 /// `ones` holding at least `tokens` ones. There is no broadcast-add kernel; the GEMM's rank-1
 /// update does it exactly: `y = 1 * ones[tokens, 1] bias[1, out] + 1 * y`, each element
@@ -313,7 +381,29 @@ mod tests {
 
     use rocm_kernels::quant::BlockFormat;
 
-    use super::{FUSED_MAX_TOKENS, FUSED_MAX_TOKENS_MATRIX_CORES, FusedFormat, bias_desc, fused_max_tokens};
+    use super::{
+        FUSED_MAX_TOKENS, FUSED_MAX_TOKENS_MATRIX_CORES, FusedFormat, bias_desc, fused_max_tokens,
+        mixed_input_max_tokens, suits_the_grid,
+    };
+
+    /// Where prefill takes the mixed-input GEMM at 8B shapes on a 132-SM device: the gate and up
+    /// products (14336 rows) with full or nearly full 256-token tiles, never the 4096-row (Q, O,
+    /// down) or 1024-row (K, V) products, whose grids leave SMs idle.
+    #[test]
+    fn the_mixed_input_gemm_takes_the_products_that_fill_the_device() {
+        let sms = 132;
+        for tokens in [192, 256, 448, 512] {
+            assert!(suits_the_grid(14336, tokens, sms), "gate at {tokens} tokens");
+            assert!(!suits_the_grid(4096, tokens, sms) && !suits_the_grid(1024, tokens, sms), "{tokens}");
+        }
+        // A partial last tile under 3/4 full: 300 and 384 tokens pay two tiles.
+        for tokens in [0, 1, 100, 300, 384] {
+            assert!(!suits_the_grid(14336, tokens, sms), "gate at {tokens} tokens");
+        }
+        assert_eq!(mixed_input_max_tokens(BlockFormat::Q8_0), 512);
+        assert_eq!(mixed_input_max_tokens(BlockFormat::Q6K), 256);
+        assert_eq!(mixed_input_max_tokens(BlockFormat::Mxfp6(rocm_kernels::quant::Fp6::E2M3)), 0);
+    }
 
     /// What a decode workspace sizes its dequantisation scratch by: ggml's formats and MXFP4
     /// fused up to 8 tokens, or 32 on the matrix cores; MXFP6 never.
