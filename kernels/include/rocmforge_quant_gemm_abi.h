@@ -18,11 +18,11 @@
 
 // Per format (entry rf_qgemm_wgmma_<format>_<T>(rf_qgemm_params, rf_tensor_map)): k a stage
 // (KS), the width in bytes of the boxes in which the kernel copies W (BOX: the tensor map passed
-// with the parameters covers W's bytes as `rows` rows of `w_row_bytes`, boxes of
+// with the parameters covers W's bytes as `rows` rows of k / block elements blocks, boxes of
 // RF_QGEMM_ROWS rows x BOX bytes), the boxes a stage (BOXES) and the stages of the ring
 // (STAGES). A block's dynamic shared memory is 1024 (alignment) + STAGES * (RF_QGEMM_TOKENS * KS
-// * 2 + RF_QGEMM_ROWS * BOXES * BOX); k must be a multiple of KS and w_row_bytes of 16 (the
-// tensor map's row stride).
+// * 2 + RF_QGEMM_ROWS * BOXES * BOX); k must be a multiple of KS and a row of W's bytes of 16
+// (the tensor map's row stride).
 #define RF_QGEMM_Q8_0_KS 64
 #define RF_QGEMM_Q8_0_BOX 96
 #define RF_QGEMM_Q8_0_BOXES 1
@@ -48,18 +48,16 @@
 #define RF_QGEMM_Q6_K_BOXES 2
 #define RF_QGEMM_Q6_K_STAGES 4
 
-// y[t, r] = sum_k x[t, k] W[r, k]: W is `rows` rows of `w_row_bytes` bytes (k / block elements
-// blocks), x is [tokens, k] with leading dimension x_ld, y is [tokens, rows] with y_ld (both in
-// elements of the compute type).
+// y[t, r] = sum_k x[t, k] W[r, k]: W reaches the GEMM only through its tensor map, x is [tokens,
+// k] with leading dimension x_ld, y is [tokens, rows] with y_ld (both in elements of the compute
+// type).
 // x_tiles: x re-laid out by rf_qgemm_pack_x_<T> (written by it, read by the GEMM):
 // ceil(tokens / RF_QGEMM_TOKENS) * (k / 64) tiles of RF_QGEMM_TILE_BYTES.
 #define RF_QGEMM_TILE_BYTES (RF_QGEMM_TOKENS * 64 * 2)
 struct rf_qgemm_params {
-    RF_ABI_PTR(const unsigned char) w;
     RF_ABI_PTR(const void) x;
     RF_ABI_PTR(void) x_tiles;
     RF_ABI_PTR(void) y;
-    unsigned long long w_row_bytes;
     unsigned long long x_ld, y_ld;
     int rows, k, tokens;
     int pad;

@@ -1,9 +1,11 @@
-//! Benchmark of prefill products with quantised weights, the way rocm-model runs them past the
-//! fused kernels' token counts (`model/linear.rs`): dequantise the weight to bf16
-//! (`kernels/dequant.hip`) and run the vendor GEMM on it, against the vendor GEMM on a bf16
-//! weight of the same shape, the ceiling (issue: at least 0.7 of it).
+//! Benchmark of prefill products with quantised weights, the two ways rocm-model runs them past
+//! the fused kernels' token counts (`model/linear.rs` picks by format, tokens and grid):
+//! dequantise the weight to bf16 (`kernels/dequant.hip`) and run the vendor GEMM on it, or the
+//! mixed-input GEMM (`quant_gemm`), against the vendor GEMM on a bf16 weight of the same shape,
+//! the ceiling (issue: at least 0.7 of it at 512 and 4096 tokens).
 //!
-//! Shape: Llama-3-8B's gate/up weight, `[14336, 4096]`, times 512 and 4096 tokens (`y = x W^T`,
+//! Shape: Llama-3-8B's gate/up weight, `[14336, 4096]`, times 256, 512, 1024 and 4096 tokens
+//! (256 and 1024 say where the mixed-input GEMM stops paying; `y = x W^T`,
 //! TFLOP/s of `2 m n k`). The quantised rows time both launches together; `dequant` alone is in
 //! `bench mxfp`, whose random weights these are (speed does not depend on the values; with
 //! ggml's formats some scales are NaN): copies covering four times the L2, taken in turn, so

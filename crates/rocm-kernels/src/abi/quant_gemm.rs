@@ -35,11 +35,9 @@ pub const RF_QGEMM_TILE_BYTES: u32 = 32768;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, bytemuck :: Pod, bytemuck :: Zeroable)]
 pub struct rf_qgemm_params {
-    pub w: ::std::os::raw::c_ulonglong,
     pub x: ::std::os::raw::c_ulonglong,
     pub x_tiles: ::std::os::raw::c_ulonglong,
     pub y: ::std::os::raw::c_ulonglong,
-    pub w_row_bytes: ::std::os::raw::c_ulonglong,
     pub x_ld: ::std::os::raw::c_ulonglong,
     pub y_ld: ::std::os::raw::c_ulonglong,
     pub rows: ::std::os::raw::c_int,
@@ -49,18 +47,15 @@ pub struct rf_qgemm_params {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of rf_qgemm_params"][::std::mem::size_of::<rf_qgemm_params>() - 72usize];
+    ["Size of rf_qgemm_params"][::std::mem::size_of::<rf_qgemm_params>() - 56usize];
     ["Alignment of rf_qgemm_params"][::std::mem::align_of::<rf_qgemm_params>() - 8usize];
-    ["Offset of field: rf_qgemm_params::w"][::std::mem::offset_of!(rf_qgemm_params, w) - 0usize];
-    ["Offset of field: rf_qgemm_params::x"][::std::mem::offset_of!(rf_qgemm_params, x) - 8usize];
-    ["Offset of field: rf_qgemm_params::x_tiles"][::std::mem::offset_of!(rf_qgemm_params, x_tiles) - 16usize];
-    ["Offset of field: rf_qgemm_params::y"][::std::mem::offset_of!(rf_qgemm_params, y) - 24usize];
-    ["Offset of field: rf_qgemm_params::w_row_bytes"]
-        [::std::mem::offset_of!(rf_qgemm_params, w_row_bytes) - 32usize];
-    ["Offset of field: rf_qgemm_params::x_ld"][::std::mem::offset_of!(rf_qgemm_params, x_ld) - 40usize];
-    ["Offset of field: rf_qgemm_params::y_ld"][::std::mem::offset_of!(rf_qgemm_params, y_ld) - 48usize];
-    ["Offset of field: rf_qgemm_params::rows"][::std::mem::offset_of!(rf_qgemm_params, rows) - 56usize];
-    ["Offset of field: rf_qgemm_params::k"][::std::mem::offset_of!(rf_qgemm_params, k) - 60usize];
-    ["Offset of field: rf_qgemm_params::tokens"][::std::mem::offset_of!(rf_qgemm_params, tokens) - 64usize];
-    ["Offset of field: rf_qgemm_params::pad"][::std::mem::offset_of!(rf_qgemm_params, pad) - 68usize];
+    ["Offset of field: rf_qgemm_params::x"][::std::mem::offset_of!(rf_qgemm_params, x) - 0usize];
+    ["Offset of field: rf_qgemm_params::x_tiles"][::std::mem::offset_of!(rf_qgemm_params, x_tiles) - 8usize];
+    ["Offset of field: rf_qgemm_params::y"][::std::mem::offset_of!(rf_qgemm_params, y) - 16usize];
+    ["Offset of field: rf_qgemm_params::x_ld"][::std::mem::offset_of!(rf_qgemm_params, x_ld) - 24usize];
+    ["Offset of field: rf_qgemm_params::y_ld"][::std::mem::offset_of!(rf_qgemm_params, y_ld) - 32usize];
+    ["Offset of field: rf_qgemm_params::rows"][::std::mem::offset_of!(rf_qgemm_params, rows) - 40usize];
+    ["Offset of field: rf_qgemm_params::k"][::std::mem::offset_of!(rf_qgemm_params, k) - 44usize];
+    ["Offset of field: rf_qgemm_params::tokens"][::std::mem::offset_of!(rf_qgemm_params, tokens) - 48usize];
+    ["Offset of field: rf_qgemm_params::pad"][::std::mem::offset_of!(rf_qgemm_params, pad) - 52usize];
 };

@@ -2,7 +2,8 @@
 //! fused matrix-vector kernels serve (prefill): the weight is dequantised to `T` and the GEMM
 //! (the vendor BLAS where there is one) runs on it.
 //!
-//! In sequence (what rocm-model runs), the dequantisation is a fixed cost in front of the GEMM:
+//! In sequence (what rocm-model runs where [`quant_gemm`](fn@super::quant_gemm) does not pay), the
+//! dequantisation is a fixed cost in front of the GEMM:
 //! at 512 tokens x 14336 x 4096 on an H100 it is 61 of q8_0's 154 us (docs/kernels/quant_gemm.md).
 //!
 //! With a `side` stream the two overlap instead: the weight is split into row blocks, each

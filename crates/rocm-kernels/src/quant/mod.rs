@@ -82,7 +82,9 @@ pub use mxfp::{
     mx_matvec_group_on_matrix_cores,
 };
 pub use mxfp4_tiled::{DeviceTiledMxfp4, TiledCodes, TiledMxfp4, mx_matvec_tiled, mx_matvec_tiled_portable};
-pub use quant_gemm::{QUANT_GEMM_TILE_TOKENS, quant_gemm, quant_gemm_grid, quant_gemm_runs};
+pub use quant_gemm::{
+    QUANT_GEMM_FORMATS, QUANT_GEMM_TILE_TOKENS, quant_gemm, quant_gemm_grid, quant_gemm_runs,
+};
 
 /// Elements per block, in every format here but the k-quants (ggml's `QK8_0`, `QK4_0`,
 /// `QK_MXFP4`; the MX spec's block size `k`).

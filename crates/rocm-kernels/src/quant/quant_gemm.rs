@@ -110,8 +110,8 @@ impl Shape {
     }
 }
 
-/// Formats with a kernel.
-const FORMATS: [BlockFormat; 6] = [
+/// The formats [`quant_gemm`] has a kernel for.
+pub const QUANT_GEMM_FORMATS: [BlockFormat; 6] = [
     BlockFormat::Q8_0,
     BlockFormat::Q4_0,
     BlockFormat::Mxfp4Gguf,
@@ -217,16 +217,14 @@ pub fn quant_gemm<T: Dtype>(
     })?;
     let pack = loader::kernel(&stream, MODULE, &format!("rf_qgemm_pack_x_{}", T::NAME))?;
     let kernel = loader::kernel(&stream, MODULE, &entry_name::<T>(shape))?;
-    let token_tiles = tokens.div_ceil(abi::RF_QGEMM_TOKENS as usize);
+    let [token_tiles, row_tiles] = quant_gemm_grid(rows, tokens);
     // x re-laid out as the GEMM's swizzled tiles (rf_qgemm_pack_x), freed in stream order.
     let tile_bytes = abi::RF_QGEMM_TILE_BYTES as usize;
     let mut tiles = stream.alloc::<u8>(token_tiles * (inp / 64) * tile_bytes)?;
     let mut params = abi::rf_qgemm_params {
-        w: w.device_ptr(),
         x: x.device_ptr(),
         x_tiles: tiles.device_ptr(),
         y: y.device_ptr(),
-        w_row_bytes: (inp / elems * format.block_bytes()) as u64,
         x_ld: inp as u64,
         y_ld: rows as u64,
         rows: rows as i32,
@@ -236,16 +234,11 @@ pub fn quant_gemm<T: Dtype>(
     };
     // W's bytes as `rows` rows, copied in boxes of 128 rows (rows past the last arrive as zeros).
     // in = 0: no bytes to map, and the kernel copies nothing.
+    let w_row_bytes = inp / elems * format.block_bytes();
     let w_map = if inp == 0 {
         bytemuck::Zeroable::zeroed()
     } else {
-        TensorMap::bytes_2d(
-            w,
-            rows,
-            params.w_row_bytes as usize,
-            shape.box_bytes,
-            abi::RF_QGEMM_ROWS as usize,
-        )?
+        TensorMap::bytes_2d(w, rows, w_row_bytes, shape.box_bytes, abi::RF_QGEMM_ROWS as usize)?
     };
     let chunks = tiles.len() / 16;
     let pack_blocks = chunks.div_ceil(256).min(stream.backend().info().compute_units.max(1) as usize * 16);
@@ -264,7 +257,6 @@ pub fn quant_gemm<T: Dtype>(
         }
     }
     params.x = 0; // the GEMM reads x only through the tiles
-    let [token_tiles, row_tiles] = quant_gemm_grid(rows, tokens);
     let config = LaunchConfig {
         grid: [token_tiles as u32, row_tiles as u32, 1],
         block: [abi::RF_QGEMM_THREADS, 1, 1],
@@ -301,7 +293,7 @@ pub(crate) fn launchable() -> Vec<Launchable> {
         .iter()
         .map(|t| Launchable::new(MODULE, format!("rf_qgemm_pack_x_{t}"), Needs::WarpgroupMma))
         .collect();
-    for format in FORMATS {
+    for format in QUANT_GEMM_FORMATS {
         let shape = Shape::of(format).expect("a format with a kernel");
         for t in ["f16", "bf16"] {
             out.push(Launchable::new(
@@ -320,7 +312,7 @@ mod tests {
 
     #[test]
     fn every_kernel_fits_the_shared_memory_of_an_sm90_block() {
-        for format in FORMATS {
+        for format in QUANT_GEMM_FORMATS {
             let shape = Shape::of(format).unwrap();
             assert!(shape.shared_bytes() <= 227 << 10, "{}: {} bytes", shape.name, shape.shared_bytes());
             assert!(

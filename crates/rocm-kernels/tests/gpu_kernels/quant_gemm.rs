@@ -6,22 +6,12 @@
 
 use rocm_kernels::Dtype;
 use rocm_kernels::gemm::GemmElement;
-use rocm_kernels::quant::{BlockFormat, Fp6, quant_gemm, quant_gemm_runs};
+use rocm_kernels::quant::{BlockFormat, Fp6, QUANT_GEMM_FORMATS, quant_gemm, quant_gemm_runs};
 use rocm_runtime::{bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test, relative_l2};
 
 use crate::dequant_gemm::case;
 use crate::shape_message;
-
-/// Formats with a kernel.
-const FORMATS: [BlockFormat; 6] = [
-    BlockFormat::Q8_0,
-    BlockFormat::Q4_0,
-    BlockFormat::Mxfp4Gguf,
-    BlockFormat::Q4K,
-    BlockFormat::Q5K,
-    BlockFormat::Q6K,
-];
 
 /// (tokens, rows, in): one partial tile each way (37 of 256 tokens, 300 = 2 x 128 + 44 rows),
 /// and two token tiles and eight row tiles, both last ones partial, over twenty-four 64-wide stages
@@ -64,7 +54,7 @@ fn matches_the_reference<T: GemmElement>(seed: u64) {
         assert!(why.contains("no warpgroup MMA"), "{why}");
         return;
     }
-    for format in FORMATS {
+    for format in QUANT_GEMM_FORMATS {
         check_format::<T>(&gpu, &mut rng, format);
     }
 }

@@ -331,7 +331,7 @@ fn suits_the_grid(out: usize, tokens: usize, sms: usize) -> bool {
 /// says whether it did: on the default GEMM path ([`GemmPath::Auto`]; an explicit vendor or
 /// portable GEMM is honoured), up to [`mixed_input_max_tokens`], with a grid that suits it
 /// ([`suits_the_grid`]), where `quant_gemm_runs` says the device and width allow it (Hopper,
-/// 16-bit `T`).
+/// 16-bit `T`), and not while the stream records a graph.
 #[allow(clippy::too_many_arguments)]
 fn mixed_input_product<T: GemmElement>(
     format: BlockFormat,
@@ -343,7 +343,9 @@ fn mixed_input_product<T: GemmElement>(
     y: &mut DeviceBuffer<T>,
     path: GemmPath,
 ) -> Result<bool> {
+    // (Not while the stream records a graph, which would refuse its temporary, x's tiles.)
     if path != GemmPath::Auto
+        || y.stream().is_capturing()
         || tokens > mixed_input_max_tokens(format)
         || !suits_the_grid(out, tokens, y.stream().backend().info().compute_units as usize)
         || quant_gemm_runs::<T>(y.stream(), format, inp).is_some()
