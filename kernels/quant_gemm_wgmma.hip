@@ -18,8 +18,9 @@
 // tensor map over W's bytes; cp.async of 16 bytes a thread cost as much as the decode), into a
 // ring of STAGES buffers whose `full` mbarrier completes when their bytes have landed. Math
 // warpgroup m owns rows 64 m .. 64 m + 63 (64 x 256 f32 accumulators). Per 64 k each thread
-// decodes its own A fragments (the wgmma's register operand: two rows, 32 elements) straight from
-// the staged blocks into one of two register sets and issues four m64n256k16 wgmma on them; while
+// decodes its own A fragments (the wgmma's register operand: two rows, 32 elements; x's columns
+// are permuted so that they are 16 contiguous columns of each row, v11) straight from the staged
+// blocks into one of two register sets and issues four m64n256k16 wgmma on them; while
 // they run it decodes the next 64 k into the other set (v10: decoding into shared memory instead
 // cost a store, a barrier and the tensor cores' reads of every element). A stage goes back to the
 // copying warps (`empty`) once its last products are done.
@@ -43,17 +44,39 @@
 // BOX bytes (a multiple of 16) from byte `box(k0, b)` of every row (a multiple of 16: rows start
 // on 16-byte boundaries too), stored box after box in shared memory (rows BOX bytes apart); the
 // stage's bytes start `skip(k0)` into its first box. Each format names KS (k a stage: a multiple
-// of 64 and of its block), BOX, BOXES, ROW_BYTES (BOXES * BOX: a row's share of a stage),
-// `scale`: what the GROUP-element group `group` of the stage shares (GROUP 32 unless a format
-// says: q6_K's 16; read once a group, not once a pair), and `pair`: the f32 values of elements
-// e, e + 1 (e even, < KS) of the stage in that group, from the row's staged bytes `s` (box b's
-// bytes at s - skip + b * RF_QGEMM_ROWS * BOX).
+// of 64 and of its block), BOX, BOXES, ROW_BYTES (BOXES * BOX: a row's share of a stage), and
+// `words16<T>`: elements e0 .. e0 + 15 of the stage (e0 a multiple of 16: one scale covers them in
+// every format) as eight pairs in T, from the row's staged bytes `s` (box b's bytes at s - skip +
+// b * RF_QGEMM_ROWS * BOX) and the stage's quarter of a 256-element super-block.
 // ---------------------------------------------------------------------------------------------
 
 // Exact small integers from bytes without a conversion instruction (a quarter-rate unit on
 // sm_90): the byte under the exponent of 2^23 is 2^23 + byte as an f32.
 RF_DEVICE float rf_qg_u8_plus_2p23(unsigned word, unsigned selector) {
     return __int_as_float((int)__byte_perm(word, 0x4B000000u, selector));
+}
+
+// Sixteen bytes of shared memory from any byte address: five aligned words and a byte permute
+// each (the blocks of q8_0, q4_0, mxfp4 and q6_K are 2- or 1-byte aligned; every read stays in
+// the row's box, which ends at least 3 bytes past the last byte a format asks for).
+RF_DEVICE void rf_qg_lds16(const unsigned char* p, unsigned (&w)[4]) {
+    const unsigned shift = (unsigned)(size_t)p & 3u;
+    const unsigned* base = (const unsigned*)(p - shift);
+    unsigned x[5];
+#pragma unroll
+    for (int i = 0; i < 5; ++i) x[i] = base[i];
+    const unsigned selector = 0x3210u + shift * 0x1111u;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = __byte_perm(x[i], x[i + 1], selector);
+}
+
+// Four codes a byte each (`codes`) as two pairs in T: value(2^23 + code - bias) each.
+template <typename T, typename V>
+RF_DEVICE void rf_qg_pack4(unsigned codes, float bias, V value, unsigned* v) {
+    const float f0 = rf_qg_u8_plus_2p23(codes, 0x7650) - bias, f1 = rf_qg_u8_plus_2p23(codes, 0x7651) - bias;
+    const float f2 = rf_qg_u8_plus_2p23(codes, 0x7652) - bias, f3 = rf_qg_u8_plus_2p23(codes, 0x7653) - bias;
+    v[0] = rf_pack2_bits16<T>(value(f0), value(f1));
+    v[1] = rf_pack2_bits16<T>(value(f2), value(f3));
 }
 
 // The 32-element formats: a stage is the WINDOW bytes of a row from byte (k0 / 32) * BLOCK_BYTES,
@@ -67,39 +90,41 @@ template <int BLOCK_BYTES_, int KS_> struct rf_qg_blocks32 {
 };
 
 struct rf_qg_q8_0 : rf_qg_blocks32<34, 64> {
-    typedef float Scale;
-    static RF_DEVICE Scale scale(const unsigned char* s, int group, int) {
-        return __half2float(*(const __half*)(s + group * 34));
-    }
-    static RF_DEVICE void pair(const unsigned char* s, int e, Scale d, float* v) {
-        // The two i8 as biased bytes: 2^23 + 128 + q.
-        const unsigned q = (unsigned)*(const unsigned short*)(s + (e >> 5) * 34 + 2 + (e & 31)) ^ 0x8080u;
-        v[0] = d * (rf_qg_u8_plus_2p23(q, 0x7650) - 8388736.0f);
-        v[1] = d * (rf_qg_u8_plus_2p23(q, 0x7651) - 8388736.0f);
+    template <typename T> static RF_DEVICE void words16(const unsigned char* s, int e0, int, unsigned (&v)[8]) {
+        const unsigned char* b = s + (e0 >> 5) * 34;
+        const float d = __half2float(*(const __half*)b);
+        unsigned w[4];
+        rf_qg_lds16(b + 2 + (e0 & 31), w);
+        // The i8 as biased bytes: 2^23 + 128 + q.
+#pragma unroll
+        for (int i = 0; i < 4; ++i) rf_qg_pack4<T>(w[i] ^ 0x80808080u, 8388736.0f, [d](float q) { return d * q; }, v + 2 * i);
     }
 };
 
 struct rf_qg_q4_0 : rf_qg_blocks32<18, 64> {
-    typedef float Scale;
-    static RF_DEVICE Scale scale(const unsigned char* s, int group, int) {
-        return __half2float(*(const __half*)(s + group * 18));
-    }
-    static RF_DEVICE void pair(const unsigned char* s, int e, Scale d, float* v) {
-        const unsigned q = (unsigned)*(const unsigned short*)(s + (e >> 5) * 18 + 2 + (e & 15)) >> ((e & 16) >> 2);
-        v[0] = d * (__int_as_float(0x4B000000 | (q & 15u)) - 8388616.0f);
-        v[1] = d * (__int_as_float(0x4B000000 | ((q >> 8) & 15u)) - 8388616.0f);
+    template <typename T> static RF_DEVICE void words16(const unsigned char* s, int e0, int, unsigned (&v)[8]) {
+        const unsigned char* b = s + (e0 >> 5) * 18;
+        const float d = __half2float(*(const __half*)b);
+        unsigned w[4];
+        rf_qg_lds16(b + 2, w); // elements 16 .. 31 of a block are the high nibbles
+        const int shift = (e0 & 16) >> 2;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) rf_qg_pack4<T>((w[i] >> shift) & 0x0F0F0F0Fu, 8388616.0f, [d](float q) { return d * q; }, v + 2 * i);
     }
 };
 
-// 17-byte blocks: odd starts, so byte loads.
 struct rf_qg_mxfp4 : rf_qg_blocks32<17, 128> {
-    typedef float Scale;
-    static RF_DEVICE Scale scale(const unsigned char* s, int group, int) { return rf_e8m0_to_float(s[group * 17]); }
-    static RF_DEVICE void pair(const unsigned char* s, int e, Scale scale, float* v) {
-        const unsigned char* b = s + (e >> 5) * 17 + 1 + (e & 15);
-        const int shift = (e & 16) >> 2;
-        v[0] = rf_mxfp4::element((unsigned)b[0] >> shift) * scale;
-        v[1] = rf_mxfp4::element((unsigned)b[1] >> shift) * scale;
+    template <typename T> static RF_DEVICE void words16(const unsigned char* s, int e0, int, unsigned (&v)[8]) {
+        const unsigned char* b = s + (e0 >> 5) * 17;
+        const float scale = rf_e8m0_to_float(b[0]);
+        unsigned w[4];
+        rf_qg_lds16(b + 1, w);
+        const int shift = (e0 & 16) >> 2;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const unsigned codes = w[i / 2] >> (16 * (i % 2) + shift);
+            v[i] = rf_pack2_bits16<T>(rf_mxfp4::element(codes & 15u) * scale, rf_mxfp4::element((codes >> 8) & 15u) * scale);
+        }
     }
 };
 
@@ -107,6 +132,7 @@ struct rf_qg_mxfp4 : rf_qg_blocks32<17, 128> {
 // bytes (the 16-byte header: d, dmin, the packed scales; q5_K's 32 bytes of fifth bits), and BOX
 // bytes from the stage's 32 bytes of nibbles (q5_K's box carries 16 bytes it does not use). The
 // stage is quarter k0 % 256 / 64 of its super-block; the header tells its sub-blocks' scales.
+// Both boxes' rows are 16-byte aligned, so a thread's 16 codes are one 16-byte load (two for q5_K).
 template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
     static constexpr int KS = 64;
     static constexpr int BOX = FIFTH_BIT ? 48 : 32, BOXES = 2, ROW_BYTES = BOXES * BOX;
@@ -117,23 +143,27 @@ template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
         return k0 / 256 * BLOCK_BYTES + (b == 0 ? 0 : QS + 32 * ((k0 / 64) % 4));
     }
     static RF_DEVICE int skip(int) { return 0; }
-    // (d * sc, dmin * m) of the sub-block, and which it is (for q5_K's fifth bits).
-    struct Scale {
-        float step, offset;
-        int sub;
-    };
-    static RF_DEVICE Scale scale(const unsigned char* s, int group, int quarter) {
-        const int sub = 2 * quarter + group;
+    template <typename T>
+    static RF_DEVICE void words16(const unsigned char* s, int e0, int quarter, unsigned (&v)[8]) {
+        const int sub = 2 * quarter + e0 / 32; // sub-block of the super-block
         unsigned sc, m;
         rf_kquant_scale_min(s + 4, sub, &sc, &m);
-        return {__half2float(*(const __half*)s) * (float)sc, __half2float(*(const __half*)(s + 2)) * (float)m, sub};
-    }
-    static RF_DEVICE void pair(const unsigned char* s, int e, Scale c, float* v) {
-        // Both codes a byte each (2^23 + code as f32, exactly the code once 2^23 is taken off).
-        unsigned codes = ((unsigned)*(const unsigned short*)(s + QS_STAGED + (e & 31)) >> ((e & 32) >> 3)) & 0x0F0Fu;
-        if (FIFTH_BIT) codes |= (((unsigned)*(const unsigned short*)(s + 16 + (e & 31)) >> c.sub) & 0x0101u) << 4;
-        v[0] = c.step * (rf_qg_u8_plus_2p23(codes, 0x7650) - 8388608.0f) - c.offset;
-        v[1] = c.step * (rf_qg_u8_plus_2p23(codes, 0x7651) - 8388608.0f) - c.offset;
+        const float step = __half2float(*(const __half*)s) * (float)sc;
+        const float offset = __half2float(*(const __half*)(s + 2)) * (float)m;
+        const uint4 lo = *(const uint4*)(s + QS_STAGED + (e0 & 31));
+        const unsigned nib[4] = {lo.x, lo.y, lo.z, lo.w};
+        unsigned fifth[4] = {0, 0, 0, 0};
+        if (FIFTH_BIT) {
+            const uint4 hi = *(const uint4*)(s + 16 + (e0 & 31));
+            fifth[0] = hi.x, fifth[1] = hi.y, fifth[2] = hi.z, fifth[3] = hi.w;
+        }
+        const int shift = (e0 & 32) >> 3;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            unsigned codes = (nib[i] >> shift) & 0x0F0F0F0Fu;
+            if (FIFTH_BIT) codes |= ((fifth[i] >> sub) & 0x01010101u) << 4;
+            rf_qg_pack4<T>(codes, 8388608.0f, [step, offset](float q) { return step * q - offset; }, v + 2 * i);
+        }
     }
 };
 
@@ -145,7 +175,7 @@ template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
 // elements. Element e of the stage: the nibble (Q odd: high) of the stage's ql byte e, and bits
 // 4 (Q % 2) + 2 (e / 32) of qh byte e % 32 above it; (d * sc) * (code - 32), as dequant.hip.
 struct rf_qg_q6_k {
-    static constexpr int KS = 64, GROUP = 16;
+    static constexpr int KS = 64;
     static constexpr int BOX = 96, BOXES = 2, ROW_BYTES = BOXES * BOX;
     static constexpr int BLOCK_BYTES = 210;
     static constexpr int QH_STAGED = RF_QGEMM_ROWS * BOX; // the stage's qh, from its ql
@@ -154,32 +184,27 @@ struct rf_qg_q6_k {
         return (k0 / 256 * BLOCK_BYTES + (b == 0 ? 64 * half : 128 + 32 * half)) & ~15;
     }
     static RF_DEVICE int skip(int k0) { return k0 / 256 * BLOCK_BYTES & 15; }
-    struct Scale {
-        float step;
-        int odd; // Q % 2
-    };
-    static RF_DEVICE Scale scale(const unsigned char* s, int group, int quarter) {
+    template <typename T>
+    static RF_DEVICE void words16(const unsigned char* s, int e0, int quarter, unsigned (&v)[8]) {
         const int half = quarter / 2, odd = quarter % 2;
         const unsigned char* tail = s + QH_STAGED + 64 - 32 * half; // the scales, then d
-        const float d = __half2float(*(const __half*)(tail + 16));
-        return {d * (float)(signed char)tail[8 * half + 4 * odd + group], odd};
-    }
-    static RF_DEVICE void pair(const unsigned char* s, int e, Scale c, float* v) {
-        unsigned codes = ((unsigned)*(const unsigned short*)(s + e) >> (4 * c.odd)) & 0x0F0Fu;
-        codes |= (((unsigned)*(const unsigned short*)(s + QH_STAGED + (e & 31)) >> (4 * c.odd + ((e & 32) >> 4))) & 0x0303u) << 4;
-        // 2^23 + code, less 2^23 + 32: code - 32 exactly.
-        v[0] = c.step * (rf_qg_u8_plus_2p23(codes, 0x7650) - 8388640.0f);
-        v[1] = c.step * (rf_qg_u8_plus_2p23(codes, 0x7651) - 8388640.0f);
+        const float step = __half2float(*(const __half*)(tail + 16)) * (float)(signed char)tail[8 * half + 4 * odd + e0 / 16];
+        unsigned ql[4], qh[4];
+        rf_qg_lds16(s + e0, ql);
+        rf_qg_lds16(s + QH_STAGED + (e0 & 31), qh);
+        const int qh_shift = 4 * odd + ((e0 & 32) >> 4);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const unsigned codes = ((ql[i] >> (4 * odd)) & 0x0F0F0F0Fu) | (((qh[i] >> qh_shift) & 0x03030303u) << 4);
+            // 2^23 + code, less 2^23 + 32: code - 32 exactly.
+            rf_qg_pack4<T>(codes, 8388640.0f, [step](float q) { return step * q; }, v + 2 * i);
+        }
     }
 };
 
 // ---------------------------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------------------------
-
-// Elements that share a Scale: F::GROUP where a format says (q6_K: 16), else 32.
-template <typename F, typename = void> struct rf_qg_group : std::integral_constant<int, 32> {};
-template <typename F> struct rf_qg_group<F, decltype((void)F::GROUP)> : std::integral_constant<int, F::GROUP> {};
 
 template <typename F, int STAGES> struct rf_qgemm_layout {
     static constexpr int X_BYTES = RF_QGEMM_TOKENS * F::KS * 2; // KS / 64 swizzled column blocks
@@ -193,7 +218,6 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
     typedef rf_qgemm_layout<F, STAGES> L;
     constexpr int MATH_ROWS = RF_QGEMM_ROWS / RF_QGEMM_MATH_WGS; // one 64-row wgmma tile
     constexpr int CHUNKS = F::KS / 64;                             // 64 k each
-    constexpr int GROUP = rf_qg_group<F>::value;                    // elements a scale
     static_assert(MATH_ROWS == 64 && RF_QGEMM_TOKENS == 256, "a math warpgroup: 64 rows x 256 tokens");
     static_assert(STAGES >= 2, "a ring");
     static_assert(F::BOX % 16 == 0 && F::ROW_BYTES == F::BOXES * F::BOX, "boxes of whole 16-byte units");
@@ -247,11 +271,12 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
     float d[32][4];        // set by the first chunk's wgmma (accumulate = 0)
     // A from registers, in two sets: chunk n's fragments are set n % 2, decoded while chunk
     // n - 1's wgmma (the other set) run. Thread (warp w, lane 4 g + q) holds rows 16 w + g and
-    // + 8 of the warpgroup's 64, k 16 kk + 2 q + {0, 1} and + 8 of each chunk of 64 (kk < 4).
+    // + 8 of the warpgroup's 64 at the wgmma's k 16 kk + 2 q + {0, 1} and + 8 of each chunk of 64
+    // (kk < 4), which x's permutation makes W's columns 16 q .. 16 q + 15.
     unsigned a[2][4][4];
     const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     const int row0 = me * MATH_ROWS + 16 * warp + lane / 4;
-    const int q2 = 2 * (lane % 4);
+    const int col16 = 16 * (lane % 4); // this thread's 16 columns of each chunk of W
     const int chunks = stages * CHUNKS;
     auto chunk = [&](auto buf, int n) {
         constexpr int B = decltype(buf)::value;
@@ -266,19 +291,15 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
         const int quarter = (k0 / 64) % 4;
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-            const unsigned char* row = wst + (row0 + 8 * i) * F::BOX + F::skip(k0);
+            // x's columns are permuted (rf_qgemm_pack_x) so that this thread's 16 elements of
+            // the row are contiguous: k 16 q .. 16 q + 15 of the chunk, pair 2 kk + h of them
+            // at wgmma k 16 kk + 8 h + 2 q.
+            unsigned v[8];
+            F::template words16<T>(wst + (row0 + 8 * i) * F::BOX + F::skip(k0), 64 * c + col16, quarter, v);
 #pragma unroll
-            for (int grp = 0; grp < 64 / GROUP; ++grp) {
-                const typename F::Scale sc = F::scale(row, 64 / GROUP * c + grp, quarter);
-#pragma unroll
-                for (int kk = GROUP / 16 * grp; kk < GROUP / 16 * (grp + 1); ++kk) {
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        float f[2];
-                        F::pair(row, 64 * c + 16 * kk + 8 * h + q2, sc, f);
-                        a[B][kk][i + 2 * h] = rf_pack2_bits16<T>(f[0], f[1]);
-                    }
-                }
+            for (int kk = 0; kk < 4; ++kk) {
+                a[B][kk][i] = v[2 * kk];
+                a[B][kk][i + 2] = v[2 * kk + 1];
             }
         }
         const unsigned x_addr = rf_smem_addr(xs + st * L::X_BYTES);
@@ -336,9 +357,13 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
 }
 
 // x [tokens, k] (leading dimension x_ld) into tiles: for each RF_QGEMM_TOKENS-token block b and
-// 64-k column block c, RF_QGEMM_TILE_BYTES at ((b * k / 64) + c) * RF_QGEMM_TILE_BYTES, token row r's 16-byte chunk j at
-// r * 128 + ((j ^ r % 8) << 4): the 128-byte-swizzled layout the wgmma reads, so the GEMM copies
-// a stage with one bulk copy. Rows past the last token are zero. A thread a chunk.
+// 64-k column block c, RF_QGEMM_TILE_BYTES at ((b * k / 64) + c) * RF_QGEMM_TILE_BYTES, token row
+// r's 16-byte chunk j at r * 128 + ((j ^ r % 8) << 4): the 128-byte-swizzled layout the wgmma
+// reads, so the GEMM copies a stage with one bulk copy. The columns are permuted within each
+// block of 64: word i (columns 2 i, 2 i + 1) of chunk j is the row's word j + 8 i, so that the
+// wgmma's k 16 kk + 8 h + 2 q + {0, 1} are columns 16 q + 4 kk + 2 h + {0, 1}: the math thread
+// holding those A elements decodes 16 contiguous columns of W (a sum over k is the same in any
+// order of k). Rows past the last token are zero. A thread a chunk.
 template <typename T> RF_DEVICE void rf_qgemm_pack_x(const rf_qgemm_params& p) {
     const rf_u64 blocks64 = (rf_u64)p.k / 64;
     const rf_u64 chunks = (rf_u64)((p.tokens + RF_QGEMM_TOKENS - 1) / RF_QGEMM_TOKENS) * blocks64 * RF_QGEMM_TOKENS * 8;
@@ -348,7 +373,10 @@ template <typename T> RF_DEVICE void rf_qgemm_pack_x(const rf_qgemm_params& p) {
         const rf_u64 b = tile / blocks64, c = tile % blocks64;
         const rf_u64 t = b * RF_QGEMM_TOKENS + r;
         uint4 v = make_uint4(0, 0, 0, 0);
-        if (t < (rf_u64)p.tokens) v = *(const uint4*)((const T*)p.x + t * p.x_ld + c * 64 + 8 * j);
+        if (t < (rf_u64)p.tokens) {
+            const unsigned* row = (const unsigned*)((const T*)p.x + t * p.x_ld + c * 64);
+            v = make_uint4(row[j], row[j + 8], row[j + 16], row[j + 24]);
+        }
         *(uint4*)((unsigned char*)p.x_tiles + tile * RF_QGEMM_TILE_BYTES + r * 128 + ((j ^ (r % 8)) << 4)) = v;
     }
 }

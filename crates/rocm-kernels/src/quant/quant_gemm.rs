@@ -11,7 +11,8 @@
 //! to `T`: the dequantise + GEMM product up to the order of the sums.
 //!
 //! `x` is first re-laid out (`rf_qgemm_pack_x`, into a temporary freed in stream order) as the
-//! swizzled tiles the kernel bulk-copies; the GEMM follows on the same stream.
+//! swizzled tiles the kernel bulk-copies, its columns permuted within each 64 so that each math
+//! thread decodes 16 contiguous columns of a weight row; the GEMM follows on the same stream.
 //!
 //! rocm-model's prefill takes it up to 512 tokens for the formats where it measured faster than
 //! dequantising and calling cuBLAS (H200, 512 x 14336 x 4096: q8_0 117.5 us against 135.2; at
@@ -246,8 +247,8 @@ pub fn quant_gemm<T: Dtype>(
         LaunchConfig { grid: [pack_blocks as u32, 1, 1], block: [256, 1, 1], shared_mem_bytes: 0 };
     // (in = 0: no tile to pack, and the GEMM stores zeros.)
     if chunks > 0 {
-        // SAFETY: rf_qgemm_pack_x_<T>(rf_qgemm_params p) reads x[t * x_ld + 64 c + 8 j ..][..8] for
-        // t < tokens, c < k / 64, j < 8 (16-byte loads: x is 16-byte aligned, checked above, and
+        // SAFETY: rf_qgemm_pack_x_<T>(rf_qgemm_params p) reads x[t * x_ld + 64 c + 2 w ..][..2] for
+        // t < tokens, c < k / 64, w < 32 (4-byte loads: x is 16-byte aligned, checked above, and
         // x_ld = inp a multiple of 64), all inside x[0, tokens * inp) (check_buffers), and writes
         // ceil(tokens / 256) * (k / 64) tiles of RF_QGEMM_TILE_BYTES, exactly `tiles` (a fresh
         // allocation, 256-byte aligned), in a grid-stride loop over its 16-byte chunks counted in
