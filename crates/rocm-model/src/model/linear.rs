@@ -293,21 +293,21 @@ fn fused_product<T: GemmElement>(
 
 /// Tokens up to which a block-format product past the fused kernels may run the mixed-input
 /// GEMM (0: never). Measured on an H200 (`bench quant_gemm --iters 20`, one call, 2026-12-03;
-/// docs/kernels/quant_gemm.md, v10), 14336 x 4096 in bf16, us, mixed-input against dequantise +
+/// docs/kernels/quant_gemm.md, v11), 14336 x 4096 in bf16, us, mixed-input against dequantise +
 /// cuBLAS:
 ///
 /// | tokens | q8_0 | q4_0 | q4_K | q5_K | q6_K | MXFP4 |
 /// |---|---|---|---|---|---|---|
-/// | 256 | 61.4 / 93.2 | 62.8 / 87.4 | 65.7 / 88.3 | 71.7 / 89.6 | 73.1 / 92.2 | 78.8 / 86.8 |
-/// | 512 | 118.7 / 135.8 | 122.2 / 130.2 | 128.8 / 131.5 | 139.2 / 134.1 | 140.5 / 135.7 | 153.4 / 130.1 |
-/// | 1024 | 227.9 / 197.4 | 233.8 / 191.7 | 247.0 / 194.4 | 268.0 / 196.4 | 273.6 / 200.2 | 294.1 / 188.5 |
+/// | 256 | 61.4 / 93.0 | 62.9 / 87.5 | 61.4 / 87.7 | 65.1 / 90.1 | 73.7 / 91.2 | 81.2 / 86.2 |
+/// | 512 | 118.5 / 135.4 | 122.1 / 129.8 | 120.2 / 131.2 | 125.9 / 133.2 | 142.0 / 135.3 | 157.1 / 129.3 |
+/// | 1024 | 227.6 / 195.6 | 235.5 / 190.0 | 231.4 / 192.9 | 241.7 / 194.5 | 276.4 / 198.0 | 306.7 / 187.7 |
 ///
-/// Past that cuBLAS's GEMM outruns the decode's fixed cost (4096 tokens: 846-1083 against
-/// 606-636).
+/// Past that cuBLAS's GEMM outruns the decode's fixed cost (4096 tokens: 832-1164 against
+/// 599-627).
 pub fn mixed_input_max_tokens(format: BlockFormat) -> usize {
     match format {
-        BlockFormat::Q8_0 | BlockFormat::Q4_0 | BlockFormat::Q4K => 512,
-        BlockFormat::Q5K | BlockFormat::Q6K | BlockFormat::Mxfp4Gguf => 256,
+        BlockFormat::Q8_0 | BlockFormat::Q4_0 | BlockFormat::Q4K | BlockFormat::Q5K => 512,
+        BlockFormat::Q6K | BlockFormat::Mxfp4Gguf => 256,
         BlockFormat::Mxfp6(_) => 0,
     }
 }
