@@ -44,10 +44,10 @@
 // BOX bytes (a multiple of 16) from byte `box(k0, b)` of every row (a multiple of 16: rows start
 // on 16-byte boundaries too), stored box after box in shared memory (rows BOX bytes apart); the
 // stage's bytes start `skip(k0)` into its first box. Each format names KS (k a stage: a multiple
-// of 64 and of its block), BOX, BOXES, ROW_BYTES (BOXES * BOX: a row's share of a stage), and
-// `words16<T>`: elements e0 .. e0 + 15 of the stage (e0 a multiple of 16: one scale covers them in
-// every format) as eight pairs in T, from the row's staged bytes `s` (box b's bytes at s - skip +
-// b * RF_QGEMM_ROWS * BOX) and the stage's quarter of a 256-element super-block.
+// of 64 and of its block), BOX, BOXES and `words16<T>`: elements e0 .. e0 + 15 of the stage (e0 a
+// multiple of 16: one scale covers them in every format) as eight pairs in T, from the row's
+// staged bytes `s` (box b's bytes at s - skip + b * RF_QGEMM_ROWS * BOX) and the stage's quarter
+// of a 256-element super-block.
 // ---------------------------------------------------------------------------------------------
 
 // Exact small integers from bytes without a conversion instruction (a quarter-rate unit on
@@ -84,7 +84,7 @@ RF_DEVICE void rf_qg_pack4(unsigned codes, float bias, V value, unsigned* v) {
 template <int BLOCK_BYTES_, int KS_> struct rf_qg_blocks32 {
     static constexpr int KS = KS_, BLOCK_BYTES = BLOCK_BYTES_;
     static constexpr int WINDOW = KS / 32 * BLOCK_BYTES;
-    static constexpr int BOX = (WINDOW + 15 + 15) / 16 * 16, BOXES = 1, ROW_BYTES = BOX;
+    static constexpr int BOX = (WINDOW + 15 + 15) / 16 * 16, BOXES = 1;
     static RF_DEVICE int box(int k0, int) { return k0 / 32 * BLOCK_BYTES & ~15; }
     static RF_DEVICE int skip(int k0) { return k0 / 32 * BLOCK_BYTES & 15; }
 };
@@ -135,7 +135,7 @@ struct rf_qg_mxfp4 : rf_qg_blocks32<17, 128> {
 // Both boxes' rows are 16-byte aligned, so a thread's 16 codes are one 16-byte load (two for q5_K).
 template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
     static constexpr int KS = 64;
-    static constexpr int BOX = FIFTH_BIT ? 48 : 32, BOXES = 2, ROW_BYTES = BOXES * BOX;
+    static constexpr int BOX = FIFTH_BIT ? 48 : 32, BOXES = 2;
     static constexpr int BLOCK_BYTES = FIFTH_BIT ? 176 : 144;
     static constexpr int QS = FIFTH_BIT ? 48 : 16; // the nibbles, in the super-block
     static constexpr int QS_STAGED = RF_QGEMM_ROWS * BOX; // the stage's nibbles, from a row's header
@@ -176,7 +176,7 @@ template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
 // 4 (Q % 2) + 2 (e / 32) of qh byte e % 32 above it; (d * sc) * (code - 32), as dequant.hip.
 struct rf_qg_q6_k {
     static constexpr int KS = 64;
-    static constexpr int BOX = 96, BOXES = 2, ROW_BYTES = BOXES * BOX;
+    static constexpr int BOX = 96, BOXES = 2;
     static constexpr int BLOCK_BYTES = 210;
     static constexpr int QH_STAGED = RF_QGEMM_ROWS * BOX; // the stage's qh, from its ql
     static RF_DEVICE int box(int k0, int b) {
@@ -208,9 +208,7 @@ struct rf_qg_q6_k {
 
 template <typename F, int STAGES> struct rf_qgemm_layout {
     static constexpr int X_BYTES = RF_QGEMM_TOKENS * F::KS * 2; // KS / 64 swizzled column blocks
-    static constexpr int W_BYTES = RF_QGEMM_ROWS * F::ROW_BYTES;
-    // Dynamic shared memory: the 1024-byte alignment slack, then the x ring, then the W ring.
-    static constexpr int SMEM = 1024 + STAGES * (X_BYTES + W_BYTES);
+    static constexpr int W_BYTES = RF_QGEMM_ROWS * F::BOXES * F::BOX; // box after box
 };
 
 template <typename T, typename F, int STAGES, int COPY_REGS, int MATH_REGS>
@@ -220,7 +218,7 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
     constexpr int CHUNKS = F::KS / 64;                             // 64 k each
     static_assert(MATH_ROWS == 64 && RF_QGEMM_TOKENS == 256, "a math warpgroup: 64 rows x 256 tokens");
     static_assert(STAGES >= 2, "a ring");
-    static_assert(F::BOX % 16 == 0 && F::ROW_BYTES == F::BOXES * F::BOX, "boxes of whole 16-byte units");
+    static_assert(F::BOX % 16 == 0, "boxes of whole 16-byte units");
     static_assert(128 * (COPY_REGS + RF_QGEMM_MATH_WGS * MATH_REGS) <= 65536, "setmaxnreg within the SM's registers");
     extern __shared__ __align__(1024) unsigned char rf_qgemm_smem[];
     __shared__ unsigned long long full[STAGES], empty[STAGES];
@@ -382,7 +380,8 @@ template <typename T> RF_DEVICE void rf_qgemm_pack_x(const rf_qgemm_params& p) {
 }
 
 // Entry points rf_qgemm_wgmma_<format>_<T>, one block an SM, with the shape the ABI header
-// gives the launcher (rocmforge_quant_gemm_abi.h: STAGES buffers as fit in ~200 KiB).
+// gives the launcher (rocmforge_quant_gemm_abi.h: STAGES buffers as fit in the 227 KiB of an sm_90
+// block; the launcher's Shape::shared_bytes is the dynamic shared memory they take).
 // Registers: 56 a copying thread (fewer spill), 224 a math thread (accumulators 128, two chunks'
 // fragments 32).
 #define RF_QGEMM_ENTRY(T, TNAME, F, FNAME, STAGES)                                                              \

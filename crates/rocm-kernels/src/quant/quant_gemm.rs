@@ -14,10 +14,10 @@
 //! swizzled tiles the kernel bulk-copies, its columns permuted within each 64 so that each math
 //! thread decodes 16 contiguous columns of a weight row; the GEMM follows on the same stream.
 //!
-//! rocm-model's prefill takes it up to 512 tokens for the formats where it measured faster than
-//! dequantising and calling cuBLAS (H200, 512 x 14336 x 4096: q8_0 117.5 us against 135.2; at
-//! 4096 tokens cuBLAS's GEMM wins: docs/kernels/quant_gemm.md, v10). `bench quant_gemm` times it
-//! next to the other paths.
+//! rocm-model's prefill takes it where it measured faster than dequantising and calling cuBLAS
+//! (its `Linear` says for which formats, token counts and grids: up to 512 tokens at most; at 4096
+//! cuBLAS's GEMM wins; docs/kernels/quant_gemm.md, v10 and v11). `bench quant_gemm` times it next
+//! to the other paths.
 
 use rocm_runtime::{DeviceBuffer, Stream};
 
