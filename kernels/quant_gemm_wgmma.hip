@@ -19,7 +19,8 @@
 // ring of STAGES buffers whose `full` mbarrier completes when their bytes have landed. Math
 // warpgroup m owns rows 64 m .. 64 m + 63 (64 x 256 f32 accumulators). Per 64 k each thread
 // decodes its own A fragments (the wgmma's register operand: two rows, 32 elements; x's columns
-// are permuted so that they are 16 contiguous columns of each row, v11) straight from the staged
+// are permuted so that they are 16 columns of each row its format decodes together: v11, v12)
+// straight from the staged
 // blocks into one of two register sets and issues four m64n256k16 wgmma on them; while
 // they run it decodes the next 64 k into the other set (v10: decoding into shared memory instead
 // cost a store, a barrier and the tensor cores' reads of every element). A stage goes back to the
@@ -28,6 +29,8 @@
 // Numerics: each weight is decoded in f32 exactly as kernels/dequant.hip does (rocmforge_quant.h)
 // and rounded once to T; products accumulate in f32 on the tensor cores; one rounding of each y
 // to T. So y equals the GEMM of x with the dequantised weight up to the order of the sums.
+
+#include <type_traits>
 
 #include "rocmforge_quant.h"
 #include "rocmforge_quant_gemm_abi.h"
@@ -44,10 +47,15 @@
 // BOX bytes (a multiple of 16) from byte `box(k0, b)` of every row (a multiple of 16: rows start
 // on 16-byte boundaries too), stored box after box in shared memory (rows BOX bytes apart); the
 // stage's bytes start `skip(k0)` into its first box. Each format names KS (k a stage: a multiple
-// of 64 and of its block), BOX, BOXES and `words16<T>`: elements e0 .. e0 + 15 of the stage (e0 a
-// multiple of 16: one scale covers them in every format) as eight pairs in T, from the row's
-// staged bytes `s` (box b's bytes at s - skip + b * RF_QGEMM_ROWS * BOX) and the stage's quarter
-// of a 256-element super-block.
+// of 64 and of its block), BOX, BOXES, X_ORDER (the order of x's columns it needs,
+// rocmforge_quant_gemm_abi.h), W_EVERY (1, or 2: stages come in pairs on the same boxes, which
+// only the first copies), `Held` and `hold` (what a thread keeps of a row from a stage's first
+// chunk, or the pair's first stage, for what follows) and `words16<T>`: a math thread's 16 columns of the stage's
+// 64-column chunk at e0 / 64 (e0 % 64 = 16 q, q = lane % 4) as eight pairs in T, from the row's
+// staged bytes `s` (box b's bytes at s - skip + b * RF_QGEMM_ROWS * BOX), the chunk's quarter of
+// a 256-element super-block and what `hold` kept. Pair p is columns e0 + 2 p + {0, 1} for RF_QGEMM_X_RUNS_OF_16;
+// for RF_QGEMM_X_NIBBLE_PAIRS, e0 & ~31 + 8 (e0 / 16 % 2) + 2 (p % 4) + 16 (p / 4) + {0, 1}.
+// Either way one scale covers the 16.
 // ---------------------------------------------------------------------------------------------
 
 // Exact small integers from bytes without a conversion instruction (a quarter-rate unit on
@@ -56,18 +64,18 @@ RF_DEVICE float rf_qg_u8_plus_2p23(unsigned word, unsigned selector) {
     return __int_as_float((int)__byte_perm(word, 0x4B000000u, selector));
 }
 
-// Sixteen bytes of shared memory from any byte address: five aligned words and a byte permute
+// WORDS words of shared memory from any byte address: WORDS + 1 aligned words and a byte permute
 // each (the blocks of q8_0, q4_0, mxfp4 and q6_K are 2- or 1-byte aligned; every read stays in
 // the row's box, which ends at least 3 bytes past the last byte a format asks for).
-RF_DEVICE void rf_qg_lds16(const unsigned char* p, unsigned (&w)[4]) {
+template <int WORDS> RF_DEVICE void rf_qg_lds(const unsigned char* p, unsigned (&w)[WORDS]) {
     const unsigned shift = (unsigned)(size_t)p & 3u;
     const unsigned* base = (const unsigned*)(p - shift);
-    unsigned x[5];
+    unsigned x[WORDS + 1];
 #pragma unroll
-    for (int i = 0; i < 5; ++i) x[i] = base[i];
+    for (int i = 0; i <= WORDS; ++i) x[i] = base[i];
     const unsigned selector = 0x3210u + shift * 0x1111u;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = __byte_perm(x[i], x[i + 1], selector);
+    for (int i = 0; i < WORDS; ++i) w[i] = __byte_perm(x[i], x[i + 1], selector);
 }
 
 // Four codes a byte each (`codes`) as two pairs in T: value(2^23 + code - bias) each.
@@ -79,9 +87,17 @@ RF_DEVICE void rf_qg_pack4(unsigned codes, float bias, V value, unsigned* v) {
     v[1] = rf_pack2_bits16<T>(value(f2), value(f3));
 }
 
+// What a format keeps from a stage's first chunk for its second (KS = 128) or from the first
+// stage of a pair for the second (W_EVERY = 2): most keep nothing.
+struct rf_qg_holds_nothing {
+    static constexpr int W_EVERY = 1; // every stage brings its own boxes
+    struct Held {};
+    static RF_DEVICE void hold(const unsigned char*, int, int, Held&) {}
+};
+
 // The 32-element formats: a stage is the WINDOW bytes of a row from byte (k0 / 32) * BLOCK_BYTES,
 // 2-aligned at best, so one box from the 16-byte boundary below it, WINDOW + 15 rounded up to 16.
-template <int BLOCK_BYTES_, int KS_> struct rf_qg_blocks32 {
+template <int BLOCK_BYTES_, int KS_> struct rf_qg_blocks32 : rf_qg_holds_nothing {
     static constexpr int KS = KS_, BLOCK_BYTES = BLOCK_BYTES_;
     static constexpr int WINDOW = KS / 32 * BLOCK_BYTES;
     static constexpr int BOX = (WINDOW + 15 + 15) / 16 * 16, BOXES = 1;
@@ -90,40 +106,79 @@ template <int BLOCK_BYTES_, int KS_> struct rf_qg_blocks32 {
 };
 
 struct rf_qg_q8_0 : rf_qg_blocks32<34, 64> {
-    template <typename T> static RF_DEVICE void words16(const unsigned char* s, int e0, int, unsigned (&v)[8]) {
+    static constexpr int X_ORDER = RF_QGEMM_X_RUNS_OF_16;
+    template <typename T> static RF_DEVICE void words16(const unsigned char* s, int e0, int, const Held&, unsigned (&v)[8]) {
         const unsigned char* b = s + (e0 >> 5) * 34;
         const float d = __half2float(*(const __half*)b);
         unsigned w[4];
-        rf_qg_lds16(b + 2 + (e0 & 31), w);
+        rf_qg_lds<4>(b + 2 + (e0 & 31), w);
         // The i8 as biased bytes: 2^23 + 128 + q.
 #pragma unroll
         for (int i = 0; i < 4; ++i) rf_qg_pack4<T>(w[i] ^ 0x80808080u, 8388736.0f, [d](float q) { return d * q; }, v + 2 * i);
     }
 };
 
+// q4_0 and mxfp4 take both nibbles of 8 payload bytes (RF_QGEMM_X_NIBBLE_PAIRS): bytes
+// 8 (e0 / 16 % 2) .. + 7 of the block, low nibbles (pairs 0-3) then high nibbles (pairs 4-7).
+RF_DEVICE int rf_qg_nibble_pair_bytes(int e0) { return (e0 & 16) >> 1; }
+
 struct rf_qg_q4_0 : rf_qg_blocks32<18, 64> {
-    template <typename T> static RF_DEVICE void words16(const unsigned char* s, int e0, int, unsigned (&v)[8]) {
+    static constexpr int X_ORDER = RF_QGEMM_X_NIBBLE_PAIRS;
+    template <typename T> static RF_DEVICE void words16(const unsigned char* s, int e0, int, const Held&, unsigned (&v)[8]) {
         const unsigned char* b = s + (e0 >> 5) * 18;
         const float d = __half2float(*(const __half*)b);
-        unsigned w[4];
-        rf_qg_lds16(b + 2, w); // elements 16 .. 31 of a block are the high nibbles
-        const int shift = (e0 & 16) >> 2;
+        unsigned w[2];
+        rf_qg_lds<2>(b + 2 + rf_qg_nibble_pair_bytes(e0), w);
+        const auto value = [d](float q) { return d * q; };
 #pragma unroll
-        for (int i = 0; i < 4; ++i) rf_qg_pack4<T>((w[i] >> shift) & 0x0F0F0F0Fu, 8388616.0f, [d](float q) { return d * q; }, v + 2 * i);
+        for (int i = 0; i < 2; ++i) {
+            rf_qg_pack4<T>(w[i] & 0x0F0F0F0Fu, 8388616.0f, value, v + 2 * i);
+            rf_qg_pack4<T>((w[i] >> 4) & 0x0F0F0F0Fu, 8388616.0f, value, v + 4 + 2 * i);
+        }
     }
 };
 
+// a * b for two bf16 pairs, rounded once (sm_90's bf16 multiply; subnormals are kept).
+RF_DEVICE unsigned rf_qg_mul_bf16x2(unsigned a, unsigned b) {
+    unsigned r;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+// An E8M0 scale as a bf16 pattern: 2^(e - 127), exactly (e = 0: the subnormal 2^-127; 255: NaN).
+RF_DEVICE unsigned rf_qg_e8m0_bf16(unsigned e) {
+    return e == 0xffu ? 0x7fc0u : (e == 0u ? 0x0040u : e << 7);
+}
+
 struct rf_qg_mxfp4 : rf_qg_blocks32<17, 128> {
-    template <typename T> static RF_DEVICE void words16(const unsigned char* s, int e0, int, unsigned (&v)[8]) {
+    static constexpr int X_ORDER = RF_QGEMM_X_NIBBLE_PAIRS;
+    template <typename T> static RF_DEVICE void words16(const unsigned char* s, int e0, int, const Held&, unsigned (&v)[8]) {
         const unsigned char* b = s + (e0 >> 5) * 17;
-        const float scale = rf_e8m0_to_float(b[0]);
-        unsigned w[4];
-        rf_qg_lds16(b + 1, w);
-        const int shift = (e0 & 16) >> 2;
+        unsigned w[2];
+        rf_qg_lds<2>(b + 1 + rf_qg_nibble_pair_bytes(e0), w);
+        if constexpr (std::is_same<T, rf_bf16>::value) {
+            // The magnitudes as exact bf16 from the byte-permute tables (rocmforge_quant.h), each
+            // pair times the scale in bf16: a magnitude has two significant bits and the scale is
+            // a power of two, so the product is exact, the f32 product rounded to bf16 bit for bit.
+            const unsigned scale = rf_qg_e8m0_bf16(b[0]) * 0x10001u;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const unsigned codes = w[i / 2] >> (16 * (i % 2) + shift);
-            v[i] = rf_pack2_bits16<T>(rf_mxfp4::element(codes & 15u) * scale, rf_mxfp4::element((codes >> 8) & 15u) * scale);
+            for (int i = 0; i < 2; ++i) {
+                unsigned a[2][2]; // [low, high nibbles][bytes 0-1, 2-3 of the word]
+                rf_e2m1_word_bf16(w[i], a);
+                v[2 * i] = rf_qg_mul_bf16x2(a[0][0], scale);
+                v[2 * i + 1] = rf_qg_mul_bf16x2(a[0][1], scale);
+                v[4 + 2 * i] = rf_qg_mul_bf16x2(a[1][0], scale);
+                v[5 + 2 * i] = rf_qg_mul_bf16x2(a[1][1], scale);
+            }
+        } else {
+            // f16's range is narrower than a scale's: the value in f32, rounded once to T.
+            const float scale = rf_e8m0_to_float(b[0]);
+#pragma unroll
+            for (int p = 0; p < 8; ++p) {
+                const unsigned codes = w[(p % 4) / 2] >> (16 * (p % 2) + 4 * (p / 4));
+                v[p] = rf_pack2_bits16<T>(rf_mxfp4::element(codes & 15u) * scale,
+                                          rf_mxfp4::element((codes >> 8) & 15u) * scale);
+            }
         }
     }
 };
@@ -133,8 +188,8 @@ struct rf_qg_mxfp4 : rf_qg_blocks32<17, 128> {
 // bytes from the stage's 32 bytes of nibbles (q5_K's box carries 16 bytes it does not use). The
 // stage is quarter k0 % 256 / 64 of its super-block; the header tells its sub-blocks' scales.
 // Both boxes' rows are 16-byte aligned, so a thread's 16 codes are one 16-byte load (two for q5_K).
-template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
-    static constexpr int KS = 64;
+template <bool FIFTH_BIT> struct rf_qg_kquant_affine : rf_qg_holds_nothing {
+    static constexpr int KS = 64, X_ORDER = RF_QGEMM_X_RUNS_OF_16;
     static constexpr int BOX = FIFTH_BIT ? 48 : 32, BOXES = 2;
     static constexpr int BLOCK_BYTES = FIFTH_BIT ? 176 : 144;
     static constexpr int QS = FIFTH_BIT ? 48 : 16; // the nibbles, in the super-block
@@ -144,7 +199,7 @@ template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
     }
     static RF_DEVICE int skip(int) { return 0; }
     template <typename T>
-    static RF_DEVICE void words16(const unsigned char* s, int e0, int quarter, unsigned (&v)[8]) {
+    static RF_DEVICE void words16(const unsigned char* s, int e0, int quarter, const Held&, unsigned (&v)[8]) {
         const int sub = 2 * quarter + e0 / 32; // sub-block of the super-block
         unsigned sc, m;
         rf_kquant_scale_min(s + 4, sub, &sc, &m);
@@ -168,14 +223,17 @@ template <bool FIFTH_BIT> struct rf_qg_kquant_affine {
 };
 
 // q6_K, 64 elements (quarter Q = k0 % 256 / 64 of a 210-byte super-block) a stage, in two boxes
-// from the 16-byte boundaries below the stage's 64 bytes of low nibbles (half Q / 2 of ql) and
-// below its 32 bytes of high bit pairs (that half of qh), which the super-block's 16 i8 scales
-// and f16 d follow. Super-blocks start 2-aligned, so both boxes are `skip` bytes early; the
-// second box of half 0 is the one that reaches d, at most 14 + 82 bytes. Scales are per 16
-// elements. Element e of the stage: the nibble (Q odd: high) of the stage's ql byte e, and bits
-// 4 (Q % 2) + 2 (e / 32) of qh byte e % 32 above it; (d * sc) * (code - 32), as dequant.hip.
+// from the 16-byte boundaries below its half's (Q / 2) 64 bytes of low nibbles (ql) and below
+// that half's 32 bytes of high bit pairs (qh), which the super-block's 16 i8 scales and f16 d
+// follow. Super-blocks start 2-aligned, so both boxes are `skip` bytes early; the second box of
+// half 0 is the one that reaches d, at most 14 + 82 bytes. Element e of the stage is nibble Q % 2
+// of ql byte e and bits 4 (Q % 2) + 2 (e / 32) of qh byte e % 32; scales are per 16 elements;
+// (d * sc) * (code - 32), as dequant.hip. Both quarters of a half read the same 16 ql and 16 qh
+// bytes a thread, so the boxes come with the even quarter's stage only (W_EVERY = 2), whose
+// decode loads them and both quarters' scales (`hold`); the odd quarter's decodes its nibbles
+// from the same registers (until v12 every stage copied and read the half's boxes).
 struct rf_qg_q6_k {
-    static constexpr int KS = 64;
+    static constexpr int KS = 64, X_ORDER = RF_QGEMM_X_RUNS_OF_16, W_EVERY = 2;
     static constexpr int BOX = 96, BOXES = 2;
     static constexpr int BLOCK_BYTES = 210;
     static constexpr int QH_STAGED = RF_QGEMM_ROWS * BOX; // the stage's qh, from its ql
@@ -184,18 +242,28 @@ struct rf_qg_q6_k {
         return (k0 / 256 * BLOCK_BYTES + (b == 0 ? 64 * half : 128 + 32 * half)) & ~15;
     }
     static RF_DEVICE int skip(int k0) { return k0 / 256 * BLOCK_BYTES & 15; }
-    template <typename T>
-    static RF_DEVICE void words16(const unsigned char* s, int e0, int quarter, unsigned (&v)[8]) {
-        const int half = quarter / 2, odd = quarter % 2;
-        const unsigned char* tail = s + QH_STAGED + 64 - 32 * half; // the scales, then d
-        const float step = __half2float(*(const __half*)(tail + 16)) * (float)(signed char)tail[8 * half + 4 * odd + e0 / 16];
+    struct Held {
         unsigned ql[4], qh[4];
-        rf_qg_lds16(s + e0, ql);
-        rf_qg_lds16(s + QH_STAGED + (e0 & 31), qh);
-        const int qh_shift = 4 * odd + ((e0 & 32) >> 4);
+        float step[2]; // d * sc of the thread's 16 elements in the even, the odd quarter
+    };
+    // col16: the thread's first column of a chunk (16 q).
+    static RF_DEVICE void hold(const unsigned char* s, int col16, int k0, Held& h) {
+        const int half = (k0 / 128) % 2;
+        const unsigned char* tail = s + QH_STAGED + 64 - 32 * half; // the scales, then d
+        const float d = __half2float(*(const __half*)(tail + 16));
+#pragma unroll
+        for (int c = 0; c < 2; ++c) h.step[c] = d * (float)(signed char)tail[8 * half + 4 * c + col16 / 16];
+        rf_qg_lds<4>(s + col16, h.ql);
+        rf_qg_lds<4>(s + QH_STAGED + (col16 & 31), h.qh);
+    }
+    template <typename T>
+    static RF_DEVICE void words16(const unsigned char*, int e0, int quarter, const Held& h, unsigned (&v)[8]) {
+        const int c = quarter % 2;
+        const float step = h.step[c];
+        const int qh_shift = 4 * c + ((e0 & 32) >> 4);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const unsigned codes = ((ql[i] >> (4 * odd)) & 0x0F0F0F0Fu) | (((qh[i] >> qh_shift) & 0x03030303u) << 4);
+            const unsigned codes = ((h.ql[i] >> (4 * c)) & 0x0F0F0F0Fu) | (((h.qh[i] >> qh_shift) & 0x03030303u) << 4);
             // 2^23 + code, less 2^23 + 32: code - 32 exactly.
             rf_qg_pack4<T>(codes, 8388640.0f, [step](float q) { return step * q; }, v + 2 * i);
         }
@@ -216,6 +284,8 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
     typedef rf_qgemm_layout<F, STAGES> L;
     constexpr int MATH_ROWS = RF_QGEMM_ROWS / RF_QGEMM_MATH_WGS; // one 64-row wgmma tile
     constexpr int CHUNKS = F::KS / 64;                             // 64 k each
+    static_assert(CHUNKS == 1 || CHUNKS == 2, "chunk pairs are a stage's two chunks");
+    static_assert(F::W_EVERY == 1 || (F::W_EVERY == 2 && CHUNKS == 1), "stage pairs are chunk pairs");
     static_assert(MATH_ROWS == 64 && RF_QGEMM_TOKENS == 256, "a math warpgroup: 64 rows x 256 tokens");
     static_assert(STAGES >= 2, "a ring");
     static_assert(F::BOX % 16 == 0, "boxes of whole 16-byte units");
@@ -254,12 +324,17 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
             // The stage is the x tile (one bulk copy) and W's boxes (a tensor copy each, 128 rows
             // at once; rows past the last arrive as zeros): `full` completes once all their
             // bytes have landed. (cp.async of 16 bytes a thread cost as much time as the decode.)
-            rf_mbar_arrive_expect_tx(&full[st], L::X_BYTES + L::W_BYTES);
+            // A format whose stages come in pairs on the same boxes (W_EVERY = 2) gets them
+            // with the first stage of the pair only; its math threads hold what they need.
+            const bool with_w = s % F::W_EVERY == 0;
+            rf_mbar_arrive_expect_tx(&full[st], L::X_BYTES + (with_w ? L::W_BYTES : 0));
             rf_bulk_copy(xs + st * L::X_BYTES, x_tiles + (rf_u64)s * L::X_BYTES, L::X_BYTES, &full[st]);
             unsigned char* wst = ws + st * L::W_BYTES;
+            if (with_w) {
 #pragma unroll
-            for (int b = 0; b < F::BOXES; ++b)
-                rf_tensor_copy_2d(wst + b * RF_QGEMM_ROWS * F::BOX, &w_map, F::box(k0, b), r0, &full[st]);
+                for (int b = 0; b < F::BOXES; ++b)
+                    rf_tensor_copy_2d(wst + b * RF_QGEMM_ROWS * F::BOX, &w_map, F::box(k0, b), r0, &full[st]);
+            }
         }
         return;
     }
@@ -276,9 +351,14 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
     const int row0 = me * MATH_ROWS + 16 * warp + lane / 4;
     const int col16 = 16 * (lane % 4); // this thread's 16 columns of each chunk of W
     const int chunks = stages * CHUNKS;
+    typename F::Held held[2]; // what the format keeps from a stage's first chunk, a row each
     auto chunk = [&](auto buf, int n) {
         constexpr int B = decltype(buf)::value;
-        const int s = n / CHUNKS, c = n % CHUNKS;
+        // Chunk n's parity is its set's (pairs start at even n; an odd last chunk is even), so
+        // with two chunks a stage which one it is, and with W_EVERY = 2 whether its stage
+        // carries W's boxes, is known at compile time.
+        const int s = n / CHUNKS, c = CHUNKS == 2 ? B : 0;
+        const bool holds = F::W_EVERY == 1 || B == 0;
         const int st = s % STAGES;
         if (c == 0) {
             rf_mbar_wait(&full[st], (s / STAGES) & 1);
@@ -286,14 +366,16 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
         }
         const unsigned char* wst = ws + st * L::W_BYTES;
         const int k0 = s * F::KS;
-        const int quarter = (k0 / 64) % 4;
+        const int quarter = (k0 / 64 + c) % 4; // of a 256-element super-block
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-            // x's columns are permuted (rf_qgemm_pack_x) so that this thread's 16 elements of
-            // the row are contiguous: k 16 q .. 16 q + 15 of the chunk, pair 2 kk + h of them
+            // x's columns are permuted (rf_qgemm_pack_x, the format's X_ORDER) so that this
+            // thread's 16 elements of the row are those words16 decodes, pair 2 kk + h of them
             // at wgmma k 16 kk + 8 h + 2 q.
             unsigned v[8];
-            F::template words16<T>(wst + (row0 + 8 * i) * F::BOX + F::skip(k0), 64 * c + col16, quarter, v);
+            const unsigned char* row = wst + (row0 + 8 * i) * F::BOX + F::skip(k0);
+            if (c == 0 && holds) F::hold(row, col16, k0, held[i]);
+            F::template words16<T>(row, 64 * c + col16, quarter, held[i], v);
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
                 a[B][kk][i] = v[2 * kk];
@@ -358,10 +440,16 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
 // 64-k column block c, RF_QGEMM_TILE_BYTES at ((b * k / 64) + c) * RF_QGEMM_TILE_BYTES, token row
 // r's 16-byte chunk j at r * 128 + ((j ^ r % 8) << 4): the 128-byte-swizzled layout the wgmma
 // reads, so the GEMM copies a stage with one bulk copy. The columns are permuted within each
-// block of 64: word i (columns 2 i, 2 i + 1) of chunk j is the row's word j + 8 i, so that the
+// block of 64: word i (columns 2 i, 2 i + 1) of chunk j is the row's word m = j + 8 i, so that the
 // wgmma's k 16 kk + 8 h + 2 q + {0, 1} are columns 16 q + 4 kk + 2 h + {0, 1}: the math thread
 // holding those A elements decodes 16 contiguous columns of W (a sum over k is the same in any
-// order of k). Rows past the last token are zero. A thread a chunk.
+// order of k). With x_order RF_QGEMM_X_NIBBLE_PAIRS it is word m with bits 2 and 3 swapped
+// (columns' bits 3 and 4), so the thread's 16 are two runs of 8, 16 apart. Rows past the last
+// token are zero. A thread a chunk.
+RF_DEVICE int rf_qgemm_x_word(int m, int x_order) {
+    return x_order == RF_QGEMM_X_NIBBLE_PAIRS ? (m & ~12) | ((m & 4) << 1) | ((m & 8) >> 1) : m;
+}
+
 template <typename T> RF_DEVICE void rf_qgemm_pack_x(const rf_qgemm_params& p) {
     const rf_u64 blocks64 = (rf_u64)p.k / 64;
     const rf_u64 chunks = (rf_u64)((p.tokens + RF_QGEMM_TOKENS - 1) / RF_QGEMM_TOKENS) * blocks64 * RF_QGEMM_TOKENS * 8;
@@ -373,7 +461,8 @@ template <typename T> RF_DEVICE void rf_qgemm_pack_x(const rf_qgemm_params& p) {
         uint4 v = make_uint4(0, 0, 0, 0);
         if (t < (rf_u64)p.tokens) {
             const unsigned* row = (const unsigned*)((const T*)p.x + t * p.x_ld + c * 64);
-            v = make_uint4(row[j], row[j + 8], row[j + 16], row[j + 24]);
+            v = make_uint4(row[rf_qgemm_x_word(j, p.x_order)], row[rf_qgemm_x_word(j + 8, p.x_order)],
+                           row[rf_qgemm_x_word(j + 16, p.x_order)], row[rf_qgemm_x_word(j + 24, p.x_order)]);
         }
         *(uint4*)((unsigned char*)p.x_tiles + tile * RF_QGEMM_TILE_BYTES + r * 128 + ((j ^ (r % 8)) << 4)) = v;
     }
@@ -391,7 +480,7 @@ template <typename T> RF_DEVICE void rf_qgemm_pack_x(const rf_qgemm_params& p) {
     }
 #define RF_QGEMM_ENTRIES(F, FNAME, NAME)                                                                      \
     static_assert(F::KS == RF_QGEMM_##NAME##_KS && F::BOX == RF_QGEMM_##NAME##_BOX &&                          \
-                      F::BOXES == RF_QGEMM_##NAME##_BOXES,                                                    \
+                      F::BOXES == RF_QGEMM_##NAME##_BOXES && F::X_ORDER == RF_QGEMM_##NAME##_X_ORDER,                                                    \
                   "ABI shape");                                                                               \
     RF_QGEMM_ENTRY(__half, f16, F, FNAME, RF_QGEMM_##NAME##_STAGES)                                          \
     RF_QGEMM_ENTRY(rf_bf16, bf16, F, FNAME, RF_QGEMM_##NAME##_STAGES)

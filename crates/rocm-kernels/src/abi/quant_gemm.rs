@@ -10,28 +10,36 @@ pub const RF_QGEMM_THREADS: u32 = 384;
 pub const RF_QGEMM_Q8_0_KS: u32 = 64;
 pub const RF_QGEMM_Q8_0_BOX: u32 = 96;
 pub const RF_QGEMM_Q8_0_BOXES: u32 = 1;
+pub const RF_QGEMM_Q8_0_X_ORDER: u32 = 0;
 pub const RF_QGEMM_Q8_0_STAGES: u32 = 4;
 pub const RF_QGEMM_Q4_0_KS: u32 = 64;
 pub const RF_QGEMM_Q4_0_BOX: u32 = 64;
 pub const RF_QGEMM_Q4_0_BOXES: u32 = 1;
+pub const RF_QGEMM_Q4_0_X_ORDER: u32 = 1;
 pub const RF_QGEMM_Q4_0_STAGES: u32 = 4;
 pub const RF_QGEMM_MXFP4_KS: u32 = 128;
 pub const RF_QGEMM_MXFP4_BOX: u32 = 96;
 pub const RF_QGEMM_MXFP4_BOXES: u32 = 1;
+pub const RF_QGEMM_MXFP4_X_ORDER: u32 = 1;
 pub const RF_QGEMM_MXFP4_STAGES: u32 = 2;
 pub const RF_QGEMM_Q4_K_KS: u32 = 64;
 pub const RF_QGEMM_Q4_K_BOX: u32 = 32;
 pub const RF_QGEMM_Q4_K_BOXES: u32 = 2;
+pub const RF_QGEMM_Q4_K_X_ORDER: u32 = 0;
 pub const RF_QGEMM_Q4_K_STAGES: u32 = 4;
 pub const RF_QGEMM_Q5_K_KS: u32 = 64;
 pub const RF_QGEMM_Q5_K_BOX: u32 = 48;
 pub const RF_QGEMM_Q5_K_BOXES: u32 = 2;
+pub const RF_QGEMM_Q5_K_X_ORDER: u32 = 0;
 pub const RF_QGEMM_Q5_K_STAGES: u32 = 4;
 pub const RF_QGEMM_Q6_K_KS: u32 = 64;
 pub const RF_QGEMM_Q6_K_BOX: u32 = 96;
 pub const RF_QGEMM_Q6_K_BOXES: u32 = 2;
+pub const RF_QGEMM_Q6_K_X_ORDER: u32 = 0;
 pub const RF_QGEMM_Q6_K_STAGES: u32 = 4;
 pub const RF_QGEMM_TILE_BYTES: u32 = 32768;
+pub const RF_QGEMM_X_RUNS_OF_16: u32 = 0;
+pub const RF_QGEMM_X_NIBBLE_PAIRS: u32 = 1;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, bytemuck :: Pod, bytemuck :: Zeroable)]
 pub struct rf_qgemm_params {
@@ -43,7 +51,7 @@ pub struct rf_qgemm_params {
     pub rows: ::std::os::raw::c_int,
     pub k: ::std::os::raw::c_int,
     pub tokens: ::std::os::raw::c_int,
-    pub pad: ::std::os::raw::c_int,
+    pub x_order: ::std::os::raw::c_int,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -57,5 +65,5 @@ const _: () = {
     ["Offset of field: rf_qgemm_params::rows"][::std::mem::offset_of!(rf_qgemm_params, rows) - 40usize];
     ["Offset of field: rf_qgemm_params::k"][::std::mem::offset_of!(rf_qgemm_params, k) - 44usize];
     ["Offset of field: rf_qgemm_params::tokens"][::std::mem::offset_of!(rf_qgemm_params, tokens) - 48usize];
-    ["Offset of field: rf_qgemm_params::pad"][::std::mem::offset_of!(rf_qgemm_params, pad) - 52usize];
+    ["Offset of field: rf_qgemm_params::x_order"][::std::mem::offset_of!(rf_qgemm_params, x_order) - 52usize];
 };

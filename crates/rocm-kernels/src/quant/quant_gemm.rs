@@ -12,7 +12,8 @@
 //!
 //! `x` is first re-laid out (`rf_qgemm_pack_x`, into a temporary freed in stream order) as the
 //! swizzled tiles the kernel bulk-copies, its columns permuted within each 64 so that each math
-//! thread decodes 16 contiguous columns of a weight row; the GEMM follows on the same stream.
+//! thread decodes 16 columns of a weight row its format reads together (16 contiguous ones; for
+//! q4_0 and mxfp4 both nibbles of 8 bytes); the GEMM follows on the same stream.
 //!
 //! rocm-model's prefill takes it where it measured faster than dequantising and calling cuBLAS
 //! (its `Linear` says for which formats, token counts and grids: up to 512 tokens at most; at 4096
@@ -35,7 +36,8 @@ const KERNEL: &str = "quant_gemm";
 const MODULE: KernelModule = KernelModule::QuantGemmWgmma;
 
 /// A format's kernel: its entry's name part, `k` a stage, the width of the boxes in which it
-/// copies the weight, the boxes a stage and the stages of the ring (rocmforge_quant_gemm_abi.h).
+/// copies the weight, the boxes a stage, the stages of the ring and the order of x's columns its
+/// decode needs (rocmforge_quant_gemm_abi.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Shape {
     name: &'static str,
@@ -43,17 +45,19 @@ struct Shape {
     box_bytes: usize,
     boxes: usize,
     stages: usize,
+    x_order: i32,
 }
 
 impl Shape {
     fn of(format: BlockFormat) -> Option<Shape> {
-        let (name, stage_k, box_bytes, boxes, stages) = match format {
+        let (name, stage_k, box_bytes, boxes, stages, x_order) = match format {
             BlockFormat::Q8_0 => (
                 "q8_0",
                 abi::RF_QGEMM_Q8_0_KS,
                 abi::RF_QGEMM_Q8_0_BOX,
                 abi::RF_QGEMM_Q8_0_BOXES,
                 abi::RF_QGEMM_Q8_0_STAGES,
+                abi::RF_QGEMM_Q8_0_X_ORDER,
             ),
             BlockFormat::Q4_0 => (
                 "q4_0",
@@ -61,6 +65,7 @@ impl Shape {
                 abi::RF_QGEMM_Q4_0_BOX,
                 abi::RF_QGEMM_Q4_0_BOXES,
                 abi::RF_QGEMM_Q4_0_STAGES,
+                abi::RF_QGEMM_Q4_0_X_ORDER,
             ),
             BlockFormat::Mxfp4Gguf => (
                 "mxfp4",
@@ -68,6 +73,7 @@ impl Shape {
                 abi::RF_QGEMM_MXFP4_BOX,
                 abi::RF_QGEMM_MXFP4_BOXES,
                 abi::RF_QGEMM_MXFP4_STAGES,
+                abi::RF_QGEMM_MXFP4_X_ORDER,
             ),
             BlockFormat::Q4K => (
                 "q4_k",
@@ -75,6 +81,7 @@ impl Shape {
                 abi::RF_QGEMM_Q4_K_BOX,
                 abi::RF_QGEMM_Q4_K_BOXES,
                 abi::RF_QGEMM_Q4_K_STAGES,
+                abi::RF_QGEMM_Q4_K_X_ORDER,
             ),
             BlockFormat::Q5K => (
                 "q5_k",
@@ -82,6 +89,7 @@ impl Shape {
                 abi::RF_QGEMM_Q5_K_BOX,
                 abi::RF_QGEMM_Q5_K_BOXES,
                 abi::RF_QGEMM_Q5_K_STAGES,
+                abi::RF_QGEMM_Q5_K_X_ORDER,
             ),
             BlockFormat::Q6K => (
                 "q6_k",
@@ -89,6 +97,7 @@ impl Shape {
                 abi::RF_QGEMM_Q6_K_BOX,
                 abi::RF_QGEMM_Q6_K_BOXES,
                 abi::RF_QGEMM_Q6_K_STAGES,
+                abi::RF_QGEMM_Q6_K_X_ORDER,
             ),
             BlockFormat::Mxfp6(_) => return None,
         };
@@ -98,6 +107,7 @@ impl Shape {
             box_bytes: box_bytes as usize,
             boxes: boxes as usize,
             stages: stages as usize,
+            x_order: x_order as i32,
         })
     }
 
@@ -231,7 +241,7 @@ pub fn quant_gemm<T: Dtype>(
         rows: rows as i32,
         k: inp as i32,
         tokens: tokens as i32,
-        pad: 0,
+        x_order: shape.x_order,
     };
     // W's bytes as `rows` rows, copied in boxes of 128 rows (rows past the last arrive as zeros).
     // in = 0: no bytes to map, and the kernel copies nothing.

@@ -6,7 +6,9 @@
 
 use rocm_kernels::Dtype;
 use rocm_kernels::gemm::GemmElement;
-use rocm_kernels::quant::{BlockFormat, Fp6, QUANT_GEMM_FORMATS, quant_gemm, quant_gemm_runs};
+use rocm_kernels::quant::{
+    BlockFormat, Fp6, QUANT_GEMM_FORMATS, dequantize_reference, quant_gemm, quant_gemm_runs,
+};
 use rocm_runtime::{bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test, relative_l2};
 
@@ -67,6 +69,74 @@ fn matches_the_reference_bf16() {
 #[test]
 fn matches_the_reference_f16() {
     matches_the_reference::<f16>(0x9a02);
+}
+
+/// x the identity (token t's one 1 is at column t), so y[t, r] = W[r, t] exactly: one product by
+/// 1 and zeros, summed in f32 and rounded once to T, which already holds the value. Every decoded
+/// weight is compared with the CPU dequantiser's, rounded to T, as a value (a -0 weight may come
+/// out +0): a wrong code, scale, nibble or column order anywhere shows, not only on average.
+/// Rows' magnitudes run from 2^-20 to 2^12 so that scales of many sizes are decoded, and mxfp4's
+/// scales are then set to random exponents 0 ..= 140 (2^-127, a subnormal, up to 2^13: within
+/// f16's range, so no weight is infinite and no sum 0 x inf).
+fn decodes_every_weight_exactly<T: GemmElement>(seed: u64) {
+    let gpu = gpu_test!();
+    let s = gpu.stream();
+    if quant_gemm_runs::<T>(s, BlockFormat::Q8_0, 512).is_some() {
+        return; // refused without wgmma: matches_the_reference_* check the reason
+    }
+    let mut rng = Rng::new(seed);
+    let rows = 300;
+    for format in QUANT_GEMM_FORMATS {
+        let inp = if format == BlockFormat::Q6K { 2048 } else { 512 };
+        let mut values = rng.f32_vec(rows * inp, -1.0, 1.0);
+        for (r, row) in values.chunks_exact_mut(inp).enumerate() {
+            let magnitude = 2f32.powi(r as i32 % 33 - 20);
+            row.iter_mut().for_each(|v| *v *= magnitude);
+        }
+        let mut bytes = vec![0u8; format.bytes_for(rows * inp).unwrap()];
+        format.quantize(&values, &mut bytes).unwrap();
+        if format == BlockFormat::Mxfp4Gguf {
+            for block in bytes.chunks_exact_mut(format.block_bytes()) {
+                block[0] = rng.below(141) as u8;
+            }
+        }
+        let weight: Vec<T> = dequantize_reference(format, &bytes).unwrap();
+        let mut x = vec![T::from_f32(0.0); inp * inp];
+        for t in 0..inp {
+            x[t * inp + t] = T::from_f32(1.0);
+        }
+        let (w, x) = (s.upload(&bytes).unwrap(), s.upload(&x).unwrap());
+        let mut y = s.alloc::<T>(inp * rows).unwrap();
+        y.poison().unwrap();
+        let label = format!("{} {} identity x {rows} x {inp}", format.name(), T::NAME);
+        quant_gemm(format, &w, rows, inp, &x, inp, &mut y).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let got = y.to_vec().unwrap();
+        let mut wrong = 0usize;
+        let mut first = None;
+        for t in 0..inp {
+            for r in 0..rows {
+                let (g, want) = (got[t * rows + r].to_f32(), weight[r * inp + t].to_f32());
+                if g != want {
+                    wrong += 1;
+                    first.get_or_insert((r, t, g, want));
+                }
+            }
+        }
+        assert_eq!(
+            wrong, 0,
+            "{label}: {wrong} weights decoded differently; first (row, column, got, want): {first:?}"
+        );
+    }
+}
+
+#[test]
+fn decodes_every_weight_exactly_bf16() {
+    decodes_every_weight_exactly::<bf16>(0x9a03);
+}
+
+#[test]
+fn decodes_every_weight_exactly_f16() {
+    decodes_every_weight_exactly::<f16>(0x9a04);
 }
 
 /// `in = 0`: no stage, no wgmma (the kernel's first wgmma of a tile is what zeroes its
