@@ -306,8 +306,12 @@ fn fused_product<T: GemmElement>(
 /// 599-627).
 pub fn mixed_input_max_tokens(format: BlockFormat) -> usize {
     match format {
-        BlockFormat::Q8_0 | BlockFormat::Q4_0 | BlockFormat::Q4K | BlockFormat::Q5K => 512,
-        BlockFormat::Q6K | BlockFormat::Mxfp4Gguf => 256,
+        BlockFormat::Q8_0
+        | BlockFormat::Q4_0
+        | BlockFormat::Q4K
+        | BlockFormat::Q5K
+        | BlockFormat::Mxfp4Gguf => 512,
+        BlockFormat::Q6K => 256,
         BlockFormat::Mxfp6(_) => 0,
     }
 }
