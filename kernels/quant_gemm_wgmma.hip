@@ -95,6 +95,20 @@ struct rf_qg_holds_nothing {
     static RF_DEVICE void hold(const unsigned char*, int, int, Held&) {}
 };
 
+// Four codes below 128 a byte each as two pairs in T: step * code + addend, each with one fused
+// multiply-add. A code c under the exponent of 2^7 is the f32 128 + c (one byte permute), and
+// with addend = -(128 + bias) * step the fma's exact sum is step * (c - bias), which f32 holds
+// exactly where step has at most 24 - (bits of c - bias) significant bits (q4_0: an f16 d and
+// codes -8 .. 7; q6_K: d * sc, 11 + 7 bits, and -32 .. 31), so it is the value the dequantiser
+// computes, one instruction an element fewer than rf_qg_pack4.
+template <typename T> RF_DEVICE void rf_qg_pack4_fma(unsigned codes, float step, float addend, unsigned* v) {
+    float f[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[i] = fmaf(step, __int_as_float((int)__byte_perm(codes, 0x4300u, 0x5044u + 0x100u * i)), addend);
+    v[0] = rf_pack2_bits16<T>(f[0], f[1]);
+    v[1] = rf_pack2_bits16<T>(f[2], f[3]);
+}
+
 // The 32-element formats: a stage is the WINDOW bytes of a row from byte (k0 / 32) * BLOCK_BYTES,
 // 2-aligned at best, so one box from the 16-byte boundary below it, WINDOW + 15 rounded up to 16.
 template <int BLOCK_BYTES_, int KS_> struct rf_qg_blocks32 : rf_qg_holds_nothing {
@@ -129,11 +143,11 @@ struct rf_qg_q4_0 : rf_qg_blocks32<18, 64> {
         const float d = __half2float(*(const __half*)b);
         unsigned w[2];
         rf_qg_lds<2>(b + 2 + rf_qg_nibble_pair_bytes(e0), w);
-        const auto value = [d](float q) { return d * q; };
+        const float addend = -136.0f * d; // d * (128 + code) - 136 d = d * (code - 8)
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-            rf_qg_pack4<T>(w[i] & 0x0F0F0F0Fu, 8388616.0f, value, v + 2 * i);
-            rf_qg_pack4<T>((w[i] >> 4) & 0x0F0F0F0Fu, 8388616.0f, value, v + 4 + 2 * i);
+            rf_qg_pack4_fma<T>(w[i] & 0x0F0F0F0Fu, d, addend, v + 2 * i);
+            rf_qg_pack4_fma<T>((w[i] >> 4) & 0x0F0F0F0Fu, d, addend, v + 4 + 2 * i);
         }
     }
 };
@@ -260,12 +274,12 @@ struct rf_qg_q6_k {
     static RF_DEVICE void words16(const unsigned char*, int e0, int quarter, const Held& h, unsigned (&v)[8]) {
         const int c = quarter % 2;
         const float step = h.step[c];
+        const float addend = -160.0f * step; // step * (128 + code) - 160 step = step * (code - 32)
         const int qh_shift = 4 * c + ((e0 & 32) >> 4);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const unsigned codes = ((h.ql[i] >> (4 * c)) & 0x0F0F0F0Fu) | (((h.qh[i] >> qh_shift) & 0x03030303u) << 4);
-            // 2^23 + code, less 2^23 + 32: code - 32 exactly.
-            rf_qg_pack4<T>(codes, 8388640.0f, [step](float q) { return step * q; }, v + 2 * i);
+            rf_qg_pack4_fma<T>(codes, step, addend, v + 2 * i);
         }
     }
 };

@@ -293,25 +293,25 @@ fn fused_product<T: GemmElement>(
 
 /// Tokens up to which a block-format product past the fused kernels may run the mixed-input
 /// GEMM (0: never). Measured on an H200 (`bench quant_gemm --iters 20`, one call, 2026-12-03;
-/// docs/kernels/quant_gemm.md, v11), 14336 x 4096 in bf16, us, mixed-input against dequantise +
+/// docs/kernels/quant_gemm.md, v12), 14336 x 4096 in bf16, us, mixed-input against dequantise +
 /// cuBLAS:
 ///
 /// | tokens | q8_0 | q4_0 | q4_K | q5_K | q6_K | MXFP4 |
 /// |---|---|---|---|---|---|---|
-/// | 256 | 61.4 / 93.0 | 62.9 / 87.5 | 61.4 / 87.7 | 65.1 / 90.1 | 73.7 / 91.2 | 81.2 / 86.2 |
-/// | 512 | 118.5 / 135.4 | 122.1 / 129.8 | 120.2 / 131.2 | 125.9 / 133.2 | 142.0 / 135.3 | 157.1 / 129.3 |
-/// | 1024 | 227.6 / 195.6 | 235.5 / 190.0 | 231.4 / 192.9 | 241.7 / 194.5 | 276.4 / 198.0 | 306.7 / 187.7 |
+/// | 256 | 61.4 / 93.2 | 56.8 / 87.6 | 61.3 / 88.3 | 64.3 / 90.4 | 64.8 / 91.7 | 63.4 / 87.3 |
+/// | 512 | 117.6 / 134.7 | 109.3 / 129.1 | 119.6 / 130.7 | 125.2 / 132.7 | 125.0 / 134.7 | 122.6 / 128.9 |
+/// | 1024 | 226.8 / 193.5 | 210.1 / 188.2 | 230.7 / 190.8 | 241.0 / 192.8 | 240.3 / 196.1 | 236.6 / 186.5 |
 ///
-/// Past that cuBLAS's GEMM outruns the decode's fixed cost (4096 tokens: 832-1164 against
-/// 599-627).
+/// Past that cuBLAS's GEMM outruns the decode's fixed cost (4096 tokens: 767-945 against
+/// 597-621).
 pub fn mixed_input_max_tokens(format: BlockFormat) -> usize {
     match format {
         BlockFormat::Q8_0
         | BlockFormat::Q4_0
         | BlockFormat::Q4K
         | BlockFormat::Q5K
+        | BlockFormat::Q6K
         | BlockFormat::Mxfp4Gguf => 512,
-        BlockFormat::Q6K => 256,
         BlockFormat::Mxfp6(_) => 0,
     }
 }
@@ -407,7 +407,7 @@ mod tests {
             assert!(!suits_the_grid(14336, tokens, sms), "gate at {tokens} tokens");
         }
         assert_eq!(mixed_input_max_tokens(BlockFormat::Q8_0), 512);
-        assert_eq!(mixed_input_max_tokens(BlockFormat::Q6K), 256);
+        assert_eq!(mixed_input_max_tokens(BlockFormat::Q6K), 512);
         assert_eq!(mixed_input_max_tokens(BlockFormat::Mxfp6(rocm_kernels::quant::Fp6::E2M3)), 0);
     }
 
