@@ -20,11 +20,10 @@
 // warpgroup m owns rows 64 m .. 64 m + 63 (64 x 256 f32 accumulators). Per 64 k each thread
 // decodes its own A fragments (the wgmma's register operand: two rows, 32 elements; x's columns
 // are permuted so that they are 16 columns of each row its format decodes together: v11, v12)
-// straight from the staged
-// blocks into one of two register sets and issues four m64n256k16 wgmma on them; while
-// they run it decodes the next 64 k into the other set (v10: decoding into shared memory instead
-// cost a store, a barrier and the tensor cores' reads of every element). A stage goes back to the
-// copying warps (`empty`) once its last products are done.
+// straight from the staged blocks into one of two register sets and issues four m64n256k16
+// wgmma on them; while they run it decodes the next 64 k into the other set (v10: decoding into
+// shared memory instead cost a store, a barrier and the tensor cores' reads of every element).
+// A stage goes back to the copying warps (`empty`) once its last products are done.
 //
 // Numerics: each weight is decoded in f32 exactly as kernels/dequant.hip does (rocmforge_quant.h)
 // and rounded once to T; products accumulate in f32 on the tensor cores; one rounding of each y
@@ -50,12 +49,12 @@
 // of 64 and of its block), BOX, BOXES, X_ORDER (the order of x's columns it needs,
 // rocmforge_quant_gemm_abi.h), W_EVERY (1, or 2: stages come in pairs on the same boxes, which
 // only the first copies), `Held` and `hold` (what a thread keeps of a row from a stage's first
-// chunk, or the pair's first stage, for what follows) and `words16<T>`: a math thread's 16 columns of the stage's
-// 64-column chunk at e0 / 64 (e0 % 64 = 16 q, q = lane % 4) as eight pairs in T, from the row's
-// staged bytes `s` (box b's bytes at s - skip + b * RF_QGEMM_ROWS * BOX), the chunk's quarter of
-// a 256-element super-block and what `hold` kept. Pair p is columns e0 + 2 p + {0, 1} for RF_QGEMM_X_RUNS_OF_16;
-// for RF_QGEMM_X_NIBBLE_PAIRS, e0 & ~31 + 8 (e0 / 16 % 2) + 2 (p % 4) + 16 (p / 4) + {0, 1}.
-// Either way one scale covers the 16.
+// chunk, or the pair's first stage, for what follows) and `words16<T>`: a math thread's 16
+// columns of the stage's 64-column chunk at e0 / 64 (e0 % 64 = 16 q, q = lane % 4) as eight pairs
+// in T, from the row's staged bytes `s` (box b's bytes at s - skip + b * RF_QGEMM_ROWS * BOX),
+// the chunk's quarter of a 256-element super-block and what `hold` kept. Pair p is columns
+// e0 + 2 p + {0, 1} for RF_QGEMM_X_RUNS_OF_16; for RF_QGEMM_X_NIBBLE_PAIRS, (e0 & ~31) +
+// 8 (e0 / 16 % 2) + 2 (p % 4) + 16 (p / 4) + {0, 1}. Either way one scale covers the 16.
 // ---------------------------------------------------------------------------------------------
 
 // Exact small integers from bytes without a conversion instruction (a quarter-rate unit on
@@ -429,22 +428,51 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
         for (int j = 0; j < 32; ++j) d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
     }
 
-    // d[j]: row 16 warp + g (+ 8 for [2], [3]) of the warpgroup's, tokens t0 + 8 j + 2 q (+ 1 for
-    // [1], [3]).
+    // The tile goes out through shared memory (the ring's buffers, free once both math
+    // warpgroups' last wgmma are done): each thread stores its values to ys[token][row] (rows
+    // YS_PITCH bytes apart, 16 more than a row's 256, so the four token rows a warp's store
+    // touches fall on different banks), then 16-byte runs of 8 weight rows go to y, where a
+    // thread's own values are single elements 8 rows and 1 token apart (v11 stored them so:
+    // 128 two-byte stores a thread, each with its own address and bounds test).
+    // d[j]: row 16 warp + g (+ 8 for [2], [3]) of the warpgroup's, tokens 8 j + 2 q (+ 1 for
+    // [1], [3]) of the tile.
+    constexpr int YS_PITCH = RF_QGEMM_ROWS * 2 + 16;
+    static_assert(RF_QGEMM_TOKENS * YS_PITCH <= STAGES * (L::X_BYTES + L::W_BYTES), "the tile fits the ring");
+    unsigned char* ys = xs;
     const int g = lane / 4, q = lane % 4;
     const int wrow = me * MATH_ROWS + 16 * warp + g;
-    T* y = (T*)p.y;
-    const int t0 = blockIdx.x * RF_QGEMM_TOKENS;
+    rf_named_barrier(1, 128 * RF_QGEMM_MATH_WGS); // the other warpgroup's wgmma read x from here
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const int r = r0 + wrow + 8 * h;
-        if (r >= p.rows) continue;
 #pragma unroll
         for (int j = 0; j < RF_QGEMM_TOKENS / 8; ++j) {
 #pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const int t = t0 + 8 * j + 2 * q + c;
-                if (t < p.tokens) y[(rf_u64)t * p.y_ld + r] = rf_from_float<T>(d[j][2 * h + c]);
+            for (int c = 0; c < 2; ++c)
+                *(T*)(ys + (8 * j + 2 * q + c) * YS_PITCH + (wrow + 8 * h) * 2) = rf_from_float<T>(d[j][2 * h + c]);
+        }
+    }
+    rf_named_barrier(1, 128 * RF_QGEMM_MATH_WGS);
+    // Thread i of the 256 stores runs i + 256 u: token run / 16 of the tile, rows 8 (run % 16) ..
+    // + 7 of the block's, whole where they lie inside y and y allows 16-byte stores.
+    T* y = (T*)p.y;
+    const int t0 = blockIdx.x * RF_QGEMM_TOKENS;
+    const int me_thread = threadIdx.x - 128;
+    const bool vectors = (size_t)p.y % 16 == 0 && p.y_ld % 8 == 0;
+    constexpr int RUNS = RF_QGEMM_TOKENS * RF_QGEMM_ROWS / 8;
+#pragma unroll 4
+    for (int run = me_thread; run < RUNS; run += 128 * RF_QGEMM_MATH_WGS) {
+        const int tt = run / (RF_QGEMM_ROWS / 8), rr = 8 * (run % (RF_QGEMM_ROWS / 8));
+        const int t = t0 + tt, r = r0 + rr;
+        if (t >= p.tokens || r >= p.rows) continue;
+        const uint4 v = *(const uint4*)(ys + tt * YS_PITCH + rr * 2);
+        T* out = y + (rf_u64)t * p.y_ld + r;
+        if (vectors && r + 8 <= p.rows) {
+            *(uint4*)out = v;
+        } else {
+            const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                if (r + i < p.rows) *(unsigned short*)(out + i) = (unsigned short)(w[i / 2] >> (16 * (i % 2)));
             }
         }
     }

@@ -293,17 +293,17 @@ fn fused_product<T: GemmElement>(
 
 /// Tokens up to which a block-format product past the fused kernels may run the mixed-input
 /// GEMM (0: never). Measured on an H200 (`bench quant_gemm --iters 20`, one call, 2026-12-03;
-/// docs/kernels/quant_gemm.md, v12), 14336 x 4096 in bf16, us, mixed-input against dequantise +
+/// docs/kernels/quant_gemm.md, v13), 14336 x 4096 in bf16, us, mixed-input against dequantise +
 /// cuBLAS:
 ///
 /// | tokens | q8_0 | q4_0 | q4_K | q5_K | q6_K | MXFP4 |
 /// |---|---|---|---|---|---|---|
-/// | 256 | 61.4 / 93.2 | 56.8 / 87.6 | 61.3 / 88.3 | 64.3 / 90.4 | 64.8 / 91.7 | 63.4 / 87.3 |
-/// | 512 | 117.6 / 134.7 | 109.3 / 129.1 | 119.6 / 130.7 | 125.2 / 132.7 | 125.0 / 134.7 | 122.6 / 128.9 |
-/// | 1024 | 226.8 / 193.5 | 210.1 / 188.2 | 230.7 / 190.8 | 241.0 / 192.8 | 240.3 / 196.1 | 236.6 / 186.5 |
+/// | 256 | 58.6 / 92.8 | 54.6 / 87.2 | 59.6 / 87.8 | 62.3 / 89.5 | 62.9 / 91.4 | 61.5 / 86.3 |
+/// | 512 | 114.5 / 135.6 | 105.8 / 129.8 | 116.7 / 131.7 | 122.4 / 133.7 | 122.3 / 136.3 | 119.4 / 130.1 |
+/// | 1024 | 218.5 / 197.8 | 201.2 / 191.7 | 222.9 / 194.2 | 233.6 / 195.7 | 232.1 / 199.7 | 227.1 / 189.3 |
 ///
-/// Past that cuBLAS's GEMM outruns the decode's fixed cost (4096 tokens: 767-945 against
-/// 597-621).
+/// Past that cuBLAS's GEMM outruns the decode's fixed cost (4096 tokens: 731-949 against
+/// 611-643).
 pub fn mixed_input_max_tokens(format: BlockFormat) -> usize {
     match format {
         BlockFormat::Q8_0
