@@ -7,6 +7,8 @@ pub const RF_QGEMM_ROWS: u32 = 128;
 pub const RF_QGEMM_TOKENS: u32 = 256;
 pub const RF_QGEMM_MATH_WGS: u32 = 2;
 pub const RF_QGEMM_THREADS: u32 = 384;
+pub const RF_QGEMM_X_RUNS_OF_16: u32 = 0;
+pub const RF_QGEMM_X_NIBBLE_PAIRS: u32 = 1;
 pub const RF_QGEMM_Q8_0_KS: u32 = 64;
 pub const RF_QGEMM_Q8_0_BOX: u32 = 96;
 pub const RF_QGEMM_Q8_0_BOXES: u32 = 1;
@@ -38,8 +40,6 @@ pub const RF_QGEMM_Q6_K_BOXES: u32 = 2;
 pub const RF_QGEMM_Q6_K_X_ORDER: u32 = 0;
 pub const RF_QGEMM_Q6_K_STAGES: u32 = 4;
 pub const RF_QGEMM_TILE_BYTES: u32 = 32768;
-pub const RF_QGEMM_X_RUNS_OF_16: u32 = 0;
-pub const RF_QGEMM_X_NIBBLE_PAIRS: u32 = 1;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, bytemuck :: Pod, bytemuck :: Zeroable)]
 pub struct rf_qgemm_params {
