@@ -48,8 +48,8 @@
 // stage's bytes start `skip(k0)` into its first box. Each format names KS (k a stage: a multiple
 // of 64 and of its block), BOX, BOXES, X_ORDER (the order of x's columns it needs,
 // rocmforge_quant_gemm_abi.h), W_EVERY (1, or 2: stages come in pairs on the same boxes, which
-// only the first copies), `Held` and `hold` (what a thread keeps of a row from a stage's first
-// chunk, or the pair's first stage, for what follows) and `words16<T>`: a math thread's 16
+// only the first copies), `Held` and `hold` (what a thread keeps of a row from the pair's first
+// stage for its second) and `words16<T>`: a math thread's 16
 // columns of the stage's 64-column chunk at e0 / 64 (e0 % 64 = 16 q, q = lane % 4) as eight pairs
 // in T, from the row's staged bytes `s` (box b's bytes at s - skip + b * RF_QGEMM_ROWS * BOX),
 // the chunk's quarter of a 256-element super-block and what `hold` kept. Pair p is columns
@@ -86,8 +86,8 @@ RF_DEVICE void rf_qg_pack4(unsigned codes, float bias, V value, unsigned* v) {
     v[1] = rf_pack2_bits16<T>(value(f2), value(f3));
 }
 
-// What a format keeps from a stage's first chunk for its second (KS = 128) or from the first
-// stage of a pair for the second (W_EVERY = 2): most keep nothing.
+// What a math thread keeps of a row from the stage that brings W's boxes for the one that does
+// not (W_EVERY = 2): formats whose every stage brings its own keep nothing.
 struct rf_qg_holds_nothing {
     static constexpr int W_EVERY = 1; // every stage brings its own boxes
     struct Held {};
@@ -158,11 +158,6 @@ RF_DEVICE unsigned rf_qg_mul_bf16x2(unsigned a, unsigned b) {
     return r;
 }
 
-// An E8M0 scale as a bf16 pattern: 2^(e - 127), exactly (e = 0: the subnormal 2^-127; 255: NaN).
-RF_DEVICE unsigned rf_qg_e8m0_bf16(unsigned e) {
-    return e == 0xffu ? 0x7fc0u : (e == 0u ? 0x0040u : e << 7);
-}
-
 struct rf_qg_mxfp4 : rf_qg_blocks32<17, 128> {
     static constexpr int X_ORDER = RF_QGEMM_X_NIBBLE_PAIRS;
     template <typename T> static RF_DEVICE void words16(const unsigned char* s, int e0, int, const Held&, unsigned (&v)[8]) {
@@ -173,7 +168,8 @@ struct rf_qg_mxfp4 : rf_qg_blocks32<17, 128> {
             // The magnitudes as exact bf16 from the byte-permute tables (rocmforge_quant.h), each
             // pair times the scale in bf16: a magnitude has two significant bits and the scale is
             // a power of two, so the product is exact, the f32 product rounded to bf16 bit for bit.
-            const unsigned scale = rf_qg_e8m0_bf16(b[0]) * 0x10001u;
+            // (The scale's f32 pattern has no bits below 16: its top half is the same bf16.)
+            const unsigned scale = (__float_as_uint(rf_e8m0_to_float(b[0])) >> 16) * 0x10001u;
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
                 unsigned a[2][2]; // [low, high nibbles][bytes 0-1, 2-3 of the word]
@@ -358,20 +354,20 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
     // A from registers, in two sets: chunk n's fragments are set n % 2, decoded while chunk
     // n - 1's wgmma (the other set) run. Thread (warp w, lane 4 g + q) holds rows 16 w + g and
     // + 8 of the warpgroup's 64 at the wgmma's k 16 kk + 2 q + {0, 1} and + 8 of each chunk of 64
-    // (kk < 4), which x's permutation makes W's columns 16 q .. 16 q + 15.
+    // (kk < 4), which x's permutation makes the 16 columns of W the format's X_ORDER names.
     unsigned a[2][4][4];
     const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     const int row0 = me * MATH_ROWS + 16 * warp + lane / 4;
     const int col16 = 16 * (lane % 4); // this thread's 16 columns of each chunk of W
     const int chunks = stages * CHUNKS;
-    typename F::Held held[2]; // what the format keeps from a stage's first chunk, a row each
+    typename F::Held held[2]; // what the format keeps from a pair's first stage, a row each
     auto chunk = [&](auto buf, int n) {
         constexpr int B = decltype(buf)::value;
         // Chunk n's parity is its set's (pairs start at even n; an odd last chunk is even), so
         // with two chunks a stage which one it is, and with W_EVERY = 2 whether its stage
         // carries W's boxes, is known at compile time.
         const int s = n / CHUNKS, c = CHUNKS == 2 ? B : 0;
-        const bool holds = F::W_EVERY == 1 || B == 0;
+        const bool with_w = F::W_EVERY == 1 || B == 0; // as the copying thread's s % W_EVERY == 0
         const int st = s % STAGES;
         if (c == 0) {
             rf_mbar_wait(&full[st], (s / STAGES) & 1);
@@ -387,7 +383,7 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
             // at wgmma k 16 kk + 8 h + 2 q.
             unsigned v[8];
             const unsigned char* row = wst + (row0 + 8 * i) * F::BOX + F::skip(k0);
-            if (c == 0 && holds) F::hold(row, col16, k0, held[i]);
+            if (c == 0 && with_w) F::hold(row, col16, k0, held[i]);
             F::template words16<T>(row, 64 * c + col16, quarter, held[i], v);
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
@@ -432,7 +428,7 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
     // warpgroups' last wgmma are done): each thread stores its values to ys[token][row] (rows
     // YS_PITCH bytes apart, 16 more than a row's 256, so the four token rows a warp's store
     // touches fall on different banks), then 16-byte runs of 8 weight rows go to y, where a
-    // thread's own values are single elements 8 rows and 1 token apart (v11 stored them so:
+    // thread's own values are single elements 8 rows and 1 token apart (v12 stored them so:
     // 128 two-byte stores a thread, each with its own address and bounds test).
     // d[j]: row 16 warp + g (+ 8 for [2], [3]) of the warpgroup's, tokens 8 j + 2 q (+ 1 for
     // [1], [3]) of the tile.
@@ -456,11 +452,11 @@ RF_DEVICE void rf_qgemm_wgmma(const rf_qgemm_params& p, const rf_tensor_map& w_m
     // + 7 of the block's, whole where they lie inside y and y allows 16-byte stores.
     T* y = (T*)p.y;
     const int t0 = blockIdx.x * RF_QGEMM_TOKENS;
-    const int me_thread = threadIdx.x - 128;
+    const int math_thread = threadIdx.x - 128;
     const bool vectors = (size_t)p.y % 16 == 0 && p.y_ld % 8 == 0;
     constexpr int RUNS = RF_QGEMM_TOKENS * RF_QGEMM_ROWS / 8;
 #pragma unroll 4
-    for (int run = me_thread; run < RUNS; run += 128 * RF_QGEMM_MATH_WGS) {
+    for (int run = math_thread; run < RUNS; run += 128 * RF_QGEMM_MATH_WGS) {
         const int tt = run / (RF_QGEMM_ROWS / 8), rr = 8 * (run % (RF_QGEMM_ROWS / 8));
         const int t = t0 + tt, r = r0 + rr;
         if (t >= p.tokens || r >= p.rows) continue;
