@@ -24,7 +24,6 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("rocmforge_mxfp4_tiled_abi.h", "mxfp4_tiled.rs"),
     ("rocmforge_quant_gemm_abi.h", "quant_gemm.rs"),
     ("rocmforge_quant_matvec_abi.h", "quant_matvec.rs"),
-    ("rocmforge_quant_mlp_abi.h", "quant_mlp.rs"),
     ("rocmforge_rmsnorm_abi.h", "rmsnorm.rs"),
     ("rocmforge_swiglu_abi.h", "swiglu.rs"),
 ];

@@ -30,7 +30,6 @@ const RESTRICTED: &[(&str, Only)] = &[
     ("quant_gemm_wgmma", Only::NvidiaSm90a),
     ("quant_matmul_mma", Only::NvidiaMmaSync),
     ("quant_matvec_mma", Only::NvidiaMmaSync),
-    ("quant_mlp_mma", Only::NvidiaMmaSync),
 ];
 
 /// The restriction of `kernels/<stem>.hip`, if it has one.

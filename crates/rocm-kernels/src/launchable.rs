@@ -70,7 +70,6 @@ pub fn all() -> Vec<Launchable> {
         crate::quant::mxfp::launchable(),
         crate::quant::mxfp4_tiled::launchable(),
         crate::quant::matvec::launchable(),
-        crate::quant::mlp::launchable(),
         crate::quant::quant_gemm::launchable(),
     ]
     .concat()

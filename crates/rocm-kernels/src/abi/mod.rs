@@ -22,8 +22,6 @@ pub(crate) mod mxfp4_tiled;
 pub(crate) mod quant_gemm;
 /// `rocmforge_quant_matvec_abi.h`: the fused quantised matrix-vector kernels' shape.
 pub(crate) mod quant_matvec;
-/// `rocmforge_quant_mlp_abi.h`: the fused one-token MLP's parameters and counters.
-pub(crate) mod quant_mlp;
 /// `rocmforge_rmsnorm_abi.h`: the RMSNorm kernels' register caches.
 pub(crate) mod rmsnorm;
 /// `rocmforge_swiglu_abi.h`: the SwiGLU kernel's scalar unroll.

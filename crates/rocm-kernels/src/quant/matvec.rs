@@ -361,12 +361,7 @@ pub fn quant_matvec_on_matrix_cores<T: Dtype>(stream: &Stream, format: GgmlForma
 
 /// The chunk of the matrix-core kernel where it takes the product (see
 /// [`quant_matvec_on_matrix_cores`]).
-pub(super) fn matrix_core_chunk(
-    cores: MatrixCores,
-    format: GgmlFormat,
-    dtype: &str,
-    k: usize,
-) -> Option<usize> {
+fn matrix_core_chunk(cores: MatrixCores, format: GgmlFormat, dtype: &str, k: usize) -> Option<usize> {
     let step = format.matrix_core_k_step();
     (cores == MatrixCores::MmaSync && matches!(dtype, "f16" | "bf16") && k > 0 && k.is_multiple_of(step))
         .then_some(format.matrix_core_chunk())
@@ -422,16 +417,6 @@ impl MmaFormat {
         stages_one: abi::RF_QMVM_STAGES_ONE_Q4_K as usize,
     };
 
-    /// Elements of `k` a warp takes at a time (the kernels' `F::CHUNK`).
-    pub(super) const fn chunk(self) -> usize {
-        self.chunk
-    }
-
-    /// Stages of a warp at one vector (the kernels' `F::STAGES_B1`).
-    pub(super) const fn stages_one(self) -> usize {
-        self.stages_one
-    }
-
     /// Bytes of a row's chunk.
     const fn chunk_bytes(self) -> usize {
         self.chunk / self.block_elems * self.block_bytes
@@ -441,7 +426,7 @@ impl MmaFormat {
     /// when they are whole 16-byte vectors; else (q6_K) the 16-byte vectors from the boundary
     /// below the chunk that cover it wherever it starts, at an offset that is a multiple of
     /// `gcd(bytes, 16)`.
-    pub(super) const fn span(self) -> usize {
+    const fn span(self) -> usize {
         let bytes = self.chunk_bytes();
         let align = 1 << if bytes.trailing_zeros() < 4 { bytes.trailing_zeros() } else { 4 };
         (bytes + 16 - align).div_ceil(16) * 16

@@ -39,8 +39,6 @@
 //!   on a second stream.
 //! - [`matvec`] (`kernels/quant_matvec.hip`): matrix-vector products with weights in ggml's
 //!   `q8_0`, `q4_0`, `q4_K`, `q5_K` and `q6_K` blocks, for one vector or a small batch.
-//! - [`mlp`] (`kernels/quant_mlp_mma.hip`, NVIDIA matrix cores): a Llama MLP of one token
-//!   (gate, up, SwiGLU, down) in one launch, so the weight stream runs on across its products.
 //! - [`mxfp4_tiled`] (`kernels/mxfp4_tiled.hip`): MXFP4 weights re-laid out once for the
 //!   matrix-vector product, the fast path for decoding.
 //! - [`quant_gemm`] (`kernels/quant_gemm_wgmma.hip`, Hopper): products of many tokens that
@@ -52,7 +50,6 @@ pub mod ggml;
 pub mod k_split;
 pub mod kquant;
 pub mod matvec;
-pub mod mlp;
 pub mod mx;
 pub mod mxfp;
 pub mod mxfp4_tiled;
@@ -76,7 +73,6 @@ pub use matvec::{
     check_quant_matvec_group, quant_matvec, quant_matvec_group, quant_matvec_group_in,
     quant_matvec_on_matrix_cores, quant_matvec_reference,
 };
-pub use mlp::{FUSED_MLP_ENV, MLP_MAX_SPLITS, MlpScratch, QuantMlp, quant_mlp, quant_mlp_applies};
 pub use mx::{
     E8M0_NAN, Fp6, MxElem, dequantize_mxfp4_gguf, dequantize_mxfp6, e8m0_to_f32, quantize_mxfp4_gguf,
     quantize_mxfp6,

@@ -23,7 +23,6 @@ mod mxfp4_tiled;
 mod paged_attention;
 mod quant_gemm;
 mod quant_matvec;
-mod quant_mlp;
 mod rmsnorm;
 mod rope;
 mod softmax;

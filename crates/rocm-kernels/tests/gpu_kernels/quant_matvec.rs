@@ -24,7 +24,7 @@ use rocm_testkit::{GpuTest, Rng, gpu_test};
 use crate::mxfp::{activations, floats, poisoned};
 
 /// The byte offsets of a block's f16 scales (d, and dmin for q4_K / q5_K).
-pub(crate) fn f16_scale_fields(format: GgmlFormat) -> &'static [usize] {
+fn f16_scale_fields(format: GgmlFormat) -> &'static [usize] {
     match format {
         GgmlFormat::Q8_0 | GgmlFormat::Q4_0 => &[0],
         GgmlFormat::Q4K | GgmlFormat::Q5K => &[0, 2],

@@ -27,7 +27,7 @@ use rocm_kernels::attention::{
 };
 use rocm_kernels::gemm::{GemmElement, GemmPath};
 use rocm_kernels::kv_cache::{kv_cache_copy_blocks, kv_cache_write};
-use rocm_kernels::quant::{MlpScratch, SplitScratch};
+use rocm_kernels::quant::SplitScratch;
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::rope::{Rope, RopeTensor};
 use rocm_runtime::{DeviceBuffer, Stream};
@@ -391,10 +391,6 @@ impl<T: GemmElement> Model<T> {
             },
             dequant: None,
             split: None,
-            mlp_scratch: match self.layers.iter().any(|l| l.fused_mlp(n).is_some()) {
-                true => Some(MlpScratch::new(s, c.hidden)?),
-                false => None,
-            },
             attention_scratch: None,
         })
     }
@@ -433,12 +429,7 @@ impl<T: GemmElement> Model<T> {
         let head =
             self.head.as_ref().ok_or_else(|| ModelError::MissingTensor { name: OUTPUT_HEAD.into() })?;
         let out = self.final_norm.output(&ws.xn, &ws.h);
-        let mut products = Products {
-            gemm,
-            scratch: ws.dequant.as_mut(),
-            split: ws.split.as_mut(),
-            mlp: ws.mlp_scratch.as_mut(),
-        };
+        let mut products = Products { gemm, scratch: ws.dequant.as_mut(), split: ws.split.as_mut() };
         head.apply_with(out, ws.tokens, logits, &mut products)
     }
 
@@ -469,12 +460,10 @@ impl<T: GemmElement> Model<T> {
             ones,
             dequant,
             split,
-            mlp_scratch,
             attention_scratch,
         } = ws;
         let n = *n;
-        let mut products =
-            Products { gemm, scratch: dequant.as_mut(), split: split.as_mut(), mlp: mlp_scratch.as_mut() };
+        let mut products = Products { gemm, scratch: dequant.as_mut(), split: split.as_mut() };
         let norm = RmsNorm::new(n, c.hidden, c.rms_eps);
         let ones = ones.as_ref();
 
@@ -515,10 +504,8 @@ impl<T: GemmElement> Model<T> {
             w.block_output(Block::Attention, &norm, attn, n, delta, spare, &mut products)?;
 
             norm.run_residual(delta, h, w.norm(LayerTensor::FfnNorm), xn)?;
-            if !w.run_fused_mlp(xn, n, mlp, delta, &mut products)? {
-                w.mlp_activation(xn, n, c.ffn, mlp, &mut products)?;
-                w.block_output(Block::Mlp, &norm, &mlp.act, n, delta, spare, &mut products)?;
-            }
+            w.mlp_activation(xn, n, c.ffn, mlp, &mut products)?;
+            w.block_output(Block::Mlp, &norm, &mlp.act, n, delta, spare, &mut products)?;
         }
         // The last block's output joins the stream in the final norm.
         let weight = match &self.final_norm {
@@ -564,8 +551,6 @@ pub(super) struct Workspace<T: GemmElement> {
     pub dequant: Option<DeviceBuffer<T>>,
     /// Where fused products that split `k` keep their parts (`None`: temporaries).
     pub split: Option<SplitScratch>,
-    /// Where a one-token MLP in one launch keeps its parts and counters (`None`: temporaries).
-    pub mlp_scratch: Option<MlpScratch>,
     /// The key split's partial results (`None`: temporaries).
     pub attention_scratch: Option<AttentionScratch>,
 }

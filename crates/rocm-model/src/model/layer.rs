@@ -4,14 +4,13 @@
 //! their residual adds, RoPE, the KV cache, attention).
 
 use rocm_kernels::gemm::GemmElement;
-use rocm_kernels::quant::{MlpScratch, QuantMlp, quant_mlp};
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::swiglu::{swiglu, swiglu_fused};
 use rocm_runtime::{DeviceBuffer, Stream};
 
 use super::config::ModelConfig;
 use super::error::Result;
-use super::linear::{Linear, Products, add_bias, apply_shared, fused_mlp};
+use super::linear::{Linear, Products, add_bias, apply_shared};
 use super::weights::{Block, LayerTensor, load_device, load_linear, tensor_name};
 use crate::lazy::DeviceTensors;
 
@@ -117,42 +116,6 @@ impl<T: GemmElement> LayerWeights<T> {
             std::mem::swap(delta, out);
         }
         Ok(())
-    }
-
-    /// The layer's MLP of one token as one launch (`quant_mlp`), where its gate, up and down
-    /// allow it ([`fused_mlp`]) and the block has no post-norm: `None` otherwise.
-    pub fn fused_mlp(&self, tokens: usize) -> Option<QuantMlp<'_>> {
-        if self.vector(Block::Mlp.output_and_post_norm().1).is_some() {
-            return None;
-        }
-        let [gate, up, down] = [LayerTensor::FfnGate, LayerTensor::FfnUp, LayerTensor::FfnDown];
-        if !self.matrices.iter().any(|(t, _)| *t == gate) {
-            return None; // glm4's stacked gate and up
-        }
-        fused_mlp(self.linear(gate), self.linear(up), self.linear(down), tokens)
-    }
-
-    /// `delta = down(silu(gate xn) * up xn)` in one launch where [`Self::fused_mlp`] allows it
-    /// (`mlp.act` holding the activation, as [`Self::mlp_activation`] leaves it), with the
-    /// products' MLP scratch or a temporary one. Whether it ran: if not, the caller runs
-    /// `mlp_activation` and `block_output`.
-    pub fn run_fused_mlp(
-        &self,
-        xn: &DeviceBuffer<T>,
-        tokens: usize,
-        mlp: &mut Mlp<T>,
-        delta: &mut DeviceBuffer<T>,
-        products: &mut Products<'_, T>,
-    ) -> Result<bool> {
-        let Some(weights) = self.fused_mlp(tokens) else { return Ok(false) };
-        match products.mlp.as_deref_mut() {
-            Some(scratch) => quant_mlp(&weights, xn, &mut mlp.act, delta, scratch, None)?,
-            None => {
-                let mut scratch = MlpScratch::new(delta.stream(), weights.hidden)?;
-                quant_mlp(&weights, xn, &mut mlp.act, delta, &mut scratch, None)?;
-            }
-        }
-        Ok(true)
     }
 
     /// `act = silu(gate) * up` of `xn`: separate `ffn_gate` and `ffn_up`, or glm4's stacked

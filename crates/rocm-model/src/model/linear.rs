@@ -23,10 +23,9 @@ use std::sync::Arc;
 
 use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
 use rocm_kernels::quant::{
-    BlockFormat, GgmlFormat, MAX_PRODUCTS, MlpScratch, MxFormat, QUANT_GEMM_TILE_TOKENS, QuantMlp,
-    QuantProduct, SplitScratch, dequant_gemm, dequantize_into, mx_matvec_group_in,
-    mx_matvec_group_on_matrix_cores, quant_gemm, quant_gemm_grid, quant_gemm_runs, quant_matvec_group_in,
-    quant_matvec_on_matrix_cores, quant_mlp_applies,
+    BlockFormat, GgmlFormat, MAX_PRODUCTS, MxFormat, QUANT_GEMM_TILE_TOKENS, QuantProduct, SplitScratch,
+    dequant_gemm, dequantize_into, mx_matvec_group_in, mx_matvec_group_on_matrix_cores, quant_gemm,
+    quant_gemm_grid, quant_gemm_runs, quant_matvec_group_in, quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::DeviceBuffer;
 
@@ -35,47 +34,19 @@ use super::error::Result;
 /// How a pass runs its products: the GEMM path (the model's, [`GemmPath::Auto`] by default);
 /// where a block-format weight without a fused kernel for the token count is dequantised: a
 /// scratch at least [`Linear::dequant_len`] long, or a temporary per product when `None`; and
-/// where fused products that split `k` keep their parts, and where a one-token MLP in one launch
-/// keeps its parts and counters ([`fused_mlp`]) (`None`: temporaries; the results are the same).
+/// where fused products that split `k` keep their parts (`None`: temporaries; the results are
+/// the same).
 pub(crate) struct Products<'a, T: GemmElement> {
     pub gemm: GemmPath,
     pub scratch: Option<&'a mut DeviceBuffer<T>>,
     pub split: Option<&'a mut SplitScratch>,
-    pub mlp: Option<&'a mut MlpScratch>,
 }
 
 impl<T: GemmElement> Products<'_, T> {
     /// Temporaries per product, on `gemm`.
     pub fn temporaries(gemm: GemmPath) -> Self {
-        Products { gemm, scratch: None, split: None, mlp: None }
+        Products { gemm, scratch: None, split: None }
     }
-}
-
-/// The gate, up and down projections of one token's MLP as one launch (`quant_mlp`) takes them:
-/// all blocks of one ggml format, gate and up `[ffn, hidden]` and down `[hidden, ffn]`, with a
-/// fused MLP for `T` on their device (NVIDIA matrix cores; `ROCMFORGE_FUSED_MLP=0` turns it
-/// off). `None` otherwise, and for any other token count: the three products and SwiGLU then run
-/// as separate launches.
-pub(crate) fn fused_mlp<'a, T: GemmElement>(
-    gate: &'a Linear<T>,
-    up: &'a Linear<T>,
-    down: &'a Linear<T>,
-    tokens: usize,
-) -> Option<QuantMlp<'a>> {
-    let (
-        Linear::Blocks { format, blocks: gate, out: ffn, inp: hidden },
-        Linear::Blocks { format: up_format, blocks: up, out: up_out, inp: up_inp },
-        Linear::Blocks { format: down_format, blocks: down, out: down_out, inp: down_inp },
-    ) = (gate, up, down)
-    else {
-        return None;
-    };
-    let (ffn, hidden) = (*ffn, *hidden);
-    let same = up_format == format && down_format == format;
-    let shapes = (*up_out, *up_inp, *down_out, *down_inp) == (ffn, hidden, hidden, ffn);
-    let format = GgmlFormat::of(*format)?;
-    (tokens == 1 && same && shapes && quant_mlp_applies::<T>(gate.stream(), format, hidden, ffn))
-        .then_some(QuantMlp { format, gate, up, down, hidden, ffn })
 }
 
 /// A weight `[out, in]` (row-major, like `nn.Linear`'s) on the device.
