@@ -49,10 +49,10 @@
 // of 64 and of its block), BOX, BOXES, X_ORDER (the order of x's columns it needs,
 // rocmforge_quant_gemm_abi.h), W_EVERY (1, or 2: stages come in pairs on the same boxes, which
 // only the first copies), `Held` and `hold` (what a thread keeps of a row from the pair's first
-// stage for its second) and `words16<T>`: a math thread's 16
-// columns of the stage's 64-column chunk at e0 / 64 (e0 % 64 = 16 q, q = lane % 4) as eight pairs
-// in T, from the row's staged bytes `s` (box b's bytes at s - skip + b * RF_QGEMM_ROWS * BOX),
-// the chunk's quarter of a 256-element super-block and what `hold` kept. Pair p is columns
+// stage for its second) and `words16<T>`: a math thread's 16 columns of the stage's 64-column
+// chunk at e0 / 64 (e0 % 64 = 16 q, q = lane % 4) as eight pairs in T, from the row's staged
+// bytes `s` (box b's bytes at s - skip + b * RF_QGEMM_ROWS * BOX), the chunk's quarter of a
+// 256-element super-block and what `hold` kept. Pair p is columns
 // e0 + 2 p + {0, 1} for RF_QGEMM_X_RUNS_OF_16; for RF_QGEMM_X_NIBBLE_PAIRS, (e0 & ~31) +
 // 8 (e0 / 16 % 2) + 2 (p % 4) + 16 (p / 4) + {0, 1}. Either way one scale covers the 16.
 // ---------------------------------------------------------------------------------------------

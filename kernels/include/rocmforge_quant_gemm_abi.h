@@ -20,9 +20,9 @@
 // (KS), the width in bytes of the boxes in which the kernel copies W (BOX: the tensor map passed
 // with the parameters covers W's bytes as `rows` rows of k / block elements blocks, boxes of
 // RF_QGEMM_ROWS rows x BOX bytes), the boxes a stage (BOXES), the order of x's columns its decode
-// needs (X_ORDER, below) and the stages of the ring (STAGES). A block's dynamic shared memory is 1024 (alignment) + STAGES * (RF_QGEMM_TOKENS * KS
-// * 2 + RF_QGEMM_ROWS * BOXES * BOX); k must be a multiple of KS and a row of W's bytes of 16
-// (the tensor map's row stride).
+// needs (X_ORDER, below) and the stages of the ring (STAGES). A block's dynamic shared memory is
+// 1024 (alignment) + STAGES * (RF_QGEMM_TOKENS * KS * 2 + RF_QGEMM_ROWS * BOXES * BOX); k must be a
+// multiple of KS and a row of W's bytes of 16 (the tensor map's row stride).
 //
 // X_ORDER: how rf_qgemm_pack_x permutes x's columns within each 64, so that the 16 wgmma k a
 // math thread holds of a 64-wide chunk are the weight columns its format decodes best together:

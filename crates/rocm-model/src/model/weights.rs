@@ -21,7 +21,8 @@ use crate::lazy::DeviceTensors;
 /// The final RMSNorm's weight: optional (a model without one returns the residual stream).
 pub const OUTPUT_NORM: &str = "output_norm.weight";
 
-/// The tensors of a layer (which ones an architecture has: [`Architecture::layer_tensors`](super::arch::Architecture::layer_tensors)).
+/// The tensors of a layer (which ones an architecture has:
+/// [`Architecture::layer_tensors`](super::arch::Architecture::layer_tensors)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LayerTensor {
     AttnNorm,
