@@ -44,6 +44,7 @@ const MMA_MODULE: KernelModule = KernelModule::QuantMatvecMma;
 const MMA_ROWS: usize = abi::RF_QMVM_ROWS as usize;
 const MMA_WARPS: usize = abi::RF_QMVM_WARPS as usize;
 const MMA_STAGES_MANY: usize = abi::RF_QMVM_STAGES_MANY as usize;
+const ONE_BLOCKS_AN_SM: usize = abi::RF_QMVM_ONE_BLOCKS_AN_SM as usize;
 /// The matrix-core kernel for more than 8 vectors (`kernels/quant_matmul_mma.hip`): rows a
 /// block owns (a 16-row tile a warp), its warps, the vectors of a pass and its stages.
 const WIDE_MODULE: KernelModule = KernelModule::QuantMatmulMma;
@@ -390,6 +391,9 @@ pub(super) struct MmaFormat {
     block_bytes: usize,
     chunk: usize,
     stages_one: usize,
+    /// One vector runs the kernel's columns loop (`rf_qmvm_q4k_b1`: a block's warps split the
+    /// row's blocks, no staging): q4_K.
+    columns_one: bool,
 }
 
 impl MmaFormat {
@@ -404,6 +408,7 @@ impl MmaFormat {
             block_bytes: format.block_bytes(),
             chunk: format.matrix_core_chunk(),
             stages_one,
+            columns_one: matches!(format, GgmlFormat::Q4K),
         }
     }
 
@@ -415,6 +420,7 @@ impl MmaFormat {
         block_bytes: BlockFormat::Mxfp4Gguf.block_bytes(),
         chunk: 512,
         stages_one: abi::RF_QMVM_STAGES_ONE_Q4_K as usize,
+        columns_one: false,
     };
 
     /// Bytes of a row's chunk.
@@ -459,6 +465,18 @@ fn matrix_core_warps(k: usize, chunk: usize) -> usize {
     (k / chunk).clamp(1, MMA_WARPS)
 }
 
+/// Warps of a block of the columns loop (one vector of q4_K): one a block of the row (a
+/// super-block), up to `MMA_WARPS`.
+fn columns_warps(k: usize, format: MmaFormat) -> usize {
+    (k / format.block_elems).clamp(1, MMA_WARPS)
+}
+
+/// Shared bytes of a block of the columns loop: x (`k` 16-bit elements, staged once a block)
+/// and the totals (`2 x MMA_WARPS x 16` f32: tiles alternate between two halves).
+const fn columns_shared_bytes(k: usize) -> usize {
+    2 * k + 2 * MMA_WARPS * MMA_ROWS * 4
+}
+
 /// Products over `x` on the matrix cores (`kernels/quant_matvec_mma.hip`) in `format`, their
 /// shapes already checked as [`check_quant_matvec_group`] checks them (the weights exactly
 /// `rows * k / block_elems` blocks, x `batch * k` and each y `batch * rows` elements, every
@@ -479,18 +497,31 @@ pub(super) fn matrix_core_products<T: Dtype>(
     debug_assert!(
         k > 0 && k.is_multiple_of(chunk) && (k / format.block_elems * format.block_bytes).is_multiple_of(16)
     );
+    let info = stream.backend().info();
     let pass = matrix_core_pass(batch);
+    // One vector of q4_K runs the columns loop where its x fits in shared memory, else a pass
+    // of 8 (the same contract, one vector used).
+    let columns_fit = columns_shared_bytes(k) <= info.shared_mem_per_block_optin as usize;
+    let columns = pass == 1 && format.columns_one && columns_fit;
+    let pass = if pass == 1 && format.columns_one && !columns { MAX_BATCH } else { pass };
     let wide = pass == WIDE_PASS;
     let (module, prefix, rows_a_block) =
         if wide { (WIDE_MODULE, "rf_qmmm", WIDE_ROWS) } else { (MMA_MODULE, "rf_qmvm", MMA_ROWS) };
-    let info = stream.backend().info();
-    let warps = if wide { WIDE_WARPS } else { matrix_core_warps(k, chunk) };
+    let warps = match wide {
+        true => WIDE_WARPS,
+        false if columns => columns_warps(k, format),
+        false => matrix_core_warps(k, chunk),
+    };
     let threads = warps * 32;
     let row_bytes = k / format.block_elems * format.block_bytes;
     ensure(MMA_ROWS * row_bytes < 1 << 32, KERNEL, || {
         format!("k = {k} is too long for the matrix-core kernel")
     })?;
-    let shared = if wide { format.wide_shared_bytes() } else { format.shared_bytes(warps, pass) };
+    let shared = match wide {
+        true => format.wide_shared_bytes(),
+        false if columns => columns_shared_bytes(k),
+        false => format.shared_bytes(warps, pass),
+    };
     ensure(shared <= info.shared_mem_per_block_optin as usize, KERNEL, || {
         format!(
             "needs {shared} bytes of shared memory, the device allows {}",
@@ -520,7 +551,12 @@ pub(super) fn matrix_core_products<T: Dtype>(
     ensure(info.warp_size == 32 && kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
         format!("the matrix-core kernel needs {threads} threads of 32-wide warps")
     })?;
-    let blocks = units.clamp(1, info.max_grid[0].max(1) as usize);
+    let mut blocks = units.clamp(1, info.max_grid[0].max(1) as usize);
+    if columns {
+        // The columns loop's blocks stride over the tiles, each warp's loads running on across
+        // them: as many blocks as are resident at once (docs/kernels/quant_matvec.md, v10).
+        blocks = blocks.min(ONE_BLOCKS_AN_SM * info.compute_units.max(1) as usize);
+    }
     let config = LaunchConfig {
         grid: [blocks as u32, 1, 1],
         block: [threads as u32, 1, 1],
@@ -562,8 +598,12 @@ pub(super) fn matrix_core_products<T: Dtype>(
     // k) likewise (vectors past the batch zero-filled) and writes y[i][0, batch * rows[i]);
     // the caller proved those lengths (check_quant_matvec_group, or mxfp's check_product for
     // each) and k a positive multiple of the format's k step (so of its chunk); the _b1 entry
-    // gets batch 1 only. Its copy offsets are 32-bit: 16 * row_bytes < 2^32 (checked above), and its
-    // tile counter too (tiles and grid below 2^31). The block is `warps` whole warps of 32
+    // gets batch 1 only (q4_K's, the columns loop, loads the same weight bytes straight into
+    // registers, 16 bytes at a time, a row past a product's end reading its last row instead,
+    // and x[0, k) once into shared memory, which columns_shared_bytes sizes; its warps are 1 to
+    // min(k / 256, RF_QMVM_WARPS), as columns_warps gives). Its copy offsets are 32-bit: 16 *
+    // row_bytes < 2^32 (checked above), and its tile counter too (tiles and grid below 2^31).
+    // The block is `warps` whole warps of 32
     // lanes, at most RF_QMVM_WARPS (RF_QMMM_WARPS for rf_qmmm), with the dynamic shared memory
     // its formula needs (checked against the device's opt-in limit; the launch opts in). Every
     // w, y and x is 16-byte aligned (checked by the caller). Outputs are distinct `&mut`
@@ -896,9 +936,12 @@ mod tests {
         assert_eq!(matrix_core_warps(512, 512), 1);
         assert_eq!(matrix_core_warps(1536, 512), 3);
         assert_eq!(matrix_core_warps(14_336, 512), 4);
-        // q4_K, one vector: 4 warps x 2 stages x (16 x 288 + 1024) + 4 x 16 x 4; q8_0 3 stages.
+        // q4_K, one vector: the columns loop, a warp a super-block up to 4; x and two halves of
+        // totals.
         let (q4k, q8_0) = (MmaFormat::ggml(GgmlFormat::Q4K), MmaFormat::ggml(GgmlFormat::Q8_0));
-        assert_eq!(q4k.shared_bytes(4, 1), 8 * (16 * 288 + 1024) + 256);
+        assert_eq!(columns_shared_bytes(4096), 8192 + 2 * 4 * 16 * 4);
+        assert_eq!((columns_warps(256, q4k), columns_warps(768, q4k), columns_warps(4096, q4k)), (1, 3, 4));
+        // q8_0, one vector: 4 warps x 3 stages x (16 x 272 + 512) + 4 x 16 x 4.
         assert_eq!(q8_0.shared_bytes(4, 1), 12 * (16 * 272 + 512) + 256);
         // MXFP4: 16 blocks of 17 bytes a row's chunk, q4_K's two stages.
         assert_eq!(MmaFormat::MXFP4.shared_bytes(4, 1), 8 * (16 * 272 + 1024) + 256);

@@ -192,7 +192,8 @@ fn matches_the_reference_bf16() {
 /// whole (64) and partial (97: two warps of the second block with a row or none); and products
 /// of few row blocks at 9 to 32 vectors that split k across blocks (quant/k_split.rs: 200 rows
 /// of 9 steps, q8_0's 9 chunks in 4 parts of 2 or 3, q6_K's 36 in 8; 70 rows of 11 steps in 5
-/// parts of 2 or 3).
+/// parts of 2 or 3); one vector of q4_K (the columns loop: warps splitting the super-blocks) with
+/// warps of unequal shares (3 steps: 6 super-blocks, 2 + 2 + 1 + 1; 5 steps: 3 + 3 + 2 + 2).
 const MMA_CASES: &[(usize, usize, usize)] = &[
     (1, 1, 1),
     (7, 1, 3),
@@ -207,6 +208,8 @@ const MMA_CASES: &[(usize, usize, usize)] = &[
     (64, 3, 33),
     (200, 9, 32),
     (70, 11, 12),
+    (45, 3, 1),
+    (19, 5, 1),
 ];
 
 /// The matrix-core kernel (`kernels/quant_matvec_mma.hip`: every ggml format with f16 or bf16
@@ -236,14 +239,17 @@ fn matrix_cores_match_the_reference<T: Dtype>(seed: u64) {
             );
             check::<T>(&gpu, &mut rng, format, &w, rows, k, batch);
         }
-        // A NaN scale (d; q4_K's dmin too) spoils its row only, for every vector.
-        let (rows, k, batch) = (18, 2 * step, 3);
+        // A NaN scale (d; q4_K's dmin too) spoils its row only, for every vector, at one
+        // vector and in a pass of 8.
+        let (rows, k) = (18, 2 * step);
         let mut w = random_weights(&mut rng, format, rows, k);
         let fields = f16_scale_fields(format);
         for (row, at) in [(2, fields[0]), (11, fields[fields.len() - 1])] {
             nan_scale(&mut w, format, k, row, 1, at);
         }
-        check::<T>(&gpu, &mut rng, format, &w, rows, k, batch);
+        for batch in [1, 3] {
+            check::<T>(&gpu, &mut rng, format, &w, rows, k, batch);
+        }
         // Grouped products on the matrix cores: each equal to its product alone, bit for bit at
         // 1 and 40 vectors; at 9 and 20 (9 steps: the launch splits k) within the bound.
         for batch in [1, 9, 40] {
