@@ -292,11 +292,6 @@ template <> struct rf_qmvm_one<rf_bf16> {
     static constexpr unsigned ONES = 0x3f803f80u;
 };
 
-// Byte B of w, zero-extended, as a float (exact).
-template <int B> RF_DEVICE float rf_qmvm_byte_float(unsigned w) {
-    return __uint2float_rn(__byte_perm(w, 0u, 0x4440u | B));
-}
-
 // A warp's place in its stream of work: a super-block of a tile (tiles numbered across the
 // products one after another), the product and its tile, and the rows g, g + 8 of the lane.
 struct rf_qmvm_q4k_item {
@@ -367,13 +362,11 @@ template <typename T> RF_DEVICE void rf_qmvm_q4k_b1(const rf_qmv_products& p, co
     auto scale_into = [&](const uint4& hd, float s0, float s1, float x0, float x1, float& acc) {
         float dd[2]; // d, dmin
         rf_unpack2_bits16<__half>(hd.x, dd);
-        const unsigned lo_sc = hd.y & 0x3f3f3f3fu;
-        const unsigned lo_m = hd.z & 0x3f3f3f3fu;
-        const unsigned hi_sc = (hd.w & 0x0f0f0f0fu) | ((hd.y >> 2) & 0x30303030u);
-        const unsigned hi_m = ((hd.w >> 4) & 0x0f0f0f0fu) | ((hd.z >> 2) & 0x30303030u);
+        unsigned scs[2], ms[2]; // sub-blocks 0..3 and 4..7, a byte each
+        rf_qmvm_q4k_scales(&hd.y, scs, ms);
         // Sub-blocks 2t, 2t + 1: bytes 2 (t % 2), 2 (t % 2) + 1 of the word for t / 2.
-        const unsigned sc = (t < 2 ? lo_sc : hi_sc) >> (16 * (t & 1));
-        const unsigned m = (t < 2 ? lo_m : hi_m) >> (16 * (t & 1));
+        const unsigned sc = (t < 2 ? scs[0] : scs[1]) >> (16 * (t & 1));
+        const unsigned m = (t < 2 ? ms[0] : ms[1]) >> (16 * (t & 1));
         const float step0 = dd[0] * rf_qmvm_byte_float<0>(sc);
         const float step1 = dd[0] * rf_qmvm_byte_float<1>(sc);
         const float min0 = dd[1] * rf_qmvm_byte_float<0>(m);

@@ -188,6 +188,11 @@ template <> struct rf_qmvm_q4_nibbles<rf_bf16> {
     static RF_DEVICE unsigned pair(unsigned spread) { return P::less<0>(spread | P::PLACED); }
 };
 
+// Byte B of w, zero-extended, as a float (exact).
+template <int B> RF_DEVICE float rf_qmvm_byte_float(unsigned w) {
+    return __uint2float_rn(__byte_perm(w, 0u, 0x4440u | B));
+}
+
 // 6-bit scales and mins of a super-block from its 12 bytes (words s0, s1, s2), four to a word
 // as bytes: sc[0] sub-blocks 0..3, sc[1] 4..7; m likewise (rocmforge_quant.h's
 // rf_kquant_scale_min, four at a time).
@@ -217,7 +222,7 @@ template <typename T, bool FIFTH> struct rf_qmvm_kquant {
 
     // Sub-block S's scale as a float (exact: a 6-bit integer).
     template <int S> static RF_DEVICE float sc(const unsigned (&w)[2]) {
-        return __uint2float_rn(__byte_perm(w[S / 4], 0u, 0x4440u | (S % 4)));
+        return rf_qmvm_byte_float<S % 4>(w[S / 4]);
     }
     // Sub-block S's min for both halves of an A pair, in N::MIN_UNIT.
     template <int S> static RF_DEVICE unsigned min_pair(const unsigned (&w)[2]) {
