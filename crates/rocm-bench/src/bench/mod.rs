@@ -18,6 +18,7 @@ mod causal_mask;
 mod copy;
 mod flash_attention;
 mod gemm;
+mod layer_read;
 mod model;
 mod mxfp;
 mod quant_gemm;

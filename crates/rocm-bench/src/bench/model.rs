@@ -29,6 +29,9 @@
 //!   layer's time against its weight bytes.
 //! - prefill: [`PREFILL`] tokens of one sequence, per layer, TFLOP/s of the projections
 //!   (`2 x tokens x parameters`).
+//! - read-only ceilings (`read layer, 4 launches` and `1 launch`, [`layer_read`]): the layer's
+//!   weight bytes read by `stream_read` in the decode step's four product launches, and in one,
+//!   recorded in a graph: the least a layer can cost with a launch a product, and with one.
 //!
 //! - torch (after the table): `scripts/bench_model_torch.py --iters N`, run with `python3` from
 //!   the current directory (the repository root on the GPU host), its lines passed through:
@@ -61,7 +64,7 @@ use rocm_model::{GgmlType, GgufFile};
 use rocm_runtime::{bf16, f16};
 use rocm_testkit::Rng;
 
-use super::{Bench, Row};
+use super::{Bench, Row, layer_read};
 use crate::Result;
 
 const LAYERS: usize = 2;
@@ -119,6 +122,7 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
         }
         rows.push(prefill(b, &model, ty, layer_bytes)?);
         drop(model);
+        rows.extend(layer_read::rows(b, ty, &config(LAYERS))?);
         let deeper = load(b, ty, DEEPER)?;
         for (batch, short_ms, kernel) in graph_steps {
             let (_, deep_ms) = decode_graph(b, &deeper, ty, batch, layer_bytes)?;

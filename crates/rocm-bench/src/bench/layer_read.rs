@@ -1,0 +1,105 @@
+//! `bench model`'s read-only ceilings of a decode layer's weight stream: what a layer would cost
+//! if its products did nothing but read their weights, in the launches the decode step makes
+//! and in one launch.
+//!
+//! A batch-1 decode step of block-format weights reads each layer's weights once, as four
+//! products (Q, K and V grouped; O; gate and up grouped; down), each its own launch. `stream_read` over exactly those bytes,
+//! recorded in a graph for [`LAYERS`] layers (each layer's weights in their own buffers, so the
+//! L2 holds none of the next one's), gives:
+//!
+//! - `read layer, 4 launches (graph)`: a launch a product, as the step makes them;
+//! - `read layer, 1 launch (graph)`: the layer's weights in one buffer, one launch, as a
+//!   persistent layer kernel would stream them.
+//!
+//! Each row is one graph launch over [`LAYERS`] layers divided by them. The first is the
+//! fastest any set of product kernels launched one a product can be; issue 21's target for the
+//! whole layer (1.25 x the layer's bytes over the copy bandwidth) is the row's "of copy" at 0.8.
+
+use rocm_kernels::stream_read::stream_read;
+use rocm_model::GgmlType;
+use rocm_model::model::ModelConfig;
+use rocm_runtime::DeviceBuffer;
+
+use super::{Bench, Row};
+use crate::Result;
+
+/// Layers a graph reads: every launch's weights come from the DRAM (4 layers of even the
+/// smallest format are ~460 MB against an L2 of tens of MB).
+const LAYERS: usize = 4;
+
+/// The bytes of a layer's four products in `ty` (Q, K and V; O; gate and up; down), as the
+/// model's launches read them.
+pub fn product_bytes(ty: GgmlType, c: &ModelConfig) -> [u64; 4] {
+    let qkv_rows = (c.q_heads + 2 * c.kv_heads) * c.head_dim;
+    let elements =
+        [qkv_rows * c.hidden, c.q_heads * c.head_dim * c.hidden, 2 * c.ffn * c.hidden, c.hidden * c.ffn];
+    elements.map(|n| n as u64 / ty.block_size() * ty.type_size())
+}
+
+/// The two rows for `ty` (the module's doc).
+pub fn rows(b: &mut Bench, ty: GgmlType, config: &ModelConfig) -> Result<Vec<Row>> {
+    let products = product_bytes(ty, config);
+    let layer: u64 = products.iter().sum();
+    // Random bytes (some memory systems compress uniform data), made once on the host.
+    let host = b.random_bytes(layer as usize);
+    let upload = |len: u64| -> Result<DeviceBuffer<u8>> { Ok(b.stream.upload(&host[..len as usize])?) };
+    let per_product: Vec<Vec<DeviceBuffer<u8>>> =
+        (0..LAYERS).map(|_| products.iter().map(|&n| upload(n)).collect()).collect::<Result<_>>()?;
+    let whole: Vec<DeviceBuffer<u8>> = (0..LAYERS).map(|_| upload(layer)).collect::<Result<_>>()?;
+    let launches_per_product: Vec<&DeviceBuffer<u8>> = per_product.iter().flatten().collect();
+    let launches_whole: Vec<&DeviceBuffer<u8>> = whole.iter().collect();
+    let mut rows = Vec::new();
+    for (kernel, launches) in [
+        ("read layer, 4 launches (graph)", &launches_per_product),
+        ("read layer, 1 launch (graph)", &launches_whole),
+    ] {
+        let ms = time_graph(b, launches)?;
+        rows.push(Row {
+            kernel: kernel.into(),
+            dtype: ty.name(),
+            shape: format!("{:.1} MB a layer", layer as f64 / 1e6),
+            ms: ms / LAYERS as f64,
+            bytes: layer,
+            flops: None,
+        });
+    }
+    Ok(rows)
+}
+
+/// Median ms of one launch of a graph that runs `stream_read` over each buffer in turn.
+fn time_graph(b: &mut Bench, launches: &[&DeviceBuffer<u8>]) -> Result<f64> {
+    let mut partial = b.stream.alloc::<u32>(8 * b.backend.info().compute_units.max(1) as usize)?;
+    let graph = b.stream.capture(|_| -> Result<()> {
+        for &buffer in launches {
+            stream_read(buffer, &mut partial)?;
+        }
+        Ok(())
+    })?;
+    b.time(|| Ok(graph.launch()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn product_bytes_are_the_8b_layers_blocks() {
+        let c = ModelConfig {
+            hidden: 4096,
+            ffn: 14_336,
+            q_heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+            ..rocm_model::model::synthetic::SyntheticSpec::small(rocm_model::model::Architecture::Llama)
+                .config
+        };
+        // q4_K: 144 bytes a block of 256; Q, K, V 6144 rows, O 4096, gate and up 2 x 14336, all of
+        // k = 4096; down 4096 rows of 14336.
+        assert_eq!(
+            product_bytes(GgmlType::Q4_K, &c),
+            [6144 * 16 * 144, 4096 * 16 * 144, 2 * 14_336 * 16 * 144, 4096 * 56 * 144]
+        );
+        // q8_0: 34 bytes a block of 32.
+        assert_eq!(product_bytes(GgmlType::Q8_0, &c)[3], 4096 * 448 * 34);
+    }
+}
