@@ -3,19 +3,23 @@
 //! and in one launch.
 //!
 //! A batch-1 decode step of block-format weights reads each layer's weights once, as four
-//! products (Q, K and V grouped; O; gate and up grouped; down), each its own launch. `stream_read` over exactly those bytes,
-//! recorded in a graph for [`LAYERS`] layers (each layer's weights in their own buffers, so the
-//! L2 holds none of the next one's), gives:
+//! products (Q, K and V grouped; O; gate and up grouped; down), each its own launch.
+//! `stream_read` over exactly those bytes, recorded in a graph for [`LAYERS`] layers (each
+//! layer's weights in their own buffers, so the L2 holds none of the next one's), gives:
 //!
 //! - `read layer, 4 launches (graph)`: a launch a product, as the step makes them;
+//! - `read layer, 4 dependent launches (graph)`: the same as dependent launches
+//!   (`stream_read_dependent`: each launch's first loads before its wait for the one ahead, as
+//!   the products issue their first weight copies), which the decode step's products are;
 //! - `read layer, 1 launch (graph)`: the layer's weights in one buffer, one launch, as a
 //!   persistent layer kernel would stream them.
 //!
-//! Each row is one graph launch over [`LAYERS`] layers divided by them. The first is the
-//! fastest any set of product kernels launched one a product can be; issue 21's target for the
-//! whole layer (1.25 x the layer's bytes over the copy bandwidth) is the row's "of copy" at 0.8.
+//! Each row is one graph launch over [`LAYERS`] layers divided by them. The dependent row is the
+//! fastest a chain of product kernels launched one a product, as ours are, can be; issue 21's
+//! target for the whole layer (1.25 x the layer's bytes over the copy bandwidth) is the row's
+//! "of copy" at 0.8.
 
-use rocm_kernels::stream_read::stream_read;
+use rocm_kernels::stream_read::{stream_read, stream_read_dependent};
 use rocm_model::GgmlType;
 use rocm_model::model::ModelConfig;
 use rocm_runtime::DeviceBuffer;
@@ -36,7 +40,7 @@ pub fn product_bytes(ty: GgmlType, c: &ModelConfig) -> [u64; 4] {
     elements.map(|n| n as u64 / ty.block_size() * ty.type_size())
 }
 
-/// The two rows for `ty` (the module's doc).
+/// The three rows for `ty` (the module's doc).
 pub fn rows(b: &mut Bench, ty: GgmlType, config: &ModelConfig) -> Result<Vec<Row>> {
     let products = product_bytes(ty, config);
     let layer: u64 = products.iter().sum();
@@ -49,11 +53,12 @@ pub fn rows(b: &mut Bench, ty: GgmlType, config: &ModelConfig) -> Result<Vec<Row
     let launches_per_product: Vec<&DeviceBuffer<u8>> = per_product.iter().flatten().collect();
     let launches_whole: Vec<&DeviceBuffer<u8>> = whole.iter().collect();
     let mut rows = Vec::new();
-    for (kernel, launches) in [
-        ("read layer, 4 launches (graph)", &launches_per_product),
-        ("read layer, 1 launch (graph)", &launches_whole),
+    for (kernel, launches, dependent) in [
+        ("read layer, 4 launches (graph)", &launches_per_product, false),
+        ("read layer, 4 dependent launches (graph)", &launches_per_product, true),
+        ("read layer, 1 launch (graph)", &launches_whole, false),
     ] {
-        let ms = time_graph(b, launches)?;
+        let ms = time_graph(b, launches, dependent)?;
         rows.push(Row {
             kernel: kernel.into(),
             dtype: ty.name(),
@@ -66,12 +71,16 @@ pub fn rows(b: &mut Bench, ty: GgmlType, config: &ModelConfig) -> Result<Vec<Row
     Ok(rows)
 }
 
-/// Median ms of one launch of a graph that runs `stream_read` over each buffer in turn.
-fn time_graph(b: &mut Bench, launches: &[&DeviceBuffer<u8>]) -> Result<f64> {
+/// Median ms of one launch of a graph that runs `stream_read` (or `stream_read_dependent`) over
+/// each buffer in turn.
+fn time_graph(b: &mut Bench, launches: &[&DeviceBuffer<u8>], dependent: bool) -> Result<f64> {
     let mut partial = b.stream.alloc::<u32>(8 * b.backend.info().compute_units.max(1) as usize)?;
     let graph = b.stream.capture(|_| -> Result<()> {
         for &buffer in launches {
-            stream_read(buffer, &mut partial)?;
+            match dependent {
+                false => stream_read(buffer, &mut partial)?,
+                true => stream_read_dependent(buffer, &mut partial)?,
+            }
         }
         Ok(())
     })?;

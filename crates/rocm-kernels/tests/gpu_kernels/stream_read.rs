@@ -1,7 +1,7 @@
 //! `stream_read` against its CPU reference: buffers of awkward vector counts, grids of several
 //! sizes (so that blocks see zero, one or many vectors), poisoned partials.
 
-use rocm_kernels::stream_read::{stream_read, stream_read_reference};
+use rocm_kernels::stream_read::{stream_read, stream_read_dependent, stream_read_reference};
 use rocm_runtime::LaunchConfig;
 use rocm_testkit::{Rng, gpu_test};
 
@@ -13,11 +13,18 @@ fn stream_read_sums_every_word_once() {
         let host: Vec<u8> = (0..vectors * 2).flat_map(|_| rng.next_u64().to_le_bytes()).collect();
         let src = gpu.stream().upload(&host).unwrap();
         for blocks in [1usize, 3, 132, 1000] {
-            let mut partial = gpu.stream().alloc::<u32>(blocks).unwrap();
-            partial.poison().unwrap();
-            stream_read(&src, &mut partial).unwrap();
-            let got = partial.to_vec().unwrap().into_iter().fold(0u32, u32::wrapping_add);
-            assert_eq!(got, stream_read_reference(&host), "{vectors} vectors, {blocks} blocks");
+            for dependent in [false, true] {
+                let mut partial = gpu.stream().alloc::<u32>(blocks).unwrap();
+                partial.poison().unwrap();
+                // A dependent launch right behind the poisoning: its write must wait for it.
+                match dependent {
+                    false => stream_read(&src, &mut partial).unwrap(),
+                    true => stream_read_dependent(&src, &mut partial).unwrap(),
+                }
+                let got = partial.to_vec().unwrap().into_iter().fold(0u32, u32::wrapping_add);
+                let what = format!("{vectors} vectors, {blocks} blocks, dependent {dependent}");
+                assert_eq!(got, stream_read_reference(&host), "{what}");
+            }
         }
     }
 }
