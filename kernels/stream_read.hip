@@ -15,7 +15,8 @@
 // DEPENDENT (rf_stream_read_dependent, for a dependent launch): the thread's first loads are
 // issued before it waits for the kernel ahead, as the matrix-vector products issue their first
 // weight copies (rocmforge_dependent_launch.h), and nothing is written before the wait.
-template <bool DEPENDENT> RF_DEVICE void rf_stream_read_body(const uint4* src, unsigned long long n, unsigned* partial) {
+template <bool DEPENDENT>
+RF_DEVICE void rf_stream_read_body(const uint4* src, unsigned long long n, unsigned* partial) {
     __shared__ unsigned sums[RF_STREAM_READ_THREADS];
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;

@@ -21,7 +21,7 @@
 
 use rocm_kernels::stream_read::{stream_read, stream_read_dependent};
 use rocm_model::GgmlType;
-use rocm_model::model::ModelConfig;
+use rocm_model::model::{LayerTensor, ModelConfig};
 use rocm_runtime::DeviceBuffer;
 
 use super::{Bench, Row};
@@ -32,12 +32,13 @@ use crate::Result;
 const LAYERS: usize = 4;
 
 /// The bytes of a layer's four products in `ty` (Q, K and V; O; gate and up; down), as the
-/// model's launches read them.
+/// model's launches read them: the layer's own tensor shapes ([`LayerTensor::dims`]).
 pub fn product_bytes(ty: GgmlType, c: &ModelConfig) -> [u64; 4] {
-    let qkv_rows = (c.q_heads + 2 * c.kv_heads) * c.head_dim;
-    let elements =
-        [qkv_rows * c.hidden, c.q_heads * c.head_dim * c.hidden, 2 * c.ffn * c.hidden, c.hidden * c.ffn];
-    elements.map(|n| n as u64 / ty.block_size() * ty.type_size())
+    use LayerTensor::{AttnK, AttnOutput, AttnQ, AttnV, FfnDown, FfnGate, FfnUp};
+    let bytes = |tensors: &[LayerTensor]| -> u64 {
+        tensors.iter().map(|t| t.dims(c).iter().product::<u64>() / ty.block_size() * ty.type_size()).sum()
+    };
+    [bytes(&[AttnQ, AttnK, AttnV]), bytes(&[AttnOutput]), bytes(&[FfnGate, FfnUp]), bytes(&[FfnDown])]
 }
 
 /// The three rows for `ty` (the module's doc).
@@ -74,7 +75,7 @@ pub fn rows(b: &mut Bench, ty: GgmlType, config: &ModelConfig) -> Result<Vec<Row
 /// Median ms of one launch of a graph that runs `stream_read` (or `stream_read_dependent`) over
 /// each buffer in turn.
 fn time_graph(b: &mut Bench, launches: &[&DeviceBuffer<u8>], dependent: bool) -> Result<f64> {
-    let mut partial = b.stream.alloc::<u32>(8 * b.backend.info().compute_units.max(1) as usize)?;
+    let mut partial = b.read_partials()?;
     let graph = b.stream.capture(|_| -> Result<()> {
         for &buffer in launches {
             match dependent {

@@ -87,12 +87,18 @@ impl Bench {
     /// with 8 blocks of 256 threads a compute unit (the device's thread limit): the read-only
     /// ceiling rows.
     pub fn time_read(&mut self, bufs: &[DeviceBuffer<u8>]) -> Result<f64> {
-        let mut partial = self.stream.alloc::<u32>(8 * self.backend.info().compute_units.max(1) as usize)?;
+        let mut partial = self.read_partials()?;
         let mut i = 0;
         self.time(|| {
             i += 1;
             Ok(rocm_kernels::stream_read::stream_read(&bufs[i % bufs.len()], &mut partial)?)
         })
+    }
+
+    /// The partial sums `stream_read` writes, one a block: 8 blocks of 256 threads a compute
+    /// unit (the device's thread limit), the grid of every read-only ceiling row.
+    pub fn read_partials(&self) -> Result<DeviceBuffer<u32>> {
+        Ok(self.stream.alloc::<u32>(8 * self.backend.info().compute_units.max(1) as usize)?)
     }
 
     /// `len` uniform values in `[lo, hi)` of the storage type, on the device.

@@ -29,9 +29,10 @@
 //!   layer's time against its weight bytes.
 //! - prefill: [`PREFILL`] tokens of one sequence, per layer, TFLOP/s of the projections
 //!   (`2 x tokens x parameters`).
-//! - read-only ceilings (`read layer, 4 launches` and `1 launch`, [`layer_read`]): the layer's
-//!   weight bytes read by `stream_read` in the decode step's four product launches, and in one,
-//!   recorded in a graph: the least a layer can cost with a launch a product, and with one.
+//! - read-only ceilings (`read layer, 4 launches`, `4 dependent launches` and `1 launch`,
+//!   [`layer_read`]): the layer's weight bytes read by `stream_read` in the decode step's four
+//!   product launches (plain and dependent), and in one, recorded in a graph: the least a layer
+//!   can cost with a launch a product, and with one.
 //!
 //! - torch (after the table): `scripts/bench_model_torch.py --iters N`, run with `python3` from
 //!   the current directory (the repository root on the GPU host), its lines passed through:
