@@ -19,9 +19,9 @@
 //! - decode graph, per added layer: the graph step again on a model of [`DEEPER`] layers; the
 //!   difference over the [`LAYERS`]-layer step, divided by the layers added, is what one more
 //!   layer costs a step (rows `model decode graph b<N> +layer`, or `eager workspace` where the
-//!   step is not recorded). A difference of two medians: on an H200 it moved by up to ~5 us
-//!   a layer between calls at b1 and by tens of us at b32, where the eager workspace's host
-//!   launches and the vendor GEMM add their jitter. The plain rows divide the whole
+//!   step is not recorded). A difference of two medians, divided by six added layers: on an
+//!   H200 it moves by ~1 us a layer between calls at b1 (by up to ~5 us with two added layers,
+//!   too little to tell most changes apart) and by ~10 us at b32. The plain rows divide the whole
 //!   step by [`LAYERS`], so they also carry a share of what every step pays once (the host's
 //!   uploads of the inputs, the graph's launch, the final synchronise); the `+layer` rows
 //!   leave that out and say how much it is (`fixed`), and their tokens/s is a 32-layer step:
@@ -69,8 +69,9 @@ use super::{Bench, Row, layer_read};
 use crate::Result;
 
 const LAYERS: usize = 2;
-/// Layers of the second model the graph rows run, for what one more layer costs a step.
-const DEEPER: usize = 4;
+/// Layers of the second model the graph rows run, for what one more layer costs a step: six
+/// more than [`LAYERS`] divide the two medians' jitter by six (four layers left it at ~5 us).
+const DEEPER: usize = 8;
 /// Tokens each sequence holds before the timed decode steps.
 const CONTEXT: usize = 128;
 const BATCHES: [usize; 3] = [1, 8, 32];
