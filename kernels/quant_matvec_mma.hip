@@ -349,15 +349,16 @@ template <typename T> RF_DEVICE void rf_qmvm_q4k_b1(const rf_qmv_products& p, co
             place(it);
         }
     };
+    const rf_l2_policy stream = rf_l2_evict_first(); // the weights: rocmforge_mma.h
     auto load_w = [&](const rf_qmvm_q4k_item& it, rf_qmvm_q4k_regs& r) {
         const unsigned char* bg = it.wg + (rf_u64)it.sb * SB;
         const unsigned char* bh = it.wh + (rf_u64)it.sb * SB;
-        r.hg = __ldg(reinterpret_cast<const uint4*>(bg));
-        r.qg[0] = __ldg(reinterpret_cast<const uint4*>(bg + 16 + 32 * t));
-        r.qg[1] = __ldg(reinterpret_cast<const uint4*>(bg + 32 + 32 * t));
-        r.hh = __ldg(reinterpret_cast<const uint4*>(bh));
-        r.qh[0] = __ldg(reinterpret_cast<const uint4*>(bh + 16 + 32 * t));
-        r.qh[1] = __ldg(reinterpret_cast<const uint4*>(bh + 32 + 32 * t));
+        r.hg = rf_ldg16_policy(bg, stream);
+        r.qg[0] = rf_ldg16_policy(bg + 16 + 32 * t, stream);
+        r.qg[1] = rf_ldg16_policy(bg + 32 + 32 * t, stream);
+        r.hh = rf_ldg16_policy(bh, stream);
+        r.qh[0] = rf_ldg16_policy(bh + 16 + 32 * t, stream);
+        r.qh[1] = rf_ldg16_policy(bh + 32 + 32 * t, stream);
     };
     // Step d sc and min dmin m of sub-blocks 2t and 2t + 1 of a row's header, formed as the
     // codec forms them (exact; NaN and infinite scales behave as the codec's), into the row's
