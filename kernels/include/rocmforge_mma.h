@@ -31,17 +31,19 @@ RF_DEVICE unsigned rf_smem_addr(const void* p) { return (unsigned)__cvta_generic
 RF_DEVICE void rf_cp_async16(void* smem, const void* gmem, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(rf_smem_addr(smem)), "l"(gmem), "r"(bytes));
 }
+
 // Weight streams: L2 evict-first. A decode step reads every weight once, and at 8B shapes a
 // layer's weights (116-232 MB) are 2-5 times the L2, so plain loads let them push out what the
 // step's small kernels read next: their code, the KV cache, the activations, which then come
-// from DRAM every layer (docs/model.md, "The weight stream evicts the rest of the step": q4_K's
-// one-vector loop with this policy made a Q4_K layer ~7 us faster at batch 1). An evict-first
+// from DRAM every layer (docs/model.md, "Where a batch-1 layer's time goes": q4_K's one-vector
+// loop with this policy made a Q4_K layer ~7 us faster at batch 1). An evict-first
 // line is still cached, so a weight that fits with room to spare keeps its reuse.
 //
 // Only plain loads take it. The same policy on cp.async (`cp.async.cg.shared.global.L2::
 // cache_hint`, with or without a source size) made mxfp.hip's and mxfp4_tiled.hip's matrix-core
-// kernels fault with an illegal instruction on an H200 (nvcc 13.0, sm_90a), though a small
-// kernel using it alone ran; not understood yet, so the cp.async kernels copy as before.
+// kernels fault with an illegal instruction on an H200 (nvcc 13.0, sm_90a), with the policy
+// folded to a constant or made at run time, though a small kernel using it alone ran; not
+// understood yet, so the cp.async kernels copy as before.
 typedef unsigned long long rf_l2_policy;
 RF_DEVICE rf_l2_policy rf_l2_evict_first() {
     rf_l2_policy policy;
