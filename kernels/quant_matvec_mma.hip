@@ -271,7 +271,8 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
 // (tile, super-block) items across its block's tiles. A lane loads its rows' headers and group t
 // (16-byte vectors: q4_K rows and super-blocks are 16-byte aligned) straight into registers, one
 // item ahead of the one it computes on, across tile ends too; the first items before the wait for
-// the kernel ahead. x is staged in shared memory once a block. Rows past a product's end read its
+// the kernel ahead. The weights are loaded L2 evict-first (rocmforge_mma.h: read once a step,
+// they would otherwise push the step's other data and code out of the L2). x is staged in shared memory once a block. Rows past a product's end read its
 // last row and are not stored. Totals: a quad's lanes add in a fixed order, then the warps in
 // warp order, so every output has the same bits alone or in a group.
 //
