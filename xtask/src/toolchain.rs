@@ -117,7 +117,7 @@ pub fn install_hint(what: &str) -> &'static str {
         }
         "libclang" => "install libclang (Debian/Ubuntu: `apt-get install libclang-dev`)",
         _ => {
-            "install the CUDA toolkit and set CUDA_HOME, or `pip install nvidia-cuda-nvcc==13.0.* nvidia-nvvm==13.0.* nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.0.* nvidia-cuda-cccl==13.0.*`"
+            "install the CUDA toolkit and set CUDA_HOME, or `pip install nvidia-cuda-nvcc==13.4.* nvidia-nvvm==13.4.* nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.4.* nvidia-cuda-cccl==13.0.* nvidia-cuda-cuobjdump==13.4.*`"
         }
     }
 }
