@@ -334,6 +334,7 @@ RF_DEVICE void rf_mx_matvec_mma(const rf_qmv_products& p, const T* x, rf_u64 k) 
     }
     constexpr int ACOPIES = (RF_MXM_ROWS * AV + 31) / 32; // ANY_K: vectors a lane copies per chunk
 
+    const rf_l2_policy stream = rf_l2_evict_first(); // the weights: rocmforge_mma.h
     bool first = true; // before the block's first wait for the kernel ahead
     // Uniform across the block: every thread reaches both barriers.
     for (unsigned gt = blockIdx.x; gt < tiles; gt += gridDim.x) {
@@ -365,7 +366,7 @@ RF_DEVICE void rf_mx_matvec_mma(const rf_qmv_products& p, const T* x, rf_u64 k) 
                     const int i = lane + 32 * j;
                     if (RF_MXM_ROWS * VECS % 32 == 0 || i < RF_MXM_ROWS * VECS) {
                         const bool ok = i < rows * VECS;
-                        rf_cp_async16(dst + 16 * i, ok ? src + src_off[j] : src, ok ? 16 : 0); // RS == ROW
+                        rf_cp_async16_policy(dst + 16 * i, ok ? src + src_off[j] : src, ok ? 16 : 0, stream); // RS == ROW
                     }
                 }
             } else {
@@ -383,7 +384,7 @@ RF_DEVICE void rf_mx_matvec_mma(const rf_qmv_products& p, const T* x, rf_u64 k) 
                         const rf_u64 left = r < rows && vec < w_end ? (rf_u64)(w_end - vec) : 0u;
                         unsigned char* to = dst + r * RS + 16 * v;
                         if (left >= 16u) {
-                            rf_cp_async16(to, vec, 16);
+                            rf_cp_async16_policy(to, vec, 16, stream);
                         } else {
                             // The vector w ends in (or one past it): read only w's bytes and
                             // zero the rest. A 16-byte cp.async with a shorter source size

@@ -173,16 +173,17 @@ template <typename T> struct rf_t4_cursor {
 };
 
 // Copies the cursor's group and its x into a stage: payload pairs and x past the row's last
-// block are zero-filled, not read.
+// block are zero-filled, not read. The weight's bytes with `stream` (rocmforge_mma.h).
 template <typename T>
-RF_DEVICE void rf_t4_stage_in(unsigned char* stage, const rf_t4_cursor<T>& c, unsigned nb, int lane) {
+RF_DEVICE void rf_t4_stage_in(unsigned char* stage, const rf_t4_cursor<T>& c, unsigned nb, int lane,
+                              rf_l2_policy stream) {
     const unsigned valid = nb - c.q * RF_T4_GROUP; // blocks of the group that exist (>= 1)
 #pragma unroll
     for (int i = 0; i < RF_T4_GROUP / 2; ++i) {
-        rf_cp_async16(stage + 512 * i + 16 * lane, c.payload + 512 * i, 2u * (unsigned)i < valid ? 16 : 0);
+        rf_cp_async16_policy(stage + 512 * i + 16 * lane, c.payload + 512 * i, 2u * (unsigned)i < valid ? 16 : 0, stream);
     }
     if (lane < RF_T4_SCALE_BYTES / 16) {
-        rf_cp_async16(stage + RF_T4_PAYLOAD_BYTES + 16 * lane, c.scales + 16 * lane, 16);
+        rf_cp_async16_policy(stage + RF_T4_PAYLOAD_BYTES + 16 * lane, c.scales + 16 * lane, 16, stream);
     }
     // Lane l copies x[256q + 8l .. + 8]: block 8q + l / 4.
     rf_cp_async16(stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + 16 * lane, c.x, (unsigned)(lane >> 2) < valid ? 16 : 0);
@@ -264,12 +265,13 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
     fetch.scales = scales + (rf_u64)first * nbp * RF_T4_ROWS + (unsigned)warp * RF_T4_SCALE_BYTES;
     fetch.x = x + (unsigned)warp * (RF_T4_GROUP * RF_QK) + 8 * lane;
     unsigned fetched = 0;
+    const rf_l2_policy stream = rf_l2_evict_first(); // the weights: rocmforge_mma.h
     // Prologue: the first RF_T4_STAGES - 1 groups; one commit group per stage, empty ones
     // included, so that wait_group counts stages.
 #pragma unroll
     for (int s = 0; s < RF_T4_STAGES - 1; ++s) {
         if (fetched < items) {
-            rf_t4_stage_in(ring + s * RF_T4_STAGE, fetch, nb, lane);
+            rf_t4_stage_in(ring + s * RF_T4_STAGE, fetch, nb, lane, stream);
             fetch.advance((unsigned)warp, warps, groups, nbp, gridDim.x);
             ++fetched;
         }
@@ -287,7 +289,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
         if (fetched < items) {
             // The slot item i - 1 used, freed by the __syncwarp after it.
             const int free_slot = slot == 0 ? RF_T4_STAGES - 1 : slot - 1;
-            rf_t4_stage_in(ring + free_slot * RF_T4_STAGE, fetch, nb, lane);
+            rf_t4_stage_in(ring + free_slot * RF_T4_STAGE, fetch, nb, lane, stream);
             fetch.advance((unsigned)warp, warps, groups, nbp, gridDim.x);
             ++fetched;
         }

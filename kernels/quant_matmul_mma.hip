@@ -217,6 +217,7 @@ RF_DEVICE void rf_qmmm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
     // The warp's rows of the cursor's chunk -> stage s (rows past the end zero-filled, nothing
     // read; a spanned chunk from the 16-byte boundary below it, its vectors past the row's end
     // zero-filled).
+    const rf_l2_policy stream = rf_l2_evict_first(); // the weights: rocmforge_mma.h
     auto stage_w = [&](const rf_qmmm_cursor& cur, int s) {
         unsigned char* dst = rf_qmmm_smem + s * STAGE + warp * R * SPAN;
         const int rows = rows_of(cur);
@@ -228,7 +229,7 @@ RF_DEVICE void rf_qmmm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
             const int i = lane + 32 * j;
             if (R * VECS % 32 == 0 || i < R * VECS) {
                 const bool ok = i < rows * VECS && (!SPANNED || start + 16u * (unsigned)(i % VECS) < row_bytes);
-                rf_cp_async16(dst + 16 * i, ok ? src + src_off[j] : w, ok ? 16 : 0);
+                rf_cp_async16_policy(dst + 16 * i, ok ? src + src_off[j] : w, ok ? 16 : 0, stream);
             }
         }
     };

@@ -128,6 +128,7 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
     // past the ends are zero-filled (nothing read).
     // A spanned chunk is copied from the 16-byte boundary below it (rows are 16-byte aligned),
     // its span's vectors past the row's end zero-filled (nothing read).
+    const rf_l2_policy stream = rf_l2_evict_first(); // the weights: rocmforge_mma.h
     auto stage_w = [&](const rf_qmvm_cursor& cur, int s) {
         unsigned char* dst = stages + s * STAGE;
         const int rows = rows_of(cur);
@@ -138,7 +139,7 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
             const int i = lane + 32 * j;
             if (R * VECS % 32 == 0 || i < R * VECS) {
                 const bool ok = i < rows * VECS && (!SPANNED || start + 16u * (unsigned)(i % VECS) < row_bytes);
-                rf_cp_async16(dst + 16 * i, ok ? src + src_off[j] : src, ok ? 16 : 0);
+                rf_cp_async16_policy(dst + 16 * i, ok ? src + src_off[j] : src, ok ? 16 : 0, stream);
             }
         }
     };

@@ -38,12 +38,6 @@ RF_DEVICE void rf_cp_async16(void* smem, const void* gmem, int bytes) {
 // from DRAM every layer (docs/model.md, "Where a batch-1 layer's time goes": q4_K's one-vector
 // loop with this policy made a Q4_K layer ~7 us faster at batch 1). An evict-first
 // line is still cached, so a weight that fits with room to spare keeps its reuse.
-//
-// Only plain loads take it. The same policy on cp.async (`cp.async.cg.shared.global.L2::
-// cache_hint`, with or without a source size) made mxfp.hip's and mxfp4_tiled.hip's matrix-core
-// kernels fault with an illegal instruction on an H200 (nvcc 13.0, sm_90a), with the policy
-// folded to a constant or made at run time, though a small kernel using it alone ran; not
-// understood yet, so the cp.async kernels copy as before.
 typedef unsigned long long rf_l2_policy;
 RF_DEVICE rf_l2_policy rf_l2_evict_first() {
     rf_l2_policy policy;
@@ -57,6 +51,28 @@ RF_DEVICE uint4 rf_ldg16_policy(const void* gmem, rf_l2_policy policy) {
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
         : "l"(gmem), "l"(policy));
     return v;
+}
+
+// rf_cp_async16 with an L2 policy, where the compiler gets it right. ptxas before 13.4 folds
+// a cp.async's policy into the copy's descriptor registers and then drops their definition:
+// the LDGSTS names uniform registers nothing writes, and the kernel faults with an illegal
+// instruction (mxfp.hip's and mxfp4_tiled.hip's matrix-core kernels did, built by nvcc 13.0 for
+// sm_90a; the SASS of every cp.async kernel here shows it). Reported against 13.1-13.3 as
+// well and fixed in 13.4.59; ptxas 13.4.92 writes the registers. Older compilers get the plain
+// copy: the same bytes, without the policy.
+#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__ >= 1304
+#define RF_CP_ASYNC_POLICY 1
+#else
+#define RF_CP_ASYNC_POLICY 0
+#endif
+RF_DEVICE void rf_cp_async16_policy(void* smem, const void* gmem, int bytes, rf_l2_policy policy) {
+#if RF_CP_ASYNC_POLICY
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(rf_smem_addr(smem)),
+                 "l"(gmem), "r"(bytes), "l"(policy));
+#else
+    (void)policy;
+    rf_cp_async16(smem, gmem, bytes);
+#endif
 }
 
 RF_DEVICE void rf_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
