@@ -94,7 +94,18 @@ fn report_toolchains() {
         None => println!("hipcc: not found: {}", toolchain::install_hint("hipcc")),
     }
     match toolchain::nvcc() {
-        Some(p) => println!("nvcc: {} ({})", p.display(), toolchain::version_line(&p, "--version")),
+        Some(p) => {
+            let version = toolchain::version_line(&p, "--version");
+            println!("nvcc: {} ({version})", p.display());
+            let (major, minor) = toolchain::NVCC_FOR_WEIGHT_POLICY;
+            if toolchain::nvcc_release(&version).is_some_and(|r| r < (major, minor)) {
+                println!(
+                    "  note: nvcc before {major}.{minor} miscompiles cp.async with an L2 policy, so its kernels copy \
+                     weights without their evict-first policy: correct, but decode is slower \
+                     (kernels/include/rocmforge_mma.h, rf_cp_async16_policy)"
+                );
+            }
+        }
         None => println!("nvcc: not found: {}", toolchain::install_hint("nvcc")),
     }
     match crate::kernel_symbols::cuobjdump() {

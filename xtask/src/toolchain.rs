@@ -138,3 +138,31 @@ pub fn version_line(tool: &Path, arg: &str) -> String {
         Err(e) => format!("(cannot run: {e})"),
     }
 }
+
+/// The oldest nvcc whose ptxas compiles a cp.async with an L2 cache policy correctly: the
+/// kernels' weight copies take their evict-first policy only from it on
+/// (`rf_cp_async16_policy` in kernels/include/rocmforge_mma.h), so an older one builds correct
+/// kernels that decode more slowly.
+pub const NVCC_FOR_WEIGHT_POLICY: (u32, u32) = (13, 4);
+
+/// The `release X.Y` of nvcc's `--version` line ("Cuda compilation tools, release 13.4,
+/// V13.4.92"), as (X, Y).
+pub fn nvcc_release(version_line: &str) -> Option<(u32, u32)> {
+    let rest = &version_line[version_line.find("release ")? + "release ".len()..];
+    let number = rest.split(|c: char| c != '.' && !c.is_ascii_digit()).next()?;
+    let (major, minor) = number.split_once('.')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nvcc_release;
+
+    #[test]
+    fn reads_nvcc_release() {
+        assert_eq!(nvcc_release("Cuda compilation tools, release 13.4, V13.4.92"), Some((13, 4)));
+        assert_eq!(nvcc_release("Cuda compilation tools, release 12.10, V12.10.1"), Some((12, 10)));
+        assert_eq!(nvcc_release("Cuda compilation tools, release 13"), None);
+        assert_eq!(nvcc_release("(no version printed)"), None);
+    }
+}
