@@ -14,7 +14,8 @@ use crate::{hip_nvidia, kernels};
 /// What a remote GPU host accepts in one transfer.
 const SIZE_LIMIT: u64 = 60 * 1024 * 1024;
 
-const ARCHIVE_USAGE: &str = "usage: cargo xtask gpu-archive [--out DIR] [--platform amd|nvidia|all]";
+const ARCHIVE_USAGE: &str =
+    "usage: cargo xtask gpu-archive [--out DIR] [--platform amd|nvidia|all] [--with-generate]";
 
 /// Tells rocm-kernels' build script which platforms' code objects to embed (all when unset).
 const EMBED_ENV: &str = "ROCMFORGE_EMBED_PLATFORMS";
@@ -25,6 +26,10 @@ struct ArchiveArgs {
     /// `--platform`: embed only this platform's kernels (the remote host has one), which keeps
     /// the archive small; `None`: every platform whose compiler is here.
     platform: Option<Platform>,
+    /// `--with-generate`: rocm-model's `generate` example too. Like rocm-bench it embeds every
+    /// kernel (~10 MiB), which with the suite is past what a host accepts at once, so it comes
+    /// only when asked for.
+    generate: bool,
 }
 
 fn parse_archive_args(args: &[String]) -> Result<ArchiveArgs> {
@@ -39,8 +44,9 @@ fn parse_archive_args(args: &[String]) -> Result<ArchiveArgs> {
                 .ok_or_else(|| flags.invalid("--platform", format!("unknown platform `{name}`")))?,
         ),
     };
+    let generate = flags.switch("--with-generate");
     flags.finish()?;
-    Ok(ArchiveArgs { out, platform })
+    Ok(ArchiveArgs { out, platform, generate })
 }
 
 pub fn archive(args: &[String]) -> Result<()> {
@@ -86,9 +92,9 @@ pub fn archive(args: &[String]) -> Result<()> {
     run_checked(cmd)?;
     recompress(&archive);
 
-    // (c) The nextest binary, and xtask, rocm-bench and rocm-model's `generate` example built
-    // lean (dev builds weigh tens of MB). `--bins` is needed beside `--example`: naming one
-    // target kind makes cargo build only that kind.
+    // (c) The nextest binary, and xtask, rocm-bench and (`--with-generate`) rocm-model's
+    // `generate` example built lean (dev builds weigh tens of MB). `--bins` is needed beside
+    // `--example`: naming one target kind makes cargo build only that kind.
     // rocm-bench embeds the kernels like the test binaries, so it gets the same profile and
     // EMBED_ENV: the cargo build of rocm-kernels the archive made is reused, and the benchmarks
     // launch the kernels the tests test. xtask embeds none; EMBED_ENV is harmless to it.
@@ -100,18 +106,22 @@ pub fn archive(args: &[String]) -> Result<()> {
         "xtask",
         "--package",
         "rocm-bench",
-        "--package",
-        "rocm-model",
         "--bins",
-        "--example",
-        "generate",
         "--profile",
         CARGO_PROFILE,
     ]);
+    if parsed.generate {
+        cmd.args(["--package", "rocm-model", "--example", "generate"]);
+    }
     run_checked(cmd)?;
     let built = target_dir(&root)?.join(CARGO_PROFILE);
     copy_exe(&nextest, &out.join("cargo-nextest"))?;
-    for exe in ["xtask", "rocm-bench", "examples/generate"] {
+    let exes: &[&str] = if parsed.generate {
+        &["xtask", "rocm-bench", "examples/generate"]
+    } else {
+        &["xtask", "rocm-bench"]
+    };
+    for &exe in exes {
         let name = exe.rsplit('/').next().unwrap_or(exe);
         copy_exe(&built.join(format!("{exe}{}", std::env::consts::EXE_SUFFIX)), &out.join(name))?;
     }
@@ -130,7 +140,7 @@ pub fn archive(args: &[String]) -> Result<()> {
 
     // (d) How to run it.
     let shown_dir = out.strip_prefix(&root).unwrap_or(&out).display().to_string();
-    fs::write(out.join("README.txt"), readme(&shown_dir, &names, &root))?;
+    fs::write(out.join("README.txt"), readme(&shown_dir, &names, &root, parsed.generate))?;
 
     // (e) What it weighs.
     check_size(&out, &archive)
@@ -161,7 +171,7 @@ fn recompress(archive: &Path) {
     }
 }
 
-fn readme(dir: &str, platforms: &[&str], root: &Path) -> String {
+fn readme(dir: &str, platforms: &[&str], root: &Path, generate: bool) -> String {
     let commit = git(root, &["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
     let dirty = git(root, &["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
     let dirty = if dirty { " (with uncommitted changes)" } else { "" };
@@ -176,8 +186,7 @@ fn readme(dir: &str, platforms: &[&str], root: &Path) -> String {
          xtask                  rocmforge's task runner\n\
          rocm-bench             kernel benchmarks (`{dir}/xtask bench [FILTER...]` runs it); its\n\
          \x20                      `kernels` command lists the kernels embedded, as in the tests\n\
-         generate               rocm-model's example: token ids in, generated ids and tokens/s out\n\
-         \x20                      (`{dir}/generate --help`; a synthetic model without a GGUF)\n\
+         {generate_line}\
          \n\
          On the GPU host, from the root of a checkout of the same commit (the folder holding\n\
          Cargo.toml and .config/nextest.toml), with this folder copied to {dir}/; no cargo needed:\n\
@@ -196,6 +205,14 @@ fn readme(dir: &str, platforms: &[&str], root: &Path) -> String {
          docs/gpu-runs.md in the checkout says more.\n",
         platforms = platforms.join(", "),
         pad = " ".repeat(ARCHIVE_FILE.len()),
+        generate_line = if generate {
+            format!(
+                "generate               rocm-model's example: token ids in, generated ids and tokens/s out\n\
+                 \x20                      (`{dir}/generate --help`; a synthetic model without a GGUF)\n"
+            )
+        } else {
+            String::new()
+        },
     )
 }
 
@@ -293,11 +310,16 @@ mod tests {
         assert_eq!(nvidia.platform, Some(Platform::Nvidia));
         assert_eq!(parse_archive_args(&strings(&["--platform", "all"])).unwrap().platform, None);
         assert!(parse_archive_args(&strings(&["--platform", "cpu"])).is_err());
+        assert!(!parse_archive_args(&strings(&[])).unwrap().generate);
+        assert!(parse_archive_args(&strings(&["--with-generate"])).unwrap().generate);
     }
 
     #[test]
     fn the_readme_lists_every_file_packed() {
-        let text = readme(".gpu", &["nvidia"], Path::new("/nonexistent"));
+        let text = readme(".gpu", &["nvidia"], Path::new("/nonexistent"), false);
+        assert!(!text.contains("generate "), "{text}");
+        let with = readme(".gpu", &["nvidia"], Path::new("/nonexistent"), true);
+        assert!(with.lines().any(|l| l.starts_with("generate ")), "{with}");
         for file in [ARCHIVE_FILE, "cargo-nextest", "xtask", "rocm-bench"] {
             assert!(text.lines().any(|l| l.starts_with(&format!("{file} "))), "{file} in:\n{text}");
         }
