@@ -111,8 +111,8 @@ fn report_toolchains() {
     match crate::kernel_symbols::cuobjdump() {
         Some(p) => println!("cuobjdump: {} (lists each fatbin's entry points)", p.display()),
         None => println!(
-            "cuobjdump: not found: `cargo xtask kernels --platform nvidia` needs it to record entry points \
-             (the CUDA toolkit, or `pip install nvidia-cuda-cuobjdump==13.4.*`)"
+            "cuobjdump: not found: `cargo xtask kernels --platform nvidia` needs it to record entry points: {}",
+            toolchain::install_hint("cuobjdump")
         ),
     }
     let show = |dir: Option<std::path::PathBuf>| dir.map_or("not found".into(), |p| p.display().to_string());

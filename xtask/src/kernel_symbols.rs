@@ -54,10 +54,12 @@ pub fn cuobjdump() -> Option<PathBuf> {
 }
 
 fn nvidia(object: &Path) -> Result<Vec<(String, Vec<String>)>> {
-    let tool = cuobjdump().ok_or(
-        "cuobjdump not found (it lists a fatbin's entry points): install the CUDA toolkit, or \
-         `pip install nvidia-cuda-cuobjdump==13.4.*` beside the nvcc wheels",
-    )?;
+    let tool = cuobjdump().ok_or_else(|| {
+        format!(
+            "cuobjdump not found (it lists a fatbin's entry points): {}",
+            toolchain::install_hint("cuobjdump")
+        )
+    })?;
     let run = |flag: &str| -> Result<String> {
         let out = Command::new(&tool)
             .arg(flag)

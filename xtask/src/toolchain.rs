@@ -116,6 +116,9 @@ pub fn install_hint(what: &str) -> &'static str {
             "install hipcc and libamdhip64-dev (Debian/Ubuntu: `apt-get install hipcc libamdhip64-dev`) or ROCm, and set ROCM_PATH if it is not in /opt/rocm"
         }
         "libclang" => "install libclang (Debian/Ubuntu: `apt-get install libclang-dev`)",
+        "cuobjdump" => {
+            "install the CUDA toolkit, or `pip install nvidia-cuda-cuobjdump==13.4.*` beside the nvcc wheels"
+        }
         _ => {
             "install the CUDA toolkit and set CUDA_HOME, or `pip install nvidia-cuda-nvcc==13.4.* nvidia-nvvm==13.4.* nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.4.* nvidia-cuda-cccl==13.0.* nvidia-cuda-cuobjdump==13.4.*`"
         }

@@ -116,12 +116,11 @@ pub fn archive(args: &[String]) -> Result<()> {
     run_checked(cmd)?;
     let built = target_dir(&root)?.join(CARGO_PROFILE);
     copy_exe(&nextest, &out.join("cargo-nextest"))?;
-    let exes: &[&str] = if parsed.generate {
-        &["xtask", "rocm-bench", "examples/generate"]
-    } else {
-        &["xtask", "rocm-bench"]
-    };
-    for &exe in exes {
+    let mut exes = vec!["xtask", "rocm-bench"];
+    if parsed.generate {
+        exes.push("examples/generate");
+    }
+    for exe in exes {
         let name = exe.rsplit('/').next().unwrap_or(exe);
         copy_exe(&built.join(format!("{exe}{}", std::env::consts::EXE_SUFFIX)), &out.join(name))?;
     }
