@@ -19,6 +19,10 @@
 //! groups of MXFP4 weights (`mx_matvec_group`, rows `mxfp4 matvec group b<N>`); each at 1, 8
 //! and 32 vectors (32: `kernels/quant_matmul_mma.hip` on the matrix cores, whose products of
 //! few rows split k across blocks, here in one [`SplitScratch`] as a decode workspace has).
+//!
+//! `ROCMFORGE_BENCH_QMV_FORMATS` (a comma-separated list of ggml format names, `q4_K,q8_0`)
+//! limits the rows to those formats (the MXFP4 groups run where `mxfp4` is named); the read
+//! ceilings always run.
 
 use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
@@ -37,11 +41,27 @@ const BATCHES: &[usize] = &[1, 8, 32];
 /// The products the model groups (rows of each; k = 4096): Q, K, V, and gate, up.
 const GROUPS: &[&[usize]] = &[&[4096, 1024, 1024], &[14_336, 14_336]];
 
+/// The formats whose rows run: every one, or those `ROCMFORGE_BENCH_QMV_FORMATS` names (a name
+/// that is not a format is refused, so a typo does not measure nothing).
+fn selected_formats() -> Result<Vec<&'static str>> {
+    let names: Vec<&'static str> = GgmlFormat::ALL.iter().map(|f| f.name()).chain(["mxfp4"]).collect();
+    let Ok(list) = std::env::var("ROCMFORGE_BENCH_QMV_FORMATS") else { return Ok(names) };
+    list.split(',')
+        .map(|n| {
+            names.iter().copied().find(|f| f.eq_ignore_ascii_case(n.trim())).ok_or_else(|| {
+                format!("ROCMFORGE_BENCH_QMV_FORMATS: `{}` is not one of {names:?}", n.trim()).into()
+            })
+        })
+        .collect()
+}
+
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
+    let formats = selected_formats()?;
+    let selected = |name: &str| formats.contains(&name);
     let mut rows = Vec::new();
     for &(n, k) in SHAPES {
         rows.push(read_ceiling(b, GgmlFormat::Q4K, n, k)?);
-        for format in GgmlFormat::ALL {
+        for format in GgmlFormat::ALL.into_iter().filter(|f| selected(f.name())) {
             let weights = weights(b, format, n, k)?;
             for &batch in BATCHES {
                 rows.push(matvec::<f16>(b, format, &weights, n, k, batch)?);
@@ -52,12 +72,15 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
         }
     }
     for &group in GROUPS {
-        for format in [GgmlFormat::Q8_0, GgmlFormat::Q4K] {
+        for format in [GgmlFormat::Q8_0, GgmlFormat::Q4K].into_iter().filter(|f| selected(f.name())) {
             let weights = group.iter().map(|&n| weights(b, format, n, 4096)).collect::<Result<Vec<_>>>()?;
             for &batch in BATCHES {
                 rows.push(matvec_group::<f16>(b, format, &weights, group, 4096, batch)?);
                 rows.push(matvec_group::<bf16>(b, format, &weights, group, 4096, batch)?);
             }
+        }
+        if !selected("mxfp4") {
+            continue;
         }
         let weights = group
             .iter()
