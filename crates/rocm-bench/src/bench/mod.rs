@@ -163,6 +163,22 @@ pub fn rows_of_each(b: &mut Bench, per_dtype: &[RowsOf]) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// The items of `all` a benchmark runs: every one, or those the comma-separated list in the
+/// environment variable `var` names (`name` gives an item's name; case does not matter). A name
+/// that matches no item is refused, so that a typo does not measure nothing.
+pub fn env_selection<T: Copy>(var: &str, all: &[T], name: impl Fn(T) -> &'static str) -> Result<Vec<T>> {
+    let Ok(list) = std::env::var(var) else { return Ok(all.to_vec()) };
+    list.split(',')
+        .map(|n| {
+            let n = n.trim();
+            all.iter().copied().find(|&t| name(t).eq_ignore_ascii_case(n)).ok_or_else(|| {
+                let names: Vec<&str> = all.iter().map(|&t| name(t)).collect();
+                format!("{var}: `{n}` is not one of {names:?}").into()
+            })
+        })
+        .collect()
+}
+
 pub fn run(args: &[String]) -> Result<()> {
     let mut filters = Vec::new();
     let mut iters = 50;

@@ -99,15 +99,7 @@ fn config(layers: usize) -> ModelConfig {
 
 /// The types [`run`] measures: [`TYPES`], or those named in `ROCMFORGE_BENCH_MODEL_TYPES`.
 fn selected_types() -> Result<Vec<GgmlType>> {
-    let Ok(list) = std::env::var("ROCMFORGE_BENCH_MODEL_TYPES") else { return Ok(TYPES.to_vec()) };
-    list.split(',')
-        .map(|name| {
-            TYPES.into_iter().find(|t| t.name().eq_ignore_ascii_case(name.trim())).ok_or_else(|| {
-                format!("ROCMFORGE_BENCH_MODEL_TYPES: `{name}` is not one of {:?}", TYPES.map(|t| t.name()))
-                    .into()
-            })
-        })
-        .collect()
+    super::env_selection("ROCMFORGE_BENCH_MODEL_TYPES", &TYPES, GgmlType::name)
 }
 
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {

@@ -41,18 +41,11 @@ const BATCHES: &[usize] = &[1, 8, 32];
 /// The products the model groups (rows of each; k = 4096): Q, K, V, and gate, up.
 const GROUPS: &[&[usize]] = &[&[4096, 1024, 1024], &[14_336, 14_336]];
 
-/// The formats whose rows run: every one, or those `ROCMFORGE_BENCH_QMV_FORMATS` names (a name
-/// that is not a format is refused, so a typo does not measure nothing).
+/// The names of the formats whose rows run (`ROCMFORGE_BENCH_QMV_FORMATS`): the ggml formats'
+/// and `mxfp4`.
 fn selected_formats() -> Result<Vec<&'static str>> {
     let names: Vec<&'static str> = GgmlFormat::ALL.iter().map(|f| f.name()).chain(["mxfp4"]).collect();
-    let Ok(list) = std::env::var("ROCMFORGE_BENCH_QMV_FORMATS") else { return Ok(names) };
-    list.split(',')
-        .map(|n| {
-            names.iter().copied().find(|f| f.eq_ignore_ascii_case(n.trim())).ok_or_else(|| {
-                format!("ROCMFORGE_BENCH_QMV_FORMATS: `{}` is not one of {names:?}", n.trim()).into()
-            })
-        })
-        .collect()
+    super::env_selection("ROCMFORGE_BENCH_QMV_FORMATS", &names, |n| n)
 }
 
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
