@@ -41,7 +41,7 @@ fn launch(src: &DeviceBuffer<u8>, partial: &mut DeviceBuffer<u32>, dependent: bo
         LaunchConfig { grid: [partial.len() as u32, 1, 1], block: [THREADS, 1, 1], shared_mem_bytes: 0 };
     let vectors = (src.len() / 16) as u64;
     let launch = stream.launch(&kernel).buffer(src).arg(vectors).buffer_mut(partial);
-    let launch = if dependent { launch.dependent() } else { launch };
+    let launch = if dependent { launch.dependent().reads_before_wait(src) } else { launch };
     // SAFETY: rf_stream_read[_dependent](const uint4* src, u64 n, u32* partial), with 256 threads
     // and partial.len() blocks, reads src[0, n) (n 16-byte vectors: src's bytes, a whole number of
     // them, checked; device allocations are 256-byte aligned) and writes partial[0, blocks). The

@@ -49,6 +49,10 @@ pub struct Launch<'a> {
     args: Vec<ArgValue>,
     /// The allocations of the buffers passed: a capture records them ([`crate::graph`]).
     allocations: Vec<AllocationId>,
+    /// The allocations it may write ([`Launch::buffer_mut`], [`Launch::writes`]).
+    writes: Vec<AllocationId>,
+    /// The allocations it reads before its wait ([`Launch::reads_before_wait`]).
+    early_reads: Vec<AllocationId>,
     /// Marked by [`Launch::dependent`].
     dependent: bool,
     error: Option<Error>,
@@ -77,7 +81,16 @@ impl<'a> Launch<'a> {
     pub(crate) fn new(stream: &'a Stream, function: &'a Function) -> Self {
         let error = (!Arc::ptr_eq(stream.backend(), function.backend()))
             .then(|| Error::InvalidArgument(format!("`{}` was loaded on another device", function.name())));
-        Launch { stream, function, args: Vec::new(), allocations: Vec::new(), dependent: false, error }
+        Launch {
+            stream,
+            function,
+            args: Vec::new(),
+            allocations: Vec::new(),
+            writes: Vec::new(),
+            early_reads: Vec::new(),
+            dependent: false,
+            error,
+        }
     }
 
     /// Lets the kernel begin before the one ahead of it on the stream ends, where the device
@@ -129,6 +142,7 @@ impl<'a> Launch<'a> {
 
     /// A buffer the kernel writes.
     pub fn buffer_mut<T: DeviceCopy>(mut self, buffer: &'a mut DeviceBuffer<T>) -> Self {
+        self.writes.extend(buffer.allocation_id());
         self.push_buffer(buffer);
         self
     }
@@ -142,7 +156,22 @@ impl<'a> Launch<'a> {
 
     /// A buffer the kernel writes through a pointer inside a struct argument (see
     /// [`Launch::reads`]).
-    pub fn writes<T: DeviceCopy>(self, buffer: &'a mut DeviceBuffer<T>) -> Self {
+    pub fn writes<T: DeviceCopy>(mut self, buffer: &'a mut DeviceBuffer<T>) -> Self {
+        self.writes.extend(buffer.allocation_id());
+        self.reads(buffer)
+    }
+
+    /// A buffer a [`Launch::dependent`] kernel reads before it waits for the kernel ahead (a
+    /// weight's first copies, a block table), through a pointer argument or inside a struct;
+    /// it adds no argument (pass it with [`Launch::buffer`] too where it is one). Such a read
+    /// races with that kernel only if it writes the buffer, so the launch checks: where the
+    /// last kernel queued on the stream may write it ([`Launch::buffer_mut`],
+    /// [`Launch::writes`]; or kernels the runtime did not queue itself, such as a vendor BLAS
+    /// call or a graph replay), the kernel is launched as an ordinary one, which waits first.
+    /// Kernels further back need no check: the kernel ahead waited for them before it let this
+    /// one start.
+    pub fn reads_before_wait<T: DeviceCopy>(mut self, buffer: &'a DeviceBuffer<T>) -> Self {
+        self.early_reads.extend(buffer.allocation_id());
         self.reads(buffer)
     }
 
@@ -203,7 +232,13 @@ impl<'a> Launch<'a> {
             stream = self.stream.id()
         )
         .entered();
-        let dependent = self.dependent && info.dependent_launch && dependent_launch_allowed();
+        // Held until the kernel is queued, so that no launch from another thread comes between
+        // the check and the record.
+        let mut last_writes = self.stream.last_kernel_writes();
+        let dependent = self.dependent
+            && info.dependent_launch
+            && dependent_launch_allowed()
+            && !last_writes.conflicts_with(&self.early_reads);
         // SAFETY: `params` holds one pointer per argument into storage alive for this call
         // (the driver copies the values at launch); the rest, a dependent kernel's wait
         // included, is the caller's contract.
@@ -217,6 +252,34 @@ impl<'a> Launch<'a> {
                 &mut params,
                 dependent,
             )
+        }?;
+        *last_writes = KernelWrites::Known(self.writes);
+        Ok(())
+    }
+}
+
+/// What the last kernel queued on a stream may write, as far as the runtime knows: the
+/// allocations its [`Launch`] named as written, or anything at all after work the runtime
+/// queued without naming its outputs (a vendor BLAS call, a graph replay).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum KernelWrites {
+    Known(Vec<AllocationId>),
+    Unknown,
+}
+
+impl Default for KernelWrites {
+    /// A new stream has queued no kernel.
+    fn default() -> Self {
+        KernelWrites::Known(Vec::new())
+    }
+}
+
+impl KernelWrites {
+    /// Whether reading any of `early_reads` before the wait could race with that kernel.
+    fn conflicts_with(&self, early_reads: &[AllocationId]) -> bool {
+        match self {
+            KernelWrites::Known(writes) => early_reads.iter().any(|id| writes.contains(id)),
+            KernelWrites::Unknown => !early_reads.is_empty(),
         }
     }
 }
@@ -250,6 +313,18 @@ fn check_config(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn early_reads_conflict_only_with_what_the_kernel_ahead_writes() {
+        let [a, b, c] = [1, 2, 3].map(AllocationId::for_tests);
+        let known = KernelWrites::Known(vec![a, b]);
+        assert!(known.conflicts_with(&[c, b]));
+        assert!(!known.conflicts_with(&[c]));
+        assert!(!known.conflicts_with(&[]));
+        assert!(!KernelWrites::default().conflicts_with(&[a]));
+        assert!(KernelWrites::Unknown.conflicts_with(&[c]));
+        assert!(!KernelWrites::Unknown.conflicts_with(&[]));
+    }
 
     #[test]
     fn linear_configs_cover_and_cap() {

@@ -3,13 +3,15 @@
 use std::panic::Location;
 use std::sync::Arc;
 
+use parking_lot::{Mutex, MutexGuard};
+
 use crate::backend::Backend;
 use crate::buffer::{DeviceBuffer, DeviceCopy};
 use crate::driver::RawStream;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::graph::CaptureState;
-use crate::launch::Launch;
+use crate::launch::{KernelWrites, Launch};
 use crate::ledger::Account;
 use crate::module::Function;
 
@@ -31,6 +33,9 @@ struct StreamInner {
     account: Option<Account>,
     /// Whether a graph is being recorded on it, and what its graphs hold ([`crate::graph`]).
     capture: CaptureState,
+    /// What the last kernel queued on it may write: a dependent launch that reads a buffer
+    /// before its wait is ordinary when that kernel writes the buffer ([`crate::launch`]).
+    last_kernel_writes: Mutex<KernelWrites>,
 }
 
 impl std::fmt::Debug for Stream {
@@ -59,7 +64,8 @@ impl Stream {
         let raw = backend.driver().stream_create()?;
         let id = backend.next_stream_id();
         let capture = CaptureState::default();
-        Ok(Stream { inner: Arc::new(StreamInner { backend, raw, id, account, capture }) })
+        let last_kernel_writes = Mutex::new(KernelWrites::default());
+        Ok(Stream { inner: Arc::new(StreamInner { backend, raw, id, account, capture, last_kernel_writes }) })
     }
 
     pub fn backend(&self) -> &Arc<Backend> {
@@ -88,6 +94,11 @@ impl Stream {
 
     pub(crate) fn capture_state(&self) -> &CaptureState {
         &self.inner.capture
+    }
+
+    /// What the last kernel queued on this stream may write, held while the next is queued.
+    pub(crate) fn last_kernel_writes(&self) -> MutexGuard<'_, KernelWrites> {
+        self.inner.last_kernel_writes.lock()
     }
 
     /// Whether `other` is this same stream.

@@ -341,7 +341,9 @@ pub(super) unsafe fn launch_products<T: Dtype>(
         launch = launch.dependent();
     }
     for p in products.iter_mut() {
-        launch = launch.reads(p.w).writes(&mut *p.y);
+        // A dependent entry copies its first weights before it waits for the kernel ahead.
+        launch = if dependent { launch.reads_before_wait(p.w) } else { launch.reads(p.w) };
+        launch = launch.writes(&mut *p.y);
     }
     launch = launch.arg(params).buffer(x).arg(k as u64).arg(batch);
     if let Some((args, scratch)) = split {

@@ -185,6 +185,7 @@ pub fn mx_matvec<T: Dtype>(
             .launch(&kernel)
             .dependent()
             .buffer(w)
+            .reads_before_wait(w)
             .buffer(x)
             .buffer_mut(y)
             .arg(n as u64)

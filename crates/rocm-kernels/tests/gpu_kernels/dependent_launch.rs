@@ -122,3 +122,49 @@ fn dependent_launches_wait_for_the_kernel_ahead() {
         );
     }
 }
+
+/// A kernel that reads a buffer before it waits for the kernel ahead (`stream_read_dependent`
+/// issues its first loads so, as the quantised products do with their weights) behind one that
+/// lets it start at once and writes that buffer only after spinning for about a millisecond:
+/// its launch names the buffer as read before the wait (`Launch::reads_before_wait`), so it
+/// must be launched as an ordinary one and see every word the spinning kernel wrote. A launch
+/// that started early would read the poison instead. Then the same reader behind a writer of
+/// another buffer, which may start early: it reads what was there already.
+#[test]
+fn a_read_before_the_wait_of_what_the_kernel_ahead_writes_waits_for_it() {
+    use rocm_kernels::spin::spin_cycles_then_store;
+    use rocm_kernels::stream_read::{stream_read_dependent, stream_read_reference};
+
+    let gpu = gpu_test!();
+    let stream = gpu.stream();
+    // stream_read_dependent loads before its wait only where a thread has a whole unrolled
+    // turn (4 vectors of 16 bytes each of the block's 256 threads): 1024 vectors for one block.
+    const BYTES: usize = 1024 * 16;
+    const CYCLES: u64 = 2_000_000;
+    let mut shared = stream.alloc::<u8>(BYTES).unwrap();
+    let mut other = stream.alloc::<u8>(BYTES).unwrap();
+    let mut partial = stream.alloc::<u32>(1).unwrap();
+    for round in 0..3 {
+        shared.poison().unwrap();
+        spin_cycles_then_store(CYCLES, &mut shared).unwrap();
+        stream_read_dependent(&shared, &mut partial).unwrap();
+        let bytes = shared.to_vec().unwrap();
+        let spun = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+        assert!(spun >= CYCLES, "round {round}: spun {spun} cycles");
+        assert!(bytes.chunks_exact(8).all(|w| u64::from_le_bytes(w.try_into().unwrap()) == spun));
+        assert_eq!(
+            partial.to_vec().unwrap()[0],
+            stream_read_reference(&bytes),
+            "round {round}: the reader saw `shared` before the spinning kernel wrote it"
+        );
+
+        let before = shared.to_vec().unwrap();
+        spin_cycles_then_store(CYCLES, &mut other).unwrap();
+        stream_read_dependent(&shared, &mut partial).unwrap();
+        assert_eq!(
+            partial.to_vec().unwrap()[0],
+            stream_read_reference(&before),
+            "round {round}: untouched input"
+        );
+    }
+}
