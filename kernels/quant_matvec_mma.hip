@@ -278,9 +278,9 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
 // warp order, so every output has the same bits alone or in a group.
 //
 // Entry: each product's rows >= 1 (0: unused), their tiles together below 2^31, k % 256 == 0,
-// k > 0, batch == 1; warps <= RF_QMVM_WARPS and warps <= k / 256; dynamic shared memory 2 k +
-// 2 * RF_QMVM_WARPS * 16 * 4 bytes; w, x 16-byte aligned. The launcher (quant/matvec.rs) checks
-// all of it.
+// k > 0, batch == 1; warps <= RF_QMVM_ONE_WARPS_MAX and warps <= k / 256; dynamic shared memory
+// 2 k + 2 * RF_QMVM_ONE_WARPS_MAX * 16 * 4 bytes; w, x 16-byte aligned. The launcher
+// (quant/matvec.rs) checks all of it.
 
 // One super-block's weight registers of a lane: rows g and g + 8's headers (d, dmin, 12 bytes of
 // 6-bit scales and mins) and group t (32 bytes of nibbles).
@@ -549,10 +549,12 @@ template <typename T> RF_DEVICE void rf_qmvm_q4k_b1(const rf_qmv_products& p, co
     RF_QMVM_ENTRY(fmt, F, 8, f16, __half)                                                       \
     RF_QMVM_ENTRY(fmt, F, 1, bf16, rf_bf16)                                                     \
     RF_QMVM_ENTRY(fmt, F, 8, bf16, rf_bf16)
-// q4_K at one vector: the columns loop above, RF_QMVM_ONE_BLOCKS_AN_SM blocks an SM (128
-// registers; docs/kernels/quant_matvec.md v10 measured 3, 5 and 6).
+// q4_K at one vector: the columns loop above, RF_QMVM_ONE_BLOCKS_AN_SM blocks an SM of 4 warps
+// (128 registers; docs/kernels/quant_matvec.md v10 measured 3, 5 and 6), or half as many of
+// RF_QMVM_ONE_WARPS_MAX warps: the same register bound.
 #define RF_QMVM_ONE_ENTRY(dt, T)                                                                  \
-    RF_KERNEL void __launch_bounds__(32 * RF_QMVM_WARPS, RF_QMVM_ONE_BLOCKS_AN_SM)                 \
+    RF_KERNEL void __launch_bounds__(32 * RF_QMVM_ONE_WARPS_MAX,                                   \
+                                     RF_QMVM_ONE_BLOCKS_AN_SM * RF_QMVM_WARPS / RF_QMVM_ONE_WARPS_MAX) \
         rf_qmvm_q4_k_b1_##dt(rf_qmv_products p, const T* x, rf_u64 k, unsigned batch) {            \
         RF_QMVM_ONE_BODY(T)                                                                        \
     }

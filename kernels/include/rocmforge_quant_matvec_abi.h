@@ -42,9 +42,13 @@ struct rf_qmv_products {
 #define RF_QMVM_STAGES_ONE_Q8_0 3
 #define RF_QMVM_STAGES_ONE_Q4_K 2
 #define RF_QMVM_STAGES_MANY 2
-// Blocks an SM of its one-vector q4_K loop (the columns loop): the launch's grid at most (its
-// blocks stride over the tiles), and the entries' register bound.
+// Blocks an SM of its one-vector q4_K loop (the columns loop) at RF_QMVM_WARPS warps: the
+// launch's grid at most (its blocks stride over the tiles), and with the entries' register bound
+// (RF_QMVM_ONE_WARPS_MAX warps at RF_QMVM_ONE_BLOCKS_AN_SM * RF_QMVM_WARPS / that blocks an SM:
+// the same 128 registers a thread). Launches of long rows and few tiles take up to
+// RF_QMVM_ONE_WARPS_MAX warps a block (quant/matvec.rs, columns_warps).
 #define RF_QMVM_ONE_BLOCKS_AN_SM 4
+#define RF_QMVM_ONE_WARPS_MAX 8
 
 // The matrix-core kernel for passes of 32 vectors (kernels/quant_matmul_mma.hip): rows a block
 // owns (one 16-row tile a warp), its warps, the vectors of a pass, and its stages.

@@ -14,6 +14,7 @@ pub const RF_QMVM_STAGES_ONE_Q8_0: u32 = 3;
 pub const RF_QMVM_STAGES_ONE_Q4_K: u32 = 2;
 pub const RF_QMVM_STAGES_MANY: u32 = 2;
 pub const RF_QMVM_ONE_BLOCKS_AN_SM: u32 = 4;
+pub const RF_QMVM_ONE_WARPS_MAX: u32 = 8;
 pub const RF_QMMM_ROWS: u32 = 64;
 pub const RF_QMMM_WARPS: u32 = 4;
 pub const RF_QMMM_BATCH: u32 = 32;

@@ -45,6 +45,7 @@ const MMA_ROWS: usize = abi::RF_QMVM_ROWS as usize;
 const MMA_WARPS: usize = abi::RF_QMVM_WARPS as usize;
 const MMA_STAGES_MANY: usize = abi::RF_QMVM_STAGES_MANY as usize;
 const ONE_BLOCKS_AN_SM: usize = abi::RF_QMVM_ONE_BLOCKS_AN_SM as usize;
+const ONE_WARPS_MAX: usize = abi::RF_QMVM_ONE_WARPS_MAX as usize;
 /// The matrix-core kernel for more than 8 vectors (`kernels/quant_matmul_mma.hip`): rows a
 /// block owns (a 16-row tile a warp), its warps, the vectors of a pass and its stages.
 const WIDE_MODULE: KernelModule = KernelModule::QuantMatmulMma;
@@ -467,16 +468,26 @@ fn matrix_core_warps(k: usize, chunk: usize) -> usize {
     (k / chunk).clamp(1, MMA_WARPS)
 }
 
+/// Super-blocks of a tile's row that each of `MMA_WARPS` warps walks, past which the columns
+/// loop's blocks take up to `ONE_WARPS_MAX` warps (half as many blocks an SM, the same warps).
+/// A warp's super-blocks are a chain of memory round trips; at 8B shapes the down product (56 a
+/// row: 14 a warp at 4 warps, 256 tiles for 528 places) ran 1.3 us faster in the decode step
+/// with 8, while the O product (16 a row) got slower behind it (docs/kernels/quant_matvec.md,
+/// v14). By k alone, so that a product has the same warps, and bits, alone or in a group.
+const LONG_ROW_BLOCKS_A_WARP: usize = 8;
+
 /// Warps of a block of the columns loop (one vector of q4_K): one a block of the row (a
-/// super-block), up to `MMA_WARPS`.
+/// super-block), up to `MMA_WARPS`, or `ONE_WARPS_MAX` for long rows.
 fn columns_warps(k: usize, format: MmaFormat) -> usize {
-    (k / format.block_elems).clamp(1, MMA_WARPS)
+    let blocks = k / format.block_elems;
+    let most = if blocks > MMA_WARPS * LONG_ROW_BLOCKS_A_WARP { ONE_WARPS_MAX } else { MMA_WARPS };
+    blocks.clamp(1, most)
 }
 
 /// Shared bytes of a block of the columns loop: x (`k` 16-bit elements, staged once a block)
-/// and the totals (`2 x MMA_WARPS x 16` f32: tiles alternate between two halves).
+/// and the totals (`2 x ONE_WARPS_MAX x 16` f32: tiles alternate between two halves).
 const fn columns_shared_bytes(k: usize) -> usize {
-    2 * k + 2 * MMA_WARPS * MMA_ROWS * 4
+    2 * k + 2 * ONE_WARPS_MAX * MMA_ROWS * 4
 }
 
 /// Products over `x` on the matrix cores (`kernels/quant_matvec_mma.hip`) in `format`, their
@@ -556,8 +567,10 @@ pub(super) fn matrix_core_products<T: Dtype>(
     let mut blocks = units.clamp(1, info.max_grid[0].max(1) as usize);
     if columns {
         // The columns loop's blocks stride over the tiles, each warp's loads running on across
-        // them: as many blocks as are resident at once (docs/kernels/quant_matvec.md, v10).
-        blocks = blocks.min(ONE_BLOCKS_AN_SM * info.compute_units.max(1) as usize);
+        // them: as many blocks as are resident at once (docs/kernels/quant_matvec.md, v10), the
+        // register bound's ONE_BLOCKS_AN_SM of MMA_WARPS warps, or fewer of more warps.
+        let an_sm = ONE_BLOCKS_AN_SM * MMA_WARPS / warps.max(MMA_WARPS);
+        blocks = blocks.min(an_sm * info.compute_units.max(1) as usize);
     }
     let config = LaunchConfig {
         grid: [blocks as u32, 1, 1],
@@ -603,10 +616,11 @@ pub(super) fn matrix_core_products<T: Dtype>(
     // gets batch 1 only (q4_K's, the columns loop, loads the same weight bytes straight into
     // registers, 16 bytes at a time, a row past a product's end reading its last row instead,
     // and x[0, k) once into shared memory, which columns_shared_bytes sizes; its warps are 1 to
-    // min(k / 256, RF_QMVM_WARPS), as columns_warps gives). Its copy offsets are 32-bit: 16 *
+    // min(k / 256, RF_QMVM_ONE_WARPS_MAX), as columns_warps gives, and its entries take
+    // 32 * RF_QMVM_ONE_WARPS_MAX threads, checked above). Its copy offsets are 32-bit: 16 *
     // row_bytes < 2^32 (checked above), and its tile counter too (tiles and grid below 2^31).
-    // The block is `warps` whole warps of 32
-    // lanes, at most RF_QMVM_WARPS (RF_QMMM_WARPS for rf_qmmm), with the dynamic shared memory
+    // The block is `warps` whole warps of 32 lanes, at most RF_QMVM_WARPS (RF_QMMM_WARPS for
+    // rf_qmmm, RF_QMVM_ONE_WARPS_MAX for the columns loop), with the dynamic shared memory
     // its formula needs (checked against the device's opt-in limit; the launch opts in). Every
     // w, y and x is 16-byte aligned (checked by the caller). Outputs are distinct `&mut`
     // borrows, the weights and x shared ones; `reads` / `writes` check the stream. Dependent:
@@ -938,11 +952,12 @@ mod tests {
         assert_eq!(matrix_core_warps(512, 512), 1);
         assert_eq!(matrix_core_warps(1536, 512), 3);
         assert_eq!(matrix_core_warps(14_336, 512), 4);
-        // q4_K, one vector: the columns loop, a warp a super-block up to 4; x and two halves of
-        // totals.
+        // q4_K, one vector: the columns loop, a warp a super-block up to 4, up to 8 past 32
+        // super-blocks a row; x and two halves of totals for 8 warps.
         let (q4k, q8_0) = (MmaFormat::ggml(GgmlFormat::Q4K), MmaFormat::ggml(GgmlFormat::Q8_0));
-        assert_eq!(columns_shared_bytes(4096), 8192 + 2 * 4 * 16 * 4);
+        assert_eq!(columns_shared_bytes(4096), 8192 + 2 * 8 * 16 * 4);
         assert_eq!((columns_warps(256, q4k), columns_warps(768, q4k), columns_warps(4096, q4k)), (1, 3, 4));
+        assert_eq!((columns_warps(8192, q4k), columns_warps(8448, q4k), columns_warps(14_336, q4k)), (4, 8, 8));
         // q8_0, one vector: 4 warps x 3 stages x (16 x 272 + 512) + 4 x 16 x 4.
         assert_eq!(q8_0.shared_bytes(4, 1), 12 * (16 * 272 + 512) + 256);
         // MXFP4: 16 blocks of 17 bytes a row's chunk, q4_K's two stages.

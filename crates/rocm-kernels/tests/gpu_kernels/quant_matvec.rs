@@ -193,7 +193,9 @@ fn matches_the_reference_bf16() {
 /// of few row blocks at 9 to 32 vectors that split k across blocks (quant/k_split.rs: 200 rows
 /// of 9 steps, q8_0's 9 chunks in 4 parts of 2 or 3, q6_K's 36 in 8; 70 rows of 11 steps in 5
 /// parts of 2 or 3); one vector of q4_K (the columns loop: warps splitting the super-blocks) with
-/// warps of unequal shares (3 steps: 6 super-blocks, 2 + 2 + 1 + 1; 5 steps: 3 + 3 + 2 + 2).
+/// warps of unequal shares (3 steps: 6 super-blocks, 2 + 2 + 1 + 1; 5 steps: 3 + 3 + 2 + 2), and
+/// the 8-warp blocks of long rows (28 steps: 56 super-blocks, 7 a warp; 19 steps: 38, six warps
+/// of 5 and two of 4).
 const MMA_CASES: &[(usize, usize, usize)] = &[
     (1, 1, 1),
     (7, 1, 3),
@@ -210,6 +212,7 @@ const MMA_CASES: &[(usize, usize, usize)] = &[
     (70, 11, 12),
     (45, 3, 1),
     (19, 5, 1),
+    (45, 19, 1),
 ];
 
 /// The matrix-core kernel (`kernels/quant_matvec_mma.hip`: every ggml format with f16 or bf16
