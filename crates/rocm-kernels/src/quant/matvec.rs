@@ -957,7 +957,10 @@ mod tests {
         let (q4k, q8_0) = (MmaFormat::ggml(GgmlFormat::Q4K), MmaFormat::ggml(GgmlFormat::Q8_0));
         assert_eq!(columns_shared_bytes(4096), 8192 + 2 * 8 * 16 * 4);
         assert_eq!((columns_warps(256, q4k), columns_warps(768, q4k), columns_warps(4096, q4k)), (1, 3, 4));
-        assert_eq!((columns_warps(8192, q4k), columns_warps(8448, q4k), columns_warps(14_336, q4k)), (4, 8, 8));
+        assert_eq!(
+            (columns_warps(8192, q4k), columns_warps(8448, q4k), columns_warps(14_336, q4k)),
+            (4, 8, 8)
+        );
         // q8_0, one vector: 4 warps x 3 stages x (16 x 272 + 512) + 4 x 16 x 4.
         assert_eq!(q8_0.shared_bytes(4, 1), 12 * (16 * 272 + 512) + 256);
         // MXFP4: 16 blocks of 17 bytes a row's chunk, q4_K's two stages.
