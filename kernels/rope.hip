@@ -342,15 +342,12 @@ RF_DEVICE void rope_warp_token(T* q, T* k, const int* pos, const int* block_pos,
         return h < q_heads ? q_tok + h * head_dim : k_tok + (h - q_heads) * head_dim;
     };
 
+    // The position and its angles before the wait for the kernel ahead (a dependent launch,
+    // rocmforge_dependent_launch.h): the positions are the step's inputs, which the launcher
+    // names as read before the wait (the launch is an ordinary one where the kernel ahead writes
+    // them), so their round trip and the f64 angles overlap that kernel's tail. q and k, which
+    // it writes, after.
     const int p = seg == 0 ? pos[token] : block_pos[token];
-    Item items[B];
-#pragma unroll
-    for (int r = 0; r < B; ++r) {
-        if ((unsigned int)r < n) {
-            items[r].load(head_ptr(first + r * stride), off_lo, off_hi);
-        }
-    }
-
     float c[PP];
     float s[PP];
     if (p < 0 || (long long)p >= max_pos) {
@@ -363,6 +360,14 @@ RF_DEVICE void rope_warp_token(T* q, T* k, const int* pos, const int* block_pos,
 #pragma unroll
         for (int m = 0; m < PP; ++m) {
             angle_cos_sin(p, freqs.inv_freq[i0 + m], &c[m], &s[m]);
+        }
+    }
+    rf_follow_prior_grid();
+    Item items[B];
+#pragma unroll
+    for (int r = 0; r < B; ++r) {
+        if ((unsigned int)r < n) {
+            items[r].load(head_ptr(first + r * stride), off_lo, off_hi);
         }
     }
 
@@ -432,8 +437,7 @@ RF_FOR_EACH_DTYPE(RF_ROPE_ENTRY)
                               rf_u64 q_heads, rf_u64 k_heads, rf_u64 q_stride, rf_u64 k_stride,           \
                               unsigned int head_dim, unsigned int seg_dim, unsigned int segments,         \
                               int interleaved, int vectorized, long long max_pos, rf_rope::Freqs freqs) { \
-        (void)interleaved; /* always 0 here */                                                            \
-        rf_follow_prior_grid();                                                                           \
+        (void)interleaved; /* always 0 here; waits inside, after the angles */                            \
         rf_rope::rope_warp<T, false>(q, k, pos, block_pos, tokens, q_heads, k_heads, q_stride, k_stride,   \
                                      head_dim, seg_dim, segments, vectorized, max_pos, freqs);            \
     }                                                                                                     \
@@ -443,8 +447,7 @@ RF_FOR_EACH_DTYPE(RF_ROPE_ENTRY)
                                  unsigned int head_dim, unsigned int seg_dim, unsigned int segments,      \
                                  int interleaved, int vectorized, long long max_pos,                      \
                                  rf_rope::Freqs freqs) {                                                  \
-        (void)interleaved; /* always 1 here */                                                            \
-        rf_follow_prior_grid();                                                                           \
+        (void)interleaved; /* always 1 here; waits inside, after the angles */                            \
         rf_rope::rope_warp<T, true>(q, k, pos, block_pos, tokens, q_heads, k_heads, q_stride, k_stride,    \
                                     head_dim, seg_dim, segments, vectorized, max_pos, freqs);             \
     }

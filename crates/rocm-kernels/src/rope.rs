@@ -351,15 +351,17 @@ impl Rope {
         // token's rounds of heads, each round taken by exactly one slice, so every element is
         // still read and written by one thread.
         unsafe {
-            // Every entry waits for the kernel ahead first (rocmforge_dependent_launch.h).
+            // Dependent (rocmforge_dependent_launch.h): the warp entries read the positions
+            // before they wait for the kernel ahead, q and k and every write after it; the
+            // others wait first.
             let launch = stream.launch(&kernel).dependent().buffer_mut(q.buffer);
             let launch = match k {
                 Some(k) => launch.buffer_mut(k.buffer),
                 None => launch.arg(0u64),
             };
-            let launch = launch.buffer(positions);
+            let launch = launch.buffer(positions).reads_before_wait(positions);
             let launch = match block_positions {
-                Some(b) => launch.buffer(b),
+                Some(b) => launch.buffer(b).reads_before_wait(b),
                 None => launch.arg(0u64),
             };
             launch
