@@ -20,7 +20,6 @@ use crate::backend::Backend;
 use crate::buffer::{DeviceBuffer, DeviceCopy};
 use crate::driver::{InitFailure, RawStream};
 use crate::error::{Error, Result};
-use crate::launch::KernelWrites;
 
 /// Whether an operand is used as stored or transposed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -584,12 +583,9 @@ impl Blas {
                 (temporary.device_ptr(), temporary.len())
             }
         };
-        // The library's kernels name no outputs: a launch after them reads nothing early.
-        let mut last_writes = stream.last_kernel_writes();
-        *last_writes = KernelWrites::Unknown;
         // SAFETY: the lengths were checked against everything the problem reaches; all buffers
         // (and the workspace) belong to `stream`, so their frees are queued behind this GEMM.
-        unsafe { vendor.gemm(stream.raw(), &call, ws_ptr, ws_len) }
+        stream.queue_unnamed_kernels(|| unsafe { vendor.gemm(stream.raw(), &call, ws_ptr, ws_len) })
     }
 }
 

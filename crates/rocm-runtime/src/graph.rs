@@ -96,7 +96,6 @@ use parking_lot::{Mutex, RecursiveRwLock, RecursiveRwLockReadGuard};
 use crate::driver::{DevicePtr, RawGraph, RawGraphExec};
 use crate::error::{Error, Result};
 use crate::fork::Lending;
-use crate::launch::KernelWrites;
 use crate::ledger::AllocationId;
 use crate::module::Function;
 use crate::stream::Stream;
@@ -632,13 +631,12 @@ impl<S: ?Sized> Graph<'_, S> {
              allocations alive, which the runtime does not track",
         )?;
         let _span = tracing::trace_span!("graph_launch", stream = self.stream.id()).entered();
-        // The replay's last kernel is not one this stream's record knows.
-        let mut last_writes = self.stream.last_kernel_writes();
-        *last_writes = KernelWrites::Unknown;
         // SAFETY: every allocation the recorded work touches is in `parts.holds`, and the
         // stream's capture book keeps each allocated until this graph is retired, which waits
         // for the stream (so for this replay) before releasing them.
-        unsafe { self.stream.backend().driver().graph_launch(exec, self.stream.raw()) }
+        self.stream.queue_unnamed_kernels(|| unsafe {
+            self.stream.backend().driver().graph_launch(exec, self.stream.raw())
+        })
     }
 
     /// The state lent to the recording, shared: read outputs, write inputs' contents.

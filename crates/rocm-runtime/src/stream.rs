@@ -101,6 +101,16 @@ impl Stream {
         self.inner.last_kernel_writes.lock()
     }
 
+    /// Runs `queue`, which queues kernels that name no outputs (a vendor BLAS call, a graph
+    /// replay), with the record of the last kernel's writes held, and records that anything may
+    /// have been written: a launch after them reads nothing before its wait.
+    pub(crate) fn queue_unnamed_kernels<R>(&self, queue: impl FnOnce() -> R) -> R {
+        let mut last_writes = self.last_kernel_writes();
+        let result = queue();
+        *last_writes = KernelWrites::Unknown;
+        result
+    }
+
     /// Whether `other` is this same stream.
     pub fn same_as(&self, other: &Stream) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
