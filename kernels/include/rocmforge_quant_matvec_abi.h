@@ -45,8 +45,8 @@ struct rf_qmv_products {
 // Blocks an SM of its one-vector q4_K loop (the columns loop) at RF_QMVM_WARPS warps: the
 // launch's grid at most (its blocks stride over the tiles), and with the entries' register bound
 // (RF_QMVM_ONE_WARPS_MAX warps at RF_QMVM_ONE_BLOCKS_AN_SM * RF_QMVM_WARPS / that blocks an SM:
-// the same 128 registers a thread). Launches of long rows and few tiles take up to
-// RF_QMVM_ONE_WARPS_MAX warps a block (quant/matvec.rs, columns_warps).
+// the same 128 registers a thread). Launches of long rows (more than 32 super-blocks) take up
+// to RF_QMVM_ONE_WARPS_MAX warps a block (quant/matvec.rs, columns_warps).
 #define RF_QMVM_ONE_BLOCKS_AN_SM 4
 #define RF_QMVM_ONE_WARPS_MAX 8
 
