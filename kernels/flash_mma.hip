@@ -383,10 +383,15 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
     if constexpr (KSPLIT) {
         // Merge the warps' (m, l, O) for the shared rows through shared memory (the K buffers,
         // free now): O = sum_w 2^(m_w - M) O_w, l = sum_w 2^(m_w - M) l_w, M = max_w m_w.
-        // (MW is 1 here.)
+        // (MW is 1 here.) Every warp merges and stores its share of O's column tiles (tile i
+        // goes to warp i % WARPS), where warp 0 used to do all of it while the others idled
+        // (batch-1 decode at 128 keys, 8.7 us instead of 10.0; docs/kernels/attention.md,
+        // version 13). Rows of the O scratch are padded by 8 floats, so the 8 rows one
+        // fragment position touches fall in bank pairs instead of one bank.
+        constexpr int RED_LD = DT + 8;
         float* red_m = (float*)ks;             // [WARPS][16]
         float* red_l = red_m + WARPS * 16;     // [WARPS][16]
-        float* red_o = red_l + WARPS * 16;     // [WARPS][16][DT]
+        float* red_o = red_l + WARPS * 16;     // [WARPS][16][RED_LD]
         __syncthreads();
         if (t == 0) {
             red_m[warp * 16 + g] = m_run[0][0];
@@ -398,11 +403,10 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
         for (int i = 0; i < DTILES; ++i) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                red_o[(warp * 16 + g + 8 * (e / 2)) * DT + i * 8 + 2 * t + (e % 2)] = o[0][i][e];
+                red_o[(warp * 16 + g + 8 * (e / 2)) * RED_LD + i * 8 + 2 * t + (e % 2)] = o[0][i][e];
             }
         }
         __syncthreads();
-        if (warp != 0) return;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int r = g + 8 * h;
@@ -419,17 +423,20 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
             }
 #pragma unroll
             for (int i = 0; i < DTILES; ++i) {
+                if (i % WARPS != warp) continue; // another warp's tile (a compile-time index)
 #pragma unroll
                 for (int c = 0; c < 2; ++c) {
                     float v = 0.0f;
 #pragma unroll
-                    for (int w = 0; w < WARPS; ++w) v = fmaf(weight[w], red_o[(w * 16 + r) * DT + i * 8 + 2 * t + c], v);
+                    for (int w = 0; w < WARPS; ++w) v = fmaf(weight[w], red_o[(w * 16 + r) * RED_LD + i * 8 + 2 * t + c], v);
                     o[0][i][2 * h + c] = v;
                 }
             }
             m_run[0][h] = mx;
             l_sum[0][h] = l;
         }
+        rf_flash_store_rows<T, MW, DTILES, WARPS>(p, o, m_run, l_sum, m0 + wrow, b, kv_head, split, warp);
+        return;
     }
 
     rf_flash_store_rows<T>(p, o, m_run, l_sum, m0 + wrow, b, kv_head, split);
