@@ -43,6 +43,10 @@ pub struct DeviceInfo {
     /// stream is still running, and waits for it inside (`rf_wait_prior_grid`). Elsewhere such
     /// a launch is an ordinary one.
     pub dependent_launch: bool,
+    /// Tensor maps (`crate::TensorMap`, the TMA engine's descriptors, NVIDIA sm_90+): made by
+    /// the CUDA driver only, so false through HIP, AMD's HIP for NVIDIA included, even on a
+    /// Hopper GPU. Launchers of kernels that copy through one take another path without them.
+    pub tensor_maps: bool,
     /// Whether the device drives a display (a desktop's GPU, shared with the compositor):
     /// NVIDIA reports the display watchdog (the kernel-execution timeout); on AMD, sysfs says
     /// whether the card is the boot VGA device or has a connected connector. GPU test runs

@@ -602,6 +602,7 @@ mod tests {
             matrix_cores: MatrixCores::MmaSync,
             warpgroup_mma: true,
             dependent_launch: false,
+            tensor_maps: true,
             drives_display: false,
         }
     }

@@ -136,7 +136,8 @@ fn entry_name<T: Dtype>(shape: Shape) -> String {
 }
 
 /// Why [`quant_gemm`] cannot run `format` in `T` at width `inp` on `stream`'s device, or `None`
-/// when it can: the device has warpgroup MMA and the module its entry (sm_90a machine code), the
+/// when it can: the device has warpgroup MMA, its host API makes tensor maps (the CUDA driver;
+/// not AMD's HIP for NVIDIA) and the module has its entry (sm_90a machine code), the
 /// format a kernel, `T` is f16 or bf16, `inp` a whole number of the format's stages and a weight
 /// row a whole number of 16 bytes (the stride of the tensor map through which the kernel copies
 /// it: q8_0 and q4_0 need `inp` a multiple of 256, mxfp4 of 512, q6_K of 2048).
@@ -173,6 +174,13 @@ pub fn quant_gemm_runs<T: Dtype>(stream: &Stream, format: BlockFormat, inp: usiz
     let info = stream.backend().info();
     if !info.warpgroup_mma {
         return Some(format!("{} ({}) has no warpgroup MMA (Hopper wgmma)", info.name, info.arch));
+    }
+    if !info.tensor_maps {
+        return Some(format!(
+            "{} is driven through the HIP runtime, which makes no tensor maps (the TMA descriptors \
+             the kernel copies the weight through: NVIDIA's CUDA driver only)",
+            info.name
+        ));
     }
     loader::kernel(stream, MODULE, &entry_name::<T>(shape)).err().map(|e| e.to_string())
 }

@@ -1,8 +1,9 @@
 //! `quant_gemm`: the mixed-input matrix-core GEMM (`kernels/quant_gemm_wgmma.hip`), for every
 //! format it has, f16 and bf16, against the f64 product on the dequantised weight (as `T`), at
 //! shapes with partial tiles of weight rows (128 a block) and tokens (256), into NaN-poisoned
-//! outputs (the cases of `dequant_gemm`'s tests). On a device without warpgroup MMA the same
-//! calls must be refused, naming why.
+//! outputs (the cases of `dequant_gemm`'s tests). On a device without warpgroup MMA, or driven
+//! through a host API that makes no tensor maps (AMD's HIP for NVIDIA), the same calls must be
+//! refused, naming why.
 
 use rocm_kernels::Dtype;
 use rocm_kernels::gemm::GemmElement;
@@ -50,10 +51,14 @@ fn check_format<T: GemmElement>(gpu: &GpuTest, rng: &mut Rng, format: BlockForma
 fn matches_the_reference<T: GemmElement>(seed: u64) {
     let gpu = gpu_test!();
     let mut rng = Rng::new(seed);
-    if !gpu.backend().info().warpgroup_mma {
-        // Refused, with the device named: the launchers take dequantise + GEMM there.
-        let why = quant_gemm_runs::<T>(gpu.stream(), BlockFormat::Q8_0, 512).expect("refused without wgmma");
-        assert!(why.contains("no warpgroup MMA"), "{why}");
+    let info = gpu.backend().info();
+    if !info.warpgroup_mma || !info.tensor_maps {
+        // Refused, with the device and the reason named: the launchers take dequantise + GEMM
+        // there (a device without wgmma; a Hopper GPU through AMD's HIP for NVIDIA, which makes
+        // no tensor maps).
+        let why = quant_gemm_runs::<T>(gpu.stream(), BlockFormat::Q8_0, 512).expect("refused");
+        let reason = if info.warpgroup_mma { "makes no tensor maps" } else { "no warpgroup MMA" };
+        assert!(why.contains(reason), "{why}");
         return;
     }
     for format in QUANT_GEMM_FORMATS {
@@ -82,7 +87,7 @@ fn decodes_every_weight_exactly<T: GemmElement>(seed: u64) {
     let gpu = gpu_test!();
     let s = gpu.stream();
     if quant_gemm_runs::<T>(s, BlockFormat::Q8_0, 512).is_some() {
-        return; // refused without wgmma: matches_the_reference_* check the reason
+        return; // refused (no wgmma, or no tensor maps): matches_the_reference_* check the reason
     }
     let mut rng = Rng::new(seed);
     let rows = 300;
@@ -146,7 +151,7 @@ fn an_empty_sum_stores_zeros() {
     let gpu = gpu_test!();
     let s = gpu.stream();
     if quant_gemm_runs::<bf16>(s, BlockFormat::Q8_0, 0).is_some() {
-        return; // refused without wgmma: matches_the_reference_* check the reason
+        return; // refused (no wgmma, or no tensor maps): matches_the_reference_* check the reason
     }
     let (tokens, rows) = (130, 300);
     let w = s.alloc::<u8>(0).unwrap();

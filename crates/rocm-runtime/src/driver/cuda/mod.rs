@@ -255,6 +255,7 @@ impl DeviceDriver for CudaDevice {
             matrix_cores: MatrixCores::for_nvidia_major(major),
             warpgroup_mma: (major, minor) == (9, 0),
             dependent_launch: major >= 9,
+            tensor_maps: major >= 9,
             drives_display: a(Attr::CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT)? != 0,
         })
     }

@@ -368,6 +368,8 @@ impl DeviceDriver for HipDevice {
             // HIP's launches have no programmatic dependencies (AMD's HIP for NVIDIA has none
             // either): a dependent launch is an ordinary one.
             dependent_launch: false,
+            // HIP has no call that makes one (`tensor_map_bytes_2d` below refuses).
+            tensor_maps: false,
             drives_display,
         })
     }
