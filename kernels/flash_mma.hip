@@ -253,8 +253,10 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
             stage_v(k0, buf);
         }
     };
-    // Prologue: Q with the first tile, then the next STAGES - 2 tiles, a commit group each.
-#pragma unroll
+    // Prologue: Q with the first tile, then the next STAGES - 2 tiles, a commit group each. A
+    // rolled loop: it runs once a launch, and its staging code unrolled is as long as the main
+    // loop's (instruction fetches of cold code: see the merge below).
+#pragma unroll 1
     for (int st = 0; st < STAGES - 1; ++st) {
         if (k_begin + st * BC < k_end) stage_kv(k_begin + st * BC, st);
         rf_cp_async_commit();
@@ -384,10 +386,14 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
         // Merge the warps' (m, l, O) for the shared rows through shared memory (the K buffers,
         // free now): O = sum_w 2^(m_w - M) O_w, l = sum_w 2^(m_w - M) l_w, M = max_w m_w.
         // (MW is 1 here.) Every warp merges and stores its share of O's column tiles (tile i
-        // goes to warp i % WARPS), where warp 0 used to do all of it while the others idled
-        // (batch-1 decode at 128 keys, 8.7 us instead of 10.0; docs/kernels/attention.md,
-        // version 13). Rows of the O scratch are padded by 8 floats, so the 8 rows one
-        // fragment position touches fall in bank pairs instead of one bank.
+        // goes to warp i % WARPS), where warp 0 used to do all of it while the others idled,
+        // in a rolled loop: this runs once a launch, and in a decode step the kernel's code
+        // comes cold (the weights streamed through the L2 since its last launch), so code
+        // straight-line over every tile waited on instruction fetches (ncu, batch-1 decode:
+        // 60 of a launch's 95 stall samples "no instruction", on the ~1400 unrolled
+        // instructions of the merge and store; docs/kernels/attention.md, version 13). Rows of
+        // the O scratch are padded by 8 floats, so the 8 rows one fragment position touches fall
+        // in bank pairs instead of one bank.
         constexpr int RED_LD = DT + 8;
         float* red_m = (float*)ks;             // [WARPS][16]
         float* red_l = red_m + WARPS * 16;     // [WARPS][16]
@@ -407,6 +413,10 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
             }
         }
         __syncthreads();
+        // The thread's rows g and g + 8: the warps' weights, the sum's inverse, where they go.
+        float weight[2][WARPS];
+        float inv[2];
+        rf_flash_row rows[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int r = g + 8 * h;
@@ -414,28 +424,30 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
 #pragma unroll
             for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, red_m[w * 16 + r]);
             const float m_use = mx == -INFINITY ? 0.0f : mx;
-            float weight[WARPS];
             float l = 0.0f;
 #pragma unroll
             for (int w = 0; w < WARPS; ++w) {
-                weight[w] = rf_fast_exp2(red_m[w * 16 + r] - m_use);
-                l = fmaf(weight[w], red_l[w * 16 + r], l);
+                weight[h][w] = rf_fast_exp2(red_m[w * 16 + r] - m_use);
+                l = fmaf(weight[h][w], red_l[w * 16 + r], l);
             }
+            rows[h] = rf_flash_locate(p, m0 + wrow + r, kv_head);
+            inv[h] = l > 0.0f ? 1.0f / l : 0.0f;
+            if (warp == 0 && t == 0 && rows[h].valid) rf_flash_store_lse(p, b, rows[h], split, mx, l);
+        }
+#pragma unroll 1
+        for (int i = warp; i < DTILES; i += WARPS) {
+            const int col = i * 8 + 2 * t;
 #pragma unroll
-            for (int i = 0; i < DTILES; ++i) {
-                if (i % WARPS != warp) continue; // another warp's tile (a compile-time index)
+            for (int h = 0; h < 2; ++h) {
 #pragma unroll
                 for (int c = 0; c < 2; ++c) {
                     float v = 0.0f;
 #pragma unroll
-                    for (int w = 0; w < WARPS; ++w) v = fmaf(weight[w], red_o[(w * 16 + r) * RED_LD + i * 8 + 2 * t + c], v);
-                    o[0][i][2 * h + c] = v;
+                    for (int w = 0; w < WARPS; ++w) v = fmaf(weight[h][w], red_o[(w * 16 + g + 8 * h) * RED_LD + col + c], v);
+                    if (rows[h].valid && col < p.head_dim) rf_flash_store<T>(p, b, rows[h], split, col + c, v * inv[h]);
                 }
             }
-            m_run[0][h] = mx;
-            l_sum[0][h] = l;
         }
-        rf_flash_store_rows<T, MW, DTILES, WARPS>(p, o, m_run, l_sum, m0 + wrow, b, kv_head, split, warp);
         return;
     }
 

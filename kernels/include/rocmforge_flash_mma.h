@@ -147,13 +147,10 @@ template <int MW> RF_DEVICE void rf_flash_quad_sums(const float (&l_run)[MW][2],
 }
 
 // Normalises the thread's rows of O (fragment mi's rows g and g + 8; `row0` the packed row of
-// fragment 0's row 0) by their sums and writes them and their LSE. With TILE_STEP > 1 several
-// warps share the rows (a key-split block): this warp writes the column tiles i with
-// i % TILE_STEP == `tile0`, and warp 0 the LSE.
-template <typename T, int MW, int DTILES, int TILE_STEP = 1>
+// fragment 0's row 0) by their sums and writes them and their LSE.
+template <typename T, int MW, int DTILES>
 RF_DEVICE void rf_flash_store_rows(const rf_flash_params& p, const float (&o)[MW][DTILES][4], const float (&m_run)[MW][2],
-                                   const float (&l_sum)[MW][2], int row0, int b, int kv_head, int split,
-                                   int tile0 = 0) {
+                                   const float (&l_sum)[MW][2], int row0, int b, int kv_head, int split) {
     const int lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -167,12 +164,12 @@ RF_DEVICE void rf_flash_store_rows(const rf_flash_params& p, const float (&o)[MW
 #pragma unroll
             for (int i = 0; i < DTILES; ++i) {
                 const int col = i * 8 + 2 * t;
-                if (i % TILE_STEP == tile0 && col < p.head_dim) {
+                if (col < p.head_dim) {
                     rf_flash_store<T>(p, b, r, split, col, o[mi][i][2 * h] * inv);
                     rf_flash_store<T>(p, b, r, split, col + 1, o[mi][i][2 * h + 1] * inv);
                 }
             }
-            if (t == 0 && (TILE_STEP == 1 || threadIdx.x < 32)) rf_flash_store_lse(p, b, r, split, m_run[mi][h], l);
+            if (t == 0) rf_flash_store_lse(p, b, r, split, m_run[mi][h], l);
         }
     }
 }
