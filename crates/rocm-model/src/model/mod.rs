@@ -10,8 +10,8 @@
 //! - [`ReferenceModel`]: the same forward pass in f64 on the CPU from the same stored bytes, with
 //!   a contiguous KV cache of its own; it can also round to `T` where the GPU stores, to estimate
 //!   the error of a `T` pipeline without a GPU.
-//! - [`Detokenizer`]: token ids back to text through the file's own vocabulary
-//!   (`tokenizer.ggml.*`, SentencePiece and byte-level BPE).
+//! - [`Detokenizer`] and [`Tokenizer`]: token ids to text and text to token ids through the
+//!   file's own vocabulary (`tokenizer.ggml.*`, SentencePiece and byte-level BPE).
 //! - [`synthetic`]: random models written with [`crate::GgufWriter`] for tests and examples.
 //!
 //! `docs/model.md` describes the dataflow, the conventions (weight layout, RoPE pairing) and how
@@ -46,5 +46,8 @@ pub use forward::Model;
 pub use reference::{ReferenceModel, ReferenceSequence, Rounding};
 pub use rope_scaling::{ROPE_FREQS, RopeScaling, llama3_freq_factors};
 pub use sampling::{Sampler, Sampling};
-pub use vocabulary::{Detokenizer, MODEL_KEY, TOKEN_TYPE_KEY, TOKENS_KEY, byte_of_char, char_of_byte};
+pub use vocabulary::{
+    Detokenizer, Encode, MERGES_KEY, MODEL_KEY, PRE_KEY, SCORES_KEY, TOKEN_TYPE_KEY, TOKENS_KEY, Tokenizer,
+    byte_of_char, char_of_byte,
+};
 pub use weights::{LayerTensor, OUTPUT_NORM, QKV_BIASES, tensor_name};

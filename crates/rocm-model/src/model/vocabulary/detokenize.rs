@@ -1,57 +1,14 @@
-//! Token ids back to text, from the GGUF file's own vocabulary (issue 21).
-//!
-//! Two tokenizer models are understood, as llama.cpp names them in `tokenizer.ggml.model`:
-//!
-//! - `llama` (SentencePiece): a token's text uses `▁` (U+2581) for a space; byte-fallback tokens
-//!   (type BYTE) are written `<0xNN>` and stand for the raw byte `NN`.
-//! - `gpt2` (byte-level BPE: Llama 3, Qwen2, GLM-4): every character of a token stands for one
-//!   byte through GPT-2's `bytes_to_unicode` table ([`byte_of_char`]).
-//!
-//! In both, control and unused tokens (`<s>`, `</s>`, `<|eot_id|>`) print nothing and
-//! user-defined tokens print their text as it is. The bytes of all tokens are concatenated and
-//! decoded as UTF-8 once, at the end, so a character whose bytes are split over tokens comes out
-//! whole; invalid UTF-8 becomes U+FFFD. Other tokenizer models are refused.
+//! Token ids back to text (issue 21). Control and unused tokens (`<s>`, `</s>`, `<|eot_id|>`)
+//! print nothing and user-defined tokens print their text as it is. The bytes of all tokens are
+//! concatenated and decoded as UTF-8 once, at the end, so a character whose bytes are split over
+//! tokens comes out whole; invalid UTF-8 becomes U+FFFD.
 
-use super::error::{ModelError, Result};
-use crate::gguf::{Array, GgufFile, Metadata};
-
-/// The token strings, one per id.
-pub const TOKENS_KEY: &str = "tokenizer.ggml.tokens";
-/// The tokenizer model: `llama` or `gpt2` here.
-pub const MODEL_KEY: &str = "tokenizer.ggml.model";
-/// One type per token (gguf-py's `TokenType`); optional, all NORMAL without it.
-pub const TOKEN_TYPE_KEY: &str = "tokenizer.ggml.token_type";
-
-// Token types as gguf-py's `TokenType` numbers them.
-const NORMAL: i32 = 1;
-const CONTROL: i32 = 3;
-const USER_DEFINED: i32 = 4;
-const UNUSED: i32 = 5;
-const BYTE: i32 = 6;
-
-/// The vocabulary's token strings: `None` when the file states none, an error when
-/// `tokenizer.ggml.tokens` is something other than an array of strings.
-pub(crate) fn vocabulary_tokens(metadata: &Metadata) -> Result<Option<&[String]>> {
-    let Some(value) = metadata.get(TOKENS_KEY) else {
-        return Ok(None);
-    };
-    match value.as_array().and_then(Array::as_strings) {
-        Some(tokens) => Ok(Some(tokens)),
-        None => Err(ModelError::BadMetadata {
-            key: TOKENS_KEY.into(),
-            reason: format!("not an array of strings: {}", value.preview(4, 40)),
-        }),
-    }
-}
-
-/// How a tokenizer model writes a token's bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Style {
-    /// `llama`: `▁` for space, `<0xNN>` byte tokens.
-    SentencePiece,
-    /// `gpt2`: one character per byte through GPT-2's table.
-    ByteLevel,
-}
+use super::{
+    BYTE, CONTROL, NORMAL, Style, TOKENS_KEY, UNUSED, USER_DEFINED, byte_of_char, byte_token, token_types,
+    vocabulary_tokens,
+};
+use crate::gguf::{GgufFile, Metadata};
+use crate::model::error::{ModelError, Result};
 
 /// Turns token ids into text with the vocabulary of a GGUF file.
 ///
@@ -87,23 +44,7 @@ impl Detokenizer {
         let Some(tokens) = vocabulary_tokens(metadata)? else {
             return Ok(None);
         };
-        let model = match metadata.get(MODEL_KEY) {
-            None => return Err(ModelError::MissingKey { key: MODEL_KEY.into() }),
-            Some(value) => value.as_str().ok_or_else(|| ModelError::BadMetadata {
-                key: MODEL_KEY.into(),
-                reason: format!("not a string: {}", value.preview(4, 40)),
-            })?,
-        };
-        let style = match model {
-            "llama" => Style::SentencePiece,
-            "gpt2" => Style::ByteLevel,
-            other => {
-                return Err(ModelError::BadMetadata {
-                    key: MODEL_KEY.into(),
-                    reason: format!("tokenizer model `{other}` is not supported (supported: llama, gpt2)"),
-                });
-            }
-        };
+        let style = Style::of(metadata)?;
         let types = token_types(metadata, tokens.len())?;
         let pieces = tokens
             .iter()
@@ -167,26 +108,6 @@ impl Detokenizer {
     }
 }
 
-/// `tokenizer.ggml.token_type`, checked: integers, one per token. `None` when absent.
-fn token_types(metadata: &Metadata, n_tokens: usize) -> Result<Option<Vec<i32>>> {
-    let Some(value) = metadata.get(TOKEN_TYPE_KEY) else {
-        return Ok(None);
-    };
-    let bad = |reason: String| ModelError::BadMetadata { key: TOKEN_TYPE_KEY.into(), reason };
-    let array = value.as_array().ok_or_else(|| bad(format!("not an array: {}", value.preview(4, 40))))?;
-    if array.len() != n_tokens {
-        return Err(bad(format!("{} types for the {n_tokens} tokens of {TOKENS_KEY}", array.len())));
-    }
-    (0..array.len())
-        .map(|i| {
-            let v = array.get(i).and_then(|v| v.as_i64());
-            v.and_then(|v| i32::try_from(v).ok())
-                .ok_or_else(|| bad(format!("element {i} is not a 32-bit integer: {}", array.preview(4, 40))))
-        })
-        .collect::<Result<Vec<_>>>()
-        .map(Some)
-}
-
 /// The bytes one token prints; `None` for a BYTE token not written `<0xNN>`.
 fn piece(style: Style, ty: i32, text: &str) -> Option<Vec<u8>> {
     Some(match ty {
@@ -198,15 +119,6 @@ fn piece(style: Style, ty: i32, text: &str) -> Option<Vec<u8>> {
             Style::ByteLevel => byte_level_bytes(text),
         },
     })
-}
-
-/// The byte of a SentencePiece byte-fallback token `<0xNN>`.
-fn byte_token(text: &str) -> Option<u8> {
-    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
-    if hex.len() != 2 {
-        return None;
-    }
-    u8::from_str_radix(hex, 16).ok()
 }
 
 /// A byte-level BPE token's bytes. A character outside GPT-2's table (an added token typed
@@ -222,36 +134,11 @@ fn byte_level_bytes(text: &str) -> Vec<u8> {
     bytes
 }
 
-/// Whether GPT-2's `bytes_to_unicode` maps byte `b` to the character of the same code point:
-/// `'!'..='~'`, `'¡'..='¬'` and `'®'..='ÿ'`.
-fn is_printable(b: u8) -> bool {
-    matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF)
-}
-
-/// GPT-2's `bytes_to_unicode`: printable bytes are their own character; the other 68 bytes, in
-/// increasing order, are U+0100, U+0101, ...
-pub fn char_of_byte(b: u8) -> char {
-    if is_printable(b) {
-        return char::from(b);
-    }
-    let n = (0..b).filter(|&x| !is_printable(x)).count() as u32;
-    char::from_u32(0x100 + n).expect("U+0100..U+0143 are characters")
-}
-
-/// The inverse of [`char_of_byte`]; `None` for a character outside the table.
-pub fn byte_of_char(c: char) -> Option<u8> {
-    let code = c as u32;
-    if let Ok(b) = u8::try_from(code) {
-        return is_printable(b).then_some(b);
-    }
-    let n = code.checked_sub(0x100)?;
-    (0..=255u8).filter(|&b| !is_printable(b)).nth(n as usize)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::GgufWriter;
+    use crate::model::vocabulary::{MODEL_KEY, TOKEN_TYPE_KEY, char_of_byte};
 
     fn file(model: Option<&str>, tokens: &[&str], types: Option<Vec<i32>>) -> GgufFile {
         let mut w = GgufWriter::new();
@@ -274,30 +161,10 @@ mod tests {
         Detokenizer::from_file(&file(model, tokens, types)).unwrap_err().to_string()
     }
 
-    /// GPT-2's table is a bijection of the 256 bytes onto 256 characters, printable bytes map
-    /// to themselves and the others to U+0100.., in order.
+    /// Every byte as its own token decodes back to the bytes.
     #[test]
-    fn the_gpt2_byte_table_round_trips() {
-        let chars: Vec<char> = (0..=255u8).map(char_of_byte).collect();
-        for b in 0..=255u8 {
-            assert_eq!(byte_of_char(chars[b as usize]), Some(b), "byte {b}");
-        }
-        let mut sorted = chars.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        assert_eq!(sorted.len(), 256);
-        assert_eq!(char_of_byte(b'A'), 'A');
-        assert_eq!(char_of_byte(0), '\u{100}');
-        assert_eq!(char_of_byte(b' '), 'Ġ');
-        assert_eq!(char_of_byte(b'\n'), 'Ċ');
-        assert_eq!(char_of_byte(0xAD), '\u{143}', "the last of the 68");
-        assert_eq!(chars.iter().filter(|&&c| c as u32 >= 0x100).count(), 68);
-        assert_eq!(byte_of_char('\u{144}'), None);
-        assert_eq!(byte_of_char(' '), None);
-        assert_eq!(byte_of_char('é'), Some(0xE9));
-
-        // Every byte as its own token decodes back to the bytes.
-        let texts: Vec<String> = chars.iter().map(|c| c.to_string()).collect();
+    fn every_byte_of_gpt2s_table_decodes() {
+        let texts: Vec<String> = (0..=255u8).map(|b| char_of_byte(b).to_string()).collect();
         let d = detok("gpt2", &texts.iter().map(String::as_str).collect::<Vec<_>>(), None);
         let all: Vec<u32> = (0..256).collect();
         let bytes: Vec<u8> = (0..=255).collect();
