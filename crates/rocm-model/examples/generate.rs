@@ -4,12 +4,14 @@
 //!
 //! ```text
 //! cargo run --release -p rocm-model --example generate -- [MODEL.gguf] [--tokens 1,2,3]...
-//!     [--prompts "1,2,3;7,8"] [--steps N] [--dtype f32|f16|bf16] [--temperature T] [--top-k K]
-//!     [--top-p P] [--seed S] [--decode graph|eager] [--text]
+//!     [--prompts "1,2,3;7,8"] [--prompt TEXT]... [--steps N] [--dtype f32|f16|bf16]
+//!     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--decode graph|eager] [--text]
 //! ```
 //!
 //! Each `--tokens` adds a prompt, and `--prompts` adds several (`;` between prompts); prompts
-//! may differ in length. Without either, one prompt of the id 1. The prompts are prefilled one
+//! may differ in length. `--prompt TEXT` adds a prompt written as text, turned into ids by the
+//! model file's own vocabulary (`Tokenizer`, `Encode::PROMPT`: the beginning-of-sequence token
+//! where the file asks for it, control tokens written in the text such as `<|eot_id|>` parsed). Without either, one prompt of the id 1. The prompts are prefilled one
 //! at a time (each its own sequence of the `PagedCache`, sized for the longest prompt plus the
 //! steps), then decoded as one batch per step. Sequence `i` samples with its own `Sampler`,
 //! seeded `S + i`.
@@ -39,15 +41,23 @@ use rocm_model::GgmlType;
 use rocm_model::GgufFile;
 use rocm_model::kv_cache::{KvCacheTensors, PagedCache, SeqId};
 use rocm_model::model::synthetic::{SyntheticSpec, SyntheticVocab};
-use rocm_model::model::{Architecture, Detokenizer, LayerTensor, Model, ModelConfig, Sampler, Sampling};
+use rocm_model::model::{
+    Architecture, Detokenizer, Encode, LayerTensor, Model, ModelConfig, Sampler, Sampling, Tokenizer,
+};
 use rocm_runtime::{Backend, DeviceBuffer, Stream, bf16, f16};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
+/// A prompt as given: token ids, or text for the model's vocabulary.
+enum Prompt {
+    Ids(Vec<u32>),
+    Text(String),
+}
+
 struct Args {
     path: Option<String>,
-    /// One a sequence, none empty.
-    prompts: Vec<Vec<u32>>,
+    /// One a sequence; no id list empty.
+    prompts: Vec<Prompt>,
     steps: usize,
     dtype: String,
     sampling: Sampling,
@@ -56,7 +66,7 @@ struct Args {
     text: bool,
 }
 
-const USAGE: &str = "usage: generate [MODEL.gguf] [--tokens 1,2,3]... [--prompts \"1,2,3;7,8\"] [--steps N] \
+const USAGE: &str = "usage: generate [MODEL.gguf] [--tokens 1,2,3]... [--prompts \"1,2,3;7,8\"] [--prompt TEXT]... [--steps N] \
                      [--dtype f32|f16|bf16] [--temperature T] [--top-k K] [--top-p P] [--seed S] \
                      [--decode graph|eager] [--text]";
 
@@ -94,14 +104,15 @@ fn parse_args() -> Result<Args, String> {
         match a.as_str() {
             "--tokens" => {
                 let which = format!("--tokens (prompt {})", args.prompts.len());
-                args.prompts.push(parse_prompt(&which, &value("--tokens")?)?)
+                args.prompts.push(Prompt::Ids(parse_prompt(&which, &value("--tokens")?)?))
             }
             "--prompts" => {
                 for text in value("--prompts")?.split(';') {
                     let which = format!("--prompts (prompt {})", args.prompts.len());
-                    args.prompts.push(parse_prompt(&which, text)?);
+                    args.prompts.push(Prompt::Ids(parse_prompt(&which, text)?));
                 }
             }
+            "--prompt" => args.prompts.push(Prompt::Text(value("--prompt")?)),
             "--steps" => args.steps = num("--steps", &value("--steps")?)?,
             "--dtype" => args.dtype = value("--dtype")?,
             "--temperature" => args.sampling.temperature = num("--temperature", &value("--temperature")?)?,
@@ -122,7 +133,7 @@ fn parse_args() -> Result<Args, String> {
         }
     }
     if args.prompts.is_empty() {
-        args.prompts.push(vec![1]);
+        args.prompts.push(Prompt::Ids(vec![1]));
     }
     Ok(args)
 }
@@ -289,6 +300,33 @@ fn decode(
     Ok(generated)
 }
 
+/// The prompts as ids: text through the file's vocabulary (read only when a prompt is text).
+fn prompt_ids(file: &GgufFile, prompts: &[Prompt]) -> Res<Vec<Vec<u32>>> {
+    let mut tokenizer = None;
+    let mut out = Vec::with_capacity(prompts.len());
+    for (i, prompt) in prompts.iter().enumerate() {
+        let ids = match prompt {
+            Prompt::Ids(ids) => ids.clone(),
+            Prompt::Text(text) => {
+                if tokenizer.is_none() {
+                    let t = Tokenizer::from_file(file)?;
+                    tokenizer = Some(t.ok_or(
+                        "--prompt needs a vocabulary, and the model file has none (no tokenizer.ggml.tokens)",
+                    )?);
+                }
+                let ids = tokenizer.as_ref().expect("made above").encode(text, Encode::PROMPT)?;
+                if ids.is_empty() {
+                    return Err(format!("prompt {i} ({text:?}) has no tokens").into());
+                }
+                eprintln!("prompt {i}: {} tokens", ids.len());
+                ids
+            }
+        };
+        out.push(ids);
+    }
+    Ok(out)
+}
+
 fn run<T: GemmElement>(file: Arc<GgufFile>, stream: &Stream, args: &Args) -> Res<()> {
     // Read before the weights are loaded, so a file without a vocabulary fails at once.
     let detokenizer = if args.text {
@@ -297,10 +335,11 @@ fn run<T: GemmElement>(file: Arc<GgufFile>, stream: &Stream, args: &Args) -> Res
     } else {
         None
     };
+    let prompts = prompt_ids(&file, &args.prompts)?;
     let model = load::<T>(file, stream)?;
-    let (mut cache, mut kv, max_blocks) = kv_cache(&model, &args.prompts, args.steps)?;
-    let mut samplers = samplers(args.sampling, args.prompts.len())?;
-    let (seqs, first) = prefill(&model, &mut cache, &mut kv, &args.prompts, &mut samplers)?;
+    let (mut cache, mut kv, max_blocks) = kv_cache(&model, &prompts, args.steps)?;
+    let mut samplers = samplers(args.sampling, prompts.len())?;
+    let (seqs, first) = prefill(&model, &mut cache, &mut kv, &prompts, &mut samplers)?;
     let generated = if args.graph {
         let mut workspace = model
             .decode_workspace(&mut kv, seqs.len(), max_blocks)

@@ -3,9 +3,10 @@
 //! ```text
 //! gguf inspect FILE                 metadata and the tensor table
 //! gguf dump FILE TENSOR -o OUT.npy  one tensor decoded to f32, as a NumPy array
+//! gguf tokenize FILE TEXT [--special]  TEXT's token ids in the file's own vocabulary
 //! ```
 //!
-//! Two subcommands and one flag: a hand-written parser is shorter than the dependency.
+//! Three subcommands and two flags: a hand-written parser is shorter than the dependency.
 //!
 //! `dump` decodes and writes a bounded number of blocks at a time, so a tensor of any size
 //! takes a few MiB of memory; before writing it checks that the output fits the free space of
@@ -15,6 +16,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use rocm_model::model::{Encode, Tokenizer};
 use rocm_model::npy::{npy_f32_len, write_f32_data, write_npy_f32_header};
 use rocm_model::{GgufError, GgufFile};
 use rocm_runtime::Bytes;
@@ -22,11 +24,16 @@ use rocm_runtime::Bytes;
 const USAGE: &str = "usage:
   gguf inspect FILE                 print the metadata and the tensor table
   gguf dump FILE TENSOR -o OUT.npy  write TENSOR decoded to f32 as a NumPy .npy file
-                                    (shape: the GGUF dims reversed, row-major)";
+                                    (shape: the GGUF dims reversed, row-major)
+  gguf tokenize FILE TEXT [--special]
+                                    print TEXT's token ids in FILE's vocabulary, one line;
+                                    --special: the beginning-of-sequence token as FILE asks,
+                                    and control tokens written in TEXT (<|eot_id|>) parsed";
 
 enum Command {
     Inspect { file: PathBuf },
     Dump { file: PathBuf, tensor: String, out: PathBuf },
+    Tokenize { file: PathBuf, text: String, special: bool },
     Help,
 }
 
@@ -34,6 +41,7 @@ enum Command {
 fn parse_args(args: &[String]) -> Result<Command, String> {
     let mut positional = Vec::new();
     let mut out = None;
+    let mut special = false;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -44,10 +52,14 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
                     return Err(format!("{arg} given twice"));
                 }
             }
+            "--special" => special = true,
             "--" => positional.extend(it.by_ref().cloned()),
             s if s.starts_with('-') && s.len() > 1 => return Err(format!("unknown option `{s}`")),
             _ => positional.push(arg.clone()),
         }
+    }
+    if special && positional.first().is_some_and(|c| c != "tokenize") {
+        return Err("--special goes with tokenize".into());
     }
     match positional.as_slice() {
         [cmd, file] if cmd == "inspect" => {
@@ -60,7 +72,14 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
             let out = out.ok_or("dump needs -o OUT.npy")?;
             Ok(Command::Dump { file: file.into(), tensor: tensor.clone(), out })
         }
+        [cmd, file, text] if cmd == "tokenize" => {
+            if out.is_some() {
+                return Err("tokenize takes no -o".into());
+            }
+            Ok(Command::Tokenize { file: file.into(), text: text.clone(), special })
+        }
         [cmd, ..] if cmd == "inspect" => Err("inspect takes one FILE".into()),
+        [cmd, ..] if cmd == "tokenize" => Err("tokenize takes FILE TEXT (one argument: quote it)".into()),
         [cmd, ..] if cmd == "dump" => Err("dump takes FILE TENSOR -o OUT.npy".into()),
         [cmd, ..] => Err(format!("unknown command `{cmd}`")),
         [] => Err("no command given".into()),
@@ -129,6 +148,19 @@ fn print_inspect(file: &GgufFile, path: &Path, out: &mut impl Write) -> std::io:
         out,
         "shapes are in GGUF order (ne[0], the row length, first); offsets are from the data section"
     )?;
+    Ok(())
+}
+
+fn tokenize(path: &Path, text: &str, special: bool) -> Result<(), String> {
+    let file = open(path)?;
+    let in_file = |e: rocm_model::model::ModelError| format!("{}: {e}", path.display());
+    let tokenizer = Tokenizer::from_file(&file)
+        .map_err(in_file)?
+        .ok_or_else(|| format!("{}: no vocabulary (tokenizer.ggml.tokens)", path.display()))?;
+    let how = if special { Encode::PROMPT } else { Encode::TEXT };
+    let ids = tokenizer.encode(text, how).map_err(in_file)?;
+    let line: Vec<String> = ids.iter().map(u32::to_string).collect();
+    println!("{}", line.join(" "));
     Ok(())
 }
 
@@ -267,6 +299,7 @@ fn main() -> ExitCode {
         }
         Command::Inspect { file } => inspect(&file),
         Command::Dump { file, tensor, out } => dump(&file, &tensor, &out),
+        Command::Tokenize { file, text, special } => tokenize(&file, &text, special),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -291,6 +324,14 @@ mod tests {
         assert!(matches!(parse_args(&args("dump a.gguf t -o x.npy")), Ok(Command::Dump { .. })));
         assert!(matches!(parse_args(&args("dump -o x.npy a.gguf t")), Ok(Command::Dump { .. })));
         assert!(matches!(parse_args(&args("--help")), Ok(Command::Help)));
+        assert!(matches!(
+            parse_args(&args("tokenize a.gguf hi --special")),
+            Ok(Command::Tokenize { special: true, .. })
+        ));
+        assert!(matches!(
+            parse_args(&args("tokenize a.gguf hi")),
+            Ok(Command::Tokenize { special: false, .. })
+        ));
         for (bad, why) in [
             ("", "no command"),
             ("frobnicate a", "unknown command"),
@@ -299,6 +340,10 @@ mod tests {
             ("dump a.gguf t -o", "needs a file name"),
             ("inspect a -x", "unknown option"),
             ("dump a t -o x -o y", "twice"),
+            ("tokenize a.gguf two words", "quote it"),
+            ("tokenize a.gguf", "FILE TEXT"),
+            ("tokenize a.gguf hi -o x", "no -o"),
+            ("inspect a.gguf --special", "goes with tokenize"),
         ] {
             let err = parse_args(&args(bad)).err().unwrap_or_else(|| panic!("`{bad}` parsed"));
             assert!(err.contains(why), "`{bad}`: {err}");

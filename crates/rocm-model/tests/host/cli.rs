@@ -1,5 +1,5 @@
-//! The `gguf` tool: `inspect` lists a file, `dump` writes a tensor as `.npy`, failures exit
-//! non-zero with a message naming what went wrong.
+//! The `gguf` tool: `inspect` lists a file, `dump` writes a tensor as `.npy`, `tokenize` prints
+//! the ids of a text; failures exit non-zero with a message naming what went wrong.
 
 use std::process::{Command, Output};
 
@@ -185,4 +185,57 @@ fn dump_streams_a_tensor_larger_than_one_piece() {
         let (_, got) = read_npy(&std::fs::read(&npy).unwrap());
         assert!(got == file.to_f32(tensor).unwrap(), "{tensor}: the dump differs from to_f32");
     }
+}
+
+/// `tokenize` prints the ids of a text in the file's vocabulary, with `--special` the BOS and
+/// the control tokens written in the text; a file without a vocabulary, or with one it cannot
+/// tokenize with, is refused naming why.
+#[test]
+fn tokenize_prints_the_ids_or_says_why_not() {
+    let dir = TempDir::new("cli-tokenize");
+    let mut w = GgufWriter::new();
+    w.add_metadata("tokenizer.ggml.model", "gpt2").unwrap();
+    w.add_metadata("tokenizer.ggml.pre", "llama-bpe").unwrap();
+    w.add_metadata("tokenizer.ggml.tokens", vec!["<|bos|>", "H", "i", "Hi", "Ġ", "!", "Ġ!"]).unwrap();
+    w.add_metadata("tokenizer.ggml.token_type", vec![3i32, 1, 1, 1, 1, 1, 1]).unwrap();
+    w.add_metadata("tokenizer.ggml.merges", vec!["H i", "Ġ !"]).unwrap();
+    w.add_metadata("tokenizer.ggml.bos_token_id", 0u32).unwrap();
+    w.add_metadata("tokenizer.ggml.add_bos_token", true).unwrap();
+    let vocab = dir.join("vocab.gguf");
+    w.write_file(&vocab).unwrap();
+    let path = vocab.to_str().unwrap();
+
+    let out = gguf(&["tokenize", path, "Hi !"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "3 6\n");
+    let out = gguf(&["tokenize", path, "<|bos|>Hi", "--special"]);
+    assert_eq!(text(&out).0, "0 0 3\n", "{}", text(&out).1);
+
+    let plain = model(&dir);
+    let out = gguf(&["tokenize", plain.to_str().unwrap(), "Hi"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("tokenizer.ggml.model") && stderr.contains("missing"), "{stderr}");
+
+    let mut w = GgufWriter::new();
+    w.add_metadata("tokenizer.ggml.model", "gpt2").unwrap();
+    w.add_metadata("tokenizer.ggml.pre", "bloom").unwrap();
+    w.add_metadata("tokenizer.ggml.tokens", vec!["a"]).unwrap();
+    let bloom = dir.join("bloom.gguf");
+    w.write_file(&bloom).unwrap();
+    let out = gguf(&["tokenize", bloom.to_str().unwrap(), "a"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("bloom.gguf") && stderr.contains("pre-tokenizer `bloom` is not supported"),
+        "{stderr}"
+    );
+
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", "llama").unwrap();
+    let none = dir.join("none.gguf");
+    w.write_file(&none).unwrap();
+    let out = gguf(&["tokenize", none.to_str().unwrap(), "a"]);
+    assert!(text(&out).1.contains("no vocabulary"), "{}", text(&out).1);
 }
