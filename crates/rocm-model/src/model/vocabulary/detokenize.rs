@@ -3,10 +3,7 @@
 //! concatenated and decoded as UTF-8 once, at the end, so a character whose bytes are split over
 //! tokens comes out whole; invalid UTF-8 becomes U+FFFD.
 
-use super::{
-    BYTE, CONTROL, NORMAL, Style, TOKENS_KEY, UNUSED, USER_DEFINED, byte_of_char, byte_token, token_types,
-    vocabulary_tokens,
-};
+use super::{BYTE, CONTROL, Style, TOKENS_KEY, UNUSED, USER_DEFINED, Vocabulary, byte_of_char, byte_token};
 use crate::gguf::{GgufFile, Metadata};
 use crate::model::error::{ModelError, Result};
 
@@ -41,17 +38,16 @@ impl Detokenizer {
 
     /// As [`Detokenizer::from_file`], from the metadata alone.
     pub fn from_metadata(metadata: &Metadata) -> Result<Option<Detokenizer>> {
-        let Some(tokens) = vocabulary_tokens(metadata)? else {
+        let Some(vocab) = Vocabulary::read(metadata)? else {
             return Ok(None);
         };
-        let style = Style::of(metadata)?;
-        let types = token_types(metadata, tokens.len())?;
-        let pieces = tokens
+        let style = vocab.style;
+        let pieces = vocab
+            .tokens
             .iter()
             .enumerate()
             .map(|(id, text)| {
-                let ty = types.as_ref().map_or(NORMAL, |t| t[id]);
-                piece(style, ty, text).ok_or_else(|| ModelError::BadMetadata {
+                piece(style, vocab.ty(id), text).ok_or_else(|| ModelError::BadMetadata {
                     key: TOKENS_KEY.into(),
                     reason: format!("token {id} {text:?} has type BYTE but is not written <0xNN>"),
                 })

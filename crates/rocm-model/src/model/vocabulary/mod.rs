@@ -72,6 +72,32 @@ impl Style {
     }
 }
 
+/// What both directions read first: the token strings, the tokenizer model and the token types.
+struct Vocabulary<'m> {
+    tokens: &'m [String],
+    style: Style,
+    /// One a token; `None` where the file has none (every token is then NORMAL).
+    types: Option<Vec<i32>>,
+}
+
+impl<'m> Vocabulary<'m> {
+    /// `None` when the file has no `tokenizer.ggml.tokens`; refuses a missing or unknown
+    /// tokenizer model and token types of the wrong type or length.
+    fn read(metadata: &'m Metadata) -> Result<Option<Vocabulary<'m>>> {
+        let Some(tokens) = vocabulary_tokens(metadata)? else {
+            return Ok(None);
+        };
+        let style = Style::of(metadata)?;
+        let types = token_types(metadata, tokens.len())?;
+        Ok(Some(Vocabulary { tokens, style, types }))
+    }
+
+    /// The type of token `id` (NORMAL where the file states no types).
+    fn ty(&self, id: usize) -> i32 {
+        self.types.as_ref().map_or(NORMAL, |t| t[id])
+    }
+}
+
 /// The vocabulary's token strings: `None` when the file states none, an error when
 /// `tokenizer.ggml.tokens` is something other than an array of strings.
 pub(crate) fn vocabulary_tokens(metadata: &Metadata) -> Result<Option<&[String]>> {

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use super::merge::{Symbol, merge_symbols};
-use super::{BYTE, NORMAL, SCORES_KEY, UNKNOWN, USER_DEFINED, byte_token, flag, token_id};
+use super::{BYTE, NORMAL, SCORES_KEY, UNKNOWN, USER_DEFINED, Vocabulary, byte_token, flag, token_id};
 use crate::gguf::{Array, Metadata};
 use crate::model::error::{ModelError, Result};
 
@@ -50,8 +50,9 @@ pub(super) struct Spm {
 }
 
 impl Spm {
-    /// The scores and byte tokens of `metadata`'s vocabulary `tokens` (typed by `types`).
-    pub fn new(metadata: &Metadata, tokens: &[String], types: Option<&[i32]>) -> Result<Spm> {
+    /// The scores and byte tokens of `metadata`'s vocabulary.
+    pub fn new(metadata: &Metadata, vocab: &Vocabulary<'_>) -> Result<Spm> {
+        let (tokens, typed) = (vocab.tokens, vocab.types.is_some());
         let bad = |reason: String| ModelError::BadMetadata { key: SCORES_KEY.into(), reason };
         let scores = match metadata.get(SCORES_KEY) {
             None => return Err(ModelError::MissingKey { key: SCORES_KEY.into() }),
@@ -63,19 +64,17 @@ impl Spm {
         if scores.len() != tokens.len() {
             return Err(bad(format!("{} scores for {} tokens", scores.len(), tokens.len())));
         }
-        let ty = |id: usize| types.map_or(NORMAL, |t| t[id]);
-        let plain =
-            (0..tokens.len()).map(|id| types.is_none() || matches!(ty(id), NORMAL | USER_DEFINED)).collect();
+        let ty = |id: usize| vocab.ty(id);
+        let plain = (0..tokens.len()).map(|id| !typed || matches!(ty(id), NORMAL | USER_DEFINED)).collect();
         let mut byte_ids = [None; 256];
         for (id, text) in tokens.iter().enumerate() {
-            if let Some(b) = byte_token(text).filter(|_| types.is_none() || ty(id) == BYTE) {
+            if let Some(b) = byte_token(text).filter(|_| !typed || ty(id) == BYTE) {
                 byte_ids[b as usize].get_or_insert(id as u32);
             }
         }
         // The file's unknown token, or the first token typed UNKNOWN.
-        let unknown = token_id(metadata, UNKNOWN_ID_KEY, tokens.len())?.or_else(|| {
-            (0..tokens.len()).find(|&id| types.is_some() && ty(id) == UNKNOWN).map(|id| id as u32)
-        });
+        let unknown = token_id(metadata, UNKNOWN_ID_KEY, tokens.len())?
+            .or_else(|| (0..tokens.len()).find(|&id| typed && ty(id) == UNKNOWN).map(|id| id as u32));
         let add_space_prefix = flag(metadata, ADD_SPACE_PREFIX_KEY, true)?;
         Ok(Spm { scores, plain, byte_ids, unknown, add_space_prefix })
     }

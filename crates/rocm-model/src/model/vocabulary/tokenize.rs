@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use super::bpe::Bpe;
 use super::spm::Spm;
-use super::{CONTROL, Style, USER_DEFINED, flag, token_id, token_types, vocabulary_tokens};
+use super::{CONTROL, Style, USER_DEFINED, Vocabulary, flag, token_id};
 use crate::gguf::{GgufFile, Metadata};
 use crate::model::error::{ModelError, Result};
 
@@ -99,25 +99,22 @@ impl Tokenizer {
 
     /// As [`Tokenizer::from_file`], from the metadata alone.
     pub fn from_metadata(metadata: &Metadata) -> Result<Option<Tokenizer>> {
-        let Some(tokens) = vocabulary_tokens(metadata)? else {
+        let Some(vocab) = Vocabulary::read(metadata)? else {
             return Ok(None);
         };
-        let style = Style::of(metadata)?;
-        let types = token_types(metadata, tokens.len())?;
+        let (tokens, style) = (vocab.tokens, vocab.style);
         let mut ids = HashMap::with_capacity(tokens.len());
         for (id, text) in tokens.iter().enumerate() {
             ids.entry(text.clone()).or_insert(id as u32);
         }
         let model = match style {
-            Style::SentencePiece => Model::SentencePiece(Spm::new(metadata, tokens, types.as_deref())?),
+            Style::SentencePiece => Model::SentencePiece(Spm::new(metadata, &vocab)?),
             Style::ByteLevel => Model::ByteLevel(Bpe::new(metadata, &ids)?),
         };
-        let mut specials: Vec<Special> = types
-            .iter()
-            .flatten()
-            .enumerate()
-            .filter(|&(id, &ty)| matches!(ty, CONTROL | USER_DEFINED) && !tokens[id].is_empty())
-            .map(|(id, &ty)| Special { text: tokens[id].clone(), id: id as u32, control: ty == CONTROL })
+        let mut specials: Vec<Special> = (0..tokens.len())
+            .filter(|&id| vocab.types.is_some() && matches!(vocab.ty(id), CONTROL | USER_DEFINED))
+            .filter(|&id| !tokens[id].is_empty())
+            .map(|id| Special { text: tokens[id].clone(), id: id as u32, control: vocab.ty(id) == CONTROL })
             .collect();
         specials.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then(a.id.cmp(&b.id)));
         let n = tokens.len();
