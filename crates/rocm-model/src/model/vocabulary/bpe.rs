@@ -58,6 +58,11 @@ impl Bpe {
         Ok(Bpe { pre, merges, byte_ids })
     }
 
+    /// The words of `text`, cut by the pre-tokenizer.
+    pub fn words<'t>(&self, text: &'t str) -> Vec<&'t str> {
+        self.pre.words(text)
+    }
+
     /// Appends the tokens of `text` (no special tokens in it) to `out`.
     pub fn encode(&self, ids: &HashMap<String, u32>, text: &str, out: &mut Vec<u32>) -> Result<()> {
         for word in self.pre.words(text) {

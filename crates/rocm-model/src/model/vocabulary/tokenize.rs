@@ -156,6 +156,16 @@ impl Tokenizer {
         self.ids.get(text).copied()
     }
 
+    /// The words a byte-level vocabulary's pre-tokenizer cuts `text` into before any merge
+    /// (special tokens are not split out here); a SentencePiece vocabulary has no
+    /// pre-tokenizer: `text` whole. Together they are `text`.
+    pub fn words<'t>(&self, text: &'t str) -> Vec<&'t str> {
+        match &self.model {
+            Model::SentencePiece(_) => vec![text],
+            Model::ByteLevel(bpe) => bpe.words(text),
+        }
+    }
+
     /// The token ids of `text`. An error where the file asks for a beginning or end token it
     /// does not name, or where the vocabulary cannot spell a character (no token, no byte
     /// tokens, no unknown token).

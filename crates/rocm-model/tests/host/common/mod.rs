@@ -53,16 +53,22 @@ pub fn script() -> PathBuf {
 /// SKIP line and returns false, except under CI (`CI` set), where the package is installed by
 /// `.ci/run` and its absence fails the test: CI must not pass by skipping.
 pub fn python_gguf(test: &str) -> bool {
-    let probe = Command::new("python3").args(["-c", "import gguf, numpy"]).output();
+    python_has(test, "gguf, numpy", "gguf")
+}
+
+/// Whether `python3` can `import {modules}`; otherwise as [`python_gguf`] (`pip` names the
+/// package in the messages).
+pub fn python_has(test: &str, modules: &str, pip: &str) -> bool {
+    let probe = Command::new("python3").args(["-c", &format!("import {modules}")]).output();
     let why = match probe {
         Ok(out) if out.status.success() => return true,
         Ok(out) => String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("").to_string(),
         Err(e) => format!("python3: {e}"),
     };
     if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
-        panic!("{test}: the Python `gguf` package is required under CI (pip install gguf): {why}");
+        panic!("{test}: the Python `{pip}` package is required under CI (pip install {pip}): {why}");
     }
-    eprintln!("SKIP {test}: python3 cannot import the `gguf` package ({why}); pip install gguf to run it");
+    eprintln!("SKIP {test}: python3 cannot import `{modules}` ({why}); pip install {pip} to run it");
     false
 }
 
