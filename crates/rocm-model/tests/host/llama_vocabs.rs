@@ -87,3 +87,47 @@ fn byte_level_vocabularies_match_hugging_face() {
         "byte_level_vocabularies_match_hugging_face",
     );
 }
+
+/// Any text comes back from its ids: byte-level BPE is lossless, and SentencePiece with byte
+/// tokens for every byte gives the text back behind its space prefix. Random texts of random
+/// code points (any plane, controls and unassigned ones included) and of the pieces that
+/// tokenize in interesting ways; control tokens' text is ordinary text here.
+#[test]
+fn random_texts_round_trip_through_the_ids() {
+    let Some(dir) = vocab_dir("random_texts_round_trip_through_the_ids") else {
+        return;
+    };
+    const PIECES: &[&str] =
+        &[" ", "  ", "\n", "\t", "\r\n", "'s", "'LL", "123", "4567", "é", "😁", "我", "<s>", "<|eot_id|>"];
+    let mut state = 0xA11CE_u64;
+    let mut next = move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut texts = Vec::new();
+    for _ in 0..400 {
+        let mut text = String::new();
+        for _ in 0..next() % 24 {
+            match next() % 3 {
+                0 => text.push_str(PIECES[(next() % PIECES.len() as u64) as usize]),
+                1 => text.push(char::from_u32((next() % 0x11_0000) as u32).unwrap_or('\u{FFFD}')),
+                _ => text.push(char::from_u32(0x20 + (next() % 0x5F) as u32).unwrap()),
+            }
+        }
+        texts.push(text);
+    }
+    for name in ["llama-spm", "llama-bpe", "qwen2", "gpt-2"] {
+        let file = GgufFile::open(dir.join(format!("ggml-vocab-{name}.gguf"))).unwrap();
+        let tok = Tokenizer::from_file(&file).unwrap().unwrap();
+        let detok = Detokenizer::from_file(&file).unwrap().unwrap();
+        for text in &texts {
+            let ids = tok.encode(text, Encode::TEXT).unwrap();
+            let expected =
+                if detok.is_byte_level() || text.is_empty() { text.clone() } else { format!(" {text}") };
+            assert_eq!(detok.decode(&ids).unwrap(), expected, "{name}: {text:?} -> {ids:?}");
+        }
+    }
+}
