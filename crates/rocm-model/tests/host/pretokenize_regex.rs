@@ -3,8 +3,9 @@
 //! (`src/model/vocabulary/pretokenize.rs`); `tests/pretokenize_regex.py` runs them as written,
 //! with Python's `regex` module. Random texts from an alphabet of the cases that matter
 //! (runs of spaces, tabs, line breaks and other whitespace; letters with case folds such as
-//! `ſ` and the Kelvin sign; digits of other scripts; marks; emoji; contractions) must cut into
-//! the same words.
+//! `ſ` and the Kelvin sign; title case, modifier letters, upper after lower; digits of other
+//! scripts; marks; emoji; contractions) must cut into the same words with each of the GPT-2,
+//! Llama 3, Qwen2 and Tekken pre-tokenizers.
 //!
 //! Skipped (with a printed reason) where `python3 -c "import regex"` fails, except under CI.
 
@@ -16,9 +17,50 @@ use rocm_model::{GgufFile, GgufWriter};
 
 /// Pieces the texts are made of.
 const ALPHABET: &[&str] = &[
-    " ", " ", "  ", "\t", "\n", "\r", "\r\n", "\u{3000}", "\u{a0}", "\u{85}", "a", "B", "é", "ſ", "\u{212a}",
-    "'", "'s", "'S", "'ll", "'LL", "'Ve", "1", "22", "333", "\u{663}", "½", "!", "?", ".", "-", "😁", "我",
-    "ក", "ា", "\u{200d}", "\u{301}", "x", "Z",
+    " ",
+    " ",
+    "  ",
+    "\t",
+    "\n",
+    "\r",
+    "\r\n",
+    "\u{3000}",
+    "\u{a0}",
+    "\u{85}",
+    "a",
+    "B",
+    "é",
+    "ſ",
+    "\u{212a}",
+    "'",
+    "'s",
+    "'S",
+    "'ll",
+    "'LL",
+    "'Ve",
+    "1",
+    "22",
+    "333",
+    "\u{663}",
+    "½",
+    "!",
+    "?",
+    ".",
+    "-",
+    "😁",
+    "我",
+    "ក",
+    "ា",
+    "\u{200d}",
+    "\u{301}",
+    "x",
+    "Z",
+    "aB",
+    "Ab",
+    "ǅ",
+    "ʰ",
+    "/",
+    "\u{10400}",
 ];
 
 /// A tokenizer whose only use here is its pre-tokenizer.
@@ -37,7 +79,7 @@ fn pre_tokenizers_cut_text_as_python_regex_does() {
     if !python_has(test, "regex", "regex") {
         return;
     }
-    let names = ["gpt-2", "llama-bpe", "qwen2"];
+    let names = ["gpt-2", "llama-bpe", "qwen2", "tekken"];
     let tokenizers: Vec<Tokenizer> = names.iter().map(|n| tokenizer(n)).collect();
     // SplitMix64: the same texts every run.
     let mut state = 0x5EED_u64;
@@ -83,7 +125,7 @@ fn pre_tokenizers_cut_text_as_python_regex_does() {
         bad.is_empty(),
         "{} of {} texts cut differently:\n{}",
         bad.len(),
-        texts.len() * 3,
+        texts.len() * names.len(),
         bad[..bad.len().min(20)].join("\n")
     );
 }

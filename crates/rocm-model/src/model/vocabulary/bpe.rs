@@ -58,6 +58,11 @@ impl Bpe {
         Ok(Bpe { pre, merges, byte_ids })
     }
 
+    /// Whether the beginning-of-sequence token goes in front where the file does not say.
+    pub fn bos_by_default(&self) -> bool {
+        self.pre.bos_by_default
+    }
+
     /// The words of `text`, cut by the pre-tokenizer.
     pub fn words<'t>(&self, text: &'t str) -> Vec<&'t str> {
         self.pre.words(text)

@@ -4,7 +4,7 @@
 //! its Hugging Face `tokenizer.json`) before any merge, so no merge crosses a word boundary:
 //! GPT-2 keeps a space with the word after it and numbers whole; Llama 3 (and GLM-4) lets one
 //! non-letter lead a word and cuts numbers into groups of up to three digits; Qwen2 cuts them
-//! into single digits.
+//! into single digits; Mistral's Tekken also cuts where upper case follows lower case.
 //!
 //! Those expressions end in `\s+(?!\S)|\s+`: a run of whitespace is a word, but one followed by
 //! a non-space leaves its last character to start the next word (where `" world"` may take it).
@@ -13,7 +13,7 @@
 //! `regex` crate runs, and [`PreTokenizer::words`] gives the last character back itself: a
 //! match of whitespace only, two or more characters long, that is not the end of the text and
 //! could only have come from those two alternatives, is cut before its last character, and
-//! matching resumes there. (In Llama 3's and Qwen2's expressions `\s*[\r\n]+` comes first and
+//! matching resumes there. (In every expression here but GPT-2's `\s*[\r\n]+` comes first and
 //! takes every run that holds a line break, so only runs without one are cut.)
 
 use regex::Regex;
@@ -38,19 +38,43 @@ enum Runs {
     WithoutLineBreaks,
 }
 
-/// The pre-tokenizer names understood, as llama.cpp's converter writes them, with their
-/// expression, which runs give a character back, and whether a word that is itself a token
-/// skips the merges (`ignore_merges` in Llama 3's and GLM-4's `tokenizer.json`).
-const KNOWN: &[(&str, &str, Runs, bool)] = &[
-    ("gpt-2", GPT2, Runs::All, false),
-    ("phi-2", GPT2, Runs::All, false),
-    ("llama-bpe", LLAMA3, Runs::WithoutLineBreaks, true),
-    ("llama3", LLAMA3, Runs::WithoutLineBreaks, true),
-    ("llama-v3", LLAMA3, Runs::WithoutLineBreaks, true),
-    ("chatglm-bpe", LLAMA3, Runs::WithoutLineBreaks, false),
-    ("glm4", LLAMA3, Runs::WithoutLineBreaks, true),
-    ("qwen2", QWEN2, Runs::WithoutLineBreaks, false),
-    ("deepseek-r1-qwen", QWEN2, Runs::WithoutLineBreaks, false),
+/// Mistral's Tekken (Mistral NeMo and later): words split where upper case follows lower case,
+/// digits one at a time, `/` kept with line breaks after punctuation.
+const TEKKEN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+";
+
+/// A pre-tokenizer llama.cpp's converter names: its expression, which runs give a character
+/// back, whether a word that is itself a token skips the merges (`ignore_merges` in the model's
+/// `tokenizer.json`), and whether the beginning-of-sequence token goes in front where the file
+/// does not say (`tokenizer.ggml.add_bos_token`; llama.cpp's default for that name).
+struct Known {
+    name: &'static str,
+    pattern: &'static str,
+    runs: Runs,
+    ignore_merges: bool,
+    bos: bool,
+}
+
+const fn known(
+    name: &'static str,
+    pattern: &'static str,
+    runs: Runs,
+    ignore_merges: bool,
+    bos: bool,
+) -> Known {
+    Known { name, pattern, runs, ignore_merges, bos }
+}
+
+const KNOWN: &[Known] = &[
+    known("gpt-2", GPT2, Runs::All, false, false),
+    known("phi-2", GPT2, Runs::All, false, false),
+    known("llama-bpe", LLAMA3, Runs::WithoutLineBreaks, true, false),
+    known("llama3", LLAMA3, Runs::WithoutLineBreaks, true, false),
+    known("llama-v3", LLAMA3, Runs::WithoutLineBreaks, true, false),
+    known("chatglm-bpe", LLAMA3, Runs::WithoutLineBreaks, false, false),
+    known("glm4", LLAMA3, Runs::WithoutLineBreaks, true, false),
+    known("qwen2", QWEN2, Runs::WithoutLineBreaks, false, false),
+    known("deepseek-r1-qwen", QWEN2, Runs::WithoutLineBreaks, false, false),
+    known("tekken", TEKKEN, Runs::WithoutLineBreaks, true, true),
 ];
 
 /// A byte-level BPE vocabulary's word splitter.
@@ -60,20 +84,27 @@ pub(super) struct PreTokenizer {
     runs: Runs,
     /// A word that is a token as it is becomes that token without merging.
     pub ignore_merges: bool,
+    /// The beginning-of-sequence token goes in front unless the file says otherwise.
+    pub bos_by_default: bool,
 }
 
 impl PreTokenizer {
     /// The splitter `tokenizer.ggml.pre` names; an error naming the supported ones otherwise.
     pub fn named(name: &str) -> Result<PreTokenizer> {
-        let Some(&(_, pattern, runs, ignore_merges)) = KNOWN.iter().find(|k| k.0 == name) else {
-            let names: Vec<&str> = KNOWN.iter().map(|k| k.0).collect();
+        let Some(known) = KNOWN.iter().find(|k| k.name == name) else {
+            let names: Vec<&str> = KNOWN.iter().map(|k| k.name).collect();
             return Err(ModelError::BadMetadata {
                 key: PRE_KEY.into(),
                 reason: format!("pre-tokenizer `{name}` is not supported (supported: {})", names.join(", ")),
             });
         };
-        let regex = Regex::new(pattern).expect("the pre-tokenizer expressions compile");
-        Ok(PreTokenizer { regex, runs, ignore_merges })
+        let regex = Regex::new(known.pattern).expect("the pre-tokenizer expressions compile");
+        Ok(PreTokenizer {
+            regex,
+            runs: known.runs,
+            ignore_merges: known.ignore_merges,
+            bos_by_default: known.bos,
+        })
     }
 
     /// `text` cut into words, in order; together they are `text`. Text no alternative matches

@@ -118,7 +118,12 @@ impl Tokenizer {
             .collect();
         specials.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then(a.id.cmp(&b.id)));
         let n = tokens.len();
-        let sentencepiece = style == Style::SentencePiece;
+        // SentencePiece vocabularies start with BOS unless they say not to; byte-level ones
+        // as their pre-tokenizer's default (llama.cpp's: Tekken yes, the others no).
+        let bos_by_default = match &model {
+            Model::SentencePiece(_) => true,
+            Model::ByteLevel(bpe) => bpe.bos_by_default(),
+        };
         Ok(Some(Tokenizer {
             model,
             ids,
@@ -126,7 +131,7 @@ impl Tokenizer {
             n_tokens: n,
             bos: token_id(metadata, BOS_KEY, n)?,
             eos: token_id(metadata, EOS_KEY, n)?,
-            add_bos: flag(metadata, ADD_BOS_KEY, sentencepiece)?,
+            add_bos: flag(metadata, ADD_BOS_KEY, bos_by_default)?,
             add_eos: flag(metadata, ADD_EOS_KEY, false)?,
         }))
     }
@@ -354,6 +359,18 @@ mod tests {
         assert_eq!(t.encode("abc", Encode::TEXT).unwrap(), [8]);
         // No BOS for byte-level vocabularies unless asked.
         assert_eq!(t.encode("a", Encode::PROMPT).unwrap(), [0]);
+        // Tekken's vocabularies start with BOS unless the file says not to (llama.cpp's default).
+        let t = tokenizer(|w| {
+            w.add_metadata(MODEL_KEY, "gpt2").unwrap();
+            w.add_metadata(PRE_KEY, "tekken").unwrap();
+            w.add_metadata(TOKENS_KEY, vec!["<s>", "a"]).unwrap();
+            w.add_metadata(MERGES_KEY, Vec::<String>::new()).unwrap();
+            w.add_metadata(BOS_KEY, 0u32).unwrap();
+        })
+        .unwrap();
+        assert_eq!(t.encode("a", Encode::PROMPT).unwrap(), [0, 1]);
+        assert_eq!(t.encode("a", Encode::TEXT).unwrap(), [1]);
+        let t = bpe("llama-bpe", &tokens, &merges).unwrap();
         // A byte without a token is an error that names it.
         let msg = t.encode("z", Encode::TEXT).unwrap_err().to_string();
         assert!(msg.contains("0x7A") && msg.contains("no token"), "{msg}");
