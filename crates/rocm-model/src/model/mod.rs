@@ -47,7 +47,7 @@ pub use reference::{ReferenceModel, ReferenceSequence, Rounding};
 pub use rope_scaling::{ROPE_FREQS, RopeScaling, llama3_freq_factors};
 pub use sampling::{Sampler, Sampling};
 pub use vocabulary::{
-    Detokenizer, Encode, MERGES_KEY, MODEL_KEY, PRE_KEY, SCORES_KEY, TOKEN_TYPE_KEY, TOKENS_KEY, Tokenizer,
-    byte_of_char, char_of_byte,
+    Detokenizer, Encode, MERGES_KEY, MODEL_KEY, PRE_KEY, SCORES_KEY, TOKEN_TYPE_KEY, TOKENS_KEY, TextStream,
+    Tokenizer, byte_of_char, char_of_byte,
 };
 pub use weights::{LayerTensor, OUTPUT_NORM, QKV_BIASES, tensor_name};

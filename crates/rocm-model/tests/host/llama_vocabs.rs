@@ -89,7 +89,8 @@ fn byte_level_vocabularies_match_hugging_face() {
 }
 
 /// Any text comes back from its ids: byte-level BPE is lossless, and SentencePiece with byte
-/// tokens for every byte gives the text back behind its space prefix. Random texts of random
+/// tokens for every byte gives the text back behind its space prefix. And random ids streamed
+/// one at a time ([`Detokenizer::stream`]) give what decoding them together gives. Random texts of random
 /// code points (any plane, controls and unassigned ones included) and of the pieces that
 /// tokenize in interesting ways; control tokens' text is ordinary text here.
 #[test]
@@ -128,6 +129,15 @@ fn random_texts_round_trip_through_the_ids() {
             let expected =
                 if detok.is_byte_level() || text.is_empty() { text.clone() } else { format!(" {text}") };
             assert_eq!(detok.decode(&ids).unwrap(), expected, "{name}: {text:?} -> {ids:?}");
+        }
+        // Streamed one id at a time, random ids (byte tokens and pieces of characters among
+        // them) give what decoding them together gives.
+        for _ in 0..300 {
+            let ids: Vec<u32> = (0..next() % 12).map(|_| (next() % detok.len() as u64) as u32).collect();
+            let mut stream = detok.stream();
+            let mut streamed: String = ids.iter().map(|&id| stream.push(id).unwrap()).collect();
+            streamed.push_str(&stream.finish());
+            assert_eq!(streamed, detok.decode(&ids).unwrap(), "{name}: {ids:?}");
         }
     }
 }

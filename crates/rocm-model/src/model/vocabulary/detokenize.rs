@@ -102,6 +102,74 @@ impl Detokenizer {
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
+
+    /// Text as the ids come, for a generation loop that prints while it samples: each
+    /// [`TextStream::push`] gives the text its token completes, holding back the bytes of a
+    /// character the next token may finish. Everything a stream gives, [`TextStream::finish`]
+    /// included, is exactly what [`Detokenizer::decode`] gives for the same ids.
+    pub fn stream(&self) -> TextStream<'_> {
+        TextStream { detok: self, pending: Vec::new(), pushed: 0 }
+    }
+}
+
+/// Incremental detokenization ([`Detokenizer::stream`]).
+#[derive(Debug)]
+pub struct TextStream<'d> {
+    detok: &'d Detokenizer,
+    /// Bytes of a character not yet complete (at most 3).
+    pending: Vec<u8>,
+    /// Ids pushed so far, for messages.
+    pushed: usize,
+}
+
+impl TextStream<'_> {
+    /// The text `id` completes: the bytes held back and the token's, up to the last complete
+    /// character (an invalid sequence becomes U+FFFD, as in [`Detokenizer::decode`]). An id past
+    /// the vocabulary is refused, naming it and its position, and changes nothing.
+    pub fn push(&mut self, id: u32) -> Result<String> {
+        let at = self.pushed;
+        let piece = self.detok.token_bytes(id).map_err(|_| {
+            ModelError::BadInput(format!(
+                "token id {id} (at {at}) is out of range: the vocabulary has {} tokens",
+                self.detok.len()
+            ))
+        })?;
+        self.pushed += 1;
+        self.pending.extend_from_slice(piece);
+        let mut text = String::new();
+        let mut rest = self.pending.as_slice();
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(valid) => {
+                    text.push_str(valid);
+                    rest = &[];
+                    break;
+                }
+                Err(e) => {
+                    let (valid, after) = rest.split_at(e.valid_up_to());
+                    text.push_str(std::str::from_utf8(valid).expect("valid up to here"));
+                    match e.error_len() {
+                        // A character the next token may complete: held back.
+                        None => {
+                            rest = after;
+                            break;
+                        }
+                        Some(bad) => {
+                            text.push(char::REPLACEMENT_CHARACTER);
+                            rest = &after[bad..];
+                        }
+                    }
+                }
+            }
+        }
+        self.pending = rest.to_vec();
+        Ok(text)
+    }
+
+    /// What is left: a character the ids ended inside of, as U+FFFD; empty otherwise.
+    pub fn finish(self) -> String {
+        String::from_utf8_lossy(&self.pending).into_owned()
+    }
 }
 
 /// The bytes one token prints; `None` for a BYTE token not written `<0xNN>`.
@@ -201,6 +269,43 @@ mod tests {
         // Without token types every token is normal: the control token's text prints.
         let d = detok("gpt2", &tokens, None);
         assert_eq!(d.decode(&[0, 1]).unwrap(), "<|begin_of_text|>Hello");
+    }
+
+    /// Pushed one at a time, ids give exactly what decoding them together gives: characters
+    /// split over byte tokens held back until whole, cut or invalid sequences as U+FFFD.
+    #[test]
+    fn a_stream_gives_what_decode_gives() {
+        let tokens =
+            ["<unk>", "<s>", "▁Hello", "<0xE2>", "<0x82>", "<0xAC>", "<0xC3>", "<0xFF>", "!", "<0x41>"];
+        let types = vec![2, 3, 1, 6, 6, 6, 6, 6, 1, 6];
+        let d = detok("llama", &tokens, Some(types));
+        let mut s = d.stream();
+        let got: Vec<String> = [1, 2, 3, 4, 5, 8].iter().map(|&id| s.push(id).unwrap()).collect();
+        assert_eq!(got, ["", " Hello", "", "", "€", "!"]);
+        assert_eq!(s.finish(), "");
+        // Every sequence of up to 4 ids from a set with cut, invalid and control tokens.
+        let ids = [1u32, 2, 3, 4, 5, 6, 7, 8, 9];
+        let mut seqs: Vec<Vec<u32>> = vec![vec![]];
+        for _ in 0..4 {
+            let longer: Vec<Vec<u32>> = seqs
+                .iter()
+                .filter(|s| s.len() == seqs.last().unwrap().len())
+                .flat_map(|s| ids.iter().map(move |&i| [s.clone(), vec![i]].concat()))
+                .collect();
+            seqs.extend(longer);
+        }
+        for seq in &seqs {
+            let mut s = d.stream();
+            let mut text: String = seq.iter().map(|&id| s.push(id).unwrap()).collect();
+            text.push_str(&s.finish());
+            assert_eq!(text, d.decode(seq).unwrap(), "{seq:?}");
+        }
+        let mut s = d.stream();
+        s.push(3).unwrap();
+        let msg = s.push(99).unwrap_err().to_string();
+        assert!(msg.contains("token id 99 (at 1)") && msg.contains("10 tokens"), "{msg}");
+        assert_eq!(s.push(4).unwrap(), "", "a refused id changes nothing");
+        assert_eq!(s.finish(), "\u{FFFD}", "the ids ended inside a character");
     }
 
     #[test]

@@ -22,7 +22,7 @@ mod pretokenize;
 mod spm;
 mod tokenize;
 
-pub use detokenize::Detokenizer;
+pub use detokenize::{Detokenizer, TextStream};
 pub use tokenize::{Encode, Tokenizer};
 
 use super::error::{ModelError, Result};
