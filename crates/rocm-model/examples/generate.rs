@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p rocm-model --example generate -- [MODEL.gguf] [--tokens 1,2,3]...
 //!     [--prompts "1,2,3;7,8"] [--prompt TEXT]... [--steps N] [--dtype f32|f16|bf16]
-//!     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--decode graph|eager] [--text]
+//!     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--decode graph|eager] [--text] [--stop]
 //! ```
 //!
 //! Each `--tokens` adds a prompt, and `--prompts` adds several (`;` between prompts); prompts
@@ -25,6 +25,11 @@
 //! 32000-token Q8_0 embedding and head, random weights: the tokens mean nothing, the speed
 //! does). Temperature 0 (the default) is greedy. Progress and tokens/s (all sequences' tokens
 //! together) go to stderr; the generated ids to stdout, one line per prompt, in order.
+//!
+//! `--stop` ends each sequence at its first end-of-generation token (`Tokenizer::
+//! end_of_generation`: the end-of-sequence token and the control tokens models end a turn with,
+//! such as `<|eot_id|>`; the token is kept in the ids), and stops decoding once every sequence
+//! has ended; tokens/s then counts the steps run.
 //!
 //! `--text` prints each prompt's generated text instead of its ids, decoded with the model
 //! file's own vocabulary (`Detokenizer`: SentencePiece or byte-level BPE; control tokens print
@@ -64,11 +69,13 @@ struct Args {
     graph: bool,
     /// Print the generated text, not the ids.
     text: bool,
+    /// End each sequence at its first end-of-generation token.
+    stop: bool,
 }
 
 const USAGE: &str = "usage: generate [MODEL.gguf] [--tokens 1,2,3]... [--prompts \"1,2,3;7,8\"] [--prompt TEXT]... [--steps N] \
                      [--dtype f32|f16|bf16] [--temperature T] [--top-k K] [--top-p P] [--seed S] \
-                     [--decode graph|eager] [--text]";
+                     [--decode graph|eager] [--text] [--stop]";
 
 /// Tokens a block of the KV cache holds.
 const BLOCK_SIZE: usize = 16;
@@ -97,6 +104,7 @@ fn parse_args() -> Result<Args, String> {
         sampling: Sampling::GREEDY,
         graph: true,
         text: false,
+        stop: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -127,6 +135,7 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             "--text" => args.text = true,
+            "--stop" => args.stop = true,
             "-h" | "--help" => return Err(String::new()),
             s if s.starts_with('-') => return Err(format!("unknown option {s}")),
             s => args.path = Some(s.to_string()),
@@ -267,14 +276,21 @@ fn decode(
     mode: &str,
     samplers: &mut [Sampler],
     first: Vec<u32>,
+    stops: &[u32],
     mut step: impl FnMut(&[u32]) -> Res<Vec<f32>>,
 ) -> Res<Vec<Vec<u32>>> {
     let batch = first.len();
     let mut generated: Vec<Vec<u32>> = first.iter().map(|&t| vec![t]).collect();
+    let ended = |g: &[u32]| g.iter().any(|id| stops.contains(id));
     let mut next = first;
     let t = Instant::now();
+    let mut steps_run = 1;
     for done in 1..steps {
+        if generated.iter().all(|g| ended(g)) {
+            break;
+        }
         next = sample_rows(samplers, &step(&next)?)?;
+        steps_run += 1;
         for (g, &id) in generated.iter_mut().zip(&next) {
             g.push(id);
         }
@@ -285,17 +301,21 @@ fn decode(
             (done * batch) as f64 / s
         );
     }
-    if steps > 1 {
+    if steps_run > 1 {
         let s = t.elapsed().as_secs_f64();
-        let tokens = (steps - 1) * batch;
+        let tokens = (steps_run - 1) * batch;
         eprintln!(
             "\rdecode ({mode}): {} steps of batch {batch} = {tokens} tokens in {s:.3} s = {:.1} tokens/s          ",
-            steps - 1,
+            steps_run - 1,
             tokens as f64 / s
         );
     }
     for g in &mut generated {
         g.truncate(steps);
+        // A sequence ends with its first end-of-generation token (kept).
+        if let Some(at) = g.iter().position(|id| stops.contains(id)) {
+            g.truncate(at + 1);
+        }
     }
     Ok(generated)
 }
@@ -336,6 +356,14 @@ fn run<T: GemmElement>(file: Arc<GgufFile>, stream: &Stream, args: &Args) -> Res
         None
     };
     let prompts = prompt_ids(&file, &args.prompts)?;
+    let stops = if args.stop {
+        let t = Tokenizer::from_file(&file)?;
+        let t =
+            t.ok_or("--stop needs a vocabulary, and the model file has none (no tokenizer.ggml.tokens)")?;
+        t.end_of_generation().to_vec()
+    } else {
+        Vec::new()
+    };
     let model = load::<T>(file, stream)?;
     let (mut cache, mut kv, max_blocks) = kv_cache(&model, &prompts, args.steps)?;
     let mut samplers = samplers(args.sampling, prompts.len())?;
@@ -350,12 +378,12 @@ fn run<T: GemmElement>(file: Arc<GgufFile>, stream: &Stream, args: &Args) -> Res
         } else {
             "eager workspace: no graphs here, or whole-weight GEMMs"
         };
-        decode(args.steps, mode, &mut samplers, first, |ids| {
+        decode(args.steps, mode, &mut samplers, first, &stops, |ids| {
             graph.step_tokens(&mut cache, &seqs, ids)?;
             host_rows(graph.logits().ok_or("the model has no output head")?)
         })?
     } else {
-        decode(args.steps, "eager", &mut samplers, first, |ids| {
+        decode(args.steps, "eager", &mut samplers, first, &stops, |ids| {
             let out = model.decode_step(&mut cache, &mut kv, &seqs, &model.embed(ids)?)?;
             host_rows(&model.logits(&out)?)
         })?

@@ -141,3 +141,24 @@ fn random_texts_round_trip_through_the_ids() {
         }
     }
 }
+
+/// The tokens that end a generation on real vocabularies: the end-of-sequence token and the
+/// control tokens each model ends its turn with, and not Qwen2's `</s>` (a normal token there)
+/// nor Phi-3's (user-defined).
+#[test]
+fn end_of_generation_tokens_of_real_vocabularies() {
+    let Some(dir) = vocab_dir("end_of_generation_tokens_of_real_vocabularies") else {
+        return;
+    };
+    for (name, expected) in [
+        ("llama-bpe", &[128001, 128009][..]), // <|end_of_text|>, <|eot_id|>
+        ("llama-spm", &[2]),                  // </s>
+        ("qwen2", &[151643, 151645]),         // <|endoftext|>, <|im_end|>
+        ("gpt-2", &[50256]),                  // <|endoftext|>
+        ("phi-3", &[32000, 32007, 32010]),    // <|endoftext|>, <|end|>, <|user|>
+    ] {
+        let file = GgufFile::open(dir.join(format!("ggml-vocab-{name}.gguf"))).unwrap();
+        let tok = Tokenizer::from_file(&file).unwrap().unwrap();
+        assert_eq!(tok.end_of_generation(), expected, "{name}");
+    }
+}

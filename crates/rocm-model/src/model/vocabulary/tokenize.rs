@@ -25,6 +25,25 @@ const BOS_KEY: &str = "tokenizer.ggml.bos_token_id";
 const EOS_KEY: &str = "tokenizer.ggml.eos_token_id";
 const ADD_BOS_KEY: &str = "tokenizer.ggml.add_bos_token";
 const ADD_EOS_KEY: &str = "tokenizer.ggml.add_eos_token";
+/// End-of-turn and end-of-message tokens, where the converter names them.
+const EOT_KEY: &str = "tokenizer.ggml.eot_token_id";
+const EOM_KEY: &str = "tokenizer.ggml.eom_token_id";
+
+/// Control tokens that end a model's turn by their text, from the models' generation configs:
+/// Llama 3's `<|eot_id|>` and `<|eom_id|>`, Qwen2's `<|im_end|>`, Phi-3's `<|end|>`, Gemma's
+/// `<end_of_turn>`, `<|endoftext|>` and `<|end_of_text|>`, and GLM-4's `<|user|>` and
+/// `<|observation|>` (it stops when it would hand the turn back).
+const END_OF_TURN_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<|user|>",
+    "<|observation|>",
+];
 
 /// How [`Tokenizer::encode`] treats special tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +106,8 @@ pub struct Tokenizer {
     eos: Option<u32>,
     add_bos: bool,
     add_eos: bool,
+    /// The tokens that end a generation, ascending.
+    end_of_generation: Vec<u32>,
 }
 
 impl Tokenizer {
@@ -124,13 +145,28 @@ impl Tokenizer {
             Model::SentencePiece(_) => true,
             Model::ByteLevel(bpe) => bpe.bos_by_default(),
         };
+        let eos = token_id(metadata, EOS_KEY, n)?;
+        let mut end_of_generation: Vec<u32> =
+            [eos, token_id(metadata, EOT_KEY, n)?, token_id(metadata, EOM_KEY, n)?]
+                .into_iter()
+                .flatten()
+                .chain(
+                    specials
+                        .iter()
+                        .filter(|s| s.control && END_OF_TURN_TEXTS.contains(&s.text.as_str()))
+                        .map(|s| s.id),
+                )
+                .collect();
+        end_of_generation.sort_unstable();
+        end_of_generation.dedup();
         Ok(Some(Tokenizer {
             model,
             ids,
             specials,
             n_tokens: n,
             bos: token_id(metadata, BOS_KEY, n)?,
-            eos: token_id(metadata, EOS_KEY, n)?,
+            eos,
+            end_of_generation,
             add_bos: flag(metadata, ADD_BOS_KEY, bos_by_default)?,
             add_eos: flag(metadata, ADD_EOS_KEY, false)?,
         }))
@@ -154,6 +190,14 @@ impl Tokenizer {
     /// The end-of-sequence token, where the file names one.
     pub fn eos(&self) -> Option<u32> {
         self.eos
+    }
+
+    /// The tokens that end a generation, ascending: the end-of-sequence token, the file's
+    /// end-of-turn and end-of-message tokens (`tokenizer.ggml.eot_token_id`, `eom_token_id`),
+    /// and the control tokens models end their turn with (`<|eot_id|>`, `<|im_end|>`,
+    /// `<|end|>`, ...). A generation loop stops a sequence at the first of them.
+    pub fn end_of_generation(&self) -> &[u32] {
+        &self.end_of_generation
     }
 
     /// The id of a token by its exact text (`"<|eot_id|>"`), if the vocabulary has it.
@@ -325,6 +369,8 @@ mod tests {
         assert_eq!(t.encode("<s>Hello", Encode::PROMPT).unwrap(), [1, 1, 8]);
         assert_eq!(t.encode("<s>", Encode::TEXT).unwrap(), [3, 0, 0, 0]);
         assert_eq!(t.token_id("<|user|>"), Some(25));
+        // </s> is the end-of-sequence token; <|user|> is user-defined here, not a control token.
+        assert_eq!(t.end_of_generation(), [2]);
         assert_eq!((t.bos(), t.eos(), t.len()), (Some(1), Some(2), 27));
 
         let t = spm(|w| {
@@ -359,21 +405,51 @@ mod tests {
         assert_eq!(t.encode("abc", Encode::TEXT).unwrap(), [8]);
         // No BOS for byte-level vocabularies unless asked.
         assert_eq!(t.encode("a", Encode::PROMPT).unwrap(), [0]);
-        // Tekken's vocabularies start with BOS unless the file says not to (llama.cpp's default).
-        let t = tokenizer(|w| {
-            w.add_metadata(MODEL_KEY, "gpt2").unwrap();
-            w.add_metadata(PRE_KEY, "tekken").unwrap();
-            w.add_metadata(TOKENS_KEY, vec!["<s>", "a"]).unwrap();
-            w.add_metadata(MERGES_KEY, Vec::<String>::new()).unwrap();
-            w.add_metadata(BOS_KEY, 0u32).unwrap();
-        })
-        .unwrap();
-        assert_eq!(t.encode("a", Encode::PROMPT).unwrap(), [0, 1]);
-        assert_eq!(t.encode("a", Encode::TEXT).unwrap(), [1]);
-        let t = bpe("llama-bpe", &tokens, &merges).unwrap();
         // A byte without a token is an error that names it.
         let msg = t.encode("z", Encode::TEXT).unwrap_err().to_string();
         assert!(msg.contains("0x7A") && msg.contains("no token"), "{msg}");
+    }
+
+    #[test]
+    fn tekken_starts_with_bos_unless_the_file_says_not_to() {
+        // llama.cpp's default for Tekken vocabularies.
+        let tekken = |add_bos: Option<bool>| {
+            tokenizer(|w| {
+                w.add_metadata(MODEL_KEY, "gpt2").unwrap();
+                w.add_metadata(PRE_KEY, "tekken").unwrap();
+                w.add_metadata(TOKENS_KEY, vec!["<s>", "a"]).unwrap();
+                w.add_metadata(MERGES_KEY, Vec::<String>::new()).unwrap();
+                w.add_metadata(BOS_KEY, 0u32).unwrap();
+                if let Some(add) = add_bos {
+                    w.add_metadata(ADD_BOS_KEY, add).unwrap();
+                }
+            })
+            .unwrap()
+        };
+        assert_eq!(tekken(None).encode("a", Encode::PROMPT).unwrap(), [0, 1]);
+        assert_eq!(tekken(None).encode("a", Encode::TEXT).unwrap(), [1]);
+        assert_eq!(tekken(Some(false)).encode("a", Encode::PROMPT).unwrap(), [1]);
+    }
+
+    /// The eos and eot keys, and control tokens by their text (not a normal token that happens
+    /// to read the same, nor a control token of another name).
+    #[test]
+    fn the_end_of_generation_tokens() {
+        let t = tokenizer(|w| {
+            w.add_metadata(MODEL_KEY, "gpt2").unwrap();
+            w.add_metadata(PRE_KEY, "llama-bpe").unwrap();
+            w.add_metadata(
+                TOKENS_KEY,
+                vec!["a", "<|im_end|>", "<|end|>", "<|x|>", "<|eot_id|>", "<eos>", "<|y|>"],
+            )
+            .unwrap();
+            w.add_metadata(TOKEN_TYPE_KEY, vec![1i32, 3, 1, 3, 3, 3, 3]).unwrap();
+            w.add_metadata(MERGES_KEY, Vec::<String>::new()).unwrap();
+            w.add_metadata(EOS_KEY, 5u32).unwrap();
+            w.add_metadata(EOT_KEY, 3u32).unwrap();
+        })
+        .unwrap();
+        assert_eq!(t.end_of_generation(), [1, 3, 4, 5]);
     }
 
     #[test]
