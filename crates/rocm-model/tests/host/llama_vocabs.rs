@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use crate::common::manifest_dir;
 use rocm_model::GgufFile;
+use rocm_model::model::synthetic::SplitMix;
 use rocm_model::model::{Detokenizer, Encode, Tokenizer};
 
 /// The folder with the files, or `None` (after printing why) where they are absent outside CI.
@@ -100,14 +101,8 @@ fn random_texts_round_trip_through_the_ids() {
     };
     const PIECES: &[&str] =
         &[" ", "  ", "\n", "\t", "\r\n", "'s", "'LL", "123", "4567", "é", "😁", "我", "<s>", "<|eot_id|>"];
-    let mut state = 0xA11CE_u64;
-    let mut next = move || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
+    let mut rng = SplitMix(0xA11CE);
+    let mut next = || rng.next_u64();
     let mut texts = Vec::new();
     for _ in 0..400 {
         let mut text = String::new();

@@ -13,6 +13,7 @@ use std::process::Command;
 
 use crate::common::{TempDir, hex, manifest_dir, python_has};
 use rocm_model::model::Tokenizer;
+use rocm_model::model::synthetic::SplitMix;
 use rocm_model::{GgufFile, GgufWriter};
 
 /// Pieces the texts are made of.
@@ -81,15 +82,8 @@ fn pre_tokenizers_cut_text_as_python_regex_does() {
     }
     let names = ["gpt-2", "llama-bpe", "qwen2", "tekken"];
     let tokenizers: Vec<Tokenizer> = names.iter().map(|n| tokenizer(n)).collect();
-    // SplitMix64: the same texts every run.
-    let mut state = 0x5EED_u64;
-    let mut next = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
+    let mut rng = SplitMix(0x5EED); // the same texts every run
+    let mut next = || rng.next_u64();
     let mut texts = Vec::new();
     for _ in 0..6000 {
         let len = (next() % 40) as usize;

@@ -9,6 +9,7 @@
 //! Skipped (with a printed reason) where `python3 -c "import gguf"` fails, except under CI.
 
 use crate::common::{TempDir, assert_same_listing, canon_file, python_gguf, run_script, run_script_with};
+use rocm_model::model::synthetic::SplitMix;
 use rocm_model::{Array, GgmlType, GgufFile, GgufWriter, Value, ValueType};
 
 fn lines(text: &str) -> Vec<String> {
@@ -50,30 +51,17 @@ fn a_file_written_by_gguf_py_reads_back_identically() {
     }
 }
 
-/// SplitMix64: deterministic bytes and values without a dependency.
-struct Mix(u64);
-
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
+/// Uniform in [-1, 1), from 24 bits of `rng`.
+fn unit(rng: &mut SplitMix) -> f32 {
+    (rng.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
 }
 
 /// Random `ty` blocks (a k-quant) whose f16 scale fields are finite, of either sign (any
 /// exponent but the all-ones one), so every decoded value is a number.
 fn random_k_blocks(ty: GgmlType, blocks: usize, seed: u64) -> Vec<u8> {
     let size = ty.type_size() as usize;
-    let mut rng = Mix(seed);
-    let mut bytes: Vec<u8> = (0..blocks * size).map(|_| rng.next() as u8).collect();
+    let mut rng = SplitMix(seed);
+    let mut bytes: Vec<u8> = (0..blocks * size).map(|_| rng.next_u64() as u8).collect();
     let f16_fields: &[usize] = if ty == GgmlType::Q6_K { &[208] } else { &[0, 2] };
     for block in bytes.chunks_exact_mut(size) {
         for &at in f16_fields {
@@ -89,7 +77,7 @@ fn random_k_blocks(ty: GgmlType, blocks: usize, seed: u64) -> Vec<u8> {
 /// Super-blocks of awkward values for the k-quant encoders: mixed signs, zeros and -0,
 /// constant and grid-tied sub-blocks, wide ranges, one sign only, subnormals, and inf.
 fn awkward_super_blocks() -> Vec<f32> {
-    let mut rng = Mix(99);
+    let mut rng = SplitMix(99);
     let mut v: Vec<f32> = (0..256).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
     v.extend((0..256).map(|i| match i / 32 {
         0 => 0.0,
@@ -97,11 +85,11 @@ fn awkward_super_blocks() -> Vec<f32> {
         2 => 1.5,
         3 => -2.25,
         4 => (i % 31) as f32 * 0.5 - 7.5,
-        _ => rng.unit() * 0.01,
+        _ => unit(&mut rng) * 0.01,
     }));
-    v.extend((0..256).map(|i| if i % 7 == 0 { 1.0e4 * rng.unit() } else { 3.0e-4 * rng.unit() }));
-    v.extend((0..256).map(|_| rng.unit().abs() * 50.0 + 10.0));
-    v.extend((0..256).map(|_| -rng.unit().abs() * 0.2));
+    v.extend((0..256).map(|i| if i % 7 == 0 { 1.0e4 * unit(&mut rng) } else { 3.0e-4 * unit(&mut rng) }));
+    v.extend((0..256).map(|_| unit(&mut rng).abs() * 50.0 + 10.0));
+    v.extend((0..256).map(|_| -unit(&mut rng).abs() * 0.2));
     v.extend((0..256).map(|i| f32::from_bits(1 + 977 * i as u32) * if i % 3 == 0 { -1.0 } else { 1.0 }));
     // Our encoders write a super-block holding inf (or NaN) with NaN scales: NaN throughout.
     v.extend((0..256).map(|i| if i == 9 { f32::INFINITY } else { 1.0 }));
