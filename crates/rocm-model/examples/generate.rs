@@ -281,18 +281,20 @@ fn decode(
 ) -> Res<Vec<Vec<u32>>> {
     let batch = first.len();
     let mut generated: Vec<Vec<u32>> = first.iter().map(|&t| vec![t]).collect();
-    let ended = |g: &[u32]| g.iter().any(|id| stops.contains(id));
+    // Whether each sequence has sampled an end-of-generation token yet.
+    let mut ended: Vec<bool> = first.iter().map(|id| stops.contains(id)).collect();
     let mut next = first;
     let t = Instant::now();
     let mut steps_run = 1;
     for done in 1..steps {
-        if generated.iter().all(|g| ended(g)) {
+        if ended.iter().all(|&e| e) {
             break;
         }
         next = sample_rows(samplers, &step(&next)?)?;
         steps_run += 1;
-        for (g, &id) in generated.iter_mut().zip(&next) {
+        for ((g, e), &id) in generated.iter_mut().zip(&mut ended).zip(&next) {
             g.push(id);
+            *e |= stops.contains(&id);
         }
         let s = t.elapsed().as_secs_f64();
         eprint!(
@@ -320,21 +322,19 @@ fn decode(
     Ok(generated)
 }
 
-/// The prompts as ids: text through the file's vocabulary (read only when a prompt is text).
-fn prompt_ids(file: &GgufFile, prompts: &[Prompt]) -> Res<Vec<Vec<u32>>> {
-    let mut tokenizer = None;
+/// The message for an option that needs the file's vocabulary when the file has none.
+fn no_vocabulary(option: &str) -> String {
+    format!("{option} needs a vocabulary, and the model file has none (no tokenizer.ggml.tokens)")
+}
+
+/// The prompts as ids: text through `tokenizer` (there whenever a prompt is text).
+fn prompt_ids(tokenizer: Option<&Tokenizer>, prompts: &[Prompt]) -> Res<Vec<Vec<u32>>> {
     let mut out = Vec::with_capacity(prompts.len());
     for (i, prompt) in prompts.iter().enumerate() {
         let ids = match prompt {
             Prompt::Ids(ids) => ids.clone(),
             Prompt::Text(text) => {
-                if tokenizer.is_none() {
-                    let t = Tokenizer::from_file(file)?;
-                    tokenizer = Some(t.ok_or(
-                        "--prompt needs a vocabulary, and the model file has none (no tokenizer.ggml.tokens)",
-                    )?);
-                }
-                let ids = tokenizer.as_ref().expect("made above").encode(text, Encode::PROMPT)?;
+                let ids = tokenizer.expect("read for text prompts").encode(text, Encode::PROMPT)?;
                 if ids.is_empty() {
                     return Err(format!("prompt {i} ({text:?}) has no tokens").into());
                 }
@@ -350,19 +350,21 @@ fn prompt_ids(file: &GgufFile, prompts: &[Prompt]) -> Res<Vec<Vec<u32>>> {
 fn run<T: GemmElement>(file: Arc<GgufFile>, stream: &Stream, args: &Args) -> Res<()> {
     // Read before the weights are loaded, so a file without a vocabulary fails at once.
     let detokenizer = if args.text {
-        let d = Detokenizer::from_file(&file)?;
-        Some(d.ok_or("--text needs a vocabulary, and the model file has none (no tokenizer.ggml.tokens)")?)
+        Some(Detokenizer::from_file(&file)?.ok_or_else(|| no_vocabulary("--text"))?)
     } else {
         None
     };
-    let prompts = prompt_ids(&file, &args.prompts)?;
-    let stops = if args.stop {
-        let t = Tokenizer::from_file(&file)?;
-        let t =
-            t.ok_or("--stop needs a vocabulary, and the model file has none (no tokenizer.ggml.tokens)")?;
-        t.end_of_generation().to_vec()
+    let text_prompts = args.prompts.iter().any(|p| matches!(p, Prompt::Text(_)));
+    let tokenizer = if text_prompts || args.stop {
+        let option = if text_prompts { "--prompt" } else { "--stop" };
+        Some(Tokenizer::from_file(&file)?.ok_or_else(|| no_vocabulary(option))?)
     } else {
-        Vec::new()
+        None
+    };
+    let prompts = prompt_ids(tokenizer.as_ref(), &args.prompts)?;
+    let stops = match &tokenizer {
+        Some(t) if args.stop => t.end_of_generation().to_vec(),
+        _ => Vec::new(),
     };
     let model = load::<T>(file, stream)?;
     let (mut cache, mut kv, max_blocks) = kv_cache(&model, &prompts, args.steps)?;

@@ -70,9 +70,11 @@ impl Bpe {
 
     /// Appends the tokens of `text` (no special tokens in it) to `out`.
     pub fn encode(&self, ids: &HashMap<String, u32>, text: &str, out: &mut Vec<u32>) -> Result<()> {
+        let mut chars = String::new(); // a word in GPT-2's characters, one buffer for all
         for word in self.pre.words(text) {
             if self.pre.ignore_merges {
-                let chars: String = word.bytes().map(char_of_byte).collect();
+                chars.clear();
+                chars.extend(word.bytes().map(char_of_byte));
                 if let Some(&id) = ids.get(&chars) {
                     out.push(id);
                     continue;

@@ -52,7 +52,7 @@ pub(super) struct Spm {
 impl Spm {
     /// The scores and byte tokens of `metadata`'s vocabulary.
     pub fn new(metadata: &Metadata, vocab: &Vocabulary<'_>) -> Result<Spm> {
-        let (tokens, typed) = (vocab.tokens, vocab.types.is_some());
+        let tokens = vocab.tokens;
         let bad = |reason: String| ModelError::BadMetadata { key: SCORES_KEY.into(), reason };
         let scores = match metadata.get(SCORES_KEY) {
             None => return Err(ModelError::MissingKey { key: SCORES_KEY.into() }),
@@ -64,17 +64,19 @@ impl Spm {
         if scores.len() != tokens.len() {
             return Err(bad(format!("{} scores for {} tokens", scores.len(), tokens.len())));
         }
+        // Without token types every token is NORMAL (`Vocabulary::ty`).
         let ty = |id: usize| vocab.ty(id);
-        let plain = (0..tokens.len()).map(|id| !typed || matches!(ty(id), NORMAL | USER_DEFINED)).collect();
+        let plain = (0..tokens.len()).map(|id| matches!(ty(id), NORMAL | USER_DEFINED)).collect();
         let mut byte_ids = [None; 256];
         for (id, text) in tokens.iter().enumerate() {
-            if let Some(b) = byte_token(text).filter(|_| !typed || ty(id) == BYTE) {
+            // Untyped vocabularies: a byte token by its text alone.
+            if let Some(b) = byte_token(text).filter(|_| vocab.types.is_none() || ty(id) == BYTE) {
                 byte_ids[b as usize].get_or_insert(id as u32);
             }
         }
         // The file's unknown token, or the first token typed UNKNOWN.
         let unknown = token_id(metadata, UNKNOWN_ID_KEY, tokens.len())?
-            .or_else(|| (0..tokens.len()).find(|&id| typed && ty(id) == UNKNOWN).map(|id| id as u32));
+            .or_else(|| (0..tokens.len()).find(|&id| ty(id) == UNKNOWN).map(|id| id as u32));
         let add_space_prefix = flag(metadata, ADD_SPACE_PREFIX_KEY, true)?;
         Ok(Spm { scores, plain, byte_ids, unknown, add_space_prefix })
     }

@@ -133,7 +133,7 @@ impl Tokenizer {
             Style::ByteLevel => Model::ByteLevel(Bpe::new(metadata, &ids)?),
         };
         let mut specials: Vec<Special> = (0..tokens.len())
-            .filter(|&id| vocab.types.is_some() && matches!(vocab.ty(id), CONTROL | USER_DEFINED))
+            .filter(|&id| matches!(vocab.ty(id), CONTROL | USER_DEFINED))
             .filter(|&id| !tokens[id].is_empty())
             .map(|id| Special { text: tokens[id].clone(), id: id as u32, control: vocab.ty(id) == CONTROL })
             .collect();
