@@ -127,7 +127,7 @@ impl MmaVariant {
 /// Whether [`FlashKernel::Auto`] takes the MFMA kernel on AMD CDNA. Off until the MFMA kernel
 /// has passed the GPU tests (`tests/gpu_kernels/{flash,paged}_attention.rs`, which run
 /// `FlashKernel::MatrixCores` on every matrix-core device) on AMD hardware: it is verified only
-/// by the CPU emulation (`tests/mfma_emu`) and compiled for gfx908/90a/940. Flipping it is the
+/// by the CPU emulation (`tests/amd_emu`, suite `flash`) and compiled for gfx908/90a/940. Flipping it is the
 /// one change needed then.
 const MFMA_AUTO: bool = false;
 

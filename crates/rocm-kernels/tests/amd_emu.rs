@@ -1,6 +1,7 @@
-//! The CPU emulation of the AMD flash-attention kernels (`tests/mfma_emu/`, see `emu.cpp` there):
-//! `run.sh quick <target>` for each target it knows, one test per target. Without AMD hardware
-//! this is the only check of the MFMA kernel (and of the portable kernel at 32-lane wavefronts).
+//! The CPU emulation of AMD kernels (`tests/amd_emu/`, the emulator in `simt.h` there):
+//! `run.sh quick <suite> <target>`, one test per suite and target. Without AMD hardware this is
+//! the only run of the MFMA flash kernel, and of every emulated kernel's AMD code path at
+//! 32-lane wavefronts (`flash.cpp`: flash attention; `decode.cpp`: RoPE and the KV-cache writes).
 //!
 //! It needs a clang C++ compiler on the machine (run.sh takes `$CXX`, `clang++` or the newest
 //! `clang++-NN` on PATH; CI gets clang with the `hipcc` package). Without one these tests fail,
@@ -15,7 +16,7 @@ use std::time::Instant;
 fn package_dir() -> PathBuf {
     std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
-        .filter(|dir| dir.join("tests/mfma_emu/run.sh").is_file())
+        .filter(|dir| dir.join("tests/amd_emu/run.sh").is_file())
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
@@ -24,16 +25,16 @@ fn package_dir() -> PathBuf {
 fn out_dir() -> PathBuf {
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let base = if tmp.is_dir() { tmp } else { std::env::temp_dir() };
-    base.join("mfma_emu")
+    base.join("amd_emu")
 }
 
-fn emulate(target: &str) {
-    let script = package_dir().join("tests/mfma_emu/run.sh");
+fn emulate(suite: &str, target: &str) {
+    let script = package_dir().join("tests/amd_emu/run.sh");
     let started = Instant::now();
     let output = Command::new("sh")
         .arg(&script)
-        .args(["quick", target])
-        .env("MFMA_EMU_OUT", out_dir())
+        .args(["quick", suite, target])
+        .env("AMD_EMU_OUT", out_dir())
         .output()
         .unwrap_or_else(|e| panic!("cannot run `sh {}`: {e}", script.display()));
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -41,10 +42,10 @@ fn emulate(target: &str) {
     // Captured: shown for a failure (and with --no-capture).
     println!("{stdout}");
     eprintln!("{stderr}");
-    println!("{target}: {:.1} s", started.elapsed().as_secs_f64());
+    println!("{suite} {target}: {:.1} s", started.elapsed().as_secs_f64());
     assert!(
         output.status.success(),
-        "`sh {} quick {target}` failed ({}); its output is above. Last lines of stderr:\n{}",
+        "`sh {} quick {suite} {target}` failed ({}); its output is above. Last lines of stderr:\n{}",
         script.display(),
         output.status,
         stderr.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
@@ -52,32 +53,42 @@ fn emulate(target: &str) {
     // The emulator's summary: it ran checks and none failed (not merely a zero exit status).
     let summary = stdout
         .lines()
-        .find(|l| l.starts_with(&format!("{target} (")))
-        .unwrap_or_else(|| panic!("no `{target} (...)` summary line in the output above"));
+        .find(|l| l.starts_with(&format!("{target} {suite} (")))
+        .unwrap_or_else(|| panic!("no `{target} {suite} (...)` summary line in the output above"));
     assert!(summary.contains(" 0 failures") && !summary.contains(": 0 checks"), "{summary}");
 }
 
 #[test]
-fn emulated_mfma_gfx908() {
-    emulate("gfx908");
+fn emulated_flash_mfma_gfx908() {
+    emulate("flash", "gfx908");
 }
 
 #[test]
-fn emulated_mfma_gfx90a() {
-    emulate("gfx90a");
+fn emulated_flash_mfma_gfx90a() {
+    emulate("flash", "gfx90a");
 }
 
 #[test]
-fn emulated_mfma_gfx942() {
-    emulate("gfx942");
+fn emulated_flash_mfma_gfx942() {
+    emulate("flash", "gfx942");
 }
 
 #[test]
-fn emulated_mfma_gfx950() {
-    emulate("gfx950");
+fn emulated_flash_mfma_gfx950() {
+    emulate("flash", "gfx950");
 }
 
 #[test]
-fn emulated_portable_wave32_and_wave64_gfx1100() {
-    emulate("gfx1100");
+fn emulated_flash_portable_wave32_and_wave64_gfx1100() {
+    emulate("flash", "gfx1100");
+}
+
+#[test]
+fn emulated_decode_kernels_gfx942() {
+    emulate("decode", "gfx942");
+}
+
+#[test]
+fn emulated_decode_kernels_gfx1100() {
+    emulate("decode", "gfx1100");
 }

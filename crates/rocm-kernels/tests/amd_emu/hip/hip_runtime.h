@@ -1,6 +1,6 @@
 // Stand-in for HIP's hip_runtime.h: compiles kernels/*.hip for the host, one fiber per GPU lane
-// (../emu.cpp runs them). Only what kernels/include/rocmforge.h and
-// kernels/flash_*.hip use on AMD. The target is the __gfx*__ macro run.sh defines.
+// (../simt.h runs them). Only what kernels/include/rocmforge.h and the kernels the suites check
+// use on AMD. The target is the __gfx*__ macro run.sh defines.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -10,7 +10,14 @@
 #define __global__
 #define __host__
 #define __forceinline__ inline
+// Block-shared variables: function statics, one copy for the block (blocks run one at a time).
+// A suite whose kernels declare `extern __shared__` arrays (dynamic shared memory: `extern
+// static` does not compile) defines EMU_EXTERN_SHARED and the arrays themselves.
+#ifdef EMU_EXTERN_SHARED
 #define __shared__
+#else
+#define __shared__ static
+#endif
 // (max threads) or (max threads, min blocks a CU): the kernels use both forms.
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
@@ -35,6 +42,11 @@ int __shfl_down(int v, unsigned delta);
 inline float __uint_as_float(unsigned u) {
     float f;
     std::memcpy(&f, &u, 4);
+    return f;
+}
+inline float __int_as_float(int i) {
+    float f;
+    std::memcpy(&f, &i, 4);
     return f;
 }
 inline unsigned __float_as_uint(float f) {

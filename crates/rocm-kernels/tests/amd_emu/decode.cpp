@@ -1,0 +1,392 @@
+// CPU emulation of the decode step's small kernels on their AMD code paths (the emulator is
+// simt.h): RoPE (kernels/rope.hip: the table entry rf_rope_<dt> and the warp entries
+// rf_rope_warp_<dt> / rf_rope_warp_il_<dt>) and the KV-cache writes (kernels/kv_cache.hip), in
+// f32, f16 and bf16, at wavefronts of 32 lanes (RDNA's wave32) and 64 (CDNA, RDNA's wave64).
+//
+// Rather than the launcher's one plan per shape, every case runs each configuration a launcher
+// could pick: the table path at two block sizes, the warp path (where a head's work items fit
+// the wavefront) with one slice and with several slices of a token's heads, each with and
+// without 16-byte accesses where the layout allows them. Every result is compared with an f64
+// reference written here from the kernels' specification (the header comments), with the GPU
+// tests' tolerances: rotated elements within tolerance, every other element bit for bit as it
+// was (RoPE works in place), outputs of the cache writes bit for bit, untouched cache slots
+// bit for bit as poisoned. Buffers end at a guard page (an access past the end faults).
+
+#include "simt.h"
+
+#include "kv_cache.hip"
+#include "rope.hip"
+
+// ------------------------------------------------------------------------------------------
+// Element types: conversions written here, not the kernels' (rocmforge.h)
+// ------------------------------------------------------------------------------------------
+
+template <typename T> struct El;
+template <> struct El<float> {
+    static constexpr const char* name = "f32";
+    static constexpr double rel = 1e-6; // the GPU tests' (gpu_kernels/rope.rs)
+    static float store(float x) { return x; }
+    static float load(float x) { return x; }
+};
+template <> struct El<__half> {
+    static constexpr const char* name = "f16";
+    static constexpr double rel = 1e-3;
+    static __half store(float x) { return __ushort_as_half(Dt<__half>::from(x)); }
+    static float load(__half h) { return emu::f16f(__half_as_ushort(h)); }
+};
+// rf_bf16 is the raw 16 bits (rocmforge.h); round to nearest even by hand.
+template <> struct El<unsigned short> {
+    static constexpr const char* name = "bf16";
+    static constexpr double rel = 8e-3;
+    static unsigned short store(float x) {
+        unsigned u;
+        std::memcpy(&u, &x, 4);
+        if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+        return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    static float load(unsigned short b) { return emu::bf16f(b); }
+};
+
+template <typename T> static uint32_t bits_of(T v) {
+    uint32_t u = 0;
+    std::memcpy(&u, &v, sizeof(T));
+    return u;
+}
+
+static int failures = 0;
+static int checks = 0;
+static double worst_ratio = 0.0;
+
+// ------------------------------------------------------------------------------------------
+// RoPE
+// ------------------------------------------------------------------------------------------
+
+enum Style { NEOX, GPTJ, GLM, CHATGLM_2D };
+static const char* style_name(Style s) {
+    switch (s) {
+    case NEOX: return "neox";
+    case GPTJ: return "gptj";
+    case GLM: return "glm";
+    default: return "chatglm2d";
+    }
+}
+
+struct RopeCase {
+    int tokens, q_heads, k_heads, head_dim;
+    Style style;
+    int rotary_dim;   // NeoX / GPT-J (GLM and ChatGLM 2D: head_dim / 2 a segment)
+    double base, scale;
+    int gap;          // elements between one token's heads and the next token's (a packed QKV)
+    bool bad_position; // one token at max_pos, one at -1: NaN in its rotated elements
+    bool quick;
+};
+
+// The three entries of one element type.
+template <typename T> struct RopeEntries;
+#define EMU_ROPE_ENTRIES(suffix, T)                                                                \
+    template <> struct RopeEntries<T> {                                                            \
+        static constexpr auto table = rf_rope_##suffix;                                            \
+        static constexpr auto warp = rf_rope_warp_##suffix;                                        \
+        static constexpr auto warp_il = rf_rope_warp_il_##suffix;                                  \
+    };
+RF_FOR_EACH_DTYPE(EMU_ROPE_ENTRIES)
+
+struct RopeLayout {
+    int seg_dim, segments;
+    bool interleaved;
+    double base;
+};
+
+static RopeLayout rope_layout(const RopeCase& c) {
+    switch (c.style) {
+    case NEOX: return {c.rotary_dim, 1, false, c.base};
+    case GPTJ: return {c.rotary_dim, 1, true, c.base};
+    case GLM: return {c.head_dim / 2, 1, true, c.base};
+    default: return {c.head_dim / 2, 2, false, c.base};
+    }
+}
+
+// One launch configuration.
+struct RopePlan {
+    bool warp;     // the warp entries, else the table entry
+    bool vector;   // 16-byte accesses
+    int threads;   // a block
+    int slices;    // warp path: the grid's z
+};
+
+// Runs RoPE on random Q and K under `plan` and checks both against the f64 rotation of the
+// stored inputs.
+template <typename T>
+static void rope_check(const RopeCase& c, const RopePlan& plan, int width, std::mt19937_64& rng) {
+    const RopeLayout lay = rope_layout(c);
+    const int hd = c.head_dim, half = lay.seg_dim / 2;
+    const size_t q_stride = (size_t)c.q_heads * hd + c.gap, k_stride = (size_t)c.k_heads * hd + c.gap;
+    const size_t nq = c.tokens * q_stride, nk = c.tokens * k_stride;
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    T* q = guarded<T>(nq);
+    T* k = guarded<T>(nk);
+    std::vector<T> q0(nq), k0(nk);
+    for (size_t i = 0; i < nq; ++i) q[i] = q0[i] = El<T>::store(u(rng));
+    for (size_t i = 0; i < nk; ++i) k[i] = k0[i] = El<T>::store(u(rng));
+    const long long max_pos = 100000;
+    int* pos = guarded<int>(c.tokens);
+    int* block_pos = guarded<int>(c.tokens);
+    for (int t = 0; t < c.tokens; ++t) {
+        pos[t] = (int)(rng() % max_pos);
+        block_pos[t] = (int)(rng() % max_pos);
+    }
+    pos[0] = 0;
+    if (c.bad_position && c.tokens > 2) {
+        pos[1] = (int)max_pos;
+        block_pos[c.tokens - 1] = -1;
+    }
+    rf_rope::Freqs freqs{};
+    for (int i = 0; i < half; ++i) freqs.inv_freq[i] = std::pow(lay.base, -2.0 * i / lay.seg_dim) / c.scale;
+
+    const auto kernel = plan.warp ? (lay.interleaved ? RopeEntries<T>::warp_il : RopeEntries<T>::warp)
+                                  : RopeEntries<T>::table;
+    const unsigned blocks = plan.warp ? (unsigned)((c.tokens + plan.threads / width - 1) / (plan.threads / width))
+                                      : (unsigned)c.tokens;
+    emu_launch(emu_dim3{blocks, 1, plan.warp ? (unsigned)plan.slices : 1u}, plan.threads, width, [&] {
+        kernel(q, c.k_heads ? k : nullptr, pos, lay.segments > 1 ? block_pos : nullptr, c.tokens, c.q_heads,
+               c.k_heads, q_stride, c.k_heads ? k_stride : 0, hd, lay.seg_dim, lay.segments, lay.interleaved,
+               plan.vector, max_pos, freqs);
+    });
+
+    int bad = 0;
+    double worst = 0.0;
+    auto check = [&](const char* what, const T* got, const std::vector<T>& before, int heads, size_t stride) {
+        std::vector<char> rotated(stride, 0);
+        for (int h = 0; h < heads; ++h)
+            for (int s = 0; s < lay.segments; ++s)
+                for (int e = 0; e < lay.seg_dim; ++e) rotated[h * hd + s * lay.seg_dim + e] = 1;
+        for (int t = 0; t < c.tokens; ++t) {
+            for (size_t e = 0; e < stride; ++e) {
+                const size_t i = t * stride + e;
+                if (!rotated[e] && bits_of(got[i]) != bits_of(before[i])) {
+                    if (bad++ < 5) std::printf("    %s token %d element %zu: not rotated but changed\n", what, t, e);
+                }
+            }
+            for (int h = 0; h < heads; ++h)
+                for (int s = 0; s < lay.segments; ++s) {
+                    const int p = s == 0 ? pos[t] : block_pos[t];
+                    const bool valid = p >= 0 && p < max_pos;
+                    const size_t start = t * stride + (size_t)h * hd + (size_t)s * lay.seg_dim;
+                    for (int i = 0; i < half; ++i) {
+                        const size_t ia = start + (lay.interleaved ? 2 * i : i);
+                        const size_t ib = start + (lay.interleaved ? 2 * i + 1 : i + half);
+                        const double a = El<T>::load(before[ia]), b = El<T>::load(before[ib]);
+                        const double angle = (double)p * freqs.inv_freq[i];
+                        const double want[2] = {a * std::cos(angle) - b * std::sin(angle),
+                                                b * std::cos(angle) + a * std::sin(angle)};
+                        const size_t at[2] = {ia, ib};
+                        for (int m = 0; m < 2; ++m) {
+                            const double g = El<T>::load(got[at[m]]);
+                            if (!valid) {
+                                if (!std::isnan(g) && bad++ < 5)
+                                    std::printf("    %s token %d head %d pair %d: position %d, got %g, want NaN\n",
+                                                what, t, h, i, p, g);
+                                continue;
+                            }
+                            const double tol = 4e-6 + El<T>::rel * std::fabs(want[m]);
+                            const double ratio = std::fabs(g - want[m]) / tol;
+                            if (!(ratio <= 1.0)) {
+                                if (bad++ < 5)
+                                    std::printf("    %s token %d head %d pair %d: got %.7g, want %.7g\n", what, t, h, i,
+                                                g, want[m]);
+                            } else {
+                                worst = std::max(worst, ratio);
+                            }
+                        }
+                    }
+                }
+        }
+    };
+    check("q", q, q0, c.q_heads, q_stride);
+    if (c.k_heads) check("k", k, k0, c.k_heads, k_stride);
+    ++checks;
+    worst_ratio = std::max(worst_ratio, worst);
+    if (bad) ++failures;
+    std::printf("%-4s rope %-4s %-9s w%d %-5s %-6s t%-3d slices%d tokens%-3d heads %d+%d hd%-3d seg%d%s gap%d -> %s "
+                "(worst %.3f of tol)\n",
+                bad ? "FAIL" : "ok", El<T>::name, style_name(c.style), width, plan.warp ? "warp" : "table",
+                plan.vector ? "vector" : "scalar", plan.threads, plan.slices, c.tokens, c.q_heads, c.k_heads, hd,
+                lay.seg_dim, lay.segments > 1 ? "x2" : "", c.gap, bad ? "MISMATCH" : "match", worst);
+}
+
+// Every configuration a launcher could pick for the case (crates/rocm-kernels/src/rope.rs: the
+// warp path needs a head's work items to fit the wavefront; 16-byte accesses need the pairs,
+// heads and token stride in whole vectors).
+template <typename T> static void rope_case(const RopeCase& c, int width, std::mt19937_64& rng) {
+    const RopeLayout lay = rope_layout(c);
+    const int n = 16 / (int)sizeof(T), half = lay.seg_dim / 2;
+    const bool groups = lay.interleaved ? lay.seg_dim % (2 * n) == 0 : half % n == 0;
+    const bool vectorizable = groups && c.head_dim % n == 0 && lay.seg_dim % n == 0 &&
+                              (c.q_heads * c.head_dim + c.gap) % n == 0 && (c.k_heads * c.head_dim + c.gap) % n == 0;
+    for (bool vector : {false, true}) {
+        if (vector && !vectorizable) continue;
+        const int pairs_per_item = !vector ? 1 : lay.interleaved ? n / 2 : n;
+        const int items_per_head = lay.segments * (half / pairs_per_item);
+        const int items = (c.q_heads + c.k_heads) * items_per_head;
+        // Table path: a small block (a token's items loop) and one that covers them.
+        const int covering = std::min(512, (items + width - 1) / width * width);
+        rope_check<T>(c, RopePlan{false, vector, width, 1}, width, rng);
+        if (covering != width) rope_check<T>(c, RopePlan{false, vector, covering, 1}, width, rng);
+        if (items_per_head <= width) {
+            // One slice (many tokens), a few, and more slices than rounds of heads (some idle).
+            const int rounds = (c.q_heads + c.k_heads + width / items_per_head - 1) / (width / items_per_head);
+            std::vector<int> slices = {1};
+            if (std::min(3, rounds) > 1) slices.push_back(std::min(3, rounds));
+            slices.push_back(rounds + 1);
+            for (int s : slices) rope_check<T>(c, RopePlan{true, vector, 128, s}, width, rng);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// KV-cache writes
+// ------------------------------------------------------------------------------------------
+
+struct KvCase {
+    int tokens, row, num_slots;
+    int extra_stride; // k and v token strides past the row (a packed QKV)
+    int blocks;       // grid
+    bool quick;
+};
+
+template <typename T> struct KvEntries;
+#define EMU_KV_ENTRIES(suffix, T)                                                                  \
+    template <> struct KvEntries<T> {                                                              \
+        static constexpr auto write = rf_kv_cache_write_##suffix;                                  \
+        static constexpr auto copy = rf_kv_cache_copy_blocks_##suffix;                             \
+    };
+RF_FOR_EACH_DTYPE(EMU_KV_ENTRIES)
+
+// Writes `tokens` rows to shuffled slots (one skipped by a negative slot, one by a slot past the
+// cache), then copies whole blocks (pairs with an id outside the cache skipped), against the
+// same moves done here.
+template <typename T> static void kv_case(const KvCase& c, int width, std::mt19937_64& rng) {
+    const size_t ks = c.row + c.extra_stride, vs = c.row + 2 * c.extra_stride;
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    T* k = guarded<T>(c.tokens * ks);
+    T* v = guarded<T>(c.tokens * vs);
+    for (size_t i = 0; i < c.tokens * ks; ++i) k[i] = El<T>::store(u(rng));
+    for (size_t i = 0; i < c.tokens * vs; ++i) v[i] = El<T>::store(u(rng));
+    const size_t cache_len = (size_t)c.num_slots * c.row;
+    T* kc = guarded<T>(cache_len);
+    T* vc = guarded<T>(cache_len);
+    const T poison = El<T>::store(NAN);
+    for (size_t i = 0; i < cache_len; ++i) kc[i] = vc[i] = poison;
+    std::vector<int> order(c.num_slots);
+    for (int s = 0; s < c.num_slots; ++s) order[s] = s;
+    std::shuffle(order.begin(), order.end(), rng);
+    int* slots = guarded<int>(c.tokens);
+    for (int t = 0; t < c.tokens; ++t) slots[t] = order[t];
+    if (c.tokens > 2) {
+        slots[1] = -1;
+        slots[c.tokens - 1] = c.num_slots + 5;
+    }
+    std::vector<T> want_k(cache_len, poison), want_v(cache_len, poison);
+    for (int t = 0; t < c.tokens; ++t) {
+        if (slots[t] < 0 || slots[t] >= c.num_slots) continue;
+        for (int i = 0; i < c.row; ++i) {
+            want_k[(size_t)slots[t] * c.row + i] = k[t * ks + i];
+            want_v[(size_t)slots[t] * c.row + i] = v[t * vs + i];
+        }
+    }
+    rf_kv_write_params p{k, v, kc, vc, slots, ks, vs, (unsigned long long)c.row, (unsigned long long)c.tokens,
+                         (unsigned long long)c.num_slots};
+    emu_launch(emu_dim3{(unsigned)c.blocks, 1, 1}, 64, width, [&] { KvEntries<T>::write(p); });
+    int bad = 0;
+    auto compare = [&](const char* what, const T* got, const std::vector<T>& want) {
+        for (size_t i = 0; i < cache_len; ++i)
+            if (bits_of(got[i]) != bits_of(want[i]) && bad++ < 5)
+                std::printf("    %s slot %zu element %zu: %08x, want %08x\n", what, i / c.row, i % c.row,
+                            bits_of(got[i]), bits_of(want[i]));
+    };
+    compare("write k", kc, want_k);
+    compare("write v", vc, want_v);
+
+    // Copy-on-write: blocks of 4 slots; pairs (src, dst) without chains, one out of range.
+    const int block_size = 4, num_blocks = c.num_slots / block_size;
+    if (num_blocks >= 4) {
+        const int pairs_host[] = {0, num_blocks - 1, 2, 1, num_blocks + 3, 0};
+        int* pairs = guarded<int>(6);
+        std::memcpy(pairs, pairs_host, sizeof pairs_host);
+        const size_t be = (size_t)block_size * c.row;
+        for (int pr = 0; pr < 3; ++pr) {
+            const int src = pairs_host[2 * pr], dst = pairs_host[2 * pr + 1];
+            if (src >= num_blocks || dst >= num_blocks) continue;
+            for (size_t i = 0; i < be; ++i) {
+                want_k[dst * be + i] = want_k[src * be + i];
+                want_v[dst * be + i] = want_v[src * be + i];
+            }
+        }
+        rf_kv_copy_params cp{kc, vc, pairs, 3, be, (unsigned long long)num_blocks};
+        emu_launch(emu_dim3{(unsigned)c.blocks, 1, 1}, 64, width, [&] { KvEntries<T>::copy(cp); });
+        compare("copy k", kc, want_k);
+        compare("copy v", vc, want_v);
+    }
+    ++checks;
+    if (bad) ++failures;
+    std::printf("%-4s kv_cache %-4s w%d tokens%-3d row%-4d slots%-4d stride+%d blocks%d -> %s\n", bad ? "FAIL" : "ok",
+                El<T>::name, width, c.tokens, c.row, c.num_slots, c.extra_stride, c.blocks,
+                bad ? "MISMATCH" : "match (bit for bit)");
+}
+
+int main(int argc, char** argv) {
+    std::mt19937_64 rng(0xdec0de);
+    bool quick = false;
+    for (int i = 1; i < argc; ++i) {
+        if (std::string(argv[i]) == "quick") {
+            quick = true;
+        } else {
+            std::fprintf(stderr, "usage: %s [quick]\n", argv[0]);
+            return 2;
+        }
+    }
+    // {tokens, q_heads, k_heads, head_dim, style, rotary_dim, base, scale, gap, bad_position, quick}
+    const std::vector<RopeCase> rope_cases = {
+        {1, 32, 8, 128, NEOX, 128, 500000.0, 1.0, 0, false, true},  // Llama 3 decode
+        {5, 28, 4, 128, NEOX, 128, 1e6, 1.0, 1024, true, true},     // Qwen2, strided (packed QKV)
+        {3, 4, 2, 80, NEOX, 80, 10000.0, 1.0, 0, false, true},      // items that do not divide a warp
+        {2, 3, 1, 96, NEOX, 24, 10000.0, 4.0, 8, false, false},     // partial rotary, scaled
+        {3, 2, 1, 6, NEOX, 4, 10000.0, 1.0, 0, true, false},        // never vectorised
+        {2, 4, 4, 128, GPTJ, 128, 10000.0, 1.0, 0, false, true},
+        {2, 2, 1, 256, GPTJ, 64, 10000.0, 2.5, 0, false, false},
+        {3, 6, 2, 128, GLM, 0, 10000.0, 1.0, 16, true, true},       // GLM-4: half the head rotated
+        {2, 2, 2, 12, GLM, 0, 10000.0, 1.0, 0, false, false},
+        {3, 4, 2, 128, CHATGLM_2D, 0, 10000.0, 1.0, 0, true, true}, // two segments, two positions
+        {1, 2, 0, 16, CHATGLM_2D, 0, 10000.0, 1.0, 0, false, false}, // no K
+        {2, 2, 1, 130, NEOX, 130, 10000.0, 1.0, 0, false, false},   // 65 pairs: the table path only
+    };
+    // {tokens, row, num_slots, extra_stride, blocks, quick}
+    const std::vector<KvCase> kv_cases = {
+        {1, 1024, 64, 0, 3, true},   // decode: one row
+        {7, 1024, 32, 0, 2, true},   // a few tokens, grid-stride
+        {9, 136, 40, 24, 5, false},  // strided rows (a packed QKV), row not a power of two
+        {3, 8, 16, 0, 1, true},
+    };
+    for (int width : {32, 64}) {
+        for (const RopeCase& c : rope_cases) {
+            if (quick && !c.quick) continue;
+            rope_case<float>(c, width, rng);
+            rope_case<__half>(c, width, rng);
+            rope_case<rf_bf16>(c, width, rng);
+        }
+        for (const KvCase& c : kv_cases) {
+            if (quick && !c.quick) continue;
+            kv_case<float>(c, width, rng);
+            kv_case<__half>(c, width, rng);
+            kv_case<rf_bf16>(c, width, rng);
+        }
+    }
+    std::printf("%s decode (RoPE and KV-cache writes, wave32 and wave64): %d checks, %d failures, worst error %.3f "
+                "of the tolerance\n",
+                EMU_TARGET_NAME, checks, failures, worst_ratio);
+    if (checks == 0) {
+        std::printf("no checks ran\n");
+        return 1;
+    }
+    return failures ? 1 : 0;
+}

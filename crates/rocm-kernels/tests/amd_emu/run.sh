@@ -1,0 +1,101 @@
+#!/bin/sh
+# Builds and runs the CPU emulation of AMD kernels (the emulator: simt.h), each suite once per
+# target. Suites:
+#   flash    the flash-attention kernels (flash.cpp): on gfx908 (MFMA, bf16 as two 16x16x8 steps),
+#            gfx90a (MFMA 16x16x16 f16 / bf16_1k), gfx942 (CDNA3), gfx950 (CDNA4), and gfx1100
+#            (RDNA3, no MFMA: the portable kernel and rocmforge.h's wave helpers, wave32 and wave64)
+#   decode   the decode step's small kernels (decode.cpp: RoPE, the KV-cache writes), wave32 and
+#            wave64 on every target
+# Usage: crates/rocm-kernels/tests/amd_emu/run.sh [quick] [SUITE...] [TARGET...]
+#        (default: every suite, every target)
+# Needs clang (ext_vector_type, _Float16 on the host: clang 15 or newer on x86-64): $CXX if that
+# is clang, else clang++, else the newest clang++-NN on PATH. Binaries go to $AMD_EMU_OUT, else
+# ${CARGO_TARGET_DIR:-target}/amd_emu. Optimisation: $AMD_EMU_OPT, else -O0 for quick (the build
+# dominates there) and -O1 for the full run (every level gives the same results).
+# Exit status: 0 only if every suite built and passed on every target.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../../.." && pwd)
+out=${AMD_EMU_OUT:-${CARGO_TARGET_DIR:-$root/target}/amd_emu}
+all_targets="gfx908 gfx90a gfx942 gfx950 gfx1100"
+all_suites="flash decode"
+
+mode=
+suites=
+targets=
+for arg in "$@"; do
+    case $arg in
+    quick) mode=quick ;;
+    flash | decode) suites="$suites $arg" ;;
+    gfx908 | gfx90a | gfx942 | gfx950 | gfx1100) targets="$targets $arg" ;;
+    *)
+        echo "run.sh: unknown argument '$arg' (usage: run.sh [quick] [SUITE...] [TARGET...], suites: $all_suites, targets: $all_targets)" >&2
+        exit 2
+        ;;
+    esac
+done
+suites=${suites:-$all_suites}
+targets=${targets:-$all_targets}
+if [ "$mode" = quick ]; then opt=${AMD_EMU_OPT:--O0}; else opt=${AMD_EMU_OPT:--O1}; fi
+
+is_clang() {
+    "$1" --version 2>/dev/null | grep -qi clang
+}
+
+# The compiler: $CXX if it is clang, else clang++, else the newest clang++-NN on PATH.
+cxx=
+if [ -n "${CXX:-}" ]; then
+    if is_clang "$CXX"; then
+        cxx=$CXX
+    else
+        echo "run.sh: CXX=$CXX is not clang (the emulation needs clang's ext_vector_type and _Float16); looking for clang++" >&2
+    fi
+fi
+if [ -z "$cxx" ] && command -v clang++ >/dev/null 2>&1 && is_clang clang++; then
+    cxx=clang++
+fi
+if [ -z "$cxx" ]; then
+    best=0
+    old_ifs=$IFS
+    IFS=:
+    for dir in $PATH; do
+        IFS=$old_ifs
+        for candidate in "${dir:-.}"/clang++-[0-9]*; do
+            [ -x "$candidate" ] || continue
+            version=${candidate##*/clang++-}
+            case $version in *[!0-9]*) continue ;; esac
+            if [ "$version" -gt "$best" ] && is_clang "$candidate"; then
+                best=$version
+                cxx=$candidate
+            fi
+        done
+    done
+    IFS=$old_ifs
+fi
+if [ -z "$cxx" ]; then
+    cat >&2 <<EOF
+run.sh: no clang C++ compiler found: set CXX to a clang++ (15 or newer on x86-64), or put clang++
+or clang++-NN on PATH (Debian/Ubuntu: apt-get install clang, or hipcc, which brings clang++-NN).
+EOF
+    exit 127
+fi
+echo "run.sh: compiler $cxx ($("$cxx" --version | head -n 1))"
+
+mkdir -p "$out"
+status=0
+for suite in $suites; do
+    for arch in $targets; do
+        echo "== $suite $arch${mode:+ ($mode)}"
+        if ! "$cxx" -std=c++17 $opt -Wall -Wno-unused-function -D__HIP__ -D__${arch}__ -DEMU_TARGET_NAME="\"$arch\"" \
+            -I"$here" -I"$root/kernels" -I"$root/kernels/include" -o "$out/${suite}_$arch" "$here/$suite.cpp"; then
+            echo "run.sh: $suite $arch: build failed" >&2
+            status=1
+            continue
+        fi
+        if ! "$out/${suite}_$arch" $mode; then
+            echo "run.sh: $suite $arch: FAILED" >&2
+            status=1
+        fi
+    done
+done
+exit $status

@@ -1,0 +1,305 @@
+// The emulator every suite here shares: GPU lanes as fibers, blocks, barriers and wavefront
+// operations (shuffles, MFMA), and buffers that end at a guard page. Each suite (flash.cpp,
+// decode.cpp) is one translation unit that includes this first, then the kernels it checks;
+// run.sh builds each suite once per AMD target with the stand-in headers in hip/.
+//
+// Each GPU lane is a fiber (ucontext); blocks run one at a time; __syncthreads is a block
+// barrier; shuffles and MFMA are wavefront operations (every lane deposits its operands, the
+// last to arrive computes all the lanes' results, and each lane takes its own). A wavefront
+// operation that not all lanes of a wavefront reach together (divergence) aborts, and so does a
+// barrier no lane can pass (deadlock). `__shared__` variables are function statics (one copy:
+// one block at a time), unless the suite defines EMU_EXTERN_SHARED (below). The MFMA builtins are
+// written from AMD's documented operand layouts, independently of how the kernels use them:
+//   16x16x16 (f16, bf16_1k): lane l holds A[l % 16][4 (l / 16) + i], B[4 (l / 16) + i][l % 16],
+//                            D[4 (l / 16) + i][l % 16], i = 0..3;
+//   16x16x8 bf16 (gfx908):   lane l holds A[l % 16][2 (l / 16) + i], B[2 (l / 16) + i][l % 16],
+//                            i = 0..1, D as above.
+// EMU_TRANSPOSE_D=1 makes the MFMA emulation use a wrong D layout, to see that a suite's
+// comparison catches it.
+#pragma once
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hip/hip_runtime.h"
+#include "rocmforge.h"
+
+#ifndef EMU_TARGET_NAME
+#error "define EMU_TARGET_NAME (run.sh does: the gfx target, as a string)"
+#endif
+
+emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+int warpSize = 64;
+
+// ------------------------------------------------------------------------------------------
+// Fibers
+// ------------------------------------------------------------------------------------------
+
+namespace emu {
+
+struct Fiber {
+    ucontext_t ctx;
+    char* stack = nullptr; // kept from block to block
+    bool done = false;
+};
+constexpr size_t STACK_BYTES = 256 * 1024;
+
+struct Barrier {
+    int expected = 0, arrived = 0;
+    unsigned long gen = 0;
+};
+
+// A lane's operands of a wavefront operation, or its result.
+struct Slot {
+    int tag;
+    uint64_t a, b;
+    float c[4];
+};
+
+struct Wave {
+    Barrier barrier;
+    std::vector<Slot> in, out;
+};
+
+static int wave_width = 64; // lanes a wavefront in the current launch
+static ucontext_t sched_ctx;
+static std::vector<Fiber> fibers;
+static int current = -1;
+static unsigned long progress = 0;
+static Barrier block_barrier;
+static std::vector<Wave> waves;
+static std::function<void()> body;
+
+static void yield() { swapcontext(&fibers[current].ctx, &sched_ctx); }
+
+// Arrives at `b` and waits for the others; the last to arrive runs `last` first.
+template <typename F> static void wait(Barrier& b, F&& last) {
+    const unsigned long gen = b.gen;
+    if (++b.arrived == b.expected) {
+        last();
+        b.arrived = 0;
+        ++b.gen;
+        ++progress;
+        return;
+    }
+    while (b.gen == gen) yield();
+}
+
+static void entry() {
+    body();
+    fibers[current].done = true;
+    ++progress;
+    swapcontext(&fibers[current].ctx, &sched_ctx);
+}
+
+// Runs one block of `threads` lanes through `kernel`, in wavefronts of wave_width lanes.
+static void run_block(int threads, std::function<void()> kernel) {
+    assert(threads % wave_width == 0);
+    body = std::move(kernel);
+    if ((int)fibers.size() < threads) fibers.resize(threads);
+    block_barrier = Barrier{threads, 0, 0};
+    waves.assign(threads / wave_width, Wave{Barrier{wave_width, 0, 0}, std::vector<Slot>(wave_width),
+                                            std::vector<Slot>(wave_width)});
+    for (int t = 0; t < threads; ++t) {
+        Fiber& f = fibers[t];
+        if (!f.stack) f.stack = new char[STACK_BYTES];
+        f.done = false;
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack;
+        f.ctx.uc_stack.ss_size = STACK_BYTES;
+        f.ctx.uc_link = nullptr;
+        makecontext(&f.ctx, entry, 0);
+    }
+    for (;;) {
+        bool all_done = true;
+        const unsigned long before = progress;
+        for (int t = 0; t < threads; ++t) {
+            if (fibers[t].done) continue;
+            all_done = false;
+            current = t;
+            threadIdx = emu_dim3{(unsigned)t, 0, 0};
+            swapcontext(&sched_ctx, &fibers[t].ctx);
+        }
+        if (all_done) break;
+        if (progress == before) {
+            std::fprintf(stderr, "deadlock: lanes wait at barriers no one else reaches\n");
+            std::abort();
+        }
+    }
+    current = -1;
+}
+
+// A wavefront operation: deposit `mine`, meet; the last lane to arrive checks that every lane
+// is at the same operation and runs `compute(in, out)` for all of them; return this lane's out.
+template <typename F> static Slot wave_op(int tag, Slot mine, F&& compute) {
+    const int l = current % wave_width;
+    Wave& w = waves[current / wave_width];
+    mine.tag = tag;
+    w.in[l] = mine;
+    wait(w.barrier, [&] {
+        for (int j = 0; j < wave_width; ++j) {
+            if (w.in[j].tag != tag) {
+                std::fprintf(stderr, "divergent wave operation: lane %d tag %d, lane %d tag %d\n", l, tag, j,
+                             w.in[j].tag);
+                std::abort();
+            }
+        }
+        compute(w.in, w.out);
+    });
+    return w.out[l];
+}
+
+static float bf16f(uint16_t b) { return __uint_as_float((unsigned)b << 16); }
+// binary16 -> f32 by table: the host converts _Float16 in software (libgcc), slowly.
+static const std::vector<float> f16_table = [] {
+    std::vector<float> t(65536);
+    for (unsigned u = 0; u < 65536; ++u) t[u] = __half2float(__ushort_as_half((unsigned short)u));
+    return t;
+}();
+static float f16f(uint16_t b) { return f16_table[b]; }
+
+// D = A B + C for a 16 x 16 x K step (K = 4 E); element e of a lane's operand is bits
+// 16 e.. of a / b, and lane + 16 (k / E) holds k (E = values a lane).
+template <int E> static emu_f32x4 mfma(int tag, uint64_t a, uint64_t b, emu_f32x4 c, float (*cvt)(uint16_t)) {
+    if (wave_width != 64) {
+        std::fprintf(stderr, "MFMA on a %d-lane wavefront (it needs 64)\n", wave_width);
+        std::abort();
+    }
+    Slot s{};
+    s.a = a;
+    s.b = b;
+    for (int i = 0; i < 4; ++i) s.c[i] = c[i];
+    const Slot r = wave_op(tag, s, [&](const std::vector<Slot>& all, std::vector<Slot>& out) {
+        static const bool wrong = std::getenv("EMU_TRANSPOSE_D") != nullptr;
+        // A and B from the lanes' operands: lane l holds A[l % 16][E (l / 16) + e] and
+        // B[E (l / 16) + e][l % 16] in bits 16 e.. (e < E).
+        double A[16][4 * E], Bt[16][4 * E]; // Bt[col][k] = B[k][col]
+        for (int l = 0; l < 64; ++l)
+            for (int e = 0; e < E; ++e) {
+                const int k = E * (l / 16) + e;
+                A[l % 16][k] = cvt((uint16_t)(all[l].a >> (16 * e)));
+                Bt[l % 16][k] = cvt((uint16_t)(all[l].b >> (16 * e)));
+            }
+        for (int l = 0; l < 64; ++l) {
+            for (int i = 0; i < 4; ++i) {
+                const int row = wrong ? l % 16 : 4 * (l / 16) + i; // D layout
+                const int col = wrong ? 4 * (l / 16) + i : l % 16;
+                double acc = 0.0;
+                for (int k = 0; k < 4 * E; ++k) acc += A[row][k] * Bt[col][k];
+                out[l].c[i] = (float)(acc + (double)all[l].c[i]);
+            }
+        }
+    });
+    emu_f32x4 d;
+    for (int i = 0; i < 4; ++i) d[i] = r.c[i];
+    return d;
+}
+
+} // namespace emu
+
+void emu_syncthreads() {
+    emu::wait(emu::block_barrier, [] {});
+}
+
+// HIP's __shfl_xor / __shfl_down at width warpSize: a source outside the wavefront gives the
+// lane its own value.
+template <typename V> static V shfl(V v, bool xor_mode, int arg) {
+    static_assert(sizeof(V) == 4, "32-bit shuffles only");
+    emu::Slot s{};
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    s.a = bits;
+    const emu::Slot r =
+        emu::wave_op(xor_mode ? 1000 + arg : 2000 + arg, s, [&](const std::vector<emu::Slot>& in, std::vector<emu::Slot>& out) {
+            const int width = emu::wave_width;
+            for (int l = 0; l < width; ++l) {
+                const int src = xor_mode ? (l ^ arg) : l + arg;
+                out[l].a = in[src >= 0 && src < width ? src : l].a;
+            }
+        });
+    bits = (uint32_t)r.a;
+    V res;
+    std::memcpy(&res, &bits, 4);
+    return res;
+}
+float __shfl_xor(float v, int mask) { return shfl(v, true, mask); }
+int __shfl_xor(int v, int mask) { return shfl(v, true, mask); }
+float __shfl_down(float v, unsigned d) { return shfl(v, false, (int)d); }
+int __shfl_down(int v, unsigned d) { return shfl(v, false, (int)d); }
+
+static uint64_t bits64(const void* p) {
+    uint64_t u;
+    std::memcpy(&u, p, 8);
+    return u;
+}
+static uint64_t bits32(const void* p) {
+    uint32_t u;
+    std::memcpy(&u, p, 4);
+    return u;
+}
+emu_f32x4 emu_mfma_f32_16x16x16f16(emu_f16x4 a, emu_f16x4 b, emu_f32x4 c, int, int, int) {
+    return emu::mfma<4>(1, bits64(&a), bits64(&b), c, emu::f16f);
+}
+emu_f32x4 emu_mfma_f32_16x16x16bf16_1k(emu_i16x4 a, emu_i16x4 b, emu_f32x4 c, int, int, int) {
+    return emu::mfma<4>(2, bits64(&a), bits64(&b), c, emu::bf16f);
+}
+emu_f32x4 emu_mfma_f32_16x16x8bf16(emu_i16x2 a, emu_i16x2 b, emu_f32x4 c, int, int, int) {
+    return emu::mfma<2>(3, bits32(&a), bits32(&b), c, emu::bf16f);
+}
+
+// ------------------------------------------------------------------------------------------
+// Buffers that end at a guard page
+// ------------------------------------------------------------------------------------------
+
+template <typename X> static X* guarded(size_t n) {
+    const size_t page = 4096;
+    const size_t bytes = (n * sizeof(X) + 15) / 16 * 16;
+    const size_t pages = (bytes + page - 1) / page + 1;
+    char* base = (char*)mmap(nullptr, (pages + 1) * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert(base != MAP_FAILED);
+    mprotect(base + pages * page, page, PROT_NONE);
+    return (X*)(base + pages * page - bytes);
+}
+
+
+// Runs a grid of `threads`-lane blocks (x only) in wavefronts of `width` lanes, each lane
+// running `kernel()`.
+template <typename F> static void emu_launch(emu_dim3 grid, int threads, int width, F&& kernel) {
+    emu::wave_width = width;
+    warpSize = width;
+    gridDim = grid;
+    blockDim = emu_dim3{(unsigned)threads, 1, 1};
+    for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+            for (unsigned x = 0; x < grid.x; ++x) {
+                blockIdx = emu_dim3{x, y, z};
+                emu::run_block(threads, [&] { kernel(); });
+            }
+}
+
+// The 16-bit storage types as bits, with their rounding and their spacing at 1.
+template <typename T> struct Dt;
+template <> struct Dt<__half> {
+    static constexpr const char* name = "f16";
+    static constexpr double eps = 1.0 / 2048;
+    static uint16_t from(float x) { return __half_as_ushort(__float2half(x)); }
+    static float to(uint16_t b) { return emu::f16f(b); }
+};
+template <> struct Dt<rf_bf16> {
+    static constexpr const char* name = "bf16";
+    static constexpr double eps = 1.0 / 256;
+    static uint16_t from(float x) { return rf_float_to_bf16(x); }
+    static float to(uint16_t b) { return emu::bf16f(b); }
+};
