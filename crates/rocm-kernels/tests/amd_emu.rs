@@ -1,7 +1,8 @@
 //! The CPU emulation of AMD kernels (`tests/amd_emu/`, the emulator in `simt.h` there):
 //! `run.sh quick <suite> <target>`, one test per suite and target. Without AMD hardware this is
 //! the only run of the MFMA flash kernel, and of every emulated kernel's AMD code path at
-//! 32-lane wavefronts (`flash.cpp`: flash attention; `decode.cpp`: RoPE and the KV-cache writes).
+//! 32-lane wavefronts (`flash.cpp`: flash attention; `decode.cpp`: RoPE and the KV-cache writes;
+//! `quant.cpp`: the portable quantised matrix-vector kernel, which AMD GPUs run for decode).
 //!
 //! It needs a clang C++ compiler on the machine (run.sh takes `$CXX`, `clang++` or the newest
 //! `clang++-NN` on PATH; CI gets clang with the `hipcc` package). Without one these tests fail,
@@ -91,4 +92,14 @@ fn emulated_decode_kernels_gfx942() {
 #[test]
 fn emulated_decode_kernels_gfx1100() {
     emulate("decode", "gfx1100");
+}
+
+#[test]
+fn emulated_quant_matvec_gfx942() {
+    emulate("quant", "gfx942");
+}
+
+#[test]
+fn emulated_quant_matvec_gfx1100() {
+    emulate("quant", "gfx1100");
 }

@@ -55,11 +55,32 @@ inline unsigned __float_as_uint(float f) {
     return u;
 }
 
+// HIP's integer intrinsics (as CUDA documents them, which HIP follows):
+//   __byte_perm(x, y, s): byte n of the result is byte (s >> 4n) & 7 of the 8 bytes y:x (x the
+//                         low four);
+//   __funnelshift_l(lo, hi, n): the high word of hi:lo shifted left by n & 31;
+//   __funnelshift_r(lo, hi, n): the low word of hi:lo shifted right by n & 31.
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long xy = (unsigned long long)y << 32 | x;
+    unsigned r = 0;
+    for (int n = 0; n < 4; ++n) r |= (unsigned)((xy >> (8 * ((s >> (4 * n)) & 7u))) & 0xffu) << (8 * n);
+    return r;
+}
+inline unsigned __funnelshift_l(unsigned lo, unsigned hi, unsigned n) {
+    return (unsigned)((((unsigned long long)hi << 32 | lo) << (n & 31u)) >> 32);
+}
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned n) {
+    return (unsigned)(((unsigned long long)hi << 32 | lo) >> (n & 31u));
+}
+
 struct uint2 {
     unsigned x, y;
 };
 struct uint4 {
     unsigned x, y, z, w;
+};
+struct float4 {
+    float x, y, z, w;
 };
 inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
