@@ -2,7 +2,8 @@
 //! `run.sh quick <suite> <target>`, one test per suite and target. Without AMD hardware this is
 //! the only run of the MFMA flash kernel, and of every emulated kernel's AMD code path at
 //! 32-lane wavefronts (`flash.cpp`: flash attention; `decode.cpp`: RoPE and the KV-cache writes;
-//! `quant.cpp`: the portable quantised matrix-vector kernel, which AMD GPUs run for decode).
+//! `quant.cpp`: the portable quantised matrix-vector kernel, which AMD GPUs run for decode;
+//! `dequant.cpp`: the dequantisation kernel, which prefill runs before the GEMM).
 //!
 //! It needs a clang C++ compiler on the machine (run.sh takes `$CXX`, `clang++` or the newest
 //! `clang++-NN` on PATH; CI gets clang with the `hipcc` package). Without one these tests fail,
@@ -102,4 +103,14 @@ fn emulated_quant_matvec_gfx942() {
 #[test]
 fn emulated_quant_matvec_gfx1100() {
     emulate("quant", "gfx1100");
+}
+
+#[test]
+fn emulated_dequant_gfx942() {
+    emulate("dequant", "gfx942");
+}
+
+#[test]
+fn emulated_dequant_gfx1100() {
+    emulate("dequant", "gfx1100");
 }

@@ -9,6 +9,8 @@
 #   quant    the portable quantised matrix-vector kernel (quant.cpp: quant_matvec.hip, every ggml
 #            format), wave32 and wave64 on every target, built with AddressSanitizer (exact-size
 #            buffers: a load past a weight's end is an error)
+#   dequant  the dequantisation kernel (dequant.cpp: dequant.hip, all eight block formats, bit for
+#            bit), wave32 and wave64 on every target, with AddressSanitizer
 # Usage: crates/rocm-kernels/tests/amd_emu/run.sh [quick] [SUITE...] [TARGET...]
 #        (default: every suite, every target)
 # Needs clang (ext_vector_type, _Float16 on the host: clang 15 or newer on x86-64): $CXX if that
@@ -21,7 +23,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../../.." && pwd)
 out=${AMD_EMU_OUT:-${CARGO_TARGET_DIR:-$root/target}/amd_emu}
 all_targets="gfx908 gfx90a gfx942 gfx950 gfx1100"
-all_suites="flash decode quant"
+all_suites="flash decode quant dequant"
 
 mode=
 suites=
@@ -29,7 +31,7 @@ targets=
 for arg in "$@"; do
     case $arg in
     quick) mode=quick ;;
-    flash | decode | quant) suites="$suites $arg" ;;
+    flash | decode | quant | dequant) suites="$suites $arg" ;;
     gfx908 | gfx90a | gfx942 | gfx950 | gfx1100) targets="$targets $arg" ;;
     *)
         echo "run.sh: unknown argument '$arg' (usage: run.sh [quick] [SUITE...] [TARGET...], suites: $all_suites, targets: $all_targets)" >&2
@@ -87,10 +89,10 @@ echo "run.sh: compiler $cxx ($("$cxx" --version | head -n 1))"
 mkdir -p "$out"
 status=0
 for suite in $suites; do
-    # AddressSanitizer for the suite that checks loads against exact-size buffers; its fibers'
-    # stacks live as long as the process (not leaks).
+    # AddressSanitizer for the suites that check accesses against exact-size buffers; the
+    # fibers' stacks live as long as the process (not leaks).
     sanitize=
-    case $suite in quant) sanitize=-fsanitize=address ;; esac
+    case $suite in quant | dequant) sanitize=-fsanitize=address ;; esac
     for arch in $targets; do
         echo "== $suite $arch${mode:+ ($mode)}"
         if ! "$cxx" -std=c++17 $opt $sanitize -Wall -Wno-unused-function -D__HIP__ -D__${arch}__ -DEMU_TARGET_NAME="\"$arch\"" \
