@@ -1,9 +1,9 @@
 //! The CPU emulation of AMD kernels (`tests/amd_emu/`, the emulator in `simt.h` there):
 //! `run.sh quick <suite> <target>`, one test per suite and target. Without AMD hardware this is
 //! the only run of the MFMA flash kernel, and of every emulated kernel's AMD code path at
-//! 32-lane wavefronts (`flash.cpp`: flash attention; `decode.cpp`: RoPE and the KV-cache writes;
-//! `quant.cpp`: the portable quantised matrix-vector kernel, which AMD GPUs run for decode;
-//! `dequant.cpp`: the dequantisation kernel, which prefill runs before the GEMM).
+//! 32-lane wavefronts (`flash.cpp`: flash attention; `decode.cpp`: RoPE, the KV-cache writes,
+//! RMSNorm and SwiGLU; `quant.cpp`: the portable quantised matrix-vector kernel, which AMD GPUs
+//! run for decode; `dequant.cpp`: the dequantisation kernel, which prefill runs before the GEMM).
 //!
 //! It needs a clang C++ compiler on the machine (run.sh takes `$CXX`, `clang++` or the newest
 //! `clang++-NN` on PATH; CI gets clang with the `hipcc` package). Without one these tests fail,

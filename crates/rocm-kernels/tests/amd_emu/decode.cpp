@@ -1,7 +1,9 @@
 // CPU emulation of the decode step's small kernels on their AMD code paths (the emulator is
 // simt.h): RoPE (kernels/rope.hip: the table entry rf_rope_<dt> and the warp entries
-// rf_rope_warp_<dt> / rf_rope_warp_il_<dt>) and the KV-cache writes (kernels/kv_cache.hip), in
-// f32, f16 and bf16, at wavefronts of 32 lanes (RDNA's wave32) and 64 (CDNA, RDNA's wave64).
+// rf_rope_warp_<dt> / rf_rope_warp_il_<dt>), the KV-cache writes (kernels/kv_cache.hip), RMSNorm
+// with and without the residual add (kernels/rmsnorm.hip: the block and group paths) and SwiGLU
+// (kernels/swiglu.hip: two tensors and the fused gate-up rows), in f32, f16 and bf16, at
+// wavefronts of 32 lanes (RDNA's wave32) and 64 (CDNA, RDNA's wave64).
 //
 // Rather than the launcher's one plan per shape, every case runs each configuration a launcher
 // could pick: the table path at two block sizes, the warp path (where a head's work items fit
@@ -15,7 +17,9 @@
 #include "simt.h"
 
 #include "kv_cache.hip"
+#include "rmsnorm.hip"
 #include "rope.hip"
+#include "swiglu.hip"
 
 // ------------------------------------------------------------------------------------------
 // Element types: conversions written here, not the kernels' (rocmforge.h)
@@ -334,6 +338,173 @@ template <typename T> static void kv_case(const KvCase& c, int width, std::mt199
                 bad ? "MISMATCH" : "match (bit for bit)");
 }
 
+// ------------------------------------------------------------------------------------------
+// RMSNorm
+// ------------------------------------------------------------------------------------------
+
+template <typename T> struct RmsEntries;
+#define EMU_RMS_ENTRIES(suffix, T)                                                                 \
+    template <> struct RmsEntries<T> {                                                             \
+        static constexpr auto block = rf_rmsnorm_##suffix;                                         \
+        static constexpr auto residual = rf_rmsnorm_residual_##suffix;                             \
+        static constexpr auto group = rf_rmsnorm_group_##suffix;                                   \
+        static constexpr auto residual_group = rf_rmsnorm_residual_group_##suffix;                 \
+    };
+RF_FOR_EACH_DTYPE(EMU_RMS_ENTRIES)
+
+// The GPU tests' tolerance (gpu_kernels/rmsnorm.rs): the f32 reduction and one rounding of the
+// output, relative, plus 1e-6 of the largest output.
+template <typename T> static double rms_rel() {
+    return sizeof(T) == 4 ? 1e-5 : std::is_same<T, __half>::value ? 2.0 * std::ldexp(1.0, -10) : 2.0 * std::ldexp(1.0, -7);
+}
+
+struct RmsCase {
+    int rows, cols, stride_pad; // rows `cols + stride_pad` apart
+    int grid;                   // 0: one block a row
+    bool quick;
+};
+
+// out = x / sqrt(mean(x^2) + eps) * w, with residual: s = round_T(x + r) (into r) normed; block
+// path at a few block sizes (the register cache and the streaming path), group path at the
+// launcher's block and at one too small for the row (its streaming fallback).
+template <typename T> static void rms_case(const RmsCase& c, bool residual, int width, std::mt19937_64& rng) {
+    const size_t stride = (size_t)c.cols + c.stride_pad, len = c.rows * stride;
+    std::uniform_real_distribution<float> ux(-3.0f, 3.0f), uw(-2.0f, 2.0f);
+    std::vector<T> x0(len), r0(len), w0(c.cols);
+    for (auto& v : x0) v = El<T>::store(ux(rng));
+    for (auto& v : r0) v = El<T>::store(ux(rng));
+    for (auto& v : w0) v = El<T>::store(uw(rng));
+    const float eps = 1e-5f;
+    // Expected: s (bit for bit: the f32 sum of the two stored values, rounded once) and out.
+    std::vector<T> want_s(len);
+    std::vector<double> want(len, 0.0);
+    double scale = 0.0;
+    for (int row = 0; row < c.rows; ++row) {
+        double ss = 0.0;
+        for (int j = 0; j < c.cols; ++j) {
+            const size_t i = row * stride + j;
+            want_s[i] = residual ? El<T>::store(El<T>::load(x0[i]) + El<T>::load(r0[i])) : x0[i];
+            ss += (double)El<T>::load(want_s[i]) * El<T>::load(want_s[i]);
+        }
+        const double inv = 1.0 / std::sqrt(ss / c.cols + eps);
+        for (int j = 0; j < c.cols; ++j) {
+            const size_t i = row * stride + j;
+            want[i] = El<T>::load(want_s[i]) * inv * El<T>::load(w0[j]);
+            scale = std::max(scale, std::fabs(want[i]));
+        }
+    }
+    const int n = 16 / (int)sizeof(T);
+    const bool vector = c.cols >= n && stride % n == 0;
+    const int vectors = c.cols / n;
+    const int group_block = ((vectors + 1) / 2 + width - 1) / width * width;
+    struct Plan {
+        bool group;
+        int threads;
+    };
+    std::vector<Plan> plans = {{false, width}, {false, 256}};
+    if (vector && group_block <= 1024) plans.push_back({true, std::max(width, group_block)});
+    plans.push_back({true, width}); // the group entry's fallback when the row does not fit
+    for (const Plan& plan : plans) {
+        T* x = guarded<T>(len);
+        T* r = guarded<T>(len);
+        T* w = guarded<T>(c.cols);
+        T* out = guarded<T>(len);
+        std::copy(x0.begin(), x0.end(), x);
+        std::copy(r0.begin(), r0.end(), r);
+        std::copy(w0.begin(), w0.end(), w);
+        const T poison = El<T>::store(NAN);
+        for (size_t i = 0; i < len; ++i) out[i] = poison;
+        const unsigned grid = (unsigned)(c.grid > 0 ? std::min(c.grid, c.rows) : c.rows);
+        emu_launch(emu_dim3{grid, 1, 1}, plan.threads, width, [&] {
+            if (residual) {
+                (plan.group ? RmsEntries<T>::residual_group : RmsEntries<T>::residual)(
+                    x, r, w, out, stride, stride, stride, c.rows, c.cols, eps);
+            } else {
+                (plan.group ? RmsEntries<T>::group : RmsEntries<T>::block)(x, w, out, stride, stride, c.rows, c.cols, eps);
+            }
+        });
+        int bad = 0;
+        double worst = 0.0;
+        for (int row = 0; row < c.rows; ++row) {
+            for (size_t j = 0; j < stride; ++j) {
+                const size_t i = row * stride + j;
+                if ((int)j >= c.cols) {
+                    if (bits_of(out[i]) != bits_of(poison) && bad++ < 5) std::printf("    gap element %zu written\n", i);
+                    continue;
+                }
+                if (residual && bits_of(r[i]) != bits_of(want_s[i]) && bad++ < 5)
+                    std::printf("    row %d col %zu: residual %08x, want %08x\n", row, j, bits_of(r[i]), bits_of(want_s[i]));
+                const double g = El<T>::load(out[i]);
+                const double tol = 1e-6 * scale + rms_rel<T>() * std::fabs(want[i]);
+                const double err = std::fabs(g - want[i]);
+                if (!(err <= tol)) {
+                    if (bad++ < 5) std::printf("    row %d col %zu: got %.7g, want %.7g\n", row, j, g, want[i]);
+                } else {
+                    worst = std::max(worst, err / tol);
+                }
+            }
+        }
+        ++checks;
+        worst_ratio = std::max(worst_ratio, worst);
+        if (bad) ++failures;
+        std::printf("%-4s rmsnorm%s %-4s %-5s w%d threads%-4d grid%-3u rows%-3d cols%-6d stride+%d -> %s (worst %.3f of "
+                    "tol)\n",
+                    bad ? "FAIL" : "ok", residual ? "_residual" : "         ", El<T>::name, plan.group ? "group" : "block",
+                    width, plan.threads, grid, c.rows, c.cols, c.stride_pad, bad ? "MISMATCH" : "match", worst);
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// SwiGLU
+// ------------------------------------------------------------------------------------------
+
+template <typename T> struct SwigluEntry;
+#define EMU_SWIGLU_ENTRY(suffix, T)                                                                \
+    template <> struct SwigluEntry<T> {                                                            \
+        static constexpr auto run = rf_swiglu_##suffix;                                            \
+    };
+RF_FOR_EACH_DTYPE(EMU_SWIGLU_ENTRY)
+
+// out = silu(gate) * up, silu(g) = g / (1 + exp(-g)): two tensors (one row of `cols`) or fused
+// gate-up rows ([gate | up], stride 2 cols); the kernel's tolerance (swiglu.hip: 1e-5 in f32,
+// two storage ulps, and f16's subnormal spacing).
+template <typename T> static void swiglu_case(int rows, int cols, bool fused, int grid_x, int width, std::mt19937_64& rng) {
+    std::uniform_real_distribution<float> ug(-12.0f, 12.0f), uu(-3.0f, 3.0f);
+    const size_t in_len = fused ? (size_t)rows * 2 * cols : (size_t)rows * cols;
+    T* gate = guarded<T>(in_len);
+    T* up = fused ? gate + cols : guarded<T>(in_len);
+    for (size_t i = 0; i < in_len; ++i) gate[i] = El<T>::store(ug(rng));
+    if (!fused)
+        for (size_t i = 0; i < in_len; ++i) up[i] = El<T>::store(uu(rng));
+    T* out = guarded<T>((size_t)rows * cols);
+    for (size_t i = 0; i < (size_t)rows * cols; ++i) out[i] = El<T>::store(NAN);
+    const rf_u64 in_stride = fused ? 2 * (rf_u64)cols : (rf_u64)cols;
+    emu_launch(emu_dim3{(unsigned)grid_x, (unsigned)rows, 1}, 64, width, [&] {
+        SwigluEntry<T>::run(gate, up, out, in_stride, in_stride, cols, rows, cols);
+    });
+    const double rel = sizeof(T) == 4 ? 1e-5 : std::is_same<T, __half>::value ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+    int bad = 0;
+    double worst = 0.0;
+    for (int row = 0; row < rows; ++row)
+        for (int j = 0; j < cols; ++j) {
+            const double g = El<T>::load(gate[row * in_stride + j]), u = El<T>::load(up[row * in_stride + j]);
+            const double want = g / (1.0 + std::exp(-g)) * u;
+            const double got = El<T>::load(out[(size_t)row * cols + j]);
+            // f16 outputs below 2^-14 are subnormal: their spacing is 2^-24.
+            const double tol = rel * std::fabs(want) + (std::is_same<T, __half>::value ? std::ldexp(1.0, -24) : 1e-30);
+            if (!(std::fabs(got - want) <= tol)) {
+                if (bad++ < 5) std::printf("    row %d col %d: got %.7g, want %.7g\n", row, j, got, want);
+            } else {
+                worst = std::max(worst, std::fabs(got - want) / tol);
+            }
+        }
+    ++checks;
+    worst_ratio = std::max(worst_ratio, worst);
+    if (bad) ++failures;
+    std::printf("%-4s swiglu %-4s %-5s w%d grid %dx%d rows%-3d cols%-6d -> %s (worst %.3f of tol)\n", bad ? "FAIL" : "ok",
+                El<T>::name, fused ? "fused" : "two", width, grid_x, rows, rows, cols, bad ? "MISMATCH" : "match", worst);
+}
+
 int main(int argc, char** argv) {
     std::mt19937_64 rng(0xdec0de);
     bool quick = false;
@@ -381,7 +552,33 @@ int main(int argc, char** argv) {
             kv_case<rf_bf16>(c, width, rng);
         }
     }
-    std::printf("%s decode (RoPE and KV-cache writes, wave32 and wave64): %d checks, %d failures, worst error %.3f "
+    // {rows, cols, stride pad, grid, quick}
+    const std::vector<RmsCase> rms_cases = {
+        {1, 1, 0, 0, true},
+        {3, 7, 0, 0, true},        // rows shorter than a vector
+        {2, 4096, 0, 0, true},     // the 8B model's hidden size
+        {5, 4097, 0, 2, false},    // a scalar row (its stride breaks 16-byte alignment), grid-stride
+        {2, 4104, 8, 0, true},     // strided rows
+        {1, 16392, 0, 0, false},   // longer than a 1024-thread group block: the block path streams
+    };
+    for (int width : {32, 64}) {
+        for (const RmsCase& c : rms_cases) {
+            if (quick && !c.quick) continue;
+            for (bool residual : {false, true}) {
+                rms_case<float>(c, residual, width, rng);
+                rms_case<__half>(c, residual, width, rng);
+                rms_case<rf_bf16>(c, residual, width, rng);
+            }
+        }
+        // {rows, cols, fused, grid x}
+        for (auto [rows, cols, fused, gx] : std::vector<std::tuple<int, int, bool, int>>{
+                 {1, 14336, false, 3}, {1, 1001, false, 1}, {3, 4096, true, 2}, {2, 37, true, 1}}) {
+            swiglu_case<float>(rows, cols, fused, gx, width, rng);
+            swiglu_case<__half>(rows, cols, fused, gx, width, rng);
+            swiglu_case<rf_bf16>(rows, cols, fused, gx, width, rng);
+        }
+    }
+    std::printf("%s decode (RoPE, KV-cache writes, RMSNorm, SwiGLU, wave32 and wave64): %d checks, %d failures, worst error %.3f "
                 "of the tolerance\n",
                 EMU_TARGET_NAME, checks, failures, worst_ratio);
     if (checks == 0) {

@@ -4,8 +4,8 @@
 #   flash    the flash-attention kernels (flash.cpp): on gfx908 (MFMA, bf16 as two 16x16x8 steps),
 #            gfx90a (MFMA 16x16x16 f16 / bf16_1k), gfx942 (CDNA3), gfx950 (CDNA4), and gfx1100
 #            (RDNA3, no MFMA: the portable kernel and rocmforge.h's wave helpers, wave32 and wave64)
-#   decode   the decode step's small kernels (decode.cpp: RoPE, the KV-cache writes), wave32 and
-#            wave64 on every target
+#   decode   the decode step's small kernels (decode.cpp: RoPE, the KV-cache writes, RMSNorm,
+#            SwiGLU), wave32 and wave64 on every target
 #   quant    the portable quantised matrix-vector kernel (quant.cpp: quant_matvec.hip, every ggml
 #            format), wave32 and wave64 on every target, built with AddressSanitizer (exact-size
 #            buffers: a load past a weight's end is an error)

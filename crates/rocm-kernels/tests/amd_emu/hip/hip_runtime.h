@@ -73,15 +73,24 @@ inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned n) {
     return (unsigned)(((unsigned long long)hi << 32 | lo) >> (n & 31u));
 }
 
+// HIP's fast division and reciprocal square root (approximate on the GPU): correctly rounded
+// here.
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return (float)(1.0 / std::sqrt((double)x)); }
+
 struct uint2 {
     unsigned x, y;
 };
 struct uint4 {
     unsigned x, y, z, w;
 };
+struct float2 {
+    float x, y;
+};
 struct float4 {
     float x, y, z, w;
 };
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
 inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 
