@@ -57,9 +57,6 @@ template <typename T> static uint32_t bits_of(T v) {
     return u;
 }
 
-static int failures = 0;
-static int checks = 0;
-static double worst_ratio = 0.0;
 
 // ------------------------------------------------------------------------------------------
 // RoPE
@@ -208,9 +205,7 @@ static void rope_check(const RopeCase& c, const RopePlan& plan, int width, std::
     };
     check("q", q, q0, c.q_heads, q_stride);
     if (c.k_heads) check("k", k, k0, c.k_heads, k_stride);
-    ++checks;
-    worst_ratio = std::max(worst_ratio, worst);
-    if (bad) ++failures;
+    emu_record(bad, worst);
     std::printf("%-4s rope %-4s %-9s w%d %-5s %-6s t%-3d slices%d tokens%-3d heads %d+%d hd%-3d seg%d%s gap%d -> %s "
                 "(worst %.3f of tol)\n",
                 bad ? "FAIL" : "ok", El<T>::name, style_name(c.style), width, plan.warp ? "warp" : "table",
@@ -331,8 +326,7 @@ template <typename T> static void kv_case(const KvCase& c, int width, std::mt199
         compare("copy k", kc, want_k);
         compare("copy v", vc, want_v);
     }
-    ++checks;
-    if (bad) ++failures;
+    emu_record(bad, 0.0);
     std::printf("%-4s kv_cache %-4s w%d tokens%-3d row%-4d slots%-4d stride+%d blocks%d -> %s\n", bad ? "FAIL" : "ok",
                 El<T>::name, width, c.tokens, c.row, c.num_slots, c.extra_stride, c.blocks,
                 bad ? "MISMATCH" : "match (bit for bit)");
@@ -444,9 +438,7 @@ template <typename T> static void rms_case(const RmsCase& c, bool residual, int 
                 }
             }
         }
-        ++checks;
-        worst_ratio = std::max(worst_ratio, worst);
-        if (bad) ++failures;
+        emu_record(bad, worst);
         std::printf("%-4s rmsnorm%s %-4s %-5s w%d threads%-4d grid%-3u rows%-3d cols%-6d stride+%d -> %s (worst %.3f of "
                     "tol)\n",
                     bad ? "FAIL" : "ok", residual ? "_residual" : "         ", El<T>::name, plan.group ? "group" : "block",
@@ -498,24 +490,14 @@ template <typename T> static void swiglu_case(int rows, int cols, bool fused, in
                 worst = std::max(worst, std::fabs(got - want) / tol);
             }
         }
-    ++checks;
-    worst_ratio = std::max(worst_ratio, worst);
-    if (bad) ++failures;
+    emu_record(bad, worst);
     std::printf("%-4s swiglu %-4s %-5s w%d grid %dx%d rows%-3d cols%-6d -> %s (worst %.3f of tol)\n", bad ? "FAIL" : "ok",
                 El<T>::name, fused ? "fused" : "two", width, grid_x, rows, rows, cols, bad ? "MISMATCH" : "match", worst);
 }
 
 int main(int argc, char** argv) {
     std::mt19937_64 rng(0xdec0de);
-    bool quick = false;
-    for (int i = 1; i < argc; ++i) {
-        if (std::string(argv[i]) == "quick") {
-            quick = true;
-        } else {
-            std::fprintf(stderr, "usage: %s [quick]\n", argv[0]);
-            return 2;
-        }
-    }
+    const bool quick = emu_quick_arg(argc, argv);
     // {tokens, q_heads, k_heads, head_dim, style, rotary_dim, base, scale, gap, bad_position, quick}
     const std::vector<RopeCase> rope_cases = {
         {1, 32, 8, 128, NEOX, 128, 500000.0, 1.0, 0, false, true},  // Llama 3 decode
@@ -578,12 +560,5 @@ int main(int argc, char** argv) {
             swiglu_case<rf_bf16>(rows, cols, fused, gx, width, rng);
         }
     }
-    std::printf("%s decode (RoPE, KV-cache writes, RMSNorm, SwiGLU, wave32 and wave64): %d checks, %d failures, worst error %.3f "
-                "of the tolerance\n",
-                EMU_TARGET_NAME, checks, failures, worst_ratio);
-    if (checks == 0) {
-        std::printf("no checks ran\n");
-        return 1;
-    }
-    return failures ? 1 : 0;
+    return emu_finish("decode", "RoPE, KV-cache writes, RMSNorm, SwiGLU, wave32 and wave64");
 }

@@ -79,9 +79,6 @@ static void launch(Kernel k, const rf_flash_params& p, emu_dim3 grid, int thread
     emu_launch(grid, threads, width, [&] { k(p); });
 }
 
-static double worst_ratio = 0.0;
-static int failures = 0;
-static int cases_run = 0;
 
 template <typename T> static void run_case(const Case& c, Kind kind, std::mt19937_64& rng) {
     const int B = c.batch, SQ = c.seq_q, HQ = c.q_heads, HKV = c.kv_heads, D = c.head_dim;
@@ -305,13 +302,11 @@ template <typename T> static void run_case(const Case& c, Kind kind, std::mt1993
                     if (!std::isnan(Dt<T>::to(o[b * os_b + i * os_s + HQ * D + g])) && bad++ < 5)
                         std::printf("    gap after token %d written\n", i);
     }
-    worst_ratio = std::max(worst_ratio, worst);
-    ++cases_run;
+    emu_record(bad, worst);
     std::printf("%-4s %-32s w%d b%d sq%-4d sk%-4d hq%-2d hkv%d d%-3d causal%d(%lld) %s mag%-2g splits%d -> %s (worst %.3f of tol)\n",
                 bad ? "FAIL" : "ok", entry.c_str(), kind.width, B, SQ, SK, HQ, HKV, D, c.causal, c.causal ? offset : 0,
                 c.bhsd ? "bhsd" : "bshd", c.magnitude, num_splits, bad ? "mismatch" : "match", worst);
     std::fflush(stdout);
-    if (bad) ++failures;
 }
 
 // rocmforge.h's wavefront helpers (rf_warp_sum, rf_warp_max, rf_shfl_down, rf_lane_id,
@@ -344,24 +339,15 @@ static void check_wave_helpers(int width) {
                             sum[t], s, mx[t], m, down_f[t], df, down_i[t], di, lane[t], l, wwidth[t]);
         }
     }
-    ++cases_run;
+    emu_record(bad, 0.0);
     std::printf("%-4s rocmforge.h wave helpers          w%d (rf_warp_sum, rf_warp_max, rf_shfl_down, rf_lane_id, "
                 "rf_warp_width) -> %s\n",
                 bad ? "FAIL" : "ok", width, bad ? "mismatch" : "match");
-    if (bad) ++failures;
 }
 
 int main(int argc, char** argv) {
     std::mt19937_64 rng(0x3fa);
-    bool quick = false;
-    for (int i = 1; i < argc; ++i) {
-        if (std::string(argv[i]) == "quick") {
-            quick = true;
-        } else {
-            std::fprintf(stderr, "usage: %s [quick]\n", argv[0]);
-            return 2;
-        }
-    }
+    const bool quick = emu_quick_arg(argc, argv);
     // {batch, seq_q, seq_k, q_heads, kv_heads, head_dim, causal, offset, bhsd, magnitude, splits,
     //  waves, block_size, quick}
     const std::vector<Case> mfma_cases = {
@@ -421,11 +407,5 @@ int main(int argc, char** argv) {
         }
     }
 #endif
-    std::printf("%s flash (%s): %d checks, %d failures, worst error %.3f of the tolerance\n", EMU_TARGET_NAME, what.c_str(),
-                cases_run, failures, worst_ratio);
-    if (cases_run == 0) {
-        std::printf("no checks ran\n");
-        return 1;
-    }
-    return failures ? 1 : 0;
+    return emu_finish("flash", what);
 }

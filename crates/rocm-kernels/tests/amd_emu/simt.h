@@ -303,3 +303,45 @@ template <> struct Dt<rf_bf16> {
     static uint16_t from(float x) { return rf_float_to_bf16(x); }
     static float to(uint16_t b) { return emu::bf16f(b); }
 };
+
+// ------------------------------------------------------------------------------------------
+// What every suite's main does around its cases
+// ------------------------------------------------------------------------------------------
+
+// The suite's tally: checks run, checks failed, the worst error as a fraction of its tolerance.
+static int emu_checks = 0;
+static int emu_failures = 0;
+static double emu_worst = 0.0;
+
+// One check done: `bad` comparisons failed, the passing ones at most `worst` of their tolerance.
+static void emu_record(int bad, double worst) {
+    ++emu_checks;
+    if (bad) ++emu_failures;
+    emu_worst = std::max(emu_worst, worst);
+}
+
+// `quick` (the cases marked for the cargo tests) from the command line; anything else is a
+// usage error (exit status 2).
+static bool emu_quick_arg(int argc, char** argv) {
+    bool quick = false;
+    for (int i = 1; i < argc; ++i) {
+        if (std::string(argv[i]) != "quick") {
+            std::fprintf(stderr, "usage: %s [quick]\n", argv[0]);
+            std::exit(2);
+        }
+        quick = true;
+    }
+    return quick;
+}
+
+// The summary line tests/amd_emu.rs looks for, "<target> <suite> (<what>): N checks, F
+// failures, ...", and the exit status: 0 only if checks ran and none failed.
+static int emu_finish(const char* suite, const std::string& what) {
+    std::printf("%s %s (%s): %d checks, %d failures, worst error %.3f of the tolerance\n", EMU_TARGET_NAME, suite,
+                what.c_str(), emu_checks, emu_failures, emu_worst);
+    if (emu_checks == 0) {
+        std::printf("no checks ran\n");
+        return 1;
+    }
+    return emu_failures ? 1 : 0;
+}
