@@ -2,8 +2,9 @@
 //! `run.sh quick <suite> <target>`, one test per suite and target. Without AMD hardware this is
 //! the only run of the MFMA flash kernel, and of every emulated kernel's AMD code path at
 //! 32-lane wavefronts (`flash.cpp`: flash attention; `decode.cpp`: RoPE, the KV-cache writes,
-//! RMSNorm and SwiGLU; `quant.cpp`: the portable quantised matrix-vector kernel, which AMD GPUs
-//! run for decode; `dequant.cpp`: the dequantisation kernel, which prefill runs before the GEMM).
+//! RMSNorm and SwiGLU; `quant.cpp` and `mxfp.cpp`: the portable matrix-vector kernels of ggml's
+//! formats and of MXFP4 / MXFP6, which AMD GPUs run for decode; `dequant.cpp`: the
+//! dequantisation kernel, which prefill runs before the GEMM).
 //!
 //! It needs a clang C++ compiler on the machine (run.sh takes `$CXX`, `clang++` or the newest
 //! `clang++-NN` on PATH; CI gets clang with the `hipcc` package). Without one these tests fail,
@@ -113,4 +114,14 @@ fn emulated_dequant_gfx942() {
 #[test]
 fn emulated_dequant_gfx1100() {
     emulate("dequant", "gfx1100");
+}
+
+#[test]
+fn emulated_mxfp_matvec_gfx942() {
+    emulate("mxfp", "gfx942");
+}
+
+#[test]
+fn emulated_mxfp_matvec_gfx1100() {
+    emulate("mxfp", "gfx1100");
 }

@@ -1,0 +1,156 @@
+// CPU emulation of the portable MX matrix-vector kernel on its AMD code path (kernels/mxfp.hip:
+// rf_<fmt>_matvec_<dt>, what AMD GPUs run for an MXFP4 model's decode), the emulator being
+// simt.h: MXFP4 (ggml's block_mxfp4) and packed MXFP6 E2M3 / E3M2, f32/f16/bf16, wave32 and
+// wave64 at the launcher's 256 threads and narrower blocks, rows that leave a block's last warp
+// part-empty, grids that stride over row groups, and row lengths that are and are not whole
+// 16-byte words (the staging's vector and byte copies).
+//
+// The reference decodes the blocks with reference_blocks.h (the published layouts, the OCP
+// element encodings) and sums in f64; the tolerance is the f32 sums' bound, (k + 1) 2^-23 times
+// the sum of the terms' magnitudes, plus the output's rounding. Built with AddressSanitizer on
+// exact-size buffers (run.sh), the shared memory past what the launch asks for poisoned: a load
+// past the weight's last byte or past the block's shared memory is an error.
+
+// The kernel's dynamic shared memory is declared `extern __shared__` (at file scope): this array.
+#define EMU_EXTERN_SHARED 1
+#include "simt.h"
+
+alignas(16) uint4 rf_mx_smem[64 * 1024 / 16];
+
+#include "mxfp.hip"
+#include "reference_blocks.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#include <sanitizer/asan_interface.h>
+#define EMU_ASAN 1
+#endif
+#endif
+
+template <typename T> using MxKernel = void (*)(const unsigned char*, const T*, T*, rf_u64, rf_u64);
+template <typename T> struct MxEntries;
+#define EMU_MX_ENTRIES(suffix, T)                                                                  \
+    template <> struct MxEntries<T> {                                                              \
+        static constexpr MxKernel<T> e[3] = {rf_mxfp4_matvec_##suffix, rf_mxfp6_e2m3_matvec_##suffix, \
+                                             rf_mxfp6_e3m2_matvec_##suffix};                       \
+    };
+RF_FOR_EACH_DTYPE(EMU_MX_ENTRIES)
+
+template <typename T> struct Io;
+template <> struct Io<float> {
+    static constexpr const char* name = "f32";
+    static constexpr double rel = 0x1p-24, abs = 0.0;
+    static float load(float v) { return v; }
+    static float store(float v) { return v; }
+};
+template <> struct Io<__half> {
+    static constexpr const char* name = "f16";
+    static constexpr double rel = 0x1p-11, abs = 0x1p-24;
+    static float load(__half h) { return emu::f16f(__half_as_ushort(h)); }
+    static __half store(float v) { return __float2half(v); }
+};
+template <> struct Io<unsigned short> {
+    static constexpr const char* name = "bf16";
+    static constexpr double rel = 0x1p-8, abs = 0.0;
+    static float load(unsigned short b) { return emu::bf16f(b); }
+    static unsigned short store(float v) { return Dt<rf_bf16>::from(v); }
+};
+
+// An exact-size heap buffer, 16-byte aligned, the rest of its allocation poisoned.
+template <typename X> static X* exact(size_t n, void** base) {
+    const size_t used = n * sizeof(X), total = (used + 15) / 16 * 16 + 16;
+    void* p = std::aligned_alloc(16, total);
+    *base = p;
+#ifdef EMU_ASAN
+    ASAN_POISON_MEMORY_REGION((char*)p + used, total - used);
+#endif
+    return (X*)p;
+}
+
+struct MxCase {
+    Fmt fmt;
+    int rows, blocks_a_row, threads, grid; // grid 0: one block a group of rows
+    bool quick;
+};
+
+template <typename T> static void mx_case(const MxCase& c, int width, std::mt19937_64& rng) {
+    const FmtInfo& fi = FMTS[c.fmt];
+    const int k = c.blocks_a_row * 32;
+    const size_t bytes = (size_t)c.rows * c.blocks_a_row * fi.bytes;
+    void *wb, *xb, *yb;
+    unsigned char* w = exact<unsigned char>(bytes, &wb);
+    ref_random_blocks(c.fmt, w, bytes / fi.bytes, 0, 1, rng);
+    for (size_t blk = 0; blk < bytes / fi.bytes; ++blk) w[blk * fi.bytes] = (unsigned char)(112 + rng() % 16); // 2^-15 .. 2^0
+    T* x = exact<T>(k, &xb);
+    std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
+    for (int i = 0; i < k; ++i) x[i] = Io<T>::store(ux(rng));
+    T* y = exact<T>(c.rows, &yb);
+    for (int r = 0; r < c.rows; ++r) y[r] = Io<T>::store(NAN);
+    const int fmt_index = c.fmt == MXFP4 ? 0 : c.fmt == MXFP6_E2M3 ? 1 : 2;
+    const int rows_per_block = c.threads / width * RF_MX_ROWS;
+    const int groups = (c.rows + rows_per_block - 1) / rows_per_block;
+    const unsigned grid = (unsigned)(c.grid > 0 ? std::min(c.grid, groups) : groups);
+    // The launch's dynamic shared memory, as quant/mxfp.rs sizes it (the table, x's groups, each
+    // warp's staged rows with 16 bytes of slack); the rest of the array poisoned for the launch.
+    const size_t shared = RF_MX_LUT_BYTES + width * RF_MX_XGROUP * 4 +
+                          (size_t)(c.threads / width) * RF_MX_ROWS * (width * fi.bytes + 16);
+#ifdef EMU_ASAN
+    ASAN_POISON_MEMORY_REGION((char*)rf_mx_smem + shared, sizeof rf_mx_smem - shared);
+#endif
+    emu_launch(emu_dim3{grid, 1, 1}, c.threads, width, [&] { MxEntries<T>::e[fmt_index](w, x, y, c.rows, k); });
+#ifdef EMU_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(rf_mx_smem, sizeof rf_mx_smem);
+#endif
+
+    int bad = 0;
+    double worst = 0.0, wt[32];
+    for (int r = 0; r < c.rows; ++r) {
+        double want = 0.0, mag = 0.0;
+        for (int blk = 0; blk < c.blocks_a_row; ++blk) {
+            ref_decode_block(c.fmt, w + ((size_t)r * c.blocks_a_row + blk) * fi.bytes, wt, nullptr);
+            for (int e = 0; e < 32; ++e) {
+                const double xv = Io<T>::load(x[blk * 32 + e]);
+                want += wt[e] * xv;
+                mag += std::fabs(wt[e] * xv);
+            }
+        }
+        const double sum = (k + 1.0) * 0x1p-23 * mag;
+        const double tol = sum * (1.0 + Io<T>::rel) + Io<T>::rel * std::fabs(want) + Io<T>::abs;
+        const double got = Io<T>::load(y[r]), err = std::fabs(got - want);
+        if (!(err <= tol)) {
+            if (bad++ < 5) std::printf("    row %d: got %.9g, want %.9g (tolerance %.3g)\n", r, got, want, tol);
+        } else if (tol > 0) {
+            worst = std::max(worst, err / tol);
+        }
+    }
+    std::free(wb);
+    std::free(xb);
+    std::free(yb);
+    emu_record(bad, worst);
+    std::printf("%-4s rf_%s_matvec_%-4s w%d threads%-3d grid%-3u rows%-4d k%-6d -> %s (worst %.3f of tol)\n",
+                bad ? "FAIL" : "ok", fi.name, Io<T>::name, width, c.threads, grid, c.rows, k,
+                bad ? "MISMATCH" : "match", worst);
+}
+
+int main(int argc, char** argv) {
+    std::mt19937_64 rng(0x3f9);
+    const bool quick = emu_quick_arg(argc, argv);
+    std::vector<MxCase> cases;
+    for (Fmt f : {MXFP4, MXFP6_E2M3, MXFP6_E3M2}) {
+        // {fmt, rows, blocks a row, threads, grid, quick}
+        cases.push_back({f, 1, 1, 256, 0, true});
+        cases.push_back({f, 37, 128, 256, 0, true});  // k = 4096: whole 16-byte words (k % 512 == 0)
+        cases.push_back({f, 21, 17, 128, 2, true});   // k = 544: byte copies; grid-stride
+        cases.push_back({f, 9, 448, 256, 1, false});  // k = 14336
+        cases.push_back({f, 5, 3, 64, 0, false});
+    }
+    for (int width : {32, 64}) {
+        for (const MxCase& c : cases) {
+            if (quick && !c.quick) continue;
+            mx_case<float>(c, width, rng);
+            mx_case<__half>(c, width, rng);
+            mx_case<rf_bf16>(c, width, rng);
+        }
+    }
+    return emu_finish("mxfp", "rf_<fmt>_matvec_* of MXFP4 and MXFP6, wave32 and wave64");
+}
