@@ -4,7 +4,8 @@
 //! 32-lane wavefronts (`flash.cpp`: flash attention; `decode.cpp`: RoPE, the KV-cache writes,
 //! RMSNorm and SwiGLU; `quant.cpp` and `mxfp.cpp`: the portable matrix-vector kernels of ggml's
 //! formats and of MXFP4 / MXFP6, which AMD GPUs run for decode; `dequant.cpp`: the
-//! dequantisation kernel, which prefill runs before the GEMM).
+//! dequantisation kernel, which prefill runs before the GEMM; `gemm.cpp`: the portable GEMM,
+//! which runs where rocBLAS cannot be loaded).
 //!
 //! It needs a clang C++ compiler on the machine (run.sh takes `$CXX`, `clang++` or the newest
 //! `clang++-NN` on PATH; CI gets clang with the `hipcc` package). Without one these tests fail,
@@ -124,4 +125,14 @@ fn emulated_mxfp_matvec_gfx942() {
 #[test]
 fn emulated_mxfp_matvec_gfx1100() {
     emulate("mxfp", "gfx1100");
+}
+
+#[test]
+fn emulated_gemm_gfx942() {
+    emulate("gemm", "gfx942");
+}
+
+#[test]
+fn emulated_gemm_gfx1100() {
+    emulate("gemm", "gfx1100");
 }

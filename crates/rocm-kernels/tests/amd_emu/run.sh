@@ -13,6 +13,8 @@
 #            bit), wave32 and wave64 on every target, with AddressSanitizer
 #   mxfp     the portable MX matrix-vector kernel (mxfp.cpp: mxfp.hip, MXFP4 and MXFP6), wave32
 #            and wave64 on every target, with AddressSanitizer
+#   gemm     the portable GEMM (gemm.cpp: gemm.hip, tiled and skinny kernels), wave32 and wave64
+#            on every target, with AddressSanitizer
 # Usage: crates/rocm-kernels/tests/amd_emu/run.sh [quick] [SUITE...] [TARGET...]
 #        (default: every suite, every target)
 # Needs clang (ext_vector_type, _Float16 on the host: clang 15 or newer on x86-64): $CXX if that
@@ -25,7 +27,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../../.." && pwd)
 out=${AMD_EMU_OUT:-${CARGO_TARGET_DIR:-$root/target}/amd_emu}
 all_targets="gfx908 gfx90a gfx942 gfx950 gfx1100"
-all_suites="flash decode quant dequant mxfp"
+all_suites="flash decode quant dequant mxfp gemm"
 
 mode=
 suites=
@@ -33,7 +35,7 @@ targets=
 for arg in "$@"; do
     case $arg in
     quick) mode=quick ;;
-    flash | decode | quant | dequant | mxfp) suites="$suites $arg" ;;
+    flash | decode | quant | dequant | mxfp | gemm) suites="$suites $arg" ;;
     gfx908 | gfx90a | gfx942 | gfx950 | gfx1100) targets="$targets $arg" ;;
     *)
         echo "run.sh: unknown argument '$arg' (usage: run.sh [quick] [SUITE...] [TARGET...], suites: $all_suites, targets: $all_targets)" >&2
@@ -94,7 +96,7 @@ for suite in $suites; do
     # AddressSanitizer for the suites that check accesses against exact-size buffers; the
     # fibers' stacks live as long as the process (not leaks).
     sanitize=
-    case $suite in quant | dequant | mxfp) sanitize=-fsanitize=address ;; esac
+    case $suite in quant | dequant | mxfp | gemm) sanitize=-fsanitize=address ;; esac
     for arch in $targets; do
         echo "== $suite $arch${mode:+ ($mode)}"
         if ! "$cxx" -std=c++17 $opt $sanitize -Wall -Wno-unused-function -D__HIP__ -D__${arch}__ -DEMU_TARGET_NAME="\"$arch\"" \
