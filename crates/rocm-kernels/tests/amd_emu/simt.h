@@ -1,7 +1,12 @@
 // The emulator every suite here shares: GPU lanes as fibers, blocks, barriers and wavefront
-// operations (shuffles, MFMA), and buffers that end at a guard page. Each suite (flash.cpp,
-// decode.cpp) is one translation unit that includes this first, then the kernels it checks;
-// run.sh builds each suite once per AMD target with the stand-in headers in hip/.
+// operations (shuffles, MFMA), buffers that end at a guard page, and what each suite's main does
+// around its cases. Each suite (flash.cpp, decode.cpp, quant.cpp, ...) is one translation unit
+// that includes this first, then the kernels it checks; run.sh builds each suite once per AMD
+// target with the stand-in headers in hip/.
+//
+// What it does not see: lanes between two barriers or wavefront operations run one after
+// another, so a data race between them (a missing barrier) goes unnoticed here; racecheck on a
+// GPU finds those.
 //
 // Each GPU lane is a fiber (ucontext); blocks run one at a time; __syncthreads is a block
 // barrier; shuffles and MFMA are wavefront operations (every lane deposits its operands, the
