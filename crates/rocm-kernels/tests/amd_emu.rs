@@ -33,11 +33,29 @@ fn out_dir() -> PathBuf {
 }
 
 fn emulate(suite: &str, target: &str) {
+    run(&["quick", suite, target], &[suite], target);
+}
+
+/// Every suite on `target` built with ThreadSanitizer (`run.sh race`): a data race between two
+/// lanes of a block fails the run.
+fn emulate_races(target: &str) {
+    let mut args = vec!["quick", "race"];
+    args.extend(SUITES);
+    args.push(target);
+    run(&args, &SUITES, target);
+}
+
+/// Every suite of `run.sh`.
+const SUITES: [&str; 6] = ["flash", "decode", "quant", "dequant", "mxfp", "gemm"];
+
+/// Runs `run.sh args`, then checks that it succeeded and printed each suite's summary with
+/// checks run and none failed.
+fn run(args: &[&str], suites: &[&str], target: &str) {
     let script = package_dir().join("tests/amd_emu/run.sh");
     let started = Instant::now();
     let output = Command::new("sh")
         .arg(&script)
-        .args(["quick", suite, target])
+        .args(args)
         .env("AMD_EMU_OUT", out_dir())
         .output()
         .unwrap_or_else(|e| panic!("cannot run `sh {}`: {e}", script.display()));
@@ -46,20 +64,24 @@ fn emulate(suite: &str, target: &str) {
     // Captured: shown for a failure (and with --no-capture).
     println!("{stdout}");
     eprintln!("{stderr}");
-    println!("{suite} {target}: {:.1} s", started.elapsed().as_secs_f64());
+    let command = args.join(" ");
+    println!("{command}: {:.1} s", started.elapsed().as_secs_f64());
     assert!(
         output.status.success(),
-        "`sh {} quick {suite} {target}` failed ({}); its output is above. Last lines of stderr:\n{}",
+        "`sh {} {command}` failed ({}); its output is above. Last lines of stderr:\n{}",
         script.display(),
         output.status,
         stderr.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
     );
-    // The emulator's summary: it ran checks and none failed (not merely a zero exit status).
-    let summary = stdout
-        .lines()
-        .find(|l| l.starts_with(&format!("{target} {suite} (")))
-        .unwrap_or_else(|| panic!("no `{target} {suite} (...)` summary line in the output above"));
-    assert!(summary.contains(" 0 failures") && !summary.contains(": 0 checks"), "{summary}");
+    // The emulator's summaries: each suite ran checks and none failed (not merely a zero exit
+    // status).
+    for suite in suites {
+        let summary = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{target} {suite} (")))
+            .unwrap_or_else(|| panic!("no `{target} {suite} (...)` summary line in the output above"));
+        assert!(summary.contains(" 0 failures") && !summary.contains(": 0 checks"), "{summary}");
+    }
 }
 
 #[test]
@@ -135,4 +157,14 @@ fn emulated_gemm_gfx942() {
 #[test]
 fn emulated_gemm_gfx1100() {
     emulate("gemm", "gfx1100");
+}
+
+#[test]
+fn emulated_races_gfx942() {
+    emulate_races("gfx942");
+}
+
+#[test]
+fn emulated_races_gfx1100() {
+    emulate_races("gfx1100");
 }

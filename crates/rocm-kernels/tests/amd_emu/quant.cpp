@@ -172,6 +172,8 @@ int main(int argc, char** argv) {
         cases.push_back({f, {4}, k_quant ? 56 : 448, 2, 2, 0, false});             // k = 14336: units a thread
         cases.push_back({f, {7, 6}, k_quant ? 2 : 9, 11, 8, 1, true});             // two passes of 8
         cases.push_back({f, {3}, k_quant ? 5 : 40, 8, 8, 0, false});
+        // One block of several warps over every row group and pass: the totals reused.
+        cases.push_back({f, {9}, k_quant ? 16 : 128, 3, 2, 1, true});
     }
     for (int width : {32, 64}) {
         for (const QmvCase& c : cases) {

@@ -15,8 +15,11 @@
 #            and wave64 on every target, with AddressSanitizer
 #   gemm     the portable GEMM (gemm.cpp: gemm.hip, tiled and skinny kernels), wave32 and wave64
 #            on every target, with AddressSanitizer
-# Usage: crates/rocm-kernels/tests/amd_emu/run.sh [quick] [SUITE...] [TARGET...]
+# Usage: crates/rocm-kernels/tests/amd_emu/run.sh [quick] [race] [SUITE...] [TARGET...]
 #        (default: every suite, every target)
+#   race     build with ThreadSanitizer instead (simt.h, "Races"): two lanes of a block touching
+#            the same memory, one writing, with no barrier or wavefront operation between them,
+#            fail the suite (exit status 66)
 # Needs clang (ext_vector_type, _Float16 on the host: clang 15 or newer on x86-64): $CXX if that
 # is clang, else clang++, else the newest clang++-NN on PATH. Binaries go to $AMD_EMU_OUT, else
 # ${CARGO_TARGET_DIR:-target}/amd_emu. Optimisation: $AMD_EMU_OPT, else -O0 for quick (the build
@@ -30,15 +33,17 @@ all_targets="gfx908 gfx90a gfx942 gfx950 gfx1100"
 all_suites="flash decode quant dequant mxfp gemm"
 
 mode=
+race=
 suites=
 targets=
 for arg in "$@"; do
     case $arg in
     quick) mode=quick ;;
+    race) race=race ;;
     flash | decode | quant | dequant | mxfp | gemm) suites="$suites $arg" ;;
     gfx908 | gfx90a | gfx942 | gfx950 | gfx1100) targets="$targets $arg" ;;
     *)
-        echo "run.sh: unknown argument '$arg' (usage: run.sh [quick] [SUITE...] [TARGET...], suites: $all_suites, targets: $all_targets)" >&2
+        echo "run.sh: unknown argument '$arg' (usage: run.sh [quick] [race] [SUITE...] [TARGET...], suites: $all_suites, targets: $all_targets)" >&2
         exit 2
         ;;
     esac
@@ -97,15 +102,17 @@ for suite in $suites; do
     # fibers' stacks live as long as the process (not leaks).
     sanitize=
     case $suite in quant | dequant | mxfp | gemm) sanitize=-fsanitize=address ;; esac
+    if [ -n "$race" ]; then sanitize="-fsanitize=thread -g"; fi
     for arch in $targets; do
-        echo "== $suite $arch${mode:+ ($mode)}"
+        echo "== $suite $arch${mode:+ ($mode)}${race:+ ($race)}"
+        bin="$out/${suite}_$arch${race:+_race}"
         if ! "$cxx" -std=c++17 $opt $sanitize -Wall -Wno-unused-function -D__HIP__ -D__${arch}__ -DEMU_TARGET_NAME="\"$arch\"" \
-            -I"$here" -I"$root/kernels" -I"$root/kernels/include" -o "$out/${suite}_$arch" "$here/$suite.cpp"; then
+            -I"$here" -I"$root/kernels" -I"$root/kernels/include" -o "$bin" "$here/$suite.cpp"; then
             echo "run.sh: $suite $arch: build failed" >&2
             status=1
             continue
         fi
-        if ! ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0} "$out/${suite}_$arch" $mode; then
+        if ! ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0} "$bin" $mode; then
             echo "run.sh: $suite $arch: FAILED" >&2
             status=1
         fi

@@ -4,9 +4,14 @@
 // that includes this first, then the kernels it checks; run.sh builds each suite once per AMD
 // target with the stand-in headers in hip/.
 //
-// What it does not see: lanes between two barriers or wavefront operations run one after
-// another, so a data race between them (a missing barrier) goes unnoticed here; racecheck on a
-// GPU finds those.
+// Races. Lanes between two barriers or wavefront operations run one after another, so a data race
+// between them (a missing barrier) gives the right answer here. Built with ThreadSanitizer
+// (run.sh race ...), each lane is a TSan fiber whose switches order nothing: only the barriers,
+// the wavefront operations (each lane releases on arrival and acquires on leaving) and a block's
+// end (the host acquires every lane's release) do. So two lanes of a block that touch the same
+// memory, one of them writing, with no barrier or wavefront operation between them, are reported
+// as a data race, in shared and in global memory alike. Blocks run one after another, so races
+// between blocks are not seen; the emulator's own bookkeeping is atomic.
 //
 // Each GPU lane is a fiber (ucontext); blocks run one at a time; __syncthreads is a block
 // barrier; shuffles and MFMA are wavefront operations (every lane deposits its operands, the
@@ -28,6 +33,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cmath>
 #include <cstdio>
@@ -45,8 +51,18 @@
 #error "define EMU_TARGET_NAME (run.sh does: the gfx target, as a string)"
 #endif
 
-emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+emu_dim3 blockIdx, blockDim, gridDim;
 int warpSize = 64;
+
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#include <sanitizer/tsan_interface.h>
+#define EMU_TSAN 1
+#endif
+#endif
+#ifndef EMU_TSAN
+#define EMU_TSAN 0
+#endif
 
 // ------------------------------------------------------------------------------------------
 // Fibers
@@ -57,14 +73,46 @@ namespace emu {
 struct Fiber {
     ucontext_t ctx;
     char* stack = nullptr; // kept from block to block
-    bool done = false;
+    std::atomic<bool> done{false};
+    void* tsan = nullptr; // its ThreadSanitizer fiber
 };
 constexpr size_t STACK_BYTES = 256 * 1024;
 
 struct Barrier {
-    int expected = 0, arrived = 0;
-    unsigned long gen = 0;
+    int expected = 0;
+    std::atomic<int> arrived{0};
+    std::atomic<unsigned long> gen{0};
+    // ThreadSanitizer's sync objects, by the parity of the generation: one object for all would
+    // let a lane that leaves late acquire what early lanes released at the next barrier, and
+    // hide their races with it (a lane cannot reach the generation after next before every lane
+    // has left this one).
+    char sync[2] = {0, 0};
+    explicit Barrier(int n = 0) : expected(n) {}
+    Barrier(const Barrier& o) : expected(o.expected), arrived(o.arrived.load()), gen(o.gen.load()) {}
+    Barrier& operator=(const Barrier& o) {
+        expected = o.expected;
+        arrived = o.arrived.load();
+        gen = o.gen.load();
+        return *this;
+    }
 };
+
+// Happens-before edges for ThreadSanitizer (nothing otherwise): a lane's writes before
+// release(x) are seen by whoever acquires x after it.
+static void release(const void* x) {
+#if EMU_TSAN
+    __tsan_release(const_cast<void*>(x));
+#else
+    (void)x;
+#endif
+}
+static void acquire(const void* x) {
+#if EMU_TSAN
+    __tsan_acquire(const_cast<void*>(x));
+#else
+    (void)x;
+#endif
+}
 
 // A lane's operands of a wavefront operation, or its result.
 struct Slot {
@@ -80,77 +128,114 @@ struct Wave {
 
 static int wave_width = 64; // lanes a wavefront in the current launch
 static ucontext_t sched_ctx;
+static void* sched_tsan = nullptr;
 static std::vector<Fiber> fibers;
-static int current = -1;
-static unsigned long progress = 0;
+static std::atomic<int> current{-1};
+static std::atomic<unsigned long> progress{0};
 static Barrier block_barrier;
 static std::vector<Wave> waves;
 static std::function<void()> body;
+static const char block_end = 0; // the lanes release it as they finish, the host acquires it
 
-static void yield() { swapcontext(&fibers[current].ctx, &sched_ctx); }
+// From lane `from` back to the scheduler, and from the scheduler into lane `to`: switches that
+// order nothing for ThreadSanitizer.
+static void to_scheduler(ucontext_t* from) {
+#if EMU_TSAN
+    __tsan_switch_to_fiber(sched_tsan, __tsan_switch_to_fiber_no_sync);
+#endif
+    swapcontext(from, &sched_ctx);
+}
+static void to_lane(int to) {
+#if EMU_TSAN
+    __tsan_switch_to_fiber(fibers[to].tsan, __tsan_switch_to_fiber_no_sync);
+#endif
+    swapcontext(&sched_ctx, &fibers[to].ctx);
+}
 
-// Arrives at `b` and waits for the others; the last to arrive runs `last` first.
+static void yield() { to_scheduler(&fibers[current.load(std::memory_order_relaxed)].ctx); }
+
+// Arrives at `b` and waits for the others; the last to arrive runs `last` first (having acquired
+// every lane's arrival), and every lane leaves having acquired what `last` wrote.
 template <typename F> static void wait(Barrier& b, F&& last) {
-    const unsigned long gen = b.gen;
-    if (++b.arrived == b.expected) {
+    const unsigned long gen = b.gen.load(std::memory_order_relaxed);
+    const char* sync = &b.sync[gen & 1];
+    release(sync);
+    if (b.arrived.fetch_add(1, std::memory_order_relaxed) + 1 == b.expected) {
+        acquire(sync);
         last();
-        b.arrived = 0;
-        ++b.gen;
-        ++progress;
+        release(sync);
+        b.arrived.store(0, std::memory_order_relaxed);
+        b.gen.fetch_add(1, std::memory_order_relaxed);
+        progress.fetch_add(1, std::memory_order_relaxed);
         return;
     }
-    while (b.gen == gen) yield();
+    while (b.gen.load(std::memory_order_relaxed) == gen) yield();
+    acquire(sync);
 }
 
 static void entry() {
     body();
-    fibers[current].done = true;
-    ++progress;
-    swapcontext(&fibers[current].ctx, &sched_ctx);
+    // Everything of the emulator's that is not atomic is read before the release: the host may
+    // rewrite it once it has acquired every lane's.
+    Fiber& me = fibers[current.load(std::memory_order_relaxed)];
+    me.done.store(true, std::memory_order_relaxed);
+    progress.fetch_add(1, std::memory_order_relaxed);
+    release(&block_end);
+    to_scheduler(&me.ctx);
 }
 
 // Runs one block of `threads` lanes through `kernel`, in wavefronts of wave_width lanes.
 static void run_block(int threads, std::function<void()> kernel) {
     assert(threads % wave_width == 0);
     body = std::move(kernel);
-    if ((int)fibers.size() < threads) fibers.resize(threads);
-    block_barrier = Barrier{threads, 0, 0};
-    waves.assign(threads / wave_width, Wave{Barrier{wave_width, 0, 0}, std::vector<Slot>(wave_width),
-                                            std::vector<Slot>(wave_width)});
+    if ((int)fibers.size() < threads) fibers = std::vector<Fiber>(threads);
+    block_barrier = Barrier(threads);
+    waves.assign(threads / wave_width,
+                 Wave{Barrier(wave_width), std::vector<Slot>(wave_width), std::vector<Slot>(wave_width)});
+#if EMU_TSAN
+    if (!sched_tsan) sched_tsan = __tsan_get_current_fiber(); // the host's, set once
+#endif
     for (int t = 0; t < threads; ++t) {
         Fiber& f = fibers[t];
         if (!f.stack) f.stack = new char[STACK_BYTES];
-        f.done = false;
+        f.done.store(false, std::memory_order_relaxed);
         getcontext(&f.ctx);
         f.ctx.uc_stack.ss_sp = f.stack;
         f.ctx.uc_stack.ss_size = STACK_BYTES;
         f.ctx.uc_link = nullptr;
         makecontext(&f.ctx, entry, 0);
+#if EMU_TSAN
+        f.tsan = __tsan_create_fiber(0); // sees what the host wrote so far
+#endif
     }
     for (;;) {
         bool all_done = true;
-        const unsigned long before = progress;
+        const unsigned long before = progress.load(std::memory_order_relaxed);
         for (int t = 0; t < threads; ++t) {
-            if (fibers[t].done) continue;
+            if (fibers[t].done.load(std::memory_order_relaxed)) continue;
             all_done = false;
-            current = t;
-            threadIdx = emu_dim3{(unsigned)t, 0, 0};
-            swapcontext(&sched_ctx, &fibers[t].ctx);
+            current.store(t, std::memory_order_relaxed);
+            to_lane(t);
         }
         if (all_done) break;
-        if (progress == before) {
+        if (progress.load(std::memory_order_relaxed) == before) {
             std::fprintf(stderr, "deadlock: lanes wait at barriers no one else reaches\n");
             std::abort();
         }
     }
-    current = -1;
+    acquire(&block_end);
+#if EMU_TSAN
+    for (int t = 0; t < threads; ++t) __tsan_destroy_fiber(fibers[t].tsan);
+#endif
+    current.store(-1, std::memory_order_relaxed);
 }
 
 // A wavefront operation: deposit `mine`, meet; the last lane to arrive checks that every lane
 // is at the same operation and runs `compute(in, out)` for all of them; return this lane's out.
 template <typename F> static Slot wave_op(int tag, Slot mine, F&& compute) {
-    const int l = current % wave_width;
-    Wave& w = waves[current / wave_width];
+    const int me = current.load(std::memory_order_relaxed);
+    const int l = me % wave_width;
+    Wave& w = waves[me / wave_width];
     mine.tag = tag;
     w.in[l] = mine;
     wait(w.barrier, [&] {
@@ -213,6 +298,8 @@ template <int E> static emu_f32x4 mfma(int tag, uint64_t a, uint64_t b, emu_f32x
 }
 
 } // namespace emu
+
+emu_dim3 emu_thread_idx() { return emu_dim3{(unsigned)emu::current.load(std::memory_order_relaxed), 0, 0}; }
 
 void emu_syncthreads() {
     emu::wait(emu::block_barrier, [] {});

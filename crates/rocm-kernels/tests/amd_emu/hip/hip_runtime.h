@@ -25,7 +25,11 @@
 struct emu_dim3 {
     unsigned x, y, z;
 };
-extern emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+extern emu_dim3 blockIdx, blockDim, gridDim;
+// The lane running now (../simt.h): a value, not a variable the scheduler rewrites under the
+// lanes, so that ThreadSanitizer sees no race in it.
+emu_dim3 emu_thread_idx();
+#define threadIdx (emu_thread_idx())
 // The wavefront width of the launch being emulated (64 for MFMA; 32 or 64 for the portable
 // kernels). A variable, as on current HIP, where warpSize is not a compile-time constant.
 extern int warpSize;
