@@ -21,35 +21,11 @@
 #include "rope.hip"
 #include "swiglu.hip"
 
-// ------------------------------------------------------------------------------------------
-// Element types: conversions written here, not the kernels' (rocmforge.h)
-// ------------------------------------------------------------------------------------------
-
-template <typename T> struct El;
-template <> struct El<float> {
-    static constexpr const char* name = "f32";
-    static constexpr double rel = 1e-6; // the GPU tests' (gpu_kernels/rope.rs)
-    static float store(float x) { return x; }
-    static float load(float x) { return x; }
-};
-template <> struct El<__half> {
-    static constexpr const char* name = "f16";
-    static constexpr double rel = 1e-3;
-    static __half store(float x) { return __ushort_as_half(Dt<__half>::from(x)); }
-    static float load(__half h) { return emu::f16f(__half_as_ushort(h)); }
-};
-// rf_bf16 is the raw 16 bits (rocmforge.h); round to nearest even by hand.
-template <> struct El<unsigned short> {
-    static constexpr const char* name = "bf16";
-    static constexpr double rel = 8e-3;
-    static unsigned short store(float x) {
-        unsigned u;
-        std::memcpy(&u, &x, 4);
-        if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-        return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
-    static float load(unsigned short b) { return emu::bf16f(b); }
-};
+// The GPU tests' RoPE tolerance, relative (gpu_kernels/rope.rs): the rotation's f32 error and one
+// rounding of the output.
+template <typename T> static constexpr double rope_rel() {
+    return sizeof(T) == 4 ? 1e-6 : std::is_same<T, __half>::value ? 1e-3 : 8e-3;
+}
 
 template <typename T> static uint32_t bits_of(T v) {
     uint32_t u = 0;
@@ -127,8 +103,8 @@ static void rope_check(const RopeCase& c, const RopePlan& plan, int width, std::
     T* q = guarded<T>(nq);
     T* k = guarded<T>(nk);
     std::vector<T> q0(nq), k0(nk);
-    for (size_t i = 0; i < nq; ++i) q[i] = q0[i] = El<T>::store(u(rng));
-    for (size_t i = 0; i < nk; ++i) k[i] = k0[i] = El<T>::store(u(rng));
+    for (size_t i = 0; i < nq; ++i) q[i] = q0[i] = Io<T>::store(u(rng));
+    for (size_t i = 0; i < nk; ++i) k[i] = k0[i] = Io<T>::store(u(rng));
     const long long max_pos = 100000;
     int* pos = guarded<int>(c.tokens);
     int* block_pos = guarded<int>(c.tokens);
@@ -176,20 +152,20 @@ static void rope_check(const RopeCase& c, const RopePlan& plan, int width, std::
                     for (int i = 0; i < half; ++i) {
                         const size_t ia = start + (lay.interleaved ? 2 * i : i);
                         const size_t ib = start + (lay.interleaved ? 2 * i + 1 : i + half);
-                        const double a = El<T>::load(before[ia]), b = El<T>::load(before[ib]);
+                        const double a = Io<T>::load(before[ia]), b = Io<T>::load(before[ib]);
                         const double angle = (double)p * freqs.inv_freq[i];
                         const double want[2] = {a * std::cos(angle) - b * std::sin(angle),
                                                 b * std::cos(angle) + a * std::sin(angle)};
                         const size_t at[2] = {ia, ib};
                         for (int m = 0; m < 2; ++m) {
-                            const double g = El<T>::load(got[at[m]]);
+                            const double g = Io<T>::load(got[at[m]]);
                             if (!valid) {
                                 if (!std::isnan(g) && bad++ < 5)
                                     std::printf("    %s token %d head %d pair %d: position %d, got %g, want NaN\n",
                                                 what, t, h, i, p, g);
                                 continue;
                             }
-                            const double tol = 4e-6 + El<T>::rel * std::fabs(want[m]);
+                            const double tol = 4e-6 + rope_rel<T>() * std::fabs(want[m]);
                             const double ratio = std::fabs(g - want[m]) / tol;
                             if (!(ratio <= 1.0)) {
                                 if (bad++ < 5)
@@ -208,7 +184,7 @@ static void rope_check(const RopeCase& c, const RopePlan& plan, int width, std::
     emu_record(bad, worst);
     std::printf("%-4s rope %-4s %-9s w%d %-5s %-6s t%-3d slices%d tokens%-3d heads %d+%d hd%-3d seg%d%s gap%d -> %s "
                 "(worst %.3f of tol)\n",
-                bad ? "FAIL" : "ok", El<T>::name, style_name(c.style), width, plan.warp ? "warp" : "table",
+                bad ? "FAIL" : "ok", Io<T>::name, style_name(c.style), width, plan.warp ? "warp" : "table",
                 plan.vector ? "vector" : "scalar", plan.threads, plan.slices, c.tokens, c.q_heads, c.k_heads, hd,
                 lay.seg_dim, lay.segments > 1 ? "x2" : "", c.gap, bad ? "MISMATCH" : "match", worst);
 }
@@ -269,12 +245,12 @@ template <typename T> static void kv_case(const KvCase& c, int width, std::mt199
     std::uniform_real_distribution<float> u(-2.0f, 2.0f);
     T* k = guarded<T>(c.tokens * ks);
     T* v = guarded<T>(c.tokens * vs);
-    for (size_t i = 0; i < c.tokens * ks; ++i) k[i] = El<T>::store(u(rng));
-    for (size_t i = 0; i < c.tokens * vs; ++i) v[i] = El<T>::store(u(rng));
+    for (size_t i = 0; i < c.tokens * ks; ++i) k[i] = Io<T>::store(u(rng));
+    for (size_t i = 0; i < c.tokens * vs; ++i) v[i] = Io<T>::store(u(rng));
     const size_t cache_len = (size_t)c.num_slots * c.row;
     T* kc = guarded<T>(cache_len);
     T* vc = guarded<T>(cache_len);
-    const T poison = El<T>::store(NAN);
+    const T poison = Io<T>::store(NAN);
     for (size_t i = 0; i < cache_len; ++i) kc[i] = vc[i] = poison;
     std::vector<int> order(c.num_slots);
     for (int s = 0; s < c.num_slots; ++s) order[s] = s;
@@ -328,7 +304,7 @@ template <typename T> static void kv_case(const KvCase& c, int width, std::mt199
     }
     emu_record(bad, 0.0);
     std::printf("%-4s kv_cache %-4s w%d tokens%-3d row%-4d slots%-4d stride+%d blocks%d -> %s\n", bad ? "FAIL" : "ok",
-                El<T>::name, width, c.tokens, c.row, c.num_slots, c.extra_stride, c.blocks,
+                Io<T>::name, width, c.tokens, c.row, c.num_slots, c.extra_stride, c.blocks,
                 bad ? "MISMATCH" : "match (bit for bit)");
 }
 
@@ -365,9 +341,9 @@ template <typename T> static void rms_case(const RmsCase& c, bool residual, int 
     const size_t stride = (size_t)c.cols + c.stride_pad, len = c.rows * stride;
     std::uniform_real_distribution<float> ux(-3.0f, 3.0f), uw(-2.0f, 2.0f);
     std::vector<T> x0(len), r0(len), w0(c.cols);
-    for (auto& v : x0) v = El<T>::store(ux(rng));
-    for (auto& v : r0) v = El<T>::store(ux(rng));
-    for (auto& v : w0) v = El<T>::store(uw(rng));
+    for (auto& v : x0) v = Io<T>::store(ux(rng));
+    for (auto& v : r0) v = Io<T>::store(ux(rng));
+    for (auto& v : w0) v = Io<T>::store(uw(rng));
     const float eps = 1e-5f;
     // Expected: s (bit for bit: the f32 sum of the two stored values, rounded once) and out.
     std::vector<T> want_s(len);
@@ -377,13 +353,13 @@ template <typename T> static void rms_case(const RmsCase& c, bool residual, int 
         double ss = 0.0;
         for (int j = 0; j < c.cols; ++j) {
             const size_t i = row * stride + j;
-            want_s[i] = residual ? El<T>::store(El<T>::load(x0[i]) + El<T>::load(r0[i])) : x0[i];
-            ss += (double)El<T>::load(want_s[i]) * El<T>::load(want_s[i]);
+            want_s[i] = residual ? Io<T>::store(Io<T>::load(x0[i]) + Io<T>::load(r0[i])) : x0[i];
+            ss += (double)Io<T>::load(want_s[i]) * Io<T>::load(want_s[i]);
         }
         const double inv = 1.0 / std::sqrt(ss / c.cols + eps);
         for (int j = 0; j < c.cols; ++j) {
             const size_t i = row * stride + j;
-            want[i] = El<T>::load(want_s[i]) * inv * El<T>::load(w0[j]);
+            want[i] = Io<T>::load(want_s[i]) * inv * Io<T>::load(w0[j]);
             scale = std::max(scale, std::fabs(want[i]));
         }
     }
@@ -406,7 +382,7 @@ template <typename T> static void rms_case(const RmsCase& c, bool residual, int 
         std::copy(x0.begin(), x0.end(), x);
         std::copy(r0.begin(), r0.end(), r);
         std::copy(w0.begin(), w0.end(), w);
-        const T poison = El<T>::store(NAN);
+        const T poison = Io<T>::store(NAN);
         for (size_t i = 0; i < len; ++i) out[i] = poison;
         const unsigned grid = (unsigned)(c.grid > 0 ? std::min(c.grid, c.rows) : c.rows);
         emu_launch(emu_dim3{grid, 1, 1}, plan.threads, width, [&] {
@@ -428,7 +404,7 @@ template <typename T> static void rms_case(const RmsCase& c, bool residual, int 
                 }
                 if (residual && bits_of(r[i]) != bits_of(want_s[i]) && bad++ < 5)
                     std::printf("    row %d col %zu: residual %08x, want %08x\n", row, j, bits_of(r[i]), bits_of(want_s[i]));
-                const double g = El<T>::load(out[i]);
+                const double g = Io<T>::load(out[i]);
                 const double tol = 1e-6 * scale + rms_rel<T>() * std::fabs(want[i]);
                 const double err = std::fabs(g - want[i]);
                 if (!(err <= tol)) {
@@ -441,7 +417,7 @@ template <typename T> static void rms_case(const RmsCase& c, bool residual, int 
         emu_record(bad, worst);
         std::printf("%-4s rmsnorm%s %-4s %-5s w%d threads%-4d grid%-3u rows%-3d cols%-6d stride+%d -> %s (worst %.3f of "
                     "tol)\n",
-                    bad ? "FAIL" : "ok", residual ? "_residual" : "         ", El<T>::name, plan.group ? "group" : "block",
+                    bad ? "FAIL" : "ok", residual ? "_residual" : "         ", Io<T>::name, plan.group ? "group" : "block",
                     width, plan.threads, grid, c.rows, c.cols, c.stride_pad, bad ? "MISMATCH" : "match", worst);
     }
 }
@@ -465,11 +441,11 @@ template <typename T> static void swiglu_case(int rows, int cols, bool fused, in
     const size_t in_len = fused ? (size_t)rows * 2 * cols : (size_t)rows * cols;
     T* gate = guarded<T>(in_len);
     T* up = fused ? gate + cols : guarded<T>(in_len);
-    for (size_t i = 0; i < in_len; ++i) gate[i] = El<T>::store(ug(rng));
+    for (size_t i = 0; i < in_len; ++i) gate[i] = Io<T>::store(ug(rng));
     if (!fused)
-        for (size_t i = 0; i < in_len; ++i) up[i] = El<T>::store(uu(rng));
+        for (size_t i = 0; i < in_len; ++i) up[i] = Io<T>::store(uu(rng));
     T* out = guarded<T>((size_t)rows * cols);
-    for (size_t i = 0; i < (size_t)rows * cols; ++i) out[i] = El<T>::store(NAN);
+    for (size_t i = 0; i < (size_t)rows * cols; ++i) out[i] = Io<T>::store(NAN);
     const rf_u64 in_stride = fused ? 2 * (rf_u64)cols : (rf_u64)cols;
     emu_launch(emu_dim3{(unsigned)grid_x, (unsigned)rows, 1}, 64, width, [&] {
         SwigluEntry<T>::run(gate, up, out, in_stride, in_stride, cols, rows, cols);
@@ -479,9 +455,9 @@ template <typename T> static void swiglu_case(int rows, int cols, bool fused, in
     double worst = 0.0;
     for (int row = 0; row < rows; ++row)
         for (int j = 0; j < cols; ++j) {
-            const double g = El<T>::load(gate[row * in_stride + j]), u = El<T>::load(up[row * in_stride + j]);
+            const double g = Io<T>::load(gate[row * in_stride + j]), u = Io<T>::load(up[row * in_stride + j]);
             const double want = g / (1.0 + std::exp(-g)) * u;
-            const double got = El<T>::load(out[(size_t)row * cols + j]);
+            const double got = Io<T>::load(out[(size_t)row * cols + j]);
             // f16 outputs below 2^-14 are subnormal: their spacing is 2^-24.
             const double tol = rel * std::fabs(want) + (std::is_same<T, __half>::value ? std::ldexp(1.0, -24) : 1e-30);
             if (!(std::fabs(got - want) <= tol)) {
@@ -492,7 +468,7 @@ template <typename T> static void swiglu_case(int rows, int cols, bool fused, in
         }
     emu_record(bad, worst);
     std::printf("%-4s swiglu %-4s %-5s w%d grid %dx%d rows%-3d cols%-6d -> %s (worst %.3f of tol)\n", bad ? "FAIL" : "ok",
-                El<T>::name, fused ? "fused" : "two", width, grid_x, rows, rows, cols, bad ? "MISMATCH" : "match", worst);
+                Io<T>::name, fused ? "fused" : "two", width, grid_x, rows, rows, cols, bad ? "MISMATCH" : "match", worst);
 }
 
 int main(int argc, char** argv) {

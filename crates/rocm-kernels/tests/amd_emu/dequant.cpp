@@ -17,13 +17,6 @@
 #include "dequant.hip"
 #include "reference_blocks.h"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#include <sanitizer/asan_interface.h>
-#define EMU_ASAN 1
-#endif
-#endif
-
 template <typename T> using DequantKernel = void (*)(const unsigned char*, T*, rf_u64);
 template <typename T> struct DequantEntries;
 #define EMU_DEQUANT_ENTRIES(suffix, T)                                                                 \
@@ -60,20 +53,6 @@ template <> struct Bits<unsigned short> {
     static bool nan(uint32_t b) { return (b & 0x7fffu) > 0x7f80u; }
 };
 
-// A heap buffer of exactly `bytes` bytes starting `offset` bytes past a 16-byte boundary, the
-// rest of its allocation poisoned (AddressSanitizer), so any access outside it is an error.
-static unsigned char* exact_bytes(size_t bytes, size_t offset, void** base) {
-    const size_t total = (offset + bytes + 15) / 16 * 16 + 16;
-    unsigned char* p = (unsigned char*)std::aligned_alloc(16, total);
-    *base = p;
-#ifdef EMU_ASAN
-    ASAN_POISON_MEMORY_REGION(p, offset);
-    ASAN_POISON_MEMORY_REGION(p + offset + bytes, total - offset - bytes);
-#endif
-    return p + offset;
-}
-
-
 struct DequantCase {
     Fmt fmt;
     size_t nblocks;
@@ -86,10 +65,10 @@ template <typename T> static void dequant_case(const DequantCase& c, int width, 
     const FmtInfo& fi = FMTS[c.fmt];
     void* src_base;
     void* dst_base;
-    unsigned char* src = exact_bytes(c.nblocks * fi.bytes, c.offset, &src_base);
+    unsigned char* src = emu_exact<unsigned char>(c.nblocks * fi.bytes, &src_base, c.offset);
     ref_random_blocks(c.fmt, src, c.nblocks, -14, 20, rng);
     const size_t n = c.nblocks * fi.elems;
-    T* out = (T*)exact_bytes(n * sizeof(T), 0, &dst_base);
+    T* out = emu_exact<T>(n, &dst_base);
     for (size_t i = 0; i < n; ++i) std::memset(&out[i], 0xff, sizeof(T)); // NaN in every type
     const size_t tile_blocks = RF_DEQUANT_TILE_ELEMS / fi.elems;
     const size_t tiles = (c.nblocks + tile_blocks - 1) / tile_blocks;

@@ -14,13 +14,6 @@
 
 #include "gemm.hip"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#include <sanitizer/asan_interface.h>
-#define EMU_ASAN 1
-#endif
-#endif
-
 using GemmKernel = void (*)(rf_gemm_params);
 template <typename T> struct GemmEntries;
 #define EMU_GEMM_ENTRIES(suffix, T)                                                                \
@@ -31,36 +24,6 @@ template <typename T> struct GemmEntries;
         static constexpr GemmKernel skinny_t = rf_gemm_skinny_t_##suffix;                          \
     };
 RF_FOR_EACH_DTYPE(EMU_GEMM_ENTRIES)
-
-template <typename T> struct Io;
-template <> struct Io<float> {
-    static constexpr const char* name = "f32";
-    static constexpr double rel = 0x1p-24, abs = 0.0;
-    static float load(float v) { return v; }
-    static float store(float v) { return v; }
-};
-template <> struct Io<__half> {
-    static constexpr const char* name = "f16";
-    static constexpr double rel = 0x1p-11, abs = 0x1p-24;
-    static float load(__half h) { return emu::f16f(__half_as_ushort(h)); }
-    static __half store(float v) { return __float2half(v); }
-};
-template <> struct Io<unsigned short> {
-    static constexpr const char* name = "bf16";
-    static constexpr double rel = 0x1p-8, abs = 0.0;
-    static float load(unsigned short b) { return emu::bf16f(b); }
-    static unsigned short store(float v) { return Dt<rf_bf16>::from(v); }
-};
-
-template <typename X> static X* exact(size_t n, void** base) {
-    const size_t used = std::max<size_t>(1, n) * sizeof(X), total = (used + 15) / 16 * 16 + 16;
-    void* p = std::aligned_alloc(16, total);
-    *base = p;
-#ifdef EMU_ASAN
-    ASAN_POISON_MEMORY_REGION((char*)p + used, total - used);
-#endif
-    return (X*)p;
-}
 
 struct GemmCase {
     int m, n, k;
@@ -79,9 +42,9 @@ template <typename T> static void gemm_case(const GemmCase& c, int width, std::m
     const size_t sa = a_rows * lda + 3, sb = b_rows * ldb + 5, sc = c.m * ldc + 7; // batch strides
     const size_t na = c.batch * sa, nb = c.batch * sb, nc = c.batch * sc;
     void *ab, *bb, *cb;
-    T* a = exact<T>(na, &ab);
-    T* b = exact<T>(nb, &bb);
-    T* cm = exact<T>(nc, &cb);
+    T* a = emu_exact<T>(na, &ab);
+    T* b = emu_exact<T>(nb, &bb);
+    T* cm = emu_exact<T>(nc, &cb);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     const bool no_ab = c.alpha == 0.0f || c.k == 0; // A and B must not be read: NaN
     for (size_t i = 0; i < na; ++i) a[i] = Io<T>::store(no_ab ? NAN : u(rng));

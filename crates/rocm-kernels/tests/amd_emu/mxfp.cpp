@@ -20,13 +20,6 @@ alignas(16) uint4 rf_mx_smem[64 * 1024 / 16];
 #include "mxfp.hip"
 #include "reference_blocks.h"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#include <sanitizer/asan_interface.h>
-#define EMU_ASAN 1
-#endif
-#endif
-
 template <typename T> using MxKernel = void (*)(const unsigned char*, const T*, T*, rf_u64, rf_u64);
 template <typename T> struct MxEntries;
 #define EMU_MX_ENTRIES(suffix, T)                                                                  \
@@ -35,37 +28,6 @@ template <typename T> struct MxEntries;
                                              rf_mxfp6_e3m2_matvec_##suffix};                       \
     };
 RF_FOR_EACH_DTYPE(EMU_MX_ENTRIES)
-
-template <typename T> struct Io;
-template <> struct Io<float> {
-    static constexpr const char* name = "f32";
-    static constexpr double rel = 0x1p-24, abs = 0.0;
-    static float load(float v) { return v; }
-    static float store(float v) { return v; }
-};
-template <> struct Io<__half> {
-    static constexpr const char* name = "f16";
-    static constexpr double rel = 0x1p-11, abs = 0x1p-24;
-    static float load(__half h) { return emu::f16f(__half_as_ushort(h)); }
-    static __half store(float v) { return __float2half(v); }
-};
-template <> struct Io<unsigned short> {
-    static constexpr const char* name = "bf16";
-    static constexpr double rel = 0x1p-8, abs = 0.0;
-    static float load(unsigned short b) { return emu::bf16f(b); }
-    static unsigned short store(float v) { return Dt<rf_bf16>::from(v); }
-};
-
-// An exact-size heap buffer, 16-byte aligned, the rest of its allocation poisoned.
-template <typename X> static X* exact(size_t n, void** base) {
-    const size_t used = n * sizeof(X), total = (used + 15) / 16 * 16 + 16;
-    void* p = std::aligned_alloc(16, total);
-    *base = p;
-#ifdef EMU_ASAN
-    ASAN_POISON_MEMORY_REGION((char*)p + used, total - used);
-#endif
-    return (X*)p;
-}
 
 struct MxCase {
     Fmt fmt;
@@ -78,13 +40,13 @@ template <typename T> static void mx_case(const MxCase& c, int width, std::mt199
     const int k = c.blocks_a_row * 32;
     const size_t bytes = (size_t)c.rows * c.blocks_a_row * fi.bytes;
     void *wb, *xb, *yb;
-    unsigned char* w = exact<unsigned char>(bytes, &wb);
+    unsigned char* w = emu_exact<unsigned char>(bytes, &wb);
     ref_random_blocks(c.fmt, w, bytes / fi.bytes, 0, 1, rng);
     for (size_t blk = 0; blk < bytes / fi.bytes; ++blk) w[blk * fi.bytes] = (unsigned char)(112 + rng() % 16); // 2^-15 .. 2^0
-    T* x = exact<T>(k, &xb);
+    T* x = emu_exact<T>(k, &xb);
     std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
     for (int i = 0; i < k; ++i) x[i] = Io<T>::store(ux(rng));
-    T* y = exact<T>(c.rows, &yb);
+    T* y = emu_exact<T>(c.rows, &yb);
     for (int r = 0; r < c.rows; ++r) y[r] = Io<T>::store(NAN);
     const int fmt_index = c.fmt == MXFP4 ? 0 : c.fmt == MXFP6_E2M3 ? 1 : 2;
     const int rows_per_block = c.threads / width * RF_MX_ROWS;

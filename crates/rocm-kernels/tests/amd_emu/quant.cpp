@@ -18,13 +18,6 @@
 #include "quant_matvec.hip"
 #include "reference_blocks.h"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#include <sanitizer/asan_interface.h>
-#define EMU_ASAN 1
-#endif
-#endif
-
 template <typename T> using QmvKernel = void (*)(const rf_qmv_products, const T*, rf_u64, unsigned int);
 
 // The entries of one dtype, [format][pass 1, 2, 4, 8].
@@ -39,37 +32,6 @@ template <typename T> struct QmvEntries;
     };
 RF_FOR_EACH_DTYPE(EMU_QMV_ENTRIES)
 
-template <typename T> struct Out;
-template <> struct Out<float> {
-    static constexpr const char* name = "f32";
-    static float load(float v) { return v; }
-    static float store(float v) { return v; }
-};
-template <> struct Out<__half> {
-    static constexpr const char* name = "f16";
-    static float load(__half h) { return emu::f16f(__half_as_ushort(h)); }
-    static __half store(float v) { return __float2half(v); }
-};
-template <> struct Out<unsigned short> {
-    static constexpr const char* name = "bf16";
-    static float load(unsigned short b) { return emu::bf16f(b); }
-    static unsigned short store(float v) { return Dt<rf_bf16>::from(v); }
-};
-
-// An exact-size heap buffer (AddressSanitizer's redzones catch any access past it), 16-byte
-// aligned as the kernel requires.
-template <typename X> static X* exact(size_t n) {
-    const size_t used = n * sizeof(X), total = std::max<size_t>(16, (used + 15) / 16 * 16);
-    void* p = std::aligned_alloc(16, total);
-    // aligned_alloc takes a multiple of the alignment: the rounding is poisoned, so an access
-    // past n elements is still an error.
-#ifdef EMU_ASAN
-    if (total > used) ASAN_POISON_MEMORY_REGION((char*)p + used, total - used);
-#endif
-    return (X*)p;
-}
-
-
 struct QmvCase {
     Fmt fmt;
     std::vector<int> rows; // 1 to 3 products over one x
@@ -83,11 +45,12 @@ template <typename T> static void qmv_case(const QmvCase& c, int width, std::mt1
     const FmtInfo& fi = FMTS[c.fmt];
     const int k = c.blocks_a_row * fi.elems;
     std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
-    T* x = exact<T>((size_t)c.batch * k);
+    std::vector<void*> bases(1);
+    T* x = emu_exact<T>((size_t)c.batch * k, &bases[0]);
     std::vector<double> xd((size_t)c.batch * k);
     for (size_t i = 0; i < xd.size(); ++i) {
-        x[i] = Out<T>::store(ux(rng));
-        xd[i] = Out<T>::load(x[i]);
+        x[i] = Io<T>::store(ux(rng));
+        xd[i] = Io<T>::load(x[i]);
     }
     rf_qmv_products prod{};
     std::vector<unsigned char*> ws;
@@ -95,10 +58,12 @@ template <typename T> static void qmv_case(const QmvCase& c, int width, std::mt1
     int groups = 0;
     for (size_t i = 0; i < c.rows.size(); ++i) {
         const size_t bytes = (size_t)c.rows[i] * c.blocks_a_row * fi.bytes;
-        unsigned char* w = exact<unsigned char>(bytes);
+        bases.push_back(nullptr);
+        unsigned char* w = emu_exact<unsigned char>(bytes, &bases.back());
         ref_random_blocks(c.fmt, w, bytes / fi.bytes, -12, 7, rng);
-        T* y = exact<T>((size_t)c.batch * c.rows[i]);
-        for (int j = 0; j < c.batch * c.rows[i]; ++j) y[j] = Out<T>::store(NAN);
+        bases.push_back(nullptr);
+        T* y = emu_exact<T>((size_t)c.batch * c.rows[i], &bases.back());
+        for (int j = 0; j < c.batch * c.rows[i]; ++j) y[j] = Io<T>::store(NAN);
         prod.w[i] = w;
         prod.y[i] = y;
         prod.rows[i] = (unsigned long long)c.rows[i];
@@ -134,7 +99,7 @@ template <typename T> static void qmv_case(const QmvCase& c, int width, std::mt1
                     }
             }
             for (int b = 0; b < c.batch; ++b) {
-                const double got = Out<T>::load(ys[i][(size_t)b * c.rows[i] + r]);
+                const double got = Io<T>::load(ys[i][(size_t)b * c.rows[i] + r]);
                 const double sum = (k + 1.0) * std::ldexp(1.0, -23) * m[b];
                 const double tol = sum * (1.0 + out_rel) + out_rel * std::fabs(want[b]) + out_abs;
                 const double err = std::fabs(got - want[b]);
@@ -148,14 +113,12 @@ template <typename T> static void qmv_case(const QmvCase& c, int width, std::mt1
             }
         }
     }
-    for (unsigned char* p : ws) std::free(p);
-    for (T* p : ys) std::free(p);
-    std::free(x);
+    for (void* p : bases) std::free(p);
     emu_record(bad, worst);
     std::string rows;
     for (int r : c.rows) rows += (rows.empty() ? "" : "+") + std::to_string(r);
     std::printf("%-4s rf_qmv_%s_b%d_%-4s w%d threads%-3d grid%-3d rows %-8s k%-6d batch%-2d -> %s (worst %.3f of tol)\n",
-                bad ? "FAIL" : "ok", fi.name, c.pass, Out<T>::name, width, threads, grid, rows.c_str(), k, c.batch,
+                bad ? "FAIL" : "ok", fi.name, c.pass, Io<T>::name, width, threads, grid, rows.c_str(), k, c.batch,
                 bad ? "MISMATCH" : "match", worst);
 }
 

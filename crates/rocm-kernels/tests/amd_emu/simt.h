@@ -63,6 +63,12 @@ int warpSize = 64;
 #ifndef EMU_TSAN
 #define EMU_TSAN 0
 #endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#include <sanitizer/asan_interface.h>
+#define EMU_ASAN 1
+#endif
+#endif
 
 // ------------------------------------------------------------------------------------------
 // Fibers
@@ -437,3 +443,48 @@ static int emu_finish(const char* suite, const std::string& what) {
     }
     return emu_failures ? 1 : 0;
 }
+
+// ------------------------------------------------------------------------------------------
+// Buffers and storage types of the suites' cases
+// ------------------------------------------------------------------------------------------
+
+// A heap buffer of exactly n elements starting `offset` bytes past a 16-byte boundary (`base`:
+// what to free). Under AddressSanitizer the rest of its allocation is poisoned, so any access
+// outside the n elements is an error.
+template <typename X> static X* emu_exact(size_t n, void** base, size_t offset = 0) {
+    const size_t used = n * sizeof(X), total = (offset + used + 15) / 16 * 16 + 16;
+    char* p = (char*)std::aligned_alloc(16, total);
+    *base = p;
+#ifdef EMU_ASAN
+    ASAN_POISON_MEMORY_REGION(p, offset);
+    ASAN_POISON_MEMORY_REGION(p + offset + used, total - offset - used);
+#endif
+    return (X*)(p + offset);
+}
+
+// The storage types: conversions to and from f32 written here (round to nearest even), not the
+// kernels' own; and what one rounding to the type may cost: `rel` of the value (half an ulp) and
+// `abs` (half of f16's subnormal spacing, taken as 2^-24).
+template <typename T> struct Io;
+template <> struct Io<float> {
+    static constexpr const char* name = "f32";
+    static constexpr double rel = 0x1p-24, abs = 0.0;
+    static float load(float v) { return v; }
+    static float store(float v) { return v; }
+};
+template <> struct Io<__half> {
+    static constexpr const char* name = "f16";
+    static constexpr double rel = 0x1p-11, abs = 0x1p-24;
+    static float load(__half h) { return emu::f16f(__half_as_ushort(h)); }
+    static __half store(float v) { return __float2half(v); }
+};
+template <> struct Io<unsigned short> { // rf_bf16: the raw 16 bits
+    static constexpr const char* name = "bf16";
+    static constexpr double rel = 0x1p-8, abs = 0.0;
+    static float load(unsigned short b) { return emu::bf16f(b); }
+    static unsigned short store(float x) {
+        const unsigned u = __float_as_uint(x);
+        if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+        return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+};
