@@ -12,7 +12,7 @@
 // reference written here from the kernels' specification (the header comments), with the GPU
 // tests' tolerances: rotated elements within tolerance, every other element bit for bit as it
 // was (RoPE works in place), outputs of the cache writes bit for bit, untouched cache slots
-// bit for bit as poisoned. Buffers end at a guard page (an access past the end faults).
+// bit for bit as poisoned. Every buffer has its exact size under AddressSanitizer (run.sh).
 
 #include "simt.h"
 
@@ -26,13 +26,6 @@
 template <typename T> static constexpr double rope_rel() {
     return sizeof(T) == 4 ? 1e-6 : std::is_same<T, __half>::value ? 1e-3 : 8e-3;
 }
-
-template <typename T> static uint32_t bits_of(T v) {
-    uint32_t u = 0;
-    std::memcpy(&u, &v, sizeof(T));
-    return u;
-}
-
 
 // ------------------------------------------------------------------------------------------
 // RoPE
@@ -100,14 +93,15 @@ static void rope_check(const RopeCase& c, const RopePlan& plan, int width, std::
     const size_t q_stride = (size_t)c.q_heads * hd + c.gap, k_stride = (size_t)c.k_heads * hd + c.gap;
     const size_t nq = c.tokens * q_stride, nk = c.tokens * k_stride;
     std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-    T* q = guarded<T>(nq);
-    T* k = guarded<T>(nk);
+    EmuBuffers mem;
+    T* q = mem.exact<T>(nq);
+    T* k = mem.exact<T>(nk);
     std::vector<T> q0(nq), k0(nk);
     for (size_t i = 0; i < nq; ++i) q[i] = q0[i] = Io<T>::store(u(rng));
     for (size_t i = 0; i < nk; ++i) k[i] = k0[i] = Io<T>::store(u(rng));
     const long long max_pos = 100000;
-    int* pos = guarded<int>(c.tokens);
-    int* block_pos = guarded<int>(c.tokens);
+    int* pos = mem.exact<int>(c.tokens);
+    int* block_pos = mem.exact<int>(c.tokens);
     for (int t = 0; t < c.tokens; ++t) {
         pos[t] = (int)(rng() % max_pos);
         block_pos[t] = (int)(rng() % max_pos);
@@ -140,7 +134,7 @@ static void rope_check(const RopeCase& c, const RopePlan& plan, int width, std::
         for (int t = 0; t < c.tokens; ++t) {
             for (size_t e = 0; e < stride; ++e) {
                 const size_t i = t * stride + e;
-                if (!rotated[e] && bits_of(got[i]) != bits_of(before[i])) {
+                if (!rotated[e] && emu_bits(got[i]) != emu_bits(before[i])) {
                     if (bad++ < 5) std::printf("    %s token %d element %zu: not rotated but changed\n", what, t, e);
                 }
             }
@@ -243,19 +237,20 @@ RF_FOR_EACH_DTYPE(EMU_KV_ENTRIES)
 template <typename T> static void kv_case(const KvCase& c, int width, std::mt19937_64& rng) {
     const size_t ks = c.row + c.extra_stride, vs = c.row + 2 * c.extra_stride;
     std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-    T* k = guarded<T>(c.tokens * ks);
-    T* v = guarded<T>(c.tokens * vs);
+    EmuBuffers mem;
+    T* k = mem.exact<T>(c.tokens * ks);
+    T* v = mem.exact<T>(c.tokens * vs);
     for (size_t i = 0; i < c.tokens * ks; ++i) k[i] = Io<T>::store(u(rng));
     for (size_t i = 0; i < c.tokens * vs; ++i) v[i] = Io<T>::store(u(rng));
     const size_t cache_len = (size_t)c.num_slots * c.row;
-    T* kc = guarded<T>(cache_len);
-    T* vc = guarded<T>(cache_len);
+    T* kc = mem.exact<T>(cache_len);
+    T* vc = mem.exact<T>(cache_len);
     const T poison = Io<T>::store(NAN);
     for (size_t i = 0; i < cache_len; ++i) kc[i] = vc[i] = poison;
     std::vector<int> order(c.num_slots);
     for (int s = 0; s < c.num_slots; ++s) order[s] = s;
     std::shuffle(order.begin(), order.end(), rng);
-    int* slots = guarded<int>(c.tokens);
+    int* slots = mem.exact<int>(c.tokens);
     for (int t = 0; t < c.tokens; ++t) slots[t] = order[t];
     if (c.tokens > 2) {
         slots[1] = -1;
@@ -275,9 +270,9 @@ template <typename T> static void kv_case(const KvCase& c, int width, std::mt199
     int bad = 0;
     auto compare = [&](const char* what, const T* got, const std::vector<T>& want) {
         for (size_t i = 0; i < cache_len; ++i)
-            if (bits_of(got[i]) != bits_of(want[i]) && bad++ < 5)
+            if (emu_bits(got[i]) != emu_bits(want[i]) && bad++ < 5)
                 std::printf("    %s slot %zu element %zu: %08x, want %08x\n", what, i / c.row, i % c.row,
-                            bits_of(got[i]), bits_of(want[i]));
+                            emu_bits(got[i]), emu_bits(want[i]));
     };
     compare("write k", kc, want_k);
     compare("write v", vc, want_v);
@@ -286,7 +281,7 @@ template <typename T> static void kv_case(const KvCase& c, int width, std::mt199
     const int block_size = 4, num_blocks = c.num_slots / block_size;
     if (num_blocks >= 4) {
         const int pairs_host[] = {0, num_blocks - 1, 2, 1, num_blocks + 3, 0};
-        int* pairs = guarded<int>(6);
+        int* pairs = mem.exact<int>(6);
         std::memcpy(pairs, pairs_host, sizeof pairs_host);
         const size_t be = (size_t)block_size * c.row;
         for (int pr = 0; pr < 3; ++pr) {
@@ -375,10 +370,11 @@ template <typename T> static void rms_case(const RmsCase& c, bool residual, int 
     if (vector && group_block <= 1024) plans.push_back({true, std::max(width, group_block)});
     plans.push_back({true, width}); // the group entry's fallback when the row does not fit
     for (const Plan& plan : plans) {
-        T* x = guarded<T>(len);
-        T* r = guarded<T>(len);
-        T* w = guarded<T>(c.cols);
-        T* out = guarded<T>(len);
+        EmuBuffers mem;
+        T* x = mem.exact<T>(len);
+        T* r = mem.exact<T>(len);
+        T* w = mem.exact<T>(c.cols);
+        T* out = mem.exact<T>(len);
         std::copy(x0.begin(), x0.end(), x);
         std::copy(r0.begin(), r0.end(), r);
         std::copy(w0.begin(), w0.end(), w);
@@ -399,11 +395,11 @@ template <typename T> static void rms_case(const RmsCase& c, bool residual, int 
             for (size_t j = 0; j < stride; ++j) {
                 const size_t i = row * stride + j;
                 if ((int)j >= c.cols) {
-                    if (bits_of(out[i]) != bits_of(poison) && bad++ < 5) std::printf("    gap element %zu written\n", i);
+                    if (emu_bits(out[i]) != emu_bits(poison) && bad++ < 5) std::printf("    gap element %zu written\n", i);
                     continue;
                 }
-                if (residual && bits_of(r[i]) != bits_of(want_s[i]) && bad++ < 5)
-                    std::printf("    row %d col %zu: residual %08x, want %08x\n", row, j, bits_of(r[i]), bits_of(want_s[i]));
+                if (residual && emu_bits(r[i]) != emu_bits(want_s[i]) && bad++ < 5)
+                    std::printf("    row %d col %zu: residual %08x, want %08x\n", row, j, emu_bits(r[i]), emu_bits(want_s[i]));
                 const double g = Io<T>::load(out[i]);
                 const double tol = 1e-6 * scale + rms_rel<T>() * std::fabs(want[i]);
                 const double err = std::fabs(g - want[i]);
@@ -439,12 +435,13 @@ RF_FOR_EACH_DTYPE(EMU_SWIGLU_ENTRY)
 template <typename T> static void swiglu_case(int rows, int cols, bool fused, int grid_x, int width, std::mt19937_64& rng) {
     std::uniform_real_distribution<float> ug(-12.0f, 12.0f), uu(-3.0f, 3.0f);
     const size_t in_len = fused ? (size_t)rows * 2 * cols : (size_t)rows * cols;
-    T* gate = guarded<T>(in_len);
-    T* up = fused ? gate + cols : guarded<T>(in_len);
+    EmuBuffers mem;
+    T* gate = mem.exact<T>(in_len);
+    T* up = fused ? gate + cols : mem.exact<T>(in_len);
     for (size_t i = 0; i < in_len; ++i) gate[i] = Io<T>::store(ug(rng));
     if (!fused)
         for (size_t i = 0; i < in_len; ++i) up[i] = Io<T>::store(uu(rng));
-    T* out = guarded<T>((size_t)rows * cols);
+    T* out = mem.exact<T>((size_t)rows * cols);
     for (size_t i = 0; i < (size_t)rows * cols; ++i) out[i] = Io<T>::store(NAN);
     const rf_u64 in_stride = fused ? 2 * (rf_u64)cols : (rf_u64)cols;
     emu_launch(emu_dim3{(unsigned)grid_x, (unsigned)rows, 1}, 64, width, [&] {

@@ -28,31 +28,6 @@ template <typename T> struct DequantEntries;
     };
 RF_FOR_EACH_DTYPE(EMU_DEQUANT_ENTRIES)
 
-// The output type's bits of an f32, rounded to nearest even (NaN kept NaN).
-template <typename T> struct Bits;
-template <> struct Bits<float> {
-    static constexpr const char* name = "f32";
-    static uint32_t of(float v) { return __float_as_uint(v); }
-    static uint32_t got(float v) { return __float_as_uint(v); }
-    static bool nan(uint32_t b) { return (b & 0x7fffffffu) > 0x7f800000u; }
-};
-template <> struct Bits<__half> {
-    static constexpr const char* name = "f16";
-    static uint32_t of(float v) { return __half_as_ushort(__float2half(v)); }
-    static uint32_t got(__half v) { return __half_as_ushort(v); }
-    static bool nan(uint32_t b) { return (b & 0x7fffu) > 0x7c00u; }
-};
-template <> struct Bits<unsigned short> {
-    static constexpr const char* name = "bf16";
-    static uint32_t of(float v) {
-        const uint32_t u = __float_as_uint(v);
-        if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
-        return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    }
-    static uint32_t got(unsigned short v) { return v; }
-    static bool nan(uint32_t b) { return (b & 0x7fffu) > 0x7f80u; }
-};
-
 struct DequantCase {
     Fmt fmt;
     size_t nblocks;
@@ -63,12 +38,11 @@ struct DequantCase {
 
 template <typename T> static void dequant_case(const DequantCase& c, int width, std::mt19937_64& rng) {
     const FmtInfo& fi = FMTS[c.fmt];
-    void* src_base;
-    void* dst_base;
-    unsigned char* src = emu_exact<unsigned char>(c.nblocks * fi.bytes, &src_base, c.offset);
+    EmuBuffers mem;
+    unsigned char* src = mem.exact<unsigned char>(c.nblocks * fi.bytes, c.offset);
     ref_random_blocks(c.fmt, src, c.nblocks, -14, 20, rng);
     const size_t n = c.nblocks * fi.elems;
-    T* out = emu_exact<T>(n, &dst_base);
+    T* out = mem.exact<T>(n);
     for (size_t i = 0; i < n; ++i) std::memset(&out[i], 0xff, sizeof(T)); // NaN in every type
     const size_t tile_blocks = RF_DEQUANT_TILE_ELEMS / fi.elems;
     const size_t tiles = (c.nblocks + tile_blocks - 1) / tile_blocks;
@@ -82,17 +56,17 @@ template <typename T> static void dequant_case(const DequantCase& c, int width, 
         ref_decode_block(c.fmt, src + blk * fi.bytes, want, nullptr);
         for (int j = 0; j < fi.elems; ++j) {
             const size_t i = blk * fi.elems + j;
-            const uint32_t g = Bits<T>::got(out[i]), w = Bits<T>::of((float)want[j]); // one rounding
-            const bool both_nan = Bits<T>::nan(w) && Bits<T>::nan(g); // NaN's payload is not specified
+            const T expected = Io<T>::store((float)want[j]); // one rounding to f32, one to T
+            const uint32_t g = emu_bits(out[i]), w = emu_bits(expected);
+            // NaN's payload is not specified.
+            const bool both_nan = std::isnan(Io<T>::load(expected)) && std::isnan(Io<T>::load(out[i]));
             if (g != w && !both_nan && bad++ < 5)
                 std::printf("    block %zu element %d: bits %08x, want %08x (%.9g)\n", blk, j, g, w, want[j]);
         }
     }
-    std::free(src_base);
-    std::free(dst_base);
     emu_record(bad, 0.0);
     std::printf("%-4s dequant %-10s %-4s w%d threads%-3d grid%-3u blocks%-4zu source+%zu -> %s\n", bad ? "FAIL" : "ok",
-                fi.name, Bits<T>::name, width, c.threads, grid, c.nblocks, c.offset,
+                fi.name, Io<T>::name, width, c.threads, grid, c.nblocks, c.offset,
                 bad ? "MISMATCH" : "match (bit for bit)");
 }
 

@@ -8,7 +8,7 @@
 //     CDNA runs them at 64), and rocmforge.h's wavefront helpers at both widths.
 //
 // Every case runs against an f64 reference here, with the GPU tests' tolerances; outputs are
-// poisoned (NaN), inputs end at a guard page (an over-read faults).
+// poisoned (NaN), every buffer its exact size under AddressSanitizer (run.sh).
 
 // The kernels' dynamic shared memory is declared `extern __shared__`: these arrays.
 #define EMU_EXTERN_SHARED 1
@@ -105,7 +105,8 @@ template <typename T> static void run_case(const Case& c, Kind kind, std::mt1993
     const long long os_h = c.bhsd ? (long long)SQ * D : D;
     const size_t q_len = (size_t)B * qs_b, kv_len = (size_t)B * ks_b, o_len = (size_t)B * os_b;
 
-    uint16_t* q = guarded<uint16_t>(q_len);
+    EmuBuffers mem;
+    uint16_t* q = mem.exact<uint16_t>(q_len);
     for (size_t i = 0; i < q_len; ++i) q[i] = rnd(c.magnitude);
     // Logical K/V [b][key][h][d] (values), placed contiguously or into the paged cache.
     std::vector<uint16_t> kl((size_t)B * SK * HKV * D), vl(kl.size());
@@ -117,8 +118,8 @@ template <typename T> static void run_case(const Case& c, Kind kind, std::mt1993
     int *table = nullptr, *seq_lens = nullptr;
     int max_blocks = 0, num_blocks = 0;
     if (!paged) {
-        k = guarded<uint16_t>(kv_len);
-        v = guarded<uint16_t>(kv_len);
+        k = mem.exact<uint16_t>(kv_len);
+        v = mem.exact<uint16_t>(kv_len);
         for (int b = 0; b < B; ++b)
             for (int j = 0; j < SK; ++j)
                 for (int h = 0; h < HKV; ++h)
@@ -135,11 +136,11 @@ template <typename T> static void run_case(const Case& c, Kind kind, std::mt1993
         std::vector<int> ids(num_blocks);
         for (int i = 0; i < num_blocks; ++i) ids[i] = i;
         std::shuffle(ids.begin(), ids.end(), rng);
-        table = guarded<int>((size_t)B * max_blocks);
-        seq_lens = guarded<int>(B);
+        table = mem.exact<int>((size_t)B * max_blocks);
+        seq_lens = mem.exact<int>(B);
         const size_t cache_len = (size_t)num_blocks * bs * HKV * D;
-        k = guarded<uint16_t>(cache_len);
-        v = guarded<uint16_t>(cache_len);
+        k = mem.exact<uint16_t>(cache_len);
+        v = mem.exact<uint16_t>(cache_len);
         for (size_t i = 0; i < cache_len; ++i) k[i] = v[i] = Dt<T>::from(NAN);
         for (int b = 0; b < B; ++b) {
             seq_lens[b] = lens[b];
@@ -154,9 +155,9 @@ template <typename T> static void run_case(const Case& c, Kind kind, std::mt1993
             }
         }
     }
-    uint16_t* o = guarded<uint16_t>(o_len);
+    uint16_t* o = mem.exact<uint16_t>(o_len);
     for (size_t i = 0; i < o_len; ++i) o[i] = Dt<T>::from(NAN);
-    float* lse = guarded<float>((size_t)B * HQ * SQ);
+    float* lse = mem.exact<float>((size_t)B * HQ * SQ);
     for (int i = 0; i < B * HQ * SQ; ++i) lse[i] = NAN;
 
     // The launcher's split arithmetic (SPLIT_ALIGN = 64).
@@ -167,8 +168,8 @@ template <typename T> static void run_case(const Case& c, Kind kind, std::mt1993
     float* po = nullptr;
     float* pl = nullptr;
     if (num_splits > 1) {
-        po = guarded<float>(num_splits * rows * D);
-        pl = guarded<float>(num_splits * rows);
+        po = mem.exact<float>(num_splits * rows * D);
+        pl = mem.exact<float>(num_splits * rows);
         for (size_t i = 0; i < num_splits * rows * D; ++i) po[i] = NAN;
         for (size_t i = 0; i < num_splits * rows; ++i) pl[i] = NAN;
     }

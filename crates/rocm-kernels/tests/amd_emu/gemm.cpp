@@ -41,10 +41,10 @@ template <typename T> static void gemm_case(const GemmCase& c, int width, std::m
     const size_t lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.n + c.pad;
     const size_t sa = a_rows * lda + 3, sb = b_rows * ldb + 5, sc = c.m * ldc + 7; // batch strides
     const size_t na = c.batch * sa, nb = c.batch * sb, nc = c.batch * sc;
-    void *ab, *bb, *cb;
-    T* a = emu_exact<T>(na, &ab);
-    T* b = emu_exact<T>(nb, &bb);
-    T* cm = emu_exact<T>(nc, &cb);
+    EmuBuffers mem;
+    T* a = mem.exact<T>(na);
+    T* b = mem.exact<T>(nb);
+    T* cm = mem.exact<T>(nc);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     const bool no_ab = c.alpha == 0.0f || c.k == 0; // A and B must not be read: NaN
     for (size_t i = 0; i < na; ++i) a[i] = Io<T>::store(no_ab ? NAN : u(rng));
@@ -108,7 +108,7 @@ template <typename T> static void gemm_case(const GemmCase& c, int width, std::m
             for (size_t j = 0; j < ldc; ++j) {
                 const size_t ci = bt * sc + i * ldc + j;
                 if ((int)j >= c.n) {
-                    if (std::memcmp(&cm[ci], &sentinel, sizeof(T)) != 0 && bad++ < 5)
+                    if (emu_bits(cm[ci]) != emu_bits(sentinel) && bad++ < 5)
                         std::printf("    batch %d row %d: gap element %zu written\n", bt, i, j);
                     continue;
                 }
@@ -139,11 +139,8 @@ template <typename T> static void gemm_case(const GemmCase& c, int width, std::m
     }
     for (size_t bt = 0; bt < (size_t)c.batch; ++bt)
         for (size_t i = c.m * ldc; i < sc; ++i) // the batch stride's gap
-            if (std::memcmp(&cm[bt * sc + i], &sentinel, sizeof(T)) != 0 && bad++ < 5)
+            if (emu_bits(cm[bt * sc + i]) != emu_bits(sentinel) && bad++ < 5)
                 std::printf("    batch %zu: element %zu past the last row written\n", bt, i);
-    std::free(ab);
-    std::free(bb);
-    std::free(cb);
     emu_record(bad, worst);
     std::printf("%-4s gemm_%-8s %-4s w%d grid %ux%ux%u m%-4d n%-4d k%-5d batch%d pad%d alpha%g beta%g -> %s (worst %.3f "
                 "of tol)\n",

@@ -39,14 +39,14 @@ template <typename T> static void mx_case(const MxCase& c, int width, std::mt199
     const FmtInfo& fi = FMTS[c.fmt];
     const int k = c.blocks_a_row * 32;
     const size_t bytes = (size_t)c.rows * c.blocks_a_row * fi.bytes;
-    void *wb, *xb, *yb;
-    unsigned char* w = emu_exact<unsigned char>(bytes, &wb);
+    EmuBuffers mem;
+    unsigned char* w = mem.exact<unsigned char>(bytes);
     ref_random_blocks(c.fmt, w, bytes / fi.bytes, 0, 1, rng);
     for (size_t blk = 0; blk < bytes / fi.bytes; ++blk) w[blk * fi.bytes] = (unsigned char)(112 + rng() % 16); // 2^-15 .. 2^0
-    T* x = emu_exact<T>(k, &xb);
+    T* x = mem.exact<T>(k);
     std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
     for (int i = 0; i < k; ++i) x[i] = Io<T>::store(ux(rng));
-    T* y = emu_exact<T>(c.rows, &yb);
+    T* y = mem.exact<T>(c.rows);
     for (int r = 0; r < c.rows; ++r) y[r] = Io<T>::store(NAN);
     const int fmt_index = c.fmt == MXFP4 ? 0 : c.fmt == MXFP6_E2M3 ? 1 : 2;
     const int rows_per_block = c.threads / width * RF_MX_ROWS;
@@ -85,9 +85,6 @@ template <typename T> static void mx_case(const MxCase& c, int width, std::mt199
             worst = std::max(worst, err / tol);
         }
     }
-    std::free(wb);
-    std::free(xb);
-    std::free(yb);
     emu_record(bad, worst);
     std::printf("%-4s rf_%s_matvec_%-4s w%d threads%-3d grid%-3u rows%-4d k%-6d -> %s (worst %.3f of tol)\n",
                 bad ? "FAIL" : "ok", fi.name, Io<T>::name, width, c.threads, grid, c.rows, k,

@@ -45,8 +45,8 @@ template <typename T> static void qmv_case(const QmvCase& c, int width, std::mt1
     const FmtInfo& fi = FMTS[c.fmt];
     const int k = c.blocks_a_row * fi.elems;
     std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
-    std::vector<void*> bases(1);
-    T* x = emu_exact<T>((size_t)c.batch * k, &bases[0]);
+    EmuBuffers mem;
+    T* x = mem.exact<T>((size_t)c.batch * k);
     std::vector<double> xd((size_t)c.batch * k);
     for (size_t i = 0; i < xd.size(); ++i) {
         x[i] = Io<T>::store(ux(rng));
@@ -58,11 +58,9 @@ template <typename T> static void qmv_case(const QmvCase& c, int width, std::mt1
     int groups = 0;
     for (size_t i = 0; i < c.rows.size(); ++i) {
         const size_t bytes = (size_t)c.rows[i] * c.blocks_a_row * fi.bytes;
-        bases.push_back(nullptr);
-        unsigned char* w = emu_exact<unsigned char>(bytes, &bases.back());
+        unsigned char* w = mem.exact<unsigned char>(bytes);
         ref_random_blocks(c.fmt, w, bytes / fi.bytes, -12, 7, rng);
-        bases.push_back(nullptr);
-        T* y = emu_exact<T>((size_t)c.batch * c.rows[i], &bases.back());
+        T* y = mem.exact<T>((size_t)c.batch * c.rows[i]);
         for (int j = 0; j < c.batch * c.rows[i]; ++j) y[j] = Io<T>::store(NAN);
         prod.w[i] = w;
         prod.y[i] = y;
@@ -113,7 +111,6 @@ template <typename T> static void qmv_case(const QmvCase& c, int width, std::mt1
             }
         }
     }
-    for (void* p : bases) std::free(p);
     emu_record(bad, worst);
     std::string rows;
     for (int r : c.rows) rows += (rows.empty() ? "" : "+") + std::to_string(r);

@@ -7,14 +7,15 @@
 #   decode   the decode step's small kernels (decode.cpp: RoPE, the KV-cache writes, RMSNorm,
 #            SwiGLU), wave32 and wave64 on every target
 #   quant    the portable quantised matrix-vector kernel (quant.cpp: quant_matvec.hip, every ggml
-#            format), wave32 and wave64 on every target, built with AddressSanitizer (exact-size
-#            buffers: a load past a weight's end is an error)
+#            format), wave32 and wave64 on every target
 #   dequant  the dequantisation kernel (dequant.cpp: dequant.hip, all eight block formats, bit for
-#            bit), wave32 and wave64 on every target, with AddressSanitizer
+#            bit), wave32 and wave64 on every target
 #   mxfp     the portable MX matrix-vector kernel (mxfp.cpp: mxfp.hip, MXFP4 and MXFP6), wave32
-#            and wave64 on every target, with AddressSanitizer
+#            and wave64 on every target
 #   gemm     the portable GEMM (gemm.cpp: gemm.hip, tiled and skinny kernels), wave32 and wave64
-#            on every target, with AddressSanitizer
+#            on every target
+# Every suite is built with AddressSanitizer over exact-size buffers (an access outside one is
+# an error), or with `race`, ThreadSanitizer instead.
 # Usage: crates/rocm-kernels/tests/amd_emu/run.sh [quick] [race] [SUITE...] [TARGET...]
 #        (default: every suite, every target)
 #   race     build with ThreadSanitizer instead (simt.h, "Races"): two lanes of a block touching
@@ -98,10 +99,9 @@ echo "run.sh: compiler $cxx ($("$cxx" --version | head -n 1))"
 mkdir -p "$out"
 status=0
 for suite in $suites; do
-    # AddressSanitizer for the suites that check accesses against exact-size buffers; the
-    # fibers' stacks live as long as the process (not leaks).
-    sanitize=
-    case $suite in quant | dequant | mxfp | gemm) sanitize=-fsanitize=address ;; esac
+    # AddressSanitizer: every suite's buffers are exact-size (simt.h's EmuBuffers); the fibers'
+    # stacks live as long as the process (not leaks). Or ThreadSanitizer for `race`.
+    sanitize=-fsanitize=address
     if [ -n "$race" ]; then sanitize="-fsanitize=thread -g"; fi
     for arch in $targets; do
         echo "== $suite $arch${mode:+ ($mode)}${race:+ ($race)}"

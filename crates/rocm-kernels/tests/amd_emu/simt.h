@@ -1,6 +1,6 @@
 // The emulator every suite here shares: GPU lanes as fibers, blocks, barriers and wavefront
-// operations (shuffles, MFMA), buffers that end at a guard page, and what each suite's main does
-// around its cases. Each suite (flash.cpp, decode.cpp, quant.cpp, ...) is one translation unit
+// operations (shuffles, MFMA), exact-size buffers, storage-type conversions, and what each
+// suite's main does around its cases. Each suite (flash.cpp, decode.cpp, quant.cpp, ...) is one translation unit
 // that includes this first, then the kernels it checks; run.sh builds each suite once per AMD
 // target with the stand-in headers in hip/.
 //
@@ -28,7 +28,6 @@
 // comparison catches it.
 #pragma once
 
-#include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -357,21 +356,6 @@ emu_f32x4 emu_mfma_f32_16x16x8bf16(emu_i16x2 a, emu_i16x2 b, emu_f32x4 c, int, i
     return emu::mfma<2>(3, bits32(&a), bits32(&b), c, emu::bf16f);
 }
 
-// ------------------------------------------------------------------------------------------
-// Buffers that end at a guard page
-// ------------------------------------------------------------------------------------------
-
-template <typename X> static X* guarded(size_t n) {
-    const size_t page = 4096;
-    const size_t bytes = (n * sizeof(X) + 15) / 16 * 16;
-    const size_t pages = (bytes + page - 1) / page + 1;
-    char* base = (char*)mmap(nullptr, (pages + 1) * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert(base != MAP_FAILED);
-    mprotect(base + pages * page, page, PROT_NONE);
-    return (X*)(base + pages * page - bytes);
-}
-
-
 // Runs a grid of `threads`-lane blocks (x only) in wavefronts of `width` lanes, each lane
 // running `kernel()`.
 template <typename F> static void emu_launch(emu_dim3 grid, int threads, int width, F&& kernel) {
@@ -386,21 +370,6 @@ template <typename F> static void emu_launch(emu_dim3 grid, int threads, int wid
                 emu::run_block(threads, [&] { kernel(); });
             }
 }
-
-// The 16-bit storage types as bits, with their rounding and their spacing at 1.
-template <typename T> struct Dt;
-template <> struct Dt<__half> {
-    static constexpr const char* name = "f16";
-    static constexpr double eps = 1.0 / 2048;
-    static uint16_t from(float x) { return __half_as_ushort(__float2half(x)); }
-    static float to(uint16_t b) { return emu::f16f(b); }
-};
-template <> struct Dt<rf_bf16> {
-    static constexpr const char* name = "bf16";
-    static constexpr double eps = 1.0 / 256;
-    static uint16_t from(float x) { return rf_float_to_bf16(x); }
-    static float to(uint16_t b) { return emu::bf16f(b); }
-};
 
 // ------------------------------------------------------------------------------------------
 // What every suite's main does around its cases
@@ -448,19 +417,32 @@ static int emu_finish(const char* suite, const std::string& what) {
 // Buffers and storage types of the suites' cases
 // ------------------------------------------------------------------------------------------
 
-// A heap buffer of exactly n elements starting `offset` bytes past a 16-byte boundary (`base`:
-// what to free). Under AddressSanitizer the rest of its allocation is poisoned, so any access
-// outside the n elements is an error.
-template <typename X> static X* emu_exact(size_t n, void** base, size_t offset = 0) {
-    const size_t used = n * sizeof(X), total = (offset + used + 15) / 16 * 16 + 16;
-    char* p = (char*)std::aligned_alloc(16, total);
-    *base = p;
+// A case's buffers: heap allocations of exactly the asked size, 16-byte aligned or `offset`
+// bytes past that, all freed when the case ends. run.sh builds the suites with AddressSanitizer
+// and the rest of each allocation is poisoned, so any access outside a buffer is an error.
+class EmuBuffers {
+  public:
+    EmuBuffers() = default;
+    EmuBuffers(const EmuBuffers&) = delete;
+    EmuBuffers& operator=(const EmuBuffers&) = delete;
+    ~EmuBuffers() {
+        for (void* p : bases_) std::free(p);
+    }
+
+    template <typename X> X* exact(size_t n, size_t offset = 0) {
+        const size_t used = n * sizeof(X), total = (offset + used + 15) / 16 * 16 + 16;
+        char* p = (char*)std::aligned_alloc(16, total);
+        bases_.push_back(p);
 #ifdef EMU_ASAN
-    ASAN_POISON_MEMORY_REGION(p, offset);
-    ASAN_POISON_MEMORY_REGION(p + offset + used, total - offset - used);
+        ASAN_POISON_MEMORY_REGION(p, offset);
+        ASAN_POISON_MEMORY_REGION(p + offset + used, total - offset - used);
 #endif
-    return (X*)(p + offset);
-}
+        return (X*)(p + offset);
+    }
+
+  private:
+    std::vector<void*> bases_;
+};
 
 // The storage types: conversions to and from f32 written here (round to nearest even), not the
 // kernels' own; and what one rounding to the type may cost: `rel` of the value (half an ulp) and
@@ -486,5 +468,26 @@ template <> struct Io<unsigned short> { // rf_bf16: the raw 16 bits
         const unsigned u = __float_as_uint(x);
         if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
         return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+};
+
+// A value's bits, for comparisons that must be exact (NaN payloads included).
+template <typename T> static uint32_t emu_bits(T v) {
+    uint32_t u = 0;
+    std::memcpy(&u, &v, sizeof(T));
+    return u;
+}
+
+// The 16-bit storage types as their bits (the flash suite keeps its tensors so), through Io;
+// `eps`: one rounding's relative error (2^-11 for f16, 2^-8 for bf16), which the flash suite's
+// tolerance is built from.
+template <typename T> struct Dt {
+    static constexpr const char* name = Io<T>::name;
+    static constexpr double eps = Io<T>::rel;
+    static uint16_t from(float x) { return (uint16_t)emu_bits(Io<T>::store(x)); }
+    static float to(uint16_t b) {
+        T v;
+        std::memcpy(&v, &b, 2);
+        return Io<T>::load(v);
     }
 };
