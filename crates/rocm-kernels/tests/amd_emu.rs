@@ -33,29 +33,32 @@ fn out_dir() -> PathBuf {
 }
 
 fn emulate(suite: &str, target: &str) {
-    run(&["quick", suite, target], &[suite], target);
+    run(false, &[suite], target);
 }
 
 /// Every suite on `target` built with ThreadSanitizer (`run.sh race`): a data race between two
 /// lanes of a block fails the run.
 fn emulate_races(target: &str) {
-    let mut args = vec!["quick", "race"];
-    args.extend(SUITES);
-    args.push(target);
-    run(&args, &SUITES, target);
+    run(true, &SUITES, target);
 }
 
 /// Every suite of `run.sh`.
 const SUITES: [&str; 6] = ["flash", "decode", "quant", "dequant", "mxfp", "gemm"];
 
-/// Runs `run.sh args`, then checks that it succeeded and printed each suite's summary with
-/// checks run and none failed.
-fn run(args: &[&str], suites: &[&str], target: &str) {
+/// Runs `run.sh quick [race] <suites> <target>`, then checks that it succeeded and printed each
+/// suite's summary with checks run and none failed.
+fn run(race: bool, suites: &[&str], target: &str) {
+    let mut args = vec!["quick"];
+    if race {
+        args.push("race");
+    }
+    args.extend(suites);
+    args.push(target);
     let script = package_dir().join("tests/amd_emu/run.sh");
     let started = Instant::now();
     let output = Command::new("sh")
         .arg(&script)
-        .args(args)
+        .args(&args)
         .env("AMD_EMU_OUT", out_dir())
         .output()
         .unwrap_or_else(|e| panic!("cannot run `sh {}`: {e}", script.display()));
