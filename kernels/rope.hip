@@ -31,9 +31,18 @@
 //   Q and K from it. The loads of a thread's first group are issued before the table is built.
 // Both use 16-byte loads and stores when `vectorized` (the launcher checks alignment of pointers,
 // strides, head_dim and segments), one element at a time otherwise.
+//
+// Fused with the KV-cache write (version 6, rf_rope_warp_kv_* / rf_rope_warp_il_kv_*: the warp
+// path, one segment covering the whole head): K is read from `kv.k` and its rotated heads are
+// stored straight into the token's cache slot `kv.slots[t]` instead of back into K, and the
+// token's V row is copied into the same slot of the V cache (kernels/kv_cache.hip's rules: a
+// negative slot or one past the cache skips the token's K and V, and Q is rotated all the same).
+// K itself is not written. In a decode step this replaces the rope launch and the cache write's
+// launch with one.
 
 #include "rocmforge.h"
 #include "rocmforge_dependent_launch.h"
+#include "rocmforge_kv_cache_abi.h"
 
 namespace rf_rope {
 
@@ -303,12 +312,24 @@ template <typename T, bool INTERLEAVED, bool VECTOR> struct RawItem {
     }
 };
 
-template <typename T, bool INTERLEAVED, bool VECTOR>
+// Where a token's rotated K heads go: back into K, or (KV) its slot of the K cache, none when
+// the cache skips the token (kv_cache.hip's rules).
+template <typename T, bool KV>
+RF_DEVICE T* k_destination(T* k_tok, rf_u64 token, const rf_kv_write_params& kv) {
+    if constexpr (KV) {
+        const int slot = kv.slots[token];
+        return slot < 0 || (rf_u64)slot >= kv.num_slots ? nullptr : (T*)kv.k_cache + (rf_u64)slot * kv.row;
+    } else {
+        return k_tok;
+    }
+}
+
+template <typename T, bool INTERLEAVED, bool VECTOR, bool KV>
 RF_DEVICE void rope_warp_token(T* q, T* k, const int* pos, const int* block_pos, rf_u64 token,
                                unsigned int q_heads, unsigned int heads, rf_u64 q_stride, rf_u64 k_stride,
                                unsigned int head_dim, unsigned int seg_dim, unsigned int segments,
                                long long max_pos, const Freqs& freqs, unsigned int slice,
-                               unsigned int slices) {
+                               unsigned int slices, const rf_kv_write_params& kv) {
     using Item = RawItem<T, INTERLEAVED, VECTOR>;
     constexpr int PP = Item::PP;
     constexpr int B = Item::ONE ? WARP_BATCH_ONE : WARP_BATCH;
@@ -340,6 +361,20 @@ RF_DEVICE void rope_warp_token(T* q, T* k, const int* pos, const int* block_pos,
     // Head h of the token: Q's heads first, then K's (h * head_dim < 2^31: the launcher).
     auto head_ptr = [&](unsigned int h) -> T* {
         return h < q_heads ? q_tok + h * head_dim : k_tok + (h - q_heads) * head_dim;
+    };
+    // The slot (an input of the step, like the positions) before the wait too.
+    T* const k_out = k_destination<T, KV>(k_tok, token, kv);
+    // Where head h's rotated pairs are stored (null: nowhere).
+    auto out_ptr = [&](unsigned int h) -> T* {
+        if (h < q_heads) {
+            return q_tok + h * head_dim;
+        }
+        if constexpr (KV) {
+            if (k_out == nullptr) {
+                return nullptr;
+            }
+        }
+        return k_out + (h - q_heads) * head_dim;
     };
 
     // The position and its angles before the wait for the kernel ahead (a dependent launch,
@@ -376,7 +411,10 @@ RF_DEVICE void rope_warp_token(T* q, T* k, const int* pos, const int* block_pos,
         for (int r = 0; r < B; ++r) {
             if (base + r < n) {
                 items[r].rotate(c, s);
-                items[r].store(head_ptr(first + (base + r) * stride), off_lo, off_hi);
+                T* const out = out_ptr(first + (base + r) * stride);
+                if (!KV || out != nullptr) {
+                    items[r].store(out, off_lo, off_hi);
+                }
             }
         }
         base += B;
@@ -392,11 +430,36 @@ RF_DEVICE void rope_warp_token(T* q, T* k, const int* pos, const int* block_pos,
     }
 }
 
-template <typename T, bool INTERLEAVED>
+// The token's V row into its slot of the V cache (a token the cache skips: nothing), by the
+// lanes of the `slices` warps that share the token: 16-byte vectors where V, the cache, the
+// token stride and the row allow them, elements otherwise.
+template <typename T>
+RF_DEVICE void copy_v_row(const rf_kv_write_params& kv, rf_u64 token, unsigned int first, unsigned int stride) {
+    const int slot = kv.slots[token];
+    if (slot < 0 || (rf_u64)slot >= kv.num_slots) {
+        return;
+    }
+    const T* src = (const T*)kv.v + token * kv.v_stride;
+    T* dst = (T*)kv.v_cache + (rf_u64)slot * kv.row;
+    constexpr unsigned int N = rf_pack16<T>::N;
+    const bool vector = (((unsigned long long)kv.v | (unsigned long long)kv.v_cache) % 16 == 0) &&
+                        kv.v_stride % N == 0 && kv.row % N == 0;
+    if (vector) {
+        for (rf_u64 j = first; j < kv.row / N; j += stride) {
+            rf_store16(dst + j * N, rf_load16(src + j * N));
+        }
+    } else {
+        for (rf_u64 j = first; j < kv.row; j += stride) {
+            dst[j] = src[j];
+        }
+    }
+}
+
+template <typename T, bool INTERLEAVED, bool KV>
 RF_DEVICE void rope_warp(T* q, T* k, const int* pos, const int* block_pos, rf_u64 tokens, rf_u64 q_heads,
                          rf_u64 k_heads, rf_u64 q_stride, rf_u64 k_stride, unsigned int head_dim,
                          unsigned int seg_dim, unsigned int segments, int vectorized, long long max_pos,
-                         const Freqs& freqs) {
+                         const Freqs& freqs, const rf_kv_write_params& kv) {
     const unsigned int width = (unsigned int)rf_warp_size();
     const rf_u64 block = (rf_u64)blockIdx.y * (rf_u64)gridDim.x + (rf_u64)blockIdx.x;
     const rf_u64 token = block * (blockDim.x / width) + threadIdx.x / width;
@@ -407,11 +470,19 @@ RF_DEVICE void rope_warp(T* q, T* k, const int* pos, const int* block_pos, rf_u6
     const unsigned int qh = (unsigned int)q_heads;
     const unsigned int heads = (unsigned int)(q_heads + k_heads);
     if (vectorized) {
-        rope_warp_token<T, INTERLEAVED, true>(q, k, pos, block_pos, token, qh, heads, q_stride, k_stride,
-                                              head_dim, seg_dim, segments, max_pos, freqs, blockIdx.z, gridDim.z);
+        rope_warp_token<T, INTERLEAVED, true, KV>(q, k, pos, block_pos, token, qh, heads, q_stride, k_stride,
+                                                  head_dim, seg_dim, segments, max_pos, freqs, blockIdx.z, gridDim.z,
+                                                  kv);
     } else {
-        rope_warp_token<T, INTERLEAVED, false>(q, k, pos, block_pos, token, qh, heads, q_stride, k_stride,
-                                               head_dim, seg_dim, segments, max_pos, freqs, blockIdx.z, gridDim.z);
+        rope_warp_token<T, INTERLEAVED, false, KV>(q, k, pos, block_pos, token, qh, heads, q_stride, k_stride,
+                                                   head_dim, seg_dim, segments, max_pos, freqs, blockIdx.z, gridDim.z,
+                                                   kv);
+    }
+    if constexpr (KV) {
+        // Every lane of the token's warps, including those rope_warp_token left idle; V is the
+        // kernel ahead's output (a second wait returns at once).
+        rf_follow_prior_grid();
+        copy_v_row<T>(kv, token, blockIdx.z * width + threadIdx.x % width, gridDim.z * width);
     }
 }
 
@@ -438,8 +509,9 @@ RF_FOR_EACH_DTYPE(RF_ROPE_ENTRY)
                               unsigned int head_dim, unsigned int seg_dim, unsigned int segments,         \
                               int interleaved, int vectorized, long long max_pos, rf_rope::Freqs freqs) { \
         (void)interleaved; /* always 0 here; waits inside, after the angles */                            \
-        rf_rope::rope_warp<T, false>(q, k, pos, block_pos, tokens, q_heads, k_heads, q_stride, k_stride,   \
-                                     head_dim, seg_dim, segments, vectorized, max_pos, freqs);            \
+        rf_rope::rope_warp<T, false, false>(q, k, pos, block_pos, tokens, q_heads, k_heads, q_stride,      \
+                                            k_stride, head_dim, seg_dim, segments, vectorized, max_pos,   \
+                                            freqs, rf_kv_write_params{});                                 \
     }                                                                                                     \
     RF_KERNEL void __launch_bounds__(128)                                                                 \
         rf_rope_warp_il_##suffix(T* q, T* k, const int* pos, const int* block_pos, rf_u64 tokens,          \
@@ -448,7 +520,30 @@ RF_FOR_EACH_DTYPE(RF_ROPE_ENTRY)
                                  int interleaved, int vectorized, long long max_pos,                      \
                                  rf_rope::Freqs freqs) {                                                  \
         (void)interleaved; /* always 1 here; waits inside, after the angles */                            \
-        rf_rope::rope_warp<T, true>(q, k, pos, block_pos, tokens, q_heads, k_heads, q_stride, k_stride,    \
-                                    head_dim, seg_dim, segments, vectorized, max_pos, freqs);             \
+        rf_rope::rope_warp<T, true, false>(q, k, pos, block_pos, tokens, q_heads, k_heads, q_stride,       \
+                                           k_stride, head_dim, seg_dim, segments, vectorized, max_pos,    \
+                                           freqs, rf_kv_write_params{});                                  \
     }
 RF_FOR_EACH_DTYPE(RF_ROPE_WARP_ENTRY)
+
+// The warp path fused with the KV-cache write (version 6): K read from kv.k (kv.k_stride), its
+// rotated heads stored into kv.k_cache, V copied into kv.v_cache, at the slots kv.slots; one
+// segment of seg_dim == head_dim (no pass-through elements, which would miss the cache).
+#define RF_ROPE_WARP_KV_ENTRY(suffix, T)                                                                  \
+    RF_KERNEL void __launch_bounds__(128)                                                                 \
+        rf_rope_warp_kv_##suffix(T* q, const int* pos, rf_u64 tokens, rf_u64 q_heads, rf_u64 k_heads,      \
+                                 rf_u64 q_stride, unsigned int head_dim, int vectorized, long long max_pos, \
+                                 rf_rope::Freqs freqs, rf_kv_write_params kv) {                           \
+        rf_rope::rope_warp<T, false, true>(q, (T*)kv.k, pos, nullptr, tokens, q_heads, k_heads, q_stride,  \
+                                           kv.k_stride, head_dim, head_dim, 1, vectorized, max_pos, freqs, \
+                                           kv);                                                           \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(128)                                                                 \
+        rf_rope_warp_il_kv_##suffix(T* q, const int* pos, rf_u64 tokens, rf_u64 q_heads, rf_u64 k_heads,   \
+                                    rf_u64 q_stride, unsigned int head_dim, int vectorized,               \
+                                    long long max_pos, rf_rope::Freqs freqs, rf_kv_write_params kv) {     \
+        rf_rope::rope_warp<T, true, true>(q, (T*)kv.k, pos, nullptr, tokens, q_heads, k_heads, q_stride,   \
+                                          kv.k_stride, head_dim, head_dim, 1, vectorized, max_pos, freqs,  \
+                                          kv);                                                            \
+    }
+RF_FOR_EACH_DTYPE(RF_ROPE_WARP_KV_ENTRY)

@@ -40,7 +40,7 @@ impl CacheShape {
         self.num_blocks.checked_mul(self.block_size)?.checked_mul(self.kv_heads)?.checked_mul(self.head_dim)
     }
 
-    fn check(&self, k_cache: usize, v_cache: usize) -> Result<()> {
+    pub(crate) fn check(&self, k_cache: usize, v_cache: usize) -> Result<()> {
         ensure(
             self.num_blocks > 0 && self.block_size > 0 && self.kv_heads > 0 && self.head_dim > 0,
             KERNEL,
@@ -61,7 +61,54 @@ impl CacheShape {
 }
 
 /// `rf_kv_cache_write`'s argument (generated from `kernels/include/rocmforge_kv_cache_abi.h`).
-type WriteParams = crate::abi::kv_cache::rf_kv_write_params;
+pub(crate) type WriteParams = crate::abi::kv_cache::rf_kv_write_params;
+
+impl CacheShape {
+    /// That `k` and `v` hold `tokens` contiguous rows (`k_len`, `v_len` elements); errors are
+    /// `kernel`'s (the cache write's, or the RoPE launch that writes the cache itself).
+    pub(crate) fn check_rows(
+        &self,
+        kernel: &'static str,
+        tokens: usize,
+        k_len: usize,
+        v_len: usize,
+    ) -> Result<()> {
+        let need = tokens * self.row();
+        for (name, got) in [("k", k_len), ("v", v_len)] {
+            ensure(got == need, kernel, || {
+                format!(
+                    "{name} has {got} elements; {tokens} tokens of [{}, {}] need {need}",
+                    self.kv_heads, self.head_dim
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The cache write's parameters: `slots.len()` contiguous rows of `k` and `v` into the caches
+/// (checked by the caller).
+pub(crate) fn write_params<T: Dtype>(
+    shape: &CacheShape,
+    k: &DeviceBuffer<T>,
+    v: &DeviceBuffer<T>,
+    slots: &DeviceBuffer<i32>,
+    k_cache: &DeviceBuffer<T>,
+    v_cache: &DeviceBuffer<T>,
+) -> WriteParams {
+    WriteParams {
+        k: k.device_ptr(),
+        v: v.device_ptr(),
+        k_cache: k_cache.device_ptr(),
+        v_cache: v_cache.device_ptr(),
+        slots: slots.device_ptr(),
+        k_stride: shape.row() as u64,
+        v_stride: shape.row() as u64,
+        row: shape.row() as u64,
+        tokens: slots.len() as u64,
+        num_slots: shape.num_slots() as u64,
+    }
+}
 
 /// `rf_kv_cache_copy_blocks`' argument (generated from `kernels/include/rocmforge_kv_cache_abi.h`).
 type CopyParams = crate::abi::kv_cache::rf_kv_copy_params;
@@ -81,33 +128,14 @@ pub fn kv_cache_write<T: Dtype>(
 ) -> Result<()> {
     shape.check(k_cache.len(), v_cache.len())?;
     let tokens = slots.len();
-    let need = tokens * shape.row();
-    for (name, got) in [("k", k.len()), ("v", v.len())] {
-        ensure(got == need, KERNEL, || {
-            format!(
-                "{name} has {got} elements; {tokens} tokens of [{}, {}] need {need}",
-                shape.kv_heads, shape.head_dim
-            )
-        })?;
-    }
+    shape.check_rows(KERNEL, tokens, k.len(), v.len())?;
     if tokens == 0 {
         return Ok(());
     }
     let stream = k_cache.stream().clone();
     let kernel = loader::kernel(&stream, MODULE, &kernel_name::<T>("rf_kv_cache_write"))?;
-    let params = WriteParams {
-        k: k.device_ptr(),
-        v: v.device_ptr(),
-        k_cache: k_cache.device_ptr(),
-        v_cache: v_cache.device_ptr(),
-        slots: slots.device_ptr(),
-        k_stride: shape.row() as u64,
-        v_stride: shape.row() as u64,
-        row: shape.row() as u64,
-        tokens: tokens as u64,
-        num_slots: shape.num_slots() as u64,
-    };
-    let config = loader::grid_stride(&stream, &kernel, need);
+    let params = write_params(shape, k, v, slots, k_cache, v_cache);
+    let config = loader::grid_stride(&stream, &kernel, tokens * shape.row());
     // SAFETY: rf_kv_cache_write_<T>(rf_kv_write_params) reads slots[t] for t < tokens =
     // slots.len(), k and v rows t * row + i < tokens * row = their lengths (checked), and writes
     // k_cache/v_cache at slot * row + i only for 0 <= slot < num_slots, inside their checked

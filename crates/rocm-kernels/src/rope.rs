@@ -65,6 +65,9 @@ use crate::error::{KernelError, Result, ensure};
 use crate::launchable::{Launchable, every_dtype};
 use crate::loader;
 
+mod into_cache;
+pub use into_cache::ROPE_KV_FUSION_ENV;
+
 const KERNEL: &str = "rope";
 const MODULE: KernelModule = KernelModule::Rope;
 
@@ -666,6 +669,7 @@ pub(crate) fn launchable() -> Vec<Launchable> {
             names.push(path.kernel(&Layout { seg_dim: 64, segments: 1, interleaved, base: 10_000.0 }));
         }
     }
+    names.extend(["rf_rope_warp_kv", "rf_rope_warp_il_kv"]); // `Rope::run_into_cache`
     names.sort();
     names.dedup();
     names.iter().flat_map(|name| every_dtype(MODULE, name)).collect()

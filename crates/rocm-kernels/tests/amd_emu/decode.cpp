@@ -212,6 +212,135 @@ template <typename T> static void rope_case(const RopeCase& c, int width, std::m
     }
 }
 
+// RoPE fused with the KV-cache write (rf_rope_warp_kv_* / rf_rope_warp_il_kv_*: one segment
+// covering the head): Q rotated in place; K's rotated heads in the K cache at the token's slot, V
+// copied to the V cache; K itself untouched; a token whose slot is negative or past the cache
+// writes neither. `v_gap`: V's token stride past its row (a packed QKV); odd gaps take the
+// element copy.
+template <typename T> struct RopeKvEntries;
+#define EMU_ROPE_KV_ENTRIES(suffix, T)                                                             \
+    template <> struct RopeKvEntries<T> {                                                          \
+        static constexpr auto half_split = rf_rope_warp_kv_##suffix;                               \
+        static constexpr auto interleaved = rf_rope_warp_il_kv_##suffix;                           \
+    };
+RF_FOR_EACH_DTYPE(EMU_ROPE_KV_ENTRIES)
+
+template <typename T>
+static void rope_kv_check(const RopeCase& c, bool vector, int slices, int v_gap, int width, std::mt19937_64& rng) {
+    const RopeLayout lay = rope_layout(c);
+    const int hd = c.head_dim, half = hd / 2;
+    const size_t q_stride = (size_t)c.q_heads * hd + c.gap, row = (size_t)c.k_heads * hd;
+    const size_t k_stride = row + c.gap, v_stride = row + v_gap;
+    const int num_slots = c.tokens + 6;
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    EmuBuffers mem;
+    T* q = mem.exact<T>(c.tokens * q_stride);
+    T* k = mem.exact<T>(c.tokens * k_stride);
+    T* v = mem.exact<T>(c.tokens * v_stride);
+    std::vector<T> q0(c.tokens * q_stride), k0(c.tokens * k_stride);
+    for (size_t i = 0; i < c.tokens * q_stride; ++i) q[i] = q0[i] = Io<T>::store(u(rng));
+    for (size_t i = 0; i < c.tokens * k_stride; ++i) k[i] = k0[i] = Io<T>::store(u(rng));
+    for (size_t i = 0; i < c.tokens * v_stride; ++i) v[i] = Io<T>::store(u(rng));
+    T* kc = mem.exact<T>(num_slots * row);
+    T* vc = mem.exact<T>(num_slots * row);
+    const T poison = Io<T>::store(NAN);
+    for (size_t i = 0; i < num_slots * row; ++i) kc[i] = vc[i] = poison;
+    const long long max_pos = 100000;
+    int* pos = mem.exact<int>(c.tokens);
+    int* slots = mem.exact<int>(c.tokens);
+    std::vector<int> order(num_slots);
+    for (int s = 0; s < num_slots; ++s) order[s] = s;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int t = 0; t < c.tokens; ++t) {
+        pos[t] = (int)(rng() % max_pos);
+        slots[t] = order[t];
+    }
+    if (c.tokens > 2) {
+        slots[1] = -1;
+        slots[c.tokens - 1] = num_slots;
+        if (c.bad_position) pos[0] = -1;
+    }
+    rf_rope::Freqs freqs{};
+    for (int i = 0; i < half; ++i) freqs.inv_freq[i] = std::pow(lay.base, -2.0 * i / hd) / c.scale;
+    rf_kv_write_params kv{k, v, kc, vc, slots, k_stride, v_stride, row, (unsigned long long)c.tokens,
+                          (unsigned long long)num_slots};
+    const auto kernel = lay.interleaved ? RopeKvEntries<T>::interleaved : RopeKvEntries<T>::half_split;
+    const int threads = 128;
+    const unsigned blocks = (unsigned)((c.tokens + threads / width - 1) / (threads / width));
+    emu_launch(emu_dim3{blocks, 1, (unsigned)slices}, threads, width, [&] {
+        kernel(q, pos, c.tokens, c.q_heads, c.k_heads, q_stride, hd, vector, max_pos, freqs, kv);
+    });
+
+    int bad = 0;
+    double worst = 0.0;
+    // Rotated head h of token t from `before` (stride `stride`) against `got` (head start `out`).
+    auto compare_head = [&](const char* what, int t, int h, const std::vector<T>& before, size_t in, const T* out) {
+        const bool valid = pos[t] >= 0 && pos[t] < max_pos;
+        for (int i = 0; i < half; ++i) {
+            const size_t ia = lay.interleaved ? 2 * i : i, ib = lay.interleaved ? 2 * i + 1 : i + half;
+            const double a = Io<T>::load(before[in + ia]), b = Io<T>::load(before[in + ib]);
+            const double angle = (double)pos[t] * freqs.inv_freq[i];
+            const double want[2] = {a * std::cos(angle) - b * std::sin(angle), b * std::cos(angle) + a * std::sin(angle)};
+            const size_t at[2] = {ia, ib};
+            for (int m = 0; m < 2; ++m) {
+                const double g = Io<T>::load(out[at[m]]);
+                const double tol = 4e-6 + rope_rel<T>() * std::fabs(want[m]);
+                const bool ok = valid ? std::fabs(g - want[m]) <= tol : std::isnan(g);
+                if (!ok) {
+                    if (bad++ < 5) std::printf("    %s token %d head %d pair %d: got %.7g, want %.7g\n", what, t, h, i, g,
+                                               valid ? want[m] : NAN);
+                } else if (valid) {
+                    worst = std::max(worst, std::fabs(g - want[m]) / tol);
+                }
+            }
+        }
+    };
+    std::vector<char> written(num_slots, 0);
+    for (int t = 0; t < c.tokens; ++t) {
+        for (int h = 0; h < c.q_heads; ++h) compare_head("q", t, h, q0, t * q_stride + h * hd, q + t * q_stride + h * hd);
+        for (size_t e = c.q_heads * hd; e < q_stride; ++e)
+            if (emu_bits(q[t * q_stride + e]) != emu_bits(q0[t * q_stride + e]) && bad++ < 5)
+                std::printf("    q token %d element %zu (the gap) changed\n", t, e);
+        const int slot = slots[t];
+        if (slot < 0 || slot >= num_slots) continue;
+        written[slot] = 1;
+        for (int h = 0; h < c.k_heads; ++h) compare_head("k cache", t, h, k0, t * k_stride + h * hd, kc + slot * row + h * hd);
+        for (size_t e = 0; e < row; ++e)
+            if (emu_bits(vc[slot * row + e]) != emu_bits(v[t * v_stride + e]) && bad++ < 5)
+                std::printf("    v cache slot %d element %zu: not token %d's V\n", slot, e, t);
+    }
+    for (size_t i = 0; i < c.tokens * k_stride; ++i)
+        if (emu_bits(k[i]) != emu_bits(k0[i]) && bad++ < 5) std::printf("    k element %zu changed (K is read only)\n", i);
+    for (int s = 0; s < num_slots; ++s)
+        for (size_t e = 0; !written[s] && e < row; ++e)
+            if ((emu_bits(kc[s * row + e]) != emu_bits(poison) || emu_bits(vc[s * row + e]) != emu_bits(poison)) && bad++ < 5)
+                std::printf("    slot %d element %zu written, but no token has that slot\n", s, e);
+    emu_record(bad, worst);
+    std::printf("%-4s rope+kv %-4s %-9s w%d %-6s slices%d tokens%-3d heads %d+%d hd%-3d gap%d v+%d -> %s (worst %.3f "
+                "of tol)\n",
+                bad ? "FAIL" : "ok", Io<T>::name, style_name(c.style), width, vector ? "vector" : "scalar", slices,
+                c.tokens, c.q_heads, c.k_heads, hd, c.gap, v_gap, bad ? "MISMATCH" : "match", worst);
+}
+
+// The fused entries where the launcher may take them: one segment over the whole head, a head's
+// work items within the wavefront; one slice and several.
+template <typename T> static void rope_kv_case(const RopeCase& c, int width, std::mt19937_64& rng) {
+    const RopeLayout lay = rope_layout(c);
+    if (lay.segments != 1 || lay.seg_dim != c.head_dim || c.k_heads == 0) return;
+    const int n = 16 / (int)sizeof(T), half = c.head_dim / 2;
+    const bool groups = lay.interleaved ? c.head_dim % (2 * n) == 0 : half % n == 0;
+    const bool vectorizable = groups && c.head_dim % n == 0 && (c.q_heads * c.head_dim + c.gap) % n == 0 &&
+                              (c.k_heads * c.head_dim + c.gap) % n == 0;
+    for (bool vector : {false, true}) {
+        if (vector && !vectorizable) continue;
+        const int items_per_head = half / (!vector ? 1 : lay.interleaved ? n / 2 : n);
+        if (items_per_head > width) continue;
+        const int rounds = (c.q_heads + c.k_heads + width / items_per_head - 1) / (width / items_per_head);
+        for (int slices : {1, std::min(3, rounds), rounds + 1})
+            for (int v_gap : {0, 8, 1}) rope_kv_check<T>(c, vector, slices, v_gap, width, rng);
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // KV-cache writes
 // ------------------------------------------------------------------------------------------
@@ -499,6 +628,9 @@ int main(int argc, char** argv) {
             rope_case<float>(c, width, rng);
             rope_case<__half>(c, width, rng);
             rope_case<rf_bf16>(c, width, rng);
+            rope_kv_case<float>(c, width, rng);
+            rope_kv_case<__half>(c, width, rng);
+            rope_kv_case<rf_bf16>(c, width, rng);
         }
         for (const KvCase& c : kv_cases) {
             if (quick && !c.quick) continue;
@@ -533,5 +665,6 @@ int main(int argc, char** argv) {
             swiglu_case<rf_bf16>(rows, cols, fused, gx, width, rng);
         }
     }
-    return emu_finish("decode", "RoPE, KV-cache writes, RMSNorm, SwiGLU, wave32 and wave64");
+    return emu_finish(
+        "decode", "RoPE, RoPE with the KV-cache write, KV-cache writes, RMSNorm, SwiGLU, wave32 and wave64");
 }

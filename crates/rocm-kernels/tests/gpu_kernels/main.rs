@@ -25,6 +25,7 @@ mod quant_gemm;
 mod quant_matvec;
 mod rmsnorm;
 mod rope;
+mod rope_into_cache;
 mod softmax;
 mod stream_read;
 mod stream_rmw;

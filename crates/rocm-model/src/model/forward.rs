@@ -8,6 +8,7 @@
 //! q, k, v = xn Wq^T + bq, xn Wk^T + bk, xn Wv^T + bv   (GEMM, y = x W^T; biases if the file has them)
 //! rope(q, k) at the tokens' positions            (seq_len before the step + 0..seq_q)
 //! kv_cache_write(k, v) at the slots PagedCache::append handed out
+//!                                                (one launch with the rope where it turns whole heads)
 //! a = paged_attention(q, cache)                  (causal: the queries are the last seq_q tokens)
 //! d = a Wo^T                                     (glm4: d = rmsnorm(d, post_attention_norm))
 //! h = h + d; xn = rmsnorm(h, ffn_norm)           (one fused add-and-norm kernel)
@@ -26,7 +27,7 @@ use rocm_kernels::attention::{
     AttentionScratch, FlashOptions, PagedAttention, PagedKv, paged_attention, paged_attention_in,
 };
 use rocm_kernels::gemm::{GemmElement, GemmPath};
-use rocm_kernels::kv_cache::{kv_cache_copy_blocks, kv_cache_write};
+use rocm_kernels::kv_cache::kv_cache_copy_blocks;
 use rocm_kernels::quant::SplitScratch;
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::rope::{Rope, RopeTensor};
@@ -476,18 +477,24 @@ impl<T: GemmElement> Model<T> {
                 norm.run_residual(delta, h, attn_norm, xn)?;
             }
             w.project_qkv(xn, n, ones, q, k, v, &mut products)?;
-            self.rope.run(
-                RopeTensor::new(q, c.q_heads),
-                Some(RopeTensor::new(k, c.kv_heads)),
-                &inputs.positions,
-                None,
-            )?;
             let (k_cache, v_cache) = kv.layer_mut(l)?;
             // Copy-on-write of shared blocks first, one call per pair (docs/kv_cache.md).
             for &pair in copies {
                 kv_cache_copy_blocks(&shape, &[pair], k_cache, v_cache)?;
             }
-            kv_cache_write(&shape, k, v, &inputs.slots, k_cache, v_cache)?;
+            // RoPE, with the rotated K and V written into the cache (one launch where the
+            // style rotates whole heads).
+            let q_tensor = RopeTensor::new(q, c.q_heads);
+            self.rope.run_into_cache(
+                q_tensor,
+                k,
+                v,
+                &inputs.positions,
+                &shape,
+                &inputs.slots,
+                k_cache,
+                v_cache,
+            )?;
             let paged = PagedKv {
                 k: k_cache,
                 v: v_cache,
