@@ -39,6 +39,7 @@
 #include "rocmforge_dependent_launch.h"
 #include "rocmforge_products.h"
 #include "rocmforge_qmvm_formats.h"
+#include "rocmforge_silu.h"
 
 #if !RF_MMA_SYNC && (defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__))
 #error "quant_matvec_mma.hip is built for NVIDIA sm_80 and later only (xtask kernels' target list)"
@@ -277,7 +278,14 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
 // last row and are not stored. Totals: a quad's lanes add in a fixed order, then the warps in
 // warp order, so every output has the same bits alone or in a group.
 //
-// Entry: each product's rows >= 1 (0: unused), their tiles together below 2^31, k % 256 == 0,
+// Gate and up with SwiGLU (GLU, the _glu entries): w[0] the gate, w[1] the up projection, both
+// rows[0] rows; y[0] gets silu(gate x) * (up x), each product's sum rounded to T first, so the
+// bits are those of the two products' outputs put through kernels/swiglu.hip. A tile is 8 output
+// rows: the mma's rows g hold the gate's row g of the tile, rows g + 8 the up's row g (every
+// row's sum is the same arithmetic at either place). The MLP's activation then costs no launch
+// of its own.
+//
+// Entry: each product's rows >= 1 (0: unused; GLU: rows[0] for both), their tiles together below 2^31, k % 256 == 0,
 // k > 0, batch == 1; warps <= RF_QMVM_ONE_WARPS_MAX and warps <= k / 256; dynamic shared memory
 // 2 k + 2 * RF_QMVM_ONE_WARPS_MAX * 16 * 4 bytes; w, x 16-byte aligned. The launcher
 // (quant/matvec.rs) checks all of it.
@@ -308,7 +316,7 @@ struct rf_qmvm_q4k_item {
     const unsigned char* wh;
 };
 
-template <typename T> RF_DEVICE void rf_qmvm_q4k_b1(const rf_qmv_products& p, const T* x, rf_u64 k) {
+template <typename T, bool GLU> RF_DEVICE void rf_qmvm_q4k_b1(const rf_qmv_products& p, const T* x, rf_u64 k) {
     constexpr int R = RF_QMVM_ROWS;
     constexpr unsigned SB = 144; // bytes of a q4_K super-block
     typedef rf_qmvm_q4_nibbles<T> N;
@@ -323,14 +331,25 @@ template <typename T> RF_DEVICE void rf_qmvm_q4k_b1(const rf_qmv_products& p, co
     const unsigned nsb = (unsigned)(k / 256);
     const rf_u64 row_bytes = (rf_u64)nsb * SB;
     const bool x_owner = g >> 1 == t;
-    const unsigned tiles0 = (unsigned)((p.rows[0] + R - 1) / R);
-    const unsigned tiles01 = tiles0 + (unsigned)((p.rows[1] + R - 1) / R);
-    const unsigned tiles = tiles01 + (unsigned)((p.rows[2] + R - 1) / R);
+    constexpr int GLU_ROWS = R / 2; // output rows of a GLU tile
+    const unsigned tiles0 =
+        GLU ? (unsigned)((p.rows[0] + GLU_ROWS - 1) / GLU_ROWS) : (unsigned)((p.rows[0] + R - 1) / R);
+    const unsigned tiles01 = GLU ? tiles0 : tiles0 + (unsigned)((p.rows[1] + R - 1) / R);
+    const unsigned tiles = GLU ? tiles0 : tiles01 + (unsigned)((p.rows[2] + R - 1) / R);
 
     // The item's product, tile and row pointers for its tile (rows past a product's end read
-    // its last row).
+    // its last row). GLU: the gate's and the up's row g of the tile.
     auto place = [&](rf_qmvm_q4k_item& it) {
         if (it.tile >= tiles) {
+            return;
+        }
+        if constexpr (GLU) {
+            it.prod = 0;
+            it.local = it.tile;
+            const rf_u64 r = (rf_u64)it.tile * GLU_ROWS + g;
+            const rf_u64 row = r < p.rows[0] ? r : p.rows[0] - 1;
+            it.wg = p.w[0] + row * row_bytes;
+            it.wh = p.w[1] + row * row_bytes;
             return;
         }
         it.prod = it.tile < tiles0 ? 0 : it.tile < tiles01 ? 1 : 2;
@@ -443,6 +462,22 @@ template <typename T> RF_DEVICE void rf_qmvm_q4k_b1(const rf_qmv_products& p, co
         }
         acc_g = acc_h = 0.0f;
         __syncthreads();
+        if constexpr (GLU) {
+            if (threadIdx.x < (unsigned)GLU_ROWS && (rf_u64)it.local * GLU_ROWS + threadIdx.x < p.rows[0]) {
+                float gate = 0.0f, up = 0.0f;
+                for (unsigned w = 0; w < warps; ++w) {
+                    gate += half[w * R + threadIdx.x];
+                    up += half[w * R + GLU_ROWS + threadIdx.x];
+                }
+                // Each product's output as T first, as the two products store them.
+                gate = rf_to_float(rf_from_float<T>(gate));
+                up = rf_to_float(rf_from_float<T>(up));
+                T* y = reinterpret_cast<T*>(p.y[0]);
+                y[(rf_u64)it.local * GLU_ROWS + threadIdx.x] = rf_from_float<T>(rf_silu_mul(gate, up));
+            }
+            parity ^= 1u;
+            return;
+        }
         const rf_u64 rows = rf_products_pick(p.rows, it.prod);
         if (threadIdx.x < (unsigned)R && (rf_u64)it.local * R + threadIdx.x < rows) {
             float sum = 0.0f;
@@ -526,13 +561,13 @@ template <typename T> RF_DEVICE void rf_qmvm_q4k_b1(const rf_qmv_products& p, co
 }
 
 #define RF_QMVM_BODY(F, T, BC, STAGES) rf_qmvm<F, T, BC, STAGES>(p, x, k, batch);
-#define RF_QMVM_ONE_BODY(T) \
-    (void)batch;            \
-    rf_qmvm_q4k_b1<T>(p, x, k);
+#define RF_QMVM_ONE_BODY(T, GLU) \
+    (void)batch;                 \
+    rf_qmvm_q4k_b1<T, GLU>(p, x, k);
 #else
 // A host pass (no device code): the entries are declarations only.
 #define RF_QMVM_BODY(F, T, BC, STAGES)
-#define RF_QMVM_ONE_BODY(T) (void)batch;
+#define RF_QMVM_ONE_BODY(T, GLU) (void)batch;
 #endif // RF_MMA_SYNC
 
 // 4 warps, registers for 4 blocks an SM. One vector: F::STAGES_B1 stages (q8_0: 3, three
@@ -556,7 +591,12 @@ template <typename T> RF_DEVICE void rf_qmvm_q4k_b1(const rf_qmv_products& p, co
     RF_KERNEL void __launch_bounds__(32 * RF_QMVM_ONE_WARPS_MAX,                                   \
                                      RF_QMVM_ONE_BLOCKS_AN_SM * RF_QMVM_WARPS / RF_QMVM_ONE_WARPS_MAX) \
         rf_qmvm_q4_k_b1_##dt(rf_qmv_products p, const T* x, rf_u64 k, unsigned batch) {            \
-        RF_QMVM_ONE_BODY(T)                                                                        \
+        RF_QMVM_ONE_BODY(T, false)                                                                 \
+    }                                                                                              \
+    RF_KERNEL void __launch_bounds__(32 * RF_QMVM_ONE_WARPS_MAX,                                   \
+                                     RF_QMVM_ONE_BLOCKS_AN_SM * RF_QMVM_WARPS / RF_QMVM_ONE_WARPS_MAX) \
+        rf_qmvm_q4_k_b1_glu_##dt(rf_qmv_products p, const T* x, rf_u64 k, unsigned batch) {        \
+        RF_QMVM_ONE_BODY(T, true)                                                                  \
     }
 RF_QMVM_ONE_ENTRY(f16, __half)
 RF_QMVM_ONE_ENTRY(bf16, rf_bf16)

@@ -34,6 +34,9 @@ use crate::error::{KernelError, Result, ensure};
 use crate::launchable::{DTYPES, Launchable, Needs, every_dtype};
 use crate::loader;
 
+mod glu;
+pub use glu::{QMVM_GLU_ENV, quant_matvec_glu, quant_matvec_glu_fuses};
+
 const KERNEL: &str = "quant_matvec";
 const MODULE: KernelModule = KernelModule::QuantMatvec;
 /// The matrix-core kernels (NVIDIA sm_80+).
@@ -800,6 +803,10 @@ pub(crate) fn launchable() -> Vec<Launchable> {
             for pass in [1, MAX_BATCH] {
                 let name = format!("rf_qmvm_{}_b{pass}_{dtype}", format.name());
                 out.push(Launchable::new(MMA_MODULE, name, Needs::MmaSync));
+            }
+            if format == GgmlFormat::Q4K {
+                // quant_matvec_glu
+                out.push(Launchable::new(MMA_MODULE, format!("rf_qmvm_q4_k_b1_glu_{dtype}"), Needs::MmaSync));
             }
         }
     }

@@ -69,9 +69,9 @@ pub use kquant::{
     dequantize_q6_k, quantize_q4_k, quantize_q5_k, quantize_q6_k,
 };
 pub use matvec::{
-    GgmlFormat, MAX_PRODUCTS, ProductShape, QuantMatvecReference, QuantProduct, check_quant_matvec,
-    check_quant_matvec_group, quant_matvec, quant_matvec_group, quant_matvec_group_in,
-    quant_matvec_on_matrix_cores, quant_matvec_reference,
+    GgmlFormat, MAX_PRODUCTS, ProductShape, QMVM_GLU_ENV, QuantMatvecReference, QuantProduct,
+    check_quant_matvec, check_quant_matvec_group, quant_matvec, quant_matvec_glu, quant_matvec_glu_fuses,
+    quant_matvec_group, quant_matvec_group_in, quant_matvec_on_matrix_cores, quant_matvec_reference,
 };
 pub use mx::{
     E8M0_NAN, Fp6, MxElem, dequantize_mxfp4_gguf, dequantize_mxfp6, e8m0_to_f32, quantize_mxfp4_gguf,

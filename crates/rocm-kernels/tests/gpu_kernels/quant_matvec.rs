@@ -14,9 +14,11 @@
 //! kernel adds them separately) and the output type's rounding (half an ulp).
 
 use rocm_kernels::quant::{
-    BlockFormat, GgmlFormat, QuantProduct, SplitScratch, quant_matvec, quant_matvec_group,
-    quant_matvec_group_in, quant_matvec_on_matrix_cores, quant_matvec_reference,
+    BlockFormat, GgmlFormat, QuantProduct, SplitScratch, quant_matvec, quant_matvec_glu,
+    quant_matvec_glu_fuses, quant_matvec_group, quant_matvec_group_in, quant_matvec_on_matrix_cores,
+    quant_matvec_reference,
 };
+use rocm_kernels::swiglu::swiglu;
 use rocm_kernels::{Dtype, KernelError};
 use rocm_runtime::{DeviceBuffer, Error, MatrixCores, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test};
@@ -582,4 +584,62 @@ fn bad_shapes_are_refused() {
     for (i, (g, e)) in y.to_vec().unwrap().iter().zip(&reference.y).enumerate() {
         assert!((f64::from(*g) - e).abs() <= reference.allowed_error(i, "f32"), "output {i}: {g} vs {e}");
     }
+}
+
+/// `quant_matvec_glu` (an MLP's gate and up products with SwiGLU in one launch: q4_K, one vector,
+/// NVIDIA matrix cores) gives exactly the bits of the two products (`quant_matvec_group`)
+/// followed by `swiglu`: a partial tile, many tiles, long rows (8 warps a block), the 8B model's
+/// 14336 x 4096; raw random blocks and the quantiser's. Where the kernel does not run (no
+/// `mma.sync`), the call is refused, naming why.
+fn glu_equals_the_products_then_swiglu<T: Dtype>(seed: u64) {
+    let gpu = gpu_test!();
+    let s = gpu.stream();
+    let mut rng = Rng::new(seed);
+    let format = GgmlFormat::Q4K;
+    let shape_error = |r: Result<(), KernelError>| crate::shape_message(r, "quant_matvec");
+    for (n, (rows, k)) in
+        [(13usize, 256usize), (1000, 4096), (37, 9216), (14336, 4096)].into_iter().enumerate()
+    {
+        let gate = s.upload(&case_weights(&mut rng, n, format, rows, k)).unwrap();
+        let up = s.upload(&case_weights(&mut rng, n + 1, format, rows, k)).unwrap();
+        let x = s.upload(&activations::<T>(&mut rng, k)).unwrap();
+        let mut act = poisoned::<T>(&gpu, rows);
+        if !quant_matvec_glu_fuses::<T>(s, format, k, 1) {
+            let message = shape_error(quant_matvec_glu(format, &gate, &up, rows, &x, k, &mut act));
+            assert!(message.contains("no gate-and-up kernel"), "{message}");
+            eprintln!("glu {} {rows} x {k}: refused here ({message})", T::NAME);
+            continue;
+        }
+        quant_matvec_glu(format, &gate, &up, rows, &x, k, &mut act).unwrap();
+        let (mut g, mut u) = (poisoned::<T>(&gpu, rows), poisoned::<T>(&gpu, rows));
+        let mut products =
+            [QuantProduct { w: &gate, y: &mut g, rows }, QuantProduct { w: &up, y: &mut u, rows }];
+        quant_matvec_group(format, &mut products, &x, k, 1).unwrap();
+        let mut want = poisoned::<T>(&gpu, rows);
+        swiglu(&g, &u, &mut want).unwrap();
+        let (got, want) = (act.to_vec().unwrap(), want.to_vec().unwrap());
+        let bits = |v: &[T]| floats(v).iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        let differ =
+            got.iter().zip(&want).filter(|(a, b)| a.to_f32().to_bits() != b.to_f32().to_bits()).count();
+        eprintln!("glu {} {rows} x {k}: {differ} of {rows} outputs differ", T::NAME);
+        assert_eq!(bits(&got), bits(&want), "glu {} {rows} x {k}", T::NAME);
+    }
+    // Refused: weights of another length, and a batch the kernel does not take.
+    let gate = s.upload(&case_weights(&mut rng, 0, format, 16, 256)).unwrap();
+    let x = s.upload(&activations::<T>(&mut rng, 256)).unwrap();
+    let mut act = poisoned::<T>(&gpu, 16);
+    let short = s.upload(&vec![0u8; 15 * 144]).unwrap();
+    assert!(shape_error(quant_matvec_glu(format, &gate, &short, 16, &x, 256, &mut act)).contains("w holds"));
+    assert!(!quant_matvec_glu_fuses::<T>(s, format, 256, 2));
+    assert!(!quant_matvec_glu_fuses::<T>(s, GgmlFormat::Q8_0, 256, 1));
+}
+
+#[test]
+fn glu_equals_the_products_then_swiglu_f16() {
+    glu_equals_the_products_then_swiglu::<f16>(0x91u64);
+}
+
+#[test]
+fn glu_equals_the_products_then_swiglu_bf16() {
+    glu_equals_the_products_then_swiglu::<bf16>(0x92u64);
 }

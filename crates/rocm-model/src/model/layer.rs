@@ -10,7 +10,7 @@ use rocm_runtime::{DeviceBuffer, Stream};
 
 use super::config::ModelConfig;
 use super::error::Result;
-use super::linear::{Linear, Products, add_bias, apply_shared};
+use super::linear::{Linear, Products, add_bias, apply_glu, apply_shared};
 use super::weights::{Block, LayerTensor, load_device, load_linear, tensor_name};
 use crate::lazy::DeviceTensors;
 
@@ -131,6 +131,10 @@ impl<T: GemmElement> LayerWeights<T> {
         match &mut mlp.up {
             Some(up) => {
                 let weights = [LayerTensor::FfnGate, LayerTensor::FfnUp].map(|t| self.linear(t));
+                // One launch for the products and the activation where a kernel takes them.
+                if apply_glu(weights[0], weights[1], xn, tokens, &mut mlp.act)? {
+                    return Ok(());
+                }
                 apply_shared(&weights, xn, tokens, &mut [&mut mlp.gate, &mut *up], products)?;
                 swiglu(&mlp.gate, up, &mut mlp.act)?;
             }

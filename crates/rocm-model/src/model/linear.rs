@@ -25,7 +25,8 @@ use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
 use rocm_kernels::quant::{
     BlockFormat, GgmlFormat, MAX_PRODUCTS, MxFormat, QUANT_GEMM_TILE_TOKENS, QuantProduct, SplitScratch,
     dequant_gemm, dequantize_into, mx_matvec_group_in, mx_matvec_group_on_matrix_cores, quant_gemm,
-    quant_gemm_grid, quant_gemm_runs, quant_matvec_group_in, quant_matvec_on_matrix_cores,
+    quant_gemm_grid, quant_gemm_runs, quant_matvec_glu, quant_matvec_glu_fuses, quant_matvec_group_in,
+    quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::DeviceBuffer;
 
@@ -163,6 +164,34 @@ pub(crate) fn apply_shared<T: GemmElement>(
         }
     }
     Ok(())
+}
+
+/// `act = silu(x Wgate^T) * (x Wup^T)` in one launch (`quant_matvec_glu`) where both weights are
+/// blocks of one ggml format of the same shape and that kernel takes them at `tokens`
+/// (`quant_matvec_glu_fuses`: one vector of q4_K on NVIDIA matrix cores). `Ok(false)`, nothing
+/// queued, otherwise. The bits are those of the two products followed by `swiglu`.
+pub(crate) fn apply_glu<T: GemmElement>(
+    gate: &Linear<T>,
+    up: &Linear<T>,
+    x: &DeviceBuffer<T>,
+    tokens: usize,
+    act: &mut DeviceBuffer<T>,
+) -> Result<bool> {
+    let (
+        Linear::Blocks { format, blocks: g, out, inp },
+        Linear::Blocks { format: up_format, blocks: u, out: up_out, inp: up_inp },
+    ) = (gate, up)
+    else {
+        return Ok(false);
+    };
+    let Some(ggml) = GgmlFormat::of(*format) else { return Ok(false) };
+    if (format, out, inp) != (up_format, up_out, up_inp)
+        || !quant_matvec_glu_fuses::<T>(act.stream(), ggml, *inp, tokens)
+    {
+        return Ok(false);
+    }
+    quant_matvec_glu(ggml, g, u, *out, x, *inp, act)?;
+    Ok(true)
 }
 
 /// The block formats with a fused matrix-vector kernel, by the kernel family that runs them
