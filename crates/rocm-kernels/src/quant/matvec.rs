@@ -22,7 +22,7 @@
 //! portable `kernels/quant_matvec.hip` everywhere else. They differ only in the order of their
 //! f32 sums.
 
-use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
+use rocm_runtime::{DeviceBuffer, DeviceInfo, LaunchConfig, MatrixCores, Stream};
 
 use super::dequant::BlockFormat;
 use super::k_split::{self, SplitScratch};
@@ -493,6 +493,15 @@ const fn columns_shared_bytes(k: usize) -> usize {
     2 * k + 2 * ONE_WARPS_MAX * MMA_ROWS * 4
 }
 
+/// Grid of a columns-loop launch of `units` tiles in blocks of `warps`: its blocks stride over
+/// the tiles, each warp's loads running on across them, so as many blocks as are resident at
+/// once (docs/kernels/quant_matvec.md, v10): the register bound's `ONE_BLOCKS_AN_SM` of
+/// `MMA_WARPS` warps an SM, or fewer of more warps; at least one, within the grid's limit.
+fn columns_blocks(info: &DeviceInfo, warps: usize, units: usize) -> usize {
+    let an_sm = ONE_BLOCKS_AN_SM * MMA_WARPS / warps.max(MMA_WARPS);
+    units.min(an_sm * info.compute_units.max(1) as usize).clamp(1, info.max_grid[0].max(1) as usize)
+}
+
 /// Products over `x` on the matrix cores (`kernels/quant_matvec_mma.hip`) in `format`, their
 /// shapes already checked as [`check_quant_matvec_group`] checks them (the weights exactly
 /// `rows * k / block_elems` blocks, x `batch * k` and each y `batch * rows` elements, every
@@ -567,14 +576,10 @@ pub(super) fn matrix_core_products<T: Dtype>(
     ensure(info.warp_size == 32 && kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
         format!("the matrix-core kernel needs {threads} threads of 32-wide warps")
     })?;
-    let mut blocks = units.clamp(1, info.max_grid[0].max(1) as usize);
-    if columns {
-        // The columns loop's blocks stride over the tiles, each warp's loads running on across
-        // them: as many blocks as are resident at once (docs/kernels/quant_matvec.md, v10), the
-        // register bound's ONE_BLOCKS_AN_SM of MMA_WARPS warps, or fewer of more warps.
-        let an_sm = ONE_BLOCKS_AN_SM * MMA_WARPS / warps.max(MMA_WARPS);
-        blocks = blocks.min(an_sm * info.compute_units.max(1) as usize);
-    }
+    let blocks = match columns {
+        true => columns_blocks(info, warps, units),
+        false => units.clamp(1, info.max_grid[0].max(1) as usize),
+    };
     let config = LaunchConfig {
         grid: [blocks as u32, 1, 1],
         block: [threads as u32, 1, 1],

@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 use rocm_runtime::{DeviceBuffer, LaunchConfig, Stream};
 
 use super::{
-    GROUP_LIMIT, KERNEL, MMA_MODULE, MMA_ROWS, MMA_WARPS, MmaFormat, ONE_BLOCKS_AN_SM, ProductShape, abi,
-    check_quant_matvec_group, columns_shared_bytes, columns_warps, matrix_core_chunk,
+    GROUP_LIMIT, KERNEL, MMA_MODULE, MMA_ROWS, MmaFormat, ProductShape, abi, check_quant_matvec_group,
+    columns_blocks, columns_shared_bytes, columns_warps, matrix_core_chunk,
 };
 use crate::dtype::{Dtype, kernel_name};
 use crate::error::{Result, ensure};
@@ -89,10 +89,7 @@ pub fn quant_matvec_glu<T: Dtype>(
     ensure(info.warp_size == 32 && kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
         format!("the matrix-core kernel needs {threads} threads of 32-wide warps")
     })?;
-    // As the columns loop's other launches: as many blocks as are resident at once.
-    let an_sm = ONE_BLOCKS_AN_SM * MMA_WARPS / warps.max(MMA_WARPS);
-    let blocks =
-        tiles.min(an_sm * info.compute_units.max(1) as usize).clamp(1, info.max_grid[0].max(1) as usize);
+    let blocks = columns_blocks(info, warps, tiles);
     let config = LaunchConfig {
         grid: [blocks as u32, 1, 1],
         block: [threads as u32, 1, 1],
