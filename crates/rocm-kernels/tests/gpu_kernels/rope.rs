@@ -23,7 +23,7 @@ fn floats<T: Dtype>(v: &[T]) -> Vec<f32> {
 /// ~1.2e-7 rad, cos/sin within a few 1e-7, and the rotation is f32 arithmetic: with inputs
 /// below 2 in magnitude, 4e-6 absolute covers it. f16 and bf16 add one rounding of the output
 /// (2^-11 and 2^-8 relative).
-fn tolerance<T: Dtype>() -> Tolerance {
+pub(crate) fn tolerance<T: Dtype>() -> Tolerance {
     let rel = match T::NAME {
         "f32" => 1e-6,
         "f16" => 1e-3,

@@ -9,8 +9,9 @@ use rocm_kernels::Dtype;
 use rocm_kernels::kv_cache::{CacheShape, kv_cache_write};
 use rocm_kernels::rope::{Rope, RopeStyle, RopeTensor, rope_reference};
 use rocm_runtime::{DeviceBuffer, bf16, f16};
-use rocm_testkit::{GpuTest, Rng, Tolerance, assert_close, gpu_test};
+use rocm_testkit::{GpuTest, Rng, assert_close, gpu_test};
 
+use crate::rope::tolerance;
 use crate::shape_message;
 
 fn data<T: Dtype>(rng: &mut Rng, len: usize) -> Vec<T> {
@@ -19,16 +20,6 @@ fn data<T: Dtype>(rng: &mut Rng, len: usize) -> Vec<T> {
 
 fn bits<T: Dtype>(v: &[T]) -> Vec<u32> {
     v.iter().map(|x| x.to_f32().to_bits()).collect()
-}
-
-/// gpu_kernels/rope.rs's: the rotation's f32 error plus one rounding of the output.
-fn tolerance<T: Dtype>() -> Tolerance {
-    let rel = match T::NAME {
-        "f32" => 1e-6,
-        "f16" => 1e-3,
-        _ => 8e-3,
-    };
-    Tolerance::new(4e-6, rel)
 }
 
 struct Case {
