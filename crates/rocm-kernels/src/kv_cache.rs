@@ -58,12 +58,7 @@ impl CacheShape {
         }
         Ok(())
     }
-}
 
-/// `rf_kv_cache_write`'s argument (generated from `kernels/include/rocmforge_kv_cache_abi.h`).
-pub(crate) type WriteParams = crate::abi::kv_cache::rf_kv_write_params;
-
-impl CacheShape {
     /// That `k` and `v` hold `tokens` contiguous rows (`k_len`, `v_len` elements); errors are
     /// `kernel`'s (the cache write's, or the RoPE launch that writes the cache itself).
     pub(crate) fn check_rows(
@@ -85,6 +80,9 @@ impl CacheShape {
         Ok(())
     }
 }
+
+/// `rf_kv_cache_write`'s argument (generated from `kernels/include/rocmforge_kv_cache_abi.h`).
+type WriteParams = crate::abi::kv_cache::rf_kv_write_params;
 
 /// The cache write's parameters: `slots.len()` contiguous rows of `k` and `v` into the caches
 /// (checked by the caller).

@@ -484,9 +484,8 @@ impl<T: GemmElement> Model<T> {
             }
             // RoPE, with the rotated K and V written into the cache (one launch where the
             // style rotates whole heads).
-            let q_tensor = RopeTensor::new(q, c.q_heads);
             self.rope.run_into_cache(
-                q_tensor,
+                RopeTensor::new(q, c.q_heads),
                 k,
                 v,
                 &inputs.positions,
