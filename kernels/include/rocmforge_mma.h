@@ -11,7 +11,9 @@
 
 #include "rocmforge.h"
 
-#if RF_PLATFORM_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// RF_EMU_MMA_SYNC: the CPU emulator's build of these kernels (crates/rocm-kernels/tests/amd_emu,
+// target `sm80`), which supplies its own primitives below; never defined for a GPU.
+#if (RF_PLATFORM_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) || defined(RF_EMU_MMA_SYNC)
 #define RF_MMA_SYNC 1
 #else
 #define RF_MMA_SYNC 0
@@ -23,7 +25,9 @@
 #define RF_MMA_UNAVAILABLE() __trap()
 #endif
 
-#if RF_MMA_SYNC
+#if RF_MMA_SYNC && defined(RF_EMU_MMA_SYNC)
+#include "emu_mma_sync.h"
+#elif RF_MMA_SYNC
 
 RF_DEVICE unsigned rf_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 

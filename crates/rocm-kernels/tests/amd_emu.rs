@@ -5,7 +5,10 @@
 //! RMSNorm and SwiGLU; `quant.cpp` and `mxfp.cpp`: the portable matrix-vector kernels of ggml's
 //! formats and of MXFP4 / MXFP6, which AMD GPUs run for decode; `dequant.cpp`: the
 //! dequantisation kernel, which prefill runs before the GEMM; `gemm.cpp`: the portable GEMM,
-//! which runs where rocBLAS cannot be loaded).
+//! which runs where rocBLAS cannot be loaded). The `mma` suite runs NVIDIA's matrix-core MX
+//! matrix-vector kernels (`mxfp.hip`'s `rf_*_matvec_mma_*`) on the emulator's `sm80` target, whose
+//! `mma.sync`, `cp.async` and warp primitives `emu_mma_sync.h` emulates: a check of those
+//! kernels on a machine without a GPU, not a replacement for the GPU suite.
 //!
 //! It needs a clang C++ compiler on the machine (run.sh takes `$CXX`, `clang++` or the newest
 //! `clang++-NN` on PATH; CI gets clang with the `hipcc` package). Without one these tests fail,
@@ -42,7 +45,7 @@ fn emulate_races(target: &str) {
     run(true, &SUITES, target);
 }
 
-/// Every suite of `run.sh`.
+/// Every suite of `run.sh` that runs on the AMD targets (`mma` runs on `sm80` only).
 const SUITES: [&str; 6] = ["flash", "decode", "quant", "dequant", "mxfp", "gemm"];
 
 /// Runs `run.sh quick [race] <suites> <target>`, then checks that it succeeded and printed each
@@ -160,6 +163,16 @@ fn emulated_gemm_gfx942() {
 #[test]
 fn emulated_gemm_gfx1100() {
     emulate("gemm", "gfx1100");
+}
+
+#[test]
+fn emulated_mma_matvec_sm80() {
+    emulate("mma", "sm80");
+}
+
+#[test]
+fn emulated_mma_races_sm80() {
+    run(true, &["mma"], "sm80");
 }
 
 #[test]

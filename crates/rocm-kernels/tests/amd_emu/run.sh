@@ -14,10 +14,14 @@
 #            and wave64 on every target
 #   gemm     the portable GEMM (gemm.cpp: gemm.hip, tiled and skinny kernels), wave32 and wave64
 #            on every target
+#   mma      NVIDIA's matrix-core MX matrix-vector kernels (mma.cpp: mxfp.hip's rf_*_matvec_mma_*),
+#            on the one NVIDIA target, sm80: the kernels built with RF_EMU_MMA_SYNC, whose
+#            mma.sync, cp.async and warp primitives emu_mma_sync.h emulates (AMD targets do not
+#            run this suite, nor sm80 the others)
 # Every suite is built with AddressSanitizer over exact-size buffers (an access outside one is
 # an error), or with `race`, ThreadSanitizer instead.
 # Usage: crates/rocm-kernels/tests/amd_emu/run.sh [quick] [race] [SUITE...] [TARGET...]
-#        (default: every suite, every target)
+#        (default: every suite, each on every target it runs on)
 #   race     build with ThreadSanitizer instead (simt.h, "Races"): two lanes of a block touching
 #            the same memory, one writing, with no barrier or wavefront operation between them,
 #            fail the suite (exit status 66)
@@ -31,7 +35,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../../.." && pwd)
 out=${AMD_EMU_OUT:-${CARGO_TARGET_DIR:-$root/target}/amd_emu}
 all_targets="gfx908 gfx90a gfx942 gfx950 gfx1100"
-all_suites="flash decode quant dequant mxfp gemm"
+all_suites="flash decode quant dequant mxfp gemm mma"
 
 mode=
 race=
@@ -41,16 +45,16 @@ for arg in "$@"; do
     case $arg in
     quick) mode=quick ;;
     race) race=race ;;
-    flash | decode | quant | dequant | mxfp | gemm) suites="$suites $arg" ;;
-    gfx908 | gfx90a | gfx942 | gfx950 | gfx1100) targets="$targets $arg" ;;
+    flash | decode | quant | dequant | mxfp | gemm | mma) suites="$suites $arg" ;;
+    gfx908 | gfx90a | gfx942 | gfx950 | gfx1100 | sm80) targets="$targets $arg" ;;
     *)
-        echo "run.sh: unknown argument '$arg' (usage: run.sh [quick] [race] [SUITE...] [TARGET...], suites: $all_suites, targets: $all_targets)" >&2
+        echo "run.sh: unknown argument '$arg' (usage: run.sh [quick] [race] [SUITE...] [TARGET...], suites: $all_suites, targets: $all_targets sm80)" >&2
         exit 2
         ;;
     esac
 done
 suites=${suites:-$all_suites}
-targets=${targets:-$all_targets}
+targets=${targets:-$all_targets sm80}
 if [ "$mode" = quick ]; then opt=${AMD_EMU_OPT:--O0}; else opt=${AMD_EMU_OPT:--O1}; fi
 
 is_clang() {
@@ -104,9 +108,15 @@ for suite in $suites; do
     sanitize=-fsanitize=address
     if [ -n "$race" ]; then sanitize="-fsanitize=thread -g"; fi
     for arch in $targets; do
+        # The mma suite runs on sm80 only, every other suite on the AMD targets only.
+        case $suite:$arch in
+        mma:sm80) defines=-DRF_EMU_MMA_SYNC ;;
+        mma:* | *:sm80) continue ;;
+        *) defines=-D__${arch}__ ;;
+        esac
         echo "== $suite $arch${mode:+ ($mode)}${race:+ ($race)}"
         bin="$out/${suite}_$arch${race:+_race}"
-        if ! "$cxx" -std=c++17 $opt $sanitize -Wall -Wno-unused-function -D__HIP__ -D__${arch}__ -DEMU_TARGET_NAME="\"$arch\"" \
+        if ! "$cxx" -std=c++17 $opt $sanitize -Wall -Wno-unused-function -D__HIP__ $defines -DEMU_TARGET_NAME="\"$arch\"" \
             -I"$here" -I"$root/kernels" -I"$root/kernels/include" -o "$bin" "$here/$suite.cpp"; then
             echo "run.sh: $suite $arch: build failed" >&2
             status=1

@@ -25,7 +25,8 @@
 //   16x16x8 bf16 (gfx908):   lane l holds A[l % 16][2 (l / 16) + i], B[2 (l / 16) + i][l % 16],
 //                            i = 0..1, D as above.
 // EMU_TRANSPOSE_D=1 makes the MFMA emulation use a wrong D layout, to see that a suite's
-// comparison catches it.
+// comparison catches it. NVIDIA's mma.sync and cp.async, for the matrix-core kernels of the
+// `sm80` target, are emu_mma_sync.h's (it uses Slot::w and block_start below).
 #pragma once
 
 #include <ucontext.h>
@@ -124,6 +125,7 @@ struct Slot {
     int tag;
     uint64_t a, b;
     float c[4];
+    uint32_t w[6]; // NVIDIA mma.sync's A and B words (emu_mma_sync.h)
 };
 
 struct Wave {
@@ -141,6 +143,8 @@ static Barrier block_barrier;
 static std::vector<Wave> waves;
 static std::function<void()> body;
 static const char block_end = 0; // the lanes release it as they finish, the host acquires it
+// Run before each block's lanes start (emu_mma_sync.h's copy queues start empty), if set.
+static void (*block_start)() = nullptr;
 
 // From lane `from` back to the scheduler, and from the scheduler into lane `to`: switches that
 // order nothing for ThreadSanitizer.
@@ -195,6 +199,7 @@ static void run_block(int threads, std::function<void()> kernel) {
     body = std::move(kernel);
     if ((int)fibers.size() < threads) fibers = std::vector<Fiber>(threads);
     block_barrier = Barrier(threads);
+    if (block_start) block_start();
     waves.assign(threads / wave_width,
                  Wave{Barrier(wave_width), std::vector<Slot>(wave_width), std::vector<Slot>(wave_width)});
 #if EMU_TSAN
