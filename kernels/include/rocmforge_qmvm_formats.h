@@ -93,9 +93,13 @@ template <int BC> using rf_qmvm_acc = float[rf_qmvm_tiles<BC>::N][4];
 // LOP3 holds one immediate, and it does not keep the other in a register on its own. Here `bits`
 // is a register operand, so a decode's mask-and-place is one instruction.
 template <unsigned MASK> RF_DEVICE unsigned rf_qmvm_and_or(unsigned a, unsigned bits) {
+#ifdef RF_EMU_MMA_SYNC
+    return (a & MASK) | bits; // the CPU emulator (crates/rocm-kernels/tests/amd_emu): the same function
+#else
     unsigned r;
     asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "n"(MASK), "r"(bits));
     return r;
+#endif
 }
 
 // Exact 16-bit values of small codes. A code c placed in a half's mantissa under the exponent
@@ -119,9 +123,13 @@ template <> struct rf_qmvm_placed<rf_bf16> {
     static constexpr unsigned BYTES = 0x43434343u;
     template <unsigned O> static RF_DEVICE unsigned less(unsigned v) {
         static_assert(O < 128, "128 + O is exact in bf16 below 256");
+#ifdef RF_EMU_MMA_SYNC
+        return emu_fma_bf16x2(v, 0x3f803f80u, (0xc300u + O) * 0x10001u); // the CPU emulator's
+#else
         unsigned r;
         asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x3f803f80u), "r"((0xc300u + O) * 0x10001u));
         return r;
+#endif
     }
 };
 

@@ -5,10 +5,11 @@
 //! RMSNorm and SwiGLU; `quant.cpp` and `mxfp.cpp`: the portable matrix-vector kernels of ggml's
 //! formats and of MXFP4 / MXFP6, which AMD GPUs run for decode; `dequant.cpp`: the
 //! dequantisation kernel, which prefill runs before the GEMM; `gemm.cpp`: the portable GEMM,
-//! which runs where rocBLAS cannot be loaded). The `mma` suite runs NVIDIA's matrix-core MX
-//! matrix-vector kernels (`mxfp.hip`'s `rf_*_matvec_mma_*`) on the emulator's `sm80` target, whose
-//! `mma.sync`, `cp.async` and warp primitives `emu_mma_sync.h` emulates: a check of those
-//! kernels on a machine without a GPU, not a replacement for the GPU suite.
+//! which runs where rocBLAS cannot be loaded). The `mma` and `qmvm` suites run NVIDIA's
+//! matrix-core matrix-vector kernels (`mxfp.hip`'s `rf_*_matvec_mma_*`, `quant_matvec_mma.hip`'s
+//! `rf_qmvm_*`) on the emulator's `sm80` target, whose `mma.sync`, `cp.async` and warp
+//! primitives `emu_mma_sync.h` emulates: a check of those kernels on a machine without a GPU,
+//! not a replacement for the GPU suite.
 //!
 //! It needs a clang C++ compiler on the machine (run.sh takes `$CXX`, `clang++` or the newest
 //! `clang++-NN` on PATH; CI gets clang with the `hipcc` package). Without one these tests fail,
@@ -172,7 +173,12 @@ fn emulated_mma_matvec_sm80() {
 
 #[test]
 fn emulated_mma_races_sm80() {
-    run(true, &["mma"], "sm80");
+    run(true, &["mma", "qmvm"], "sm80");
+}
+
+#[test]
+fn emulated_qmvm_matvec_sm80() {
+    emulate("qmvm", "sm80");
 }
 
 #[test]

@@ -19,6 +19,9 @@
 //   The L2 cache policies (createpolicy, .L2::cache_hint) are hints: plain loads and copies.
 //   __syncwarp and the _sync shuffles: warp operations of all 32 lanes (a full mask only).
 //   ldmatrix is not emulated: a kernel that uses it does not build here.
+//   CUDA's packed f16 type and its few intrinsics the decoders use (__half2, __halves2half2,
+//   __hsub2: f16 arithmetic rounded to nearest even), __uint2float_rn, and emu_fma_bf16x2 for
+//   the decoders' one `fma.rn.bf16x2` (rocmforge_qmvm_formats.h calls it under RF_EMU_MMA_SYNC).
 #pragma once
 
 #include <cstring>
@@ -162,4 +165,44 @@ inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
     emu::full_mask(mask, "__syncwarp");
     emu::wave_op(3000, emu::Slot{}, [](const std::vector<emu::Slot>&, std::vector<emu::Slot>&) {});
+}
+
+inline float __shfl_sync(unsigned mask, float v, int src) {
+    emu::full_mask(mask, "__shfl_sync");
+    emu::Slot s{};
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    s.a = bits;
+    s.b = (uint64_t)(src & 31);
+    const emu::Slot r = emu::wave_op(5000, s, [](const std::vector<emu::Slot>& in, std::vector<emu::Slot>& out) {
+        for (int l = 0; l < 32; ++l) out[l].a = in[(int)in[l].b].a;
+    });
+    bits = (uint32_t)r.a;
+    std::memcpy(&v, &bits, 4);
+    return v;
+}
+
+inline float __uint2float_rn(unsigned u) { return (float)u; }
+
+struct __half2 {
+    __half x, y;
+};
+inline __half2 __halves2half2(__half lo, __half hi) { return __half2{lo, hi}; }
+inline __half2 __hsub2(__half2 a, __half2 b) {
+    // The difference of two f16 values is exact in f32, so one rounding to f16 is f16's own.
+    return __half2{__float2half(emu::f16f(a.x.bits) - emu::f16f(b.x.bits)),
+                   __float2half(emu::f16f(a.y.bits) - emu::f16f(b.y.bits))};
+}
+
+// Each half: a * b + c in bf16, rounded once to nearest even (f64 holds the exact product and
+// sum of bf16 values, and the rounding to f32 then bf16 below is exact for the decoders' small
+// integers).
+inline unsigned emu_fma_bf16x2(unsigned a, unsigned b, unsigned c) {
+    unsigned r = 0;
+    for (int h = 0; h < 2; ++h) {
+        const double v = (double)emu::bf16f((uint16_t)(a >> (16 * h))) * emu::bf16f((uint16_t)(b >> (16 * h))) +
+                         emu::bf16f((uint16_t)(c >> (16 * h)));
+        r |= (unsigned)Io<unsigned short>::store((float)v) << (16 * h);
+    }
+    return r;
 }
