@@ -22,6 +22,7 @@ alignas(16) unsigned char rf_mxm_smem[160 * 1024];
 #include "mxfp.hip"
 #include "reference_blocks.h"
 #include "rocmforge_silu.h"
+#include "sm80.h"
 
 template <typename T> using MmaOne = void (*)(const unsigned char*, const T*, T*, rf_u64, rf_u64);
 template <typename T> using MmaList = void (*)(const rf_qmv_products, const T*, rf_u64, unsigned);
@@ -186,14 +187,7 @@ template <typename T> static void mma_case(const MmaCase& c, std::mt19937_64& rn
         const int glu_tiles = (n + RF_MXM_ROWS / 2 - 1) / (RF_MXM_ROWS / 2);
         const unsigned glu_grid = (unsigned)(c.grid > 0 ? std::min(c.grid, glu_tiles) : glu_tiles);
         mma_launch(glu_grid, warps, shared, [&] { e.glu(g, x, (rf_u64)k, 1u); });
-        int bad = 0;
-        for (int r = 0; r < n; ++r) {
-            const float gate = Io<T>::load(((const T*)p.y[0])[r]), up = Io<T>::load(((const T*)p.y[1])[r]);
-            const T want = Io<T>::store(rf_silu_mul(gate, up));
-            if (emu_bits(act[r]) != emu_bits(want) && bad++ < 5)
-                std::printf("    glu row %d: got %#x, want %#x\n", r, emu_bits(act[r]), emu_bits(want));
-        }
-        ok &= bad == 0;
+        ok &= glu_bits_match(act, (const T*)p.y[0], (const T*)p.y[1], n);
     }
     emu_record(ok ? 0 : 1, worst);
     std::printf("%-4s %s %-4s warps %d grid %-3u rows %d/%d/%d k %-6d -> %s (worst %.3f of tol)\n", ok ? "ok" : "FAIL",

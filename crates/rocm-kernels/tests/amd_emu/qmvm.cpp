@@ -20,6 +20,7 @@ alignas(16) unsigned char rf_qmvm_smem[192 * 1024];
 #include "quant_matvec_mma.hip"
 #include "reference_blocks.h"
 #include "rocmforge_silu.h"
+#include "sm80.h"
 
 #include <type_traits>
 
@@ -191,14 +192,7 @@ template <typename T> static void qmvm_case(const QmvmFormat<T>& f, const QmvmCa
         const int glu_tiles = (n + RF_QMVM_ROWS / 2 - 1) / (RF_QMVM_ROWS / 2);
         qmvm_run((unsigned)(c.grid > 0 ? std::min(c.grid, glu_tiles) : glu_tiles), l,
                  [&] { f.glu(g, x, (rf_u64)k, 1u); });
-        int bad = 0;
-        for (int r = 0; r < n; ++r) {
-            const float gate = Io<T>::load(((const T*)p.y[0])[r]), up = Io<T>::load(((const T*)p.y[1])[r]);
-            const T want = Io<T>::store(rf_silu_mul(gate, up));
-            if (emu_bits(act[r]) != emu_bits(want) && bad++ < 5)
-                std::printf("    glu row %d: got %#x, want %#x\n", r, emu_bits(act[r]), emu_bits(want));
-        }
-        ok &= bad == 0;
+        ok &= glu_bits_match(act, (const T*)p.y[0], (const T*)p.y[1], n);
     }
     emu_record(ok ? 0 : 1, worst);
     std::printf("%-4s rf_qmvm_%s_b%d_%-4s%s warps %d grid %-3u rows %d/%d/%d k %-6d batch %-2d -> %s (worst %.3f of tol)\n",
