@@ -177,13 +177,8 @@ template <typename T> static void mma_case(const MmaCase& c, std::mt19937_64& rn
     // rf_silu_mul.
     if (e.glu && !any_k && products >= 2 && c.rows[0] == c.rows[1]) {
         const int n = c.rows[0];
-        rf_qmv_products g = {};
-        g.w[0] = p.w[0];
-        g.w[1] = p.w[1];
-        g.rows[0] = (rf_u64)n;
-        T* act = mem.exact<T>(n);
-        for (int r = 0; r < n; ++r) act[r] = Io<T>::store(NAN);
-        g.y[0] = act;
+        T* act = nullptr;
+        const rf_qmv_products g = glu_products(mem, p, n, act);
         const int glu_tiles = (n + RF_MXM_ROWS / 2 - 1) / (RF_MXM_ROWS / 2);
         const unsigned glu_grid = (unsigned)(c.grid > 0 ? std::min(c.grid, glu_tiles) : glu_tiles);
         mma_launch(glu_grid, warps, shared, [&] { e.glu(g, x, (rf_u64)k, 1u); });

@@ -182,13 +182,8 @@ template <typename T> static void qmvm_case(const QmvmFormat<T>& f, const QmvmCa
     // Gate and up (q4_K, one vector): products 0 and 1 of equal rows.
     if (f.glu && c.batch == 1 && products >= 2 && c.rows[0] == c.rows[1]) {
         const int n = c.rows[0];
-        rf_qmv_products g = {};
-        g.w[0] = p.w[0];
-        g.w[1] = p.w[1];
-        g.rows[0] = (rf_u64)n;
-        T* act = mem.exact<T>(n);
-        for (int r = 0; r < n; ++r) act[r] = Io<T>::store(NAN);
-        g.y[0] = act;
+        T* act = nullptr;
+        const rf_qmv_products g = glu_products(mem, p, n, act);
         const int glu_tiles = (n + RF_QMVM_ROWS / 2 - 1) / (RF_QMVM_ROWS / 2);
         qmvm_run((unsigned)(c.grid > 0 ? std::min(c.grid, glu_tiles) : glu_tiles), l,
                  [&] { f.glu(g, x, (rf_u64)k, 1u); });
