@@ -65,25 +65,13 @@ template <typename T> static void mx_case(const MxCase& c, int width, std::mt199
 #endif
 
     int bad = 0;
-    double worst = 0.0, wt[32];
+    double worst = 0.0;
     for (int r = 0; r < c.rows; ++r) {
-        double want = 0.0, mag = 0.0;
-        for (int blk = 0; blk < c.blocks_a_row; ++blk) {
-            ref_decode_block(c.fmt, w + ((size_t)r * c.blocks_a_row + blk) * fi.bytes, wt, nullptr);
-            for (int e = 0; e < 32; ++e) {
-                const double xv = Io<T>::load(x[blk * 32 + e]);
-                want += wt[e] * xv;
-                mag += std::fabs(wt[e] * xv);
-            }
-        }
-        const double sum = (k + 1.0) * 0x1p-23 * mag;
-        const double tol = sum * (1.0 + Io<T>::rel) + Io<T>::rel * std::fabs(want) + Io<T>::abs;
-        const double got = Io<T>::load(y[r]), err = std::fabs(got - want);
-        if (!(err <= tol)) {
-            if (bad++ < 5) std::printf("    row %d: got %.9g, want %.9g (tolerance %.3g)\n", r, got, want, tol);
-        } else if (tol > 0) {
-            worst = std::max(worst, err / tol);
-        }
+        double want, mag;
+        ref_row(c.fmt, w + (size_t)r * c.blocks_a_row * fi.bytes, k, x, 1, &want, &mag);
+        const double tol = ref_tolerance<T>(k, mag, want), got = Io<T>::load(y[r]);
+        if (!ref_within(got, want, tol, worst) && bad++ < 5)
+            std::printf("    row %d: got %.9g, want %.9g (tolerance %.3g)\n", r, got, want, tol);
     }
     emu_record(bad, worst);
     std::printf("%-4s rf_%s_matvec_%-4s w%d threads%-3d grid%-3u rows%-4d k%-6d -> %s (worst %.3f of tol)\n",

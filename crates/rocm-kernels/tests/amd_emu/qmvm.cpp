@@ -99,37 +99,15 @@ template <typename F> static void qmvm_run(unsigned grid, const QmvmLaunch& l, F
 template <typename T>
 static bool check(Fmt f, const unsigned char* w, const T* x, const T* y, int rows, int k, int batch, double& worst,
                   const char* what) {
-    const FmtInfo& fi = FMTS[f];
-    const int blocks = k / fi.elems;
-    const double out_rel = std::is_same<T, __half>::value ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
-    const double out_abs = std::is_same<T, __half>::value ? std::ldexp(1.0, -24) : 0.0;
-    std::vector<double> wt(fi.elems), mag(fi.elems);
+    std::vector<double> want(batch), mag(batch);
     int bad = 0;
     for (int r = 0; r < rows; ++r) {
-        std::vector<double> want(batch, 0.0), m(batch, 0.0);
-        for (int blk = 0; blk < blocks; ++blk) {
-            for (double& v : mag) v = NAN;
-            ref_decode_block(f, w + ((size_t)r * blocks + blk) * fi.bytes, wt.data(), mag.data());
-            for (int e = 0; e < fi.elems; ++e) {
-                const double me = std::isnan(mag[e]) ? std::fabs(wt[e]) : mag[e];
-                for (int b = 0; b < batch; ++b) {
-                    const double xv = Io<T>::load(x[(size_t)b * k + blk * fi.elems + e]);
-                    want[b] += wt[e] * xv;
-                    m[b] += me * std::fabs(xv);
-                }
-            }
-        }
+        ref_row(f, w + (size_t)r * (k / FMTS[f].elems) * FMTS[f].bytes, k, x, batch, want.data(), mag.data());
         for (int b = 0; b < batch; ++b) {
-            const double got = Io<T>::load(y[(size_t)b * rows + r]);
-            const double tol = (k + 1.0) * 0x1p-23 * m[b] * (1.0 + out_rel) + out_rel * std::fabs(want[b]) + out_abs;
-            const double err = std::fabs(got - want[b]);
-            if (!(err <= tol)) {
-                if (bad++ < 5)
-                    std::printf("    %s row %d vector %d: got %.9g, want %.9g (tolerance %.3g)\n", what, r, b, got, want[b],
-                                tol);
-            } else if (tol > 0) {
-                worst = std::max(worst, err / tol);
-            }
+            const double tol = ref_tolerance<T>(k, mag[b], want[b]), got = Io<T>::load(y[(size_t)b * rows + r]);
+            if (!ref_within(got, want[b], tol, worst) && bad++ < 5)
+                std::printf("    %s row %d vector %d: got %.9g, want %.9g (tolerance %.3g)\n", what, r, b, got, want[b],
+                            tol);
         }
     }
     return bad == 0;

@@ -47,11 +47,7 @@ template <typename T> static void qmv_case(const QmvCase& c, int width, std::mt1
     std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
     EmuBuffers mem;
     T* x = mem.exact<T>((size_t)c.batch * k);
-    std::vector<double> xd((size_t)c.batch * k);
-    for (size_t i = 0; i < xd.size(); ++i) {
-        x[i] = Io<T>::store(ux(rng));
-        xd[i] = Io<T>::load(x[i]);
-    }
+    for (size_t i = 0; i < (size_t)c.batch * k; ++i) x[i] = Io<T>::store(ux(rng));
     rf_qmv_products prod{};
     std::vector<unsigned char*> ws;
     std::vector<T*> ys;
@@ -78,36 +74,17 @@ template <typename T> static void qmv_case(const QmvCase& c, int width, std::mt1
     const QmvKernel<T> kernel = QmvEntries<T>::e[format_index][pass_index];
     emu_launch(emu_dim3{(unsigned)grid, 1, 1}, threads, width, [&] { kernel(prod, x, (rf_u64)k, (unsigned)c.batch); });
 
-    const double out_rel = sizeof(T) == 4 ? std::ldexp(1.0, -24) : std::is_same<T, __half>::value ? std::ldexp(1.0, -11)
-                                                                                               : std::ldexp(1.0, -8);
-    const double out_abs = std::is_same<T, __half>::value ? std::ldexp(1.0, -24) : 0.0;
     int bad = 0;
     double worst = 0.0;
-    std::vector<double> w(fi.elems), mag(fi.elems);
+    std::vector<double> want(c.batch), mag(c.batch);
     for (size_t i = 0; i < c.rows.size(); ++i) {
         for (int r = 0; r < c.rows[i]; ++r) {
-            std::vector<double> want(c.batch, 0.0), m(c.batch, 0.0);
-            for (int blk = 0; blk < c.blocks_a_row; ++blk) {
-                ref_decode_block(c.fmt, ws[i] + ((size_t)r * c.blocks_a_row + blk) * fi.bytes, w.data(), mag.data());
-                for (int b = 0; b < c.batch; ++b)
-                    for (int e = 0; e < fi.elems; ++e) {
-                        const double xv = xd[(size_t)b * k + blk * fi.elems + e];
-                        want[b] += w[e] * xv;
-                        m[b] += mag[e] * std::fabs(xv);
-                    }
-            }
+            ref_row(c.fmt, ws[i] + (size_t)r * c.blocks_a_row * fi.bytes, k, x, c.batch, want.data(), mag.data());
             for (int b = 0; b < c.batch; ++b) {
-                const double got = Io<T>::load(ys[i][(size_t)b * c.rows[i] + r]);
-                const double sum = (k + 1.0) * std::ldexp(1.0, -23) * m[b];
-                const double tol = sum * (1.0 + out_rel) + out_rel * std::fabs(want[b]) + out_abs;
-                const double err = std::fabs(got - want[b]);
-                if (!(err <= tol)) {
-                    if (bad++ < 5)
-                        std::printf("    product %zu row %d vector %d: got %.9g, want %.9g (tolerance %.3g)\n", i, r, b,
-                                    got, want[b], tol);
-                } else if (tol > 0) {
-                    worst = std::max(worst, err / tol);
-                }
+                const double tol = ref_tolerance<T>(k, mag[b], want[b]), got = Io<T>::load(ys[i][(size_t)b * c.rows[i] + r]);
+                if (!ref_within(got, want[b], tol, worst) && bad++ < 5)
+                    std::printf("    product %zu row %d vector %d: got %.9g, want %.9g (tolerance %.3g)\n", i, r, b, got,
+                                want[b], tol);
             }
         }
     }

@@ -110,6 +110,40 @@ static void ref_decode_block(Fmt f, const unsigned char* b, double* w, double* m
         for (int j = 0; j < FMTS[f].elems; ++j) mag[j] = std::fabs(w[j]);
 }
 
+// One row's reference over `batch` vectors of x (vector-major, k apart; the storage type's
+// values): want[b] = sum of w x in f64, mag[b] = sum of the terms' magnitudes per ref_decode_block
+// (what the kernels' f32 sums' bound is taken of).
+template <typename T>
+static void ref_row(Fmt f, const unsigned char* row, int k, const T* x, int batch, double* want, double* mag) {
+    const FmtInfo& fi = FMTS[f];
+    std::vector<double> w(fi.elems), m(fi.elems);
+    for (int b = 0; b < batch; ++b) want[b] = mag[b] = 0.0;
+    for (int blk = 0; blk < k / fi.elems; ++blk) {
+        ref_decode_block(f, row + (size_t)blk * fi.bytes, w.data(), m.data());
+        for (int b = 0; b < batch; ++b)
+            for (int e = 0; e < fi.elems; ++e) {
+                const double xv = Io<T>::load(x[(size_t)b * k + blk * fi.elems + e]);
+                want[b] += w[e] * xv;
+                mag[b] += m[e] * std::fabs(xv);
+            }
+    }
+}
+
+// The tolerance on an output of type T of a sum of k terms of magnitude `mag`: the f32 sums'
+// (k + 1) 2^-23 mag (quant/matvec.rs, allowed_error) and one rounding to T.
+template <typename T> static double ref_tolerance(int k, double mag, double want) {
+    return (k + 1.0) * 0x1p-23 * mag * (1.0 + Io<T>::rel) + Io<T>::rel * std::fabs(want) + Io<T>::abs;
+}
+
+// Whether `got` is within `tol` of `want` (a NaN fails); a passing output raises `worst`, the
+// suite's worst error as a fraction of its tolerance.
+static bool ref_within(double got, double want, double tol, double& worst) {
+    const double err = std::fabs(got - want);
+    if (!(err <= tol)) return false;
+    if (tol > 0) worst = std::max(worst, err / tol);
+    return true;
+}
+
 // `nblocks` random blocks: every byte random, then the scales: f16 ones of random size
 // (2^lo .. 2^(lo + span)) and sign, one in 32 zero and one in 32 subnormal; E8M0 ones mostly
 // 100..154, anywhere (0xFF's NaN included) one in 16.
