@@ -46,8 +46,11 @@ fn emulate_races(target: &str) {
     run(true, &SUITES, target);
 }
 
-/// Every suite of `run.sh` that runs on the AMD targets (`mma` runs on `sm80` only).
+/// Every suite of `run.sh` that runs on the AMD targets.
 const SUITES: [&str; 6] = ["flash", "decode", "quant", "dequant", "mxfp", "gemm"];
+
+/// The suites of NVIDIA's matrix-core kernels, on `run.sh`'s `sm80` target only.
+const SM80_SUITES: [&str; 2] = ["mma", "qmvm"];
 
 /// Runs `run.sh quick [race] <suites> <target>`, then checks that it succeeded and printed each
 /// suite's summary with checks run and none failed.
@@ -172,8 +175,8 @@ fn emulated_mma_matvec_sm80() {
 }
 
 #[test]
-fn emulated_mma_races_sm80() {
-    run(true, &["mma", "qmvm"], "sm80");
+fn emulated_races_sm80() {
+    run(true, &SM80_SUITES, "sm80");
 }
 
 #[test]

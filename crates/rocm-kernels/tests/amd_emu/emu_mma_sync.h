@@ -169,17 +169,7 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
 
 inline float __shfl_sync(unsigned mask, float v, int src) {
     emu::full_mask(mask, "__shfl_sync");
-    emu::Slot s{};
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    s.a = bits;
-    s.b = (uint64_t)(src & 31);
-    const emu::Slot r = emu::wave_op(5000, s, [](const std::vector<emu::Slot>& in, std::vector<emu::Slot>& out) {
-        for (int l = 0; l < 32; ++l) out[l].a = in[(int)in[l].b].a;
-    });
-    bits = (uint32_t)r.a;
-    std::memcpy(&v, &bits, 4);
-    return v;
+    return shfl(v, INDEX, src & 31);
 }
 
 inline float __uint2float_rn(unsigned u) { return (float)u; }

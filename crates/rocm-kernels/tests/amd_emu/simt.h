@@ -315,31 +315,34 @@ void emu_syncthreads() {
     emu::wait(emu::block_barrier, [] {});
 }
 
-// HIP's __shfl_xor / __shfl_down at width warpSize: a source outside the wavefront gives the
-// lane its own value.
-template <typename V> static V shfl(V v, bool xor_mode, int arg) {
+// Shuffles at width warpSize: HIP's __shfl_xor (XOR: lane ^ arg) and __shfl_down (DOWN: lane +
+// arg), the same `arg` in every lane; and CUDA's __shfl_sync (INDEX: lane `arg`, which may differ
+// from lane to lane; emu_mma_sync.h). A source outside the wavefront gives the lane its own value.
+enum ShflMode { XOR, DOWN, INDEX };
+template <typename V> static V shfl(V v, ShflMode mode, int arg) {
     static_assert(sizeof(V) == 4, "32-bit shuffles only");
     emu::Slot s{};
     uint32_t bits;
     std::memcpy(&bits, &v, 4);
     s.a = bits;
-    const emu::Slot r =
-        emu::wave_op(xor_mode ? 1000 + arg : 2000 + arg, s, [&](const std::vector<emu::Slot>& in, std::vector<emu::Slot>& out) {
-            const int width = emu::wave_width;
-            for (int l = 0; l < width; ++l) {
-                const int src = xor_mode ? (l ^ arg) : l + arg;
-                out[l].a = in[src >= 0 && src < width ? src : l].a;
-            }
-        });
+    s.b = (uint64_t)(int64_t)arg;
+    const int tag = mode == XOR ? 1000 + arg : mode == DOWN ? 2000 + arg : 3001;
+    const emu::Slot r = emu::wave_op(tag, s, [&](const std::vector<emu::Slot>& in, std::vector<emu::Slot>& out) {
+        const int width = emu::wave_width;
+        for (int l = 0; l < width; ++l) {
+            const int src = mode == XOR ? (l ^ arg) : mode == DOWN ? l + arg : (int)(int64_t)in[l].b;
+            out[l].a = in[src >= 0 && src < width ? src : l].a;
+        }
+    });
     bits = (uint32_t)r.a;
     V res;
     std::memcpy(&res, &bits, 4);
     return res;
 }
-float __shfl_xor(float v, int mask) { return shfl(v, true, mask); }
-int __shfl_xor(int v, int mask) { return shfl(v, true, mask); }
-float __shfl_down(float v, unsigned d) { return shfl(v, false, (int)d); }
-int __shfl_down(int v, unsigned d) { return shfl(v, false, (int)d); }
+float __shfl_xor(float v, int mask) { return shfl(v, XOR, mask); }
+int __shfl_xor(int v, int mask) { return shfl(v, XOR, mask); }
+float __shfl_down(float v, unsigned d) { return shfl(v, DOWN, (int)d); }
+int __shfl_down(int v, unsigned d) { return shfl(v, DOWN, (int)d); }
 
 static uint64_t bits64(const void* p) {
     uint64_t u;
