@@ -13,6 +13,8 @@ static const FmtInfo FMTS[] = {
     {"q8_0", 32, 34},       {"q4_0", 32, 18},   {"mxfp4", 32, 17},  {"mxfp6_e2m3", 32, 25},
     {"mxfp6_e3m2", 32, 25}, {"q4_K", 256, 144}, {"q5_K", 256, 176}, {"q6_K", 256, 210},
 };
+// The most elements a block of any format holds (the k-quants' super-blocks).
+constexpr int REF_MAX_ELEMS = 256;
 
 static double ref_f16_at(const unsigned char* p) { return emu::f16f((uint16_t)(p[0] | p[1] << 8)); }
 
@@ -116,10 +118,10 @@ static void ref_decode_block(Fmt f, const unsigned char* b, double* w, double* m
 template <typename T>
 static void ref_row(Fmt f, const unsigned char* row, int k, const T* x, int batch, double* want, double* mag) {
     const FmtInfo& fi = FMTS[f];
-    std::vector<double> w(fi.elems), m(fi.elems);
+    double w[REF_MAX_ELEMS], m[REF_MAX_ELEMS]; // a block's (no allocation a row)
     for (int b = 0; b < batch; ++b) want[b] = mag[b] = 0.0;
     for (int blk = 0; blk < k / fi.elems; ++blk) {
-        ref_decode_block(f, row + (size_t)blk * fi.bytes, w.data(), m.data());
+        ref_decode_block(f, row + (size_t)blk * fi.bytes, w, m);
         for (int b = 0; b < batch; ++b)
             for (int e = 0; e < fi.elems; ++e) {
                 const double xv = Io<T>::load(x[(size_t)b * k + blk * fi.elems + e]);
