@@ -231,10 +231,13 @@ template <typename T, bool WIDE>
 RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scales, const T* x, T* y, unsigned n,
                                 unsigned nb) {
     extern __shared__ __align__(16) unsigned char rf_t4_smem[];
-    __shared__ float totals[2][RF_T4_WARPS * RF_T4_ROWS]; // by tile parity
     const int lane = (int)threadIdx.x & 31;
     const int warp = (int)threadIdx.x >> 5;
     const unsigned warps = blockDim.x >> 5;
+    // After the warps' rings, the tiles' row totals: two buffers of warps * 16 floats, by tile
+    // parity (in the dynamic shared memory, as mxfp.hip's, rather than a static array beside it:
+    // one allocation the launcher sizes, and one the CPU emulator can give the kernel).
+    float* totals = reinterpret_cast<float*>(rf_t4_smem + warps * (RF_T4_STAGES * RF_T4_STAGE));
     const unsigned nbp = rf_t4_padded_blocks(nb);
     const unsigned groups = nbp / RF_T4_GROUP;
     const unsigned tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
@@ -304,7 +307,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
             // By the block's own tile count: `tile & 1` is the same for every tile of a block
             // when the grid is even (tiles are gridDim.x apart), and the next tile's writes
             // would race the readers of this one (compute-sanitizer racecheck found it).
-            float* sums = totals[done & 1];
+            float* sums = totals + (done & 1) * (warps * RF_T4_ROWS);
             if ((lane & 3) == 0) {
                 sums[warp * RF_T4_ROWS + (lane >> 2)] = total_g;
                 sums[warp * RF_T4_ROWS + (lane >> 2) + 8] = total_h;
@@ -380,7 +383,8 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
 }
 
 // blockDim.x: 32..RF_T4_WARPS * 32, whole warps; the matrix-core entries need dynamic shared
-// memory of warps * RF_T4_STAGES * RF_T4_STAGE bytes and at least as many groups as warps.
+// memory of warps * (RF_T4_STAGES * RF_T4_STAGE + 2 * 16 * 4) bytes (the rings, then the row
+// totals) and at least as many groups as warps.
 #define RF_T4_ARGS(T)                                                                                     \
     const uint4 *payload, const unsigned char *scales, const T *x, T *y, unsigned n, unsigned nb, unsigned codes
 #define RF_T4_MMA_ENTRIES(suffix, T)                                                                      \

@@ -5,9 +5,10 @@
 //! RMSNorm and SwiGLU; `quant.cpp` and `mxfp.cpp`: the portable matrix-vector kernels of ggml's
 //! formats and of MXFP4 / MXFP6, which AMD GPUs run for decode; `dequant.cpp`: the
 //! dequantisation kernel, which prefill runs before the GEMM; `gemm.cpp`: the portable GEMM,
-//! which runs where rocBLAS cannot be loaded). The `mma` and `qmvm` suites run NVIDIA's
-//! matrix-core matrix-vector kernels (`mxfp.hip`'s `rf_*_matvec_mma_*`, `quant_matvec_mma.hip`'s
-//! `rf_qmvm_*`) on the emulator's `sm80` target, whose `mma.sync`, `cp.async` and warp
+//! which runs where rocBLAS cannot be loaded; `tiled.cpp`: the MXFP4 matrix-vector kernel over
+//! the tiled layout). The `mma` and `qmvm` suites run NVIDIA's matrix-core matrix-vector kernels
+//! (`mxfp.hip`'s `rf_*_matvec_mma_*`, `quant_matvec_mma.hip`'s `rf_qmvm_*`), and `tiled` its
+//! matrix-core entries, on the emulator's `sm80` target, whose `mma.sync`, `cp.async` and warp
 //! primitives `emu_mma_sync.h` emulates: a check of those kernels on a machine without a GPU,
 //! not a replacement for the GPU suite.
 //!
@@ -47,10 +48,10 @@ fn emulate_races(target: &str) {
 }
 
 /// Every suite of `run.sh` that runs on the AMD targets.
-const SUITES: [&str; 6] = ["flash", "decode", "quant", "dequant", "mxfp", "gemm"];
+const SUITES: [&str; 7] = ["flash", "decode", "quant", "dequant", "mxfp", "gemm", "tiled"];
 
 /// The suites of NVIDIA's matrix-core kernels, on `run.sh`'s `sm80` target only.
-const SM80_SUITES: [&str; 2] = ["mma", "qmvm"];
+const SM80_SUITES: [&str; 3] = ["mma", "qmvm", "tiled"];
 
 /// Runs `run.sh quick [race] <suites> <target>`, then checks that it succeeded and printed each
 /// suite's summary with checks run and none failed.
@@ -167,6 +168,21 @@ fn emulated_gemm_gfx942() {
 #[test]
 fn emulated_gemm_gfx1100() {
     emulate("gemm", "gfx1100");
+}
+
+#[test]
+fn emulated_tiled_matvec_gfx942() {
+    emulate("tiled", "gfx942");
+}
+
+#[test]
+fn emulated_tiled_matvec_gfx1100() {
+    emulate("tiled", "gfx1100");
+}
+
+#[test]
+fn emulated_tiled_matvec_sm80() {
+    emulate("tiled", "sm80");
 }
 
 #[test]

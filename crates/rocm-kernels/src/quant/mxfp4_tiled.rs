@@ -306,9 +306,14 @@ const STAGES: usize = abi::RF_T4_STAGES as usize;
 /// Blocks of the matrix-core kernel kept resident on a multiprocessor, where shared memory
 /// allows (24 warps; 2 and 3 stages or blocks an SM measured alike: docs/kernels/mxfp.md).
 const RESIDENT_BLOCKS: usize = 3;
-/// The matrix-core kernel's static shared memory (the tiles' row totals, two buffers of
-/// `RF_T4_WARPS * 16` floats), plus what the runtime reserves a block (1 KB on sm_80+).
-const STATIC_SHARED: usize = 2 * MAX_WARPS * TILE_ROWS * 4 + 1024;
+/// Shared memory the runtime reserves a block beside what the launch asks for (1 KB on sm_80+).
+const RESERVED_SHARED: usize = 1024;
+
+/// The matrix-core kernel's dynamic shared memory for blocks of `warps` warps: each warp's ring
+/// of stages, then the tiles' row totals (two buffers of `warps * 16` floats, by tile parity).
+fn mma_shared_bytes(warps: usize) -> usize {
+    warps * (STAGES * STAGE_BYTES + 2 * TILE_ROWS * 4)
+}
 
 /// Launch shape: (blocks, warps a block, dynamic shared bytes). Warps split a tile's groups of 8
 /// blocks, so there are never more warps than groups. The matrix-core kernel keeps its blocks
@@ -329,15 +334,16 @@ fn launch_shape(
         return Ok((tiles.clamp(1, grid_limit), warps, 0));
     }
     let optin = info.shared_mem_per_block_optin as usize;
-    while warps > 1 && warps * STAGES * STAGE_BYTES > optin {
+    while warps > 1 && mma_shared_bytes(warps) > optin {
         warps /= 2;
     }
-    let shared = warps * STAGES * STAGE_BYTES;
+    let shared = mma_shared_bytes(warps);
     ensure(shared <= optin, KERNEL, || {
         format!("needs {shared} bytes of shared memory, the device allows {optin}")
     })?;
-    // A multiprocessor's shared memory is the per-block opt-in limit plus the 1 KB reserve.
-    let per_sm = ((optin + 1024) / (shared + STATIC_SHARED)).clamp(1, RESIDENT_BLOCKS * MAX_WARPS / warps);
+    // A multiprocessor's shared memory is the per-block opt-in limit plus the reserve.
+    let per_sm = ((optin + RESERVED_SHARED) / (shared + RESERVED_SHARED))
+        .clamp(1, RESIDENT_BLOCKS * MAX_WARPS / warps);
     let resident = info.compute_units.max(1) as usize * per_sm;
     Ok((tiles.min(resident).clamp(1, grid_limit), warps, shared))
 }
@@ -415,8 +421,8 @@ fn launch<T: Dtype>(
     // matrix-core entries decode (checked above). Blocks are 1..=8 whole warps, within the
     // entries' launch bounds, never more warps than groups (launch_shape; the matrix-core entry
     // traps otherwise); the matrix-core entries run only on mma.sync devices (`entry`) with the
-    // ring's shared memory (launch_shape checks it against the device's limit). w and x are
-    // shared borrows distinct from y; the builder checks the streams.
+    // rings' and totals' shared memory (launch_shape checks it against the device's limit). w
+    // and x are shared borrows distinct from y; the builder checks the streams.
     unsafe {
         stream
             .launch(&kernel)
@@ -613,13 +619,14 @@ mod tests {
     fn launch_shapes_fit_the_devices() {
         let h100 = nvidia("H100", 132, 227);
         let a100 = nvidia("A100", 108, 163);
-        let ring = 8 * STAGES * STAGE_BYTES;
+        let ring = mma_shared_bytes(8);
+        assert_eq!(ring, 8 * (3 * 2688 + 128));
         assert_eq!(launch_shape(&h100, true, 14_336, 4096).unwrap(), (3 * 132, 8, ring));
         assert_eq!(launch_shape(&a100, true, 14_336, 4096).unwrap(), (2 * 108, 8, ring));
         // Fewer tiles than slots: a tile a block.
         assert_eq!(launch_shape(&h100, true, 4096, 14_336).unwrap(), (256, 8, ring));
         // k = 96: one group, one warp.
-        assert_eq!(launch_shape(&h100, true, 7, 96).unwrap(), (1, 1, STAGES * STAGE_BYTES));
+        assert_eq!(launch_shape(&h100, true, 7, 96).unwrap(), (1, 1, mma_shared_bytes(1)));
         assert_eq!(launch_shape(&h100, false, 14_336, 4096).unwrap(), (896, 8, 0));
         // A device offering less shared memory gets fewer warps, or an error.
         assert_eq!(launch_shape(&nvidia("small", 10, 48), true, 160, 4096).unwrap().1, 4);

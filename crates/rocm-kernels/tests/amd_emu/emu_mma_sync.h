@@ -174,6 +174,12 @@ inline float __shfl_sync(unsigned mask, float v, int src) {
 
 inline float __uint2float_rn(unsigned u) { return (float)u; }
 
+// A kernel's trap (its launch contract broken): the suite stops there.
+[[noreturn]] inline void __trap() {
+    std::fprintf(stderr, "__trap() in a kernel\n");
+    std::abort();
+}
+
 struct __half2 {
     __half x, y;
 };

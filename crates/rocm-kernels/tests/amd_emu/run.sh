@@ -21,6 +21,9 @@
 #   qmvm     NVIDIA's matrix-core matrix-vector kernels of ggml's formats (qmvm.cpp:
 #            quant_matvec_mma.hip's rf_qmvm_*: the pipelined loop, its passes of 8, q4_K's
 #            columns loop and its gate-and-up entry), on sm80 as mma
+#   tiled    the MXFP4 matrix-vector kernels over the tiled layout (tiled.cpp: mxfp4_tiled.hip):
+#            the portable kernel, wave32 and wave64, on every AMD target; the matrix-core
+#            entries on sm80
 # Every suite is built with AddressSanitizer over exact-size buffers (an access outside one is
 # an error), or with `race`, ThreadSanitizer instead.
 # Usage: crates/rocm-kernels/tests/amd_emu/run.sh [quick] [race] [SUITE...] [TARGET...]
@@ -38,7 +41,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../../.." && pwd)
 out=${AMD_EMU_OUT:-${CARGO_TARGET_DIR:-$root/target}/amd_emu}
 all_targets="gfx908 gfx90a gfx942 gfx950 gfx1100"
-all_suites="flash decode quant dequant mxfp gemm mma qmvm"
+all_suites="flash decode quant dequant mxfp gemm mma qmvm tiled"
 
 mode=
 race=
@@ -48,7 +51,7 @@ for arg in "$@"; do
     case $arg in
     quick) mode=quick ;;
     race) race=race ;;
-    flash | decode | quant | dequant | mxfp | gemm | mma | qmvm) suites="$suites $arg" ;;
+    flash | decode | quant | dequant | mxfp | gemm | mma | qmvm | tiled) suites="$suites $arg" ;;
     gfx908 | gfx90a | gfx942 | gfx950 | gfx1100 | sm80) targets="$targets $arg" ;;
     *)
         echo "run.sh: unknown argument '$arg' (usage: run.sh [quick] [race] [SUITE...] [TARGET...], suites: $all_suites, targets: $all_targets sm80)" >&2
@@ -111,11 +114,12 @@ for suite in $suites; do
     sanitize=-fsanitize=address
     if [ -n "$race" ]; then sanitize="-fsanitize=thread -g"; fi
     for arch in $targets; do
-        # The mma and qmvm suites run on sm80 only, every other suite on the AMD targets only.
+        # The mma and qmvm suites run on sm80 only, tiled on every target, every other suite on
+        # the AMD targets only.
         case $suite:$arch in
         # (-Wno-pass-failed: the kernels' `#pragma unroll` over loops that may break early,
         # which nvcc unrolls and the host compiler at -O1 says it cannot.)
-        mma:sm80 | qmvm:sm80) defines="-DRF_EMU_MMA_SYNC -Wno-pass-failed" ;;
+        mma:sm80 | qmvm:sm80 | tiled:sm80) defines="-DRF_EMU_MMA_SYNC -Wno-pass-failed" ;;
         mma:* | qmvm:* | *:sm80) continue ;;
         *) defines=-D__${arch}__ ;;
         esac

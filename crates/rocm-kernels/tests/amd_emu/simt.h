@@ -193,15 +193,20 @@ static void entry() {
     to_scheduler(&me.ctx);
 }
 
-// Runs one block of `threads` lanes through `kernel`, in wavefronts of wave_width lanes.
+// Runs one block of `threads` lanes through `kernel`, in wavefronts of wave_width lanes. A block
+// that is not a whole number of wavefronts (AMD runs a 96-thread block as two wavefronts of 64,
+// the second half empty) has a partial last one, in which wave operations are not emulated
+// (wave_op aborts): kernels that launch such blocks must not use them.
 static void run_block(int threads, std::function<void()> kernel) {
-    assert(threads % wave_width == 0);
+    assert(threads > 0);
     body = std::move(kernel);
     if ((int)fibers.size() < threads) fibers = std::vector<Fiber>(threads);
     block_barrier = Barrier(threads);
     if (block_start) block_start();
-    waves.assign(threads / wave_width,
-                 Wave{Barrier(wave_width), std::vector<Slot>(wave_width), std::vector<Slot>(wave_width)});
+    waves.clear();
+    for (int first = 0; first < threads; first += wave_width)
+        waves.push_back(Wave{Barrier(std::min(wave_width, threads - first)), std::vector<Slot>(wave_width),
+                             std::vector<Slot>(wave_width)});
 #if EMU_TSAN
     if (!sched_tsan) sched_tsan = __tsan_get_current_fiber(); // the host's, set once
 #endif
@@ -246,6 +251,11 @@ template <typename F> static Slot wave_op(int tag, Slot mine, F&& compute) {
     const int me = current.load(std::memory_order_relaxed);
     const int l = me % wave_width;
     Wave& w = waves[me / wave_width];
+    if (w.barrier.expected != wave_width) {
+        std::fprintf(stderr, "wave operation (tag %d) in a wavefront of %d lanes of %d: not emulated\n", tag,
+                     w.barrier.expected, wave_width);
+        std::abort();
+    }
     mine.tag = tag;
     w.in[l] = mine;
     wait(w.barrier, [&] {

@@ -1,0 +1,273 @@
+// CPU emulation of the MXFP4 matrix-vector kernels over the tiled layout (kernels/mxfp4_tiled.hip):
+// on the AMD targets the portable rf_mxfp4_tiled_matvec_<dt> (what an AMD GPU runs for a tiled
+// weight), f32/f16/bf16 in both code orders, wave32 and wave64; on the `sm80` target the
+// matrix-core entries rf_mxfp4_tiled_matvec_mma[_wide]_<dt> (f16: the fields order, bf16: the
+// nibbles order) on emu_mma_sync.h's mma.sync and cp.async, with grids of a block a tile and
+// resident blocks that walk several tiles (each warp's ring running across the tiles' ends, the
+// row totals alternating by tile parity).
+//
+// The weight is made as GGUF rows of block_mxfp4 (17-byte blocks) and re-laid out here from the
+// layout's description (crates/rocm-kernels/src/quant/mxfp4_tiled.rs, module docs; not from its
+// packer). The reference decodes the GGUF rows with reference_blocks.h and sums in f64; the
+// tolerance is the f32 sums' bound, as in mma.cpp. Outputs are poisoned before each launch; the
+// matrix-core launches' shared memory starts as garbage and what a launch does not ask for is
+// poisoned for AddressSanitizer.
+
+#ifdef RF_EMU_MMA_SYNC
+// The matrix-core kernel's rings are `extern __shared__` (dynamic shared memory): this array.
+// (`__shared__` is then not `static`, so the portable kernel's static totals would be each
+// lane's own: the sm80 build runs the matrix-core entries only, the AMD builds the portable.)
+#define EMU_EXTERN_SHARED 1
+#endif
+#include "simt.h"
+
+#ifdef RF_EMU_MMA_SYNC
+alignas(16) unsigned char rf_t4_smem[80 * 1024];
+#endif
+
+#include "mxfp4_tiled.hip"
+#include "reference_blocks.h"
+
+#include <type_traits>
+
+template <typename T> using TiledEntry = void (*)(const uint4*, const unsigned char*, const T*, T*, unsigned, unsigned,
+                                                   unsigned);
+
+// Bit offsets of pair i's magnitudes and signs in a word of either order (the layout's docs).
+static const int FIELD_MAG[4] = {9, 6, 3, 0};
+static const int FIELD_SIGN[4] = {15, 12, 13, 14};
+
+// The word of eight E2M1 codes (sign in bit 3), element e of the lane's eight being pair e / 2,
+// half e % 2, in `codes`' order.
+static unsigned tiled_word(const unsigned char (&c)[8], unsigned codes) {
+    unsigned w = 0;
+    for (int e = 0; e < 8; ++e) {
+        const int i = e / 2, h = 16 * (e % 2);
+        const int mag = codes == RF_T4_NIBBLES ? 4 * i + h : FIELD_MAG[i] + h;
+        const int sign = codes == RF_T4_NIBBLES ? 4 * i + 3 + h : FIELD_SIGN[i] + h;
+        w |= (unsigned)(c[e] & 7) << mag | (unsigned)(c[e] >> 3 & 1) << sign;
+    }
+    return w;
+}
+
+// An [n, k] weight of GGUF rows (nb = k / 32 blocks of 17 bytes a row: the E8M0 scale, then
+// element j < 16 in the low nibble of byte j, element j + 16 in its high nibble), tiled.
+struct Tiled {
+    const uint4* payload;
+    const unsigned char* scales;
+};
+static Tiled tile_gguf(EmuBuffers& mem, const unsigned char* gguf, int n, int nb, unsigned codes) {
+    const int nbp = (nb + RF_T4_GROUP - 1) / RF_T4_GROUP * RF_T4_GROUP;
+    const int tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
+    // Element e of (row r, block b): its 4-bit code, 0 in the padding.
+    auto code = [&](int row, int b, int e) -> unsigned char {
+        if (row >= n || b >= nb) return 0;
+        const unsigned char* blk = gguf + ((size_t)row * nb + b) * 17;
+        return e < 16 ? blk[1 + e] & 0xF : blk[1 + e - 16] >> 4;
+    };
+    unsigned char* payload = mem.exact<unsigned char>((size_t)tiles * nbp * 256);
+    unsigned char* scales = mem.exact<unsigned char>((size_t)tiles * nbp * RF_T4_ROWS);
+    for (int t = 0; t < tiles; ++t) {
+        for (int p = 0; p < nbp / 2; ++p) {
+            for (int l = 0; l < 32; ++l) {
+                const int g = l / 4, u = l % 4;
+                // W(g, 2p, u), W(g + 8, 2p, u), W(g, 2p + 1, u), W(g + 8, 2p + 1, u).
+                const int rows[4] = {g, g + 8, g, g + 8}, blocks[4] = {2 * p, 2 * p, 2 * p + 1, 2 * p + 1};
+                unsigned char* at = payload + (((size_t)t * nbp / 2 + p) * 32 + l) * 16;
+                for (int j = 0; j < 4; ++j) {
+                    unsigned char c[8];
+                    for (int e = 0; e < 8; ++e) c[e] = code(t * RF_T4_ROWS + rows[j], blocks[j], 8 * u + e);
+                    const unsigned w = tiled_word(c, codes);
+                    std::memcpy(at + 4 * j, &w, 4);
+                }
+            }
+        }
+        for (int r = 0; r < RF_T4_ROWS; ++r) {
+            const int row = t * RF_T4_ROWS + r;
+            for (int b = 0; b < nbp; ++b) {
+                scales[(((size_t)t * nbp / 8 + b / 8) * RF_T4_ROWS + r) * 8 + b % 8] =
+                    row < n && b < nb ? gguf[((size_t)row * nb + b) * 17] : 0;
+            }
+        }
+    }
+    return {reinterpret_cast<const uint4*>(payload), scales};
+}
+
+// Scale bytes of a case's weight: the fast entries' range (2^-15 .. 2^0, and 0: 2^-127), or for
+// the wide entries also bytes above RF_T4_FAST_SCALE_MAX (x is then small enough that nothing
+// overflows).
+enum Scales { FAST, WIDE_BYTES };
+
+struct TiledCase {
+    int rows, blocks_a_row; // n, nb = k / 32
+    int grid;               // 0: a block a tile (the portable kernel always)
+    bool quick;
+    Scales scales = FAST;
+};
+
+template <typename T> static bool check(const unsigned char* gguf, const T* x, const T* y, int n, int nb, double& worst,
+                                        const char* what) {
+    const int k = nb * 32;
+    int bad = 0;
+    for (int r = 0; r < n; ++r) {
+        double want, mag;
+        ref_row(MXFP4, gguf + (size_t)r * nb * 17, k, x, 1, &want, &mag);
+        const double tol = ref_tolerance<T>(k, mag, want), got = Io<T>::load(y[r]);
+        if (!ref_within(got, want, tol, worst) && bad++ < 5)
+            std::printf("    %s row %d: got %.9g, want %.9g (tolerance %.3g)\n", what, r, got, want, tol);
+    }
+    return bad == 0;
+}
+
+// A case's GGUF weight (random codes; scales per `scales`) and x (uniform in (-1, 1), times
+// 2^-60 with the wide bytes, which only bf16 and f32 hold).
+template <typename T> static void make_case(EmuBuffers& mem, const TiledCase& c, std::mt19937_64& rng,
+                                            unsigned char*& gguf, T*& x) {
+    const size_t blocks = (size_t)c.rows * c.blocks_a_row;
+    gguf = mem.exact<unsigned char>(blocks * 17);
+    ref_random_blocks(MXFP4, gguf, blocks, 0, 1, rng);
+    for (size_t b = 0; b < blocks; ++b) {
+        const unsigned r = (unsigned)(rng() % 16);
+        unsigned char s = (unsigned char)(112 + rng() % 16);
+        if (r == 0) s = 0;
+        if (c.scales == WIDE_BYTES && r >= 12) s = (unsigned char)(RF_T4_FAST_SCALE_MAX + 1 + rng() % 10);
+        gguf[b * 17] = s;
+    }
+    const int k = c.blocks_a_row * 32;
+    x = mem.exact<T>(k);
+    std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
+    for (int i = 0; i < k; ++i) x[i] = Io<T>::store(c.scales == WIDE_BYTES ? std::ldexp(ux(rng), -60) : ux(rng));
+}
+
+template <typename T> static T* poisoned_y(EmuBuffers& mem, int n) {
+    T* y = mem.exact<T>(n);
+    for (int r = 0; r < n; ++r) y[r] = Io<T>::store(NAN);
+    return y;
+}
+
+#ifdef RF_EMU_MMA_SYNC
+
+template <typename T> struct MmaEntries;
+template <> struct MmaEntries<__half> {
+    static constexpr TiledEntry<__half> fast = rf_mxfp4_tiled_matvec_mma_f16, wide = rf_mxfp4_tiled_matvec_mma_wide_f16;
+    static constexpr unsigned codes = RF_T4_FIELDS;
+};
+template <> struct MmaEntries<rf_bf16> {
+    static constexpr TiledEntry<rf_bf16> fast = rf_mxfp4_tiled_matvec_mma_bf16,
+                                         wide = rf_mxfp4_tiled_matvec_mma_wide_bf16;
+    static constexpr unsigned codes = RF_T4_NIBBLES;
+};
+
+// The matrix-core entries: warps as the launcher picks them (one a group of 8 blocks, at most
+// RF_T4_WARPS), the rings and the totals as its dynamic shared memory, the case's grid.
+template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& rng) {
+    EmuBuffers mem;
+    unsigned char* gguf;
+    T* x;
+    make_case(mem, c, rng, gguf, x);
+    const int n = c.rows, nb = c.blocks_a_row;
+    const Tiled w = tile_gguf(mem, gguf, n, nb, MmaEntries<T>::codes);
+    const int groups = (nb + RF_T4_GROUP - 1) / RF_T4_GROUP;
+    const int warps = std::min(groups, (int)RF_T4_WARPS);
+    const int tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
+    const unsigned grid = (unsigned)(c.grid > 0 ? std::min(c.grid, tiles) : tiles);
+    const size_t shared = (size_t)warps * (RF_T4_STAGES * RF_T4_STAGE + 2 * RF_T4_ROWS * 4); // mxfp4_tiled.rs's
+    if (shared > sizeof rf_t4_smem) {
+        std::fprintf(stderr, "the suite's shared memory (%zu bytes) is smaller than a launch's %zu\n",
+                     sizeof rf_t4_smem, shared);
+        std::abort();
+    }
+    double worst = 0.0;
+    bool ok = true;
+    for (bool wide : {false, true}) {
+        if (c.scales == WIDE_BYTES && !wide) continue; // the fast entries need bytes <= 240
+        T* y = poisoned_y<T>(mem, n);
+        const TiledEntry<T> entry = wide ? MmaEntries<T>::wide : MmaEntries<T>::fast;
+        std::memset(rf_t4_smem, 0xa5, sizeof rf_t4_smem);
+#ifdef EMU_ASAN
+        ASAN_POISON_MEMORY_REGION(rf_t4_smem + shared, sizeof rf_t4_smem - shared);
+#endif
+        emu_launch(emu_dim3{grid, 1, 1}, 32 * warps, 32,
+                   [&] { entry(w.payload, w.scales, x, y, (unsigned)n, (unsigned)nb, MmaEntries<T>::codes); });
+#ifdef EMU_ASAN
+        ASAN_UNPOISON_MEMORY_REGION(rf_t4_smem, sizeof rf_t4_smem);
+#endif
+        ok &= check(gguf, x, y, n, nb, worst, wide ? "wide" : "fast");
+    }
+    emu_record(ok ? 0 : 1, worst);
+    std::printf("%-4s rf_mxfp4_tiled_matvec_mma_%-4s warps %d grid %-3u rows %-3d k %-6d scales %s -> %s (worst %.3f of "
+                "tol)\n",
+                ok ? "ok" : "FAIL", Io<T>::name, warps, grid, n, nb * 32, c.scales == FAST ? "fast" : "wide",
+                ok ? "match" : "MISMATCH", worst);
+}
+
+#else
+
+template <typename T> struct PortableEntry;
+#define EMU_T4_ENTRY(suffix, T)                                                                              \
+    template <> struct PortableEntry<T> {                                                                    \
+        static constexpr TiledEntry<T> e = rf_mxfp4_tiled_matvec_##suffix;                                  \
+    };
+RF_FOR_EACH_DTYPE(EMU_T4_ENTRY)
+
+// The portable entry: a tile a block, warps as the launcher picks them (32-thread "warps"
+// whatever the wavefront width), either code order.
+template <typename T> static void portable_case(const TiledCase& c, unsigned codes, int width, std::mt19937_64& rng) {
+    EmuBuffers mem;
+    unsigned char* gguf;
+    T* x;
+    make_case(mem, c, rng, gguf, x);
+    const int n = c.rows, nb = c.blocks_a_row;
+    const Tiled w = tile_gguf(mem, gguf, n, nb, codes);
+    const int groups = (nb + RF_T4_GROUP - 1) / RF_T4_GROUP;
+    const int warps = std::min(groups, (int)RF_T4_WARPS);
+    const int tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
+    const unsigned grid = (unsigned)(c.grid > 0 ? std::min(c.grid, tiles) : tiles);
+    T* y = poisoned_y<T>(mem, n);
+    emu_launch(emu_dim3{grid, 1, 1}, 32 * warps, width,
+               [&] { PortableEntry<T>::e(w.payload, w.scales, x, y, (unsigned)n, (unsigned)nb, codes); });
+    double worst = 0.0;
+    const bool ok = check(gguf, x, y, n, nb, worst, "portable");
+    emu_record(ok ? 0 : 1, worst);
+    std::printf("%-4s rf_mxfp4_tiled_matvec_%-4s %-7s w%d warps %d grid %-3u rows %-3d k %-6d -> %s (worst %.3f of tol)\n",
+                ok ? "ok" : "FAIL", Io<T>::name, codes == RF_T4_NIBBLES ? "nibbles" : "fields", width, warps, grid, n,
+                nb * 32, ok ? "match" : "MISMATCH", worst);
+}
+
+#endif // RF_EMU_MMA_SYNC
+
+int main(int argc, char** argv) {
+    std::mt19937_64 rng(0x7113d);
+    const bool quick = emu_quick_arg(argc, argv);
+    // {rows, blocks a row, grid, quick, scales}
+    const std::vector<TiledCase> cases = {
+        {37, 128, 0, true},            // k = 4096: 16 groups, 8 warps of 2 a tile; a ragged last tile
+        {37, 128, 1, true},            // one block walks the 3 tiles, its rings across their ends
+        {16, 8, 0, true},              // one group, one warp
+        {21, 17, 2, true},             // k = 544: 3 groups (the last of 1 block), padding to 24 blocks
+        {40, 90, 2, false},            // k = 2880 (gpt-oss): 12 groups over 8 warps (2 or 1 a warp), 2 blocks over 3 tiles
+        {9, 448, 1, false},            // k = 14336: 56 groups, 7 a warp
+        {5, 3, 0, false},              // k = 96: a group of 3 blocks, 5 rows
+        {33, 64, 2, true, WIDE_BYTES}, // scale bytes past the fast conversion's range
+    };
+    for (const TiledCase& c : cases) {
+        if (quick && !c.quick) continue;
+#ifdef RF_EMU_MMA_SYNC
+        if (c.scales == FAST) mma_case<__half>(c, rng); // the wide bytes overflow f16
+        mma_case<rf_bf16>(c, rng);
+#else
+        for (int width : {32, 64}) {
+            for (unsigned codes : {RF_T4_NIBBLES, RF_T4_FIELDS}) {
+                portable_case<float>(c, codes, width, rng);
+                if (c.scales == FAST) portable_case<__half>(c, codes, width, rng);
+                portable_case<rf_bf16>(c, codes, width, rng);
+            }
+        }
+#endif
+    }
+#ifdef RF_EMU_MMA_SYNC
+    return emu_finish("tiled", "rf_mxfp4_tiled_matvec_mma[_wide]_* on emulated mma.sync, warps of 32");
+#else
+    return emu_finish("tiled", "rf_mxfp4_tiled_matvec_* of both code orders, wave32 and wave64");
+#endif
+}
