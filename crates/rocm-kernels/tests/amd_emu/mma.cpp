@@ -70,19 +70,7 @@ static size_t mma_shared_bytes(Fmt f, int warps, bool any_k) {
 
 // Runs `launch` on `grid` blocks of `warps` warps with `shared` bytes of shared memory.
 template <typename F> static void mma_launch(unsigned grid, int warps, size_t shared, F&& launch) {
-    if (shared > sizeof rf_mxm_smem) {
-        std::fprintf(stderr, "the suite's shared memory (%zu bytes) is smaller than a launch's %zu\n",
-                     sizeof rf_mxm_smem, shared);
-        std::abort();
-    }
-    std::memset(rf_mxm_smem, 0xa5, sizeof rf_mxm_smem);
-#ifdef EMU_ASAN
-    ASAN_POISON_MEMORY_REGION(rf_mxm_smem + shared, sizeof rf_mxm_smem - shared);
-#endif
-    emu_launch(emu_dim3{grid, 1, 1}, 32 * warps, 32, launch);
-#ifdef EMU_ASAN
-    ASAN_UNPOISON_MEMORY_REGION(rf_mxm_smem, sizeof rf_mxm_smem);
-#endif
+    emu_launch_shared(rf_mxm_smem, sizeof rf_mxm_smem, shared, emu_dim3{grid, 1, 1}, 32 * warps, 32, launch);
 }
 
 // Random blocks of `f`, scales 2^-15 .. 2^0.
@@ -92,22 +80,6 @@ static unsigned char* random_weight(EmuBuffers& mem, Fmt f, int rows, int blocks
     ref_random_blocks(f, w, n, 0, 1, rng);
     for (size_t blk = 0; blk < n; ++blk) w[blk * FMTS[f].bytes] = (unsigned char)(112 + rng() % 16);
     return w;
-}
-
-// Compares y (rows outputs of weight w over x) with the f64 reference; false on a mismatch.
-template <typename T>
-static bool check_rows(Fmt f, const unsigned char* w, const T* x, const T* y, int rows, int blocks_a_row, double& worst,
-                       const char* what) {
-    const int k = blocks_a_row * 32;
-    int bad = 0;
-    for (int r = 0; r < rows; ++r) {
-        double want, mag;
-        ref_row(f, w + (size_t)r * blocks_a_row * FMTS[f].bytes, k, x, 1, &want, &mag);
-        const double tol = ref_tolerance<T>(k, mag, want), got = Io<T>::load(y[r]);
-        if (!ref_within(got, want, tol, worst) && bad++ < 5)
-            std::printf("    %s row %d: got %.9g, want %.9g (tolerance %.3g)\n", what, r, got, want, tol);
-    }
-    return bad == 0;
 }
 
 struct MmaCase {
@@ -150,7 +122,7 @@ template <typename T> static void mma_case(const MmaCase& c, std::mt19937_64& rn
         mma_launch(grid, warps, shared, [&] { e.list(p, x, (rf_u64)k, 1u); });
         for (int i = 0; i < products; ++i) {
             std::snprintf(what, sizeof what, "list product %d", i);
-            ok &= check_rows(c.fmt, p.w[i], x, (const T*)p.y[i], c.rows[i], c.blocks_a_row, worst, what);
+            ok &= ref_check_rows(c.fmt, p.w[i], k, x, (const T*)p.y[i], c.rows[i], 1, worst, what);
         }
     }
     if (products == 1) {
@@ -158,7 +130,7 @@ template <typename T> static void mma_case(const MmaCase& c, std::mt19937_64& rn
         for (int r = 0; r < c.rows[0]; ++r) y[r] = Io<T>::store(NAN);
         const unsigned one_grid = (unsigned)(c.grid > 0 ? std::min(c.grid, tiles) : tiles);
         mma_launch(one_grid, warps, shared, [&] { (any_k ? e.any_k : e.one)(p.w[0], x, y, (rf_u64)c.rows[0], (rf_u64)k); });
-        ok &= check_rows(c.fmt, p.w[0], x, y, c.rows[0], c.blocks_a_row, worst, any_k ? "anyk" : "single");
+        ok &= ref_check_rows(c.fmt, p.w[0], k, x, y, c.rows[0], 1, worst, any_k ? "anyk" : "single");
     }
     // Gate and up: products 0 and 1 of equal rows; the bits of the list's outputs through
     // rf_silu_mul.

@@ -53,26 +53,14 @@ template <typename T> static void mx_case(const MxCase& c, int width, std::mt199
     const int groups = (c.rows + rows_per_block - 1) / rows_per_block;
     const unsigned grid = (unsigned)(c.grid > 0 ? std::min(c.grid, groups) : groups);
     // The launch's dynamic shared memory, as quant/mxfp.rs sizes it (the table, x's groups, each
-    // warp's staged rows with 16 bytes of slack); the rest of the array poisoned for the launch.
+    // warp's staged rows with 16 bytes of slack).
     const size_t shared = RF_MX_LUT_BYTES + width * RF_MX_XGROUP * 4 +
                           (size_t)(c.threads / width) * RF_MX_ROWS * (width * fi.bytes + 16);
-#ifdef EMU_ASAN
-    ASAN_POISON_MEMORY_REGION((char*)rf_mx_smem + shared, sizeof rf_mx_smem - shared);
-#endif
-    emu_launch(emu_dim3{grid, 1, 1}, c.threads, width, [&] { MxEntries<T>::e[fmt_index](w, x, y, c.rows, k); });
-#ifdef EMU_ASAN
-    ASAN_UNPOISON_MEMORY_REGION(rf_mx_smem, sizeof rf_mx_smem);
-#endif
+    emu_launch_shared(reinterpret_cast<unsigned char*>(rf_mx_smem), sizeof rf_mx_smem, shared, emu_dim3{grid, 1, 1},
+                      c.threads, width, [&] { MxEntries<T>::e[fmt_index](w, x, y, c.rows, k); });
 
-    int bad = 0;
     double worst = 0.0;
-    for (int r = 0; r < c.rows; ++r) {
-        double want, mag;
-        ref_row(c.fmt, w + (size_t)r * c.blocks_a_row * fi.bytes, k, x, 1, &want, &mag);
-        const double tol = ref_tolerance<T>(k, mag, want), got = Io<T>::load(y[r]);
-        if (!ref_within(got, want, tol, worst) && bad++ < 5)
-            std::printf("    row %d: got %.9g, want %.9g (tolerance %.3g)\n", r, got, want, tol);
-    }
+    const int bad = ref_check_rows(c.fmt, w, k, x, y, c.rows, 1, worst, "portable") ? 0 : 1;
     emu_record(bad, worst);
     std::printf("%-4s rf_%s_matvec_%-4s w%d threads%-3d grid%-3u rows%-4d k%-6d -> %s (worst %.3f of tol)\n",
                 bad ? "FAIL" : "ok", fi.name, Io<T>::name, width, c.threads, grid, c.rows, k,

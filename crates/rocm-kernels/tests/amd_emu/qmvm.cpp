@@ -79,38 +79,7 @@ template <typename T> static QmvmLaunch qmvm_launch(const QmvmFormat<T>& f, int 
 }
 
 template <typename F> static void qmvm_run(unsigned grid, const QmvmLaunch& l, F&& launch) {
-    if (l.shared > sizeof rf_qmvm_smem) {
-        std::fprintf(stderr, "the suite's shared memory (%zu bytes) is smaller than a launch's %zu\n",
-                     sizeof rf_qmvm_smem, l.shared);
-        std::abort();
-    }
-    std::memset(rf_qmvm_smem, 0xa5, sizeof rf_qmvm_smem);
-#ifdef EMU_ASAN
-    ASAN_POISON_MEMORY_REGION(rf_qmvm_smem + l.shared, sizeof rf_qmvm_smem - l.shared);
-#endif
-    emu_launch(emu_dim3{grid, 1, 1}, 32 * l.warps, 32, launch);
-#ifdef EMU_ASAN
-    ASAN_UNPOISON_MEMORY_REGION(rf_qmvm_smem, sizeof rf_qmvm_smem);
-#endif
-}
-
-// y (batch vectors of `rows` outputs, vector-major) against the f64 reference; false on a
-// mismatch.
-template <typename T>
-static bool check(Fmt f, const unsigned char* w, const T* x, const T* y, int rows, int k, int batch, double& worst,
-                  const char* what) {
-    std::vector<double> want(batch), mag(batch);
-    int bad = 0;
-    for (int r = 0; r < rows; ++r) {
-        ref_row(f, w + (size_t)r * (k / FMTS[f].elems) * FMTS[f].bytes, k, x, batch, want.data(), mag.data());
-        for (int b = 0; b < batch; ++b) {
-            const double tol = ref_tolerance<T>(k, mag[b], want[b]), got = Io<T>::load(y[(size_t)b * rows + r]);
-            if (!ref_within(got, want[b], tol, worst) && bad++ < 5)
-                std::printf("    %s row %d vector %d: got %.9g, want %.9g (tolerance %.3g)\n", what, r, b, got, want[b],
-                            tol);
-        }
-    }
-    return bad == 0;
+    emu_launch_shared(rf_qmvm_smem, sizeof rf_qmvm_smem, l.shared, emu_dim3{grid, 1, 1}, 32 * l.warps, 32, launch);
 }
 
 struct QmvmCase {
@@ -155,7 +124,7 @@ template <typename T> static void qmvm_case(const QmvmFormat<T>& f, const QmvmCa
     char what[64];
     for (int i = 0; i < products; ++i) {
         std::snprintf(what, sizeof what, "product %d", i);
-        ok &= check(f.fmt, p.w[i], x, (const T*)p.y[i], c.rows[i], k, c.batch, worst, what);
+        ok &= ref_check_rows(f.fmt, p.w[i], k, x, (const T*)p.y[i], c.rows[i], c.batch, worst, what);
     }
     // Gate and up (q4_K, one vector): products 0 and 1 of equal rows.
     if (f.glu && c.batch == 1 && products >= 2 && c.rows[0] == c.rows[1]) {

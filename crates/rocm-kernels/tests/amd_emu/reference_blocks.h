@@ -146,6 +146,26 @@ static bool ref_within(double got, double want, double tol, double& worst) {
     return true;
 }
 
+// Checks a kernel's outputs for `rows` rows of `w` (rows of k elements of format f) over `batch`
+// vectors of x: y[b * rows + r] against ref_row within ref_tolerance. Prints the first mismatches
+// (tagged `what`), raises `worst` (ref_within) and returns false on any.
+template <typename T>
+static bool ref_check_rows(Fmt f, const unsigned char* w, int k, const T* x, const T* y, int rows, int batch,
+                           double& worst, const char* what) {
+    std::vector<double> want(batch), mag(batch);
+    int bad = 0;
+    for (int r = 0; r < rows; ++r) {
+        ref_row(f, w + (size_t)r * (k / FMTS[f].elems) * FMTS[f].bytes, k, x, batch, want.data(), mag.data());
+        for (int b = 0; b < batch; ++b) {
+            const double tol = ref_tolerance<T>(k, mag[b], want[b]), got = Io<T>::load(y[(size_t)b * rows + r]);
+            if (!ref_within(got, want[b], tol, worst) && bad++ < 5)
+                std::printf("    %s row %d vector %d: got %.9g, want %.9g (tolerance %.3g)\n", what, r, b, got,
+                            want[b], tol);
+        }
+    }
+    return bad == 0;
+}
+
 // `nblocks` random blocks: every byte random, then the scales: f16 ones of random size
 // (2^lo .. 2^(lo + span)) and sign, one in 32 zero and one in 32 subnormal; E8M0 ones mostly
 // 100..154, anywhere (0xFF's NaN included) one in 16.

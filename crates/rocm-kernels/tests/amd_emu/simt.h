@@ -389,6 +389,26 @@ template <typename F> static void emu_launch(emu_dim3 grid, int threads, int wid
             }
 }
 
+// emu_launch for a kernel whose dynamic shared memory is the suite's `smem` array (`capacity`
+// bytes): the launch asks for `shared` of them, which start as garbage (0xa5 bytes); the rest is
+// poisoned for AddressSanitizer while it runs, so a read past what the launch asked for fails.
+template <typename F>
+static void emu_launch_shared(unsigned char* smem, size_t capacity, size_t shared, emu_dim3 grid, int threads, int width,
+                              F&& kernel) {
+    if (shared > capacity) {
+        std::fprintf(stderr, "the suite's shared memory (%zu bytes) is smaller than a launch's %zu\n", capacity, shared);
+        std::abort();
+    }
+    std::memset(smem, 0xa5, capacity);
+#ifdef EMU_ASAN
+    ASAN_POISON_MEMORY_REGION(smem + shared, capacity - shared);
+#endif
+    emu_launch(grid, threads, width, kernel);
+#ifdef EMU_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(smem, capacity);
+#endif
+}
+
 // ------------------------------------------------------------------------------------------
 // What every suite's main does around its cases
 // ------------------------------------------------------------------------------------------

@@ -103,21 +103,14 @@ struct TiledCase {
     int grid;               // 0: a block a tile (the portable kernel always)
     bool quick;
     Scales scales = FAST;
-};
-
-template <typename T> static bool check(const unsigned char* gguf, const T* x, const T* y, int n, int nb, double& worst,
-                                        const char* what) {
-    const int k = nb * 32;
-    int bad = 0;
-    for (int r = 0; r < n; ++r) {
-        double want, mag;
-        ref_row(MXFP4, gguf + (size_t)r * nb * 17, k, x, 1, &want, &mag);
-        const double tol = ref_tolerance<T>(k, mag, want), got = Io<T>::load(y[r]);
-        if (!ref_within(got, want, tol, worst) && bad++ < 5)
-            std::printf("    %s row %d: got %.9g, want %.9g (tolerance %.3g)\n", what, r, got, want, tol);
+    // The launcher's block: a warp a group of 8 blocks, at most RF_T4_WARPS (mxfp4_tiled.rs).
+    int warps() const { return std::min((blocks_a_row + RF_T4_GROUP - 1) / RF_T4_GROUP, (int)RF_T4_WARPS); }
+    // The case's grid: `grid` blocks, never more than the tiles; 0: a block a tile.
+    unsigned blocks() const {
+        const int tiles = (rows + RF_T4_ROWS - 1) / RF_T4_ROWS;
+        return (unsigned)(grid > 0 ? std::min(grid, tiles) : tiles);
     }
-    return bad == 0;
-}
+};
 
 // A case's GGUF weight (random codes; scales per `scales`) and x (uniform in (-1, 1), times
 // 2^-60 with the wide bytes, which only bf16 and f32 hold).
@@ -167,32 +160,18 @@ template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& 
     make_case(mem, c, rng, gguf, x);
     const int n = c.rows, nb = c.blocks_a_row;
     const Tiled w = tile_gguf(mem, gguf, n, nb, MmaEntries<T>::codes);
-    const int groups = (nb + RF_T4_GROUP - 1) / RF_T4_GROUP;
-    const int warps = std::min(groups, (int)RF_T4_WARPS);
-    const int tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
-    const unsigned grid = (unsigned)(c.grid > 0 ? std::min(c.grid, tiles) : tiles);
+    const int warps = c.warps();
+    const unsigned grid = c.blocks();
     const size_t shared = (size_t)warps * (RF_T4_STAGES * RF_T4_STAGE + 2 * RF_T4_ROWS * 4); // mxfp4_tiled.rs's
-    if (shared > sizeof rf_t4_smem) {
-        std::fprintf(stderr, "the suite's shared memory (%zu bytes) is smaller than a launch's %zu\n",
-                     sizeof rf_t4_smem, shared);
-        std::abort();
-    }
     double worst = 0.0;
     bool ok = true;
     for (bool wide : {false, true}) {
         if (c.scales == WIDE_BYTES && !wide) continue; // the fast entries need bytes <= 240
         T* y = poisoned_y<T>(mem, n);
         const TiledEntry<T> entry = wide ? MmaEntries<T>::wide : MmaEntries<T>::fast;
-        std::memset(rf_t4_smem, 0xa5, sizeof rf_t4_smem);
-#ifdef EMU_ASAN
-        ASAN_POISON_MEMORY_REGION(rf_t4_smem + shared, sizeof rf_t4_smem - shared);
-#endif
-        emu_launch(emu_dim3{grid, 1, 1}, 32 * warps, 32,
-                   [&] { entry(w.payload, w.scales, x, y, (unsigned)n, (unsigned)nb, MmaEntries<T>::codes); });
-#ifdef EMU_ASAN
-        ASAN_UNPOISON_MEMORY_REGION(rf_t4_smem, sizeof rf_t4_smem);
-#endif
-        ok &= check(gguf, x, y, n, nb, worst, wide ? "wide" : "fast");
+        emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, shared, emu_dim3{grid, 1, 1}, 32 * warps, 32,
+                          [&] { entry(w.payload, w.scales, x, y, (unsigned)n, (unsigned)nb, MmaEntries<T>::codes); });
+        ok &= ref_check_rows(MXFP4, gguf, nb * 32, x, y, n, 1, worst, wide ? "wide" : "fast");
     }
     emu_record(ok ? 0 : 1, worst);
     std::printf("%-4s rf_mxfp4_tiled_matvec_mma_%-4s warps %d grid %-3u rows %-3d k %-6d scales %s -> %s (worst %.3f of "
@@ -219,15 +198,13 @@ template <typename T> static void portable_case(const TiledCase& c, unsigned cod
     make_case(mem, c, rng, gguf, x);
     const int n = c.rows, nb = c.blocks_a_row;
     const Tiled w = tile_gguf(mem, gguf, n, nb, codes);
-    const int groups = (nb + RF_T4_GROUP - 1) / RF_T4_GROUP;
-    const int warps = std::min(groups, (int)RF_T4_WARPS);
-    const int tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
-    const unsigned grid = (unsigned)(c.grid > 0 ? std::min(c.grid, tiles) : tiles);
+    const int warps = c.warps();
+    const unsigned grid = c.blocks();
     T* y = poisoned_y<T>(mem, n);
     emu_launch(emu_dim3{grid, 1, 1}, 32 * warps, width,
                [&] { PortableEntry<T>::e(w.payload, w.scales, x, y, (unsigned)n, (unsigned)nb, codes); });
     double worst = 0.0;
-    const bool ok = check(gguf, x, y, n, nb, worst, "portable");
+    const bool ok = ref_check_rows(MXFP4, gguf, nb * 32, x, y, n, 1, worst, "portable");
     emu_record(ok ? 0 : 1, worst);
     std::printf("%-4s rf_mxfp4_tiled_matvec_%-4s %-7s w%d warps %d grid %-3u rows %-3d k %-6d -> %s (worst %.3f of tol)\n",
                 ok ? "ok" : "FAIL", Io<T>::name, codes == RF_T4_NIBBLES ? "nibbles" : "fields", width, warps, grid, n,
