@@ -15,16 +15,16 @@
 
 #include "rocmforge.h"
 #include "rocmforge_dependent_launch.h"
-#include "rocmforge_kv_cache_abi.h"
+#include "rocmforge_kv_cache.h"
 
 template <typename T>
 RF_DEVICE void rf_kv_cache_write(const rf_kv_write_params& p) {
     RF_GRID_STRIDE_LOOP(e, p.tokens * p.row) {
         const rf_u64 t = e / p.row, i = e % p.row;
-        const int slot = p.slots[t];
-        if (slot < 0 || (rf_u64)slot >= p.num_slots) continue;
-        ((T*)p.k_cache)[(rf_u64)slot * p.row + i] = ((const T*)p.k)[t * p.k_stride + i];
-        ((T*)p.v_cache)[(rf_u64)slot * p.row + i] = ((const T*)p.v)[t * p.v_stride + i];
+        const long long row = rf_kv_row_offset(p, t);
+        if (row < 0) continue;
+        ((T*)p.k_cache)[row + i] = ((const T*)p.k)[t * p.k_stride + i];
+        ((T*)p.v_cache)[row + i] = ((const T*)p.v)[t * p.v_stride + i];
     }
 }
 

@@ -42,7 +42,7 @@
 
 #include "rocmforge.h"
 #include "rocmforge_dependent_launch.h"
-#include "rocmforge_kv_cache_abi.h"
+#include "rocmforge_kv_cache.h"
 
 namespace rf_rope {
 
@@ -317,8 +317,8 @@ template <typename T, bool INTERLEAVED, bool VECTOR> struct RawItem {
 template <typename T, bool KV>
 RF_DEVICE T* k_destination(T* k_tok, rf_u64 token, const rf_kv_write_params& kv) {
     if constexpr (KV) {
-        const int slot = kv.slots[token];
-        return slot < 0 || (rf_u64)slot >= kv.num_slots ? nullptr : (T*)kv.k_cache + (rf_u64)slot * kv.row;
+        const long long row = rf_kv_row_offset(kv, token);
+        return row < 0 ? nullptr : (T*)kv.k_cache + row;
     } else {
         return k_tok;
     }
@@ -435,12 +435,12 @@ RF_DEVICE void rope_warp_token(T* q, T* k, const int* pos, const int* block_pos,
 // token stride and the row allow them, elements otherwise.
 template <typename T>
 RF_DEVICE void copy_v_row(const rf_kv_write_params& kv, rf_u64 token, unsigned int first, unsigned int stride) {
-    const int slot = kv.slots[token];
-    if (slot < 0 || (rf_u64)slot >= kv.num_slots) {
+    const long long row = rf_kv_row_offset(kv, token);
+    if (row < 0) {
         return;
     }
     const T* src = (const T*)kv.v + token * kv.v_stride;
-    T* dst = (T*)kv.v_cache + (rf_u64)slot * kv.row;
+    T* dst = (T*)kv.v_cache + row;
     constexpr unsigned int N = rf_pack16<T>::N;
     const bool vector = (((unsigned long long)kv.v | (unsigned long long)kv.v_cache) % 16 == 0) &&
                         kv.v_stride % N == 0 && kv.row % N == 0;
