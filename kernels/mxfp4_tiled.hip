@@ -8,25 +8,29 @@
 //   tiles of 16 rows; nbp = k / 32 rounded up to 8 blocks a row (padding: code 0, scale 0);
 //   payload: tile t, block pair p, lane l = 4g + u: 16 bytes = words W(g, 2p, u), W(g + 8, 2p, u),
 //            W(g, 2p + 1, u), W(g + 8, 2p + 1, u) at byte ((t * nbp / 2 + p) * 32 + l) * 16;
-//   W(r, b, u): the 8 E2M1 codes of row r, elements 32b + 8u + 2i (i < 4) and 32b + 8u + 2i + 1,
-//            in one of two orders (RF_T4_FIELDS for f16 activations, RF_T4_NIBBLES for bf16);
+//   W(r, b, u): the 8 E2M1 codes of row r, elements 32b + 8u + 2i (i < 4) and 32b + 8u + 2i + 1:
+//            pair i's magnitudes at bits MAG(i)..MAG(i)+2 and MAG(i)+16.., its signs at SIGN(i)
+//            and SIGN(i) + 16, MAG = 9, 6, 3, 0 and SIGN = 15, 12, 13, 14 (the fields order);
 //   scales:  E8M0 byte of (tile t, row r < 16, block b) at ((t * nbp / 8 + b / 8) * 16 + r) * 8
 //            + b % 8: a group of 8 blocks of a tile is 128 contiguous bytes.
 //
-// Entries, (payload, scales, x, y, u32 n, u32 nb, u32 codes): nb = k / 32, codes the word order:
-//   rf_mxfp4_tiled_matvec_mma_<dt>       f16 (FIELDS) / bf16 (NIBBLES) on NVIDIA sm_80+, scale
-//                                        bytes all <= 240 (the launcher knows the maximum)
+// Entries, (payload, scales, x, y, u32 n, u32 nb): nb = k / 32:
+//   rf_mxfp4_tiled_matvec_mma_<dt>       f16 / bf16 on NVIDIA sm_80+, scale bytes all <= 240 (the
+//                                        launcher knows the maximum)
 //   rf_mxfp4_tiled_matvec_mma_wide_<dt>  the same for any scale byte (0xFF: NaN)
-//   rf_mxfp4_tiled_matvec_<dt>           portable: f32, f16, bf16, either order, any device
+//   rf_mxfp4_tiled_matvec_<dt>           portable: f32, f16, bf16, any device
 //
 // Matrix-core kernel. Block b of W warps walks tiles b, b + grid, ... (the grid is sized to the
 // device, so each block is resident for the whole launch); its warps split each tile's
 // groups of 8 blocks round-robin (warp w: groups w, w + W, ...). Each warp streams its groups
 // through its own ring of RF_T4_STAGES shared-memory stages with cp.async: the group's payload
-// (2 KB), its scales (128 bytes) and its x (512 bytes), so that RF_T4_STAGES - 1 groups are in
-// flight while one is multiplied, across tile boundaries too. Copies past the row's last block
-// (payload and x) are zero-filled, never read. At the end of a tile the warps' row totals are
-// added in shared memory in warp order (deterministic) and written to y.
+// (2 KB), its scales (128 bytes) and, for f16, its x (512 bytes), so that RF_T4_STAGES - 1
+// groups are in flight while one is multiplied, across tile boundaries too. Copies past the
+// row's last block are zero-filled, never read. bf16 x is staged once a block instead, as
+// block-scaled f16 (rocmforge_x16.h), while the first groups are in flight, so that both
+// activation types take the f16 decode and f16 mma (staging f16 x so too measured 6-12% slower
+// than its per-group copies: docs/kernels/mxfp.md). At the end of a tile the warps' row totals
+// are added in shared memory in warp order (deterministic) and written to y.
 //
 // Per block of 32 elements, one m16n8k16 step for elements 8u..8u+3 of each lane's share and
 // one for 8u+4..8u+7 (k inside a step is ordered as the layout orders the codes, and x is read
@@ -35,35 +39,29 @@
 //   B: x, the same in all 8 columns, so every column of D is the block's row sums;
 //   the block's sums (from zero, f32) times the E8M0 scale (a power of two: exact) are added
 //   to the row's f32 total. Every product is exact; the sums are f32, as in the other kernels.
-// Decoding into A pairs:
-//   f16:  bit placement: a code's magnitude bits under the f16 exponent and mantissa are its
-//         value times 2^-14 exactly (codes 0 and 1 become f16 subnormals, which the tensor
-//         cores take as they are), its sign at bit 15. The FIELDS order stores each pair's
-//         fields where one mask (pair 0), a shift and a mask (pair 1) or a mask, a multiply (two
-//         shifts at once, no carries) and a mask (pairs 2, 3) put them: 9 operations for 8
-//         codes. The scale absorbs the 2^14: 2^(e - 127 + 14) is the float with exponent field
-//         e + 14, normal for every e <= 240.
-//   bf16: a bf16 subnormal times an activation could underflow f32, so the magnitudes, halved
-//         (exact, all normal), come from byte-permute tables in registers indexed by the
-//         NIBBLES order's codes; the scale absorbs the 2 (exponent field e + 1).
-//   The _wide entries convert each scale exactly (0: 2^-127, 0xFF: NaN) and multiply the block
-//   sum by 2^14 (2) first.
+// Decoding into A pairs (f16, whatever the activations' type): bit placement: a code's
+//   magnitude bits under the f16 exponent and mantissa are its value times 2^-14 exactly (codes
+//   0 and 1 become f16 subnormals, which the tensor cores take as they are), its sign at bit
+//   15. The fields order stores each pair's fields where one mask (pair 0), a shift and a mask
+//   (pair 1) or a mask, a multiply (two shifts at once, no carries) and a mask (pairs 2, 3) put
+//   them: 9 operations for 8 codes. The scale absorbs the 2^14: 2^(e - 127 + 14) is the float
+//   with exponent field e + 14, normal for every e <= 240. For bf16 x the block's sum is also
+//   multiplied by its staging factor 2^-s (exact, as the scale is). The _wide entries convert
+//   each scale exactly (0: 2^-127, 0xFF: NaN) and multiply the block sum by 2^14 first.
 
 #include "rocmforge_quant.h"
 #include "rocmforge_mma.h"
 #include "rocmforge_mxfp4_tiled_abi.h"
+#include "rocmforge_x16.h"
 
 RF_DEVICE unsigned rf_t4_padded_blocks(unsigned nb) { return (nb + RF_T4_GROUP - 1) & ~(unsigned)(RF_T4_GROUP - 1); }
 
 // Scale byte j (< 8) of a lane's 8 scales of a row.
 RF_DEVICE unsigned rf_t4_scale_byte(uint2 s, int j) { return __byte_perm(j < 4 ? s.x : s.y, 0u, 0x4440 | (j & 3)); }
 
-// Code (sign in bit 3) of element 8u + 2i + h of a word in either order (the portable kernel's
-// decode; the matrix-core ones decode whole pairs).
-RF_DEVICE unsigned rf_t4_code(unsigned w, int i, int h, unsigned codes) {
-    if (codes == RF_T4_NIBBLES) {
-        return (w >> (4 * i + 16 * h)) & 15u;
-    }
+// Code (sign in bit 3) of element 8u + 2i + h of a word (the portable kernel's decode; the
+// matrix-core ones decode whole pairs).
+RF_DEVICE unsigned rf_t4_code(unsigned w, int i, int h) {
     const int mag = 9 - 3 * i;
     const int sign = i == 0 ? 15 : 11 + i;
     return ((w >> (mag + 16 * h)) & 7u) | (((w >> (sign + 16 * h)) & 1u) << 3);
@@ -93,7 +91,7 @@ RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, un
 
 #if RF_MMA_SYNC
 
-// f16, FIELDS order: word -> A pairs o[i] (elements 8u + 2i, 8u + 2i + 1), values times 2^-14.
+// f16: word -> A pairs o[i] (elements 8u + 2i, 8u + 2i + 1), values times 2^-14.
 // Pairs 2 and 3: the masked fields times 2^6 + 2^2 (2^9 + 2^1) land the magnitudes at 9..11
 // and the signs at 15; the other copies fall on bits the final mask clears, and the two copies'
 // bits never overlap, so nothing carries.
@@ -104,54 +102,19 @@ RF_DEVICE void rf_t4_decode_f16(unsigned w, unsigned (&o)[4]) {
     o[3] = ((w & 0x40074007u) * 514u) & 0x8e008e00u;
 }
 
-// Half the E2M1 magnitudes (0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3) as bf16 patterns 0x0000 0x3E80
-// 0x3F00 0x3F40 0x3F80 0x3FC0 0x4000 0x4040: low bytes (LO) and high bytes (HI), byte c of
-// (word 1 : word 0) the entry of code c. Halved so that every nonzero one is a normal number.
-#define RF_T4_BF16_LO0 0x40008000u // codes 3..0: 0x40 0x00 0x80 0x00
-#define RF_T4_BF16_LO1 0x4000C080u // codes 7..4: 0x40 0x00 0xC0 0x80
-#define RF_T4_BF16_HI0 0x3F3F3E00u // codes 3..0: 0x3F 0x3F 0x3E 0x00
-#define RF_T4_BF16_HI1 0x40403F3Fu // codes 7..4: 0x40 0x40 0x3F 0x3F
-
-// bf16, NIBBLES order: word -> A pairs o[i] = (nibble i, nibble i + 4), each value halved.
-RF_DEVICE void rf_t4_decode_bf16(unsigned w, unsigned (&o)[4]) {
-    const unsigned mags = w & 0x77777777u;
-    // Table bytes of nibbles 0..3 (selectors: the low half of mags) and 4..7 (the high half).
-    const unsigned lo_a = __byte_perm(RF_T4_BF16_LO0, RF_T4_BF16_LO1, mags);
-    const unsigned hi_a = __byte_perm(RF_T4_BF16_HI0, RF_T4_BF16_HI1, mags);
-    const unsigned lo_b = __byte_perm(RF_T4_BF16_LO0, RF_T4_BF16_LO1, mags >> 16);
-    const unsigned hi_b = __byte_perm(RF_T4_BF16_HI0, RF_T4_BF16_HI1, mags >> 16);
-    // [LO(n0), LO(n4), LO(n1), LO(n5)], [LO(n2), LO(n6), LO(n3), LO(n7)], and the same of HI.
-    const unsigned lo01 = __byte_perm(lo_a, lo_b, 0x5140);
-    const unsigned lo23 = __byte_perm(lo_a, lo_b, 0x7362);
-    const unsigned hi01 = __byte_perm(hi_a, hi_b, 0x5140);
-    const unsigned hi23 = __byte_perm(hi_a, hi_b, 0x7362);
-    // Pair i: [LO(ni), HI(ni), LO(ni+4), HI(ni+4)], then the signs (bit 4i + 3 -> 15, +16 -> 31).
-    o[0] = __byte_perm(lo01, hi01, 0x5140) | ((w << 12) & 0x80008000u);
-    o[1] = __byte_perm(lo01, hi01, 0x7362) | ((w << 8) & 0x80008000u);
-    o[2] = __byte_perm(lo23, hi23, 0x5140) | ((w << 4) & 0x80008000u);
-    o[3] = __byte_perm(lo23, hi23, 0x7362) | (w & 0x80008000u);
-}
-
-template <typename T> struct rf_t4_mma;
-template <> struct rf_t4_mma<__half> {
-    static constexpr unsigned SCALE_BIAS = 14u; // decoded values are the codes' times 2^-14
-    static constexpr float UNIT = 16384.0f;
-    static RF_DEVICE void decode(unsigned w, unsigned (&o)[4]) { rf_t4_decode_f16(w, o); }
-};
-template <> struct rf_t4_mma<rf_bf16> {
-    static constexpr unsigned SCALE_BIAS = 1u; // decoded values are the codes' halves
-    static constexpr float UNIT = 2.0f;
-    static RF_DEVICE void decode(unsigned w, unsigned (&o)[4]) { rf_t4_decode_bf16(w, o); }
-};
+// The decoded values are the codes' times 2^-14: the scale's exponent field takes the 14 back.
+#define RF_T4_SCALE_BIAS 14u
+#define RF_T4_UNIT 16384.0f
 
 // A warp's place in its block's stream of (tile, group) pairs, the groups w, w + W, ... < G of
 // each tile in turn, with the lane's source addresses of the group: its 16 bytes of payload
-// (pair 0; pair i is 512 i bytes on), the tile's scales of the group, and its 16 bytes of x.
+// (pair 0; pair i is 512 i bytes on), the tile's scales of the group, and (f16) its 16 bytes of
+// x.
 template <typename T> struct rf_t4_cursor {
     unsigned q;
     const unsigned char* payload; // this lane's bytes of pair 0 of group q
     const unsigned char* scales;  // the group's 128 scale bytes
-    const T* x;                   // x[256 q + 8 lane]
+    const T* x;                   // x[256 q + 8 lane] (f16; bf16 x is staged once a block)
     // Moves to the warp's next group, in the next of its tiles (tile_step on) past the last.
     RF_DEVICE void advance(unsigned first_q, unsigned step, unsigned groups, unsigned nbp, unsigned tile_step) {
         q += step;
@@ -172,9 +135,9 @@ template <typename T> struct rf_t4_cursor {
     }
 };
 
-// Copies the cursor's group and its x into a stage: payload pairs and x past the row's last
-// block are zero-filled, not read. The weight's bytes with `stream` (rocmforge_mma.h).
-template <typename T>
+// Copies the cursor's group (and with X its x) into a stage: payload pairs and x past the row's
+// last block are zero-filled, not read. The weight's bytes with `stream` (rocmforge_mma.h).
+template <bool X, typename T>
 RF_DEVICE void rf_t4_stage_in(unsigned char* stage, const rf_t4_cursor<T>& c, unsigned nb, int lane,
                               rf_l2_policy stream) {
     const unsigned valid = nb - c.q * RF_T4_GROUP; // blocks of the group that exist (>= 1)
@@ -185,14 +148,18 @@ RF_DEVICE void rf_t4_stage_in(unsigned char* stage, const rf_t4_cursor<T>& c, un
     if (lane < RF_T4_SCALE_BYTES / 16) {
         rf_cp_async16_policy(stage + RF_T4_PAYLOAD_BYTES + 16 * lane, c.scales + 16 * lane, 16, stream);
     }
-    // Lane l copies x[256q + 8l .. + 8]: block 8q + l / 4.
-    rf_cp_async16(stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + 16 * lane, c.x, (unsigned)(lane >> 2) < valid ? 16 : 0);
+    if (X) {
+        // Lane l copies x[256q + 8l .. + 8]: block 8q + l / 4.
+        rf_cp_async16(stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + 16 * lane, c.x,
+                      (unsigned)(lane >> 2) < valid ? 16 : 0);
+    }
 }
 
-// Multiplies a staged group into the lane's row totals.
-template <typename T, bool WIDE>
-RF_DEVICE void rf_t4_group_mma(const unsigned char* stage, int lane, float& total_g, float& total_h) {
-    typedef rf_t4_mma<T> D;
+// Multiplies a staged group into the lane's row totals: `xs`, the group's 256 elements of x as
+// f16 (in the stage, or in x staged once a block), and (SCALED) `xf`, their 8 blocks' factors.
+template <bool SCALED, bool WIDE>
+RF_DEVICE void rf_t4_group_mma(const unsigned char* stage, const __half* xs, const float* xf, int lane, float& total_g,
+                               float& total_h) {
     const int g = lane >> 2;
     const int u = lane & 3;
     uint4 pair[RF_T4_GROUP / 2];
@@ -202,27 +169,36 @@ RF_DEVICE void rf_t4_group_mma(const unsigned char* stage, int lane, float& tota
     }
     const uint2 sg = *reinterpret_cast<const uint2*>(stage + RF_T4_PAYLOAD_BYTES + 8 * g);
     const uint2 sh = *reinterpret_cast<const uint2*>(stage + RF_T4_PAYLOAD_BYTES + 8 * (g + 8));
-    const unsigned char* xs = stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + 16 * u;
+    // Lane u's 16 bytes of x of block j: elements 32j + 8u .. + 8.
+    const unsigned char* xl = reinterpret_cast<const unsigned char*>(xs) + 16 * u;
+    float f[RF_T4_GROUP];
+#pragma unroll
+    for (int j = 0; j < RF_T4_GROUP; ++j) {
+        f[j] = SCALED ? xf[j] : 1.0f;
+    }
 #pragma unroll
     for (int j = 0; j < RF_T4_GROUP; ++j) {
         unsigned ag[4];
         unsigned ah[4];
-        D::decode(j & 1 ? pair[j >> 1].z : pair[j >> 1].x, ag);
-        D::decode(j & 1 ? pair[j >> 1].w : pair[j >> 1].y, ah);
-        const uint4 xb = *reinterpret_cast<const uint4*>(xs + 64 * j);
+        rf_t4_decode_f16(j & 1 ? pair[j >> 1].z : pair[j >> 1].x, ag);
+        rf_t4_decode_f16(j & 1 ? pair[j >> 1].w : pair[j >> 1].y, ah);
+        const uint4 xb = *reinterpret_cast<const uint4*>(xl + 64 * j);
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         const unsigned a0[4] = {ag[0], ah[0], ag[1], ah[1]};
         const unsigned a1[4] = {ag[2], ah[2], ag[3], ah[3]};
-        rf_mma<T>::run(d, a0, xb.x, xb.y);
-        rf_mma<T>::run(d, a1, xb.z, xb.w);
+        rf_mma<__half>::run(d, a0, xb.x, xb.y);
+        rf_mma<__half>::run(d, a1, xb.z, xb.w);
         const unsigned eg = rf_t4_scale_byte(sg, j);
         const unsigned eh = rf_t4_scale_byte(sh, j);
+        // The block's sums times x's staging factor (SCALED; a power of two) and the weight's
+        // scale (exact: a power of two).
+        const float unit = WIDE ? f[j] * RF_T4_UNIT : f[j];
         if (WIDE) {
-            total_g = fmaf(d[0] * D::UNIT, rf_e8m0_to_float(eg), total_g);
-            total_h = fmaf(d[2] * D::UNIT, rf_e8m0_to_float(eh), total_h);
+            total_g = fmaf(d[0] * unit, rf_e8m0_to_float(eg), total_g);
+            total_h = fmaf(d[2] * unit, rf_e8m0_to_float(eh), total_h);
         } else {
-            total_g = fmaf(d[0], __uint_as_float((eg + D::SCALE_BIAS) << 23), total_g);
-            total_h = fmaf(d[2], __uint_as_float((eh + D::SCALE_BIAS) << 23), total_h);
+            total_g = fmaf(SCALED ? d[0] * unit : d[0], __uint_as_float((eg + RF_T4_SCALE_BIAS) << 23), total_g);
+            total_h = fmaf(SCALED ? d[2] * unit : d[2], __uint_as_float((eh + RF_T4_SCALE_BIAS) << 23), total_h);
         }
     }
 }
@@ -234,11 +210,17 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
     const int lane = (int)threadIdx.x & 31;
     const int warp = (int)threadIdx.x >> 5;
     const unsigned warps = blockDim.x >> 5;
+    typedef rf_x16<T> X;
+    constexpr bool ONCE = X::SCALED; // bf16: x staged once a block; f16: x in every stage
+    constexpr unsigned STAGE = ONCE ? RF_T4_STAGE_BF16 : RF_T4_STAGE_F16;
+    const unsigned nbp = rf_t4_padded_blocks(nb);
     // After the warps' rings, the tiles' row totals: two buffers of warps * 16 floats, by tile
     // parity (in the dynamic shared memory, as mxfp.hip's, rather than a static array beside it:
-    // one allocation the launcher sizes, and one the CPU emulator can give the kernel).
-    float* totals = reinterpret_cast<float*>(rf_t4_smem + warps * (RF_T4_STAGES * RF_T4_STAGE));
-    const unsigned nbp = rf_t4_padded_blocks(nb);
+    // one allocation the launcher sizes, and one the CPU emulator can give the kernel); then,
+    // for bf16, x as f16 (nbp blocks) and its blocks' factors.
+    float* totals = reinterpret_cast<float*>(rf_t4_smem + warps * (RF_T4_STAGES * STAGE));
+    __half* xs = reinterpret_cast<__half*>(totals + 2 * warps * RF_T4_ROWS);
+    float* xf = reinterpret_cast<float*>(xs + nbp * RF_QK);
     const unsigned groups = nbp / RF_T4_GROUP;
     const unsigned tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
     // This block's tiles: first, first + grid, ... (all blocks sweep the weight together).
@@ -260,7 +242,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
     }
     const unsigned per_tile = (groups - (unsigned)warp + warps - 1) / warps; // this warp's groups a tile
     const unsigned items = count * per_tile;
-    unsigned char* ring = rf_t4_smem + warp * (RF_T4_STAGES * RF_T4_STAGE);
+    unsigned char* ring = rf_t4_smem + warp * (RF_T4_STAGES * STAGE);
     rf_t4_cursor<T> fetch;
     fetch.q = (unsigned)warp;
     fetch.payload = reinterpret_cast<const unsigned char*>(payload) + (rf_u64)first * nbp * 256u +
@@ -274,11 +256,23 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
 #pragma unroll
     for (int s = 0; s < RF_T4_STAGES - 1; ++s) {
         if (fetched < items) {
-            rf_t4_stage_in(ring + s * RF_T4_STAGE, fetch, nb, lane, stream);
+            rf_t4_stage_in<!ONCE>(ring + s * STAGE, fetch, nb, lane, stream);
             fetch.advance((unsigned)warp, warps, groups, nbp, gridDim.x);
             ++fetched;
         }
         rf_cp_async_commit();
+    }
+    if (ONCE) {
+        // x, while those copies are in flight; the padding blocks' x zero (their codes are
+        // zeros too, and 0 x 0 keeps their sums 0 where garbage x could make them NaN).
+        X::stage(x, xs, xf, (rf_u64)nb * RF_QK);
+        for (unsigned i = nb * (RF_QK / 8) + threadIdx.x; i < nbp * (RF_QK / 8); i += blockDim.x) {
+            reinterpret_cast<uint4*>(xs)[i] = make_uint4(0u, 0u, 0u, 0u);
+        }
+        for (unsigned b = nb + threadIdx.x; b < nbp; b += blockDim.x) {
+            xf[b] = 1.0f;
+        }
+        __syncthreads();
     }
     unsigned tile = first;
     unsigned done = 0; // tiles this block has finished: their parity picks the totals buffer
@@ -292,12 +286,15 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
         if (fetched < items) {
             // The slot item i - 1 used, freed by the __syncwarp after it.
             const int free_slot = slot == 0 ? RF_T4_STAGES - 1 : slot - 1;
-            rf_t4_stage_in(ring + free_slot * RF_T4_STAGE, fetch, nb, lane, stream);
+            rf_t4_stage_in<!ONCE>(ring + free_slot * STAGE, fetch, nb, lane, stream);
             fetch.advance((unsigned)warp, warps, groups, nbp, gridDim.x);
             ++fetched;
         }
         rf_cp_async_commit();
-        rf_t4_group_mma<T, WIDE>(ring + slot * RF_T4_STAGE, lane, total_g, total_h);
+        const unsigned char* stage = ring + slot * STAGE;
+        const __half* xg = ONCE ? xs + at_q * (RF_T4_GROUP * RF_QK)
+                                : reinterpret_cast<const __half*>(stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES);
+        rf_t4_group_mma<X::SCALED, WIDE>(stage, xg, xf + at_q * RF_T4_GROUP, lane, total_g, total_h);
         __syncwarp(); // every lane is done with the slot before it is refilled
         slot = slot == RF_T4_STAGES - 1 ? 0 : slot + 1;
         at_q += warps;
@@ -336,7 +333,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
 // between threads but through shared memory.
 template <typename T>
 RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, const T* x, T* y, unsigned n,
-                            unsigned nb, unsigned codes) {
+                            unsigned nb) {
     __shared__ float totals[2][RF_T4_WARPS * 4 * RF_T4_ROWS]; // by tile parity (rf_t4_finish)
     const int lane = (int)threadIdx.x & 31;
     const int warp = (int)threadIdx.x >> 5;
@@ -366,8 +363,8 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const float xv = rf_to_float(xb[2 * i + h]);
-                        pg = fmaf(rf_mxfp4::element(rf_t4_code(wg, i, h, codes)), xv, pg);
-                        ph = fmaf(rf_mxfp4::element(rf_t4_code(wh, i, h, codes)), xv, ph);
+                        pg = fmaf(rf_mxfp4::element(rf_t4_code(wg, i, h)), xv, pg);
+                        ph = fmaf(rf_mxfp4::element(rf_t4_code(wh, i, h)), xv, ph);
                     }
                 }
                 total_g = fmaf(pg, rf_e8m0_to_float(rf_t4_scale_byte(sg, j)), total_g);
@@ -383,23 +380,22 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
 }
 
 // blockDim.x: 32..RF_T4_WARPS * 32, whole warps; the matrix-core entries need dynamic shared
-// memory of warps * (RF_T4_STAGES * RF_T4_STAGE + 2 * 16 * 4) bytes (the rings, then the row
-// totals) and at least as many groups as warps.
+// memory of warps * (RF_T4_STAGES * RF_T4_STAGE_<dt> + 2 * 16 * 4) bytes (the rings, then the
+// row totals), for bf16 then 2 * 32 * nbp bytes of x and 4 * nbp of its factors (nbp = nb
+// rounded up to 8), and at least as many groups as warps; x 16-byte aligned.
 #define RF_T4_ARGS(T)                                                                                     \
-    const uint4 *payload, const unsigned char *scales, const T *x, T *y, unsigned n, unsigned nb, unsigned codes
+    const uint4 *payload, const unsigned char *scales, const T *x, T *y, unsigned n, unsigned nb
 #define RF_T4_MMA_ENTRIES(suffix, T)                                                                      \
     RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS) rf_mxfp4_tiled_matvec_mma_##suffix(RF_T4_ARGS(T)) { \
-        (void)codes;                                                                                      \
         RF_T4_MMA_BODY(T, false)                                                                          \
     }                                                                                                     \
     RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS)                                                    \
         rf_mxfp4_tiled_matvec_mma_wide_##suffix(RF_T4_ARGS(T)) {                                          \
-        (void)codes;                                                                                      \
         RF_T4_MMA_BODY(T, true)                                                                           \
     }
 #define RF_T4_ENTRY(suffix, T)                                                                            \
     RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS) rf_mxfp4_tiled_matvec_##suffix(RF_T4_ARGS(T)) {    \
-        rf_t4_matvec<T>(payload, scales, x, y, n, nb, codes);                                             \
+        rf_t4_matvec<T>(payload, scales, x, y, n, nb);                                             \
     }
 
 RF_T4_MMA_ENTRIES(f16, __half)

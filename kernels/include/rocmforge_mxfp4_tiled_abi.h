@@ -1,6 +1,6 @@
 // rocmforge_mxfp4_tiled_abi.h: what the tiled MXFP4 matrix-vector kernel (kernels/mxfp4_tiled.hip)
 // and its launcher (crates/rocm-kernels/src/quant/mxfp4_tiled.rs, through the generated
-// abi/mxfp4_tiled.rs) share: the re-layout's tile shape, the code orders, the fast-scale limit
+// abi/mxfp4_tiled.rs) share: the re-layout's tile shape, the fast-scale limit
 // and the matrix-core kernel's shared-memory ring. See rocmforge_abi.h for the rules of an ABI
 // header.
 
@@ -14,21 +14,15 @@
 #define RF_T4_ROWS 16
 #define RF_T4_GROUP 8
 #define RF_T4_WARPS 8
-// Code orders of a word (the `codes` argument; `TiledCodes` in the launcher).
-//   RF_T4_NIBBLES: element 8u + 2i in bits 4i..4i+3, element 8u + 2i + 1 in bits 4i+16..4i+19
-//                  (sign in the nibble's bit 3).
-//   RF_T4_FIELDS:  pair i (elements 8u + 2i, 8u + 2i + 1) has its magnitudes at bits
-//                  MAG(i)..MAG(i)+2 and MAG(i)+16.., its signs at SIGN(i) and SIGN(i) + 16,
-//                  MAG = 9, 6, 3, 0 and SIGN = 15, 12, 13, 14.
-#define RF_T4_NIBBLES 0u
-#define RF_T4_FIELDS 1u
 // Scale bytes up to this value take the fast conversion (exponent field e + 14 <= 254).
 #define RF_T4_FAST_SCALE_MAX 240
-// A group's bytes in a stage: payload, then scales, then x (16-bit activations).
+// A group's bytes in a stage: payload, then scales, then (f16 activations) x; bf16 x is staged
+// once a block instead, as block-scaled f16.
 #define RF_T4_PAYLOAD_BYTES 2048
 #define RF_T4_SCALE_BYTES 128
 #define RF_T4_X_BYTES 512
-#define RF_T4_STAGE (RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + RF_T4_X_BYTES)
+#define RF_T4_STAGE_F16 (RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + RF_T4_X_BYTES)
+#define RF_T4_STAGE_BF16 (RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES)
 #define RF_T4_STAGES 3
 
 #endif // ROCMFORGE_MXFP4_TILED_ABI_H

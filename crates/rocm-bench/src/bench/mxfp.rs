@@ -9,7 +9,7 @@
 
 use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
-    BlockFormat, Fp6, MxFormat, TiledCodes, TiledMxfp4, dequantize, mx_matmul, mx_matvec, mx_matvec_tiled,
+    BlockFormat, Fp6, MxFormat, TiledMxfp4, dequantize, mx_matmul, mx_matvec, mx_matvec_tiled,
 };
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 
@@ -170,8 +170,7 @@ fn tiled_matvec<T: Dtype>(b: &mut Bench, n: usize, k: usize) -> Result<Row> {
     let host = host_weights(b, BlockFormat::Mxfp4Gguf, n, k)?;
     let mut tiled = Vec::with_capacity(host.len());
     for w in &host {
-        let codes = TiledCodes::for_dtype(T::NAME);
-        tiled.push(TiledMxfp4::from_gguf(w, n, k, codes)?.upload(&b.stream)?);
+        tiled.push(TiledMxfp4::from_gguf(w, n, k)?.upload(&b.stream)?);
     }
     let label = "mxfp4 tiled matvec".to_string();
     time_matvec::<T>(b, label, n, k, host[0].len(), |i, x, y| {

@@ -6,11 +6,10 @@
 pub const RF_T4_ROWS: u32 = 16;
 pub const RF_T4_GROUP: u32 = 8;
 pub const RF_T4_WARPS: u32 = 8;
-pub const RF_T4_NIBBLES: u32 = 0;
-pub const RF_T4_FIELDS: u32 = 1;
 pub const RF_T4_FAST_SCALE_MAX: u32 = 240;
 pub const RF_T4_PAYLOAD_BYTES: u32 = 2048;
 pub const RF_T4_SCALE_BYTES: u32 = 128;
 pub const RF_T4_X_BYTES: u32 = 512;
-pub const RF_T4_STAGE: u32 = 2688;
+pub const RF_T4_STAGE_F16: u32 = 2688;
+pub const RF_T4_STAGE_BF16: u32 = 2176;
 pub const RF_T4_STAGES: u32 = 3;

@@ -58,6 +58,8 @@ pub mod quant_gemm;
 #[cfg(test)]
 mod kquant_tests;
 #[cfg(test)]
+mod test_devices;
+#[cfg(test)]
 mod tests;
 
 pub use dequant::{BlockFormat, dequantize, dequantize_into, dequantize_range, dequantize_reference};
@@ -81,7 +83,9 @@ pub use mxfp::{
     MxFormat, mx_matmul, mx_matmul_reference, mx_matvec, mx_matvec_group, mx_matvec_group_in,
     mx_matvec_group_on_matrix_cores,
 };
-pub use mxfp4_tiled::{DeviceTiledMxfp4, TiledCodes, TiledMxfp4, mx_matvec_tiled, mx_matvec_tiled_portable};
+pub use mxfp4_tiled::{
+    DeviceTiledMxfp4, TiledMxfp4, mx_matvec_tiled, mx_matvec_tiled_portable, x16_rounding_unit,
+};
 pub use quant_gemm::{
     QUANT_GEMM_FORMATS, QUANT_GEMM_TILE_TOKENS, quant_gemm, quant_gemm_grid, quant_gemm_runs,
 };

@@ -19,14 +19,12 @@
 //!   the little-endian words `W(g, 2p, u)`, `W(g + 8, 2p, u)`, `W(g, 2p + 1, u)`,
 //!   `W(g + 8, 2p + 1, u)`, rows counted inside the tile.
 //! - **Word** `W(r, b, u)`: the eight E2M1 codes (sign in bit 3) of row `r`, elements
-//!   `32b + 8u .. 32b + 8u + 8`, as pairs `i < 4` of elements (`32b + 8u + 2i`, `+ 1`) in one of
-//!   two [`TiledCodes`] orders, chosen for the activation type's decode:
-//!   - [`TiledCodes::Nibbles`] (bf16): the pair's codes are nibbles `i` and `i + 4` (bits
-//!     `4i..4i + 4` and `4i + 16..4i + 20`), the byte-permute tables' indices;
-//!   - [`TiledCodes::Fields`] (f16): the pair's magnitudes at bits `MAG(i)..MAG(i) + 3` and
-//!     `+ 16`, its signs at bits `SIGN(i)` and `+ 16`, `MAG = 9, 6, 3, 0`, `SIGN = 15, 12, 13,
-//!     14`: pair 0 is then an f16 pair (times 2^-14) after one mask, pair 1 after a shift and a
-//!     mask, pairs 2 and 3 after a mask, a multiply and a mask.
+//!   `32b + 8u .. 32b + 8u + 8`, as pairs `i < 4` of elements (`32b + 8u + 2i`, `+ 1`): the
+//!   pair's magnitudes at bits `MAG(i)..MAG(i) + 3` and `+ 16`, its signs at bits `SIGN(i)` and
+//!   `+ 16`, `MAG = 9, 6, 3, 0`, `SIGN = 15, 12, 13, 14`. Pair 0 is then an f16 pair (times
+//!   2^-14) after one mask, pair 1 after a shift and a mask, pairs 2 and 3 after a mask, a
+//!   multiply and a mask: the matrix-core kernel's decode, for f16 and bf16 activations alike
+//!   (it stages bf16 x as block-scaled f16).
 //! - **Scales**, `tiles * 16 * nbp` bytes: the E8M0 byte of row `r` of tile `t`, block `b`, at
 //!   `((t * nbp / 8 + b / 8) * 16 + r) * 8 + b % 8`: each group of 8 blocks of a tile is 128
 //!   contiguous bytes, copied with its payload.
@@ -54,61 +52,32 @@ const MAX_WARPS: usize = abi::RF_T4_WARPS as usize;
 /// and up, or the NaN byte) takes the `_wide` entries.
 const FAST_SCALE_MAX: u8 = abi::RF_T4_FAST_SCALE_MAX as u8;
 
-/// The order of the eight codes in a tiled word (module docs): each activation type's decode
-/// wants its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TiledCodes {
-    /// Sign and magnitude fields where the f16 bit placement takes them (f16 activations).
-    Fields,
-    /// Nibbles, the bf16 byte-permute tables' indices (bf16 activations).
-    Nibbles,
-}
-
-/// Bit offsets of pair `i`'s magnitudes and signs in a [`TiledCodes::Fields`] word.
+/// Bit offsets of pair `i`'s magnitudes and signs in a word (module docs).
 const FIELD_MAG: [u32; 4] = [9, 6, 3, 0];
 const FIELD_SIGN: [u32; 4] = [15, 12, 13, 14];
 
-impl TiledCodes {
-    /// The order the matrix-core kernel for activations of `dtype` decodes (`f16`: fields;
-    /// anything else: nibbles; the portable kernel reads both).
-    pub fn for_dtype(dtype: &str) -> TiledCodes {
-        if dtype == "f16" { TiledCodes::Fields } else { TiledCodes::Nibbles }
-    }
+/// Where code `2i + h` of a word goes: (magnitude bit offset, sign bit offset).
+fn code_bits(i: usize, h: usize) -> (u32, u32) {
+    let half = 16 * h as u32;
+    (FIELD_MAG[i] + half, FIELD_SIGN[i] + half)
+}
 
-    /// The kernels' `codes` argument.
-    fn id(self) -> u32 {
-        match self {
-            TiledCodes::Nibbles => abi::RF_T4_NIBBLES,
-            TiledCodes::Fields => abi::RF_T4_FIELDS,
-        }
+/// The word holding `codes[e]` (E2M1, sign in bit 3) as element `e` of a lane's eight.
+fn encode_word(codes: [u8; 8]) -> u32 {
+    let mut word = 0u32;
+    for (e, &c) in codes.iter().enumerate() {
+        let (mag, sign) = code_bits(e / 2, e % 2);
+        word |= u32::from(c & 7) << mag | u32::from(c >> 3 & 1) << sign;
     }
+    word
+}
 
-    /// Where code `2i + h` of a word goes: (magnitude bit offset, sign bit offset).
-    fn bits(self, i: usize, h: usize) -> (u32, u32) {
-        let half = 16 * h as u32;
-        match self {
-            TiledCodes::Nibbles => (4 * i as u32 + half, 4 * i as u32 + 3 + half),
-            TiledCodes::Fields => (FIELD_MAG[i] + half, FIELD_SIGN[i] + half),
-        }
-    }
-
-    /// The word holding `codes[e]` (E2M1, sign in bit 3) as element `e` of a lane's eight.
-    fn encode(self, codes: [u8; 8]) -> u32 {
-        let mut word = 0u32;
-        for (e, &c) in codes.iter().enumerate() {
-            let (mag, sign) = self.bits(e / 2, e % 2);
-            word |= u32::from(c & 7) << mag | u32::from(c >> 3 & 1) << sign;
-        }
-        word
-    }
-
-    /// The inverse of [`Self::encode`].
-    fn decode(self, word: u32) -> [u8; 8] {
-        std::array::from_fn(|e| {
-            let (mag, sign) = self.bits(e / 2, e % 2);
-            ((word >> mag & 7) | (word >> sign & 1) << 3) as u8
-        })
-    }
+/// The inverse of [`encode_word`].
+fn decode_word(word: u32) -> [u8; 8] {
+    std::array::from_fn(|e| {
+        let (mag, sign) = code_bits(e / 2, e % 2);
+        ((word >> mag & 7) | (word >> sign & 1) << 3) as u8
+    })
 }
 
 /// Blocks a row of `k` elements holds in the layout: `k / 32` rounded up to [`GROUP_BLOCKS`]
@@ -129,16 +98,14 @@ fn tiled_bytes(n: usize, k: usize) -> Option<(usize, usize)> {
 pub struct TiledMxfp4 {
     n: usize,
     k: usize,
-    codes: TiledCodes,
     payload: Vec<u8>,
     scales: Vec<u8>,
     max_scale: u8,
 }
 
 impl TiledMxfp4 {
-    /// Re-lays out `n` rows of `k / 32` GGUF `block_mxfp4` blocks (`n * k / 32 * 17` bytes),
-    /// words in the `codes` order ([`TiledCodes::for_dtype`] of the activations it will meet).
-    pub fn from_gguf(blocks: &[u8], n: usize, k: usize, codes: TiledCodes) -> Result<Self> {
+    /// Re-lays out `n` rows of `k / 32` GGUF `block_mxfp4` blocks (`n * k / 32 * 17` bytes).
+    pub fn from_gguf(blocks: &[u8], n: usize, k: usize) -> Result<Self> {
         ensure(k.is_multiple_of(QK), KERNEL, || format!("k = {k} is not a multiple of {QK}"))?;
         let nb = k / QK;
         let need = n.checked_mul(nb).and_then(|b| b.checked_mul(MXFP4_GGUF_BLOCK_BYTES));
@@ -165,13 +132,13 @@ impl TiledMxfp4 {
                 // GGUF: element j < 16 is the low nibble of byte j, j + 16 the high one.
                 let code = |j: usize| (payload_codes[j % 16] >> (4 * (j / 16))) & 15;
                 for u in 0..4 {
-                    let word = codes.encode(std::array::from_fn(|e| code(8 * u + e)));
+                    let word = encode_word(std::array::from_fn(|e| code(8 * u + e)));
                     let at = word_offset(tile, nbp, b, rt, u);
                     payload[at..at + 4].copy_from_slice(&word.to_le_bytes());
                 }
             }
         }
-        Ok(TiledMxfp4 { n, k, codes, payload, scales, max_scale })
+        Ok(TiledMxfp4 { n, k, payload, scales, max_scale })
     }
 
     /// The GGUF `block_mxfp4` rows this weight was made from (the inverse of [`Self::from_gguf`]).
@@ -187,7 +154,7 @@ impl TiledMxfp4 {
                 for u in 0..4 {
                     let at = word_offset(tile, nbp, b, rt, u);
                     let word = u32::from_le_bytes(self.payload[at..at + 4].try_into().unwrap());
-                    for (e, c) in self.codes.decode(word).into_iter().enumerate() {
+                    for (e, c) in decode_word(word).into_iter().enumerate() {
                         let j = 8 * u + e;
                         block[1 + j % 16] |= c << (4 * (j / 16));
                     }
@@ -203,11 +170,6 @@ impl TiledMxfp4 {
 
     pub fn k(&self) -> usize {
         self.k
-    }
-
-    /// The order of the codes in a word.
-    pub fn codes(&self) -> TiledCodes {
-        self.codes
     }
 
     /// Blocks a row holds in the layout: `k / 32` rounded up to [`GROUP_BLOCKS`].
@@ -236,7 +198,6 @@ impl TiledMxfp4 {
         Ok(DeviceTiledMxfp4 {
             n: self.n,
             k: self.k,
-            codes: self.codes,
             max_scale: self.max_scale,
             payload: stream.upload(&self.payload)?,
             scales: stream.upload(&self.scales)?,
@@ -261,7 +222,6 @@ fn word_offset(tile: usize, nbp: usize, b: usize, rt: usize, u: usize) -> usize 
 pub struct DeviceTiledMxfp4 {
     n: usize,
     k: usize,
-    codes: TiledCodes,
     max_scale: u8,
     payload: DeviceBuffer<u8>,
     scales: DeviceBuffer<u8>,
@@ -299,8 +259,11 @@ fn entry(cores: MatrixCores, dtype: &str, max_scale: u8) -> String {
     format!("{prefix}_{dtype}")
 }
 
-/// Bytes of one stage of the matrix-core kernel's per-warp ring: a group's payload, scales and x.
-const STAGE_BYTES: usize = (abi::RF_T4_PAYLOAD_BYTES + abi::RF_T4_SCALE_BYTES + abi::RF_T4_X_BYTES) as usize;
+/// Bytes of one stage of the matrix-core kernel's per-warp ring for activations of `dtype`: a
+/// group's payload and scales, and for f16 its x (bf16 x is staged once a block).
+fn stage_bytes(dtype: &str) -> usize {
+    (if dtype == "bf16" { abi::RF_T4_STAGE_BF16 } else { abi::RF_T4_STAGE_F16 }) as usize
+}
 /// Stages of a warp's ring: 2 groups in flight while one is multiplied.
 const STAGES: usize = abi::RF_T4_STAGES as usize;
 /// Blocks of the matrix-core kernel kept resident on a multiprocessor, where shared memory
@@ -309,10 +272,13 @@ const RESIDENT_BLOCKS: usize = 3;
 /// Shared memory the runtime reserves a block beside what the launch asks for (1 KB on sm_80+).
 const RESERVED_SHARED: usize = 1024;
 
-/// The matrix-core kernel's dynamic shared memory for blocks of `warps` warps: each warp's ring
-/// of stages, then the tiles' row totals (two buffers of `warps * 16` floats, by tile parity).
-fn mma_shared_bytes(warps: usize) -> usize {
-    warps * (STAGES * STAGE_BYTES + 2 * TILE_ROWS * 4)
+/// The matrix-core kernel's dynamic shared memory for blocks of `warps` warps and rows of `k`
+/// elements, `dtype` the activations': each warp's ring of stages, the tiles' row totals (two
+/// buffers of `warps * 16` floats, by tile parity), then for bf16 x staged as f16 (the padded
+/// row's blocks) and each block's f32 factor (`kernels/include/rocmforge_x16.h`).
+fn mma_shared_bytes(warps: usize, k: usize, dtype: &str) -> usize {
+    let x_once = if dtype == "bf16" { (2 * QK + 4) * padded_blocks(k) } else { 0 };
+    warps * (STAGES * stage_bytes(dtype) + 2 * TILE_ROWS * 4) + x_once
 }
 
 /// Launch shape: (blocks, warps a block, dynamic shared bytes). Warps split a tile's groups of 8
@@ -325,6 +291,7 @@ fn launch_shape(
     matrix_cores: bool,
     n: usize,
     k: usize,
+    dtype: &str,
 ) -> Result<(usize, usize, usize)> {
     let groups = (k / QK).div_ceil(GROUP_BLOCKS);
     let tiles = n.div_ceil(TILE_ROWS);
@@ -334,12 +301,13 @@ fn launch_shape(
         return Ok((tiles.clamp(1, grid_limit), warps, 0));
     }
     let optin = info.shared_mem_per_block_optin as usize;
-    while warps > 1 && mma_shared_bytes(warps) > optin {
+    while warps > 1 && mma_shared_bytes(warps, k, dtype) > optin {
         warps /= 2;
     }
-    let shared = mma_shared_bytes(warps);
+    let shared = mma_shared_bytes(warps, k, dtype);
     ensure(shared <= optin, KERNEL, || {
-        format!("needs {shared} bytes of shared memory, the device allows {optin}")
+        let why = if dtype == "bf16" { " (bf16 x is staged whole)" } else { "" };
+        format!("k = {k} needs {shared} bytes of shared memory{why}, the device allows {optin}")
     })?;
     // A multiprocessor's shared memory is the per-block opt-in limit plus the reserve.
     let per_sm = ((optin + RESERVED_SHARED) / (shared + RESERVED_SHARED))
@@ -349,9 +317,9 @@ fn launch_shape(
 }
 
 /// `y = W x` for a tiled MXFP4 weight: `x` holds `k` and `y` `n` elements, all on `y`'s stream.
-/// `k = 0` gives zeros. Products are exact and sums f32, rounded to `T` once. f16 activations
-/// need a weight tiled with [`TiledCodes::Fields`], bf16 ones [`TiledCodes::Nibbles`]
-/// ([`TiledCodes::for_dtype`]); f32 ones take either.
+/// `k = 0` gives zeros. Products are exact and sums f32, rounded to `T` once; on the matrix
+/// cores bf16 x is first rounded to block-scaled f16 (`kernels/include/rocmforge_x16.h`: exact
+/// but for elements 2^31 below their block's largest).
 pub fn mx_matvec_tiled<T: Dtype>(
     w: &DeviceTiledMxfp4,
     x: &DeviceBuffer<T>,
@@ -378,14 +346,6 @@ fn launch<T: Dtype>(
     let (n, k) = (w.n, w.k);
     ensure(x.len() == k, KERNEL, || format!("x has {} elements, the weight has k = {k}", x.len()))?;
     ensure(y.len() == n, KERNEL, || format!("y has {} elements, the weight has n = {n}", y.len()))?;
-    ensure(T::NAME == "f32" || w.codes == TiledCodes::for_dtype(T::NAME), KERNEL, || {
-        format!(
-            "the weight was tiled with {:?} codes; {} activations need {:?}",
-            w.codes,
-            T::NAME,
-            TiledCodes::for_dtype(T::NAME)
-        )
-    })?;
     if n == 0 {
         return Ok(());
     }
@@ -397,7 +357,7 @@ fn launch<T: Dtype>(
     let info = stream.backend().info();
     let cores = if portable { MatrixCores::None } else { info.matrix_cores };
     let kernel = loader::kernel(&stream, MODULE, &entry(cores, T::NAME, w.max_scale))?;
-    let (blocks, warps, shared) = launch_shape(info, on_matrix_cores(cores, T::NAME), n, k)?;
+    let (blocks, warps, shared) = launch_shape(info, on_matrix_cores(cores, T::NAME), n, k, T::NAME)?;
     let threads = warps * 32;
     ensure(kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
         format!(
@@ -411,14 +371,13 @@ fn launch<T: Dtype>(
         shared_mem_bytes: shared as u32,
     };
     // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, T* y, u32 n,
-    // u32 nb, u32 codes). For tile t < ceil(n / 16) they read payload bytes [256 t nbp,
+    // u32 nb). For tile t < ceil(n / 16) they read payload bytes [256 t nbp,
     // 256 (t + 1) nbp) and scale bytes [16 t nbp, 16 (t + 1) nbp) (nbp = nb rounded up to 8),
     // which the buffers hold: a DeviceTiledMxfp4 is only built by TiledMxfp4::upload from a
     // layout of exactly n and k. They read x[0, k) (never past the row's last block; x is
     // 16-byte aligned, checked above, for the 16-byte copies; device allocations are 256-byte
     // aligned, so the payload's and scales' 16- and 8-byte accesses are aligned) and write
-    // y[0, n), whose lengths were checked; `codes` is the weight's order, which matches what the
-    // matrix-core entries decode (checked above). Blocks are 1..=8 whole warps, within the
+    // y[0, n), whose lengths were checked. Blocks are 1..=8 whole warps, within the
     // entries' launch bounds, never more warps than groups (launch_shape; the matrix-core entry
     // traps otherwise); the matrix-core entries run only on mma.sync devices (`entry`) with the
     // rings' and totals' shared memory (launch_shape checks it against the device's limit). w
@@ -432,10 +391,20 @@ fn launch<T: Dtype>(
             .buffer_mut(y)
             .arg(n as u32)
             .arg((k / QK) as u32)
-            .arg(w.codes.id())
             .launch(config)?;
     }
     Ok(())
+}
+
+/// The most that staging a 32-element block of bf16 x as f16 scaled by 2^s
+/// (`kernels/include/rocmforge_x16.h`, as the matrix-core kernel does) moves one of its
+/// elements: 2^(-25 - s), `s` putting the block's largest finite magnitude in [2^14, 2^15), 0 for
+/// a block of zeros, at most 126.
+pub fn x16_rounding_unit(block: &[f32]) -> f64 {
+    let m = block.iter().map(|v| v.abs()).filter(|v| v.is_finite()).fold(0.0f32, f32::max);
+    let e = ((m.to_bits() >> 23) & 0xff) as i32;
+    let s = if m == 0.0 { 0 } else { (141 - e).min(126) };
+    2f64.powi(-25 - s)
 }
 
 /// The entries this module launches ([`crate::launchable`]): [`entry`]'s every answer.
@@ -459,6 +428,7 @@ pub(crate) fn launchable() -> Vec<Launchable> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::test_devices::nvidia;
     use crate::quant::{dequantize_mxfp4_gguf, quantize_mxfp4_gguf};
 
     fn random_blocks(seed: u64, n: usize, k: usize) -> Vec<u8> {
@@ -471,32 +441,28 @@ mod tests {
             .collect()
     }
 
-    const ORDERS: [TiledCodes; 2] = [TiledCodes::Fields, TiledCodes::Nibbles];
-
     #[test]
-    fn words_encode_every_code_in_both_orders() {
-        for codes in ORDERS {
-            for c in 0..16u8 {
-                for e in 0..8 {
-                    let mut lane = [0u8; 8];
-                    lane[e] = c;
-                    let word = codes.encode(lane);
-                    assert_eq!(word.count_ones(), c.count_ones(), "{codes:?} code {c} element {e}");
-                    assert_eq!(codes.decode(word), lane, "{codes:?} code {c} element {e}");
-                }
+    fn words_encode_every_code_in_every_place() {
+        for c in 0..16u8 {
+            for e in 0..8 {
+                let mut lane = [0u8; 8];
+                lane[e] = c;
+                let word = encode_word(lane);
+                assert_eq!(word.count_ones(), c.count_ones(), "code {c} element {e}");
+                assert_eq!(decode_word(word), lane, "code {c} element {e}");
             }
         }
-        // Fields: every bit of the word belongs to exactly one code.
+        // Every bit of the word belongs to exactly one code.
         let mut all = 0u32;
         for e in 0..8 {
-            let word = TiledCodes::Fields.encode(std::array::from_fn(|i| if i == e { 15 } else { 0 }));
+            let word = encode_word(std::array::from_fn(|i| if i == e { 15 } else { 0 }));
             assert_eq!(all & word, 0, "element {e} shares a bit");
             all |= word;
         }
         assert_eq!(all, u32::MAX);
     }
 
-    /// The kernel's f16 decode (`rf_t4_decode_f16`) on the host: pair i of a Fields word, as two
+    /// The kernel's f16 decode (`rf_t4_decode_f16`) on the host: pair i of a word, as two
     /// f16 bit patterns, is its codes' values times 2^-14, for every code in every place.
     #[test]
     fn fields_decode_to_f16_values_times_2_pow_minus_14() {
@@ -512,7 +478,7 @@ mod tests {
         for seed in 0..4096u32 {
             let mixed = seed.wrapping_mul(2_654_435_761);
             let lane: [u8; 8] = std::array::from_fn(|e| ((mixed >> (4 * e)) & 15) as u8);
-            let pairs = decode(TiledCodes::Fields.encode(lane));
+            let pairs = decode(encode_word(lane));
             for (e, &c) in lane.iter().enumerate() {
                 let bits = (pairs[e / 2] >> (16 * (e % 2))) as u16;
                 let value = rocm_runtime::f16::from_bits(bits).to_f32() * 16384.0;
@@ -526,9 +492,9 @@ mod tests {
     #[test]
     fn gguf_rows_survive_the_round_trip() {
         let shapes = [(1, 32), (7, 96), (16, 256), (17, 288), (33, 2880), (5, 0), (0, 64)];
-        for ((n, k), codes) in shapes.into_iter().zip(ORDERS.into_iter().cycle()) {
+        for (n, k) in shapes {
             let blocks = random_blocks(n as u64 * 31 + k as u64, n, k);
-            let tiled = TiledMxfp4::from_gguf(&blocks, n, k, codes).unwrap();
+            let tiled = TiledMxfp4::from_gguf(&blocks, n, k).unwrap();
 
             assert_eq!(tiled.to_gguf(), blocks, "n {n} k {k}");
             let (payload, scales) = tiled_bytes(n, k).unwrap();
@@ -543,23 +509,22 @@ mod tests {
         let (n, k) = (19, 3 * 32);
         let nbp = 8;
         // Row 18 (tile 1, row 2), block 1, element 13: lane 4 * 2 + 1 = 9 (u = 13 / 8), pair 0,
-        // word 2 (block 1, row < 8), element 8u + 2i + 1 with i = 2: nibble 6 (bits 24..28), or
-        // as fields magnitude bits 19..22 and sign bit 29.
+        // word 2 (block 1, row < 8), element 8u + 2i + 1 with i = 2: magnitude bits 19..22 and
+        // sign bit 29.
         let mut blocks = vec![0u8; n * 3 * 17];
         let at = (18 * 3 + 1) * 17;
         blocks[at] = 0x85; // scale
         blocks[at + 1 + 13] = 0x0B; // element 13: low nibble of byte 13, code -1.5
-        for (codes, word) in [(TiledCodes::Nibbles, 0xBu32 << 24), (TiledCodes::Fields, 3 << 19 | 1 << 29)] {
-            let tiled = TiledMxfp4::from_gguf(&blocks, n, k, codes).unwrap();
-            let word_at = ((nbp / 2) * 32 + 9) * 16 + 4 * 2;
-            let mut expected = vec![0u8; tiled.payload().len()];
-            expected[word_at..word_at + 4].copy_from_slice(&word.to_le_bytes());
-            assert_eq!(tiled.payload(), &expected[..], "{codes:?}");
-            // Tile 1, group 0, row 2, block 1.
-            let mut scales = vec![0u8; 2 * 16 * nbp];
-            scales[(16 + 2) * 8 + 1] = 0x85;
-            assert_eq!(tiled.scales(), &scales[..]);
-        }
+        let tiled = TiledMxfp4::from_gguf(&blocks, n, k).unwrap();
+        let word: u32 = 3 << 19 | 1 << 29;
+        let word_at = ((nbp / 2) * 32 + 9) * 16 + 4 * 2;
+        let mut expected = vec![0u8; tiled.payload().len()];
+        expected[word_at..word_at + 4].copy_from_slice(&word.to_le_bytes());
+        assert_eq!(tiled.payload(), &expected[..]);
+        // Tile 1, group 0, row 2, block 1.
+        let mut scales = vec![0u8; 2 * 16 * nbp];
+        scales[(16 + 2) * 8 + 1] = 0x85;
+        assert_eq!(tiled.scales(), &scales[..]);
         // Row 8 of a tile sits in the second word of its pair; block 2 starts pair 1.
         assert_eq!(word_offset(0, 8, 2, 8, 3), (32 + 3) * 16 + 4);
         // Block 9 of a row is in the tile's second group of scales.
@@ -572,7 +537,7 @@ mod tests {
         let values: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
         let mut blocks = vec![0u8; n * k / QK * 17];
         quantize_mxfp4_gguf(&values, &mut blocks).unwrap();
-        let back = TiledMxfp4::from_gguf(&blocks, n, k, TiledCodes::Fields).unwrap().to_gguf();
+        let back = TiledMxfp4::from_gguf(&blocks, n, k).unwrap().to_gguf();
         let (mut a, mut b) = (vec![0.0; n * k], vec![0.0; n * k]);
         dequantize_mxfp4_gguf(&blocks, &mut a).unwrap();
         dequantize_mxfp4_gguf(&back, &mut b).unwrap();
@@ -582,35 +547,9 @@ mod tests {
     #[test]
     fn bad_shapes_are_refused() {
         let message = |r: Result<TiledMxfp4>| crate::error::shape_message(r, KERNEL);
-        let f = TiledCodes::Fields;
-        assert!(message(TiledMxfp4::from_gguf(&[0; 17], 1, 33, f)).contains("not a multiple of 32"));
-        assert!(message(TiledMxfp4::from_gguf(&[0; 16], 1, 32, f)).contains("w holds 16 bytes"));
-        assert!(message(TiledMxfp4::from_gguf(&[0; 17], usize::MAX, 32, f)).contains("overflows"));
-    }
-
-    fn nvidia(name: &str, sms: u32, optin_kib: u32) -> rocm_runtime::DeviceInfo {
-        rocm_runtime::DeviceInfo {
-            ordinal: 0,
-            platform: rocm_runtime::Platform::Nvidia,
-            code_objects: rocm_runtime::CodeObjectKind::Nvidia,
-            name: name.into(),
-            arch: "sm_90".into(),
-            compute_units: sms,
-            warp_size: 32,
-            max_threads_per_block: 1024,
-            max_grid: [i32::MAX as u32, 65_535, 65_535],
-            shared_mem_per_block: 48 * 1024,
-            shared_mem_per_block_optin: optin_kib * 1024,
-            l2_cache_bytes: 50 << 20,
-            total_memory: 80 << 30,
-            pci_bus_id: 0,
-            stream_ordered_memory: true,
-            matrix_cores: MatrixCores::MmaSync,
-            warpgroup_mma: true,
-            dependent_launch: false,
-            tensor_maps: true,
-            drives_display: false,
-        }
+        assert!(message(TiledMxfp4::from_gguf(&[0; 17], 1, 33)).contains("not a multiple of 32"));
+        assert!(message(TiledMxfp4::from_gguf(&[0; 16], 1, 32)).contains("w holds 16 bytes"));
+        assert!(message(TiledMxfp4::from_gguf(&[0; 17], usize::MAX, 32)).contains("overflows"));
     }
 
     /// Resident blocks follow the multiprocessor's shared memory: 3 a multiprocessor on an H100
@@ -619,18 +558,30 @@ mod tests {
     fn launch_shapes_fit_the_devices() {
         let h100 = nvidia("H100", 132, 227);
         let a100 = nvidia("A100", 108, 163);
-        let ring = mma_shared_bytes(8);
+        let shared = mma_shared_bytes(8, 4096, "bf16");
+        assert_eq!(shared, 8 * (3 * 2176 + 128) + 4096 * 2 + 128 * 4);
+        assert_eq!(launch_shape(&h100, true, 14_336, 4096, "bf16").unwrap(), (3 * 132, 8, shared));
+        assert_eq!(launch_shape(&a100, true, 14_336, 4096, "bf16").unwrap(), (2 * 108, 8, shared));
+        let ring = mma_shared_bytes(8, 4096, "f16");
         assert_eq!(ring, 8 * (3 * 2688 + 128));
-        assert_eq!(launch_shape(&h100, true, 14_336, 4096).unwrap(), (3 * 132, 8, ring));
-        assert_eq!(launch_shape(&a100, true, 14_336, 4096).unwrap(), (2 * 108, 8, ring));
-        // Fewer tiles than slots: a tile a block.
-        assert_eq!(launch_shape(&h100, true, 4096, 14_336).unwrap(), (256, 8, ring));
-        // k = 96: one group, one warp.
-        assert_eq!(launch_shape(&h100, true, 7, 96).unwrap(), (1, 1, mma_shared_bytes(1)));
-        assert_eq!(launch_shape(&h100, false, 14_336, 4096).unwrap(), (896, 8, 0));
+        assert_eq!(launch_shape(&h100, true, 14_336, 4096, "f16").unwrap(), (3 * 132, 8, ring));
+        // Fewer tiles than slots: a tile a block (bf16 x of 14336 elements leaves 2 blocks an SM).
+        let long = mma_shared_bytes(8, 14_336, "bf16");
+        assert_eq!(long, 8 * (3 * 2176 + 128) + 14_336 * 2 + 448 * 4);
+        assert_eq!(launch_shape(&h100, true, 4096, 14_336, "bf16").unwrap(), (256, 8, long));
+        assert_eq!(launch_shape(&h100, true, 8192, 14_336, "bf16").unwrap(), (2 * 132, 8, long));
+        assert_eq!(launch_shape(&h100, true, 8192, 14_336, "f16").unwrap(), (3 * 132, 8, ring));
+        // k = 96: one group, one warp; bf16 x padded to the group's 8 blocks.
+        assert_eq!(launch_shape(&h100, true, 7, 96, "f16").unwrap(), (1, 1, mma_shared_bytes(1, 96, "f16")));
+        assert_eq!(mma_shared_bytes(1, 96, "f16"), 3 * 2688 + 128);
+        assert_eq!(mma_shared_bytes(1, 96, "bf16"), 3 * 2176 + 128 + 8 * 68);
+        assert_eq!(launch_shape(&h100, false, 14_336, 4096, "bf16").unwrap(), (896, 8, 0));
         // A device offering less shared memory gets fewer warps, or an error.
-        assert_eq!(launch_shape(&nvidia("small", 10, 48), true, 160, 4096).unwrap().1, 4);
-        assert!(launch_shape(&nvidia("tiny", 10, 4), true, 160, 4096).is_err());
+        assert_eq!(launch_shape(&nvidia("small", 10, 48), true, 160, 4096, "f16").unwrap().1, 4);
+        assert!(launch_shape(&nvidia("tiny", 10, 4), true, 160, 4096, "f16").is_err());
+        // A row too long for x to be staged whole is refused, saying so.
+        let message = crate::error::shape_message(launch_shape(&h100, true, 16, 32 * 4096, "bf16"), KERNEL);
+        assert!(message.contains("x is staged whole"), "{message}");
     }
 
     #[test]
@@ -639,7 +590,5 @@ mod tests {
         assert_eq!(entry(MatrixCores::MmaSync, "bf16", 241), "rf_mxfp4_tiled_matvec_mma_wide_bf16");
         assert_eq!(entry(MatrixCores::MmaSync, "f32", 0), "rf_mxfp4_tiled_matvec_f32");
         assert_eq!(entry(MatrixCores::None, "f16", 0), "rf_mxfp4_tiled_matvec_f16");
-        assert_eq!(TiledCodes::for_dtype("f16"), TiledCodes::Fields);
-        assert_eq!(TiledCodes::for_dtype("bf16"), TiledCodes::Nibbles);
     }
 }

@@ -114,27 +114,36 @@ static void ref_decode_block(Fmt f, const unsigned char* b, double* w, double* m
 
 // One row's reference over `batch` vectors of x (vector-major, k apart; the storage type's
 // values): want[b] = sum of w x in f64, mag[b] = sum of the terms' magnitudes per ref_decode_block
-// (what the kernels' f32 sums' bound is taken of).
+// (what the kernels' f32 sums' bound is taken of). With `unit` (per vector, per 32-element block
+// of x: what staging x may move an element, k / 32 apart), xr[b] = sum of the terms' magnitudes
+// per unit of |x| times their block's unit.
 template <typename T>
-static void ref_row(Fmt f, const unsigned char* row, int k, const T* x, int batch, double* want, double* mag) {
+static void ref_row(Fmt f, const unsigned char* row, int k, const T* x, int batch, double* want, double* mag,
+                    double* xr = nullptr, const double* unit = nullptr) {
     const FmtInfo& fi = FMTS[f];
     double w[REF_MAX_ELEMS], m[REF_MAX_ELEMS]; // a block's (no allocation a row)
-    for (int b = 0; b < batch; ++b) want[b] = mag[b] = 0.0;
+    for (int b = 0; b < batch; ++b) {
+        want[b] = mag[b] = 0.0;
+        if (xr) xr[b] = 0.0;
+    }
     for (int blk = 0; blk < k / fi.elems; ++blk) {
         ref_decode_block(f, row + (size_t)blk * fi.bytes, w, m);
         for (int b = 0; b < batch; ++b)
             for (int e = 0; e < fi.elems; ++e) {
-                const double xv = Io<T>::load(x[(size_t)b * k + blk * fi.elems + e]);
+                const int c = blk * fi.elems + e;
+                const double xv = Io<T>::load(x[(size_t)b * k + c]);
                 want[b] += w[e] * xv;
                 mag[b] += m[e] * std::fabs(xv);
+                if (xr) xr[b] += m[e] * unit[(size_t)b * (k / 32) + c / 32];
             }
     }
 }
 
 // The tolerance on an output of type T of a sum of k terms of magnitude `mag`: the f32 sums'
-// (k + 1) 2^-23 mag (quant/matvec.rs, allowed_error) and one rounding to T.
-template <typename T> static double ref_tolerance(int k, double mag, double want) {
-    return (k + 1.0) * 0x1p-23 * mag * (1.0 + Io<T>::rel) + Io<T>::rel * std::fabs(want) + Io<T>::abs;
+// (k + 1) 2^-23 mag (quant/matvec.rs, allowed_error) and one rounding to T; `xr`, what rounding
+// x may have moved the sum (ref_row), joins the terms.
+template <typename T> static double ref_tolerance(int k, double mag, double want, double xr = 0.0) {
+    return ((k + 1.0) * 0x1p-23 * (mag + xr) + xr) * (1.0 + Io<T>::rel) + Io<T>::rel * std::fabs(want) + Io<T>::abs;
 }
 
 // Whether `got` is within `tol` of `want` (a NaN fails); a passing output raises `worst`, the
@@ -147,17 +156,19 @@ static bool ref_within(double got, double want, double tol, double& worst) {
 }
 
 // Checks a kernel's outputs for `rows` rows of `w` (rows of k elements of format f) over `batch`
-// vectors of x: y[b * rows + r] against ref_row within ref_tolerance. Prints the first mismatches
-// (tagged `what`), raises `worst` (ref_within) and returns false on any.
+// vectors of x: y[b * rows + r] against ref_row within ref_tolerance. `unit`, where the kernel
+// stages x rounded: what that may move each 32-element block's elements (ref_row). Prints the
+// first mismatches (tagged `what`), raises `worst` (ref_within) and returns false on any.
 template <typename T>
 static bool ref_check_rows(Fmt f, const unsigned char* w, int k, const T* x, const T* y, int rows, int batch,
-                           double& worst, const char* what) {
-    std::vector<double> want(batch), mag(batch);
+                           double& worst, const char* what, const double* unit = nullptr) {
+    std::vector<double> want(batch), mag(batch), xr(batch, 0.0);
     int bad = 0;
     for (int r = 0; r < rows; ++r) {
-        ref_row(f, w + (size_t)r * (k / FMTS[f].elems) * FMTS[f].bytes, k, x, batch, want.data(), mag.data());
+        ref_row(f, w + (size_t)r * (k / FMTS[f].elems) * FMTS[f].bytes, k, x, batch, want.data(), mag.data(),
+                unit ? xr.data() : nullptr, unit);
         for (int b = 0; b < batch; ++b) {
-            const double tol = ref_tolerance<T>(k, mag[b], want[b]), got = Io<T>::load(y[(size_t)b * rows + r]);
+            const double tol = ref_tolerance<T>(k, mag[b], want[b], xr[b]), got = Io<T>::load(y[(size_t)b * rows + r]);
             if (!ref_within(got, want[b], tol, worst) && bad++ < 5)
                 std::printf("    %s row %d vector %d: got %.9g, want %.9g (tolerance %.3g)\n", what, r, b, got,
                             want[b], tol);

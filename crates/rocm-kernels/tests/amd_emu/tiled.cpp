@@ -1,15 +1,16 @@
 // CPU emulation of the MXFP4 matrix-vector kernels over the tiled layout (kernels/mxfp4_tiled.hip):
 // on the AMD targets the portable rf_mxfp4_tiled_matvec_<dt> (what an AMD GPU runs for a tiled
-// weight), f32/f16/bf16 in both code orders, wave32 and wave64; on the `sm80` target the
-// matrix-core entries rf_mxfp4_tiled_matvec_mma[_wide]_<dt> (f16: the fields order, bf16: the
-// nibbles order) on emu_mma_sync.h's mma.sync and cp.async, with grids of a block a tile and
-// resident blocks that walk several tiles (each warp's ring running across the tiles' ends, the
-// row totals alternating by tile parity).
+// weight), f32/f16/bf16, wave32 and wave64; on the `sm80` target the matrix-core entries
+// rf_mxfp4_tiled_matvec_mma[_wide]_<dt> (bf16 x staged as block-scaled f16, with x of a wide
+// range too) on emu_mma_sync.h's mma.sync and cp.async, with
+// grids of a block a tile and resident blocks that walk several tiles (each warp's ring running
+// across the tiles' ends, the row totals alternating by tile parity).
 //
 // The weight is made as GGUF rows of block_mxfp4 (17-byte blocks) and re-laid out here from the
 // layout's description (crates/rocm-kernels/src/quant/mxfp4_tiled.rs, module docs; not from its
 // packer). The reference decodes the GGUF rows with reference_blocks.h and sums in f64; the
-// tolerance is the f32 sums' bound, as in mma.cpp. Outputs are poisoned before each launch; the
+// tolerance is the f32 sums' bound, as in mma.cpp, with staging's rounding (x16_reference.h) for
+// the matrix-core bf16 entries. Outputs are poisoned before each launch; the
 // matrix-core launches' shared memory starts as garbage and what a launch does not ask for is
 // poisoned for AddressSanitizer.
 
@@ -22,30 +23,28 @@
 #include "simt.h"
 
 #ifdef RF_EMU_MMA_SYNC
-alignas(16) unsigned char rf_t4_smem[80 * 1024];
+alignas(16) unsigned char rf_t4_smem[96 * 1024];
 #endif
 
 #include "mxfp4_tiled.hip"
 #include "reference_blocks.h"
+#include "x16_reference.h"
 
 #include <type_traits>
 
-template <typename T> using TiledEntry = void (*)(const uint4*, const unsigned char*, const T*, T*, unsigned, unsigned,
-                                                   unsigned);
+template <typename T> using TiledEntry = void (*)(const uint4*, const unsigned char*, const T*, T*, unsigned, unsigned);
 
-// Bit offsets of pair i's magnitudes and signs in a word of either order (the layout's docs).
+// Bit offsets of pair i's magnitudes and signs in a word (the layout's docs).
 static const int FIELD_MAG[4] = {9, 6, 3, 0};
 static const int FIELD_SIGN[4] = {15, 12, 13, 14};
 
 // The word of eight E2M1 codes (sign in bit 3), element e of the lane's eight being pair e / 2,
-// half e % 2, in `codes`' order.
-static unsigned tiled_word(const unsigned char (&c)[8], unsigned codes) {
+// half e % 2.
+static unsigned tiled_word(const unsigned char (&c)[8]) {
     unsigned w = 0;
     for (int e = 0; e < 8; ++e) {
         const int i = e / 2, h = 16 * (e % 2);
-        const int mag = codes == RF_T4_NIBBLES ? 4 * i + h : FIELD_MAG[i] + h;
-        const int sign = codes == RF_T4_NIBBLES ? 4 * i + 3 + h : FIELD_SIGN[i] + h;
-        w |= (unsigned)(c[e] & 7) << mag | (unsigned)(c[e] >> 3 & 1) << sign;
+        w |= (unsigned)(c[e] & 7) << (FIELD_MAG[i] + h) | (unsigned)(c[e] >> 3 & 1) << (FIELD_SIGN[i] + h);
     }
     return w;
 }
@@ -56,7 +55,7 @@ struct Tiled {
     const uint4* payload;
     const unsigned char* scales;
 };
-static Tiled tile_gguf(EmuBuffers& mem, const unsigned char* gguf, int n, int nb, unsigned codes) {
+static Tiled tile_gguf(EmuBuffers& mem, const unsigned char* gguf, int n, int nb) {
     const int nbp = (nb + RF_T4_GROUP - 1) / RF_T4_GROUP * RF_T4_GROUP;
     const int tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
     // Element e of (row r, block b): its 4-bit code, 0 in the padding.
@@ -77,7 +76,7 @@ static Tiled tile_gguf(EmuBuffers& mem, const unsigned char* gguf, int n, int nb
                 for (int j = 0; j < 4; ++j) {
                     unsigned char c[8];
                     for (int e = 0; e < 8; ++e) c[e] = code(t * RF_T4_ROWS + rows[j], blocks[j], 8 * u + e);
-                    const unsigned w = tiled_word(c, codes);
+                    const unsigned w = tiled_word(c);
                     std::memcpy(at + 4 * j, &w, 4);
                 }
             }
@@ -103,6 +102,7 @@ struct TiledCase {
     int grid;               // 0: a block a tile (the portable kernel always)
     bool quick;
     Scales scales = FAST;
+    XValues xv = UNIFORM; // WIDE and RANGE: the matrix-core bf16 entries only (x16_reference.h)
     // The launcher's block: a warp a group of 8 blocks, at most RF_T4_WARPS (mxfp4_tiled.rs).
     int warps() const { return std::min((blocks_a_row + RF_T4_GROUP - 1) / RF_T4_GROUP, (int)RF_T4_WARPS); }
     // The case's grid: `grid` blocks, never more than the tiles; 0: a block a tile.
@@ -113,7 +113,8 @@ struct TiledCase {
 };
 
 // A case's GGUF weight (random codes; scales per `scales`) and x (uniform in (-1, 1), times
-// 2^-60 with the wide bytes, which only bf16 and f32 hold).
+// 2^-60 with the wide bytes, which only bf16 and f32 hold; or per the case's XValues, RANGE
+// with element 0 of every block's weight zero in every row).
 template <typename T> static void make_case(EmuBuffers& mem, const TiledCase& c, std::mt19937_64& rng,
                                             unsigned char*& gguf, T*& x) {
     const size_t blocks = (size_t)c.rows * c.blocks_a_row;
@@ -130,6 +131,10 @@ template <typename T> static void make_case(EmuBuffers& mem, const TiledCase& c,
     x = mem.exact<T>(k);
     std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
     for (int i = 0; i < k; ++i) x[i] = Io<T>::store(c.scales == WIDE_BYTES ? std::ldexp(ux(rng), -60) : ux(rng));
+    if (c.xv != UNIFORM) fill_x(x, k, c.xv, rng);
+    if (c.xv == RANGE) { // element 0 of each block: the low nibble of its first payload byte
+        for (size_t b = 0; b < blocks; ++b) gguf[b * 17 + 1] &= 0xf0;
+    }
 }
 
 template <typename T> static T* poisoned_y(EmuBuffers& mem, int n) {
@@ -143,12 +148,10 @@ template <typename T> static T* poisoned_y(EmuBuffers& mem, int n) {
 template <typename T> struct MmaEntries;
 template <> struct MmaEntries<__half> {
     static constexpr TiledEntry<__half> fast = rf_mxfp4_tiled_matvec_mma_f16, wide = rf_mxfp4_tiled_matvec_mma_wide_f16;
-    static constexpr unsigned codes = RF_T4_FIELDS;
 };
 template <> struct MmaEntries<rf_bf16> {
     static constexpr TiledEntry<rf_bf16> fast = rf_mxfp4_tiled_matvec_mma_bf16,
                                          wide = rf_mxfp4_tiled_matvec_mma_wide_bf16;
-    static constexpr unsigned codes = RF_T4_NIBBLES;
 };
 
 // The matrix-core entries: warps as the launcher picks them (one a group of 8 blocks, at most
@@ -159,10 +162,16 @@ template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& 
     T* x;
     make_case(mem, c, rng, gguf, x);
     const int n = c.rows, nb = c.blocks_a_row;
-    const Tiled w = tile_gguf(mem, gguf, n, nb, MmaEntries<T>::codes);
+    const Tiled w = tile_gguf(mem, gguf, n, nb);
     const int warps = c.warps();
     const unsigned grid = c.blocks();
-    const size_t shared = (size_t)warps * (RF_T4_STAGES * RF_T4_STAGE + 2 * RF_T4_ROWS * 4); // mxfp4_tiled.rs's
+    // mxfp4_tiled.rs's mma_shared_bytes: the rings, the totals, and for bf16 x as f16 and its
+    // blocks' factors.
+    const bool bf16 = std::is_same<T, rf_bf16>::value;
+    const size_t nbp = (size_t)(nb + RF_T4_GROUP - 1) / RF_T4_GROUP * RF_T4_GROUP;
+    const size_t shared = (size_t)warps * (RF_T4_STAGES * (bf16 ? RF_T4_STAGE_BF16 : RF_T4_STAGE_F16) + 2 * RF_T4_ROWS * 4) +
+                          (bf16 ? 68 * nbp : 0);
+    const std::vector<double> staged = x16_units(x, nb * 32, 1, true);
     double worst = 0.0;
     bool ok = true;
     for (bool wide : {false, true}) {
@@ -170,13 +179,14 @@ template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& 
         T* y = poisoned_y<T>(mem, n);
         const TiledEntry<T> entry = wide ? MmaEntries<T>::wide : MmaEntries<T>::fast;
         emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, shared, emu_dim3{grid, 1, 1}, 32 * warps, 32,
-                          [&] { entry(w.payload, w.scales, x, y, (unsigned)n, (unsigned)nb, MmaEntries<T>::codes); });
-        ok &= ref_check_rows(MXFP4, gguf, nb * 32, x, y, n, 1, worst, wide ? "wide" : "fast");
+                          [&] { entry(w.payload, w.scales, x, y, (unsigned)n, (unsigned)nb); });
+        ok &= ref_check_rows(MXFP4, gguf, nb * 32, x, y, n, 1, worst, wide ? "wide" : "fast", staged.data());
     }
     emu_record(ok ? 0 : 1, worst);
-    std::printf("%-4s rf_mxfp4_tiled_matvec_mma_%-4s warps %d grid %-3u rows %-3d k %-6d scales %s -> %s (worst %.3f of "
-                "tol)\n",
-                ok ? "ok" : "FAIL", Io<T>::name, warps, grid, n, nb * 32, c.scales == FAST ? "fast" : "wide",
+    static const char* const XV[] = {"uniform", "wide", "range"};
+    std::printf("%-4s rf_mxfp4_tiled_matvec_mma_%-4s warps %d grid %-3u rows %-3d k %-6d scales %s x %-7s -> %s (worst "
+                "%.3f of tol)\n",
+                ok ? "ok" : "FAIL", Io<T>::name, warps, grid, n, nb * 32, c.scales == FAST ? "fast" : "wide", XV[c.xv],
                 ok ? "match" : "MISMATCH", worst);
 }
 
@@ -190,25 +200,24 @@ template <typename T> struct PortableEntry;
 RF_FOR_EACH_DTYPE(EMU_T4_ENTRY)
 
 // The portable entry: a tile a block, warps as the launcher picks them (32-thread "warps"
-// whatever the wavefront width), either code order.
-template <typename T> static void portable_case(const TiledCase& c, unsigned codes, int width, std::mt19937_64& rng) {
+// whatever the wavefront width).
+template <typename T> static void portable_case(const TiledCase& c, int width, std::mt19937_64& rng) {
     EmuBuffers mem;
     unsigned char* gguf;
     T* x;
     make_case(mem, c, rng, gguf, x);
     const int n = c.rows, nb = c.blocks_a_row;
-    const Tiled w = tile_gguf(mem, gguf, n, nb, codes);
+    const Tiled w = tile_gguf(mem, gguf, n, nb);
     const int warps = c.warps();
     const unsigned grid = c.blocks();
     T* y = poisoned_y<T>(mem, n);
     emu_launch(emu_dim3{grid, 1, 1}, 32 * warps, width,
-               [&] { PortableEntry<T>::e(w.payload, w.scales, x, y, (unsigned)n, (unsigned)nb, codes); });
+               [&] { PortableEntry<T>::e(w.payload, w.scales, x, y, (unsigned)n, (unsigned)nb); });
     double worst = 0.0;
     const bool ok = ref_check_rows(MXFP4, gguf, nb * 32, x, y, n, 1, worst, "portable");
     emu_record(ok ? 0 : 1, worst);
-    std::printf("%-4s rf_mxfp4_tiled_matvec_%-4s %-7s w%d warps %d grid %-3u rows %-3d k %-6d -> %s (worst %.3f of tol)\n",
-                ok ? "ok" : "FAIL", Io<T>::name, codes == RF_T4_NIBBLES ? "nibbles" : "fields", width, warps, grid, n,
-                nb * 32, ok ? "match" : "MISMATCH", worst);
+    std::printf("%-4s rf_mxfp4_tiled_matvec_%-4s w%d warps %d grid %-3u rows %-3d k %-6d -> %s (worst %.3f of tol)\n",
+                ok ? "ok" : "FAIL", Io<T>::name, width, warps, grid, n, nb * 32, ok ? "match" : "MISMATCH", worst);
 }
 
 #endif // RF_EMU_MMA_SYNC
@@ -226,25 +235,27 @@ int main(int argc, char** argv) {
         {9, 448, 1, false},            // k = 14336: 56 groups, 7 a warp
         {5, 3, 0, false},              // k = 96: a group of 3 blocks, 5 rows
         {33, 64, 2, true, WIDE_BYTES}, // scale bytes past the fast conversion's range
+        {37, 128, 2, true, FAST, WIDE}, // bf16 x of a wide range, staged as block-scaled f16
+        {21, 17, 0, true, FAST, RANGE}, // rows made of the elements that staging rounds
+        {9, 448, 1, false, FAST, WIDE}, // k = 14336: x of 28 KB staged a block
     };
     for (const TiledCase& c : cases) {
         if (quick && !c.quick) continue;
 #ifdef RF_EMU_MMA_SYNC
-        if (c.scales == FAST) mma_case<__half>(c, rng); // the wide bytes overflow f16
+        if (c.scales == FAST && c.xv == UNIFORM) mma_case<__half>(c, rng); // the wide bytes and x overflow f16
         mma_case<rf_bf16>(c, rng);
 #else
+        if (c.xv != UNIFORM) continue; // the portable kernels take x as it is
         for (int width : {32, 64}) {
-            for (unsigned codes : {RF_T4_NIBBLES, RF_T4_FIELDS}) {
-                portable_case<float>(c, codes, width, rng);
-                if (c.scales == FAST) portable_case<__half>(c, codes, width, rng);
-                portable_case<rf_bf16>(c, codes, width, rng);
-            }
+            portable_case<float>(c, width, rng);
+            if (c.scales == FAST) portable_case<__half>(c, width, rng);
+            portable_case<rf_bf16>(c, width, rng);
         }
 #endif
     }
 #ifdef RF_EMU_MMA_SYNC
     return emu_finish("tiled", "rf_mxfp4_tiled_matvec_mma[_wide]_* on emulated mma.sync, warps of 32");
 #else
-    return emu_finish("tiled", "rf_mxfp4_tiled_matvec_* of both code orders, wave32 and wave64");
+    return emu_finish("tiled", "rf_mxfp4_tiled_matvec_*, wave32 and wave64");
 #endif
 }

@@ -7,13 +7,16 @@
 //! take the general conversion (0xFF: NaN; above 240), and the shapes the launcher refuses.
 
 use rocm_kernels::quant::{
-    MxFormat, TiledCodes, TiledMxfp4, mx_matmul_reference, mx_matvec_tiled, mx_matvec_tiled_portable,
+    MxFormat, TiledMxfp4, mx_matmul_reference, mx_matvec_tiled, mx_matvec_tiled_portable,
 };
 use rocm_kernels::{Dtype, KernelError};
-use rocm_runtime::{bf16, f16};
+use rocm_runtime::{MatrixCores, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test};
 
-use super::mxfp::{activations, assert_within, floats, magnitudes, poisoned, random_weights};
+use super::mxfp::{
+    activations, assert_within_rounded, floats, magnitudes, poisoned, random_weights, staging_rounding,
+    wide_range_x,
+};
 
 const FORMAT: MxFormat = MxFormat::Mxfp4Gguf;
 
@@ -34,22 +37,9 @@ const SHAPES: &[(usize, usize)] = &[
     (14_336, 4096),
 ];
 
-/// y = W x on the tiled copy of `w` (codes in T's order, or nibbles for f32: the f32 tests
-/// below take both), by the launcher's choice of kernel or the portable one.
+/// y = W x on the tiled copy of `w`, by the launcher's choice of kernel or the portable one.
 fn tiled_product<T: Dtype>(gpu: &GpuTest, w: &[u8], x: &[T], n: usize, k: usize, portable: bool) -> Vec<T> {
-    tiled_product_in(gpu, w, x, n, k, portable, TiledCodes::for_dtype(T::NAME))
-}
-
-fn tiled_product_in<T: Dtype>(
-    gpu: &GpuTest,
-    w: &[u8],
-    x: &[T],
-    n: usize,
-    k: usize,
-    portable: bool,
-    codes: TiledCodes,
-) -> Vec<T> {
-    let tiled = TiledMxfp4::from_gguf(w, n, k, codes).unwrap().upload(gpu.stream()).unwrap();
+    let tiled = TiledMxfp4::from_gguf(w, n, k).unwrap().upload(gpu.stream()).unwrap();
     let dx = gpu.stream().upload(x).unwrap();
     let mut y = poisoned::<T>(gpu, n);
     if portable {
@@ -60,50 +50,97 @@ fn tiled_product_in<T: Dtype>(
     y.to_vec().unwrap()
 }
 
-fn matches_the_reference<T: Dtype>(gpu: &GpuTest, seed: u64, portable: bool, codes: TiledCodes) {
+fn matches_the_reference<T: Dtype>(gpu: &GpuTest, seed: u64, portable: bool) {
     let mut rng = Rng::new(seed);
     for &(n, k) in SHAPES {
         let w = random_weights(&mut rng, FORMAT, n, k);
         let x = activations::<T>(&mut rng, k);
-        let got = tiled_product_in(gpu, &w, &x, n, k, portable, codes);
-        let xf = floats(&x);
-        let expected = mx_matmul_reference(FORMAT, &w, &xf, 1, n, k).unwrap();
-        let magnitude = magnitudes(FORMAT, &w, &xf, 1, n, k);
-        let what = format!("tiled matvec {} n {n} k {k} portable {portable} {codes:?}", T::NAME);
+        let got = tiled_product(gpu, &w, &x, n, k, portable);
+        let what = format!("tiled matvec {} n {n} k {k} portable {portable}", T::NAME);
         eprintln!("{what}");
-        assert_within(&got, &expected, &magnitude, k, &what);
+        assert_tiled_within(gpu, &got, &w, &x, n, k, portable, &what);
+    }
+}
+
+/// `got` (the product of `w` and `x`) against the f64 reference, within the f32 sums' bound
+/// and, where the matrix-core kernel staged bf16 x as block-scaled f16, what that rounding adds.
+#[allow(clippy::too_many_arguments)]
+fn assert_tiled_within<T: Dtype>(
+    gpu: &GpuTest,
+    got: &[T],
+    w: &[u8],
+    x: &[T],
+    n: usize,
+    k: usize,
+    portable: bool,
+    what: &str,
+) {
+    let xf = floats(x);
+    let expected = mx_matmul_reference(FORMAT, w, &xf, 1, n, k).unwrap();
+    let magnitude = magnitudes(FORMAT, w, &xf, 1, n, k);
+    let rounding = staging_rounding(stages_x::<T>(gpu, portable), FORMAT, w, &xf, 1, n, k);
+    assert_within_rounded(got, &expected, &magnitude, &rounding, k, what);
+}
+
+/// Whether the kernel [`tiled_product`] runs stages x as block-scaled f16: the matrix-core one,
+/// for bf16.
+fn stages_x<T: Dtype>(gpu: &GpuTest, portable: bool) -> bool {
+    T::NAME == "bf16" && !portable && gpu.stream().backend().info().matrix_cores != MatrixCores::None
+}
+
+/// bf16 x of a wide range within each block of 32 ([`wide_range_x`]; the large elements'
+/// weights zero in every row, so the rows are sums of the elements that staging rounds): the
+/// matrix-core kernel stages x as block-scaled f16 (`kernels/include/rocmforge_x16.h`) for
+/// every k, within the bound that adds; the portable kernel takes x as it is.
+#[test]
+fn tiled_matvec_bf16_x_of_wide_range_is_within_the_staging_bound() {
+    let gpu = gpu_test!();
+    let mut rng = Rng::new(0x7131);
+    for (n, k) in [(33, 4096), (7, 96), (17, 2880)] {
+        let mut w = random_weights(&mut rng, FORMAT, n, k);
+        // Element 0 of each block of the pattern's first kind: the low nibble of its first payload byte.
+        for (i, block) in w.chunks_exact_mut(17).enumerate() {
+            if (i % (k / 32)).is_multiple_of(5) {
+                block[1] &= 0xf0;
+            }
+        }
+        let x: Vec<bf16> = wide_range_x(&mut rng, k).into_iter().map(bf16::from_f32).collect();
+        for portable in [false, true] {
+            let got = tiled_product(&gpu, &w, &x, n, k, portable);
+            let what = format!("wide-range bf16 x, n {n} k {k} portable {portable}");
+            assert_tiled_within(&gpu, &got, &w, &x, n, k, portable, &what);
+        }
     }
 }
 
 #[test]
 fn tiled_matvec_matches_the_reference_f32() {
     let gpu = gpu_test!();
-    matches_the_reference::<f32>(&gpu, 0x7101, false, TiledCodes::Nibbles);
-    matches_the_reference::<f32>(&gpu, 0x7106, false, TiledCodes::Fields);
+    matches_the_reference::<f32>(&gpu, 0x7101, false);
 }
 
 #[test]
 fn tiled_matvec_matches_the_reference_f16() {
     let gpu = gpu_test!();
-    matches_the_reference::<f16>(&gpu, 0x7102, false, TiledCodes::Fields);
+    matches_the_reference::<f16>(&gpu, 0x7102, false);
 }
 
 #[test]
 fn tiled_matvec_matches_the_reference_bf16() {
     let gpu = gpu_test!();
-    matches_the_reference::<bf16>(&gpu, 0x7103, false, TiledCodes::Nibbles);
+    matches_the_reference::<bf16>(&gpu, 0x7103, false);
 }
 
 #[test]
 fn portable_tiled_matvec_matches_the_reference_f16() {
     let gpu = gpu_test!();
-    matches_the_reference::<f16>(&gpu, 0x7104, true, TiledCodes::Fields);
+    matches_the_reference::<f16>(&gpu, 0x7104, true);
 }
 
 #[test]
 fn portable_tiled_matvec_matches_the_reference_bf16() {
     let gpu = gpu_test!();
-    matches_the_reference::<bf16>(&gpu, 0x7105, true, TiledCodes::Nibbles);
+    matches_the_reference::<bf16>(&gpu, 0x7105, true);
 }
 
 /// Scale bytes at and off the fast conversion's range (0..=240), one matrix each: 0xFF (NaN:
@@ -142,6 +179,7 @@ fn special_scales<T: Dtype>(gpu: &GpuTest, seed: u64, portable: bool) {
         let xf = floats(&x);
         let expected = mx_matmul_reference(FORMAT, &w, &xf, 1, n, k).unwrap();
         let magnitude = magnitudes(FORMAT, &w, &xf, 1, n, k);
+        let rounding = staging_rounding(stages_x::<T>(gpu, portable), FORMAT, &w, &xf, 1, n, k);
         for &r in &nan_rows {
             assert!(
                 got[r].to_f32().is_nan(),
@@ -156,7 +194,7 @@ fn special_scales<T: Dtype>(gpu: &GpuTest, seed: u64, portable: bool) {
         let pick = |v: &[f64]| keep.iter().map(|&r| v[r]).collect::<Vec<_>>();
         let got_rest: Vec<T> = keep.iter().map(|&r| got[r]).collect();
         let what = format!("special scales ({case}) {} portable {portable}", T::NAME);
-        assert_within(&got_rest, &pick(&expected), &pick(&magnitude), k, &what);
+        assert_within_rounded(&got_rest, &pick(&expected), &pick(&magnitude), &pick(&rounding), k, &what);
         if case == "large" && T::NAME != "f16" {
             assert!(keep.contains(&9) && got[9].to_f32().abs() > 1e30, "{what}: row 9 is {:?}", got[9]);
         }
@@ -191,13 +229,13 @@ fn portable_tiled_special_scales_bf16() {
 fn tiled_empty_shapes() {
     let gpu = gpu_test!();
     // k = 0: every row is an empty sum.
-    let w = TiledMxfp4::from_gguf(&[], 5, 0, TiledCodes::Fields).unwrap().upload(gpu.stream()).unwrap();
+    let w = TiledMxfp4::from_gguf(&[], 5, 0).unwrap().upload(gpu.stream()).unwrap();
     let x = gpu.stream().alloc::<f16>(0).unwrap();
     let mut y = poisoned::<f16>(&gpu, 5);
     mx_matvec_tiled(&w, &x, &mut y).unwrap();
     assert_eq!(y.to_vec().unwrap(), [f16::from_f32(0.0); 5]);
     // n = 0: nothing to write, and no launch.
-    let w = TiledMxfp4::from_gguf(&[], 0, 64, TiledCodes::Fields).unwrap().upload(gpu.stream()).unwrap();
+    let w = TiledMxfp4::from_gguf(&[], 0, 64).unwrap().upload(gpu.stream()).unwrap();
     let x = gpu.stream().alloc::<f16>(64).unwrap();
     let mut y = gpu.stream().alloc::<f16>(0).unwrap();
     mx_matvec_tiled(&w, &x, &mut y).unwrap();
@@ -207,7 +245,7 @@ fn tiled_empty_shapes() {
 fn tiled_shapes_are_refused() {
     let gpu = gpu_test!();
     let blocks = vec![0u8; 7 * 3 * 17];
-    let w = TiledMxfp4::from_gguf(&blocks, 7, 96, TiledCodes::Nibbles).unwrap().upload(gpu.stream()).unwrap();
+    let w = TiledMxfp4::from_gguf(&blocks, 7, 96).unwrap().upload(gpu.stream()).unwrap();
     let message = |r: Result<(), KernelError>| crate::shape_message(r, "mxfp4_tiled");
     let x = gpu.stream().alloc::<f32>(95).unwrap();
     let mut y = gpu.stream().alloc::<f32>(7).unwrap();
@@ -219,11 +257,4 @@ fn tiled_shapes_are_refused() {
     assert!(message(mx_matvec_tiled(&w, &x, &mut y8)).contains("y has 8 elements"));
     mx_matvec_tiled(&w, &x, &mut y).unwrap();
     assert_eq!(y.to_vec().unwrap(), [0.0; 7], "all-zero codes");
-    // f16 activations decode fields, not the nibbles this weight holds.
-    let x16 = gpu.stream().alloc::<f16>(96).unwrap();
-    let mut y16 = gpu.stream().alloc::<f16>(7).unwrap();
-    assert!(
-        message(mx_matvec_tiled(&w, &x16, &mut y16))
-            .contains("tiled with Nibbles codes; f16 activations need Fields")
-    );
 }

@@ -1,0 +1,90 @@
+// rocmforge_x16.h: x staged once a block in shared memory as f16, for the matrix-core
+// matrix-vector kernels whose weights decode to f16 more cheaply than to bf16
+// (mxfp4_tiled.hip's, whose bf16 launches then run the f16 decode and f16 mma).
+//
+// rf_x16<T>::stage(x, xs, xf, k): the block's threads copy x (k elements, k % 32 == 0, 16-byte
+// aligned) into xs. f16 x as it is. bf16 x as f16, each 32-element block scaled by the power of
+// two 2^s that puts its largest finite magnitude in [2^14, 2^15), s at most 126 (so that the
+// factor below is a normal f32; a block of zeros takes s = 0), with xf[b] = 2^-s (SCALED): a
+// block's sum over the scaled x times xf[b] is the sum over x itself, exactly. Exact for every
+// element of at least 2^(e - 31), e the exponent of the block's largest finite magnitude (8
+// significant bits fit above f16's subnormal spacing; for blocks below 2^-112, where s stops at
+// 126, a narrower window); a smaller element is rounded to a multiple of 2^(-24 - s), an error of
+// at most 2^(-25 - s) times its weight (docs/kernels/mxfp.md, "bf16 x as scaled f16").
+// Infinities and NaNs keep their class.
+// The caller's barrier publishes xs and xf.
+
+#ifndef ROCMFORGE_X16_H
+#define ROCMFORGE_X16_H
+
+#include "rocmforge.h"
+
+template <typename T> struct rf_x16;
+template <> struct rf_x16<__half> {
+    static constexpr bool SCALED = false;
+    // x as it is, 16-byte vectors, two in flight a thread (four spilled in the f16 gate-and-up
+    // entry, at 96 registers).
+    static RF_DEVICE void stage(const __half* x, __half* xs, float*, rf_u64 k) {
+        const unsigned vecs = (unsigned)(k / 8);
+        for (unsigned base = 0; base < vecs; base += 2 * blockDim.x) {
+            uint4 v[2];
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const unsigned i = base + u * blockDim.x + threadIdx.x;
+                if (i < vecs) {
+                    v[u] = reinterpret_cast<const uint4*>(x)[i];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const unsigned i = base + u * blockDim.x + threadIdx.x;
+                if (i < vecs) {
+                    reinterpret_cast<uint4*>(xs)[i] = v[u];
+                }
+            }
+        }
+    }
+};
+template <> struct rf_x16<rf_bf16> {
+    static constexpr bool SCALED = true;
+    // A thread a 32-element block: its largest finite magnitude (bf16 bits are ordered as the
+    // magnitudes), the scale, the f16 values (two exact multiplications by 2^(s/2), 2^(s - s/2):
+    // 2^126 and 2^-113 are, but not every power between them in one factor), and the factor.
+    static RF_DEVICE void stage(const rf_bf16* x, __half* xs, float* xf, rf_u64 k) {
+        const unsigned blocks = (unsigned)(k / RF_QK);
+        for (unsigned b = threadIdx.x; b < blocks; b += blockDim.x) {
+            uint4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                v[u] = reinterpret_cast<const uint4*>(x)[4 * b + u];
+            }
+            const unsigned* w = &v[0].x;
+            unsigned m = 0;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const unsigned lo = w[i] & 0x7fffu, hi = (w[i] >> 16) & 0x7fffu;
+                m = lo < 0x7f80u && lo > m ? lo : m;
+                m = hi < 0x7f80u && hi > m ? hi : m;
+            }
+            const int e = (int)(m >> 7); // the biased exponent (0: a subnormal maximum)
+            const int sc = m == 0 ? 0 : 141 - e < 126 ? 141 - e : 126;
+            const float s1 = __uint_as_float((unsigned)(127 + sc / 2) << 23);
+            const float s2 = __uint_as_float((unsigned)(127 + sc - sc / 2) << 23);
+            uint4 o[4];
+            unsigned* ow = &o[0].x;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const float f0 = __uint_as_float(w[i] << 16) * s1 * s2;
+                const float f1 = __uint_as_float(w[i] & 0xffff0000u) * s1 * s2;
+                ow[i] = rf_pack2_bits16<__half>(f0, f1);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                reinterpret_cast<uint4*>(xs)[4 * b + u] = o[u];
+            }
+            xf[b] = __uint_as_float((unsigned)(127 - sc) << 23);
+        }
+    }
+};
+
+#endif // ROCMFORGE_X16_H
