@@ -108,8 +108,7 @@ RF_DEVICE void rf_t4_decode_f16(unsigned w, unsigned (&o)[4]) {
 
 // A warp's place in its block's stream of (tile, group) pairs, the groups w, w + W, ... < G of
 // each tile in turn, with the lane's source addresses of the group: its 16 bytes of payload
-// (pair 0; pair i is 512 i bytes on), the tile's scales of the group, and (f16) its 16 bytes of
-// x.
+// (pair 0; pair i is 512 i bytes on), the tile's scales of the group, and (f16) its x's.
 template <typename T> struct rf_t4_cursor {
     unsigned q;
     const unsigned char* payload; // this lane's bytes of pair 0 of group q
@@ -262,7 +261,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
         }
         rf_cp_async_commit();
     }
-    if (ONCE) {
+    if constexpr (ONCE) {
         // x, while those copies are in flight; the padding blocks' x zero (their codes are
         // zeros too, and 0 x 0 keeps their sums 0 where garbage x could make them NaN).
         X::stage(x, xs, xf, (rf_u64)nb * RF_QK);

@@ -2,10 +2,10 @@
 // matrix-vector kernels whose weights decode to f16 more cheaply than to bf16
 // (mxfp4_tiled.hip's, whose bf16 launches then run the f16 decode and f16 mma).
 //
-// rf_x16<T>::stage(x, xs, xf, k): the block's threads copy x (k elements, k % 32 == 0, 16-byte
-// aligned) into xs. f16 x as it is. bf16 x as f16, each 32-element block scaled by the power of
-// two 2^s that puts its largest finite magnitude in [2^14, 2^15), s at most 126 (so that the
-// factor below is a normal f32; a block of zeros takes s = 0), with xf[b] = 2^-s (SCALED): a
+// rf_x16<rf_bf16>::stage(x, xs, xf, k): the block's threads copy x (k elements, k % 32 == 0,
+// 16-byte aligned) into xs as f16, each 32-element block scaled by the power of two 2^s that
+// puts its largest finite magnitude in [2^14, 2^15), s at most 126 (so that the factor below is
+// a normal f32; a block of zeros takes s = 0), with xf[b] = 2^-s (SCALED): a
 // block's sum over the scaled x times xf[b] is the sum over x itself, exactly. Exact for every
 // element of at least 2^(e - 31), e the exponent of the block's largest finite magnitude (8
 // significant bits fit above f16's subnormal spacing; for blocks below 2^-112, where s stops at
@@ -21,29 +21,7 @@
 
 template <typename T> struct rf_x16;
 template <> struct rf_x16<__half> {
-    static constexpr bool SCALED = false;
-    // x as it is, 16-byte vectors, two in flight a thread (four spilled in the f16 gate-and-up
-    // entry, at 96 registers).
-    static RF_DEVICE void stage(const __half* x, __half* xs, float*, rf_u64 k) {
-        const unsigned vecs = (unsigned)(k / 8);
-        for (unsigned base = 0; base < vecs; base += 2 * blockDim.x) {
-            uint4 v[2];
-#pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const unsigned i = base + u * blockDim.x + threadIdx.x;
-                if (i < vecs) {
-                    v[u] = reinterpret_cast<const uint4*>(x)[i];
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const unsigned i = base + u * blockDim.x + threadIdx.x;
-                if (i < vecs) {
-                    reinterpret_cast<uint4*>(xs)[i] = v[u];
-                }
-            }
-        }
-    }
+    static constexpr bool SCALED = false; // f16 x is used as it is: nothing to stage
 };
 template <> struct rf_x16<rf_bf16> {
     static constexpr bool SCALED = true;
