@@ -58,8 +58,6 @@ pub mod quant_gemm;
 #[cfg(test)]
 mod kquant_tests;
 #[cfg(test)]
-mod test_devices;
-#[cfg(test)]
 mod tests;
 
 pub use dequant::{BlockFormat, dequantize, dequantize_into, dequantize_range, dequantize_reference};

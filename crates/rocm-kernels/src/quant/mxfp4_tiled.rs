@@ -259,10 +259,16 @@ fn entry(cores: MatrixCores, dtype: &str, max_scale: u8) -> String {
     format!("{prefix}_{dtype}")
 }
 
+/// Whether the matrix-core kernel stages x once a block, as block-scaled f16 (bf16), rather
+/// than a group's x in each stage of its rings (f16).
+fn stages_x_once(dtype: &str) -> bool {
+    dtype == "bf16"
+}
+
 /// Bytes of one stage of the matrix-core kernel's per-warp ring for activations of `dtype`: a
-/// group's payload and scales, and for f16 its x (bf16 x is staged once a block).
+/// group's payload and scales, and its x unless [`stages_x_once`].
 fn stage_bytes(dtype: &str) -> usize {
-    (if dtype == "bf16" { abi::RF_T4_STAGE_BF16 } else { abi::RF_T4_STAGE_F16 }) as usize
+    (if stages_x_once(dtype) { abi::RF_T4_STAGE_BF16 } else { abi::RF_T4_STAGE_F16 }) as usize
 }
 /// Stages of a warp's ring: 2 groups in flight while one is multiplied.
 const STAGES: usize = abi::RF_T4_STAGES as usize;
@@ -277,7 +283,7 @@ const RESERVED_SHARED: usize = 1024;
 /// buffers of `warps * 16` floats, by tile parity), then for bf16 x staged as f16 (the padded
 /// row's blocks) and each block's f32 factor (`kernels/include/rocmforge_x16.h`).
 fn mma_shared_bytes(warps: usize, k: usize, dtype: &str) -> usize {
-    let x_once = if dtype == "bf16" { (2 * QK + 4) * padded_blocks(k) } else { 0 };
+    let x_once = if stages_x_once(dtype) { (2 * QK + 4) * padded_blocks(k) } else { 0 };
     warps * (STAGES * stage_bytes(dtype) + 2 * TILE_ROWS * 4) + x_once
 }
 
@@ -306,7 +312,7 @@ fn launch_shape(
     }
     let shared = mma_shared_bytes(warps, k, dtype);
     ensure(shared <= optin, KERNEL, || {
-        let why = if dtype == "bf16" { " (bf16 x is staged whole)" } else { "" };
+        let why = if stages_x_once(dtype) { " (bf16 x is staged whole)" } else { "" };
         format!("k = {k} needs {shared} bytes of shared memory{why}, the device allows {optin}")
     })?;
     // A multiprocessor's shared memory is the per-block opt-in limit plus the reserve.
@@ -428,7 +434,6 @@ pub(crate) fn launchable() -> Vec<Launchable> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::test_devices::nvidia;
     use crate::quant::{dequantize_mxfp4_gguf, quantize_mxfp4_gguf};
 
     fn random_blocks(seed: u64, n: usize, k: usize) -> Vec<u8> {
@@ -550,6 +555,31 @@ mod tests {
         assert!(message(TiledMxfp4::from_gguf(&[0; 17], 1, 33)).contains("not a multiple of 32"));
         assert!(message(TiledMxfp4::from_gguf(&[0; 16], 1, 32)).contains("w holds 16 bytes"));
         assert!(message(TiledMxfp4::from_gguf(&[0; 17], usize::MAX, 32)).contains("overflows"));
+    }
+
+    fn nvidia(name: &str, sms: u32, optin_kib: u32) -> rocm_runtime::DeviceInfo {
+        rocm_runtime::DeviceInfo {
+            ordinal: 0,
+            platform: rocm_runtime::Platform::Nvidia,
+            code_objects: rocm_runtime::CodeObjectKind::Nvidia,
+            name: name.into(),
+            arch: "sm_90".into(),
+            compute_units: sms,
+            warp_size: 32,
+            max_threads_per_block: 1024,
+            max_grid: [i32::MAX as u32, 65_535, 65_535],
+            shared_mem_per_block: 48 * 1024,
+            shared_mem_per_block_optin: optin_kib * 1024,
+            l2_cache_bytes: 50 << 20,
+            total_memory: 80 << 30,
+            pci_bus_id: 0,
+            stream_ordered_memory: true,
+            matrix_cores: MatrixCores::MmaSync,
+            warpgroup_mma: true,
+            dependent_launch: false,
+            tensor_maps: true,
+            drives_display: false,
+        }
     }
 
     /// Resident blocks follow the multiprocessor's shared memory: 3 a multiprocessor on an H100

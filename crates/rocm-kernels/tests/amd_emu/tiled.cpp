@@ -112,13 +112,17 @@ struct TiledCase {
     }
 };
 
-// A case's GGUF weight (random codes; scales per `scales`) and x (uniform in (-1, 1), times
-// 2^-60 with the wide bytes, which only bf16 and f32 hold; or per the case's XValues, RANGE
-// with element 0 of every block's weight zero in every row).
-template <typename T> static void make_case(EmuBuffers& mem, const TiledCase& c, std::mt19937_64& rng,
-                                            unsigned char*& gguf, T*& x) {
+// A case's GGUF weight (random codes; scales per `scales`), tiled, and x (uniform in (-1, 1),
+// times 2^-60 with the wide bytes, which only bf16 and f32 hold; or per the case's XValues,
+// RANGE with element 0 of every block's weight zero in every row).
+template <typename T> struct CaseData {
+    unsigned char* gguf;
+    Tiled w;
+    T* x;
+};
+template <typename T> static CaseData<T> make_case(EmuBuffers& mem, const TiledCase& c, std::mt19937_64& rng) {
     const size_t blocks = (size_t)c.rows * c.blocks_a_row;
-    gguf = mem.exact<unsigned char>(blocks * 17);
+    unsigned char* gguf = mem.exact<unsigned char>(blocks * 17);
     ref_random_blocks(MXFP4, gguf, blocks, 0, 1, rng);
     for (size_t b = 0; b < blocks; ++b) {
         const unsigned r = (unsigned)(rng() % 16);
@@ -128,13 +132,14 @@ template <typename T> static void make_case(EmuBuffers& mem, const TiledCase& c,
         gguf[b * 17] = s;
     }
     const int k = c.blocks_a_row * 32;
-    x = mem.exact<T>(k);
+    T* x = mem.exact<T>(k);
     std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
     for (int i = 0; i < k; ++i) x[i] = Io<T>::store(c.scales == WIDE_BYTES ? std::ldexp(ux(rng), -60) : ux(rng));
     if (c.xv != UNIFORM) fill_x(x, k, c.xv, rng);
     if (c.xv == RANGE) { // element 0 of each block: the low nibble of its first payload byte
         for (size_t b = 0; b < blocks; ++b) gguf[b * 17 + 1] &= 0xf0;
     }
+    return {gguf, tile_gguf(mem, gguf, c.rows, c.blocks_a_row), x};
 }
 
 template <typename T> static T* poisoned_y(EmuBuffers& mem, int n) {
@@ -158,11 +163,8 @@ template <> struct MmaEntries<rf_bf16> {
 // RF_T4_WARPS), the rings and the totals as its dynamic shared memory, the case's grid.
 template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& rng) {
     EmuBuffers mem;
-    unsigned char* gguf;
-    T* x;
-    make_case(mem, c, rng, gguf, x);
+    const CaseData<T> d = make_case<T>(mem, c, rng);
     const int n = c.rows, nb = c.blocks_a_row;
-    const Tiled w = tile_gguf(mem, gguf, n, nb);
     const int warps = c.warps();
     const unsigned grid = c.blocks();
     // mxfp4_tiled.rs's mma_shared_bytes: the rings, the totals, and for bf16 x as f16 and its
@@ -171,7 +173,7 @@ template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& 
     const size_t nbp = (size_t)(nb + RF_T4_GROUP - 1) / RF_T4_GROUP * RF_T4_GROUP;
     const size_t shared = (size_t)warps * (RF_T4_STAGES * (bf16 ? RF_T4_STAGE_BF16 : RF_T4_STAGE_F16) + 2 * RF_T4_ROWS * 4) +
                           (bf16 ? 68 * nbp : 0);
-    const std::vector<double> staged = x16_units(x, nb * 32, 1, true);
+    const std::vector<double> staged = x16_units(d.x, nb * 32, 1, true);
     double worst = 0.0;
     bool ok = true;
     for (bool wide : {false, true}) {
@@ -179,8 +181,8 @@ template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& 
         T* y = poisoned_y<T>(mem, n);
         const TiledEntry<T> entry = wide ? MmaEntries<T>::wide : MmaEntries<T>::fast;
         emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, shared, emu_dim3{grid, 1, 1}, 32 * warps, 32,
-                          [&] { entry(w.payload, w.scales, x, y, (unsigned)n, (unsigned)nb); });
-        ok &= ref_check_rows(MXFP4, gguf, nb * 32, x, y, n, 1, worst, wide ? "wide" : "fast", staged.data());
+                          [&] { entry(d.w.payload, d.w.scales, d.x, y, (unsigned)n, (unsigned)nb); });
+        ok &= ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, y, n, 1, worst, wide ? "wide" : "fast", staged.data());
     }
     emu_record(ok ? 0 : 1, worst);
     static const char* const XV[] = {"uniform", "wide", "range"};
@@ -203,18 +205,15 @@ RF_FOR_EACH_DTYPE(EMU_T4_ENTRY)
 // whatever the wavefront width).
 template <typename T> static void portable_case(const TiledCase& c, int width, std::mt19937_64& rng) {
     EmuBuffers mem;
-    unsigned char* gguf;
-    T* x;
-    make_case(mem, c, rng, gguf, x);
+    const CaseData<T> d = make_case<T>(mem, c, rng);
     const int n = c.rows, nb = c.blocks_a_row;
-    const Tiled w = tile_gguf(mem, gguf, n, nb);
     const int warps = c.warps();
     const unsigned grid = c.blocks();
     T* y = poisoned_y<T>(mem, n);
     emu_launch(emu_dim3{grid, 1, 1}, 32 * warps, width,
-               [&] { PortableEntry<T>::e(w.payload, w.scales, x, y, (unsigned)n, (unsigned)nb); });
+               [&] { PortableEntry<T>::e(d.w.payload, d.w.scales, d.x, y, (unsigned)n, (unsigned)nb); });
     double worst = 0.0;
-    const bool ok = ref_check_rows(MXFP4, gguf, nb * 32, x, y, n, 1, worst, "portable");
+    const bool ok = ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, y, n, 1, worst, "portable");
     emu_record(ok ? 0 : 1, worst);
     std::printf("%-4s rf_mxfp4_tiled_matvec_%-4s w%d warps %d grid %-3u rows %-3d k %-6d -> %s (worst %.3f of tol)\n",
                 ok ? "ok" : "FAIL", Io<T>::name, width, warps, grid, n, nb * 32, ok ? "match" : "MISMATCH", worst);

@@ -7,7 +7,7 @@
 //! matrix cores: 16-byte or word copies likewise), and the shapes the launchers must refuse.
 
 use rocm_kernels::quant::{
-    MxFormat, QK, QuantProduct, mx_matmul, mx_matmul_reference, mx_matvec, mx_matvec_group, x16_rounding_unit,
+    MxFormat, QK, QuantProduct, mx_matmul, mx_matmul_reference, mx_matvec, mx_matvec_group,
 };
 use rocm_kernels::{Dtype, KernelError};
 use rocm_runtime::{DeviceBuffer, Error, bf16, f16};
@@ -54,59 +54,6 @@ pub(crate) fn magnitudes(format: MxFormat, w: &[u8], x: &[f32], m: usize, n: usi
     out
 }
 
-/// `sum_c |W[r, c]|` times [`x16_rounding_unit`] of x's block `c / 32` for each output, where
-/// `staged` (a kernel that stages bf16 x as block-scaled f16, `kernels/include/rocmforge_x16.h`:
-/// the tiled matrix-core kernel); zeros otherwise.
-pub(crate) fn staging_rounding(
-    staged: bool,
-    format: MxFormat,
-    w: &[u8],
-    x: &[f32],
-    m: usize,
-    n: usize,
-    k: usize,
-) -> Vec<f64> {
-    let mut out = vec![0.0f64; m * n];
-    if !staged || k == 0 {
-        return out;
-    }
-    let mut decoded = vec![0.0f32; n * k];
-    format.block_format().dequantize(w, &mut decoded).unwrap();
-    for (xi, oi) in x.chunks_exact(k).zip(out.chunks_exact_mut(n)) {
-        let unit: Vec<f64> = xi.chunks_exact(QK).map(x16_rounding_unit).collect();
-        for (wr, o) in decoded.chunks_exact(k).zip(oi.iter_mut()) {
-            *o = wr
-                .chunks_exact(QK)
-                .zip(&unit)
-                .map(|(b, u)| b.iter().map(|v| f64::from(v.abs())).sum::<f64>() * u)
-                .sum();
-        }
-    }
-    out
-}
-
-/// `len` activations whose 32-element blocks take five kinds in turn, for the staging of bf16 x
-/// as block-scaled f16 (`kernels/include/rocmforge_x16.h`): one element of 2^20 and 31 near
-/// 2^-20 (a caller zeroes the large one's weight, so the rows are made of rounded elements);
-/// magnitudes spread over 2^-60..2^60; zeros; bf16 subnormals; values near 2^100.
-pub(crate) fn wide_range_x(rng: &mut Rng, len: usize) -> Vec<f32> {
-    let mut x = vec![0.0f32; len];
-    for (b, block) in x.chunks_exact_mut(QK).enumerate() {
-        for (e, v) in block.iter_mut().enumerate() {
-            let u = rng.f32_vec(1, -1.0, 1.0)[0];
-            *v = match b % 5 {
-                0 if e == 0 => 2f32.powi(20),
-                0 => u * 2f32.powi(-20),
-                1 => u * 2f32.powi(rng.below(121) as i32 - 60),
-                2 => 0.0,
-                3 => u * 2f32.powi(-127 - rng.below(6) as i32),
-                _ => u * 2f32.powi(100),
-            };
-        }
-    }
-    x
-}
-
 /// The kernels sum `k` products in f32 in some order (per lane, then across the warp; or per
 /// thread of a tile): whatever the order, the error is at most `(k - 1) u sum |w x|` with
 /// `u = 2^-24` (first order); `k 2^-23` doubles that for margin. Each product is exact in f32
@@ -118,7 +65,7 @@ pub(crate) fn assert_within<T: Dtype>(got: &[T], expected: &[f64], magnitude: &[
 }
 
 /// [`assert_within`] where x itself may have been rounded by up to `x_rounding[i]` (summed over
-/// the output's terms: [`staging_rounding`]): that error joins the sum's terms.
+/// the output's terms: mxfp4_tiled.rs's `staging_rounding`): that error joins the sum's terms.
 pub(crate) fn assert_within_rounded<T: Dtype>(
     got: &[T],
     expected: &[f64],

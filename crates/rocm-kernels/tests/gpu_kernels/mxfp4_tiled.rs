@@ -7,16 +7,14 @@
 //! take the general conversion (0xFF: NaN; above 240), and the shapes the launcher refuses.
 
 use rocm_kernels::quant::{
-    MxFormat, TiledMxfp4, mx_matmul_reference, mx_matvec_tiled, mx_matvec_tiled_portable,
+    MxFormat, QK, TiledMxfp4, mx_matmul_reference, mx_matvec_tiled, mx_matvec_tiled_portable,
+    x16_rounding_unit,
 };
 use rocm_kernels::{Dtype, KernelError};
 use rocm_runtime::{MatrixCores, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test};
 
-use super::mxfp::{
-    activations, assert_within_rounded, floats, magnitudes, poisoned, random_weights, staging_rounding,
-    wide_range_x,
-};
+use super::mxfp::{activations, assert_within_rounded, floats, magnitudes, poisoned, random_weights};
 
 const FORMAT: MxFormat = MxFormat::Mxfp4Gguf;
 
@@ -78,14 +76,60 @@ fn assert_tiled_within<T: Dtype>(
     let xf = floats(x);
     let expected = mx_matmul_reference(FORMAT, w, &xf, 1, n, k).unwrap();
     let magnitude = magnitudes(FORMAT, w, &xf, 1, n, k);
-    let rounding = staging_rounding(stages_x::<T>(gpu, portable), FORMAT, w, &xf, 1, n, k);
+    let rounding = staging_rounding::<T>(gpu, portable, w, &xf, n, k);
     assert_within_rounded(got, &expected, &magnitude, &rounding, k, what);
 }
 
-/// Whether the kernel [`tiled_product`] runs stages x as block-scaled f16: the matrix-core one,
-/// for bf16.
-fn stages_x<T: Dtype>(gpu: &GpuTest, portable: bool) -> bool {
-    T::NAME == "bf16" && !portable && gpu.stream().backend().info().matrix_cores != MatrixCores::None
+/// What staging bf16 x as block-scaled f16 (`kernels/include/rocmforge_x16.h`) may add to each
+/// of the `n` outputs where the kernel [`tiled_product`] runs does so (the matrix-core one, for
+/// bf16): `sum_c |W[r, c]|` times [`x16_rounding_unit`] of x's block `c / 32`; zeros elsewhere.
+fn staging_rounding<T: Dtype>(
+    gpu: &GpuTest,
+    portable: bool,
+    w: &[u8],
+    x: &[f32],
+    n: usize,
+    k: usize,
+) -> Vec<f64> {
+    let staged =
+        T::NAME == "bf16" && !portable && gpu.stream().backend().info().matrix_cores != MatrixCores::None;
+    if !staged || k == 0 {
+        return vec![0.0; n];
+    }
+    let mut decoded = vec![0.0f32; n * k];
+    FORMAT.block_format().dequantize(w, &mut decoded).unwrap();
+    let unit: Vec<f64> = x.chunks_exact(QK).map(x16_rounding_unit).collect();
+    decoded
+        .chunks_exact(k)
+        .map(|row| {
+            row.chunks_exact(QK)
+                .zip(&unit)
+                .map(|(b, u)| b.iter().map(|v| f64::from(v.abs())).sum::<f64>() * u)
+                .sum()
+        })
+        .collect()
+}
+
+/// `len` activations whose 32-element blocks take five kinds in turn, for the staging of bf16 x
+/// as block-scaled f16 (`kernels/include/rocmforge_x16.h`): one element of 2^20 and 31 near
+/// 2^-20 (a caller zeroes the large one's weight, so the rows are made of rounded elements);
+/// magnitudes spread over 2^-60..2^60; zeros; bf16 subnormals; values near 2^100.
+fn wide_range_x(rng: &mut Rng, len: usize) -> Vec<f32> {
+    let mut x = vec![0.0f32; len];
+    for (b, block) in x.chunks_exact_mut(QK).enumerate() {
+        for (e, v) in block.iter_mut().enumerate() {
+            let u = rng.f32_vec(1, -1.0, 1.0)[0];
+            *v = match b % 5 {
+                0 if e == 0 => 2f32.powi(20),
+                0 => u * 2f32.powi(-20),
+                1 => u * 2f32.powi(rng.below(121) as i32 - 60),
+                2 => 0.0,
+                3 => u * 2f32.powi(-127 - rng.below(6) as i32),
+                _ => u * 2f32.powi(100),
+            };
+        }
+    }
+    x
 }
 
 /// bf16 x of a wide range within each block of 32 ([`wide_range_x`]; the large elements'
@@ -179,7 +223,7 @@ fn special_scales<T: Dtype>(gpu: &GpuTest, seed: u64, portable: bool) {
         let xf = floats(&x);
         let expected = mx_matmul_reference(FORMAT, &w, &xf, 1, n, k).unwrap();
         let magnitude = magnitudes(FORMAT, &w, &xf, 1, n, k);
-        let rounding = staging_rounding(stages_x::<T>(gpu, portable), FORMAT, &w, &xf, 1, n, k);
+        let rounding = staging_rounding::<T>(gpu, portable, &w, &xf, n, k);
         for &r in &nan_rows {
             assert!(
                 got[r].to_f32().is_nan(),
