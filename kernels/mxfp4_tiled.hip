@@ -14,7 +14,10 @@
 //   scales:  E8M0 byte of (tile t, row r < 16, block b) at ((t * nbp / 8 + b / 8) * 16 + r) * 8
 //            + b % 8: a group of 8 blocks of a tile is 128 contiguous bytes.
 //
-// Entries, (payload, scales, x, y, u32 n, u32 nb): nb = k / 32:
+// Entries, (payload, scales, x, rf_t4_outputs y, u32 nb): nb = k / 32, the weight's n rows written
+// to up to three outputs by row range (rocmforge_mxfp4_tiled_abi.h: weights stacked along their
+// rows, one launch for a layer's Q, K and V); launched as dependent launches
+// (rocmforge_dependent_launch.h: the first weight copies go out before the wait):
 //   rf_mxfp4_tiled_matvec_mma_<dt>       f16 / bf16 on NVIDIA sm_80+, scale bytes all <= 240 (the
 //                                        launcher knows the maximum)
 //   rf_mxfp4_tiled_matvec_mma_wide_<dt>  the same for any scale byte (0xFF: NaN)
@@ -51,6 +54,7 @@
 
 #include "rocmforge_quant.h"
 #include "rocmforge_mma.h"
+#include "rocmforge_dependent_launch.h"
 #include "rocmforge_mxfp4_tiled_abi.h"
 #include "rocmforge_x16.h"
 
@@ -67,17 +71,26 @@ RF_DEVICE unsigned rf_t4_code(unsigned w, int i, int h) {
     return ((w >> (mag + 16 * h)) & 7u) | (((w >> (sign + 16 * h)) & 1u) << 3);
 }
 
+// Where row `row` of the weight goes in the launch's outputs (rf_t4_outputs): by selects, not an
+// index into the parameter (rocmforge_products.h says why).
+template <typename T> RF_DEVICE T* rf_t4_out(const rf_t4_outputs& out, unsigned row) {
+    static_assert(RF_T4_OUTPUTS == 3, "a select for each output past the first");
+    return row < out.end[0]   ? static_cast<T*>(out.y[0]) + row
+           : row < out.end[1] ? static_cast<T*>(out.y[1]) + (row - out.end[0])
+                              : static_cast<T*>(out.y[2]) + (row - out.end[1]);
+}
+
 // Adds the warps' row totals of a tile (shared `sums[(warp * 16 + row) * PER_ROW + i]`) in warp
-// order and writes the tile's rows of y; every thread of the block calls it, once the totals are
-// written. One barrier: callers alternate two buffers by tile parity, so the next tile's writes go
-// to the other one, and the writes of tile t + 2 come after the barrier of tile t + 1, which the
-// readers of tile t pass too.
+// order and writes the tile's rows to their output; every thread of the block calls it, once the
+// totals are written. One barrier: callers alternate two buffers by tile parity, so the next
+// tile's writes go to the other one, and the writes of tile t + 2 come after the barrier of tile
+// t + 1, which the readers of tile t pass too.
 template <int PER_ROW, typename T>
-RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, unsigned n, T* y) {
+RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, const rf_t4_outputs& out) {
     __syncthreads();
     const unsigned r = threadIdx.x;
     const unsigned row = tile * RF_T4_ROWS + r;
-    if (r < RF_T4_ROWS && row < n) {
+    if (r < RF_T4_ROWS && row < out.end[RF_T4_OUTPUTS - 1]) {
         float sum = 0.0f;
         for (unsigned w = 0; w < warps; ++w) {
 #pragma unroll
@@ -85,7 +98,7 @@ RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, un
                 sum += sums[(w * RF_T4_ROWS + r) * PER_ROW + i];
             }
         }
-        y[row] = rf_from_float<T>(sum);
+        *rf_t4_out<T>(out, row) = rf_from_float<T>(sum);
     }
 }
 
@@ -134,11 +147,11 @@ template <typename T> struct rf_t4_cursor {
     }
 };
 
-// Copies the cursor's group (and with X its x) into a stage: payload pairs and x past the row's
-// last block are zero-filled, not read. The weight's bytes with `stream` (rocmforge_mma.h).
-template <bool X, typename T>
-RF_DEVICE void rf_t4_stage_in(unsigned char* stage, const rf_t4_cursor<T>& c, unsigned nb, int lane,
-                              rf_l2_policy stream) {
+// Copies the cursor's group of the weight into a stage: payload pairs past the row's last block
+// are zero-filled, not read. With `stream` (rocmforge_mma.h): the weights are read once.
+template <typename T>
+RF_DEVICE void rf_t4_stage_weights(unsigned char* stage, const rf_t4_cursor<T>& c, unsigned nb, int lane,
+                                   rf_l2_policy stream) {
     const unsigned valid = nb - c.q * RF_T4_GROUP; // blocks of the group that exist (>= 1)
 #pragma unroll
     for (int i = 0; i < RF_T4_GROUP / 2; ++i) {
@@ -147,11 +160,14 @@ RF_DEVICE void rf_t4_stage_in(unsigned char* stage, const rf_t4_cursor<T>& c, un
     if (lane < RF_T4_SCALE_BYTES / 16) {
         rf_cp_async16_policy(stage + RF_T4_PAYLOAD_BYTES + 16 * lane, c.scales + 16 * lane, 16, stream);
     }
-    if (X) {
-        // Lane l copies x[256q + 8l .. + 8]: block 8q + l / 4.
-        rf_cp_async16(stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + 16 * lane, c.x,
-                      (unsigned)(lane >> 2) < valid ? 16 : 0);
-    }
+}
+
+// Copies group q's x (f16: the stage holds it after the scales) into a stage: lane l copies
+// `xl` = x[256q + 8l .. + 8], block 8q + l / 4; past the row's last block zero-filled, not read.
+template <typename T>
+RF_DEVICE void rf_t4_stage_x(unsigned char* stage, unsigned q, const T* xl, unsigned nb, int lane) {
+    const unsigned valid = nb - q * RF_T4_GROUP;
+    rf_cp_async16(stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + 16 * lane, xl, (unsigned)(lane >> 2) < valid ? 16 : 0);
 }
 
 // Multiplies a staged group into the lane's row totals: `xs`, the group's 256 elements of x as
@@ -203,7 +219,7 @@ RF_DEVICE void rf_t4_group_mma(const unsigned char* stage, const __half* xs, con
 }
 
 template <typename T, bool WIDE>
-RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scales, const T* x, T* y, unsigned n,
+RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
                                 unsigned nb) {
     extern __shared__ __align__(16) unsigned char rf_t4_smem[];
     const int lane = (int)threadIdx.x & 31;
@@ -220,6 +236,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
     float* totals = reinterpret_cast<float*>(rf_t4_smem + warps * (RF_T4_STAGES * STAGE));
     __half* xs = reinterpret_cast<__half*>(totals + 2 * warps * RF_T4_ROWS);
     float* xf = reinterpret_cast<float*>(xs + nbp * RF_QK);
+    const unsigned n = y.end[RF_T4_OUTPUTS - 1];
     const unsigned groups = nbp / RF_T4_GROUP;
     const unsigned tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
     // This block's tiles: first, first + grid, ... (all blocks sweep the weight together).
@@ -227,10 +244,11 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
     const unsigned count = first < tiles ? (tiles - first + gridDim.x - 1) / gridDim.x : 0u;
     if (count == 0 || groups == 0) {
         // k = 0 (every row an empty sum) or no tiles; uniform across the block.
+        rf_follow_prior_grid();
         for (unsigned tile = first; tile < tiles; tile += gridDim.x) {
             const unsigned row = tile * RF_T4_ROWS + threadIdx.x;
             if (threadIdx.x < RF_T4_ROWS && row < n) {
-                y[row] = rf_from_float<T>(0.0f);
+                *rf_t4_out<T>(y, row) = rf_from_float<T>(0.0f);
             }
         }
         return;
@@ -251,17 +269,28 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
     unsigned fetched = 0;
     const rf_l2_policy stream = rf_l2_evict_first(); // the weights: rocmforge_mma.h
     // Prologue: the first RF_T4_STAGES - 1 groups; one commit group per stage, empty ones
-    // included, so that wait_group counts stages.
+    // included, so that wait_group counts stages. The weights need nothing of the kernel ahead (a
+    // dependent launch: rocmforge_dependent_launch.h): with bf16 x (staged once a block, below)
+    // the prologue's copies are issued before the block waits for it; x's and every write come
+    // after. f16 stages take their x with their weights, so its prologue follows the wait
+    // (issuing the weights first and x after made the compiler spill in the loop).
+    if constexpr (!ONCE) {
+        rf_follow_prior_grid(); // uniform across the block
+    }
 #pragma unroll
     for (int s = 0; s < RF_T4_STAGES - 1; ++s) {
         if (fetched < items) {
-            rf_t4_stage_in<!ONCE>(ring + s * STAGE, fetch, nb, lane, stream);
+            rf_t4_stage_weights(ring + s * STAGE, fetch, nb, lane, stream);
+            if constexpr (!ONCE) {
+                rf_t4_stage_x(ring + s * STAGE, fetch.q, fetch.x, nb, lane);
+            }
             fetch.advance((unsigned)warp, warps, groups, nbp, gridDim.x);
             ++fetched;
         }
         rf_cp_async_commit();
     }
     if constexpr (ONCE) {
+        rf_follow_prior_grid();
         // x, while those copies are in flight; the padding blocks' x zero (their codes are
         // zeros too, and 0 x 0 keeps their sums 0 where garbage x could make them NaN).
         X::stage(x, xs, xf, (rf_u64)nb * RF_QK);
@@ -285,7 +314,10 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
         if (fetched < items) {
             // The slot item i - 1 used, freed by the __syncwarp after it.
             const int free_slot = slot == 0 ? RF_T4_STAGES - 1 : slot - 1;
-            rf_t4_stage_in<!ONCE>(ring + free_slot * STAGE, fetch, nb, lane, stream);
+            rf_t4_stage_weights(ring + free_slot * STAGE, fetch, nb, lane, stream);
+            if constexpr (!ONCE) {
+                rf_t4_stage_x(ring + free_slot * STAGE, fetch.q, fetch.x, nb, lane);
+            }
             fetch.advance((unsigned)warp, warps, groups, nbp, gridDim.x);
             ++fetched;
         }
@@ -308,7 +340,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
                 sums[warp * RF_T4_ROWS + (lane >> 2)] = total_g;
                 sums[warp * RF_T4_ROWS + (lane >> 2) + 8] = total_h;
             }
-            rf_t4_finish<1>(sums, warps, tile, n, y);
+            rf_t4_finish<1, T>(sums, warps, tile, y);
             ++done;
             total_g = 0.0f;
             total_h = 0.0f;
@@ -319,7 +351,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
     rf_cp_async_wait<0>(); // nothing is left in flight at exit (the last commits are empty)
 }
 
-#define RF_T4_MMA_BODY(T, WIDE) rf_t4_matvec_mma<T, WIDE>(payload, scales, x, y, n, nb);
+#define RF_T4_MMA_BODY(T, WIDE) rf_t4_matvec_mma<T, WIDE>(payload, scales, x, y, nb);
 #else
 #define RF_T4_MMA_BODY(T, WIDE) RF_MMA_UNAVAILABLE();
 #endif // RF_MMA_SYNC
@@ -331,7 +363,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
 // warps'. Any warp width: "warp" here is 32 consecutive threads, and nothing is exchanged
 // between threads but through shared memory.
 template <typename T>
-RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, const T* x, T* y, unsigned n,
+RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
                             unsigned nb) {
     __shared__ float totals[2][RF_T4_WARPS * 4 * RF_T4_ROWS]; // by tile parity (rf_t4_finish)
     const int lane = (int)threadIdx.x & 31;
@@ -340,7 +372,8 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
     const int u = lane & 3;
     const int g = lane >> 2;
     const unsigned nbp = rf_t4_padded_blocks(nb);
-    const unsigned tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
+    const unsigned tiles = (y.end[RF_T4_OUTPUTS - 1] + RF_T4_ROWS - 1) / RF_T4_ROWS;
+    rf_follow_prior_grid(); // nothing to do before it
     for (unsigned tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const uint4* pt = payload + (rf_u64)tile * nbp * 16u + lane; // nbp / 2 pairs of 32 lanes
         const unsigned char* st = scales + (rf_u64)tile * nbp * RF_T4_ROWS;
@@ -374,7 +407,7 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
         float* sums = totals[((tile - blockIdx.x) / gridDim.x) & 1];
         sums[(warp * RF_T4_ROWS + g) * 4 + u] = total_g;
         sums[(warp * RF_T4_ROWS + g + 8) * 4 + u] = total_h;
-        rf_t4_finish<4>(sums, (unsigned)warps, tile, n, y);
+        rf_t4_finish<4, T>(sums, (unsigned)warps, tile, y);
     }
 }
 
@@ -383,18 +416,19 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
 // row totals), for bf16 then 2 * 32 * nbp bytes of x and 4 * nbp of its factors (nbp = nb
 // rounded up to 8), and at least as many groups as warps; x 16-byte aligned.
 #define RF_T4_ARGS(T)                                                                                     \
-    const uint4 *payload, const unsigned char *scales, const T *x, T *y, unsigned n, unsigned nb
+    const uint4 *payload, const unsigned char *scales, const T *x, rf_t4_outputs y, unsigned nb
 #define RF_T4_MMA_ENTRIES(suffix, T)                                                                      \
-    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS) rf_mxfp4_tiled_matvec_mma_##suffix(RF_T4_ARGS(T)) { \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
+        rf_mxfp4_tiled_matvec_mma_##suffix(RF_T4_ARGS(T)) {                                               \
         RF_T4_MMA_BODY(T, false)                                                                          \
     }                                                                                                     \
-    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS)                                                    \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
         rf_mxfp4_tiled_matvec_mma_wide_##suffix(RF_T4_ARGS(T)) {                                          \
         RF_T4_MMA_BODY(T, true)                                                                           \
     }
 #define RF_T4_ENTRY(suffix, T)                                                                            \
     RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS) rf_mxfp4_tiled_matvec_##suffix(RF_T4_ARGS(T)) {    \
-        rf_t4_matvec<T>(payload, scales, x, y, n, nb);                                             \
+        rf_t4_matvec<T>(payload, scales, x, y, nb);                                                       \
     }
 
 RF_T4_MMA_ENTRIES(f16, __half)

@@ -1,7 +1,7 @@
 // rocmforge_mxfp4_tiled_abi.h: what the tiled MXFP4 matrix-vector kernel (kernels/mxfp4_tiled.hip)
 // and its launcher (crates/rocm-kernels/src/quant/mxfp4_tiled.rs, through the generated
-// abi/mxfp4_tiled.rs) share: the re-layout's tile shape, the fast-scale limit
-// and the matrix-core kernel's shared-memory ring. See rocmforge_abi.h for the rules of an ABI
+// abi/mxfp4_tiled.rs) share: the re-layout's tile shape, the fast-scale limit, the matrix-core
+// kernel's shared-memory ring and the outputs of one launch. See rocmforge_abi.h for the rules of an ABI
 // header.
 
 #ifndef ROCMFORGE_MXFP4_TILED_ABI_H
@@ -24,5 +24,22 @@
 #define RF_T4_STAGE_F16 (RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + RF_T4_X_BYTES)
 #define RF_T4_STAGE_BF16 (RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES)
 #define RF_T4_STAGES 3
+// Blocks of the matrix-core kernel kept resident on a multiprocessor where shared memory allows
+// (24 warps; 2 and 3 stages or blocks an SM measured alike: docs/kernels/mxfp.md), which its
+// launch bounds promise the compiler (without them ptxas chose 64 registers and spilled).
+#define RF_T4_RESIDENT_BLOCKS 3
+
+// Where a launch writes y: rows [end[i - 1], end[i]) of the weight (end[-1] = 0) go to y[i],
+// row end[i - 1] at y[i][0], so that weights stacked along their rows (a layer's Q, K and V, or
+// its gate and up: one weight, one launch) write their separate outputs. Every end but the last
+// is a multiple of RF_T4_ROWS (a tile writes one output); the last is the weight's rows, n.
+// Unused outputs are empty ranges (their pointers are never used).
+#define RF_T4_OUTPUTS 3
+
+struct rf_t4_outputs {
+    RF_ABI_PTR(void) y[RF_T4_OUTPUTS];
+    unsigned int end[RF_T4_OUTPUTS];
+    unsigned int reserved; // 0; keeps the struct free of implicit padding
+};
 
 #endif // ROCMFORGE_MXFP4_TILED_ABI_H

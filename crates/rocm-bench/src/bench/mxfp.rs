@@ -58,7 +58,7 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
 
 /// Copies of a random `[n, k]` weight in `format` (scale bytes 118..=130, so products stay
 /// finite), enough of them to cover four times the L2 (at most 8), on the host.
-fn host_weights(b: &mut Bench, format: BlockFormat, n: usize, k: usize) -> Result<Vec<Vec<u8>>> {
+pub(super) fn host_weights(b: &mut Bench, format: BlockFormat, n: usize, k: usize) -> Result<Vec<Vec<u8>>> {
     let bytes = format.bytes_for(n * k).ok_or("weight size")?;
     let l2 = b.backend.info().l2_cache_bytes.max(1) as usize;
     let copies = (4 * l2).div_ceil(bytes).clamp(1, 8);

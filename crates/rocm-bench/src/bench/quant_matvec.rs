@@ -18,7 +18,9 @@
 //! `<fmt> matvec group b<N>`, next to the sum of the single launches' rows above; and the same
 //! groups of MXFP4 weights (`mx_matvec_group`, rows `mxfp4 matvec group b<N>`); each at 1, 8
 //! and 32 vectors (32: `kernels/quant_matmul_mma.hip` on the matrix cores, whose products of
-//! few rows split k across blocks, here in one [`SplitScratch`] as a decode workspace has).
+//! few rows split k across blocks, here in one [`SplitScratch`] as a decode workspace has). At
+//! one vector, the MXFP4 groups over the tiled layout too: the weights stacked, one launch
+//! (`kernels/mxfp4_tiled.hip`, rows `mxfp4 tiled matvec split b1`).
 //!
 //! `ROCMFORGE_BENCH_QMV_FORMATS` (a comma-separated list of ggml format names, `q4_K,q8_0`)
 //! limits the rows to those formats (the MXFP4 groups run where `mxfp4` is named); the read
@@ -26,8 +28,8 @@
 
 use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
-    BlockFormat, GgmlFormat, MxFormat, QuantProduct, SplitScratch, mx_matvec_group_in, quant_matvec_group_in,
-    quant_matvec_on_matrix_cores,
+    BlockFormat, GgmlFormat, MxFormat, QuantProduct, SplitScratch, TiledMxfp4, mx_matvec_group_in,
+    mx_matvec_tiled_split, quant_matvec_group_in, quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 
@@ -83,8 +85,49 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             rows.push(mx_group::<f16>(b, &weights, group, 4096, batch)?);
             rows.push(mx_group::<bf16>(b, &weights, group, 4096, batch)?);
         }
+        rows.push(tiled_split::<f16>(b, group, 4096)?);
+        rows.push(tiled_split::<bf16>(b, group, 4096)?);
     }
     Ok(rows)
+}
+
+/// The same group of MXFP4 products at one vector over the tiled layout: the weights stacked
+/// along their rows (`TiledMxfp4::stack`, before timing, as a loader would) and multiplied in one
+/// launch into one output each (`mx_matvec_tiled_split`). Traffic counted as for the GGUF rows.
+fn tiled_split<T: Dtype>(b: &mut Bench, group: &[usize], k: usize) -> Result<Row> {
+    let parts = group
+        .iter()
+        .map(|&n| super::mxfp::host_weights(b, BlockFormat::Mxfp4Gguf, n, k))
+        .collect::<Result<Vec<_>>>()?;
+    let copies = parts.iter().map(Vec::len).min().unwrap_or(1);
+    let mut stacked = Vec::with_capacity(copies);
+    for c in 0..copies {
+        let tiled = parts
+            .iter()
+            .zip(group)
+            .map(|(copies, &n)| TiledMxfp4::from_gguf(&copies[c], n, k))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        stacked.push(TiledMxfp4::stack(&tiled.iter().collect::<Vec<_>>())?.upload(&b.stream)?);
+    }
+    let x = b.random::<T>(k, -1.0, 1.0);
+    let x = b.stream.upload(&x)?;
+    let mut ys = group.iter().map(|&n| b.stream.alloc::<T>(n)).collect::<std::result::Result<Vec<_>, _>>()?;
+    let mut i = 0;
+    let ms = b.time(|| {
+        i += 1;
+        let mut outs: Vec<&mut DeviceBuffer<T>> = ys.iter_mut().collect();
+        Ok(mx_matvec_tiled_split(&stacked[i % stacked.len()], &x, &mut outs)?)
+    })?;
+    let weight_bytes: usize = parts.iter().map(|copies| copies[0].len()).sum();
+    let rows: usize = group.iter().sum();
+    Ok(Row {
+        kernel: "mxfp4 tiled matvec split b1".into(),
+        dtype: T::NAME,
+        shape: format!("{}x{k}", group.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("+")),
+        ms,
+        bytes: (weight_bytes + (k + rows) * size_of::<T>()) as u64,
+        flops: None,
+    })
 }
 
 /// One grouped launch over products of `group[i]` rows (`w[i]`: the copies of product i's

@@ -13,3 +13,20 @@ pub const RF_T4_X_BYTES: u32 = 512;
 pub const RF_T4_STAGE_F16: u32 = 2688;
 pub const RF_T4_STAGE_BF16: u32 = 2176;
 pub const RF_T4_STAGES: u32 = 3;
+pub const RF_T4_RESIDENT_BLOCKS: u32 = 3;
+pub const RF_T4_OUTPUTS: u32 = 3;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, bytemuck :: Pod, bytemuck :: Zeroable)]
+pub struct rf_t4_outputs {
+    pub y: [::std::os::raw::c_ulonglong; 3usize],
+    pub end: [::std::os::raw::c_uint; 3usize],
+    pub reserved: ::std::os::raw::c_uint,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rf_t4_outputs"][::std::mem::size_of::<rf_t4_outputs>() - 40usize];
+    ["Alignment of rf_t4_outputs"][::std::mem::align_of::<rf_t4_outputs>() - 8usize];
+    ["Offset of field: rf_t4_outputs::y"][::std::mem::offset_of!(rf_t4_outputs, y) - 0usize];
+    ["Offset of field: rf_t4_outputs::end"][::std::mem::offset_of!(rf_t4_outputs, end) - 24usize];
+    ["Offset of field: rf_t4_outputs::reserved"][::std::mem::offset_of!(rf_t4_outputs, reserved) - 36usize];
+};

@@ -193,6 +193,37 @@ impl TiledMxfp4 {
         self.max_scale
     }
 
+    /// Weights of the same `k` stacked along their rows into one, `[sum of n, k]`: a layer's Q,
+    /// K and V, or its gate and up, multiplied in one launch by [`mx_matvec_tiled_split`]. The
+    /// layout is tile by tile, so this is the parts' bytes one after another; every part but
+    /// the last must have whole tiles ([`TILE_ROWS`] rows), so that no tile holds two parts.
+    pub fn stack(parts: &[&TiledMxfp4]) -> Result<Self> {
+        let Some((first, rest)) = parts.split_first() else {
+            return Err(KernelError::Shape { kernel: KERNEL, message: "no weights to stack".into() });
+        };
+        let k = first.k;
+        for (i, part) in parts.iter().enumerate() {
+            ensure(part.k == k, KERNEL, || format!("weight {i} has k = {}, weight 0 has k = {k}", part.k))?;
+            ensure(i + 1 == parts.len() || part.n.is_multiple_of(TILE_ROWS), KERNEL, || {
+                format!(
+                    "weight {i} has {} rows; every weight but the last needs a multiple of {TILE_ROWS}",
+                    part.n
+                )
+            })?;
+        }
+        let n = parts.iter().try_fold(0usize, |n, p| n.checked_add(p.n)).ok_or_else(|| {
+            KernelError::Shape { kernel: KERNEL, message: "the stacked rows overflow usize".into() }
+        })?;
+        let mut stacked = (*first).clone();
+        for part in rest {
+            stacked.payload.extend_from_slice(&part.payload);
+            stacked.scales.extend_from_slice(&part.scales);
+            stacked.max_scale = stacked.max_scale.max(part.max_scale);
+        }
+        stacked.n = n;
+        Ok(stacked)
+    }
+
     /// Copies the weight to `stream`'s device.
     pub fn upload(&self, stream: &Stream) -> Result<DeviceTiledMxfp4> {
         Ok(DeviceTiledMxfp4 {
@@ -272,9 +303,12 @@ fn stage_bytes(dtype: &str) -> usize {
 }
 /// Stages of a warp's ring: 2 groups in flight while one is multiplied.
 const STAGES: usize = abi::RF_T4_STAGES as usize;
-/// Blocks of the matrix-core kernel kept resident on a multiprocessor, where shared memory
-/// allows (24 warps; 2 and 3 stages or blocks an SM measured alike: docs/kernels/mxfp.md).
-const RESIDENT_BLOCKS: usize = 3;
+/// Blocks of 8 warps of the matrix-core kernel kept resident on a multiprocessor, where shared
+/// memory allows (24 warps, which the entries' launch bounds promise the compiler; 2 and 3
+/// stages or blocks an SM measured alike: docs/kernels/mxfp.md).
+const RESIDENT_BLOCKS: usize = abi::RF_T4_RESIDENT_BLOCKS as usize;
+/// Most outputs one launch writes ([`mx_matvec_tiled_split`]).
+pub const MAX_TILED_OUTPUTS: usize = abi::RF_T4_OUTPUTS as usize;
 /// Shared memory the runtime reserves a block beside what the launch asks for (1 KB on sm_80+).
 const RESERVED_SHARED: usize = 1024;
 
@@ -331,27 +365,72 @@ pub fn mx_matvec_tiled<T: Dtype>(
     x: &DeviceBuffer<T>,
     y: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, x, y, false)
+    launch(w, x, &mut [y], false)
 }
 
-/// [`mx_matvec_tiled`] on the portable kernel, whatever the device has (tests compare the two).
+/// [`mx_matvec_tiled`] of a stacked weight ([`TiledMxfp4::stack`]) into one output a part, in
+/// one launch: `ys` (1 to [`MAX_TILED_OUTPUTS`]) take the weight's rows in order, `ys[i]` as
+/// many as it holds; their lengths add up to `n`, and all but the last are whole tiles. Each
+/// output has the bits [`mx_matvec_tiled`] of its part alone gives.
+pub fn mx_matvec_tiled_split<T: Dtype>(
+    w: &DeviceTiledMxfp4,
+    x: &DeviceBuffer<T>,
+    ys: &mut [&mut DeviceBuffer<T>],
+) -> Result<()> {
+    launch(w, x, ys, false)
+}
+
+/// [`mx_matvec_tiled_split`] on the portable kernel, whatever the device has (tests compare the
+/// two).
 pub fn mx_matvec_tiled_portable<T: Dtype>(
     w: &DeviceTiledMxfp4,
     x: &DeviceBuffer<T>,
-    y: &mut DeviceBuffer<T>,
+    ys: &mut [&mut DeviceBuffer<T>],
 ) -> Result<()> {
-    launch(w, x, y, true)
+    launch(w, x, ys, true)
+}
+
+/// The kernels' outputs argument for `ys` splitting a weight of `n` rows, checked as
+/// [`mx_matvec_tiled_split`] says: each output's end is the running sum of the lengths, and the
+/// unused slots are empty ranges at `n` (null pointers, never written).
+fn outputs<T: Dtype>(ys: &[&mut DeviceBuffer<T>], n: usize) -> Result<abi::rf_t4_outputs> {
+    ensure((1..=MAX_TILED_OUTPUTS).contains(&ys.len()), KERNEL, || {
+        format!("{} outputs; a launch writes 1 to {MAX_TILED_OUTPUTS}", ys.len())
+    })?;
+    let lens: Vec<usize> = ys.iter().map(|y| y.len()).collect();
+    let total = lens.iter().try_fold(0usize, |a, &l| a.checked_add(l));
+    ensure(total == Some(n), KERNEL, || {
+        format!("the outputs hold {lens:?} elements, the weight has n = {n} rows")
+    })?;
+    let n32 = u32::try_from(n).map_err(|_| KernelError::Shape {
+        kernel: KERNEL,
+        message: format!("n = {n} is more than the kernel counts (32-bit rows)"),
+    })?;
+    let mut out = abi::rf_t4_outputs { end: [n32; MAX_TILED_OUTPUTS], ..Default::default() };
+    let mut end = 0u32;
+    for (i, y) in ys.iter().enumerate() {
+        ensure(i + 1 == ys.len() || y.len().is_multiple_of(TILE_ROWS), KERNEL, || {
+            format!(
+                "output {i} has {} rows; every output but the last needs a multiple of {TILE_ROWS}",
+                y.len()
+            )
+        })?;
+        end += y.len() as u32; // at most n, which fits
+        out.y[i] = y.device_ptr();
+        out.end[i] = end;
+    }
+    Ok(out)
 }
 
 fn launch<T: Dtype>(
     w: &DeviceTiledMxfp4,
     x: &DeviceBuffer<T>,
-    y: &mut DeviceBuffer<T>,
+    ys: &mut [&mut DeviceBuffer<T>],
     portable: bool,
 ) -> Result<()> {
     let (n, k) = (w.n, w.k);
     ensure(x.len() == k, KERNEL, || format!("x has {} elements, the weight has k = {k}", x.len()))?;
-    ensure(y.len() == n, KERNEL, || format!("y has {} elements, the weight has n = {n}", y.len()))?;
+    let params = outputs(ys, n)?;
     if n == 0 {
         return Ok(());
     }
@@ -359,7 +438,7 @@ fn launch<T: Dtype>(
         format!("[{n}, {k}] is more than the kernel counts (32-bit rows and blocks)")
     })?;
     ensure(x.device_ptr().is_multiple_of(16), KERNEL, || "x must be 16-byte aligned".into())?;
-    let stream = y.stream().clone();
+    let stream = ys[0].stream().clone();
     let info = stream.backend().info();
     let cores = if portable { MatrixCores::None } else { info.matrix_cores };
     let kernel = loader::kernel(&stream, MODULE, &entry(cores, T::NAME, w.max_scale))?;
@@ -376,28 +455,36 @@ fn launch<T: Dtype>(
         block: [threads as u32, 1, 1],
         shared_mem_bytes: shared as u32,
     };
-    // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, T* y, u32 n,
-    // u32 nb). For tile t < ceil(n / 16) they read payload bytes [256 t nbp,
+    // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, rf_t4_outputs
+    // y, u32 nb). For tile t < ceil(n / 16), n = y.end[2], they read payload bytes [256 t nbp,
     // 256 (t + 1) nbp) and scale bytes [16 t nbp, 16 (t + 1) nbp) (nbp = nb rounded up to 8),
     // which the buffers hold: a DeviceTiledMxfp4 is only built by TiledMxfp4::upload from a
     // layout of exactly n and k. They read x[0, k) (never past the row's last block; x is
     // 16-byte aligned, checked above, for the 16-byte copies; device allocations are 256-byte
-    // aligned, so the payload's and scales' 16- and 8-byte accesses are aligned) and write
-    // y[0, n), whose lengths were checked. Blocks are 1..=8 whole warps, within the
+    // aligned, so the payload's and scales' 16- and 8-byte accesses are aligned) and write row
+    // r < n to ys[i][r - end[i - 1]] for the first i with r < end[i]: `outputs` made the ends
+    // the running sums of the lengths of ys, checked to reach n, so that index is inside ys[i];
+    // the unused slots' ends are n, never chosen. Blocks are 1..=8 whole warps, within the
     // entries' launch bounds, never more warps than groups (launch_shape; the matrix-core entry
     // traps otherwise); the matrix-core entries run only on mma.sync devices (`entry`) with the
     // rings' and totals' shared memory (launch_shape checks it against the device's limit). w
-    // and x are shared borrows distinct from y; the builder checks the streams.
+    // and x are shared borrows distinct from the outputs (each a distinct &mut); the builder
+    // checks the streams. Dependent (rocmforge_dependent_launch.h): the portable entries wait
+    // for the kernel ahead first; the matrix-core bf16 entries issue a block's first weight
+    // copies before that wait, and x's and every write after it; the f16 ones wait first.
     unsafe {
-        stream
+        let mut launch = stream
             .launch(&kernel)
+            .dependent()
             .buffer(&w.payload)
+            .reads_before_wait(&w.payload)
             .buffer(&w.scales)
-            .buffer(x)
-            .buffer_mut(y)
-            .arg(n as u32)
-            .arg((k / QK) as u32)
-            .launch(config)?;
+            .reads_before_wait(&w.scales)
+            .buffer(x);
+        for y in ys.iter_mut() {
+            launch = launch.writes(&mut **y);
+        }
+        launch.arg(params).arg((k / QK) as u32).launch(config)?;
     }
     Ok(())
 }
@@ -506,6 +593,20 @@ mod tests {
             assert_eq!((tiled.payload().len(), tiled.scales().len()), (payload, scales));
             assert_eq!(tiled.max_scale(), blocks.chunks_exact(17).map(|b| b[0]).max().unwrap_or(0));
         }
+    }
+
+    /// Stacking whole tiles is the tiling of the rows one after another.
+    #[test]
+    fn stacked_weights_are_the_tiling_of_their_rows() {
+        let k = 2880;
+        let parts = [(32, 1u64), (16, 2), (23, 3)];
+        let blocks: Vec<Vec<u8>> = parts.iter().map(|&(n, seed)| random_blocks(seed, n, k)).collect();
+        let tiled: Vec<TiledMxfp4> =
+            blocks.iter().zip(&parts).map(|(b, &(n, _))| TiledMxfp4::from_gguf(b, n, k).unwrap()).collect();
+        let stacked = TiledMxfp4::stack(&tiled.iter().collect::<Vec<_>>()).unwrap();
+        let rows: Vec<u8> = blocks.concat();
+        assert_eq!(stacked, TiledMxfp4::from_gguf(&rows, 71, k).unwrap());
+        assert_eq!(stacked.to_gguf(), rows);
     }
 
     /// One code at a time, placed by hand from the layout in the module docs.

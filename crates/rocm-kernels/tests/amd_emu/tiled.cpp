@@ -4,7 +4,8 @@
 // rf_mxfp4_tiled_matvec_mma[_wide]_<dt> (bf16 x staged as block-scaled f16, with x of a wide
 // range too) on emu_mma_sync.h's mma.sync and cp.async, with
 // grids of a block a tile and resident blocks that walk several tiles (each warp's ring running
-// across the tiles' ends, the row totals alternating by tile parity).
+// across the tiles' ends, the row totals alternating by tile parity). Some cases write the rows
+// to three outputs (rf_t4_outputs: a stacked weight's parts), gathered for the check.
 //
 // The weight is made as GGUF rows of block_mxfp4 (17-byte blocks) and re-laid out here from the
 // layout's description (crates/rocm-kernels/src/quant/mxfp4_tiled.rs, module docs; not from its
@@ -32,7 +33,8 @@ alignas(16) unsigned char rf_t4_smem[96 * 1024];
 
 #include <type_traits>
 
-template <typename T> using TiledEntry = void (*)(const uint4*, const unsigned char*, const T*, T*, unsigned, unsigned);
+template <typename T>
+using TiledEntry = void (*)(const uint4*, const unsigned char*, const T*, rf_t4_outputs, unsigned);
 
 // Bit offsets of pair i's magnitudes and signs in a word (the layout's docs).
 static const int FIELD_MAG[4] = {9, 6, 3, 0};
@@ -103,6 +105,7 @@ struct TiledCase {
     bool quick;
     Scales scales = FAST;
     XValues xv = UNIFORM; // WIDE and RANGE: the matrix-core bf16 entries only (x16_reference.h)
+    int split = 0;        // > 0: rows [0, split) and [split, 2 split) to outputs 0 and 1, the rest to 2
     // The launcher's block: a warp a group of 8 blocks, at most RF_T4_WARPS (mxfp4_tiled.rs).
     int warps() const { return std::min((blocks_a_row + RF_T4_GROUP - 1) / RF_T4_GROUP, (int)RF_T4_WARPS); }
     // The case's grid: `grid` blocks, never more than the tiles; 0: a block a tile.
@@ -148,6 +151,34 @@ template <typename T> static T* poisoned_y(EmuBuffers& mem, int n) {
     return y;
 }
 
+// A case's outputs, poisoned: one of n rows, or (split) three exact allocations of split, split
+// and n - 2 split rows, so that AddressSanitizer sees a row written past its output.
+template <typename T> struct Outputs {
+    rf_t4_outputs arg;
+    T* part[RF_T4_OUTPUTS];
+    int rows[RF_T4_OUTPUTS];
+    // The rows in order, for the check.
+    std::vector<T> gathered() const {
+        std::vector<T> y;
+        for (int i = 0; i < RF_T4_OUTPUTS; ++i) y.insert(y.end(), part[i], part[i] + rows[i]);
+        return y;
+    }
+};
+template <typename T> static Outputs<T> poisoned_outputs(EmuBuffers& mem, const TiledCase& c) {
+    Outputs<T> o{};
+    const int n = c.rows;
+    const int rows[RF_T4_OUTPUTS] = {c.split > 0 ? c.split : n, c.split > 0 ? c.split : 0, c.split > 0 ? n - 2 * c.split : 0};
+    unsigned end = 0;
+    for (int i = 0; i < RF_T4_OUTPUTS; ++i) {
+        o.rows[i] = rows[i];
+        o.part[i] = rows[i] > 0 ? poisoned_y<T>(mem, rows[i]) : nullptr;
+        end += (unsigned)rows[i];
+        o.arg.y[i] = o.part[i];
+        o.arg.end[i] = end;
+    }
+    return o;
+}
+
 #ifdef RF_EMU_MMA_SYNC
 
 template <typename T> struct MmaEntries;
@@ -178,18 +209,20 @@ template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& 
     bool ok = true;
     for (bool wide : {false, true}) {
         if (c.scales == WIDE_BYTES && !wide) continue; // the fast entries need bytes <= 240
-        T* y = poisoned_y<T>(mem, n);
+        const Outputs<T> y = poisoned_outputs<T>(mem, c);
         const TiledEntry<T> entry = wide ? MmaEntries<T>::wide : MmaEntries<T>::fast;
         emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, shared, emu_dim3{grid, 1, 1}, 32 * warps, 32,
-                          [&] { entry(d.w.payload, d.w.scales, d.x, y, (unsigned)n, (unsigned)nb); });
-        ok &= ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, y, n, 1, worst, wide ? "wide" : "fast", staged.data());
+                          [&] { entry(d.w.payload, d.w.scales, d.x, y.arg, (unsigned)nb); });
+        const std::vector<T> rows = y.gathered();
+        ok &= ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, rows.data(), n, 1, worst, wide ? "wide" : "fast",
+                             staged.data());
     }
     emu_record(ok ? 0 : 1, worst);
     static const char* const XV[] = {"uniform", "wide", "range"};
-    std::printf("%-4s rf_mxfp4_tiled_matvec_mma_%-4s warps %d grid %-3u rows %-3d k %-6d scales %s x %-7s -> %s (worst "
-                "%.3f of tol)\n",
+    std::printf("%-4s rf_mxfp4_tiled_matvec_mma_%-4s warps %d grid %-3u rows %-3d k %-6d scales %s x %-7s split %-2d -> %s "
+                "(worst %.3f of tol)\n",
                 ok ? "ok" : "FAIL", Io<T>::name, warps, grid, n, nb * 32, c.scales == FAST ? "fast" : "wide", XV[c.xv],
-                ok ? "match" : "MISMATCH", worst);
+                c.split, ok ? "match" : "MISMATCH", worst);
 }
 
 #else
@@ -209,14 +242,16 @@ template <typename T> static void portable_case(const TiledCase& c, int width, s
     const int n = c.rows, nb = c.blocks_a_row;
     const int warps = c.warps();
     const unsigned grid = c.blocks();
-    T* y = poisoned_y<T>(mem, n);
+    const Outputs<T> y = poisoned_outputs<T>(mem, c);
     emu_launch(emu_dim3{grid, 1, 1}, 32 * warps, width,
-               [&] { PortableEntry<T>::e(d.w.payload, d.w.scales, d.x, y, (unsigned)n, (unsigned)nb); });
+               [&] { PortableEntry<T>::e(d.w.payload, d.w.scales, d.x, y.arg, (unsigned)nb); });
     double worst = 0.0;
-    const bool ok = ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, y, n, 1, worst, "portable");
+    const std::vector<T> rows = y.gathered();
+    const bool ok = ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, rows.data(), n, 1, worst, "portable");
     emu_record(ok ? 0 : 1, worst);
-    std::printf("%-4s rf_mxfp4_tiled_matvec_%-4s w%d warps %d grid %-3u rows %-3d k %-6d -> %s (worst %.3f of tol)\n",
-                ok ? "ok" : "FAIL", Io<T>::name, width, warps, grid, n, nb * 32, ok ? "match" : "MISMATCH", worst);
+    std::printf("%-4s rf_mxfp4_tiled_matvec_%-4s w%d warps %d grid %-3u rows %-3d k %-6d split %-2d -> %s (worst %.3f of "
+                "tol)\n",
+                ok ? "ok" : "FAIL", Io<T>::name, width, warps, grid, n, nb * 32, c.split, ok ? "match" : "MISMATCH", worst);
 }
 
 #endif // RF_EMU_MMA_SYNC
@@ -224,7 +259,7 @@ template <typename T> static void portable_case(const TiledCase& c, int width, s
 int main(int argc, char** argv) {
     std::mt19937_64 rng(0x7113d);
     const bool quick = emu_quick_arg(argc, argv);
-    // {rows, blocks a row, grid, quick, scales}
+    // {rows, blocks a row, grid, quick, scales, x, split}
     const std::vector<TiledCase> cases = {
         {37, 128, 0, true},            // k = 4096: 16 groups, 8 warps of 2 a tile; a ragged last tile
         {37, 128, 1, true},            // one block walks the 3 tiles, its rings across their ends
@@ -237,6 +272,8 @@ int main(int argc, char** argv) {
         {37, 128, 2, true, FAST, WIDE}, // bf16 x of a wide range, staged as block-scaled f16
         {21, 17, 0, true, FAST, RANGE}, // rows made of the elements that staging rounds
         {9, 448, 1, false, FAST, WIDE}, // k = 14336: x of 28 KB staged a block
+        {37, 128, 1, true, FAST, UNIFORM, 16}, // three outputs of 16, 16 and 5 rows, one block over all
+        {53, 17, 2, true, FAST, UNIFORM, 16},  // 16, 16 and 21 rows, two blocks alternating outputs
     };
     for (const TiledCase& c : cases) {
         if (quick && !c.quick) continue;

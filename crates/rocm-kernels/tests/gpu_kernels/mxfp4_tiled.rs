@@ -5,13 +5,16 @@
 //! tiles than the matrix-core kernel's resident blocks), both
 //! kernels (matrix cores where the device has them, and the portable one), the scale bytes that
 //! take the general conversion (0xFF: NaN; above 240), and the shapes the launcher refuses.
+//! Stacked weights written to several outputs in one launch, against each part alone; and the
+//! product as a dependent launch behind the kernel that writes its x.
 
 use rocm_kernels::quant::{
-    MxFormat, QK, TiledMxfp4, mx_matmul_reference, mx_matvec_tiled, mx_matvec_tiled_portable,
-    x16_rounding_unit,
+    MAX_TILED_OUTPUTS, MxFormat, QK, TiledMxfp4, mx_matmul_reference, mx_matvec_tiled,
+    mx_matvec_tiled_portable, mx_matvec_tiled_split, x16_rounding_unit,
 };
+use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::{Dtype, KernelError};
-use rocm_runtime::{MatrixCores, bf16, f16};
+use rocm_runtime::{DeviceBuffer, MatrixCores, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test};
 
 use super::mxfp::{activations, assert_within_rounded, floats, magnitudes, poisoned, random_weights};
@@ -41,7 +44,7 @@ fn tiled_product<T: Dtype>(gpu: &GpuTest, w: &[u8], x: &[T], n: usize, k: usize,
     let dx = gpu.stream().upload(x).unwrap();
     let mut y = poisoned::<T>(gpu, n);
     if portable {
-        mx_matvec_tiled_portable(&tiled, &dx, &mut y).unwrap();
+        mx_matvec_tiled_portable(&tiled, &dx, &mut [&mut y]).unwrap();
     } else {
         mx_matvec_tiled(&tiled, &dx, &mut y).unwrap();
     }
@@ -298,7 +301,161 @@ fn tiled_shapes_are_refused() {
     // uninitialised buffer, which could hold NaN and make the zero expectation flaky).
     let x = gpu.stream().upload(&[1.0f32; 96]).unwrap();
     let mut y8 = gpu.stream().alloc::<f32>(8).unwrap();
-    assert!(message(mx_matvec_tiled(&w, &x, &mut y8)).contains("y has 8 elements"));
+    assert!(message(mx_matvec_tiled(&w, &x, &mut y8)).contains("the outputs hold [8] elements"));
     mx_matvec_tiled(&w, &x, &mut y).unwrap();
     assert_eq!(y.to_vec().unwrap(), [0.0; 7], "all-zero codes");
+}
+
+/// Weights stacked along their rows ([`TiledMxfp4::stack`]) and multiplied in one launch into
+/// one output a part give each part's bits alone, on either kernel: a layer's Q, K and V at
+/// Llama-3-8B's shapes, its gate and up, and small parts whose last leaves a partial tile.
+fn split_matches_each_part_alone<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let cases: &[(&[usize], usize)] =
+        &[(&[4096, 1024, 1024], 4096), (&[14_336, 14_336], 4096), (&[32, 16, 23], 2880), (&[16], 96)];
+    for &(parts, k) in cases {
+        let weights: Vec<Vec<u8>> = parts.iter().map(|&n| random_weights(&mut rng, FORMAT, n, k)).collect();
+        let tiled: Vec<TiledMxfp4> =
+            weights.iter().zip(parts).map(|(w, &n)| TiledMxfp4::from_gguf(w, n, k).unwrap()).collect();
+        let stacked = TiledMxfp4::stack(&tiled.iter().collect::<Vec<_>>()).unwrap();
+        let device = stacked.upload(gpu.stream()).unwrap();
+        let x = gpu.stream().upload(&activations::<T>(&mut rng, k)).unwrap();
+        for portable in [false, true] {
+            let mut ys: Vec<_> = parts.iter().map(|&n| poisoned::<T>(gpu, n)).collect();
+            let mut outs: Vec<&mut _> = ys.iter_mut().collect();
+            if portable {
+                mx_matvec_tiled_portable(&device, &x, &mut outs).unwrap();
+            } else {
+                mx_matvec_tiled_split(&device, &x, &mut outs).unwrap();
+            }
+            for (i, part) in tiled.iter().enumerate() {
+                let alone = part.upload(gpu.stream()).unwrap();
+                let mut y = poisoned::<T>(gpu, parts[i]);
+                if portable {
+                    mx_matvec_tiled_portable(&alone, &x, &mut [&mut y]).unwrap();
+                } else {
+                    mx_matvec_tiled(&alone, &x, &mut y).unwrap();
+                }
+                let (got, want) = (ys[i].to_vec().unwrap(), y.to_vec().unwrap());
+                let bits = |v: &[T]| v.iter().map(|e| e.to_f32().to_bits()).collect::<Vec<_>>();
+                assert!(
+                    want.iter().all(|e| e.to_f32().is_finite()),
+                    "{} part {i} of {parts:?} alone",
+                    T::NAME
+                );
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{} part {i} of {parts:?}, k {k}, portable {portable}",
+                    T::NAME
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn tiled_split_matches_each_part_alone_f16() {
+    let gpu = gpu_test!();
+    split_matches_each_part_alone::<f16>(&gpu, 0x7301);
+}
+
+#[test]
+fn tiled_split_matches_each_part_alone_bf16() {
+    let gpu = gpu_test!();
+    split_matches_each_part_alone::<bf16>(&gpu, 0x7302);
+}
+
+#[test]
+fn tiled_split_matches_each_part_alone_f32() {
+    let gpu = gpu_test!();
+    split_matches_each_part_alone::<f32>(&gpu, 0x7303);
+}
+
+/// What [`TiledMxfp4::stack`] and [`mx_matvec_tiled_split`] refuse, each with its reason.
+#[test]
+fn tiled_stacks_and_splits_are_refused() {
+    let gpu = gpu_test!();
+    let tiled = |n: usize, k: usize| TiledMxfp4::from_gguf(&vec![0u8; n * k / 32 * 17], n, k).unwrap();
+    let message = |r: Result<TiledMxfp4, KernelError>| crate::shape_message(r.map(|_| ()), "mxfp4_tiled");
+    assert!(message(TiledMxfp4::stack(&[])).contains("no weights to stack"));
+    assert!(message(TiledMxfp4::stack(&[&tiled(16, 64), &tiled(16, 96)])).contains("weight 1 has k = 96"));
+    assert!(message(TiledMxfp4::stack(&[&tiled(17, 64), &tiled(16, 64)])).contains("weight 0 has 17 rows"));
+    let stacked = TiledMxfp4::stack(&[&tiled(16, 64), &tiled(17, 64)]).unwrap();
+    assert_eq!((stacked.n(), stacked.k()), (33, 64));
+
+    let w = stacked.upload(gpu.stream()).unwrap();
+    let x = gpu.stream().upload(&[1.0f32; 64]).unwrap();
+    let message = |r: Result<(), KernelError>| crate::shape_message(r, "mxfp4_tiled");
+    let mut bufs: Vec<_> = [16, 17, 8, 9, 33, 0].iter().map(|&n| poisoned::<f32>(&gpu, n)).collect();
+    let [a16, b17, c8, d9, e33, f0] = &mut bufs[..] else { unreachable!() };
+    assert!(message(mx_matvec_tiled_split(&w, &x, &mut [])).contains("0 outputs"));
+    assert!(
+        message(mx_matvec_tiled_split(&w, &x, &mut [a16, c8])).contains("the outputs hold [16, 8] elements")
+    );
+    assert!(message(mx_matvec_tiled_split(&w, &x, &mut [c8, d9, a16])).contains("output 0 has 8 rows"));
+    assert!(
+        message(mx_matvec_tiled_split(&w, &x, &mut [&mut *a16, &mut *f0, &mut *b17, &mut *e33]))
+            .contains(&format!("4 outputs; a launch writes 1 to {MAX_TILED_OUTPUTS}"))
+    );
+    // Accepted: an empty output in the middle, and the whole weight in one.
+    mx_matvec_tiled_split(&w, &x, &mut [a16, f0, b17]).unwrap();
+    mx_matvec_tiled_split(&w, &x, &mut [e33]).unwrap();
+    assert_eq!(a16.to_vec().unwrap(), [0.0; 16], "all-zero codes");
+    assert_eq!(b17.to_vec().unwrap(), [0.0; 17], "all-zero codes");
+    assert_eq!(e33.to_vec().unwrap(), [0.0; 33], "all-zero codes");
+}
+
+/// The product behind the kernel that writes its x, as in a decode step: an RMSNorm (a
+/// dependent launch, which lets the product be scheduled while it runs), then the product of
+/// Q, K and V stacked (dependent: its first weight copies go out before it waits), then another
+/// norm that overwrites x. Each round's outputs must be the product of that round's normalised
+/// x, made alone; a product that read x before the norm wrote it would see the poison or the
+/// last round's x.
+fn follows_the_writer_of_x<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let (parts, k) = ([4096usize, 1024, 1024], 4096);
+    let tiled: Vec<TiledMxfp4> = parts
+        .iter()
+        .map(|&n| TiledMxfp4::from_gguf(&random_weights(&mut rng, FORMAT, n, k), n, k).unwrap())
+        .collect();
+    let w = TiledMxfp4::stack(&tiled.iter().collect::<Vec<_>>()).unwrap().upload(gpu.stream()).unwrap();
+    let norm = RmsNorm::new(1, k, 1e-5);
+    let weight = gpu.stream().upload(&activations::<T>(&mut rng, k)).unwrap();
+    let mut x = poisoned::<T>(gpu, k);
+    let mut ys: Vec<_> = parts.iter().map(|&n| poisoned::<T>(gpu, n)).collect();
+    for round in 0..4 {
+        let h = gpu.stream().upload(&activations::<T>(&mut rng, k)).unwrap();
+        let next = gpu.stream().upload(&activations::<T>(&mut rng, k)).unwrap();
+        for y in ys.iter_mut() {
+            y.poison().unwrap();
+        }
+        norm.run(&h, &weight, &mut x).unwrap();
+        mx_matvec_tiled_split(&w, &x, &mut ys.iter_mut().collect::<Vec<_>>()).unwrap();
+        norm.run(&next, &weight, &mut x).unwrap();
+        // Alone: the same norm of h, synchronised, then the stacked product.
+        let mut xa = poisoned::<T>(gpu, k);
+        norm.run(&h, &weight, &mut xa).unwrap();
+        let xa = gpu.stream().upload(&xa.to_vec().unwrap()).unwrap();
+        let mut alone: Vec<_> = parts.iter().map(|&n| poisoned::<T>(gpu, n)).collect();
+        mx_matvec_tiled_split(&w, &xa, &mut alone.iter_mut().collect::<Vec<_>>()).unwrap();
+        for (i, (y, a)) in ys.iter().zip(&alone).enumerate() {
+            let bits = |v: &DeviceBuffer<T>| {
+                v.to_vec().unwrap().iter().map(|e| e.to_f32().to_bits()).collect::<Vec<_>>()
+            };
+            assert_eq!(bits(y), bits(a), "{} round {round} output {i}", T::NAME);
+        }
+    }
+}
+
+#[test]
+fn tiled_product_follows_the_writer_of_x_bf16() {
+    let gpu = gpu_test!();
+    follows_the_writer_of_x::<bf16>(&gpu, 0x7311);
+}
+
+#[test]
+fn tiled_product_follows_the_writer_of_x_f16() {
+    let gpu = gpu_test!();
+    follows_the_writer_of_x::<f16>(&gpu, 0x7312);
 }
