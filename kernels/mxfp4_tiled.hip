@@ -17,11 +17,15 @@
 // Entries, (payload, scales, x, rf_t4_outputs y, u32 nb): nb = k / 32, the weight's n rows written
 // to up to three outputs by row range (rocmforge_mxfp4_tiled_abi.h: weights stacked along their
 // rows, one launch for a layer's Q, K and V); launched as dependent launches
-// (rocmforge_dependent_launch.h: the first weight copies go out before the wait):
+// (rocmforge_dependent_launch.h: the bf16 matrix-core entries issue their first weight copies
+// before the wait, the others wait first):
 //   rf_mxfp4_tiled_matvec_mma_<dt>       f16 / bf16 on NVIDIA sm_80+, scale bytes all <= 240 (the
 //                                        launcher knows the maximum)
 //   rf_mxfp4_tiled_matvec_mma_wide_<dt>  the same for any scale byte (0xFF: NaN)
 //   rf_mxfp4_tiled_matvec_<dt>           portable: f32, f16, bf16, any device
+// and rf_mxfp4_tiled_dequant_<dt> (payload, scales, T* out, u32 rows, u32 nb): the weight's first
+// `rows` rows as T, row-major [rows, k], for the GEMM of a prefill (any device; the launcher
+// points payload and scales at the first tile of a stacked weight's part).
 //
 // Matrix-core kernel. Block b of W warps walks tiles b, b + grid, ... (the grid is sized to the
 // device, so each block is resident for the whole launch); its warps split each tile's
@@ -411,6 +415,45 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
     }
 }
 
+// Dequantisation: a thread a 16-byte payload vector (tile t, pair p, lane l = 4g + u; grid-stride).
+// Its words W(g, 2p, u), W(g + 8, 2p, u), W(g, 2p + 1, u), W(g + 8, 2p + 1, u) are four runs of 8
+// elements, elements 32b + 8u .. + 8 of a row, each stored with one 16-byte store (two for f32):
+// the four lanes of a row's block write its 32 elements side by side. Each element is
+// E2M1(code) * 2^(e - 127) in f32 (exact: a power-of-two scale), rounded to T once, as
+// kernels/dequant.hip does for the GGUF rows; rows and blocks of the padding are not written.
+template <typename T>
+RF_DEVICE void rf_t4_dequant(const uint4* payload, const unsigned char* scales, T* out, unsigned rows, unsigned nb) {
+    const unsigned nbp = rf_t4_padded_blocks(nb);
+    const unsigned pairs = nbp / 2;
+    const rf_u64 vectors = (rf_u64)((rows + RF_T4_ROWS - 1) / RF_T4_ROWS) * pairs * 32u;
+    const rf_u64 k = (rf_u64)nb * RF_QK;
+    for (rf_u64 i = (rf_u64)blockIdx.x * blockDim.x + threadIdx.x; i < vectors; i += (rf_u64)gridDim.x * blockDim.x) {
+        const unsigned lane = (unsigned)(i % 32u);
+        const unsigned p = (unsigned)((i / 32u) % pairs);
+        const unsigned t = (unsigned)(i / 32u / pairs);
+        const unsigned g = lane >> 2;
+        const unsigned u = lane & 3u;
+        const uint4 v = payload[i];
+        const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const unsigned r = g + 8u * (unsigned)(j & 1); // row in the tile
+            const unsigned b = 2u * p + (unsigned)(j >> 1);
+            const unsigned row = t * RF_T4_ROWS + r;
+            if (row >= rows || b >= nb) {
+                continue;
+            }
+            const float s = rf_e8m0_to_float(scales[((rf_u64)t * pairs / 4u + b / 8u) * (RF_T4_ROWS * 8u) + r * 8u + b % 8u]);
+            float f[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                f[e] = rf_mxfp4::element(rf_t4_code(words[j], e / 2, e % 2)) * s;
+            }
+            rf_store_n<T, 8, true>(out + row * k + 32u * b + 8u * u, f);
+        }
+    }
+}
+
 // blockDim.x: 32..RF_T4_WARPS * 32, whole warps; the matrix-core entries need dynamic shared
 // memory of warps * (RF_T4_STAGES * RF_T4_STAGE_<dt> + 2 * 16 * 4) bytes (the rings, then the
 // row totals), for bf16 then 2 * 32 * nbp bytes of x and 4 * nbp of its factors (nbp = nb
@@ -431,6 +474,13 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
         rf_t4_matvec<T>(payload, scales, x, y, nb);                                                       \
     }
 
+#define RF_T4_DEQUANT_ENTRY(suffix, T)                                                                    \
+    RF_KERNEL void rf_mxfp4_tiled_dequant_##suffix(const uint4* payload, const unsigned char* scales, T* out,   \
+                                                   unsigned rows, unsigned nb) {                              \
+        rf_t4_dequant<T>(payload, scales, out, rows, nb);                                                 \
+    }
+
 RF_T4_MMA_ENTRIES(f16, __half)
 RF_T4_MMA_ENTRIES(bf16, rf_bf16)
 RF_FOR_EACH_DTYPE(RF_T4_ENTRY)
+RF_FOR_EACH_DTYPE(RF_T4_DEQUANT_ENTRY)

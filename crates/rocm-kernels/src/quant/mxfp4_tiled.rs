@@ -489,6 +489,78 @@ fn launch<T: Dtype>(
     Ok(())
 }
 
+/// Threads of a dequantisation block.
+const DEQUANT_THREADS: usize = 256;
+/// Dequantisation blocks an SM, at most (the kernel strides over the rest).
+const DEQUANT_BLOCKS_AN_SM: usize = 8;
+
+/// Rows `rows` of a tiled weight (a part of a stacked one: `rows.start` a whole number of
+/// tiles) dequantised to `T` into `out`, row-major `[rows.len(), k]`: the operand of a prefill's
+/// GEMM. Each element is what `dequantize` gives from the GGUF rows: E2M1 times the E8M0 scale
+/// in f32, rounded to `T` once.
+pub fn dequantize_tiled<T: Dtype>(
+    w: &DeviceTiledMxfp4,
+    rows: std::ops::Range<usize>,
+    out: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    let (n, k) = (w.n, w.k);
+    ensure(rows.start <= rows.end && rows.end <= n, KERNEL, || {
+        format!("rows {rows:?} are not inside the weight's {n}")
+    })?;
+    ensure(rows.start.is_multiple_of(TILE_ROWS), KERNEL, || {
+        format!("rows start at {}, not at a tile ({TILE_ROWS} rows)", rows.start)
+    })?;
+    let count = rows.len();
+    ensure(count.checked_mul(k) == Some(out.len()), KERNEL, || {
+        format!("out has {} elements; {count} rows of {k} need {}", out.len(), count.saturating_mul(k))
+    })?;
+    if count == 0 || k == 0 {
+        return Ok(());
+    }
+    ensure(u32::try_from(count).is_ok() && u32::try_from(k / QK).is_ok(), KERNEL, || {
+        format!("[{count}, {k}] is more than the kernel counts (32-bit rows and blocks)")
+    })?;
+    let nbp = padded_blocks(k);
+    let first_tile = rows.start / TILE_ROWS;
+    let vectors = count.div_ceil(TILE_ROWS) * nbp / 2 * 32;
+    let stream = out.stream().clone();
+    let info = stream.backend().info();
+    let blocks = vectors
+        .div_ceil(DEQUANT_THREADS)
+        .min(info.compute_units.max(1) as usize * DEQUANT_BLOCKS_AN_SM)
+        .clamp(1, info.max_grid[0].max(1) as usize);
+    let kernel = loader::kernel(&stream, MODULE, &format!("rf_mxfp4_tiled_dequant_{}", T::NAME))?;
+    let config = LaunchConfig {
+        grid: [blocks as u32, 1, 1],
+        block: [DEQUANT_THREADS as u32, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    // The part's first tile: its payload and scales follow those of the tiles before it.
+    let payload = w.payload.device_ptr() + (first_tile * nbp * 256) as u64;
+    let scales = w.scales.device_ptr() + (first_tile * nbp * TILE_ROWS) as u64;
+    // SAFETY: the entry is (const uint4* payload, const u8* scales, T* out, u32 rows, u32 nb).
+    // From the part's first tile t0 (rows.start / 16, checked to be whole), it reads the payload
+    // vectors of ceil(rows / 16) tiles, bytes [256 nbp t0, 256 nbp (t0 + tiles)), and their scale
+    // bytes [16 nbp t0, 16 nbp (t0 + tiles)), inside the weight's n rows' tiles (rows.end <= n,
+    // checked) as TiledMxfp4::upload laid them out; it writes out[row * k + c] for row < rows and
+    // c < k only (the padding is skipped), and out holds rows * k elements (checked), with its
+    // 16-byte stores aligned (k a multiple of 32; allocations 256-byte aligned). w is a shared
+    // borrow distinct from out; the builder checks the streams.
+    unsafe {
+        stream
+            .launch(&kernel)
+            .reads(&w.payload)
+            .arg(payload)
+            .reads(&w.scales)
+            .arg(scales)
+            .buffer_mut(out)
+            .arg(count as u32)
+            .arg((k / QK) as u32)
+            .launch(config)?;
+    }
+    Ok(())
+}
+
 /// The most that staging a 32-element block of bf16 x as f16 scaled by 2^s
 /// (`kernels/include/rocmforge_x16.h`, as the matrix-core kernel does) moves one of its
 /// elements: 2^(-25 - s), `s` putting the block's largest finite magnitude in [2^14, 2^15), 0 for
@@ -505,6 +577,7 @@ pub(crate) fn launchable() -> Vec<Launchable> {
     let mut out = Vec::new();
     for dtype in DTYPES {
         out.push(Launchable::new(MODULE, entry(MatrixCores::None, dtype, 0), Needs::Nothing));
+        out.push(Launchable::new(MODULE, format!("rf_mxfp4_tiled_dequant_{dtype}"), Needs::Nothing));
         if on_matrix_cores(MatrixCores::MmaSync, dtype) {
             for max_scale in [0, u8::MAX] {
                 out.push(Launchable::new(

@@ -5,7 +5,9 @@
 // range too) on emu_mma_sync.h's mma.sync and cp.async, with
 // grids of a block a tile and resident blocks that walk several tiles (each warp's ring running
 // across the tiles' ends, the row totals alternating by tile parity). Some cases write the rows
-// to three outputs (rf_t4_outputs: a stacked weight's parts), gathered for the check.
+// to three outputs (rf_t4_outputs: a stacked weight's parts), gathered for the check. On the AMD
+// targets also rf_mxfp4_tiled_dequant_<dt>, against the GGUF rows decoded and rounded to T once
+// (bit for bit), on a grid that strides (fewer threads than payload vectors).
 //
 // The weight is made as GGUF rows of block_mxfp4 (17-byte blocks) and re-laid out here from the
 // layout's description (crates/rocm-kernels/src/quant/mxfp4_tiled.rs, module docs; not from its
@@ -254,6 +256,41 @@ template <typename T> static void portable_case(const TiledCase& c, int width, s
                 ok ? "ok" : "FAIL", Io<T>::name, width, warps, grid, n, nb * 32, c.split, ok ? "match" : "MISMATCH", worst);
 }
 
+template <typename T> struct DequantEntry;
+#define EMU_T4_DEQUANT(suffix, T)                                                                            \
+    template <> struct DequantEntry<T> {                                                                     \
+        static constexpr void (*e)(const uint4*, const unsigned char*, T*, unsigned, unsigned) =              \
+            rf_mxfp4_tiled_dequant_##suffix;                                                                 \
+    };
+RF_FOR_EACH_DTYPE(EMU_T4_DEQUANT)
+
+// The dequantisation entry over the whole weight, 2 blocks of 64 threads (a grid-stride walk).
+template <typename T> static void dequant_case(const TiledCase& c, int width, std::mt19937_64& rng) {
+    EmuBuffers mem;
+    const CaseData<T> d = make_case<T>(mem, c, rng);
+    const int n = c.rows, nb = c.blocks_a_row, k = 32 * nb;
+    T* out = poisoned_y<T>(mem, n * k);
+    emu_launch(emu_dim3{2, 1, 1}, 64, width,
+               [&] { DequantEntry<T>::e(d.w.payload, d.w.scales, out, (unsigned)n, (unsigned)nb); });
+    int bad = 0;
+    for (int r = 0; r < n; ++r) {
+        for (int b = 0; b < nb; ++b) {
+            double w[32], mag[32];
+            ref_decode_block(MXFP4, d.gguf + ((size_t)r * nb + b) * 17, w, mag);
+            for (int e = 0; e < 32; ++e) {
+                const T want = Io<T>::store((float)w[e]);
+                const T got = out[(size_t)r * k + 32 * b + e];
+                // NaN (scale byte 0xFF) as any NaN; everything else bit for bit.
+                const bool nan = std::isnan(Io<T>::load(want));
+                bad += nan ? !std::isnan(Io<T>::load(got)) : std::memcmp(&want, &got, sizeof(T)) != 0;
+            }
+        }
+    }
+    emu_record(bad == 0 ? 0 : 1, 0.0);
+    std::printf("%-4s rf_mxfp4_tiled_dequant_%-4s w%d rows %-3d k %-6d -> %s (%d elements differ)\n", bad ? "FAIL" : "ok",
+                Io<T>::name, width, n, k, bad ? "MISMATCH" : "match", bad);
+}
+
 #endif // RF_EMU_MMA_SYNC
 
 int main(int argc, char** argv) {
@@ -286,6 +323,11 @@ int main(int argc, char** argv) {
             portable_case<float>(c, width, rng);
             if (c.scales == FAST) portable_case<__half>(c, width, rng);
             portable_case<rf_bf16>(c, width, rng);
+            if (c.split == 0) {
+                dequant_case<float>(c, width, rng);
+                dequant_case<__half>(c, width, rng);
+                dequant_case<rf_bf16>(c, width, rng);
+            }
         }
 #endif
     }

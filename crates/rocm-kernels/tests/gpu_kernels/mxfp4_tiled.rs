@@ -5,12 +5,13 @@
 //! tiles than the matrix-core kernel's resident blocks), both
 //! kernels (matrix cores where the device has them, and the portable one), the scale bytes that
 //! take the general conversion (0xFF: NaN; above 240), and the shapes the launcher refuses.
-//! Stacked weights written to several outputs in one launch, against each part alone; and the
-//! product as a dependent launch behind the kernel that writes its x.
+//! Stacked weights written to several outputs in one launch, against each part alone; the
+//! product as a dependent launch behind the kernel that writes its x; and the dequantisation of
+//! a tiled weight (whole, and a stacked weight's parts) against that of its GGUF rows.
 
 use rocm_kernels::quant::{
-    MAX_TILED_OUTPUTS, MxFormat, QK, TiledMxfp4, mx_matmul_reference, mx_matvec_tiled,
-    mx_matvec_tiled_portable, mx_matvec_tiled_split, x16_rounding_unit,
+    BlockFormat, MAX_TILED_OUTPUTS, MxFormat, QK, TiledMxfp4, dequantize, dequantize_tiled,
+    mx_matmul_reference, mx_matvec_tiled, mx_matvec_tiled_portable, mx_matvec_tiled_split, x16_rounding_unit,
 };
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::{Dtype, KernelError};
@@ -458,4 +459,81 @@ fn tiled_product_follows_the_writer_of_x_bf16() {
 fn tiled_product_follows_the_writer_of_x_f16() {
     let gpu = gpu_test!();
     follows_the_writer_of_x::<f16>(&gpu, 0x7312);
+}
+
+/// A tiled weight dequantised is what `dequantize` gives from the GGUF rows it was made from,
+/// bit for bit: whole weights of awkward shapes (partial tiles, partial groups, long rows), and
+/// each part of a stacked one by its row range; every scale byte occurs (0: 2^-127, 0xFF: NaN,
+/// large ones: infinities in f16).
+fn dequantizes_as_the_gguf_rows<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let bits =
+        |v: &DeviceBuffer<T>| v.to_vec().unwrap().iter().map(|e| e.to_f32().to_bits()).collect::<Vec<_>>();
+    let gguf_dequant = |w: &[u8], len: usize| {
+        let mut out = poisoned::<T>(gpu, len);
+        dequantize(BlockFormat::Mxfp4Gguf, &gpu.stream().upload(w).unwrap(), &mut out).unwrap();
+        out
+    };
+    for (n, k) in [(1, 32), (7, 96), (17, 288), (33, 2880), (129, 14_336), (4097, 4096)] {
+        let mut w = random_weights(&mut rng, FORMAT, n, k);
+        for (i, block) in w.chunks_exact_mut(17).enumerate() {
+            block[0] = (i * 37 % 256) as u8;
+        }
+        let tiled = TiledMxfp4::from_gguf(&w, n, k).unwrap().upload(gpu.stream()).unwrap();
+        let mut out = poisoned::<T>(gpu, n * k);
+        dequantize_tiled(&tiled, 0..n, &mut out).unwrap();
+        assert_eq!(bits(&out), bits(&gguf_dequant(&w, n * k)), "{} n {n} k {k}", T::NAME);
+    }
+    let (parts, k) = ([32usize, 16, 23], 2880);
+    let weights: Vec<Vec<u8>> = parts.iter().map(|&n| random_weights(&mut rng, FORMAT, n, k)).collect();
+    let tiled: Vec<TiledMxfp4> =
+        weights.iter().zip(parts).map(|(w, n)| TiledMxfp4::from_gguf(w, n, k).unwrap()).collect();
+    let stacked = TiledMxfp4::stack(&tiled.iter().collect::<Vec<_>>()).unwrap().upload(gpu.stream()).unwrap();
+    let mut start = 0;
+    for (i, (w, &n)) in weights.iter().zip(&parts).enumerate() {
+        let mut out = poisoned::<T>(gpu, n * k);
+        dequantize_tiled(&stacked, start..start + n, &mut out).unwrap();
+        assert_eq!(bits(&out), bits(&gguf_dequant(w, n * k)), "{} part {i} of {parts:?}", T::NAME);
+        start += n;
+    }
+}
+
+#[test]
+fn tiled_dequantize_matches_the_gguf_rows_f32() {
+    let gpu = gpu_test!();
+    dequantizes_as_the_gguf_rows::<f32>(&gpu, 0x7321);
+}
+
+#[test]
+fn tiled_dequantize_matches_the_gguf_rows_f16() {
+    let gpu = gpu_test!();
+    dequantizes_as_the_gguf_rows::<f16>(&gpu, 0x7322);
+}
+
+#[test]
+fn tiled_dequantize_matches_the_gguf_rows_bf16() {
+    let gpu = gpu_test!();
+    dequantizes_as_the_gguf_rows::<bf16>(&gpu, 0x7323);
+}
+
+/// The row ranges and outputs [`dequantize_tiled`] refuses, each with its reason; an empty range.
+#[test]
+fn tiled_dequantize_ranges_are_refused() {
+    let gpu = gpu_test!();
+    let w = TiledMxfp4::from_gguf(&vec![0u8; 33 * 2 * 17], 33, 64).unwrap().upload(gpu.stream()).unwrap();
+    let message = |r: Result<(), KernelError>| crate::shape_message(r, "mxfp4_tiled");
+    let mut out = poisoned::<f32>(&gpu, 17 * 64);
+    assert!(
+        message(dequantize_tiled(&w, 16..34, &mut out))
+            .contains("rows 16..34 are not inside the weight's 33")
+    );
+    assert!(message(dequantize_tiled(&w, 8..25, &mut out)).contains("rows start at 8, not at a tile"));
+    let mut short = poisoned::<f32>(&gpu, 17 * 64 - 1);
+    assert!(
+        message(dequantize_tiled(&w, 16..33, &mut short))
+            .contains("out has 1087 elements; 17 rows of 64 need 1088")
+    );
+    dequantize_tiled(&w, 16..33, &mut out).unwrap();
+    assert_eq!(out.to_vec().unwrap(), vec![0.0; 17 * 64], "all-zero codes");
+    dequantize_tiled(&w, 32..32, &mut gpu.stream().alloc::<f32>(0).unwrap()).unwrap();
 }
