@@ -9,7 +9,8 @@
 
 use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
-    BlockFormat, Fp6, MxFormat, TiledMxfp4, dequantize, mx_matmul, mx_matvec, mx_matvec_tiled,
+    BlockFormat, Fp6, MxFormat, TiledMxfp4, dequantize, dequantize_tiled, mx_matmul, mx_matvec,
+    mx_matvec_tiled,
 };
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 
@@ -33,6 +34,7 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     }
     rows.push(dequant::<f32>(b, BlockFormat::Mxfp4Gguf, n, k)?);
     rows.push(dequant::<bf16>(b, BlockFormat::Mxfp4Gguf, n, k)?);
+    rows.push(tiled_dequant::<bf16>(b, n, k)?);
     for &(n, k) in SHAPES {
         for format in [MxFormat::Mxfp4Gguf, MxFormat::Mxfp6(Fp6::E2M3)] {
             rows.push(matvec::<f32>(b, format, n, k)?);
@@ -122,6 +124,30 @@ fn dequant<T: Dtype>(b: &mut Bench, format: BlockFormat, n: usize, k: usize) -> 
         shape: format!("{n}x{k}"),
         ms,
         bytes: (w[0].len() + n * k * size_of::<T>()) as u64,
+        flops: None,
+    })
+}
+
+/// [`dequant`] of the same MXFP4 weights in the tiled layout (`dequantize_tiled`, the whole
+/// weight): what a prefill pays for keeping its weights tiled.
+fn tiled_dequant<T: Dtype>(b: &mut Bench, n: usize, k: usize) -> Result<Row> {
+    let host = host_weights(b, BlockFormat::Mxfp4Gguf, n, k)?;
+    let mut tiled = Vec::with_capacity(host.len());
+    for w in &host {
+        tiled.push(TiledMxfp4::from_gguf(w, n, k)?.upload(&b.stream)?);
+    }
+    let mut out = b.stream.alloc::<T>(n * k)?;
+    let mut i = 0;
+    let ms = b.time(|| {
+        i += 1;
+        Ok(dequantize_tiled(&tiled[i % tiled.len()], 0..n, &mut out)?)
+    })?;
+    Ok(Row {
+        kernel: "dequant mxfp4 tiled".into(),
+        dtype: T::NAME,
+        shape: format!("{n}x{k}"),
+        ms,
+        bytes: (host[0].len() + n * k * size_of::<T>()) as u64,
         flops: None,
     })
 }
