@@ -271,6 +271,12 @@ impl DeviceTiledMxfp4 {
     pub fn bytes(&self) -> usize {
         self.payload.len() + self.scales.len()
     }
+
+    /// Device bytes of the tiles that hold `rows` rows (a stacked weight's part: the parts'
+    /// figures add up to [`Self::bytes`], every part but the last being whole tiles).
+    pub fn rows_bytes(&self, rows: usize) -> usize {
+        rows.div_ceil(TILE_ROWS) * TILE_ROWS * padded_blocks(self.k) * MXFP4_GGUF_BLOCK_BYTES
+    }
 }
 
 /// Whether [`mx_matvec_tiled`] runs the matrix-core kernel: NVIDIA mma.sync devices with f16 or
@@ -365,7 +371,19 @@ pub fn mx_matvec_tiled<T: Dtype>(
     x: &DeviceBuffer<T>,
     y: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, x, &mut [y], false)
+    launch(w, 0..w.n, x, &mut [y], false)
+}
+
+/// [`mx_matvec_tiled`] of rows `rows` of a stacked weight ([`TiledMxfp4::stack`]; `rows.start`
+/// a whole number of tiles: a part's first row) into `y` (`rows.len()` elements): one part
+/// alone, with the bits [`mx_matvec_tiled_split`] gives it.
+pub fn mx_matvec_tiled_rows<T: Dtype>(
+    w: &DeviceTiledMxfp4,
+    rows: std::ops::Range<usize>,
+    x: &DeviceBuffer<T>,
+    y: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    launch(w, rows, x, &mut [y], false)
 }
 
 /// [`mx_matvec_tiled`] of a stacked weight ([`TiledMxfp4::stack`]) into one output a part, in
@@ -377,7 +395,7 @@ pub fn mx_matvec_tiled_split<T: Dtype>(
     x: &DeviceBuffer<T>,
     ys: &mut [&mut DeviceBuffer<T>],
 ) -> Result<()> {
-    launch(w, x, ys, false)
+    launch(w, 0..w.n, x, ys, false)
 }
 
 /// [`mx_matvec_tiled_split`] on the portable kernel, whatever the device has (tests compare the
@@ -387,7 +405,7 @@ pub fn mx_matvec_tiled_portable<T: Dtype>(
     x: &DeviceBuffer<T>,
     ys: &mut [&mut DeviceBuffer<T>],
 ) -> Result<()> {
-    launch(w, x, ys, true)
+    launch(w, 0..w.n, x, ys, true)
 }
 
 /// The kernels' outputs argument for `ys` splitting a weight of `n` rows, checked as
@@ -422,13 +440,29 @@ fn outputs<T: Dtype>(ys: &[&mut DeviceBuffer<T>], n: usize) -> Result<abi::rf_t4
     Ok(out)
 }
 
+/// Checks that `rows` is a part of `w` (inside it, from a tile's first row) and returns the byte
+/// offsets of its first tile in the payload and the scales.
+fn part_offsets(w: &DeviceTiledMxfp4, rows: &std::ops::Range<usize>) -> Result<(u64, u64)> {
+    ensure(rows.start <= rows.end && rows.end <= w.n, KERNEL, || {
+        format!("rows {rows:?} are not inside the weight's {}", w.n)
+    })?;
+    ensure(rows.start.is_multiple_of(TILE_ROWS), KERNEL, || {
+        format!("rows start at {}, not at a tile ({TILE_ROWS} rows)", rows.start)
+    })?;
+    let (tile, nbp) = (rows.start / TILE_ROWS, padded_blocks(w.k));
+    Ok(((tile * nbp * 256) as u64, (tile * nbp * TILE_ROWS) as u64))
+}
+
 fn launch<T: Dtype>(
     w: &DeviceTiledMxfp4,
+    rows: std::ops::Range<usize>,
     x: &DeviceBuffer<T>,
     ys: &mut [&mut DeviceBuffer<T>],
     portable: bool,
 ) -> Result<()> {
-    let (n, k) = (w.n, w.k);
+    let k = w.k;
+    let (payload_at, scales_at) = part_offsets(w, &rows)?;
+    let n = rows.len();
     ensure(x.len() == k, KERNEL, || format!("x has {} elements, the weight has k = {k}", x.len()))?;
     let params = outputs(ys, n)?;
     if n == 0 {
@@ -456,10 +490,12 @@ fn launch<T: Dtype>(
         shared_mem_bytes: shared as u32,
     };
     // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, rf_t4_outputs
-    // y, u32 nb). For tile t < ceil(n / 16), n = y.end[2], they read payload bytes [256 t nbp,
-    // 256 (t + 1) nbp) and scale bytes [16 t nbp, 16 (t + 1) nbp) (nbp = nb rounded up to 8),
-    // which the buffers hold: a DeviceTiledMxfp4 is only built by TiledMxfp4::upload from a
-    // layout of exactly n and k. They read x[0, k) (never past the row's last block; x is
+    // y, u32 nb). Given the part's first tile t0 (rows.start / 16, checked whole), for tile
+    // t < ceil(n / 16), n = y.end[2] = rows.len(), they read payload bytes [256 (t0 + t) nbp,
+    // 256 (t0 + t + 1) nbp) and scale bytes [16 (t0 + t) nbp, 16 (t0 + t + 1) nbp) (nbp = nb
+    // rounded up to 8), inside the weight's tiles (rows.end <= w.n, checked), which the buffers
+    // hold: a DeviceTiledMxfp4 is only built by TiledMxfp4::upload from a layout of exactly its
+    // n and k. They read x[0, k) (never past the row's last block; x is
     // 16-byte aligned, checked above, for the 16-byte copies; device allocations are 256-byte
     // aligned, so the payload's and scales' 16- and 8-byte accesses are aligned) and write row
     // r < n to ys[i][r - end[i - 1]] for the first i with r < end[i]: `outputs` made the ends
@@ -476,10 +512,10 @@ fn launch<T: Dtype>(
         let mut launch = stream
             .launch(&kernel)
             .dependent()
-            .buffer(&w.payload)
             .reads_before_wait(&w.payload)
-            .buffer(&w.scales)
+            .arg(w.payload.device_ptr() + payload_at)
             .reads_before_wait(&w.scales)
+            .arg(w.scales.device_ptr() + scales_at)
             .buffer(x);
         for y in ys.iter_mut() {
             launch = launch.writes(&mut **y);
@@ -495,23 +531,19 @@ const DEQUANT_THREADS: usize = 256;
 const DEQUANT_BLOCKS_AN_SM: usize = 8;
 
 /// Rows `rows` of a tiled weight (a part of a stacked one: `rows.start` a whole number of
-/// tiles) dequantised to `T` into `out`, row-major `[rows.len(), k]`: the operand of a prefill's
-/// GEMM. Each element is what `dequantize` gives from the GGUF rows: E2M1 times the E8M0 scale
-/// in f32, rounded to `T` once.
+/// tiles) dequantised to `T` into the first `rows.len() * k` elements of `out`, row-major
+/// `[rows.len(), k]`: the operand of a prefill's GEMM (`out` may be longer: one scratch serves
+/// weights of several sizes). Each element is what `dequantize` gives from the GGUF rows: E2M1
+/// times the E8M0 scale in f32, rounded to `T` once.
 pub fn dequantize_tiled<T: Dtype>(
     w: &DeviceTiledMxfp4,
     rows: std::ops::Range<usize>,
     out: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    let (n, k) = (w.n, w.k);
-    ensure(rows.start <= rows.end && rows.end <= n, KERNEL, || {
-        format!("rows {rows:?} are not inside the weight's {n}")
-    })?;
-    ensure(rows.start.is_multiple_of(TILE_ROWS), KERNEL, || {
-        format!("rows start at {}, not at a tile ({TILE_ROWS} rows)", rows.start)
-    })?;
+    let k = w.k;
+    let (payload_at, scales_at) = part_offsets(w, &rows)?;
     let count = rows.len();
-    ensure(count.checked_mul(k) == Some(out.len()), KERNEL, || {
+    ensure(count.checked_mul(k).is_some_and(|need| need <= out.len()), KERNEL, || {
         format!("out has {} elements; {count} rows of {k} need {}", out.len(), count.saturating_mul(k))
     })?;
     if count == 0 || k == 0 {
@@ -520,9 +552,7 @@ pub fn dequantize_tiled<T: Dtype>(
     ensure(u32::try_from(count).is_ok() && u32::try_from(k / QK).is_ok(), KERNEL, || {
         format!("[{count}, {k}] is more than the kernel counts (32-bit rows and blocks)")
     })?;
-    let nbp = padded_blocks(k);
-    let first_tile = rows.start / TILE_ROWS;
-    let vectors = count.div_ceil(TILE_ROWS) * nbp / 2 * 32;
+    let vectors = count.div_ceil(TILE_ROWS) * padded_blocks(k) / 2 * 32;
     let stream = out.stream().clone();
     let info = stream.backend().info();
     let blocks = vectors
@@ -536,14 +566,14 @@ pub fn dequantize_tiled<T: Dtype>(
         shared_mem_bytes: 0,
     };
     // The part's first tile: its payload and scales follow those of the tiles before it.
-    let payload = w.payload.device_ptr() + (first_tile * nbp * 256) as u64;
-    let scales = w.scales.device_ptr() + (first_tile * nbp * TILE_ROWS) as u64;
+    let payload = w.payload.device_ptr() + payload_at;
+    let scales = w.scales.device_ptr() + scales_at;
     // SAFETY: the entry is (const uint4* payload, const u8* scales, T* out, u32 rows, u32 nb).
     // From the part's first tile t0 (rows.start / 16, checked to be whole), it reads the payload
     // vectors of ceil(rows / 16) tiles, bytes [256 nbp t0, 256 nbp (t0 + tiles)), and their scale
     // bytes [16 nbp t0, 16 nbp (t0 + tiles)), inside the weight's n rows' tiles (rows.end <= n,
     // checked) as TiledMxfp4::upload laid them out; it writes out[row * k + c] for row < rows and
-    // c < k only (the padding is skipped), and out holds rows * k elements (checked), with its
+    // c < k only (the padding is skipped), and out holds at least rows * k elements (checked), with its
     // 16-byte stores aligned (k a multiple of 32; allocations 256-byte aligned). w is a shared
     // borrow distinct from out; the builder checks the streams.
     unsafe {

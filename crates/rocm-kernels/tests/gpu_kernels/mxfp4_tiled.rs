@@ -11,7 +11,8 @@
 
 use rocm_kernels::quant::{
     BlockFormat, MAX_TILED_OUTPUTS, MxFormat, QK, TiledMxfp4, dequantize, dequantize_tiled,
-    mx_matmul_reference, mx_matvec_tiled, mx_matvec_tiled_portable, mx_matvec_tiled_split, x16_rounding_unit,
+    mx_matmul_reference, mx_matvec_tiled, mx_matvec_tiled_portable, mx_matvec_tiled_rows,
+    mx_matvec_tiled_split, x16_rounding_unit,
 };
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::{Dtype, KernelError};
@@ -350,6 +351,13 @@ fn split_matches_each_part_alone<T: Dtype>(gpu: &GpuTest, seed: u64) {
                     "{} part {i} of {parts:?}, k {k}, portable {portable}",
                     T::NAME
                 );
+                if !portable {
+                    // The part by its rows of the stacked weight.
+                    let start: usize = parts[..i].iter().sum();
+                    let mut by_rows = poisoned::<T>(gpu, parts[i]);
+                    mx_matvec_tiled_rows(&device, start..start + parts[i], &x, &mut by_rows).unwrap();
+                    assert_eq!(bits(&by_rows.to_vec().unwrap()), bits(&want), "{} part {i} by rows", T::NAME);
+                }
             }
         }
     }
@@ -399,6 +407,12 @@ fn tiled_stacks_and_splits_are_refused() {
         message(mx_matvec_tiled_split(&w, &x, &mut [&mut *a16, &mut *f0, &mut *b17, &mut *e33]))
             .contains(&format!("4 outputs; a launch writes 1 to {MAX_TILED_OUTPUTS}"))
     );
+    // A part by its rows: from a tile's first row, inside the weight.
+    assert!(
+        message(mx_matvec_tiled_rows(&w, 8..24, &x, &mut *a16)).contains("rows start at 8, not at a tile")
+    );
+    assert!(message(mx_matvec_tiled_rows(&w, 16..34, &x, &mut *b17)).contains("rows 16..34 are not inside"));
+    mx_matvec_tiled_rows(&w, 16..33, &x, &mut *b17).unwrap();
     // Accepted: an empty output in the middle, and the whole weight in one.
     mx_matvec_tiled_split(&w, &x, &mut [a16, f0, b17]).unwrap();
     mx_matvec_tiled_split(&w, &x, &mut [e33]).unwrap();
@@ -535,5 +549,10 @@ fn tiled_dequantize_ranges_are_refused() {
     );
     dequantize_tiled(&w, 16..33, &mut out).unwrap();
     assert_eq!(out.to_vec().unwrap(), vec![0.0; 17 * 64], "all-zero codes");
+    // A longer output: the first rows * k elements are written, the rest left as they were.
+    let mut long = poisoned::<f32>(&gpu, 17 * 64 + 5);
+    dequantize_tiled(&w, 16..33, &mut long).unwrap();
+    let long = long.to_vec().unwrap();
+    assert!(long[..17 * 64].iter().all(|&v| v == 0.0) && long[17 * 64..].iter().all(|v| v.is_nan()));
     dequantize_tiled(&w, 32..32, &mut gpu.stream().alloc::<f32>(0).unwrap()).unwrap();
 }
