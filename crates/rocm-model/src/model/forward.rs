@@ -38,6 +38,7 @@ use super::embedding::{OUTPUT_HEAD, TOKEN_EMBEDDING, TokenEmbedding, load_head};
 use super::error::{ModelError, Result};
 use super::layer::{LayerWeights, Mlp};
 use super::linear::{Linear, Products};
+use super::options::LoadOptions;
 use super::weights::{Block, LayerTensor, OUTPUT_NORM, check_model, load_device};
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvCacheError, KvCacheShape, KvCacheTensors, PagedCache, SeqId};
@@ -97,6 +98,12 @@ impl<T: GemmElement> Model<T> {
     /// file has them: [`ModelConfig::from_file`]), checks every tensor (names, dims, types)
     /// before uploading any, then uploads and dequantises them on `stream`.
     pub fn load(file: Arc<GgufFile>, stream: &Stream) -> Result<Self> {
+        Self::load_with(file, stream, LoadOptions::default())
+    }
+
+    /// [`Model::load`] with the weights kept as `options` says (the layout of MXFP4
+    /// projections: [`LoadOptions::mxfp4`]).
+    pub fn load_with(file: Arc<GgufFile>, stream: &Stream, options: LoadOptions) -> Result<Self> {
         let config = ModelConfig::from_file(&file)?;
         let (present, has_output_norm) = check_model(&file, &config)?;
         let rope = config.rope()?;
@@ -106,7 +113,7 @@ impl<T: GemmElement> Model<T> {
         let layers = present
             .iter()
             .enumerate()
-            .map(|(l, p)| LayerWeights::load(&tensors, &config, l, p))
+            .map(|(l, p)| LayerWeights::load(&tensors, &config, l, p, options))
             .collect::<Result<_>>()?;
         let final_norm = if has_output_norm {
             FinalNorm::Output(load_device(&tensors, OUTPUT_NORM)?)

@@ -3,7 +3,10 @@
 //! MLP with separate or stacked gate/up projections. `forward.rs` runs the rest (norms with
 //! their residual adds, RoPE, the KV cache, attention).
 
+use std::sync::Arc;
+
 use rocm_kernels::gemm::GemmElement;
+use rocm_kernels::quant::{MXFP4_TILE_ROWS, TiledMxfp4};
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::swiglu::{swiglu, swiglu_fused};
 use rocm_runtime::{DeviceBuffer, Stream};
@@ -11,7 +14,9 @@ use rocm_runtime::{DeviceBuffer, Stream};
 use super::config::ModelConfig;
 use super::error::Result;
 use super::linear::{Linear, Products, add_bias, apply_glu, apply_shared};
+use super::options::{LoadOptions, Mxfp4Layout};
 use super::weights::{Block, LayerTensor, load_device, load_linear, tensor_name};
+use crate::gguf::GgmlType;
 use crate::lazy::DeviceTensors;
 
 /// A layer's weights: vectors (norm weights, biases) in `T`, projections (`[out, in]`) as the
@@ -19,19 +24,40 @@ use crate::lazy::DeviceTensors;
 /// ([`super::weights::layer_tensors`]).
 pub(super) struct LayerWeights<T: GemmElement> {
     vectors: Vec<(LayerTensor, DeviceBuffer<T>)>,
-    matrices: Vec<(LayerTensor, Linear<T>)>,
+    matrices: Projections<T>,
 }
 
+/// A layer's projections, by tensor.
+type Projections<T> = Vec<(LayerTensor, Linear<T>)>;
+
 impl<T: GemmElement> LayerWeights<T> {
-    /// Uploads `present`, the checked tensors of layer `layer`.
+    /// Uploads `present`, the checked tensors of layer `layer`, MXFP4 projections in the layout
+    /// `options` asks for.
     pub fn load(
         tensors: &DeviceTensors,
         config: &ModelConfig,
         layer: usize,
         present: &[LayerTensor],
+        options: LoadOptions,
     ) -> Result<Self> {
         let (mut vectors, mut matrices) = (Vec::new(), Vec::new());
-        for &t in present {
+        let mut tiled = Vec::new();
+        if options.mxfp4 == Mxfp4Layout::Tiled {
+            // Q, K and V stacked, gate and up stacked (one launch each), every other projection
+            // alone.
+            let mut groups: Vec<Vec<LayerTensor>> = STACKED.iter().map(|g| g.to_vec()).collect();
+            groups.extend(present.iter().filter(|t| t.is_matrix()).map(|&t| vec![t]));
+            for group in groups {
+                if group.iter().any(|t| !present.contains(t) || tiled.contains(t)) {
+                    continue;
+                }
+                if let Some(parts) = load_tiled(tensors, config, layer, &group)? {
+                    matrices.extend(parts);
+                    tiled.extend(group);
+                }
+            }
+        }
+        for &t in present.iter().filter(|t| !tiled.contains(t)) {
             let name = tensor_name(layer, t);
             if t.is_matrix() {
                 let (out, inp) = t.out_in(config);
@@ -145,6 +171,52 @@ impl<T: GemmElement> LayerWeights<T> {
         }
         Ok(())
     }
+}
+
+/// The projections the tiled layout stacks into one weight where they are all MXFP4 of one
+/// input width: their products share their input, so one launch runs them.
+const STACKED: [&[LayerTensor]; 2] = [
+    &[LayerTensor::AttnQ, LayerTensor::AttnK, LayerTensor::AttnV],
+    &[LayerTensor::FfnGate, LayerTensor::FfnUp],
+];
+
+/// `group`'s projections of layer `layer` re-laid out from the file's MXFP4 rows into one
+/// stacked tiled weight on the device, one [`Linear::Tiled`] a part; `None` (nothing uploaded)
+/// unless every one is MXFP4 of the same input width and every part but the last whole tiles.
+fn load_tiled<T: GemmElement>(
+    tensors: &DeviceTensors,
+    config: &ModelConfig,
+    layer: usize,
+    group: &[LayerTensor],
+) -> Result<Option<Projections<T>>> {
+    let file = tensors.file();
+    let shapes: Vec<(usize, usize)> = group.iter().map(|t| t.out_in(config)).collect();
+    let inp = shapes[0].1;
+    let fits = group.iter().zip(&shapes).enumerate().all(|(i, (&t, &(out, width)))| {
+        let mxfp4 = file.tensor(&tensor_name(layer, t)).is_ok_and(|info| info.ggml_type() == GgmlType::MXFP4);
+        mxfp4 && width == inp && (i + 1 == group.len() || out.is_multiple_of(MXFP4_TILE_ROWS))
+    });
+    if !fits {
+        return Ok(None);
+    }
+    let parts = group
+        .iter()
+        .zip(&shapes)
+        .map(|(&t, &(out, inp))| Ok(TiledMxfp4::from_gguf(file.bytes(&tensor_name(layer, t))?, out, inp)?))
+        .collect::<Result<Vec<_>>>()?;
+    let stacked = Arc::new(TiledMxfp4::stack(&parts.iter().collect::<Vec<_>>())?.upload(tensors.stream())?);
+    let mut first = 0;
+    Ok(Some(
+        group
+            .iter()
+            .zip(shapes)
+            .map(|(&t, (out, inp))| {
+                let linear = Linear::Tiled { w: Arc::clone(&stacked), first, out, inp };
+                first += out;
+                (t, linear)
+            })
+            .collect(),
+    ))
 }
 
 /// The MLP's activations of one step.

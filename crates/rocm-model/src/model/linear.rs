@@ -16,6 +16,11 @@
 //!   graph can record). Overlapping the two on a second stream measured slower on an H100
 //!   (docs/kernels/quant_gemm.md, v2).
 //!
+//! MXFP4 weights loaded in the tiled layout ([`crate::Mxfp4Layout::Tiled`]) are [`Linear::Tiled`]:
+//! one vector runs the tiled kernel (a layer's Q, K and V, or its gate and up, stacked into one
+//! weight and multiplied in one launch: [`apply_shared`]); more tokens dequantise the part's rows
+//! from the tiles (`dequantize_tiled`) and run the GEMM.
+//!
 //! `y = x W^T` either way, f32 accumulation, one rounding to `T` on store; the paths differ only
 //! in the order of the sums.
 
@@ -23,10 +28,11 @@ use std::sync::Arc;
 
 use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
 use rocm_kernels::quant::{
-    BlockFormat, GgmlFormat, MAX_PRODUCTS, MxFormat, QUANT_GEMM_TILE_TOKENS, QuantProduct, SplitScratch,
-    dequant_gemm, dequantize_into, mx_matvec_group_in, mx_matvec_group_on_matrix_cores, quant_gemm,
-    quant_gemm_grid, quant_gemm_runs, quant_matvec_glu, quant_matvec_glu_fuses, quant_matvec_group_in,
-    quant_matvec_on_matrix_cores,
+    BlockFormat, DeviceTiledMxfp4, GgmlFormat, MAX_PRODUCTS, MAX_TILED_OUTPUTS, MxFormat,
+    QUANT_GEMM_TILE_TOKENS, QuantProduct, SplitScratch, dequant_gemm, dequantize_into, dequantize_tiled,
+    mx_matvec_group_in, mx_matvec_group_on_matrix_cores, mx_matvec_tiled_rows, mx_matvec_tiled_split,
+    quant_gemm, quant_gemm_grid, quant_gemm_runs, quant_matvec_glu, quant_matvec_glu_fuses,
+    quant_matvec_group_in, quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::DeviceBuffer;
 
@@ -56,6 +62,9 @@ pub(crate) enum Linear<T: GemmElement> {
     Dense { w: DeviceBuffer<T>, out: usize, inp: usize },
     /// The file's blocks: `out` rows of `inp / block elements` blocks each.
     Blocks { format: BlockFormat, blocks: Arc<DeviceBuffer<u8>>, out: usize, inp: usize },
+    /// MXFP4 in the tiled layout: rows `first..first + out` of `w`, which stacks this projection
+    /// with the layer's others of the same input (Q, K and V; gate and up), or holds it alone.
+    Tiled { w: Arc<DeviceTiledMxfp4>, first: usize, out: usize, inp: usize },
 }
 
 impl<T: GemmElement> Linear<T> {
@@ -64,13 +73,15 @@ impl<T: GemmElement> Linear<T> {
         match self {
             Linear::Dense { w, .. } => (w.len() * size_of::<T>()) as u64,
             Linear::Blocks { blocks, .. } => blocks.len() as u64,
+            // The part's tiles: every part but the last is whole tiles, so the parts add up.
+            Linear::Tiled { w, out, .. } => w.rows_bytes(*out) as u64,
         }
     }
 
     /// The weight's rows (`out`).
     pub fn rows(&self) -> usize {
         match *self {
-            Linear::Dense { out, .. } | Linear::Blocks { out, .. } => out,
+            Linear::Dense { out, .. } | Linear::Blocks { out, .. } | Linear::Tiled { out, .. } => out,
         }
     }
 
@@ -83,6 +94,7 @@ impl<T: GemmElement> Linear<T> {
             {
                 out * inp
             }
+            Linear::Tiled { out, inp, .. } if tokens != TILED_TOKENS => out * inp,
             _ => 0,
         }
     }
@@ -95,6 +107,7 @@ impl<T: GemmElement> Linear<T> {
             Linear::Blocks { format, ref blocks, inp, .. } => {
                 !has_fused_product::<T>(format, blocks, inp, tokens)
             }
+            Linear::Tiled { .. } => tokens != TILED_TOKENS,
         }
     }
 
@@ -125,9 +138,51 @@ impl<T: GemmElement> Linear<T> {
                     }
                 }
             }
+            Linear::Tiled { ref w, first, out, inp } => {
+                let rows = first..first + out;
+                if tokens == TILED_TOKENS {
+                    mx_matvec_tiled_rows(w, rows, x, y)?;
+                    return Ok(());
+                }
+                let desc = GemmDesc::linear(tokens, out, inp);
+                match products.scratch.as_deref_mut() {
+                    Some(scratch) => {
+                        dequantize_tiled(w, rows, scratch)?;
+                        gemm_with(path, &desc, x, scratch, y)?;
+                    }
+                    None => {
+                        // A temporary, freed in stream order.
+                        let mut dense = y.stream().alloc::<T>(out * inp)?;
+                        dequantize_tiled(w, rows, &mut dense)?;
+                        gemm_with(path, &desc, x, &dense, y)?;
+                    }
+                }
+            }
         }
         Ok(())
     }
+}
+
+/// Tokens the tiled kernel takes (one vector); more dequantise from the tiles.
+const TILED_TOKENS: usize = 1;
+
+/// Whether `linears` are the parts of one stacked tiled weight in order, all of it, and one
+/// launch can run them at `tokens` (into outputs of exactly their rows).
+fn stacked_tiled<T: GemmElement>(linears: &[&Linear<T>], ys: &[&mut DeviceBuffer<T>], tokens: usize) -> bool {
+    let Some(Linear::Tiled { w: stack, .. }) = linears.first() else { return false };
+    let mut next = 0;
+    tokens == TILED_TOKENS
+        && linears.len() <= MAX_TILED_OUTPUTS
+        && linears.iter().zip(ys).all(|(l, y)| match l {
+            Linear::Tiled { w, first, out, .. }
+                if Arc::ptr_eq(w, stack) && *first == next && y.len() == *out =>
+            {
+                next += out;
+                true
+            }
+            _ => false,
+        })
+        && next == stack.n()
 }
 
 /// `ys[i] = x W_i^T` for projections sharing their input `x` (`tokens` rows; a layer's Q, K
@@ -144,6 +199,11 @@ pub(crate) fn apply_shared<T: GemmElement>(
     products: &mut Products<'_, T>,
 ) -> Result<()> {
     assert_eq!(linears.len(), ys.len(), "one output per projection");
+    if stacked_tiled(linears, ys, tokens) {
+        let Linear::Tiled { w, .. } = linears[0] else { unreachable!("checked by stacked_tiled") };
+        mx_matvec_tiled_split(w, x, ys)?;
+        return Ok(());
+    }
     match shared_blocks(linears, tokens) {
         Some((format, inp, weights)) => {
             let mut group: Vec<QuantProduct<'_, T>> = weights

@@ -18,7 +18,9 @@ use rocm_kernels::Dtype;
 use rocm_kernels::gemm::{GemmElement, GemmPath};
 use rocm_model::kv_cache::{KvCacheError, KvCacheTensors, PagedCache, SeqId};
 use rocm_model::model::synthetic::{SplitMix, SyntheticSpec, SyntheticVocab, parity_tolerance};
-use rocm_model::model::{Architecture, DecodeGraph, Model, ModelError, Sampler, Sampling};
+use rocm_model::model::{
+    Architecture, DecodeGraph, LoadOptions, Model, ModelError, Mxfp4Layout, Sampler, Sampling,
+};
 use rocm_model::{GgmlType, GgufFile};
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 use rocm_testkit::{GpuTest, Tolerance, compare, gpu_test};
@@ -68,7 +70,7 @@ fn prefill<T: GemmElement>(
 /// Graph steps, then eager workspace steps, each equal bit for bit to `decode_step` on a twin
 /// cache; with a vocabulary, the logits too and the ids path. Three sequences of `PROMPTS`.
 fn graph_equals_eager<T: GemmElement>(gpu: &GpuTest, file: Arc<GgufFile>, what: &str) {
-    graph_equals_eager_of::<T>(gpu, file, what, &PROMPTS, 16);
+    graph_equals_eager_of::<T>(gpu, file, what, &PROMPTS, 16, LoadOptions::default());
 }
 
 /// [`graph_equals_eager`] for a sequence of each of `prompts`' lengths, in caches of `blocks`
@@ -79,8 +81,9 @@ fn graph_equals_eager_of<T: GemmElement>(
     what: &str,
     prompts: &[usize],
     blocks: usize,
+    options: LoadOptions,
 ) {
-    let mut model = Model::<T>::load(file, gpu.stream()).unwrap();
+    let mut model = Model::<T>::load_with(file, gpu.stream(), options).unwrap();
     model.set_gemm_path(GemmPath::Portable);
     let model = model;
     let hidden = model.config().hidden;
@@ -215,7 +218,7 @@ fn decode_graph_of_twelve_sequences_equals_eager_kquants() {
     };
     let file = Arc::new(GgufFile::from_bytes(spec.to_bytes().unwrap()).unwrap());
     let prompts = [37, 23, 5, 1, 16, 17, 40, 60, 9, 31, 2, 64];
-    graph_equals_eager_of::<bf16>(&gpu, file, "k-quants, 12 sequences", &prompts, 96);
+    graph_equals_eager_of::<bf16>(&gpu, file, "k-quants, 12 sequences", &prompts, 96, LoadOptions::default());
 }
 
 /// A step that cannot run is refused before any device work, and the cache is as it was; the
@@ -381,4 +384,21 @@ fn batched_greedy_decode_equals_each_prompt_alone() {
             );
         }
     }
+}
+
+/// One sequence of the MXFP4 model in the tiled layout: every decode product has one token, so
+/// the graph records the tiled kernel's launches (Q, K and V stacked in one, gate and up in
+/// another; dependent launches); its steps equal the eager ones bit for bit.
+#[test]
+fn decode_graph_equals_eager_tiled_mxfp4() {
+    let gpu = gpu_test!();
+    let tiled = LoadOptions { mxfp4: Mxfp4Layout::Tiled };
+    graph_equals_eager_of::<bf16>(
+        &gpu,
+        crate::model::mxfp4_file(),
+        "MXFP4 tiled, one sequence",
+        &[29],
+        8,
+        tiled,
+    );
 }

@@ -14,8 +14,9 @@ use rocm_kernels::gemm::GemmElement;
 use rocm_model::kv_cache::{KvCacheError, KvCacheTensors, PagedCache, SeqId};
 use rocm_model::model::synthetic::{SplitMix, SyntheticSpec, SyntheticVocab, parity_tolerance};
 use rocm_model::model::{
-    Architecture, LayerTensor, Model, ModelConfig, ModelError, OUTPUT_NORM, ROPE_FREQS, ReferenceModel,
-    ReferenceSequence, Rounding, Sampler, Sampling, llama3_freq_factors, tensor_name,
+    Architecture, LayerTensor, LoadOptions, Model, ModelConfig, ModelError, Mxfp4Layout, OUTPUT_NORM,
+    ROPE_FREQS, ReferenceModel, ReferenceSequence, Rounding, Sampler, Sampling, llama3_freq_factors,
+    tensor_name,
 };
 use rocm_model::{GgmlType, GgufFile, GgufWriter};
 use rocm_runtime::{DeviceBuffer, bf16, f16};
@@ -55,12 +56,12 @@ fn check<T: Dtype>(what: &str, got: &DeviceBuffer<T>, want: &[f64]) {
 /// Two sequences (prompts of 37 and 23 tokens) prefilled, then decoded together for 20 steps;
 /// every output compared with the reference.
 pub(crate) fn parity<T: GemmElement>(gpu: &GpuTest, arch: Architecture) {
-    parity_of::<T>(gpu, small(arch), &format!("{arch:?}"));
+    parity_of::<T>(gpu, small(arch), &format!("{arch:?}"), LoadOptions::default());
 }
 
 /// [`parity`] of the model in `file`, `what` naming it in messages.
-fn parity_of<T: GemmElement>(gpu: &GpuTest, file: Arc<GgufFile>, what: &str) {
-    let model = Model::<T>::load(file.clone(), gpu.stream()).unwrap();
+fn parity_of<T: GemmElement>(gpu: &GpuTest, file: Arc<GgufFile>, what: &str, options: LoadOptions) {
+    let model = Model::<T>::load_with(file.clone(), gpu.stream(), options).unwrap();
     let reference = ReferenceModel::load(&file, Rounding::Exact).unwrap();
     let hidden = model.config().hidden;
     let mut cache = PagedCache::new(12, 16).unwrap();
@@ -94,11 +95,16 @@ fn parity_of<T: GemmElement>(gpu: &GpuTest, file: Arc<GgufFile>, what: &str) {
 /// formats take their fused matrix-vector kernels (two sequences, above, take the dequantise
 /// and GEMM path).
 pub(crate) fn parity_one_sequence<T: GemmElement>(gpu: &GpuTest, arch: Architecture) {
-    parity_one_sequence_of::<T>(gpu, small(arch), &format!("{arch:?}"));
+    parity_one_sequence_of::<T>(gpu, small(arch), &format!("{arch:?}"), LoadOptions::default());
 }
 
-fn parity_one_sequence_of<T: GemmElement>(gpu: &GpuTest, file: Arc<GgufFile>, what: &str) {
-    let model = Model::<T>::load(file.clone(), gpu.stream()).unwrap();
+fn parity_one_sequence_of<T: GemmElement>(
+    gpu: &GpuTest,
+    file: Arc<GgufFile>,
+    what: &str,
+    options: LoadOptions,
+) {
+    let model = Model::<T>::load_with(file.clone(), gpu.stream(), options).unwrap();
     let reference = ReferenceModel::load(&file, Rounding::Exact).unwrap();
     let hidden = model.config().hidden;
     let mut cache = PagedCache::new(6, 16).unwrap();
@@ -143,14 +149,14 @@ fn one_sequence_decode_matches_the_reference_bf16() {
 fn kquant_model_matches_the_reference_f32() {
     let gpu = gpu_test!();
     let file = Arc::new(GgufFile::from_bytes(SyntheticSpec::small_kquants().to_bytes().unwrap()).unwrap());
-    parity_one_sequence_of::<f32>(&gpu, file, "k-quants");
+    parity_one_sequence_of::<f32>(&gpu, file, "k-quants", LoadOptions::default());
 }
 
 #[test]
 fn kquant_model_matches_the_reference_bf16() {
     let gpu = gpu_test!();
     let file = Arc::new(GgufFile::from_bytes(SyntheticSpec::small_kquants().to_bytes().unwrap()).unwrap());
-    parity_one_sequence_of::<bf16>(&gpu, file, "k-quants");
+    parity_one_sequence_of::<bf16>(&gpu, file, "k-quants", LoadOptions::default());
 }
 
 /// The k-quant model at widths of whole 512-element chunks (hidden 512, FFN 1024), two
@@ -163,7 +169,7 @@ fn kquant_model_batches_match_the_reference_bf16() {
     let base = SyntheticSpec::small_kquants();
     let spec = SyntheticSpec { config: ModelConfig { hidden: 512, ffn: 1024, ..base.config }, ..base };
     let file = Arc::new(GgufFile::from_bytes(spec.to_bytes().unwrap()).unwrap());
-    parity_of::<bf16>(&gpu, file, "k-quants, batches");
+    parity_of::<bf16>(&gpu, file, "k-quants, batches", LoadOptions::default());
 }
 
 /// Every projection MXFP4, rows of whole 512-element chunks (hidden 512, FFN 1024, 8 query and
@@ -175,7 +181,7 @@ fn mxfp4_types(_: usize, t: LayerTensor) -> GgmlType {
 }
 
 /// The model of [`mxfp4_types`] (hidden 512, FFN 1024, 8 query and 2 KV heads of 64).
-fn mxfp4_file() -> Arc<GgufFile> {
+pub(crate) fn mxfp4_file() -> Arc<GgufFile> {
     let base = SyntheticSpec::small(Architecture::Llama);
     let spec = SyntheticSpec {
         config: ModelConfig { hidden: 512, ffn: 1024, q_heads: 8, kv_heads: 2, ..base.config },
@@ -189,7 +195,7 @@ fn mxfp4_file() -> Arc<GgufFile> {
 fn grouped_mxfp4_products_match_the_reference_bf16() {
     let gpu = gpu_test!();
     let file = mxfp4_file();
-    parity_one_sequence_of::<bf16>(&gpu, file, "MXFP4, grouped products");
+    parity_one_sequence_of::<bf16>(&gpu, file, "MXFP4, grouped products", LoadOptions::default());
 }
 
 /// The same model decoding two sequences a step: on NVIDIA with bf16 activations each product
@@ -198,8 +204,43 @@ fn grouped_mxfp4_products_match_the_reference_bf16() {
 fn batched_mxfp4_products_match_the_reference_bf16() {
     let gpu = gpu_test!();
     let file = mxfp4_file();
-    parity_of::<bf16>(&gpu, file, "MXFP4, batched products");
+    parity_of::<bf16>(&gpu, file, "MXFP4, batched products", LoadOptions::default());
 }
+
+/// The MXFP4 model loaded in the tiled layout ([`Mxfp4Layout::Tiled`]): a 37-token prefill and
+/// 20 one-sequence decode steps (prefill dequantises the parts from the tiles for the GEMM;
+/// decode runs Q, K and V stacked in one launch, gate and up in another, O and down alone, on the
+/// tiled kernel), against the reference, in bf16 (the matrix-core kernel) and f32 (portable).
+#[test]
+fn tiled_mxfp4_model_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    parity_one_sequence_of::<bf16>(&gpu, mxfp4_file(), "MXFP4 tiled", TILED);
+}
+
+#[test]
+fn tiled_mxfp4_model_matches_the_reference_f32() {
+    let gpu = gpu_test!();
+    parity_one_sequence_of::<f32>(&gpu, mxfp4_file(), "MXFP4 tiled", TILED);
+}
+
+/// Two sequences a step in the tiled layout: every product dequantises from the tiles.
+#[test]
+fn tiled_mxfp4_model_batches_match_the_reference_bf16() {
+    let gpu = gpu_test!();
+    parity_of::<bf16>(&gpu, mxfp4_file(), "MXFP4 tiled, batches", TILED);
+}
+
+/// The tiled layout holds the file's MXFP4 bytes: the same device bytes as the rows (no padding
+/// at these widths and row counts).
+#[test]
+fn tiled_mxfp4_weights_take_the_files_bytes() {
+    let gpu = gpu_test!();
+    let rows = Model::<bf16>::load(mxfp4_file(), gpu.stream()).unwrap();
+    let tiled = Model::<bf16>::load_with(mxfp4_file(), gpu.stream(), TILED).unwrap();
+    assert_eq!(tiled.weight_bytes(), rows.weight_bytes());
+}
+
+const TILED: LoadOptions = LoadOptions { mxfp4: Mxfp4Layout::Tiled };
 
 /// Block-format projections stay as their blocks on the device: the weights take the file's
 /// bytes for those, and `T`'s for the plain types (converted at load) and the norms.
@@ -334,7 +375,7 @@ fn llama3_parity<T: GemmElement>(gpu: &GpuTest) {
     let model = Model::<T>::load(file.clone(), gpu.stream()).unwrap();
     assert_eq!(model.config(), &config);
     drop(model);
-    parity_of::<T>(gpu, file, "Llama 3.1 RoPE");
+    parity_of::<T>(gpu, file, "Llama 3.1 RoPE", LoadOptions::default());
 }
 
 #[test]

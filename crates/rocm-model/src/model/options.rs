@@ -1,0 +1,26 @@
+//! [`LoadOptions`]: how [`super::Model::load_with`] keeps a model's weights on the device.
+
+/// How a model's weights are kept on the device ([`super::Model::load_with`]); the default is
+/// what [`super::Model::load`] does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// The layout of MXFP4 projections.
+    pub mxfp4: Mxfp4Layout,
+}
+
+/// Where a layer's MXFP4 projections are kept. Either way the device holds the file's bytes
+/// (the tiled layout pads rows to 256 elements and the last rows to 16, nothing at Llama's
+/// shapes) and every product has the same bits as the other path's up to the order of its sums.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mxfp4Layout {
+    /// As the file stores them (GGUF `block_mxfp4` rows): every token count has a kernel that
+    /// reads the blocks (fused products up to 32 tokens, the mixed-input GEMM for some prefills).
+    #[default]
+    Rows,
+    /// Re-laid out once at load for the decode kernel (`rocm_kernels::quant::TiledMxfp4`, Q, K
+    /// and V stacked into one weight, gate and up into another): one-token products run on it
+    /// (an 8B layer's decode step 78.5 -> 64.6 us on an H100, docs/model.md); more tokens
+    /// (batched decode, prefill) dequantise the part's rows from the tiles and run the GEMM,
+    /// which is slower than the row layout's kernels for now.
+    Tiled,
+}
