@@ -47,9 +47,11 @@
 //!   copy row. Without `python3`, torch or the script, one line says why the rows are absent;
 //!   the bench never fails because of them.
 //!
-//! `ROCMFORGE_BENCH_MODEL_TYPES` (a comma-separated list of the types' names, `Q4_K,MXFP4`)
-//! limits the rows to those weight types: a profiler attached to one type's steps need not
-//! wade through the others'.
+//! The weight types are BF16, Q8_0, Q4_K and MXFP4 as the files store them, and MXFP4 loaded in
+//! the tiled layout (`MXFP4-tiled`: `Mxfp4Layout::Tiled`, one-token products on the tiled kernel,
+//! more tokens dequantised from the tiles). `ROCMFORGE_BENCH_MODEL_TYPES` (a comma-separated
+//! list of their names, `Q4_K,MXFP4-tiled`) limits the rows to those: a profiler attached to one
+//! type's steps need not wade through the others'.
 //!
 //! Weights are random valid blocks (scales chosen so values stay within about +-0.06, like a
 //! trained 8B model's), written raw: quantising 400 M values on the host would take longer than
@@ -60,7 +62,7 @@ use std::time::Instant;
 
 use rocm_model::kv_cache::{KvCacheTensors, PagedCache, SeqId};
 use rocm_model::model::synthetic::SyntheticSpec;
-use rocm_model::model::{Architecture, Model, ModelConfig, tensor_name};
+use rocm_model::model::{Architecture, LoadOptions, Model, ModelConfig, Mxfp4Layout, tensor_name};
 use rocm_model::{GgmlType, GgufFile};
 use rocm_runtime::{bf16, f16};
 use rocm_testkit::Rng;
@@ -83,6 +85,33 @@ const PREFILL: usize = 512;
 /// The weight types benchmarked: bf16 as stored, and the block formats kept as stored.
 const TYPES: [GgmlType; 4] = [GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::MXFP4];
 
+/// A model's weights as the bench loads them: the file's type, and for MXFP4 the layout
+/// (`MXFP4-tiled`: [`Mxfp4Layout::Tiled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Weights {
+    ty: GgmlType,
+    layout: Mxfp4Layout,
+}
+
+impl Weights {
+    /// [`TYPES`] as the files store them, then MXFP4 tiled.
+    const ALL: [Weights; 5] = [
+        Weights { ty: TYPES[0], layout: Mxfp4Layout::Rows },
+        Weights { ty: TYPES[1], layout: Mxfp4Layout::Rows },
+        Weights { ty: TYPES[2], layout: Mxfp4Layout::Rows },
+        Weights { ty: TYPES[3], layout: Mxfp4Layout::Rows },
+        Weights { ty: GgmlType::MXFP4, layout: Mxfp4Layout::Tiled },
+    ];
+
+    /// The rows' type column.
+    fn name(self) -> &'static str {
+        match self.layout {
+            Mxfp4Layout::Tiled if self.ty == GgmlType::MXFP4 => "MXFP4-tiled",
+            _ => self.ty.name(),
+        }
+    }
+}
+
 fn config(layers: usize) -> ModelConfig {
     ModelConfig {
         hidden: 4096,
@@ -97,39 +126,41 @@ fn config(layers: usize) -> ModelConfig {
     }
 }
 
-/// The types [`run`] measures: [`TYPES`], or those named in `ROCMFORGE_BENCH_MODEL_TYPES`.
-fn selected_types() -> Result<Vec<GgmlType>> {
-    super::env_selection("ROCMFORGE_BENCH_MODEL_TYPES", &TYPES, GgmlType::name)
+/// The weights [`run`] measures: [`Weights::ALL`], or those named in
+/// `ROCMFORGE_BENCH_MODEL_TYPES`.
+fn selected_weights() -> Result<Vec<Weights>> {
+    super::env_selection("ROCMFORGE_BENCH_MODEL_TYPES", &Weights::ALL, Weights::name)
 }
 
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    for ty in selected_types()? {
-        let model = load(b, ty, LAYERS)?;
+    for weights in selected_weights()? {
+        let ty = weights.ty;
+        let model = load(b, weights, LAYERS)?;
         let layer_bytes = model.weight_bytes() / LAYERS as u64;
         let mut graph_steps = Vec::new();
         for batch in BATCHES {
-            rows.push(decode(b, &model, ty, batch, layer_bytes)?);
-            let (row, step_ms) = decode_graph(b, &model, ty, batch, layer_bytes)?;
+            rows.push(decode(b, &model, weights, batch, layer_bytes)?);
+            let (row, step_ms) = decode_graph(b, &model, weights, batch, layer_bytes)?;
             graph_steps.push((batch, step_ms, format!("{} +layer", row.kernel)));
             rows.push(row);
         }
-        rows.push(prefill(b, &model, ty, layer_bytes)?);
+        rows.push(prefill(b, &model, weights, layer_bytes)?);
         drop(model);
         rows.extend(layer_read::rows(b, ty, &config(LAYERS))?);
-        let deeper = load(b, ty, DEEPER)?;
+        let deeper = load(b, weights, DEEPER)?;
         for (batch, short_ms, kernel) in graph_steps {
-            let (_, deep_ms) = decode_graph(b, &deeper, ty, batch, layer_bytes)?;
-            rows.push(added_layer_row(kernel, ty, batch, short_ms, deep_ms, layer_bytes));
+            let (_, deep_ms) = decode_graph(b, &deeper, weights, batch, layer_bytes)?;
+            rows.push(added_layer_row(kernel, weights, batch, short_ms, deep_ms, layer_bytes));
         }
     }
     Ok(rows)
 }
 
-/// A model of `layers` random 8B-shaped layers of `ty`, loaded.
-fn load(b: &mut Bench, ty: GgmlType, layers: usize) -> Result<Model<bf16>> {
-    let file = Arc::new(GgufFile::from_bytes(layers_of(&mut b.rng, ty, layers)?)?);
-    let model = Model::<bf16>::load(file, &b.stream)?;
+/// A model of `layers` random 8B-shaped layers of `weights`, loaded.
+fn load(b: &mut Bench, weights: Weights, layers: usize) -> Result<Model<bf16>> {
+    let file = Arc::new(GgufFile::from_bytes(layers_of(&mut b.rng, weights.ty, layers)?)?);
+    let model = Model::<bf16>::load_with(file, &b.stream, LoadOptions { mxfp4: weights.layout })?;
     b.stream.synchronize()?;
     Ok(model)
 }
@@ -139,7 +170,7 @@ fn load(b: &mut Bench, ty: GgmlType, layers: usize) -> Result<Model<bf16>> {
 /// pays once.
 fn added_layer_row(
     kernel: String,
-    ty: GgmlType,
+    weights: Weights,
     batch: usize,
     short_ms: f64,
     deep_ms: f64,
@@ -150,7 +181,7 @@ fn added_layer_row(
     let tokens_per_s = batch as f64 / ((fixed_ms + 32.0 * layer_ms) / 1e3);
     Row {
         kernel,
-        dtype: ty.name(),
+        dtype: weights.name(),
         shape: format!("8B: {tokens_per_s:.0} tok/s@32L, fixed {:.1} us", fixed_ms * 1e3),
         ms: layer_ms,
         bytes: layer_bytes,
@@ -240,12 +271,12 @@ fn median_step(b: &Bench, mut step: impl FnMut() -> Result<()>) -> Result<f64> {
     Ok(times[times.len() / 2])
 }
 
-fn decode_row(kernel: String, ty: GgmlType, batch: usize, step_ms: f64, layer_bytes: u64) -> Row {
+fn decode_row(kernel: String, weights: Weights, batch: usize, step_ms: f64, layer_bytes: u64) -> Row {
     let layer_ms = step_ms / LAYERS as f64;
     let tokens_per_s = batch as f64 / (layer_ms * 32.0 / 1e3);
     Row {
         kernel,
-        dtype: ty.name(),
+        dtype: weights.name(),
         shape: format!("8B layer: {tokens_per_s:.0} tok/s@32L"),
         ms: layer_ms,
         bytes: layer_bytes,
@@ -254,14 +285,20 @@ fn decode_row(kernel: String, ty: GgmlType, batch: usize, step_ms: f64, layer_by
 }
 
 /// A decode step of `batch` sequences of [`CONTEXT`] tokens each.
-fn decode(b: &mut Bench, model: &Model<bf16>, ty: GgmlType, batch: usize, layer_bytes: u64) -> Result<Row> {
+fn decode(
+    b: &mut Bench,
+    model: &Model<bf16>,
+    weights: Weights,
+    batch: usize,
+    layer_bytes: u64,
+) -> Result<Row> {
     let (mut cache, mut kv, seqs) = decode_cache(b, model, batch)?;
     let x = b.upload_random::<bf16>(batch * model.config().hidden, -1.0, 1.0)?;
     let step_ms = median_step(b, || {
         model.decode_step(&mut cache, &mut kv, &seqs, &x)?;
         Ok(())
     })?;
-    Ok(decode_row(format!("model decode b{batch}"), ty, batch, step_ms, layer_bytes))
+    Ok(decode_row(format!("model decode b{batch}"), weights, batch, step_ms, layer_bytes))
 }
 
 /// [`decode`] through a decode graph recorded once (the recording is not timed); the row and the
@@ -269,7 +306,7 @@ fn decode(b: &mut Bench, model: &Model<bf16>, ty: GgmlType, batch: usize, layer_
 fn decode_graph(
     b: &mut Bench,
     model: &Model<bf16>,
-    ty: GgmlType,
+    weights: Weights,
     batch: usize,
     layer_bytes: u64,
 ) -> Result<(Row, f64)> {
@@ -282,11 +319,11 @@ fn decode_graph(
         graph.step(&mut cache, &seqs, &x)?;
         Ok(())
     })?;
-    Ok((decode_row(format!("model decode {mode} b{batch}"), ty, batch, step_ms, layer_bytes), step_ms))
+    Ok((decode_row(format!("model decode {mode} b{batch}"), weights, batch, step_ms, layer_bytes), step_ms))
 }
 
 /// A prefill of [`PREFILL`] tokens of one sequence.
-fn prefill(b: &mut Bench, model: &Model<bf16>, ty: GgmlType, layer_bytes: u64) -> Result<Row> {
+fn prefill(b: &mut Bench, model: &Model<bf16>, weights: Weights, layer_bytes: u64) -> Result<Row> {
     let c = model.config();
     let x = b.upload_random::<bf16>(PREFILL * c.hidden, -1.0, 1.0)?;
     let mut times = Vec::new();
@@ -308,7 +345,7 @@ fn prefill(b: &mut Bench, model: &Model<bf16>, ty: GgmlType, layer_bytes: u64) -
         (c.hidden * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.hidden + 3 * c.hidden * c.ffn) as f64;
     Ok(Row {
         kernel: format!("model prefill {PREFILL}"),
-        dtype: ty.name(),
+        dtype: weights.name(),
         shape: format!("8B layer: {:.0} tok/s@32L", PREFILL as f64 / (layer_ms * 32.0 / 1e3)),
         ms: layer_ms,
         bytes: layer_bytes,
