@@ -19,8 +19,9 @@ pub enum Mxfp4Layout {
     Rows,
     /// Re-laid out once at load for the decode kernel (`rocm_kernels::quant::TiledMxfp4`, Q, K
     /// and V stacked into one weight, gate and up into another): one-token products run on it
-    /// (an 8B layer's decode step 78.5 -> 64.6 us on an H100, docs/model.md); more tokens
-    /// (batched decode, prefill) dequantise the part's rows from the tiles and run the GEMM,
-    /// which is slower than the row layout's kernels for now.
+    /// (an 8B layer at batch 1: 74.5 -> 57.7 us on an H200, docs/model.md). More tokens
+    /// dequantise the part's rows from the tiles and run the GEMM, slower than the rows' kernels
+    /// for now: batched decode 3-5 times (and the vendor GEMM keeps a decode graph from
+    /// recording it), a 512-token prefill 22%. For one sequence decoding long outputs.
     Tiled,
 }
