@@ -151,11 +151,12 @@ template <typename T> struct rf_t4_cursor {
     }
 };
 
-// Copies the cursor's group of the weight into a stage: payload pairs past the row's last block
-// are zero-filled, not read. With `stream` (rocmforge_mma.h): the weights are read once.
-template <typename T>
-RF_DEVICE void rf_t4_stage_weights(unsigned char* stage, const rf_t4_cursor<T>& c, unsigned nb, int lane,
-                                   rf_l2_policy stream) {
+// Copies the cursor's group (and with X its x: f16 stages hold it after the scales) into a
+// stage: payload pairs and x past the row's last block are zero-filled, not read. The weight's
+// bytes with `stream` (rocmforge_mma.h): they are read once.
+template <bool X, typename T>
+RF_DEVICE void rf_t4_stage_in(unsigned char* stage, const rf_t4_cursor<T>& c, unsigned nb, int lane,
+                              rf_l2_policy stream) {
     const unsigned valid = nb - c.q * RF_T4_GROUP; // blocks of the group that exist (>= 1)
 #pragma unroll
     for (int i = 0; i < RF_T4_GROUP / 2; ++i) {
@@ -164,14 +165,11 @@ RF_DEVICE void rf_t4_stage_weights(unsigned char* stage, const rf_t4_cursor<T>& 
     if (lane < RF_T4_SCALE_BYTES / 16) {
         rf_cp_async16_policy(stage + RF_T4_PAYLOAD_BYTES + 16 * lane, c.scales + 16 * lane, 16, stream);
     }
-}
-
-// Copies group q's x (f16: the stage holds it after the scales) into a stage: lane l copies
-// `xl` = x[256q + 8l .. + 8], block 8q + l / 4; past the row's last block zero-filled, not read.
-template <typename T>
-RF_DEVICE void rf_t4_stage_x(unsigned char* stage, unsigned q, const T* xl, unsigned nb, int lane) {
-    const unsigned valid = nb - q * RF_T4_GROUP;
-    rf_cp_async16(stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + 16 * lane, xl, (unsigned)(lane >> 2) < valid ? 16 : 0);
+    if constexpr (X) {
+        // Lane l copies x[256q + 8l .. + 8]: block 8q + l / 4.
+        rf_cp_async16(stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + 16 * lane, c.x,
+                      (unsigned)(lane >> 2) < valid ? 16 : 0);
+    }
 }
 
 // Multiplies a staged group into the lane's row totals: `xs`, the group's 256 elements of x as
@@ -284,10 +282,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
 #pragma unroll
     for (int s = 0; s < RF_T4_STAGES - 1; ++s) {
         if (fetched < items) {
-            rf_t4_stage_weights(ring + s * STAGE, fetch, nb, lane, stream);
-            if constexpr (!ONCE) {
-                rf_t4_stage_x(ring + s * STAGE, fetch.q, fetch.x, nb, lane);
-            }
+            rf_t4_stage_in<!ONCE>(ring + s * STAGE, fetch, nb, lane, stream);
             fetch.advance((unsigned)warp, warps, groups, nbp, gridDim.x);
             ++fetched;
         }
@@ -318,10 +313,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
         if (fetched < items) {
             // The slot item i - 1 used, freed by the __syncwarp after it.
             const int free_slot = slot == 0 ? RF_T4_STAGES - 1 : slot - 1;
-            rf_t4_stage_weights(ring + free_slot * STAGE, fetch, nb, lane, stream);
-            if constexpr (!ONCE) {
-                rf_t4_stage_x(ring + free_slot * STAGE, fetch.q, fetch.x, nb, lane);
-            }
+            rf_t4_stage_in<!ONCE>(ring + free_slot * STAGE, fetch, nb, lane, stream);
             fetch.advance((unsigned)warp, warps, groups, nbp, gridDim.x);
             ++fetched;
         }
