@@ -272,10 +272,10 @@ impl DeviceTiledMxfp4 {
         self.payload.len() + self.scales.len()
     }
 
-    /// Device bytes of the tiles that hold `rows` rows (a stacked weight's part: the parts'
-    /// figures add up to [`Self::bytes`], every part but the last being whole tiles).
+    /// Device bytes of the tiles that hold `rows` (at most `n`) rows (a stacked weight's part:
+    /// the parts' figures add up to [`Self::bytes`], every part but the last being whole tiles).
     pub fn rows_bytes(&self, rows: usize) -> usize {
-        rows.div_ceil(TILE_ROWS) * TILE_ROWS * padded_blocks(self.k) * MXFP4_GGUF_BLOCK_BYTES
+        tiled_bytes(rows, self.k).map_or(usize::MAX, |(payload, scales)| payload + scales)
     }
 }
 
@@ -440,17 +440,19 @@ fn outputs<T: Dtype>(ys: &[&mut DeviceBuffer<T>], n: usize) -> Result<abi::rf_t4
     Ok(out)
 }
 
-/// Checks that `rows` is a part of `w` (inside it, from a tile's first row) and returns the byte
-/// offsets of its first tile in the payload and the scales.
-fn part_offsets(w: &DeviceTiledMxfp4, rows: &std::ops::Range<usize>) -> Result<(u64, u64)> {
+/// Checks that `rows` is a part of `w` (inside it, from a tile's first row) and returns the
+/// device addresses of its first tile in the payload and the scales: past the bytes of the
+/// `rows.start` rows before it.
+fn part_pointers(w: &DeviceTiledMxfp4, rows: &std::ops::Range<usize>) -> Result<(u64, u64)> {
     ensure(rows.start <= rows.end && rows.end <= w.n, KERNEL, || {
         format!("rows {rows:?} are not inside the weight's {}", w.n)
     })?;
     ensure(rows.start.is_multiple_of(TILE_ROWS), KERNEL, || {
         format!("rows start at {}, not at a tile ({TILE_ROWS} rows)", rows.start)
     })?;
-    let (tile, nbp) = (rows.start / TILE_ROWS, padded_blocks(w.k));
-    Ok(((tile * nbp * 256) as u64, (tile * nbp * TILE_ROWS) as u64))
+    // Inside the weight, whose own sizes did not overflow.
+    let (payload, scales) = tiled_bytes(rows.start, w.k).expect("a part of an allocated weight");
+    Ok((w.payload.device_ptr() + payload as u64, w.scales.device_ptr() + scales as u64))
 }
 
 fn launch<T: Dtype>(
@@ -461,7 +463,7 @@ fn launch<T: Dtype>(
     portable: bool,
 ) -> Result<()> {
     let k = w.k;
-    let (payload_at, scales_at) = part_offsets(w, &rows)?;
+    let (payload, scales) = part_pointers(w, &rows)?;
     let n = rows.len();
     ensure(x.len() == k, KERNEL, || format!("x has {} elements, the weight has k = {k}", x.len()))?;
     let params = outputs(ys, n)?;
@@ -513,9 +515,9 @@ fn launch<T: Dtype>(
             .launch(&kernel)
             .dependent()
             .reads_before_wait(&w.payload)
-            .arg(w.payload.device_ptr() + payload_at)
+            .arg(payload)
             .reads_before_wait(&w.scales)
-            .arg(w.scales.device_ptr() + scales_at)
+            .arg(scales)
             .buffer(x);
         for y in ys.iter_mut() {
             launch = launch.writes(&mut **y);
@@ -541,7 +543,7 @@ pub fn dequantize_tiled<T: Dtype>(
     out: &mut DeviceBuffer<T>,
 ) -> Result<()> {
     let k = w.k;
-    let (payload_at, scales_at) = part_offsets(w, &rows)?;
+    let (payload, scales) = part_pointers(w, &rows)?;
     let count = rows.len();
     ensure(count.checked_mul(k).is_some_and(|need| need <= out.len()), KERNEL, || {
         format!("out has {} elements; {count} rows of {k} need {}", out.len(), count.saturating_mul(k))
@@ -565,9 +567,6 @@ pub fn dequantize_tiled<T: Dtype>(
         block: [DEQUANT_THREADS as u32, 1, 1],
         shared_mem_bytes: 0,
     };
-    // The part's first tile: its payload and scales follow those of the tiles before it.
-    let payload = w.payload.device_ptr() + payload_at;
-    let scales = w.scales.device_ptr() + scales_at;
     // SAFETY: the entry is (const uint4* payload, const u8* scales, T* out, u32 rows, u32 nb).
     // From the part's first tile t0 (rows.start / 16, checked to be whole), it reads the payload
     // vectors of ceil(rows / 16) tiles, bytes [256 nbp t0, 256 nbp (t0 + tiles)), and their scale
