@@ -144,19 +144,14 @@ impl<T: GemmElement> Linear<T> {
                     mx_matvec_tiled_rows(w, rows, x, y)?;
                     return Ok(());
                 }
-                let desc = GemmDesc::linear(tokens, out, inp);
-                match products.scratch.as_deref_mut() {
-                    Some(scratch) => {
-                        dequantize_tiled(w, rows, scratch)?;
-                        gemm_with(path, &desc, x, scratch, y)?;
-                    }
-                    None => {
-                        // A temporary, freed in stream order.
-                        let mut dense = y.stream().alloc::<T>(out * inp)?;
-                        dequantize_tiled(w, rows, &mut dense)?;
-                        gemm_with(path, &desc, x, &dense, y)?;
-                    }
-                }
+                // The pass's scratch, or a temporary freed in stream order.
+                let mut temporary = None;
+                let dense = match products.scratch.as_deref_mut() {
+                    Some(scratch) => scratch,
+                    None => temporary.insert(y.stream().alloc::<T>(out * inp)?),
+                };
+                dequantize_tiled(w, rows, dense)?;
+                gemm_with(path, &GemmDesc::linear(tokens, out, inp), x, dense, y)?;
             }
         }
         Ok(())
@@ -166,12 +161,16 @@ impl<T: GemmElement> Linear<T> {
 /// Tokens the tiled kernel takes (one vector); more dequantise from the tiles.
 const TILED_TOKENS: usize = 1;
 
-/// Whether `linears` are the parts of one stacked tiled weight in order, all of it, and one
-/// launch can run them at `tokens` (into outputs of exactly their rows).
-fn stacked_tiled<T: GemmElement>(linears: &[&Linear<T>], ys: &[&mut DeviceBuffer<T>], tokens: usize) -> bool {
-    let Some(Linear::Tiled { w: stack, .. }) = linears.first() else { return false };
+/// The stacked tiled weight whose parts `linears` are, in order and all of it, where one launch
+/// can run them at `tokens` (into outputs of exactly their rows).
+fn stacked_tiled<'a, T: GemmElement>(
+    linears: &[&'a Linear<T>],
+    ys: &[&mut DeviceBuffer<T>],
+    tokens: usize,
+) -> Option<&'a DeviceTiledMxfp4> {
+    let Some(Linear::Tiled { w: stack, .. }) = linears.first() else { return None };
     let mut next = 0;
-    tokens == TILED_TOKENS
+    let whole = tokens == TILED_TOKENS
         && linears.len() <= MAX_TILED_OUTPUTS
         && linears.iter().zip(ys).all(|(l, y)| match l {
             Linear::Tiled { w, first, out, .. }
@@ -182,7 +181,8 @@ fn stacked_tiled<T: GemmElement>(linears: &[&Linear<T>], ys: &[&mut DeviceBuffer
             }
             _ => false,
         })
-        && next == stack.n()
+        && next == stack.n();
+    whole.then_some(&**stack)
 }
 
 /// `ys[i] = x W_i^T` for projections sharing their input `x` (`tokens` rows; a layer's Q, K
@@ -199,9 +199,8 @@ pub(crate) fn apply_shared<T: GemmElement>(
     products: &mut Products<'_, T>,
 ) -> Result<()> {
     assert_eq!(linears.len(), ys.len(), "one output per projection");
-    if stacked_tiled(linears, ys, tokens) {
-        let Linear::Tiled { w, .. } = linears[0] else { unreachable!("checked by stacked_tiled") };
-        mx_matvec_tiled_split(w, x, ys)?;
+    if let Some(stack) = stacked_tiled(linears, ys, tokens) {
+        mx_matvec_tiled_split(stack, x, ys)?;
         return Ok(());
     }
     match shared_blocks(linears, tokens) {
