@@ -95,13 +95,10 @@ struct Weights {
 
 impl Weights {
     /// [`TYPES`] as the files store them, then MXFP4 tiled.
-    const ALL: [Weights; 5] = [
-        Weights { ty: TYPES[0], layout: Mxfp4Layout::Rows },
-        Weights { ty: TYPES[1], layout: Mxfp4Layout::Rows },
-        Weights { ty: TYPES[2], layout: Mxfp4Layout::Rows },
-        Weights { ty: TYPES[3], layout: Mxfp4Layout::Rows },
-        Weights { ty: GgmlType::MXFP4, layout: Mxfp4Layout::Tiled },
-    ];
+    fn all() -> Vec<Weights> {
+        let rows = TYPES.map(|ty| Weights { ty, layout: Mxfp4Layout::Rows });
+        rows.into_iter().chain([Weights { ty: GgmlType::MXFP4, layout: Mxfp4Layout::Tiled }]).collect()
+    }
 
     /// The rows' type column.
     fn name(self) -> &'static str {
@@ -126,10 +123,10 @@ fn config(layers: usize) -> ModelConfig {
     }
 }
 
-/// The weights [`run`] measures: [`Weights::ALL`], or those named in
+/// The weights [`run`] measures: [`Weights::all`], or those named in
 /// `ROCMFORGE_BENCH_MODEL_TYPES`.
 fn selected_weights() -> Result<Vec<Weights>> {
-    super::env_selection("ROCMFORGE_BENCH_MODEL_TYPES", &Weights::ALL, Weights::name)
+    super::env_selection("ROCMFORGE_BENCH_MODEL_TYPES", &Weights::all(), Weights::name)
 }
 
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {

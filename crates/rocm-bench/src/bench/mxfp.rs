@@ -9,8 +9,8 @@
 
 use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
-    BlockFormat, Fp6, MxFormat, TiledMxfp4, dequantize, dequantize_tiled, mx_matmul, mx_matvec,
-    mx_matvec_tiled,
+    BlockFormat, DeviceTiledMxfp4, Fp6, MxFormat, TiledMxfp4, dequantize, dequantize_tiled, mx_matmul,
+    mx_matvec, mx_matvec_tiled,
 };
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 
@@ -131,11 +131,7 @@ fn dequant<T: Dtype>(b: &mut Bench, format: BlockFormat, n: usize, k: usize) -> 
 /// [`dequant`] of the same MXFP4 weights in the tiled layout (`dequantize_tiled`, the whole
 /// weight): what a prefill pays for keeping its weights tiled.
 fn tiled_dequant<T: Dtype>(b: &mut Bench, n: usize, k: usize) -> Result<Row> {
-    let host = host_weights(b, BlockFormat::Mxfp4Gguf, n, k)?;
-    let mut tiled = Vec::with_capacity(host.len());
-    for w in &host {
-        tiled.push(TiledMxfp4::from_gguf(w, n, k)?.upload(&b.stream)?);
-    }
+    let (tiled, gguf_bytes) = tiled_weights(b, n, k)?;
     let mut out = b.stream.alloc::<T>(n * k)?;
     let mut i = 0;
     let ms = b.time(|| {
@@ -147,7 +143,7 @@ fn tiled_dequant<T: Dtype>(b: &mut Bench, n: usize, k: usize) -> Result<Row> {
         dtype: T::NAME,
         shape: format!("{n}x{k}"),
         ms,
-        bytes: (host[0].len() + n * k * size_of::<T>()) as u64,
+        bytes: (gguf_bytes + n * k * size_of::<T>()) as u64,
         flops: None,
     })
 }
@@ -193,15 +189,23 @@ fn time_matvec<T: Dtype>(
 /// as for the GGUF rows: the layout holds the same 17 bytes a block, plus padding that is not
 /// read past a row's last block (scales aside: at most 7 bytes a row).
 fn tiled_matvec<T: Dtype>(b: &mut Bench, n: usize, k: usize) -> Result<Row> {
-    let host = host_weights(b, BlockFormat::Mxfp4Gguf, n, k)?;
-    let mut tiled = Vec::with_capacity(host.len());
-    for w in &host {
-        tiled.push(TiledMxfp4::from_gguf(w, n, k)?.upload(&b.stream)?);
-    }
+    let (tiled, gguf_bytes) = tiled_weights(b, n, k)?;
     let label = "mxfp4 tiled matvec".to_string();
-    time_matvec::<T>(b, label, n, k, host[0].len(), |i, x, y| {
+    time_matvec::<T>(b, label, n, k, gguf_bytes, |i, x, y| {
         Ok(mx_matvec_tiled(&tiled[i % tiled.len()], x, y)?)
     })
+}
+
+/// [`host_weights`] of MXFP4 re-laid out by `TiledMxfp4::from_gguf` and uploaded (before any
+/// timing, as a loader would), with the GGUF rows' bytes of one copy, by which the rows count
+/// their traffic.
+fn tiled_weights(b: &mut Bench, n: usize, k: usize) -> Result<(Vec<DeviceTiledMxfp4>, usize)> {
+    let host = host_weights(b, BlockFormat::Mxfp4Gguf, n, k)?;
+    let tiled = host
+        .iter()
+        .map(|w| Ok(TiledMxfp4::from_gguf(w, n, k)?.upload(&b.stream)?))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((tiled, host[0].len()))
 }
 
 fn matmul<T: Dtype>(b: &mut Bench, format: MxFormat, m: usize, n: usize, k: usize) -> Result<Row> {

@@ -123,7 +123,7 @@ fn tiled_split<T: Dtype>(b: &mut Bench, group: &[usize], k: usize) -> Result<Row
     Ok(Row {
         kernel: "mxfp4 tiled matvec split b1".into(),
         dtype: T::NAME,
-        shape: format!("{}x{k}", group.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("+")),
+        shape: group_shape(group, k),
         ms,
         bytes: (weight_bytes + (k + rows) * size_of::<T>()) as u64,
         flops: None,
@@ -193,11 +193,16 @@ fn time_group<T: Dtype>(
     Ok(Row {
         kernel,
         dtype: T::NAME,
-        shape: format!("{}x{k}", group.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("+")),
+        shape: group_shape(group, k),
         ms,
         bytes: (weight_bytes + batch * (k + rows) * size_of::<T>()) as u64,
         flops: None,
     })
+}
+
+/// A group's shape column: its products' rows joined by `+`, then `x k` (`4096+1024+1024x4096`).
+fn group_shape(group: &[usize], k: usize) -> String {
+    format!("{}x{k}", group.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("+"))
 }
 
 /// ` (mma)` where the product runs on the matrix cores (`kernels/quant_matvec_mma.hip`).
