@@ -19,6 +19,7 @@ use rocm_kernels::quant::{
 use rocm_runtime::{DeviceBuffer, bf16};
 use rocm_testkit::{GpuTest, Rng, gpu_test, relative_l2};
 
+use crate::bits;
 use crate::shape_message;
 
 /// (tokens, rows, in): a last row block of 44 rows (300 = 2 x 128 + 44), and a product whose
@@ -82,10 +83,6 @@ fn check<T: Dtype>(what: &str, c: &Case<T>, got: &[T]) {
     assert!(got.iter().all(|v| v.is_finite()), "{label}: an output element is not finite (unwritten?)");
     let l2 = relative_l2(&got, &c.want);
     assert!(l2 <= l2_bound::<T>(), "{label}: relative L2 {l2:e} above {:e}", l2_bound::<T>());
-}
-
-fn bits<T: Dtype>(v: &[T]) -> Vec<u32> {
-    v.iter().map(|x| x.to_f32().to_bits()).collect()
 }
 
 fn portable<T: GemmElement>(gpu: &GpuTest, seed: u64) {

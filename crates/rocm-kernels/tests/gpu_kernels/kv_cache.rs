@@ -3,16 +3,13 @@
 //! slots are skipped, block copies copy whole blocks (also through shared borrows), and bad
 //! pairs are refused.
 
+use crate::bits;
 use rocm_kernels::Dtype;
 use rocm_kernels::kv_cache::{
     CacheShape, kv_cache_copy_blocks, kv_cache_copy_blocks_shared, kv_cache_write, kv_cache_write_reference,
 };
 use rocm_runtime::{bf16, f16};
 use rocm_testkit::{Rng, gpu_test};
-
-fn bits<T: Dtype>(v: &[T]) -> Vec<u32> {
-    v.iter().map(|x| x.to_f32().to_bits()).collect()
-}
 
 /// The block copies `pairs` in host copies of both caches.
 fn copy_on_host<T: Dtype>(shape: &CacheShape, pairs: &[(usize, usize)], caches: [&mut Vec<T>; 2]) {

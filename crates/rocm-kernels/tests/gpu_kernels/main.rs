@@ -36,6 +36,11 @@ pub(crate) fn f32_bits(values: &[f32]) -> Vec<u32> {
     values.iter().map(|v| v.to_bits()).collect()
 }
 
+/// [`f32_bits`] of any storage type's values, widened to f32 (exact).
+pub(crate) fn bits<T: rocm_kernels::Dtype>(values: &[T]) -> Vec<u32> {
+    values.iter().map(|v| v.to_f32().to_bits()).collect()
+}
+
 /// The message of a `KernelError::Shape` that `kernel`'s launcher returned; panics on anything
 /// else (success, another error, another kernel's).
 pub(crate) fn shape_message<T: std::fmt::Debug>(

@@ -19,6 +19,8 @@ use rocm_kernels::{Dtype, KernelError};
 use rocm_runtime::{DeviceBuffer, MatrixCores, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test};
 
+use crate::bits;
+
 use super::mxfp::{activations, assert_within_rounded, floats, magnitudes, poisoned, random_weights};
 
 const FORMAT: MxFormat = MxFormat::Mxfp4Gguf;
@@ -308,6 +310,16 @@ fn tiled_shapes_are_refused() {
     assert_eq!(y.to_vec().unwrap(), [0.0; 7], "all-zero codes");
 }
 
+/// Random GGUF weights of `parts` rows of `k` (in that order from `rng`), each tiled, and their
+/// stack ([`TiledMxfp4::stack`]).
+fn random_stack(rng: &mut Rng, parts: &[usize], k: usize) -> (Vec<Vec<u8>>, Vec<TiledMxfp4>, TiledMxfp4) {
+    let weights: Vec<Vec<u8>> = parts.iter().map(|&n| random_weights(rng, FORMAT, n, k)).collect();
+    let tiled: Vec<TiledMxfp4> =
+        weights.iter().zip(parts).map(|(w, &n)| TiledMxfp4::from_gguf(w, n, k).unwrap()).collect();
+    let stacked = TiledMxfp4::stack(&tiled.iter().collect::<Vec<_>>()).unwrap();
+    (weights, tiled, stacked)
+}
+
 /// Weights stacked along their rows ([`TiledMxfp4::stack`]) and multiplied in one launch into
 /// one output a part give each part's bits alone, on either kernel: a layer's Q, K and V at
 /// Llama-3-8B's shapes, its gate and up, and small parts whose last leaves a partial tile.
@@ -316,10 +328,7 @@ fn split_matches_each_part_alone<T: Dtype>(gpu: &GpuTest, seed: u64) {
     let cases: &[(&[usize], usize)] =
         &[(&[4096, 1024, 1024], 4096), (&[14_336, 14_336], 4096), (&[32, 16, 23], 2880), (&[16], 96)];
     for &(parts, k) in cases {
-        let weights: Vec<Vec<u8>> = parts.iter().map(|&n| random_weights(&mut rng, FORMAT, n, k)).collect();
-        let tiled: Vec<TiledMxfp4> =
-            weights.iter().zip(parts).map(|(w, &n)| TiledMxfp4::from_gguf(w, n, k).unwrap()).collect();
-        let stacked = TiledMxfp4::stack(&tiled.iter().collect::<Vec<_>>()).unwrap();
+        let (_, tiled, stacked) = random_stack(&mut rng, parts, k);
         let device = stacked.upload(gpu.stream()).unwrap();
         let x = gpu.stream().upload(&activations::<T>(&mut rng, k)).unwrap();
         for portable in [false, true] {
@@ -339,7 +348,6 @@ fn split_matches_each_part_alone<T: Dtype>(gpu: &GpuTest, seed: u64) {
                     mx_matvec_tiled(&alone, &x, &mut y).unwrap();
                 }
                 let (got, want) = (ys[i].to_vec().unwrap(), y.to_vec().unwrap());
-                let bits = |v: &[T]| v.iter().map(|e| e.to_f32().to_bits()).collect::<Vec<_>>();
                 assert!(
                     want.iter().all(|e| e.to_f32().is_finite()),
                     "{} part {i} of {parts:?} alone",
@@ -430,11 +438,7 @@ fn tiled_stacks_and_splits_are_refused() {
 fn follows_the_writer_of_x<T: Dtype>(gpu: &GpuTest, seed: u64) {
     let mut rng = Rng::new(seed);
     let (parts, k) = ([4096usize, 1024, 1024], 4096);
-    let tiled: Vec<TiledMxfp4> = parts
-        .iter()
-        .map(|&n| TiledMxfp4::from_gguf(&random_weights(&mut rng, FORMAT, n, k), n, k).unwrap())
-        .collect();
-    let w = TiledMxfp4::stack(&tiled.iter().collect::<Vec<_>>()).unwrap().upload(gpu.stream()).unwrap();
+    let w = random_stack(&mut rng, &parts, k).2.upload(gpu.stream()).unwrap();
     let norm = RmsNorm::new(1, k, 1e-5);
     let weight = gpu.stream().upload(&activations::<T>(&mut rng, k)).unwrap();
     let mut x = poisoned::<T>(gpu, k);
@@ -455,10 +459,12 @@ fn follows_the_writer_of_x<T: Dtype>(gpu: &GpuTest, seed: u64) {
         let mut alone: Vec<_> = parts.iter().map(|&n| poisoned::<T>(gpu, n)).collect();
         mx_matvec_tiled_split(&w, &xa, &mut alone.iter_mut().collect::<Vec<_>>()).unwrap();
         for (i, (y, a)) in ys.iter().zip(&alone).enumerate() {
-            let bits = |v: &DeviceBuffer<T>| {
-                v.to_vec().unwrap().iter().map(|e| e.to_f32().to_bits()).collect::<Vec<_>>()
-            };
-            assert_eq!(bits(y), bits(a), "{} round {round} output {i}", T::NAME);
+            assert_eq!(
+                bits(&y.to_vec().unwrap()),
+                bits(&a.to_vec().unwrap()),
+                "{} round {round} output {i}",
+                T::NAME
+            );
         }
     }
 }
@@ -481,8 +487,7 @@ fn tiled_product_follows_the_writer_of_x_f16() {
 /// large ones: infinities in f16).
 fn dequantizes_as_the_gguf_rows<T: Dtype>(gpu: &GpuTest, seed: u64) {
     let mut rng = Rng::new(seed);
-    let bits =
-        |v: &DeviceBuffer<T>| v.to_vec().unwrap().iter().map(|e| e.to_f32().to_bits()).collect::<Vec<_>>();
+    let bits = |v: &DeviceBuffer<T>| bits(&v.to_vec().unwrap());
     let gguf_dequant = |w: &[u8], len: usize| {
         let mut out = poisoned::<T>(gpu, len);
         dequantize(BlockFormat::Mxfp4Gguf, &gpu.stream().upload(w).unwrap(), &mut out).unwrap();
@@ -499,10 +504,8 @@ fn dequantizes_as_the_gguf_rows<T: Dtype>(gpu: &GpuTest, seed: u64) {
         assert_eq!(bits(&out), bits(&gguf_dequant(&w, n * k)), "{} n {n} k {k}", T::NAME);
     }
     let (parts, k) = ([32usize, 16, 23], 2880);
-    let weights: Vec<Vec<u8>> = parts.iter().map(|&n| random_weights(&mut rng, FORMAT, n, k)).collect();
-    let tiled: Vec<TiledMxfp4> =
-        weights.iter().zip(parts).map(|(w, n)| TiledMxfp4::from_gguf(w, n, k).unwrap()).collect();
-    let stacked = TiledMxfp4::stack(&tiled.iter().collect::<Vec<_>>()).unwrap().upload(gpu.stream()).unwrap();
+    let (weights, _, stacked) = random_stack(&mut rng, &parts, k);
+    let stacked = stacked.upload(gpu.stream()).unwrap();
     let mut start = 0;
     for (i, (w, &n)) in weights.iter().zip(&parts).enumerate() {
         let mut out = poisoned::<T>(gpu, n * k);

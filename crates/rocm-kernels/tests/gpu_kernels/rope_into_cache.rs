@@ -11,15 +11,12 @@ use rocm_kernels::rope::{Rope, RopeStyle, RopeTensor, rope_reference};
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, assert_close, gpu_test};
 
+use crate::bits;
 use crate::rope::tolerance;
 use crate::shape_message;
 
 fn data<T: Dtype>(rng: &mut Rng, len: usize) -> Vec<T> {
     rng.f32_vec(len, -2.0, 2.0).into_iter().map(T::from_f32).collect()
-}
-
-fn bits<T: Dtype>(v: &[T]) -> Vec<u32> {
-    v.iter().map(|x| x.to_f32().to_bits()).collect()
 }
 
 struct Case {
