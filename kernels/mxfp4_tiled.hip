@@ -14,15 +14,18 @@
 //   scales:  E8M0 byte of (tile t, row r < 16, block b) at ((t * nbp / 8 + b / 8) * 16 + r) * 8
 //            + b % 8: a group of 8 blocks of a tile is 128 contiguous bytes.
 //
-// Entries, (payload, scales, x, rf_t4_outputs y, u32 nb): nb = k / 32, the weight's n rows written
-// to up to three outputs by row range (rocmforge_mxfp4_tiled_abi.h: weights stacked along their
-// rows, one launch for a layer's Q, K and V); launched as dependent launches
-// (rocmforge_dependent_launch.h: the bf16 matrix-core entries issue their first weight copies
-// before the wait, the others wait first):
-//   rf_mxfp4_tiled_matvec_mma_<dt>       f16 / bf16 on NVIDIA sm_80+, scale bytes all <= 240 (the
-//                                        launcher knows the maximum)
-//   rf_mxfp4_tiled_matvec_mma_wide_<dt>  the same for any scale byte (0xFF: NaN)
-//   rf_mxfp4_tiled_matvec_<dt>           portable: f32, f16, bf16, any device
+// Entries, (payload, scales, x, rf_t4_outputs y, u32 nb, u32 batch): nb = k / 32, x [batch, k],
+// the weight's n rows written to up to three outputs by row range, each [batch, its rows]
+// (rocmforge_mxfp4_tiled_abi.h: weights stacked along their rows, one launch for a layer's Q, K
+// and V); launched as dependent launches (rocmforge_dependent_launch.h: the matrix-core entries
+// that hold no x in their stages issue their first weight copies before the wait, the others
+// wait first):
+//   rf_mxfp4_tiled_matvec_mma_<dt>       f16 / bf16 on NVIDIA sm_80+, one vector, scale bytes all
+//                                        <= 240 (the launcher knows the maximum)
+//   rf_mxfp4_tiled_batch8_mma_<dt>,      the same for 1..8 and 1..32 vectors (B's columns)
+//   rf_mxfp4_tiled_batch32_mma_<dt>
+//   ..._mma_wide_<dt>                    each of those for any scale byte (0xFF: NaN)
+//   rf_mxfp4_tiled_matvec_<dt>           portable: f32, f16, bf16, any device, any batch
 // and rf_mxfp4_tiled_dequant_<dt> (payload, scales, T* out, u32 rows, u32 nb): the weight's first
 // `rows` rows as T, row-major [rows, k], for the GEMM of a prefill (any device; the launcher
 // points payload and scales at the first tile of a stacked weight's part).
@@ -38,6 +41,9 @@
 // activation types take the f16 decode and f16 mma (staging f16 x so too measured 6-12% slower
 // than its per-group copies: docs/kernels/mxfp.md). At the end of a tile the warps' row totals
 // are added in shared memory in warp order (deterministic) and written to y.
+//
+// Several vectors (rf_t4_vectors below) run the same loop over the same stages, B's 8 columns
+// being 8 vectors instead of 8 copies of one.
 //
 // Per block of 32 elements, one m16n8k16 step for elements 8u..8u+3 of each lane's share and
 // one for 8u+4..8u+7 (k inside a step is ordered as the layout orders the codes, and x is read
@@ -75,13 +81,14 @@ RF_DEVICE unsigned rf_t4_code(unsigned w, int i, int h) {
     return ((w >> (mag + 16 * h)) & 7u) | (((w >> (sign + 16 * h)) & 1u) << 3);
 }
 
-// Where row `row` of the weight goes in the launch's outputs (rf_t4_outputs): by selects, not an
-// index into the parameter (rocmforge_products.h says why).
-template <typename T> RF_DEVICE T* rf_t4_out(const rf_t4_outputs& out, unsigned row) {
+// Where row `row` of the weight goes for vector v in the launch's outputs (rf_t4_outputs: output
+// i holds [batch, rows of part i]): by selects, not an index into the parameter
+// (rocmforge_products.h says why).
+template <typename T> RF_DEVICE T* rf_t4_out(const rf_t4_outputs& out, unsigned row, unsigned v) {
     static_assert(RF_T4_OUTPUTS == 3, "a select for each output past the first");
-    return row < out.end[0]   ? static_cast<T*>(out.y[0]) + row
-           : row < out.end[1] ? static_cast<T*>(out.y[1]) + (row - out.end[0])
-                              : static_cast<T*>(out.y[2]) + (row - out.end[1]);
+    return row < out.end[0]   ? static_cast<T*>(out.y[0]) + (rf_u64)v * out.end[0] + row
+           : row < out.end[1] ? static_cast<T*>(out.y[1]) + (rf_u64)v * (out.end[1] - out.end[0]) + (row - out.end[0])
+                              : static_cast<T*>(out.y[2]) + (rf_u64)v * (out.end[2] - out.end[1]) + (row - out.end[1]);
 }
 
 // Adds the warps' row totals of a tile (shared `sums[(warp * 16 + row) * PER_ROW + i]`) in warp
@@ -90,7 +97,7 @@ template <typename T> RF_DEVICE T* rf_t4_out(const rf_t4_outputs& out, unsigned 
 // tile's writes go to the other one, and the writes of tile t + 2 come after the barrier of tile
 // t + 1, which the readers of tile t pass too.
 template <int PER_ROW, typename T>
-RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, const rf_t4_outputs& out) {
+RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, const rf_t4_outputs& out, unsigned v) {
     __syncthreads();
     const unsigned r = threadIdx.x;
     const unsigned row = tile * RF_T4_ROWS + r;
@@ -102,7 +109,7 @@ RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, co
                 sum += sums[(w * RF_T4_ROWS + r) * PER_ROW + i];
             }
         }
-        *rf_t4_out<T>(out, row) = rf_from_float<T>(sum);
+        *rf_t4_out<T>(out, row, v) = rf_from_float<T>(sum);
     }
 }
 
@@ -220,25 +227,27 @@ RF_DEVICE void rf_t4_group_mma(const unsigned char* stage, const __half* xs, con
     }
 }
 
-template <typename T, bool WIDE>
-RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
-                                unsigned nb) {
+// Streams a block's tiles through its warps' rings (the loop the header describes) and hands
+// each staged group to `op`, which says what is multiplied and where it goes:
+//   Op::Elem, the activations' type; Op::STAGE, a stage's bytes; Op::X_IN_STAGE, whether a
+//   stage holds its group's x too (the cursor copies it); Op::WAIT_FIRST, whether the block waits
+//   for the kernel ahead before its first copies (else after them, then op.after_wait());
+//   op.place(shared memory past the rings, warps, nbp); op.rows(), the weight's rows;
+//   op.zero(tile), an empty tile's outputs (k = 0); op.group(stage, q, lane), group q of the
+//   current tile into the lane's totals; op.tile_done(done, tile, warp, lane), every thread
+//   once the tile's groups are all multiplied (`done`: the tiles the block finished before).
+template <class Op>
+RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, const typename Op::Elem* x, unsigned nb,
+                            Op& op) {
     extern __shared__ __align__(16) unsigned char rf_t4_smem[];
+    typedef typename Op::Elem T;
     const int lane = (int)threadIdx.x & 31;
     const int warp = (int)threadIdx.x >> 5;
     const unsigned warps = blockDim.x >> 5;
-    typedef rf_x16<T> X;
-    constexpr bool ONCE = X::SCALED; // bf16: x staged once a block; f16: x in every stage
-    constexpr unsigned STAGE = ONCE ? RF_T4_STAGE_BF16 : RF_T4_STAGE_F16;
+    constexpr unsigned STAGE = Op::STAGE;
     const unsigned nbp = rf_t4_padded_blocks(nb);
-    // After the warps' rings, the tiles' row totals: two buffers of warps * 16 floats, by tile
-    // parity (in the dynamic shared memory, as mxfp.hip's, rather than a static array beside it:
-    // one allocation the launcher sizes, and one the CPU emulator can give the kernel); then,
-    // for bf16, x as f16 (nbp blocks) and its blocks' factors.
-    float* totals = reinterpret_cast<float*>(rf_t4_smem + warps * (RF_T4_STAGES * STAGE));
-    __half* xs = reinterpret_cast<__half*>(totals + 2 * warps * RF_T4_ROWS);
-    float* xf = reinterpret_cast<float*>(xs + nbp * RF_QK);
-    const unsigned n = y.end[RF_T4_OUTPUTS - 1];
+    op.place(rf_t4_smem + warps * (RF_T4_STAGES * STAGE), warps, nbp);
+    const unsigned n = op.rows();
     const unsigned groups = nbp / RF_T4_GROUP;
     const unsigned tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
     // This block's tiles: first, first + grid, ... (all blocks sweep the weight together).
@@ -248,10 +257,7 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
         // k = 0 (every row an empty sum) or no tiles; uniform across the block.
         rf_follow_prior_grid();
         for (unsigned tile = first; tile < tiles; tile += gridDim.x) {
-            const unsigned row = tile * RF_T4_ROWS + threadIdx.x;
-            if (threadIdx.x < RF_T4_ROWS && row < n) {
-                *rf_t4_out<T>(y, row) = rf_from_float<T>(0.0f);
-            }
+            op.zero(tile);
         }
         return;
     }
@@ -272,40 +278,29 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
     const rf_l2_policy stream = rf_l2_evict_first(); // the weights: rocmforge_mma.h
     // Prologue: the first RF_T4_STAGES - 1 groups; one commit group per stage, empty ones
     // included, so that wait_group counts stages. The weights need nothing of the kernel ahead (a
-    // dependent launch: rocmforge_dependent_launch.h): with bf16 x (staged once a block, below)
-    // the prologue's copies are issued before the block waits for it; x's and every write come
-    // after. f16 stages take their x with their weights, so its prologue follows the wait
-    // (issuing the weights first and x after made the compiler spill in the loop).
-    if constexpr (!ONCE) {
+    // dependent launch: rocmforge_dependent_launch.h): where the stages hold no x the prologue's
+    // copies are issued before the block waits for it; x's and every write come after. f16
+    // stages take their x with their weights, so their prologue follows the wait (issuing the
+    // weights first and x after made the compiler spill in the loop).
+    if constexpr (Op::WAIT_FIRST) {
         rf_follow_prior_grid(); // uniform across the block
     }
 #pragma unroll
     for (int s = 0; s < RF_T4_STAGES - 1; ++s) {
         if (fetched < items) {
-            rf_t4_stage_in<!ONCE>(ring + s * STAGE, fetch, nb, lane, stream);
+            rf_t4_stage_in<Op::X_IN_STAGE>(ring + s * STAGE, fetch, nb, lane, stream);
             fetch.advance((unsigned)warp, warps, groups, nbp, gridDim.x);
             ++fetched;
         }
         rf_cp_async_commit();
     }
-    if constexpr (ONCE) {
+    if constexpr (!Op::WAIT_FIRST) {
         rf_follow_prior_grid();
-        // x, while those copies are in flight; the padding blocks' x zero (their codes are
-        // zeros too, and 0 x 0 keeps their sums 0 where garbage x could make them NaN).
-        X::stage(x, xs, xf, (rf_u64)nb * RF_QK);
-        for (unsigned i = nb * (RF_QK / 8) + threadIdx.x; i < nbp * (RF_QK / 8); i += blockDim.x) {
-            reinterpret_cast<uint4*>(xs)[i] = make_uint4(0u, 0u, 0u, 0u);
-        }
-        for (unsigned b = nb + threadIdx.x; b < nbp; b += blockDim.x) {
-            xf[b] = 1.0f;
-        }
-        __syncthreads();
+        op.after_wait();
     }
     unsigned tile = first;
     unsigned done = 0; // tiles this block has finished: their parity picks the totals buffer
     unsigned at_q = (unsigned)warp;
-    float total_g = 0.0f; // row g of the current tile
-    float total_h = 0.0f; // row g + 8
     int slot = 0;
     for (unsigned i = 0; i < items; ++i) {
         rf_cp_async_wait<RF_T4_STAGES - 2>(); // this lane's copies of item i have landed ...
@@ -313,33 +308,18 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
         if (fetched < items) {
             // The slot item i - 1 used, freed by the __syncwarp after it.
             const int free_slot = slot == 0 ? RF_T4_STAGES - 1 : slot - 1;
-            rf_t4_stage_in<!ONCE>(ring + free_slot * STAGE, fetch, nb, lane, stream);
+            rf_t4_stage_in<Op::X_IN_STAGE>(ring + free_slot * STAGE, fetch, nb, lane, stream);
             fetch.advance((unsigned)warp, warps, groups, nbp, gridDim.x);
             ++fetched;
         }
         rf_cp_async_commit();
-        const unsigned char* stage = ring + slot * STAGE;
-        const __half* xg = ONCE ? xs + at_q * (RF_T4_GROUP * RF_QK)
-                                : reinterpret_cast<const __half*>(stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES);
-        rf_t4_group_mma<X::SCALED, WIDE>(stage, xg, xf + at_q * RF_T4_GROUP, lane, total_g, total_h);
+        op.group(ring + slot * STAGE, at_q, lane);
         __syncwarp(); // every lane is done with the slot before it is refilled
         slot = slot == RF_T4_STAGES - 1 ? 0 : slot + 1;
         at_q += warps;
         if (at_q >= groups) {
-            // The tile is done. Lanes 4g..4g+3 hold the same sums (D's columns are equal); one
-            // writes them.
-            // By the block's own tile count: `tile & 1` is the same for every tile of a block
-            // when the grid is even (tiles are gridDim.x apart), and the next tile's writes
-            // would race the readers of this one (compute-sanitizer racecheck found it).
-            float* sums = totals + (done & 1) * (warps * RF_T4_ROWS);
-            if ((lane & 3) == 0) {
-                sums[warp * RF_T4_ROWS + (lane >> 2)] = total_g;
-                sums[warp * RF_T4_ROWS + (lane >> 2) + 8] = total_h;
-            }
-            rf_t4_finish<1, T>(sums, warps, tile, y);
+            op.tile_done(done, tile, warp, lane);
             ++done;
-            total_g = 0.0f;
-            total_h = 0.0f;
             at_q = (unsigned)warp;
             tile += gridDim.x;
         }
@@ -347,21 +327,288 @@ RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scale
     rf_cp_async_wait<0>(); // nothing is left in flight at exit (the last commits are empty)
 }
 
+// One vector: the group's x from the stage (f16) or from x staged once a block as block-scaled
+// f16 (bf16); D's columns are all the same, so lane 4g + u's totals are rows g and g + 8's.
+template <typename T, bool WIDE> struct rf_t4_one_vector {
+    typedef T Elem;
+    typedef rf_x16<T> X;
+    static constexpr bool ONCE = X::SCALED; // bf16: x staged once a block; f16: x in every stage
+    static constexpr bool X_IN_STAGE = !ONCE;
+    static constexpr bool WAIT_FIRST = !ONCE;
+    static constexpr unsigned STAGE = ONCE ? RF_T4_STAGE_BF16 : RF_T4_STAGE_F16;
+    const T* x;
+    const rf_t4_outputs& y;
+    unsigned nb;
+    // Past the warps' rings: the tiles' row totals, two buffers of warps * 16 floats by tile
+    // parity (in the dynamic shared memory, as mxfp.hip's, rather than a static array beside
+    // it: one allocation the launcher sizes, and one the CPU emulator can give the kernel); then,
+    // for bf16, x as f16 (nbp blocks) and its blocks' factors.
+    float* totals;
+    __half* xs;
+    float* xf;
+    unsigned warps;
+    unsigned nbp;
+    float total_g; // row g of the current tile
+    float total_h; // row g + 8
+
+    RF_DEVICE rf_t4_one_vector(const T* x_, const rf_t4_outputs& y_, unsigned nb_)
+        : x(x_), y(y_), nb(nb_), total_g(0.0f), total_h(0.0f) {}
+    RF_DEVICE void place(unsigned char* rest, unsigned warps_, unsigned nbp_) {
+        warps = warps_;
+        nbp = nbp_;
+        totals = reinterpret_cast<float*>(rest);
+        xs = reinterpret_cast<__half*>(totals + 2 * warps * RF_T4_ROWS);
+        xf = reinterpret_cast<float*>(xs + nbp * RF_QK);
+    }
+    RF_DEVICE unsigned rows() const { return y.end[RF_T4_OUTPUTS - 1]; }
+    RF_DEVICE void zero(unsigned tile) const {
+        const unsigned row = tile * RF_T4_ROWS + threadIdx.x;
+        if (threadIdx.x < RF_T4_ROWS && row < rows()) {
+            *rf_t4_out<T>(y, row, 0) = rf_from_float<T>(0.0f);
+        }
+    }
+    // bf16: x, while the prologue's copies are in flight; the padding blocks' x zero (their
+    // codes are zeros too, and 0 x 0 keeps their sums 0 where garbage x could make them NaN).
+    RF_DEVICE void after_wait() {
+        if constexpr (ONCE) {
+            X::stage(x, xs, xf, (rf_u64)nb * RF_QK);
+            for (unsigned i = nb * (RF_QK / 8) + threadIdx.x; i < nbp * (RF_QK / 8); i += blockDim.x) {
+                reinterpret_cast<uint4*>(xs)[i] = make_uint4(0u, 0u, 0u, 0u);
+            }
+            for (unsigned b = nb + threadIdx.x; b < nbp; b += blockDim.x) {
+                xf[b] = 1.0f;
+            }
+            __syncthreads();
+        }
+    }
+    RF_DEVICE void group(const unsigned char* stage, unsigned q, int lane) {
+        const __half* xg = ONCE ? xs + q * (RF_T4_GROUP * RF_QK)
+                                : reinterpret_cast<const __half*>(stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES);
+        rf_t4_group_mma<X::SCALED, WIDE>(stage, xg, xf + q * RF_T4_GROUP, lane, total_g, total_h);
+    }
+    // Lanes 4g..4g+3 hold the same sums (D's columns are equal); one writes them. By the block's
+    // own tile count: `tile & 1` is the same for every tile of a block when the grid is even
+    // (tiles are gridDim.x apart), and the next tile's writes would race the readers of this one
+    // (compute-sanitizer racecheck found it).
+    RF_DEVICE void tile_done(unsigned done, unsigned tile, int warp, int lane) {
+        float* sums = totals + (done & 1) * (warps * RF_T4_ROWS);
+        if ((lane & 3) == 0) {
+            sums[warp * RF_T4_ROWS + (lane >> 2)] = total_g;
+            sums[warp * RF_T4_ROWS + (lane >> 2) + 8] = total_h;
+        }
+        rf_t4_finish<1, T>(sums, warps, tile, y, 0);
+        total_g = 0.0f;
+        total_h = 0.0f;
+    }
+};
+
+// Several vectors (up to 8 * PASSES, x row-major [batch, k]): B's 8 columns are 8 vectors, so
+// lane 4g + u loads vector 8p + g's x[32b + 8u .. + 8] in pass p and D gives rows g and g + 8 of
+// vectors 8p + 2u and 8p + 2u + 1. A is decoded once a block for all the passes. x is read
+// from global memory (the L1 and L2 hold it: every tile reads all of it), never staged; bf16 x
+// is rounded to f16 in registers by the rule rocmforge_x16.h stages it with (the block's
+// maximum shared by the four lanes of its row of B through two shuffles), so that each vector's
+// outputs have the bits the one-vector kernel gives it.
+template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors {
+    typedef T Elem;
+    static constexpr bool SCALED = rf_x16<T>::SCALED;
+    static constexpr bool X_IN_STAGE = false;
+    static constexpr bool WAIT_FIRST = false;
+    static constexpr unsigned STAGE = RF_T4_STAGE_BF16; // the weights' bytes alone
+    static constexpr unsigned COLUMNS = 8 * PASSES;
+    const T* x;
+    const rf_t4_outputs& y;
+    unsigned nb;
+    unsigned batch;
+    float* totals; // two buffers of warps * 16 * COLUMNS floats, by tile parity
+    unsigned warps;
+    float acc[PASSES][4]; // pass p: rows g, g, g + 8, g + 8 of vectors 8p + 2u, 8p + 2u + 1
+
+    RF_DEVICE rf_t4_vectors(const T* x_, const rf_t4_outputs& y_, unsigned nb_, unsigned batch_)
+        : x(x_), y(y_), nb(nb_), batch(batch_) {
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                acc[p][i] = 0.0f;
+            }
+        }
+    }
+    RF_DEVICE void place(unsigned char* rest, unsigned warps_, unsigned) {
+        warps = warps_;
+        totals = reinterpret_cast<float*>(rest);
+    }
+    RF_DEVICE unsigned rows() const { return y.end[RF_T4_OUTPUTS - 1]; }
+    RF_DEVICE void zero(unsigned tile) const {
+        for (unsigned i = threadIdx.x; i < RF_T4_ROWS * batch; i += blockDim.x) {
+            const unsigned row = tile * RF_T4_ROWS + i % RF_T4_ROWS;
+            if (row < rows()) {
+                *rf_t4_out<T>(y, row, i / RF_T4_ROWS) = rf_from_float<T>(0.0f);
+            }
+        }
+    }
+    RF_DEVICE void after_wait() {}
+    RF_DEVICE void group(const unsigned char* stage, unsigned q, int lane) {
+        const int g = lane >> 2;
+        const int u = lane & 3;
+        uint4 pair[RF_T4_GROUP / 2];
+#pragma unroll
+        for (int i = 0; i < RF_T4_GROUP / 2; ++i) {
+            pair[i] = *reinterpret_cast<const uint4*>(stage + 512 * i + 16 * lane);
+        }
+        const uint2 sg = *reinterpret_cast<const uint2*>(stage + RF_T4_PAYLOAD_BYTES + 8 * g);
+        const uint2 sh = *reinterpret_cast<const uint2*>(stage + RF_T4_PAYLOAD_BYTES + 8 * (g + 8));
+        const rf_u64 k = (rf_u64)nb * RF_QK;
+        // The group's blocks that exist: x past the row's last block is zero, not read (the
+        // codes there are zeros, and 0 x 0 keeps the sums 0).
+        const unsigned valid = nb - q * RF_T4_GROUP;
+        // Vector 8p + g's x[256q + 32j + 8u .. + 8] for pass p: xp[p] + 32j (vectors past the
+        // batch read nothing and give columns nobody writes).
+        const T* xp[PASSES];
+        bool has[PASSES];
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+            const unsigned v = 8u * (unsigned)p + (unsigned)g;
+            has[p] = v < batch;
+            xp[p] = x + (has[p] ? v : 0u) * k + (rf_u64)q * (RF_T4_GROUP * RF_QK) + 8u * (unsigned)u;
+        }
+#pragma unroll
+        for (int j = 0; j < RF_T4_GROUP; ++j) {
+            unsigned ag[4];
+            unsigned ah[4];
+            rf_t4_decode_f16(j & 1 ? pair[j >> 1].z : pair[j >> 1].x, ag);
+            rf_t4_decode_f16(j & 1 ? pair[j >> 1].w : pair[j >> 1].y, ah);
+            const unsigned a0[4] = {ag[0], ah[0], ag[1], ah[1]};
+            const unsigned a1[4] = {ag[2], ah[2], ag[3], ah[3]};
+            const unsigned eg = rf_t4_scale_byte(sg, j);
+            const unsigned eh = rf_t4_scale_byte(sh, j);
+#pragma unroll
+            for (int p = 0; p < PASSES; ++p) {
+                if (8u * (unsigned)p >= batch) {
+                    break; // uniform: the batch is the launch's
+                }
+                uint4 xb = make_uint4(0u, 0u, 0u, 0u);
+                if (has[p] && (unsigned)j < valid) {
+                    xb = *reinterpret_cast<const uint4*>(xp[p] + 32 * j);
+                }
+                float f0 = 1.0f; // the staging factors of columns 2u and 2u + 1 (SCALED)
+                float f1 = 1.0f;
+                if constexpr (SCALED) {
+                    // The largest magnitude's bits, two at a time; where the warp holds an
+                    // infinity or a NaN (bits 0x7f80 and up), the largest finite one element by
+                    // element, as rocmforge_x16.h's rule says (rare: the vote keeps the common
+                    // path to 9 instructions for 8 elements).
+                    const unsigned both = __vmaxu2(__vmaxu2(xb.x & 0x7fff7fffu, xb.y & 0x7fff7fffu),
+                                                   __vmaxu2(xb.z & 0x7fff7fffu, xb.w & 0x7fff7fffu));
+                    unsigned m = (both & 0xffffu) > (both >> 16) ? both & 0xffffu : both >> 16;
+                    if (__any_sync(0xffffffffu, m >= 0x7f80u)) {
+                        m = rf_x16_max_finite(xb.x, 0u);
+                        m = rf_x16_max_finite(xb.y, m);
+                        m = rf_x16_max_finite(xb.z, m);
+                        m = rf_x16_max_finite(xb.w, m);
+                    }
+#pragma unroll
+                    for (int lanes = 1; lanes < 4; lanes *= 2) { // the block's four lanes
+                        const unsigned other = __shfl_xor_sync(0xffffffffu, m, lanes);
+                        m = other > m ? other : m;
+                    }
+                    const int sc = rf_x16_shift(m);
+                    const rf_x16_scaler scaler(sc);
+                    xb = make_uint4(scaler.pack(xb.x), scaler.pack(xb.y), scaler.pack(xb.z), scaler.pack(xb.w));
+                    const float f = rf_x16_factor(sc);
+                    f0 = __shfl_sync(0xffffffffu, f, 8 * u); // column 2u is lanes 8u .. 8u + 3's vector
+                    f1 = __shfl_sync(0xffffffffu, f, 8 * u + 4);
+                }
+                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                rf_mma<__half>::run(d, a0, xb.x, xb.y);
+                rf_mma<__half>::run(d, a1, xb.z, xb.w);
+                // As rf_t4_group_mma: the block's sums times x's factor and the weight's scale,
+                // in the same order, so that a column has the one-vector kernel's bits.
+                if (WIDE) {
+                    const float sgf = rf_e8m0_to_float(eg);
+                    const float shf = rf_e8m0_to_float(eh);
+                    acc[p][0] = fmaf(d[0] * (f0 * RF_T4_UNIT), sgf, acc[p][0]);
+                    acc[p][1] = fmaf(d[1] * (f1 * RF_T4_UNIT), sgf, acc[p][1]);
+                    acc[p][2] = fmaf(d[2] * (f0 * RF_T4_UNIT), shf, acc[p][2]);
+                    acc[p][3] = fmaf(d[3] * (f1 * RF_T4_UNIT), shf, acc[p][3]);
+                } else {
+                    const float sgf = __uint_as_float((eg + RF_T4_SCALE_BIAS) << 23);
+                    const float shf = __uint_as_float((eh + RF_T4_SCALE_BIAS) << 23);
+                    acc[p][0] = fmaf(SCALED ? d[0] * f0 : d[0], sgf, acc[p][0]);
+                    acc[p][1] = fmaf(SCALED ? d[1] * f1 : d[1], sgf, acc[p][1]);
+                    acc[p][2] = fmaf(SCALED ? d[2] * f0 : d[2], shf, acc[p][2]);
+                    acc[p][3] = fmaf(SCALED ? d[3] * f1 : d[3], shf, acc[p][3]);
+                }
+            }
+        }
+    }
+    // Each lane's totals to sums[(warp * 16 + row) * COLUMNS + column], then the warps' added in
+    // warp order a (row, vector) (the one-vector kernel's order) and written. One barrier, two
+    // buffers by the block's tile parity (rf_t4_finish says why that suffices).
+    RF_DEVICE void tile_done(unsigned done, unsigned tile, int warp, int lane) {
+        float* sums = totals + (done & 1) * (warps * RF_T4_ROWS * COLUMNS);
+        const int g = lane >> 2;
+        const int u = lane & 3;
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+            float* at = sums + (warp * RF_T4_ROWS + g) * COLUMNS + 8 * p + 2 * u;
+            at[0] = acc[p][0];
+            at[1] = acc[p][1];
+            at[8 * COLUMNS] = acc[p][2];
+            at[8 * COLUMNS + 1] = acc[p][3];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                acc[p][i] = 0.0f;
+            }
+        }
+        __syncthreads();
+        for (unsigned i = threadIdx.x; i < RF_T4_ROWS * COLUMNS; i += blockDim.x) {
+            const unsigned r = i / COLUMNS;
+            const unsigned v = i % COLUMNS;
+            const unsigned row = tile * RF_T4_ROWS + r;
+            if (v < batch && row < rows()) {
+                float sum = 0.0f;
+                for (unsigned w = 0; w < warps; ++w) {
+                    sum += sums[(w * RF_T4_ROWS + r) * COLUMNS + v];
+                }
+                *rf_t4_out<T>(y, row, v) = rf_from_float<T>(sum);
+            }
+        }
+    }
+};
+
+template <typename T, bool WIDE>
+RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
+                                unsigned nb) {
+    rf_t4_one_vector<T, WIDE> op(x, y, nb);
+    rf_t4_stream(payload, scales, x, nb, op);
+}
+
+template <typename T, bool WIDE, int PASSES>
+RF_DEVICE void rf_t4_matvecs_mma(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
+                                 unsigned nb, unsigned batch) {
+    rf_t4_vectors<T, WIDE, PASSES> op(x, y, nb, batch);
+    rf_t4_stream(payload, scales, x, nb, op);
+}
+
 #define RF_T4_MMA_BODY(T, WIDE) rf_t4_matvec_mma<T, WIDE>(payload, scales, x, y, nb);
+#define RF_T4_BATCH_BODY(T, WIDE, PASSES) rf_t4_matvecs_mma<T, WIDE, PASSES>(payload, scales, x, y, nb, batch);
 #else
 #define RF_T4_MMA_BODY(T, WIDE) RF_MMA_UNAVAILABLE();
+#define RF_T4_BATCH_BODY(T, WIDE, PASSES) RF_MMA_UNAVAILABLE();
 #endif // RF_MMA_SYNC
 
 // Portable: the same layout, one tile a block (grid-stride), the warps splitting its groups
 // round-robin; each lane reads its 16-byte words straight from global memory, decodes its codes
 // to f32 (exact) and multiplies by x in f32; its 8 products of a block are summed, times the
 // scale, into its rows' totals, and the four lanes of a row are added in shared memory with the
-// warps'. Any warp width: "warp" here is 32 consecutive threads, and nothing is exchanged
+// warps'. Several vectors one after another over the tile (its bytes come from the caches the
+// second time). Any warp width: "warp" here is 32 consecutive threads, and nothing is exchanged
 // between threads but through shared memory.
 template <typename T>
 RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
-                            unsigned nb) {
-    __shared__ float totals[2][RF_T4_WARPS * 4 * RF_T4_ROWS]; // by tile parity (rf_t4_finish)
+                            unsigned nb, unsigned batch) {
+    __shared__ float totals[2][RF_T4_WARPS * 4 * RF_T4_ROWS]; // by parity (rf_t4_finish)
     const int lane = (int)threadIdx.x & 31;
     const int warp = (int)threadIdx.x >> 5;
     const int warps = (int)blockDim.x >> 5;
@@ -369,41 +616,46 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
     const int g = lane >> 2;
     const unsigned nbp = rf_t4_padded_blocks(nb);
     const unsigned tiles = (y.end[RF_T4_OUTPUTS - 1] + RF_T4_ROWS - 1) / RF_T4_ROWS;
+    unsigned done = 0; // (tile, vector) totals this block has finished: their parity picks the buffer
     rf_follow_prior_grid(); // nothing to do before it
     for (unsigned tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const uint4* pt = payload + (rf_u64)tile * nbp * 16u + lane; // nbp / 2 pairs of 32 lanes
         const unsigned char* st = scales + (rf_u64)tile * nbp * RF_T4_ROWS;
-        float total_g = 0.0f;
-        float total_h = 0.0f;
-        for (unsigned b = (unsigned)warp * RF_T4_GROUP; b < nb; b += (unsigned)warps * RF_T4_GROUP) {
-            const unsigned q = b / RF_T4_GROUP;
-            const uint2 sg = *reinterpret_cast<const uint2*>(st + q * RF_T4_SCALE_BYTES + 8 * g);
-            const uint2 sh = *reinterpret_cast<const uint2*>(st + q * RF_T4_SCALE_BYTES + 8 * (g + 8));
-            for (int j = 0; j < RF_T4_GROUP && b + (unsigned)j < nb; ++j) {
-                const uint4 pair = pt[(b / 2 + (unsigned)(j >> 1)) * 32u];
-                const unsigned wg = j & 1 ? pair.z : pair.x;
-                const unsigned wh = j & 1 ? pair.w : pair.y;
-                const T* xb = x + 32u * (b + (unsigned)j) + 8u * (unsigned)u;
-                float pg = 0.0f;
-                float ph = 0.0f;
+        for (unsigned v = 0; v < batch; ++v) {
+            const T* xv = x + (rf_u64)v * nb * RF_QK;
+            float total_g = 0.0f;
+            float total_h = 0.0f;
+            for (unsigned b = (unsigned)warp * RF_T4_GROUP; b < nb; b += (unsigned)warps * RF_T4_GROUP) {
+                const unsigned q = b / RF_T4_GROUP;
+                const uint2 sg = *reinterpret_cast<const uint2*>(st + q * RF_T4_SCALE_BYTES + 8 * g);
+                const uint2 sh = *reinterpret_cast<const uint2*>(st + q * RF_T4_SCALE_BYTES + 8 * (g + 8));
+                for (int j = 0; j < RF_T4_GROUP && b + (unsigned)j < nb; ++j) {
+                    const uint4 pair = pt[(b / 2 + (unsigned)(j >> 1)) * 32u];
+                    const unsigned wg = j & 1 ? pair.z : pair.x;
+                    const unsigned wh = j & 1 ? pair.w : pair.y;
+                    const T* xb = xv + 32u * (b + (unsigned)j) + 8u * (unsigned)u;
+                    float pg = 0.0f;
+                    float ph = 0.0f;
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
+                    for (int i = 0; i < 4; ++i) {
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const float xv = rf_to_float(xb[2 * i + h]);
-                        pg = fmaf(rf_mxfp4::element(rf_t4_code(wg, i, h)), xv, pg);
-                        ph = fmaf(rf_mxfp4::element(rf_t4_code(wh, i, h)), xv, ph);
+                        for (int h = 0; h < 2; ++h) {
+                            const float xval = rf_to_float(xb[2 * i + h]);
+                            pg = fmaf(rf_mxfp4::element(rf_t4_code(wg, i, h)), xval, pg);
+                            ph = fmaf(rf_mxfp4::element(rf_t4_code(wh, i, h)), xval, ph);
+                        }
                     }
+                    total_g = fmaf(pg, rf_e8m0_to_float(rf_t4_scale_byte(sg, j)), total_g);
+                    total_h = fmaf(ph, rf_e8m0_to_float(rf_t4_scale_byte(sh, j)), total_h);
                 }
-                total_g = fmaf(pg, rf_e8m0_to_float(rf_t4_scale_byte(sg, j)), total_g);
-                total_h = fmaf(ph, rf_e8m0_to_float(rf_t4_scale_byte(sh, j)), total_h);
             }
+            // sums[(warp * 16 + row) * 4 + u], added up per row by rf_t4_finish.
+            float* sums = totals[done & 1];
+            sums[(warp * RF_T4_ROWS + g) * 4 + u] = total_g;
+            sums[(warp * RF_T4_ROWS + g + 8) * 4 + u] = total_h;
+            rf_t4_finish<4, T>(sums, (unsigned)warps, tile, y, v);
+            ++done;
         }
-        // sums[(warp * 16 + row) * 4 + u], added up per row by rf_t4_finish.
-        float* sums = totals[((tile - blockIdx.x) / gridDim.x) & 1];
-        sums[(warp * RF_T4_ROWS + g) * 4 + u] = total_g;
-        sums[(warp * RF_T4_ROWS + g + 8) * 4 + u] = total_h;
-        rf_t4_finish<4, T>(sums, (unsigned)warps, tile, y);
     }
 }
 
@@ -454,12 +706,18 @@ RF_DEVICE void rf_t4_dequant(const uint4* payload, const unsigned char* scales, 
     }
 }
 
-// blockDim.x: 32..RF_T4_WARPS * 32, whole warps; the matrix-core entries need dynamic shared
-// memory of warps * (RF_T4_STAGES * RF_T4_STAGE_<dt> + 2 * 16 * 4) bytes (the rings, then the
-// row totals), for bf16 then 2 * 32 * nbp bytes of x and 4 * nbp of its factors (nbp = nb
-// rounded up to 8), and at least as many groups as warps; x 16-byte aligned.
+// Every matrix-vector entry is (payload, scales, x, rf_t4_outputs y, u32 nb, u32 batch): x is
+// [batch, nb * 32], output i [batch, its rows]. blockDim.x: 32..RF_T4_WARPS * 32, whole warps.
+// The matrix-core entries need at least as many groups as warps, x 16-byte aligned, and dynamic
+// shared memory of warps * RF_T4_STAGES * (the stage) bytes for the rings, then the tiles' totals,
+// two buffers of warps * 16 * (columns) floats:
+//   rf_mxfp4_tiled_matvec_mma[_wide]_<dt>: batch 1; stages RF_T4_STAGE_<dt>, 1 column, for bf16
+//     then 2 * 32 * nbp bytes of x and 4 * nbp of its factors (nbp = nb rounded up to 8);
+//   rf_mxfp4_tiled_batch8_mma[_wide]_<dt>, ..._batch32_...: batch 1..8 and 1..32; stages
+//     RF_T4_STAGE_BF16, 8 and 32 columns.
+// The portable rf_mxfp4_tiled_matvec_<dt> takes any batch.
 #define RF_T4_ARGS(T)                                                                                     \
-    const uint4 *payload, const unsigned char *scales, const T *x, rf_t4_outputs y, unsigned nb
+    const uint4 *payload, const unsigned char *scales, const T *x, rf_t4_outputs y, unsigned nb, unsigned batch
 #define RF_T4_MMA_ENTRIES(suffix, T)                                                                      \
     RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
         rf_mxfp4_tiled_matvec_mma_##suffix(RF_T4_ARGS(T)) {                                               \
@@ -468,10 +726,26 @@ RF_DEVICE void rf_t4_dequant(const uint4* payload, const unsigned char* scales, 
     RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
         rf_mxfp4_tiled_matvec_mma_wide_##suffix(RF_T4_ARGS(T)) {                                          \
         RF_T4_MMA_BODY(T, true)                                                                           \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
+        rf_mxfp4_tiled_batch8_mma_##suffix(RF_T4_ARGS(T)) {                                               \
+        RF_T4_BATCH_BODY(T, false, 1)                                                                     \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
+        rf_mxfp4_tiled_batch8_mma_wide_##suffix(RF_T4_ARGS(T)) {                                          \
+        RF_T4_BATCH_BODY(T, true, 1)                                                                      \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_BATCH32_RESIDENT_BLOCKS)                     \
+        rf_mxfp4_tiled_batch32_mma_##suffix(RF_T4_ARGS(T)) {                                              \
+        RF_T4_BATCH_BODY(T, false, 4)                                                                     \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_BATCH32_RESIDENT_BLOCKS)                     \
+        rf_mxfp4_tiled_batch32_mma_wide_##suffix(RF_T4_ARGS(T)) {                                         \
+        RF_T4_BATCH_BODY(T, true, 4)                                                                      \
     }
 #define RF_T4_ENTRY(suffix, T)                                                                            \
     RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS) rf_mxfp4_tiled_matvec_##suffix(RF_T4_ARGS(T)) {    \
-        rf_t4_matvec<T>(payload, scales, x, y, nb);                                                       \
+        rf_t4_matvec<T>(payload, scales, x, y, nb, batch);                                                \
     }
 
 #define RF_T4_DEQUANT_ENTRY(suffix, T)                                                                    \

@@ -28,6 +28,12 @@
 // (24 warps; 2 and 3 stages or blocks an SM measured alike: docs/kernels/mxfp.md), which its
 // launch bounds promise the compiler (without them ptxas chose 64 registers and spilled).
 #define RF_T4_RESIDENT_BLOCKS 3
+// Vectors of one launch of the several-vector matrix-core kernels (passes of 8 over a decoded
+// block), and the blocks of the 32-vector one kept resident (its totals take 32 KB a block and
+// its registers twice the others').
+#define RF_T4_BATCH_PASS 8
+#define RF_T4_MAX_BATCH 32
+#define RF_T4_BATCH32_RESIDENT_BLOCKS 2
 
 // Where a launch writes y: rows [end[i - 1], end[i]) of the weight (end[-1] = 0) go to y[i],
 // row end[i - 1] at y[i][0], so that weights stacked along their rows (a layer's Q, K and V, or

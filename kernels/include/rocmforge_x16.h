@@ -23,11 +23,37 @@ template <typename T> struct rf_x16;
 template <> struct rf_x16<__half> {
     static constexpr bool SCALED = false; // f16 x is used as it is: nothing to stage
 };
+// The pieces of the rule, shared with the kernels that convert x a block at a time in
+// registers (mxfp4_tiled.hip's several-vector kernel: four lanes a block, their maxima combined
+// by shuffles). bf16 bits are ordered as the magnitudes: the largest finite one is the largest
+// of the masked bits below the infinities'.
+RF_DEVICE unsigned rf_x16_max_finite(unsigned w, unsigned m) {
+    const unsigned lo = w & 0x7fffu, hi = (w >> 16) & 0x7fffu;
+    m = lo < 0x7f80u && lo > m ? lo : m;
+    return hi < 0x7f80u && hi > m ? hi : m;
+}
+// The scale s for a block whose largest finite magnitude has the bits m.
+RF_DEVICE int rf_x16_shift(unsigned m) {
+    const int e = (int)(m >> 7); // the biased exponent (0: a subnormal maximum)
+    return m == 0 ? 0 : 141 - e < 126 ? 141 - e : 126;
+}
+// Two bf16 (a word) times 2^s as two f16. 2^s is a normal f32 for every s the rule gives
+// (-113 ..= 126), and a product under f32's normal range is far under f16's, which rounds it to
+// zero either way: one exact multiplication.
+struct rf_x16_scaler {
+    float s;
+    RF_DEVICE explicit rf_x16_scaler(int shift) : s(__uint_as_float((unsigned)(127 + shift) << 23)) {}
+    RF_DEVICE unsigned pack(unsigned w) const {
+        return rf_pack2_bits16<__half>(__uint_as_float(w << 16) * s, __uint_as_float(w & 0xffff0000u) * s);
+    }
+};
+// The factor 2^-s that takes a block's scaled sum back.
+RF_DEVICE float rf_x16_factor(int s) { return __uint_as_float((unsigned)(127 - s) << 23); }
+
 template <> struct rf_x16<rf_bf16> {
     static constexpr bool SCALED = true;
-    // A thread a 32-element block: its largest finite magnitude (bf16 bits are ordered as the
-    // magnitudes), the scale, the f16 values (two exact multiplications by 2^(s/2), 2^(s - s/2):
-    // 2^126 and 2^-113 are, but not every power between them in one factor), and the factor.
+    // A thread a 32-element block: its largest finite magnitude, the scale, the f16 values and
+    // the factor.
     static RF_DEVICE void stage(const rf_bf16* x, __half* xs, float* xf, rf_u64 k) {
         const unsigned blocks = (unsigned)(k / RF_QK);
         for (unsigned b = threadIdx.x; b < blocks; b += blockDim.x) {
@@ -40,27 +66,21 @@ template <> struct rf_x16<rf_bf16> {
             unsigned m = 0;
 #pragma unroll
             for (int i = 0; i < 16; ++i) {
-                const unsigned lo = w[i] & 0x7fffu, hi = (w[i] >> 16) & 0x7fffu;
-                m = lo < 0x7f80u && lo > m ? lo : m;
-                m = hi < 0x7f80u && hi > m ? hi : m;
+                m = rf_x16_max_finite(w[i], m);
             }
-            const int e = (int)(m >> 7); // the biased exponent (0: a subnormal maximum)
-            const int sc = m == 0 ? 0 : 141 - e < 126 ? 141 - e : 126;
-            const float s1 = __uint_as_float((unsigned)(127 + sc / 2) << 23);
-            const float s2 = __uint_as_float((unsigned)(127 + sc - sc / 2) << 23);
+            const int sc = rf_x16_shift(m);
+            const rf_x16_scaler scaler(sc);
             uint4 o[4];
             unsigned* ow = &o[0].x;
 #pragma unroll
             for (int i = 0; i < 16; ++i) {
-                const float f0 = __uint_as_float(w[i] << 16) * s1 * s2;
-                const float f1 = __uint_as_float(w[i] & 0xffff0000u) * s1 * s2;
-                ow[i] = rf_pack2_bits16<__half>(f0, f1);
+                ow[i] = scaler.pack(w[i]);
             }
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
                 reinterpret_cast<uint4*>(xs)[4 * b + u] = o[u];
             }
-            xf[b] = __uint_as_float((unsigned)(127 - sc) << 23);
+            xf[b] = rf_x16_factor(sc);
         }
     }
 };

@@ -85,16 +85,18 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             rows.push(mx_group::<f16>(b, &weights, group, 4096, batch)?);
             rows.push(mx_group::<bf16>(b, &weights, group, 4096, batch)?);
         }
-        rows.push(tiled_split::<f16>(b, group, 4096)?);
-        rows.push(tiled_split::<bf16>(b, group, 4096)?);
+        for &batch in BATCHES {
+            rows.push(tiled_split::<f16>(b, group, 4096, batch)?);
+            rows.push(tiled_split::<bf16>(b, group, 4096, batch)?);
+        }
     }
     Ok(rows)
 }
 
-/// The same group of MXFP4 products at one vector over the tiled layout: the weights stacked
-/// along their rows (`TiledMxfp4::stack`, before timing, as a loader would) and multiplied in one
-/// launch into one output each (`mx_matvec_tiled_split`). Traffic counted as for the GGUF rows.
-fn tiled_split<T: Dtype>(b: &mut Bench, group: &[usize], k: usize) -> Result<Row> {
+/// The same group of MXFP4 products over the tiled layout: the weights stacked along their rows
+/// (`TiledMxfp4::stack`, before timing, as a loader would) and multiplied in one launch into one
+/// output each (`mx_matvec_tiled_split`). Traffic counted as for the GGUF rows.
+fn tiled_split<T: Dtype>(b: &mut Bench, group: &[usize], k: usize, batch: usize) -> Result<Row> {
     let parts = group
         .iter()
         .map(|&n| super::mxfp::host_weights(b, BlockFormat::Mxfp4Gguf, n, k))
@@ -109,23 +111,24 @@ fn tiled_split<T: Dtype>(b: &mut Bench, group: &[usize], k: usize) -> Result<Row
             .collect::<std::result::Result<Vec<_>, _>>()?;
         stacked.push(TiledMxfp4::stack(&tiled.iter().collect::<Vec<_>>())?.upload(&b.stream)?);
     }
-    let x = b.random::<T>(k, -1.0, 1.0);
+    let x = b.random::<T>(batch * k, -1.0, 1.0);
     let x = b.stream.upload(&x)?;
-    let mut ys = group.iter().map(|&n| b.stream.alloc::<T>(n)).collect::<std::result::Result<Vec<_>, _>>()?;
+    let mut ys =
+        group.iter().map(|&n| b.stream.alloc::<T>(batch * n)).collect::<std::result::Result<Vec<_>, _>>()?;
     let mut i = 0;
     let ms = b.time(|| {
         i += 1;
         let mut outs: Vec<&mut DeviceBuffer<T>> = ys.iter_mut().collect();
-        Ok(mx_matvec_tiled_split(&stacked[i % stacked.len()], &x, &mut outs)?)
+        Ok(mx_matvec_tiled_split(&stacked[i % stacked.len()], &x, batch, &mut outs)?)
     })?;
     let weight_bytes: usize = parts.iter().map(|copies| copies[0].len()).sum();
     let rows: usize = group.iter().sum();
     Ok(Row {
-        kernel: "mxfp4 tiled matvec split b1".into(),
+        kernel: format!("mxfp4 tiled matvec split b{batch}"),
         dtype: T::NAME,
         shape: group_shape(group, k),
         ms,
-        bytes: (weight_bytes + (k + rows) * size_of::<T>()) as u64,
+        bytes: (weight_bytes + batch * (k + rows) * size_of::<T>()) as u64,
         flops: None,
     })
 }

@@ -14,6 +14,9 @@ pub const RF_T4_STAGE_F16: u32 = 2688;
 pub const RF_T4_STAGE_BF16: u32 = 2176;
 pub const RF_T4_STAGES: u32 = 3;
 pub const RF_T4_RESIDENT_BLOCKS: u32 = 3;
+pub const RF_T4_BATCH_PASS: u32 = 8;
+pub const RF_T4_MAX_BATCH: u32 = 32;
+pub const RF_T4_BATCH32_RESIDENT_BLOCKS: u32 = 2;
 pub const RF_T4_OUTPUTS: u32 = 3;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, bytemuck :: Pod, bytemuck :: Zeroable)]

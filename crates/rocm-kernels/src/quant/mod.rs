@@ -82,8 +82,8 @@ pub use mxfp::{
     mx_matvec_group_on_matrix_cores,
 };
 pub use mxfp4_tiled::{
-    DeviceTiledMxfp4, MAX_TILED_OUTPUTS, TILE_ROWS as MXFP4_TILE_ROWS, TiledMxfp4, dequantize_tiled,
-    mx_matvec_tiled, mx_matvec_tiled_portable, mx_matvec_tiled_rows, mx_matvec_tiled_split,
+    DeviceTiledMxfp4, MAX_TILED_BATCH, MAX_TILED_OUTPUTS, TILE_ROWS as MXFP4_TILE_ROWS, TiledMxfp4,
+    dequantize_tiled, mx_matvec_tiled, mx_matvec_tiled_portable, mx_matvec_tiled_rows, mx_matvec_tiled_split,
     x16_rounding_unit,
 };
 pub use quant_gemm::{

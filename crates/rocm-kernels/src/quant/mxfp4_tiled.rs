@@ -279,62 +279,96 @@ impl DeviceTiledMxfp4 {
     }
 }
 
-/// Whether [`mx_matvec_tiled`] runs the matrix-core kernel: NVIDIA mma.sync devices with f16 or
-/// bf16 activations.
-fn on_matrix_cores(cores: MatrixCores, dtype: &str) -> bool {
-    cores == MatrixCores::MmaSync && matches!(dtype, "f16" | "bf16")
+/// Which of the kernel's loops a launch runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loop {
+    /// The portable kernel: any device and activation type, any number of vectors.
+    Portable,
+    /// The matrix-core kernel for one vector (bf16 x staged once a block as block-scaled f16).
+    One,
+    /// The matrix-core kernel for up to 8 vectors a pass (B's 8 columns), `passes` passes over
+    /// each decoded block: 1 (up to 8 vectors) or 4 (up to 32).
+    Batch { passes: usize },
 }
 
-/// Which entry [`mx_matvec_tiled`] launches: the matrix-core kernel where [`on_matrix_cores`]
-/// (`_wide` when a scale byte is above 240), else the portable one.
-fn entry(cores: MatrixCores, dtype: &str, max_scale: u8) -> String {
-    let prefix = match on_matrix_cores(cores, dtype) {
-        true if max_scale <= FAST_SCALE_MAX => "rf_mxfp4_tiled_matvec_mma",
-        true => "rf_mxfp4_tiled_matvec_mma_wide",
-        false => "rf_mxfp4_tiled_matvec",
-    };
-    format!("{prefix}_{dtype}")
+/// Vectors of one pass of the several-vector loop, and the most one launch of it takes.
+const BATCH_PASS: usize = abi::RF_T4_BATCH_PASS as usize;
+/// Most vectors one matrix-core launch multiplies; the launcher runs larger batches in launches
+/// of this many.
+pub const MAX_TILED_BATCH: usize = abi::RF_T4_MAX_BATCH as usize;
+
+/// The loop for `batch` vectors (1..=[`MAX_TILED_BATCH`]) of `dtype` on a device with `cores`:
+/// the matrix-core loops on NVIDIA mma.sync devices with f16 or bf16 activations.
+fn choose_loop(cores: MatrixCores, dtype: &str, batch: usize) -> Loop {
+    if cores != MatrixCores::MmaSync || !matches!(dtype, "f16" | "bf16") {
+        return Loop::Portable;
+    }
+    match batch {
+        1 => Loop::One,
+        b if b <= BATCH_PASS => Loop::Batch { passes: 1 },
+        _ => Loop::Batch { passes: MAX_TILED_BATCH / BATCH_PASS },
+    }
 }
 
-/// Whether the matrix-core kernel stages x once a block, as block-scaled f16 (bf16), rather
-/// than a group's x in each stage of its rings (f16).
-fn stages_x_once(dtype: &str) -> bool {
-    dtype == "bf16"
+/// The entry a loop launches (`_wide` when a scale byte is above 240).
+fn entry(lp: Loop, dtype: &str, max_scale: u8) -> String {
+    let wide = if max_scale <= FAST_SCALE_MAX { "" } else { "_wide" };
+    match lp {
+        Loop::Portable => format!("rf_mxfp4_tiled_matvec_{dtype}"),
+        Loop::One => format!("rf_mxfp4_tiled_matvec_mma{wide}_{dtype}"),
+        Loop::Batch { passes } => format!("rf_mxfp4_tiled_batch{}_mma{wide}_{dtype}", passes * BATCH_PASS),
+    }
 }
 
-/// Bytes of one stage of the matrix-core kernel's per-warp ring for activations of `dtype`: a
-/// group's payload and scales, and its x unless [`stages_x_once`].
-fn stage_bytes(dtype: &str) -> usize {
-    (if stages_x_once(dtype) { abi::RF_T4_STAGE_BF16 } else { abi::RF_T4_STAGE_F16 }) as usize
+/// Whether the loop stages x once a block, as block-scaled f16 (one bf16 vector).
+fn stages_x_once(lp: Loop, dtype: &str) -> bool {
+    lp == Loop::One && dtype == "bf16"
+}
+
+/// Bytes of one stage of a matrix-core loop's per-warp ring: a group's payload and scales, and
+/// its x for one f16 vector (the several-vector loop reads x from global memory).
+fn stage_bytes(lp: Loop, dtype: &str) -> usize {
+    let x_in_stage = lp == Loop::One && dtype == "f16";
+    (if x_in_stage { abi::RF_T4_STAGE_F16 } else { abi::RF_T4_STAGE_BF16 }) as usize
 }
 /// Stages of a warp's ring: 2 groups in flight while one is multiplied.
 const STAGES: usize = abi::RF_T4_STAGES as usize;
-/// Blocks of 8 warps of the matrix-core kernel kept resident on a multiprocessor, where shared
-/// memory allows (24 warps, which the entries' launch bounds promise the compiler; 2 and 3
-/// stages or blocks an SM measured alike: docs/kernels/mxfp.md).
-const RESIDENT_BLOCKS: usize = abi::RF_T4_RESIDENT_BLOCKS as usize;
+/// Blocks of 8 warps of a matrix-core loop kept resident on a multiprocessor, where shared
+/// memory allows (which the entries' launch bounds promise the compiler): 3 (24 warps; 2 and 3
+/// stages or blocks an SM measured alike: docs/kernels/mxfp.md), 2 for the 32-vector loop.
+fn resident_blocks(lp: Loop) -> usize {
+    match lp {
+        Loop::Batch { passes } if passes > 1 => abi::RF_T4_BATCH32_RESIDENT_BLOCKS as usize,
+        _ => abi::RF_T4_RESIDENT_BLOCKS as usize,
+    }
+}
 /// Most outputs one launch writes ([`mx_matvec_tiled_split`]).
 pub const MAX_TILED_OUTPUTS: usize = abi::RF_T4_OUTPUTS as usize;
 /// Shared memory the runtime reserves a block beside what the launch asks for (1 KB on sm_80+).
 const RESERVED_SHARED: usize = 1024;
 
-/// The matrix-core kernel's dynamic shared memory for blocks of `warps` warps and rows of `k`
-/// elements, `dtype` the activations': each warp's ring of stages, the tiles' row totals (two
-/// buffers of `warps * 16` floats, by tile parity), then for bf16 x staged as f16 (the padded
-/// row's blocks) and each block's f32 factor (`kernels/include/rocmforge_x16.h`).
-fn mma_shared_bytes(warps: usize, k: usize, dtype: &str) -> usize {
-    let x_once = if stages_x_once(dtype) { (2 * QK + 4) * padded_blocks(k) } else { 0 };
-    warps * (STAGES * stage_bytes(dtype) + 2 * TILE_ROWS * 4) + x_once
+/// A matrix-core loop's dynamic shared memory for blocks of `warps` warps and rows of `k`
+/// elements, `dtype` the activations': each warp's ring of stages, the tiles' totals (two
+/// buffers of `warps * 16` floats a column: 1, or 8 a pass), then for one bf16 vector x staged
+/// as f16 (the padded row's blocks) and each block's f32 factor
+/// (`kernels/include/rocmforge_x16.h`).
+fn mma_shared_bytes(lp: Loop, warps: usize, k: usize, dtype: &str) -> usize {
+    let x_once = if stages_x_once(lp, dtype) { (2 * QK + 4) * padded_blocks(k) } else { 0 };
+    let columns = match lp {
+        Loop::Batch { passes } => passes * BATCH_PASS,
+        _ => 1,
+    };
+    warps * (STAGES * stage_bytes(lp, dtype) + 2 * TILE_ROWS * 4 * columns) + x_once
 }
 
 /// Launch shape: (blocks, warps a block, dynamic shared bytes). Warps split a tile's groups of 8
-/// blocks, so there are never more warps than groups. The matrix-core kernel keeps its blocks
+/// blocks, so there are never more warps than groups. The matrix-core loops keep their blocks
 /// resident (block b walks tiles b, b + grid, ...: a block that waited for a slot would run its
-/// whole share after the others) and needs a ring of stages a warp; the portable one takes a
+/// whole share after the others) and need a ring of stages a warp; the portable one takes a
 /// tile a block.
 fn launch_shape(
     info: &rocm_runtime::DeviceInfo,
-    matrix_cores: bool,
+    lp: Loop,
     n: usize,
     k: usize,
     dtype: &str,
@@ -343,21 +377,21 @@ fn launch_shape(
     let tiles = n.div_ceil(TILE_ROWS);
     let grid_limit = info.max_grid[0].max(1) as usize;
     let mut warps = groups.clamp(1, MAX_WARPS);
-    if !matrix_cores {
+    if lp == Loop::Portable {
         return Ok((tiles.clamp(1, grid_limit), warps, 0));
     }
     let optin = info.shared_mem_per_block_optin as usize;
-    while warps > 1 && mma_shared_bytes(warps, k, dtype) > optin {
+    while warps > 1 && mma_shared_bytes(lp, warps, k, dtype) > optin {
         warps /= 2;
     }
-    let shared = mma_shared_bytes(warps, k, dtype);
+    let shared = mma_shared_bytes(lp, warps, k, dtype);
     ensure(shared <= optin, KERNEL, || {
-        let why = if stages_x_once(dtype) { " (bf16 x is staged whole)" } else { "" };
+        let why = if stages_x_once(lp, dtype) { " (bf16 x is staged whole)" } else { "" };
         format!("k = {k} needs {shared} bytes of shared memory{why}, the device allows {optin}")
     })?;
     // A multiprocessor's shared memory is the per-block opt-in limit plus the reserve.
     let per_sm = ((optin + RESERVED_SHARED) / (shared + RESERVED_SHARED))
-        .clamp(1, RESIDENT_BLOCKS * MAX_WARPS / warps);
+        .clamp(1, resident_blocks(lp) * MAX_WARPS / warps);
     let resident = info.compute_units.max(1) as usize * per_sm;
     Ok((tiles.min(resident).clamp(1, grid_limit), warps, shared))
 }
@@ -371,31 +405,35 @@ pub fn mx_matvec_tiled<T: Dtype>(
     x: &DeviceBuffer<T>,
     y: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, 0..w.n, x, &mut [y], false)
+    launch(w, 0..w.n, x, 1, &mut [y], false)
 }
 
-/// [`mx_matvec_tiled`] of rows `rows` of a stacked weight ([`TiledMxfp4::stack`]; `rows.start`
-/// a whole number of tiles: a part's first row) into `y` (`rows.len()` elements): one part
-/// alone, with the bits [`mx_matvec_tiled_split`] gives it.
+/// [`mx_matvec_tiled_split`] of rows `rows` of a stacked weight ([`TiledMxfp4::stack`];
+/// `rows.start` a whole number of tiles: a part's first row) into `y` (`[batch, rows.len()]`):
+/// one part alone, with the bits [`mx_matvec_tiled_split`] gives it.
 pub fn mx_matvec_tiled_rows<T: Dtype>(
     w: &DeviceTiledMxfp4,
     rows: std::ops::Range<usize>,
     x: &DeviceBuffer<T>,
+    batch: usize,
     y: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, rows, x, &mut [y], false)
+    launch(w, rows, x, batch, &mut [y], false)
 }
 
-/// [`mx_matvec_tiled`] of a stacked weight ([`TiledMxfp4::stack`]) into one output a part, in
-/// one launch: `ys` (1 to [`MAX_TILED_OUTPUTS`]) take the weight's rows in order, `ys[i]` as
-/// many as it holds; their lengths add up to `n`, and all but the last are whole tiles. Each
-/// output has the bits [`mx_matvec_tiled`] of its part alone gives.
+/// `Y = X W^T` for `batch` vectors `x` (`[batch, k]`) and a stacked weight
+/// ([`TiledMxfp4::stack`]) into one output a part, in one launch a [`MAX_TILED_BATCH`] vectors:
+/// `ys` (1 to [`MAX_TILED_OUTPUTS`]) take the weight's rows in order, `ys[i]` `[batch, rows_i]`;
+/// the parts' rows add up to `n`, and all but the last are whole tiles. Each vector's outputs
+/// have the bits [`mx_matvec_tiled`] of that vector and its part alone gives (the several-vector
+/// loop rounds bf16 x as the one-vector loop stages it and sums in the same order).
 pub fn mx_matvec_tiled_split<T: Dtype>(
     w: &DeviceTiledMxfp4,
     x: &DeviceBuffer<T>,
+    batch: usize,
     ys: &mut [&mut DeviceBuffer<T>],
 ) -> Result<()> {
-    launch(w, 0..w.n, x, ys, false)
+    launch(w, 0..w.n, x, batch, ys, false)
 }
 
 /// [`mx_matvec_tiled_split`] on the portable kernel, whatever the device has (tests compare the
@@ -403,22 +441,27 @@ pub fn mx_matvec_tiled_split<T: Dtype>(
 pub fn mx_matvec_tiled_portable<T: Dtype>(
     w: &DeviceTiledMxfp4,
     x: &DeviceBuffer<T>,
+    batch: usize,
     ys: &mut [&mut DeviceBuffer<T>],
 ) -> Result<()> {
-    launch(w, 0..w.n, x, ys, true)
+    launch(w, 0..w.n, x, batch, ys, true)
 }
 
-/// The kernels' outputs argument for `ys` splitting a weight of `n` rows, checked as
-/// [`mx_matvec_tiled_split`] says: each output's end is the running sum of the lengths, and the
-/// unused slots are empty ranges at `n` (null pointers, never written).
-fn outputs<T: Dtype>(ys: &[&mut DeviceBuffer<T>], n: usize) -> Result<abi::rf_t4_outputs> {
+/// The kernels' outputs argument for `ys` splitting a weight of `n` rows for `batch` (>= 1)
+/// vectors, checked as [`mx_matvec_tiled_split`] says: each output holds `batch` rows of its part,
+/// each end is the running sum of the parts' rows, and the unused slots are empty ranges at `n`
+/// (null pointers, never written).
+fn outputs<T: Dtype>(ys: &[&mut DeviceBuffer<T>], n: usize, batch: usize) -> Result<abi::rf_t4_outputs> {
     ensure((1..=MAX_TILED_OUTPUTS).contains(&ys.len()), KERNEL, || {
         format!("{} outputs; a launch writes 1 to {MAX_TILED_OUTPUTS}", ys.len())
     })?;
     let lens: Vec<usize> = ys.iter().map(|y| y.len()).collect();
     let total = lens.iter().try_fold(0usize, |a, &l| a.checked_add(l));
-    ensure(total == Some(n), KERNEL, || {
-        format!("the outputs hold {lens:?} elements, the weight has n = {n} rows")
+    let whole = lens.iter().all(|l| l.is_multiple_of(batch));
+    ensure(whole && total == n.checked_mul(batch), KERNEL, || {
+        format!(
+            "the outputs hold {lens:?} elements; {batch} vectors of the weight's n = {n} rows need {batch} x its part's rows each"
+        )
     })?;
     let n32 = u32::try_from(n).map_err(|_| KernelError::Shape {
         kernel: KERNEL,
@@ -427,13 +470,11 @@ fn outputs<T: Dtype>(ys: &[&mut DeviceBuffer<T>], n: usize) -> Result<abi::rf_t4
     let mut out = abi::rf_t4_outputs { end: [n32; MAX_TILED_OUTPUTS], ..Default::default() };
     let mut end = 0u32;
     for (i, y) in ys.iter().enumerate() {
-        ensure(i + 1 == ys.len() || y.len().is_multiple_of(TILE_ROWS), KERNEL, || {
-            format!(
-                "output {i} has {} rows; every output but the last needs a multiple of {TILE_ROWS}",
-                y.len()
-            )
+        let rows = y.len() / batch;
+        ensure(i + 1 == ys.len() || rows.is_multiple_of(TILE_ROWS), KERNEL, || {
+            format!("output {i} has {rows} rows; every output but the last needs a multiple of {TILE_ROWS}")
         })?;
-        end += y.len() as u32; // at most n, which fits
+        end += rows as u32; // at most n, which fits
         out.y[i] = y.device_ptr();
         out.end[i] = end;
     }
@@ -459,14 +500,26 @@ fn launch<T: Dtype>(
     w: &DeviceTiledMxfp4,
     rows: std::ops::Range<usize>,
     x: &DeviceBuffer<T>,
+    batch: usize,
     ys: &mut [&mut DeviceBuffer<T>],
     portable: bool,
 ) -> Result<()> {
     let k = w.k;
     let (payload, scales) = part_pointers(w, &rows)?;
     let n = rows.len();
-    ensure(x.len() == k, KERNEL, || format!("x has {} elements, the weight has k = {k}", x.len()))?;
-    let params = outputs(ys, n)?;
+    ensure(batch.checked_mul(k) == Some(x.len()), KERNEL, || {
+        format!(
+            "x has {} elements, {batch} vectors of the weight's k = {k} need {}",
+            x.len(),
+            batch.saturating_mul(k)
+        )
+    })?;
+    if batch == 0 {
+        return ensure(ys.iter().all(|y| y.is_empty()), KERNEL, || {
+            "no vectors, but outputs that are not empty".into()
+        });
+    }
+    let params = outputs(ys, n, batch)?;
     if n == 0 {
         return Ok(());
     }
@@ -477,52 +530,78 @@ fn launch<T: Dtype>(
     let stream = ys[0].stream().clone();
     let info = stream.backend().info();
     let cores = if portable { MatrixCores::None } else { info.matrix_cores };
-    let kernel = loader::kernel(&stream, MODULE, &entry(cores, T::NAME, w.max_scale))?;
-    let (blocks, warps, shared) = launch_shape(info, on_matrix_cores(cores, T::NAME), n, k, T::NAME)?;
-    let threads = warps * 32;
-    ensure(kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
-        format!(
-            "the kernel needs {threads} threads a block, the device allows {}",
-            kernel.max_threads_per_block()
-        )
-    })?;
-    let config = LaunchConfig {
-        grid: [blocks as u32, 1, 1],
-        block: [threads as u32, 1, 1],
-        shared_mem_bytes: shared as u32,
+    // The portable kernel takes any batch in one launch (u32 vectors); the matrix-core loops
+    // [`MAX_TILED_BATCH`] vectors a launch.
+    let chunk = match choose_loop(cores, T::NAME, 1) {
+        Loop::Portable => u32::MAX as usize,
+        _ => MAX_TILED_BATCH,
     };
-    // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, rf_t4_outputs
-    // y, u32 nb). Given the part's first tile t0 (rows.start / 16, checked whole), for tile
-    // t < ceil(n / 16), n = y.end[2] = rows.len(), they read payload bytes [256 (t0 + t) nbp,
-    // 256 (t0 + t + 1) nbp) and scale bytes [16 (t0 + t) nbp, 16 (t0 + t + 1) nbp) (nbp = nb
-    // rounded up to 8), inside the weight's tiles (rows.end <= w.n, checked), which the buffers
-    // hold: a DeviceTiledMxfp4 is only built by TiledMxfp4::upload from a layout of exactly its
-    // n and k. They read x[0, k) (never past the row's last block; x is
-    // 16-byte aligned, checked above, for the 16-byte copies; device allocations are 256-byte
-    // aligned, so the payload's and scales' 16- and 8-byte accesses are aligned) and write row
-    // r < n to ys[i][r - end[i - 1]] for the first i with r < end[i]: `outputs` made the ends
-    // the running sums of the lengths of ys, checked to reach n, so that index is inside ys[i];
-    // the unused slots' ends are n, never chosen. Blocks are 1..=8 whole warps, within the
-    // entries' launch bounds, never more warps than groups (launch_shape; the matrix-core entry
-    // traps otherwise); the matrix-core entries run only on mma.sync devices (`entry`) with the
-    // rings' and totals' shared memory (launch_shape checks it against the device's limit). w
-    // and x are shared borrows distinct from the outputs (each a distinct &mut); the builder
-    // checks the streams. Dependent (rocmforge_dependent_launch.h): the portable entries wait
-    // for the kernel ahead first; the matrix-core bf16 entries issue a block's first weight
-    // copies before that wait, and x's and every write after it; the f16 ones wait first.
-    unsafe {
-        let mut launch = stream
-            .launch(&kernel)
-            .dependent()
-            .reads_before_wait(&w.payload)
-            .arg(payload)
-            .reads_before_wait(&w.scales)
-            .arg(scales)
-            .buffer(x);
-        for y in ys.iter_mut() {
-            launch = launch.writes(&mut **y);
+    let elem = std::mem::size_of::<T>() as u64;
+    for first in (0..batch).step_by(chunk) {
+        let count = chunk.min(batch - first);
+        let lp = choose_loop(cores, T::NAME, count);
+        let kernel = loader::kernel(&stream, MODULE, &entry(lp, T::NAME, w.max_scale))?;
+        let (blocks, warps, shared) = launch_shape(info, lp, n, k, T::NAME)?;
+        let threads = warps * 32;
+        ensure(kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
+            format!(
+                "the kernel needs {threads} threads a block, the device allows {}",
+                kernel.max_threads_per_block()
+            )
+        })?;
+        let config = LaunchConfig {
+            grid: [blocks as u32, 1, 1],
+            block: [threads as u32, 1, 1],
+            shared_mem_bytes: shared as u32,
+        };
+        // Vectors first.. of this launch: x's rows and each output's rows from there.
+        let mut chunk_params = params;
+        let mut start = 0u32;
+        for i in 0..ys.len() {
+            let part = (params.end[i] - start) as u64;
+            chunk_params.y[i] = params.y[i] + first as u64 * part * elem;
+            start = params.end[i];
         }
-        launch.arg(params).arg((k / QK) as u32).launch(config)?;
+        let x_first = x.device_ptr() + (first * k) as u64 * elem;
+        // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, rf_t4_outputs
+        // y, u32 nb, u32 batch). Given the part's first tile t0 (rows.start / 16, checked whole),
+        // for tile t < ceil(n / 16), n = y.end[2] = rows.len(), they read payload bytes
+        // [256 (t0 + t) nbp, 256 (t0 + t + 1) nbp) and scale bytes [16 (t0 + t) nbp, 16 (t0 + t
+        // + 1) nbp) (nbp = nb rounded up to 8), inside the weight's tiles (rows.end <= w.n,
+        // checked), which the buffers hold: a DeviceTiledMxfp4 is only built by
+        // TiledMxfp4::upload from a layout of exactly its n and k. They read x rows [0, count)
+        // of k elements from x_first, rows first..first + count of x (batch * k elements,
+        // checked), never past a row's last block; x_first is 16-byte aligned (x is, checked,
+        // and k is a multiple of 32) for the 16-byte copies and loads; device allocations are
+        // 256-byte aligned, so the payload's and scales' 16- and 8-byte accesses are aligned.
+        // They write row r < n of vector v < count to y[i][v * rows_i + r - end[i - 1]] for the
+        // first i with r < end[i], y[i] this chunk's pointer, vector `first` of output i:
+        // `outputs` made the ends the running sums of the parts' rows (rows_i = ys[i].len() /
+        // batch, checked whole and to reach n), so that index is inside ys[i] for first + v <
+        // batch; the unused slots' ends are n, never chosen. Blocks are 1..=8 whole warps, within
+        // the entries' launch bounds, never more warps than groups (launch_shape; the
+        // matrix-core entries trap otherwise); the matrix-core entries run only on mma.sync
+        // devices (`choose_loop`), with count <= 1, 8 or 32 as their names say, and the rings'
+        // and totals' shared memory (launch_shape checks it against the device's limit). w and x
+        // are shared borrows distinct from the outputs (each a distinct &mut); the builder checks
+        // the streams. Dependent (rocmforge_dependent_launch.h): the portable entries wait for
+        // the kernel ahead first; the one-vector f16 entries too; the others issue a block's
+        // first weight copies before that wait, and x's reads and every write after it.
+        unsafe {
+            let mut launch = stream
+                .launch(&kernel)
+                .dependent()
+                .reads_before_wait(&w.payload)
+                .arg(payload)
+                .reads_before_wait(&w.scales)
+                .arg(scales)
+                .reads(x)
+                .arg(x_first);
+            for y in ys.iter_mut() {
+                launch = launch.writes(&mut **y);
+            }
+            launch.arg(chunk_params).arg((k / QK) as u32).arg(count as u32).launch(config)?;
+        }
     }
     Ok(())
 }
@@ -610,15 +689,14 @@ pub fn x16_rounding_unit(block: &[f32]) -> f64 {
 pub(crate) fn launchable() -> Vec<Launchable> {
     let mut out = Vec::new();
     for dtype in DTYPES {
-        out.push(Launchable::new(MODULE, entry(MatrixCores::None, dtype, 0), Needs::Nothing));
+        out.push(Launchable::new(MODULE, entry(Loop::Portable, dtype, 0), Needs::Nothing));
         out.push(Launchable::new(MODULE, format!("rf_mxfp4_tiled_dequant_{dtype}"), Needs::Nothing));
-        if on_matrix_cores(MatrixCores::MmaSync, dtype) {
-            for max_scale in [0, u8::MAX] {
-                out.push(Launchable::new(
-                    MODULE,
-                    entry(MatrixCores::MmaSync, dtype, max_scale),
-                    Needs::MmaSync,
-                ));
+        for batch in [1, BATCH_PASS, MAX_TILED_BATCH] {
+            let lp = choose_loop(MatrixCores::MmaSync, dtype, batch);
+            if lp != Loop::Portable {
+                for max_scale in [0, u8::MAX] {
+                    out.push(Launchable::new(MODULE, entry(lp, dtype, max_scale), Needs::MmaSync));
+                }
             }
         }
     }
@@ -796,37 +874,57 @@ mod tests {
     fn launch_shapes_fit_the_devices() {
         let h100 = nvidia("H100", 132, 227);
         let a100 = nvidia("A100", 108, 163);
-        let shared = mma_shared_bytes(8, 4096, "bf16");
+        let one = Loop::One;
+        let shared = mma_shared_bytes(one, 8, 4096, "bf16");
         assert_eq!(shared, 8 * (3 * 2176 + 128) + 4096 * 2 + 128 * 4);
-        assert_eq!(launch_shape(&h100, true, 14_336, 4096, "bf16").unwrap(), (3 * 132, 8, shared));
-        assert_eq!(launch_shape(&a100, true, 14_336, 4096, "bf16").unwrap(), (2 * 108, 8, shared));
-        let ring = mma_shared_bytes(8, 4096, "f16");
+        assert_eq!(launch_shape(&h100, one, 14_336, 4096, "bf16").unwrap(), (3 * 132, 8, shared));
+        assert_eq!(launch_shape(&a100, one, 14_336, 4096, "bf16").unwrap(), (2 * 108, 8, shared));
+        let ring = mma_shared_bytes(one, 8, 4096, "f16");
         assert_eq!(ring, 8 * (3 * 2688 + 128));
-        assert_eq!(launch_shape(&h100, true, 14_336, 4096, "f16").unwrap(), (3 * 132, 8, ring));
+        assert_eq!(launch_shape(&h100, one, 14_336, 4096, "f16").unwrap(), (3 * 132, 8, ring));
         // Fewer tiles than slots: a tile a block (bf16 x of 14336 elements leaves 2 blocks an SM).
-        let long = mma_shared_bytes(8, 14_336, "bf16");
+        let long = mma_shared_bytes(one, 8, 14_336, "bf16");
         assert_eq!(long, 8 * (3 * 2176 + 128) + 14_336 * 2 + 448 * 4);
-        assert_eq!(launch_shape(&h100, true, 4096, 14_336, "bf16").unwrap(), (256, 8, long));
-        assert_eq!(launch_shape(&h100, true, 8192, 14_336, "bf16").unwrap(), (2 * 132, 8, long));
-        assert_eq!(launch_shape(&h100, true, 8192, 14_336, "f16").unwrap(), (3 * 132, 8, ring));
+        assert_eq!(launch_shape(&h100, one, 4096, 14_336, "bf16").unwrap(), (256, 8, long));
+        assert_eq!(launch_shape(&h100, one, 8192, 14_336, "bf16").unwrap(), (2 * 132, 8, long));
+        assert_eq!(launch_shape(&h100, one, 8192, 14_336, "f16").unwrap(), (3 * 132, 8, ring));
         // k = 96: one group, one warp; bf16 x padded to the group's 8 blocks.
-        assert_eq!(launch_shape(&h100, true, 7, 96, "f16").unwrap(), (1, 1, mma_shared_bytes(1, 96, "f16")));
-        assert_eq!(mma_shared_bytes(1, 96, "f16"), 3 * 2688 + 128);
-        assert_eq!(mma_shared_bytes(1, 96, "bf16"), 3 * 2176 + 128 + 8 * 68);
-        assert_eq!(launch_shape(&h100, false, 14_336, 4096, "bf16").unwrap(), (896, 8, 0));
+        assert_eq!(
+            launch_shape(&h100, one, 7, 96, "f16").unwrap(),
+            (1, 1, mma_shared_bytes(one, 1, 96, "f16"))
+        );
+        assert_eq!(mma_shared_bytes(one, 1, 96, "f16"), 3 * 2688 + 128);
+        assert_eq!(mma_shared_bytes(one, 1, 96, "bf16"), 3 * 2176 + 128 + 8 * 68);
+        assert_eq!(launch_shape(&h100, Loop::Portable, 14_336, 4096, "bf16").unwrap(), (896, 8, 0));
+        // Several vectors: no x in the stages or staged, totals of 8 or 32 columns; the
+        // 32-vector loop keeps 2 blocks an SM.
+        let b8 = Loop::Batch { passes: 1 };
+        let b32 = Loop::Batch { passes: 4 };
+        assert_eq!(mma_shared_bytes(b8, 8, 14_336, "f16"), 8 * (3 * 2176 + 128 * 8));
+        assert_eq!(mma_shared_bytes(b32, 8, 14_336, "bf16"), 8 * (3 * 2176 + 128 * 32));
+        assert_eq!(launch_shape(&h100, b8, 14_336, 14_336, "bf16").unwrap().0, 3 * 132);
+        assert_eq!(launch_shape(&h100, b32, 14_336, 4096, "f16").unwrap().0, 2 * 132);
         // A device offering less shared memory gets fewer warps, or an error.
-        assert_eq!(launch_shape(&nvidia("small", 10, 48), true, 160, 4096, "f16").unwrap().1, 4);
-        assert!(launch_shape(&nvidia("tiny", 10, 4), true, 160, 4096, "f16").is_err());
-        // A row too long for x to be staged whole is refused, saying so.
-        let message = crate::error::shape_message(launch_shape(&h100, true, 16, 32 * 4096, "bf16"), KERNEL);
+        assert_eq!(launch_shape(&nvidia("small", 10, 48), one, 160, 4096, "f16").unwrap().1, 4);
+        assert!(launch_shape(&nvidia("tiny", 10, 4), one, 160, 4096, "f16").is_err());
+        // A row too long for x to be staged whole is refused, saying so; the several-vector
+        // loop takes it.
+        let message = crate::error::shape_message(launch_shape(&h100, one, 16, 32 * 4096, "bf16"), KERNEL);
         assert!(message.contains("x is staged whole"), "{message}");
+        assert!(launch_shape(&h100, b8, 16, 32 * 4096, "bf16").is_ok());
     }
 
     #[test]
-    fn entries_follow_the_device_and_the_scales() {
-        assert_eq!(entry(MatrixCores::MmaSync, "f16", 240), "rf_mxfp4_tiled_matvec_mma_f16");
-        assert_eq!(entry(MatrixCores::MmaSync, "bf16", 241), "rf_mxfp4_tiled_matvec_mma_wide_bf16");
-        assert_eq!(entry(MatrixCores::MmaSync, "f32", 0), "rf_mxfp4_tiled_matvec_f32");
-        assert_eq!(entry(MatrixCores::None, "f16", 0), "rf_mxfp4_tiled_matvec_f16");
+    fn entries_follow_the_device_the_batch_and_the_scales() {
+        let entry_for =
+            |cores, dtype, batch, max_scale| entry(choose_loop(cores, dtype, batch), dtype, max_scale);
+        assert_eq!(entry_for(MatrixCores::MmaSync, "f16", 1, 240), "rf_mxfp4_tiled_matvec_mma_f16");
+        assert_eq!(entry_for(MatrixCores::MmaSync, "bf16", 1, 241), "rf_mxfp4_tiled_matvec_mma_wide_bf16");
+        assert_eq!(entry_for(MatrixCores::MmaSync, "bf16", 2, 0), "rf_mxfp4_tiled_batch8_mma_bf16");
+        assert_eq!(entry_for(MatrixCores::MmaSync, "f16", 8, 255), "rf_mxfp4_tiled_batch8_mma_wide_f16");
+        assert_eq!(entry_for(MatrixCores::MmaSync, "f16", 9, 0), "rf_mxfp4_tiled_batch32_mma_f16");
+        assert_eq!(entry_for(MatrixCores::MmaSync, "bf16", 32, 0), "rf_mxfp4_tiled_batch32_mma_bf16");
+        assert_eq!(entry_for(MatrixCores::MmaSync, "f32", 8, 0), "rf_mxfp4_tiled_matvec_f32");
+        assert_eq!(entry_for(MatrixCores::None, "f16", 1, 0), "rf_mxfp4_tiled_matvec_f16");
     }
 }

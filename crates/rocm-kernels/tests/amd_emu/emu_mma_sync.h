@@ -162,6 +162,9 @@ inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
     emu::full_mask(mask, "__shfl_xor_sync");
     return __shfl_xor(v, lane_mask);
 }
+inline unsigned __shfl_xor_sync(unsigned mask, unsigned v, int lane_mask) {
+    return (unsigned)__shfl_xor_sync(mask, (int)v, lane_mask);
+}
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
     emu::full_mask(mask, "__syncwarp");
     emu::wave_op(3000, emu::Slot{}, [](const std::vector<emu::Slot>&, std::vector<emu::Slot>&) {});
@@ -173,6 +176,26 @@ inline float __shfl_sync(unsigned mask, float v, int src) {
 }
 
 inline float __uint2float_rn(unsigned u) { return (float)u; }
+
+// Whether any lane's predicate holds (every lane gets the answer).
+inline int __any_sync(unsigned mask, int pred) {
+    emu::full_mask(mask, "__any_sync");
+    emu::Slot s{};
+    s.a = pred != 0;
+    const emu::Slot r = emu::wave_op(3002, s, [](const std::vector<emu::Slot>& in, std::vector<emu::Slot>& out) {
+        uint64_t any = 0;
+        for (const emu::Slot& x : in) any |= x.a;
+        for (emu::Slot& o : out) o.a = any;
+    });
+    return (int)r.a;
+}
+
+// Each 16-bit half the larger, unsigned.
+inline unsigned __vmaxu2(unsigned a, unsigned b) {
+    const unsigned lo = (a & 0xffffu) > (b & 0xffffu) ? a & 0xffffu : b & 0xffffu;
+    const unsigned hi = (a >> 16) > (b >> 16) ? a >> 16 : b >> 16;
+    return hi << 16 | lo;
+}
 
 // A kernel's trap (its launch contract broken): the suite stops there.
 [[noreturn]] inline void __trap() {

@@ -2,7 +2,9 @@
 // on the AMD targets the portable rf_mxfp4_tiled_matvec_<dt> (what an AMD GPU runs for a tiled
 // weight), f32/f16/bf16, wave32 and wave64; on the `sm80` target the matrix-core entries
 // rf_mxfp4_tiled_matvec_mma[_wide]_<dt> (bf16 x staged as block-scaled f16, with x of a wide
-// range too) on emu_mma_sync.h's mma.sync and cp.async, with
+// range too) and the several-vector rf_mxfp4_tiled_batch{8,32}_mma[_wide]_<dt> (x from global
+// memory, bf16 rounded in registers, B's columns the vectors) on emu_mma_sync.h's mma.sync,
+// cp.async and shuffles, with
 // grids of a block a tile and resident blocks that walk several tiles (each warp's ring running
 // across the tiles' ends, the row totals alternating by tile parity). Some cases write the rows
 // to three outputs (rf_t4_outputs: a stacked weight's parts), gathered for the check. On the AMD
@@ -36,7 +38,7 @@ alignas(16) unsigned char rf_t4_smem[96 * 1024];
 #include <type_traits>
 
 template <typename T>
-using TiledEntry = void (*)(const uint4*, const unsigned char*, const T*, rf_t4_outputs, unsigned);
+using TiledEntry = void (*)(const uint4*, const unsigned char*, const T*, rf_t4_outputs, unsigned, unsigned);
 
 // Bit offsets of pair i's magnitudes and signs in a word (the layout's docs).
 static const int FIELD_MAG[4] = {9, 6, 3, 0};
@@ -108,6 +110,7 @@ struct TiledCase {
     Scales scales = FAST;
     XValues xv = UNIFORM; // WIDE and RANGE: the matrix-core bf16 entries only (x16_reference.h)
     int split = 0;        // > 0: rows [0, split) and [split, 2 split) to outputs 0 and 1, the rest to 2
+    int batch = 1;        // vectors: x [batch, k], each output [batch, its rows]
     // The launcher's block: a warp a group of 8 blocks, at most RF_T4_WARPS (mxfp4_tiled.rs).
     int warps() const { return std::min((blocks_a_row + RF_T4_GROUP - 1) / RF_T4_GROUP, (int)RF_T4_WARPS); }
     // The case's grid: `grid` blocks, never more than the tiles; 0: a block a tile.
@@ -137,10 +140,10 @@ template <typename T> static CaseData<T> make_case(EmuBuffers& mem, const TiledC
         gguf[b * 17] = s;
     }
     const int k = c.blocks_a_row * 32;
-    T* x = mem.exact<T>(k);
+    T* x = mem.exact<T>((size_t)c.batch * k);
     std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
-    for (int i = 0; i < k; ++i) x[i] = Io<T>::store(c.scales == WIDE_BYTES ? std::ldexp(ux(rng), -60) : ux(rng));
-    if (c.xv != UNIFORM) fill_x(x, k, c.xv, rng);
+    for (int i = 0; i < c.batch * k; ++i) x[i] = Io<T>::store(c.scales == WIDE_BYTES ? std::ldexp(ux(rng), -60) : ux(rng));
+    if (c.xv != UNIFORM) fill_x(x, c.batch * k, c.xv, rng);
     if (c.xv == RANGE) { // element 0 of each block: the low nibble of its first payload byte
         for (size_t b = 0; b < blocks; ++b) gguf[b * 17 + 1] &= 0xf0;
     }
@@ -154,26 +157,31 @@ template <typename T> static T* poisoned_y(EmuBuffers& mem, int n) {
 }
 
 // A case's outputs, poisoned: one of n rows, or (split) three exact allocations of split, split
-// and n - 2 split rows, so that AddressSanitizer sees a row written past its output.
+// and n - 2 split rows, so that AddressSanitizer sees a row written past its output; each
+// `batch` times its rows.
 template <typename T> struct Outputs {
     rf_t4_outputs arg;
     T* part[RF_T4_OUTPUTS];
     int rows[RF_T4_OUTPUTS];
-    // The rows in order, for the check.
+    int batch;
+    // [batch, n]: each vector's rows in order, for the check.
     std::vector<T> gathered() const {
         std::vector<T> y;
-        for (int i = 0; i < RF_T4_OUTPUTS; ++i) y.insert(y.end(), part[i], part[i] + rows[i]);
+        for (int v = 0; v < batch; ++v)
+            for (int i = 0; i < RF_T4_OUTPUTS; ++i)
+                if (rows[i] > 0) y.insert(y.end(), part[i] + (size_t)v * rows[i], part[i] + (size_t)(v + 1) * rows[i]);
         return y;
     }
 };
 template <typename T> static Outputs<T> poisoned_outputs(EmuBuffers& mem, const TiledCase& c) {
     Outputs<T> o{};
+    o.batch = c.batch;
     const int n = c.rows;
     const int rows[RF_T4_OUTPUTS] = {c.split > 0 ? c.split : n, c.split > 0 ? c.split : 0, c.split > 0 ? n - 2 * c.split : 0};
     unsigned end = 0;
     for (int i = 0; i < RF_T4_OUTPUTS; ++i) {
         o.rows[i] = rows[i];
-        o.part[i] = rows[i] > 0 ? poisoned_y<T>(mem, rows[i]) : nullptr;
+        o.part[i] = rows[i] > 0 ? poisoned_y<T>(mem, c.batch * rows[i]) : nullptr;
         end += (unsigned)rows[i];
         o.arg.y[i] = o.part[i];
         o.arg.end[i] = end;
@@ -183,14 +191,19 @@ template <typename T> static Outputs<T> poisoned_outputs(EmuBuffers& mem, const 
 
 #ifdef RF_EMU_MMA_SYNC
 
+// [0]: one vector, [1]: up to 8, [2]: up to 32.
 template <typename T> struct MmaEntries;
-template <> struct MmaEntries<__half> {
-    static constexpr TiledEntry<__half> fast = rf_mxfp4_tiled_matvec_mma_f16, wide = rf_mxfp4_tiled_matvec_mma_wide_f16;
-};
-template <> struct MmaEntries<rf_bf16> {
-    static constexpr TiledEntry<rf_bf16> fast = rf_mxfp4_tiled_matvec_mma_bf16,
-                                         wide = rf_mxfp4_tiled_matvec_mma_wide_bf16;
-};
+#define EMU_T4_MMA(suffix, T)                                                                                \
+    template <> struct MmaEntries<T> {                                                                       \
+        static constexpr TiledEntry<T> fast[3] = {rf_mxfp4_tiled_matvec_mma_##suffix,                        \
+                                                  rf_mxfp4_tiled_batch8_mma_##suffix,                        \
+                                                  rf_mxfp4_tiled_batch32_mma_##suffix};                      \
+        static constexpr TiledEntry<T> wide[3] = {rf_mxfp4_tiled_matvec_mma_wide_##suffix,                   \
+                                                  rf_mxfp4_tiled_batch8_mma_wide_##suffix,                   \
+                                                  rf_mxfp4_tiled_batch32_mma_wide_##suffix};                 \
+    };
+EMU_T4_MMA(f16, __half)
+EMU_T4_MMA(bf16, rf_bf16)
 
 // The matrix-core entries: warps as the launcher picks them (one a group of 8 blocks, at most
 // RF_T4_WARPS), the rings and the totals as its dynamic shared memory, the case's grid.
@@ -200,31 +213,35 @@ template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& 
     const int n = c.rows, nb = c.blocks_a_row;
     const int warps = c.warps();
     const unsigned grid = c.blocks();
-    // mxfp4_tiled.rs's mma_shared_bytes: the rings, the totals, and for bf16 x as f16 and its
-    // blocks' factors.
+    // mxfp4_tiled.rs's choose_loop and mma_shared_bytes: the rings (x in them for one f16
+    // vector), the totals (1, 8 or 32 columns), and for one bf16 vector x as f16 and its blocks'
+    // factors.
     const bool bf16 = std::is_same<T, rf_bf16>::value;
+    const int loop = c.batch == 1 ? 0 : c.batch <= RF_T4_BATCH_PASS ? 1 : 2;
+    const size_t columns = loop == 0 ? 1 : loop == 1 ? RF_T4_BATCH_PASS : RF_T4_MAX_BATCH;
     const size_t nbp = (size_t)(nb + RF_T4_GROUP - 1) / RF_T4_GROUP * RF_T4_GROUP;
-    const size_t shared = (size_t)warps * (RF_T4_STAGES * (bf16 ? RF_T4_STAGE_BF16 : RF_T4_STAGE_F16) + 2 * RF_T4_ROWS * 4) +
-                          (bf16 ? 68 * nbp : 0);
-    const std::vector<double> staged = x16_units(d.x, nb * 32, 1, true);
+    const size_t stage = loop == 0 && !bf16 ? RF_T4_STAGE_F16 : RF_T4_STAGE_BF16;
+    const size_t shared = (size_t)warps * (RF_T4_STAGES * stage + 2 * RF_T4_ROWS * 4 * columns) + (loop == 0 && bf16 ? 68 * nbp : 0);
+    const std::vector<double> staged = x16_units(d.x, nb * 32, c.batch, true);
     double worst = 0.0;
     bool ok = true;
     for (bool wide : {false, true}) {
         if (c.scales == WIDE_BYTES && !wide) continue; // the fast entries need bytes <= 240
         const Outputs<T> y = poisoned_outputs<T>(mem, c);
-        const TiledEntry<T> entry = wide ? MmaEntries<T>::wide : MmaEntries<T>::fast;
+        const TiledEntry<T> entry = wide ? MmaEntries<T>::wide[loop] : MmaEntries<T>::fast[loop];
         emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, shared, emu_dim3{grid, 1, 1}, 32 * warps, 32,
-                          [&] { entry(d.w.payload, d.w.scales, d.x, y.arg, (unsigned)nb); });
+                          [&] { entry(d.w.payload, d.w.scales, d.x, y.arg, (unsigned)nb, (unsigned)c.batch); });
         const std::vector<T> rows = y.gathered();
-        ok &= ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, rows.data(), n, 1, worst, wide ? "wide" : "fast",
+        ok &= ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, rows.data(), n, c.batch, worst, wide ? "wide" : "fast",
                              staged.data());
     }
     emu_record(ok ? 0 : 1, worst);
     static const char* const XV[] = {"uniform", "wide", "range"};
-    std::printf("%-4s rf_mxfp4_tiled_matvec_mma_%-4s warps %d grid %-3u rows %-3d k %-6d scales %s x %-7s split %-2d -> %s "
-                "(worst %.3f of tol)\n",
-                ok ? "ok" : "FAIL", Io<T>::name, warps, grid, n, nb * 32, c.scales == FAST ? "fast" : "wide", XV[c.xv],
-                c.split, ok ? "match" : "MISMATCH", worst);
+    static const char* const LOOP[] = {"matvec", "batch8", "batch32"};
+    std::printf("%-4s rf_mxfp4_tiled_%s_mma_%-4s warps %d grid %-3u rows %-3d k %-6d batch %-2d scales %s x %-7s split %-2d -> "
+                "%s (worst %.3f of tol)\n",
+                ok ? "ok" : "FAIL", LOOP[loop], Io<T>::name, warps, grid, n, nb * 32, c.batch,
+                c.scales == FAST ? "fast" : "wide", XV[c.xv], c.split, ok ? "match" : "MISMATCH", worst);
 }
 
 #else
@@ -246,14 +263,15 @@ template <typename T> static void portable_case(const TiledCase& c, int width, s
     const unsigned grid = c.blocks();
     const Outputs<T> y = poisoned_outputs<T>(mem, c);
     emu_launch(emu_dim3{grid, 1, 1}, 32 * warps, width,
-               [&] { PortableEntry<T>::e(d.w.payload, d.w.scales, d.x, y.arg, (unsigned)nb); });
+               [&] { PortableEntry<T>::e(d.w.payload, d.w.scales, d.x, y.arg, (unsigned)nb, (unsigned)c.batch); });
     double worst = 0.0;
     const std::vector<T> rows = y.gathered();
-    const bool ok = ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, rows.data(), n, 1, worst, "portable");
+    const bool ok = ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, rows.data(), n, c.batch, worst, "portable");
     emu_record(ok ? 0 : 1, worst);
-    std::printf("%-4s rf_mxfp4_tiled_matvec_%-4s w%d warps %d grid %-3u rows %-3d k %-6d split %-2d -> %s (worst %.3f of "
-                "tol)\n",
-                ok ? "ok" : "FAIL", Io<T>::name, width, warps, grid, n, nb * 32, c.split, ok ? "match" : "MISMATCH", worst);
+    std::printf("%-4s rf_mxfp4_tiled_matvec_%-4s w%d warps %d grid %-3u rows %-3d k %-6d batch %-2d split %-2d -> %s (worst "
+                "%.3f of tol)\n",
+                ok ? "ok" : "FAIL", Io<T>::name, width, warps, grid, n, nb * 32, c.batch, c.split, ok ? "match" : "MISMATCH",
+                worst);
 }
 
 template <typename T> struct DequantEntry;
@@ -296,7 +314,7 @@ template <typename T> static void dequant_case(const TiledCase& c, int width, st
 int main(int argc, char** argv) {
     std::mt19937_64 rng(0x7113d);
     const bool quick = emu_quick_arg(argc, argv);
-    // {rows, blocks a row, grid, quick, scales, x, split}
+    // {rows, blocks a row, grid, quick, scales, x, split, batch}
     const std::vector<TiledCase> cases = {
         {37, 128, 0, true},            // k = 4096: 16 groups, 8 warps of 2 a tile; a ragged last tile
         {37, 128, 1, true},            // one block walks the 3 tiles, its rings across their ends
@@ -311,6 +329,13 @@ int main(int argc, char** argv) {
         {9, 448, 1, false, FAST, WIDE}, // k = 14336: x of 28 KB staged a block
         {37, 128, 1, true, FAST, UNIFORM, 16}, // three outputs of 16, 16 and 5 rows, one block over all
         {53, 17, 2, true, FAST, UNIFORM, 16},  // 16, 16 and 21 rows, two blocks alternating outputs
+        {37, 128, 1, true, FAST, UNIFORM, 0, 8},     // 8 vectors: one pass, a block over 3 tiles
+        {21, 17, 2, true, FAST, UNIFORM, 0, 3},      // 3 vectors (columns past the batch), a partial group
+        {53, 17, 2, true, FAST, UNIFORM, 16, 20},    // 20 vectors: three passes of four, three outputs
+        {33, 64, 2, true, WIDE_BYTES, UNIFORM, 0, 5}, // wide scale bytes, several vectors
+        {37, 128, 2, true, FAST, WIDE, 0, 8},        // bf16 x of a wide range rounded in registers
+        {21, 17, 0, false, FAST, RANGE, 0, 32},      // 32 vectors of the elements that staging rounds
+        {9, 448, 1, false, FAST, UNIFORM, 0, 9},     // k = 14336, 9 vectors (the 32-vector loop)
     };
     for (const TiledCase& c : cases) {
         if (quick && !c.quick) continue;

@@ -48,7 +48,7 @@ fn tiled_product<T: Dtype>(gpu: &GpuTest, w: &[u8], x: &[T], n: usize, k: usize,
     let dx = gpu.stream().upload(x).unwrap();
     let mut y = poisoned::<T>(gpu, n);
     if portable {
-        mx_matvec_tiled_portable(&tiled, &dx, &mut [&mut y]).unwrap();
+        mx_matvec_tiled_portable(&tiled, &dx, 1, &mut [&mut y]).unwrap();
     } else {
         mx_matvec_tiled(&tiled, &dx, &mut y).unwrap();
     }
@@ -335,15 +335,15 @@ fn split_matches_each_part_alone<T: Dtype>(gpu: &GpuTest, seed: u64) {
             let mut ys: Vec<_> = parts.iter().map(|&n| poisoned::<T>(gpu, n)).collect();
             let mut outs: Vec<&mut _> = ys.iter_mut().collect();
             if portable {
-                mx_matvec_tiled_portable(&device, &x, &mut outs).unwrap();
+                mx_matvec_tiled_portable(&device, &x, 1, &mut outs).unwrap();
             } else {
-                mx_matvec_tiled_split(&device, &x, &mut outs).unwrap();
+                mx_matvec_tiled_split(&device, &x, 1, &mut outs).unwrap();
             }
             for (i, part) in tiled.iter().enumerate() {
                 let alone = part.upload(gpu.stream()).unwrap();
                 let mut y = poisoned::<T>(gpu, parts[i]);
                 if portable {
-                    mx_matvec_tiled_portable(&alone, &x, &mut [&mut y]).unwrap();
+                    mx_matvec_tiled_portable(&alone, &x, 1, &mut [&mut y]).unwrap();
                 } else {
                     mx_matvec_tiled(&alone, &x, &mut y).unwrap();
                 }
@@ -363,7 +363,7 @@ fn split_matches_each_part_alone<T: Dtype>(gpu: &GpuTest, seed: u64) {
                     // The part by its rows of the stacked weight.
                     let start: usize = parts[..i].iter().sum();
                     let mut by_rows = poisoned::<T>(gpu, parts[i]);
-                    mx_matvec_tiled_rows(&device, start..start + parts[i], &x, &mut by_rows).unwrap();
+                    mx_matvec_tiled_rows(&device, start..start + parts[i], &x, 1, &mut by_rows).unwrap();
                     assert_eq!(bits(&by_rows.to_vec().unwrap()), bits(&want), "{} part {i} by rows", T::NAME);
                 }
             }
@@ -406,63 +406,66 @@ fn tiled_stacks_and_splits_are_refused() {
     let message = |r: Result<(), KernelError>| crate::shape_message(r, "mxfp4_tiled");
     let mut bufs: Vec<_> = [16, 17, 8, 9, 33, 0].iter().map(|&n| poisoned::<f32>(&gpu, n)).collect();
     let [a16, b17, c8, d9, e33, f0] = &mut bufs[..] else { unreachable!() };
-    assert!(message(mx_matvec_tiled_split(&w, &x, &mut [])).contains("0 outputs"));
+    assert!(message(mx_matvec_tiled_split(&w, &x, 1, &mut [])).contains("0 outputs"));
     assert!(
-        message(mx_matvec_tiled_split(&w, &x, &mut [a16, c8])).contains("the outputs hold [16, 8] elements")
+        message(mx_matvec_tiled_split(&w, &x, 1, &mut [a16, c8]))
+            .contains("the outputs hold [16, 8] elements")
     );
-    assert!(message(mx_matvec_tiled_split(&w, &x, &mut [c8, d9, a16])).contains("output 0 has 8 rows"));
+    assert!(message(mx_matvec_tiled_split(&w, &x, 1, &mut [c8, d9, a16])).contains("output 0 has 8 rows"));
     assert!(
-        message(mx_matvec_tiled_split(&w, &x, &mut [&mut *a16, &mut *f0, &mut *b17, &mut *e33]))
+        message(mx_matvec_tiled_split(&w, &x, 1, &mut [&mut *a16, &mut *f0, &mut *b17, &mut *e33]))
             .contains(&format!("4 outputs; a launch writes 1 to {MAX_TILED_OUTPUTS}"))
     );
     // A part by its rows: from a tile's first row, inside the weight.
     assert!(
-        message(mx_matvec_tiled_rows(&w, 8..24, &x, &mut *a16)).contains("rows start at 8, not at a tile")
+        message(mx_matvec_tiled_rows(&w, 8..24, &x, 1, &mut *a16)).contains("rows start at 8, not at a tile")
     );
-    assert!(message(mx_matvec_tiled_rows(&w, 16..34, &x, &mut *b17)).contains("rows 16..34 are not inside"));
-    mx_matvec_tiled_rows(&w, 16..33, &x, &mut *b17).unwrap();
+    assert!(
+        message(mx_matvec_tiled_rows(&w, 16..34, &x, 1, &mut *b17)).contains("rows 16..34 are not inside")
+    );
+    mx_matvec_tiled_rows(&w, 16..33, &x, 1, &mut *b17).unwrap();
     // Accepted: an empty output in the middle, and the whole weight in one.
-    mx_matvec_tiled_split(&w, &x, &mut [a16, f0, b17]).unwrap();
-    mx_matvec_tiled_split(&w, &x, &mut [e33]).unwrap();
+    mx_matvec_tiled_split(&w, &x, 1, &mut [a16, f0, b17]).unwrap();
+    mx_matvec_tiled_split(&w, &x, 1, &mut [e33]).unwrap();
     assert_eq!(a16.to_vec().unwrap(), [0.0; 16], "all-zero codes");
     assert_eq!(b17.to_vec().unwrap(), [0.0; 17], "all-zero codes");
     assert_eq!(e33.to_vec().unwrap(), [0.0; 33], "all-zero codes");
 }
 
-/// The product behind the kernel that writes its x, as in a decode step: an RMSNorm (a
-/// dependent launch, which lets the product be scheduled while it runs), then the product of
-/// Q, K and V stacked (dependent: its first weight copies go out before it waits), then another
-/// norm that overwrites x. Each round's outputs must be the product of that round's normalised
-/// x, made alone; a product that read x before the norm wrote it would see the poison or the
-/// last round's x.
-fn follows_the_writer_of_x<T: Dtype>(gpu: &GpuTest, seed: u64) {
+/// The product behind the kernel that writes its x, as in a decode step: an RMSNorm of `batch`
+/// rows (a dependent launch, which lets the product be scheduled while it runs), then the
+/// product of Q, K and V stacked (dependent: its first weight copies go out before it waits),
+/// then another norm that overwrites x. Each round's outputs must be the product of that round's
+/// normalised x, made alone; a product that read x before the norm wrote it would see the poison
+/// or the last round's x.
+fn follows_the_writer_of_x<T: Dtype>(gpu: &GpuTest, seed: u64, batch: usize) {
     let mut rng = Rng::new(seed);
     let (parts, k) = ([4096usize, 1024, 1024], 4096);
     let w = random_stack(&mut rng, &parts, k).2.upload(gpu.stream()).unwrap();
-    let norm = RmsNorm::new(1, k, 1e-5);
+    let norm = RmsNorm::new(batch, k, 1e-5);
     let weight = gpu.stream().upload(&activations::<T>(&mut rng, k)).unwrap();
-    let mut x = poisoned::<T>(gpu, k);
-    let mut ys: Vec<_> = parts.iter().map(|&n| poisoned::<T>(gpu, n)).collect();
+    let mut x = poisoned::<T>(gpu, batch * k);
+    let mut ys: Vec<_> = parts.iter().map(|&n| poisoned::<T>(gpu, batch * n)).collect();
     for round in 0..4 {
-        let h = gpu.stream().upload(&activations::<T>(&mut rng, k)).unwrap();
-        let next = gpu.stream().upload(&activations::<T>(&mut rng, k)).unwrap();
+        let h = gpu.stream().upload(&activations::<T>(&mut rng, batch * k)).unwrap();
+        let next = gpu.stream().upload(&activations::<T>(&mut rng, batch * k)).unwrap();
         for y in ys.iter_mut() {
             y.poison().unwrap();
         }
         norm.run(&h, &weight, &mut x).unwrap();
-        mx_matvec_tiled_split(&w, &x, &mut ys.iter_mut().collect::<Vec<_>>()).unwrap();
+        mx_matvec_tiled_split(&w, &x, batch, &mut ys.iter_mut().collect::<Vec<_>>()).unwrap();
         norm.run(&next, &weight, &mut x).unwrap();
         // Alone: the same norm of h, synchronised, then the stacked product.
-        let mut xa = poisoned::<T>(gpu, k);
+        let mut xa = poisoned::<T>(gpu, batch * k);
         norm.run(&h, &weight, &mut xa).unwrap();
         let xa = gpu.stream().upload(&xa.to_vec().unwrap()).unwrap();
-        let mut alone: Vec<_> = parts.iter().map(|&n| poisoned::<T>(gpu, n)).collect();
-        mx_matvec_tiled_split(&w, &xa, &mut alone.iter_mut().collect::<Vec<_>>()).unwrap();
+        let mut alone: Vec<_> = parts.iter().map(|&n| poisoned::<T>(gpu, batch * n)).collect();
+        mx_matvec_tiled_split(&w, &xa, batch, &mut alone.iter_mut().collect::<Vec<_>>()).unwrap();
         for (i, (y, a)) in ys.iter().zip(&alone).enumerate() {
             assert_eq!(
                 bits(&y.to_vec().unwrap()),
                 bits(&a.to_vec().unwrap()),
-                "{} round {round} output {i}",
+                "{} batch {batch} round {round} output {i}",
                 T::NAME
             );
         }
@@ -472,13 +475,169 @@ fn follows_the_writer_of_x<T: Dtype>(gpu: &GpuTest, seed: u64) {
 #[test]
 fn tiled_product_follows_the_writer_of_x_bf16() {
     let gpu = gpu_test!();
-    follows_the_writer_of_x::<bf16>(&gpu, 0x7311);
+    follows_the_writer_of_x::<bf16>(&gpu, 0x7311, 1);
+    follows_the_writer_of_x::<bf16>(&gpu, 0x7313, 8);
 }
 
 #[test]
 fn tiled_product_follows_the_writer_of_x_f16() {
     let gpu = gpu_test!();
-    follows_the_writer_of_x::<f16>(&gpu, 0x7312);
+    follows_the_writer_of_x::<f16>(&gpu, 0x7312, 1);
+    follows_the_writer_of_x::<f16>(&gpu, 0x7314, 32);
+}
+
+/// Several vectors in one call (`batch` rows of x; outputs `[batch, part rows]`) give each vector
+/// the bits of the one-vector product of that vector alone, on either kernel: the matrix cores'
+/// several-vector loops (passes of 8, up to 32 a launch, more in launches of 32; bf16 x rounded
+/// as the one-vector loop stages it), and the portable kernel's loop over the vectors. Stacked
+/// parts at Llama-3-8B's Q, K, V shapes, small parts with a partial last tile and group, a long
+/// row, and each part by its rows. x holds values of a wide range within each block (bf16: the
+/// block-scaled rounding is where the two loops could differ), with an infinity and a NaN.
+fn batch_matches_each_vector_alone<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let cases: &[(&[usize], usize, &[usize])] = &[
+        (&[4096, 1024, 1024], 4096, &[2, 8, 32]),
+        (&[32, 16, 23], 2880, &[3, 9, 33, 40]),
+        (&[16], 96, &[5, 32]),
+        (&[129], 14_336, &[8, 17]),
+    ];
+    for &(parts, k, batches) in cases {
+        let (_, _, stacked) = random_stack(&mut rng, parts, k);
+        let device = stacked.upload(gpu.stream()).unwrap();
+        for &batch in batches {
+            let x: Vec<T> = if batch % 2 == 0 {
+                activations::<T>(&mut rng, batch * k)
+            } else {
+                // Wide ranges, and an infinity and a NaN (the several-vector loop's rare path:
+                // the block's largest finite magnitude element by element).
+                let mut x = wide_range_x(&mut rng, batch * k);
+                x[k / 2 + 5] = f32::INFINITY;
+                x[batch * k - 7] = f32::NAN;
+                x.into_iter().map(T::from_f32).collect()
+            };
+            let dx = gpu.stream().upload(&x).unwrap();
+            let vectors: Vec<DeviceBuffer<T>> =
+                x.chunks_exact(k).map(|v| gpu.stream().upload(v).unwrap()).collect();
+            for portable in [false, true] {
+                let mut ys: Vec<_> = parts.iter().map(|&n| poisoned::<T>(gpu, batch * n)).collect();
+                let mut outs: Vec<&mut _> = ys.iter_mut().collect();
+                if portable {
+                    mx_matvec_tiled_portable(&device, &dx, batch, &mut outs).unwrap();
+                } else {
+                    mx_matvec_tiled_split(&device, &dx, batch, &mut outs).unwrap();
+                }
+                let got: Vec<Vec<T>> = ys.iter().map(|y| y.to_vec().unwrap()).collect();
+                for (v, xv) in vectors.iter().enumerate() {
+                    let mut alone: Vec<_> = parts.iter().map(|&n| poisoned::<T>(gpu, n)).collect();
+                    let mut outs: Vec<&mut _> = alone.iter_mut().collect();
+                    if portable {
+                        mx_matvec_tiled_portable(&device, xv, 1, &mut outs).unwrap();
+                    } else {
+                        mx_matvec_tiled_split(&device, xv, 1, &mut outs).unwrap();
+                    }
+                    for (i, (y, a)) in got.iter().zip(&alone).enumerate() {
+                        let n = parts[i];
+                        let want = a.to_vec().unwrap();
+                        let what = format!(
+                            "{} parts {parts:?} k {k} batch {batch} vector {v} part {i} portable {portable}",
+                            T::NAME
+                        );
+                        assert_eq!(bits(&y[v * n..(v + 1) * n]), bits(&want), "{what}");
+                    }
+                }
+                if !portable {
+                    let mut start = 0;
+                    for (i, &n) in parts.iter().enumerate() {
+                        let mut by_rows = poisoned::<T>(gpu, batch * n);
+                        mx_matvec_tiled_rows(&device, start..start + n, &dx, batch, &mut by_rows).unwrap();
+                        let what = format!("{} parts {parts:?} batch {batch} part {i} by rows", T::NAME);
+                        assert_eq!(bits(&by_rows.to_vec().unwrap()), bits(&got[i]), "{what}");
+                        start += n;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn tiled_batch_matches_each_vector_alone_f16() {
+    let gpu = gpu_test!();
+    batch_matches_each_vector_alone::<f16>(&gpu, 0x7331);
+}
+
+#[test]
+fn tiled_batch_matches_each_vector_alone_bf16() {
+    let gpu = gpu_test!();
+    batch_matches_each_vector_alone::<bf16>(&gpu, 0x7332);
+}
+
+#[test]
+fn tiled_batch_matches_each_vector_alone_f32() {
+    let gpu = gpu_test!();
+    batch_matches_each_vector_alone::<f32>(&gpu, 0x7333);
+}
+
+/// Several vectors against the f64 reference of the GGUF rows (the bits above tie them to the
+/// one-vector products; this ties a batch to the numbers): every vector of 8 and of 32 at an
+/// awkward shape, within the one-vector bound (sums in f32, bf16 x's staging).
+fn batch_matches_the_reference<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    for (n, k, batch) in [(33, 2880, 8), (17, 4128, 32)] {
+        let w = random_weights(&mut rng, FORMAT, n, k);
+        let x = activations::<T>(&mut rng, batch * k);
+        let tiled = TiledMxfp4::from_gguf(&w, n, k).unwrap().upload(gpu.stream()).unwrap();
+        let mut y = poisoned::<T>(gpu, batch * n);
+        mx_matvec_tiled_split(&tiled, &gpu.stream().upload(&x).unwrap(), batch, &mut [&mut y]).unwrap();
+        let y = y.to_vec().unwrap();
+        for v in 0..batch {
+            let what = format!("tiled batch {batch} vector {v} {} n {n} k {k}", T::NAME);
+            assert_tiled_within(gpu, &y[v * n..(v + 1) * n], &w, &x[v * k..(v + 1) * k], n, k, false, &what);
+        }
+    }
+}
+
+#[test]
+fn tiled_batch_matches_the_reference_f16() {
+    let gpu = gpu_test!();
+    batch_matches_the_reference::<f16>(&gpu, 0x7341);
+}
+
+#[test]
+fn tiled_batch_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    batch_matches_the_reference::<bf16>(&gpu, 0x7342);
+}
+
+/// No vectors, no columns: batches of k = 0 write zeros for every vector; a batch of 0 launches
+/// nothing; x and outputs of the wrong sizes for the batch are refused, saying so.
+#[test]
+fn tiled_batch_edges() {
+    let gpu = gpu_test!();
+    let w = TiledMxfp4::from_gguf(&[], 5, 0).unwrap().upload(gpu.stream()).unwrap();
+    for batch in [3, 20, 40] {
+        let x = gpu.stream().alloc::<bf16>(0).unwrap();
+        let mut y = poisoned::<bf16>(&gpu, batch * 5);
+        mx_matvec_tiled_split(&w, &x, batch, &mut [&mut y]).unwrap();
+        assert_eq!(y.to_vec().unwrap(), vec![bf16::from_f32(0.0); batch * 5], "k = 0, batch {batch}");
+    }
+    let w = TiledMxfp4::from_gguf(&vec![0u8; 7 * 3 * 17], 7, 96).unwrap().upload(gpu.stream()).unwrap();
+    let x = gpu.stream().alloc::<f16>(0).unwrap();
+    mx_matvec_tiled_split(&w, &x, 0, &mut [&mut gpu.stream().alloc::<f16>(0).unwrap()]).unwrap();
+    let message = |r: Result<(), KernelError>| crate::shape_message(r, "mxfp4_tiled");
+    let x = gpu.stream().upload(&[f16::from_f32(1.0); 3 * 96]).unwrap();
+    let mut y = poisoned::<f16>(&gpu, 2 * 7);
+    assert!(
+        message(mx_matvec_tiled_split(&w, &x, 2, &mut [&mut y]))
+            .contains("x has 288 elements, 2 vectors of the weight's k = 96 need 192")
+    );
+    assert!(
+        message(mx_matvec_tiled_split(&w, &x, 3, &mut [&mut y]))
+            .contains("the outputs hold [14] elements; 3 vectors")
+    );
+    let mut y = poisoned::<f16>(&gpu, 3 * 7);
+    mx_matvec_tiled_split(&w, &x, 3, &mut [&mut y]).unwrap();
+    assert_eq!(y.to_vec().unwrap(), vec![f16::from_f32(0.0); 3 * 7], "all-zero codes");
 }
 
 /// A tiled weight dequantised is what `dequantize` gives from the GGUF rows it was made from,
