@@ -17,9 +17,10 @@
 //!   (docs/kernels/quant_gemm.md, v2).
 //!
 //! MXFP4 weights loaded in the tiled layout ([`crate::Mxfp4Layout::Tiled`]) are [`Linear::Tiled`]:
-//! one vector runs the tiled kernel (a layer's Q, K and V, or its gate and up, stacked into one
-//! weight and multiplied in one launch: [`apply_shared`]); more tokens dequantise the part's rows
-//! from the tiles (`dequantize_tiled`) and run the GEMM.
+//! up to 32 tokens run the tiled kernel (a layer's Q, K and V, or its gate and up, stacked into
+//! one weight and multiplied in one launch: [`apply_shared`]; several tokens are B's columns on
+//! the matrix cores); more tokens dequantise the part's rows from the tiles (`dequantize_tiled`)
+//! and run the GEMM.
 //!
 //! `y = x W^T` either way, f32 accumulation, one rounding to `T` on store; the paths differ only
 //! in the order of the sums.
@@ -28,7 +29,7 @@ use std::sync::Arc;
 
 use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
 use rocm_kernels::quant::{
-    BlockFormat, DeviceTiledMxfp4, GgmlFormat, MAX_PRODUCTS, MAX_TILED_OUTPUTS, MxFormat,
+    BlockFormat, DeviceTiledMxfp4, GgmlFormat, MAX_PRODUCTS, MAX_TILED_BATCH, MAX_TILED_OUTPUTS, MxFormat,
     QUANT_GEMM_TILE_TOKENS, QuantProduct, SplitScratch, dequant_gemm, dequantize_into, dequantize_tiled,
     mx_matvec_group_in, mx_matvec_group_on_matrix_cores, mx_matvec_tiled_rows, mx_matvec_tiled_split,
     quant_gemm, quant_gemm_grid, quant_gemm_runs, quant_matvec_glu, quant_matvec_glu_fuses,
@@ -94,7 +95,7 @@ impl<T: GemmElement> Linear<T> {
             {
                 out * inp
             }
-            Linear::Tiled { out, inp, .. } if tokens != TILED_TOKENS => out * inp,
+            Linear::Tiled { out, inp, .. } if tokens > TILED_MAX_TOKENS => out * inp,
             _ => 0,
         }
     }
@@ -107,7 +108,7 @@ impl<T: GemmElement> Linear<T> {
             Linear::Blocks { format, ref blocks, inp, .. } => {
                 !has_fused_product::<T>(format, blocks, inp, tokens)
             }
-            Linear::Tiled { .. } => tokens != TILED_TOKENS,
+            Linear::Tiled { .. } => tokens > TILED_MAX_TOKENS,
         }
     }
 
@@ -140,8 +141,8 @@ impl<T: GemmElement> Linear<T> {
             }
             Linear::Tiled { ref w, first, out, inp } => {
                 let rows = first..first + out;
-                if tokens == TILED_TOKENS {
-                    mx_matvec_tiled_rows(w, rows, x, y)?;
+                if tokens <= TILED_MAX_TOKENS {
+                    mx_matvec_tiled_rows(w, rows, x, tokens, y)?;
                     return Ok(());
                 }
                 // The pass's scratch, or a temporary freed in stream order.
@@ -158,8 +159,9 @@ impl<T: GemmElement> Linear<T> {
     }
 }
 
-/// Tokens the tiled kernel takes (one vector); more dequantise from the tiles.
-const TILED_TOKENS: usize = 1;
+/// Most tokens the tiled kernel takes (one launch on the matrix cores; the rows' fused kernels
+/// stop at the same count); more dequantise from the tiles and run the GEMM.
+const TILED_MAX_TOKENS: usize = MAX_TILED_BATCH;
 
 /// The stacked tiled weight whose parts `linears` are, in order and all of it, where one launch
 /// can run them at `tokens` (into outputs of exactly their rows).
@@ -170,11 +172,11 @@ fn stacked_tiled<'a, T: GemmElement>(
 ) -> Option<&'a DeviceTiledMxfp4> {
     let Some(Linear::Tiled { w: stack, .. }) = linears.first() else { return None };
     let mut next = 0;
-    let whole = tokens == TILED_TOKENS
+    let whole = tokens <= TILED_MAX_TOKENS
         && linears.len() <= MAX_TILED_OUTPUTS
         && linears.iter().zip(ys).all(|(l, y)| match l {
             Linear::Tiled { w, first, out, .. }
-                if Arc::ptr_eq(w, stack) && *first == next && y.len() == *out =>
+                if Arc::ptr_eq(w, stack) && *first == next && y.len() == out * tokens =>
             {
                 next += out;
                 true
@@ -200,7 +202,7 @@ pub(crate) fn apply_shared<T: GemmElement>(
 ) -> Result<()> {
     assert_eq!(linears.len(), ys.len(), "one output per projection");
     if let Some(stack) = stacked_tiled(linears, ys, tokens) {
-        mx_matvec_tiled_split(stack, x, ys)?;
+        mx_matvec_tiled_split(stack, x, tokens, ys)?;
         return Ok(());
     }
     match shared_blocks(linears, tokens) {

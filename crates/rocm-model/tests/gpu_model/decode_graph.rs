@@ -402,3 +402,16 @@ fn decode_graph_equals_eager_tiled_mxfp4() {
         tiled,
     );
 }
+
+/// Several sequences of the tiled MXFP4 model: the graph records the tiled kernel's
+/// several-vector launches (every product fused up to 32 tokens: three sequences take the loop of
+/// 8, twelve the loop of 32); its steps equal the eager ones bit for bit.
+#[test]
+fn decode_graph_equals_eager_tiled_mxfp4_batches() {
+    let gpu = gpu_test!();
+    let tiled = LoadOptions { mxfp4: Mxfp4Layout::Tiled };
+    let file = crate::model::mxfp4_file();
+    graph_equals_eager_of::<bf16>(&gpu, file.clone(), "MXFP4 tiled, three sequences", &PROMPTS, 16, tiled);
+    let prompts = [37, 23, 5, 1, 16, 17, 40, 60, 9, 31, 2, 64];
+    graph_equals_eager_of::<bf16>(&gpu, file, "MXFP4 tiled, 12 sequences", &prompts, 96, tiled);
+}

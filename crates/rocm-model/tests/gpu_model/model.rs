@@ -223,7 +223,8 @@ fn tiled_mxfp4_model_matches_the_reference_f32() {
     parity_one_sequence_of::<f32>(&gpu, mxfp4_file(), "MXFP4 tiled", TILED);
 }
 
-/// Two sequences a step in the tiled layout: every product dequantises from the tiles.
+/// Two sequences a step in the tiled layout: every decode product runs the tiled kernel's
+/// several-vector loop (B's columns the sequences), the prefills dequantise from the tiles.
 #[test]
 fn tiled_mxfp4_model_batches_match_the_reference_bf16() {
     let gpu = gpu_test!();
