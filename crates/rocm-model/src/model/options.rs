@@ -18,10 +18,10 @@ pub enum Mxfp4Layout {
     #[default]
     Rows,
     /// Re-laid out once at load for the decode kernel (`rocm_kernels::quant::TiledMxfp4`, Q, K
-    /// and V stacked into one weight, gate and up into another): one-token products run on it
-    /// (an 8B layer at batch 1: 74.5 -> 57.7 us on an H200, docs/model.md). More tokens
-    /// dequantise the part's rows from the tiles and run the GEMM, slower than the rows' kernels
-    /// for now: batched decode 3-5 times (and the vendor GEMM keeps a decode graph from
-    /// recording it), a 512-token prefill 22%. For one sequence decoding long outputs.
+    /// and V stacked into one weight, gate and up into another): products of up to 32 tokens run
+    /// on it (an 8B layer at batch 1: 74.5 -> 57.7 us on an H200, docs/model.md; several
+    /// sequences take the kernel's several-vector loops, not measured yet). Prefills dequantise
+    /// the part's rows from the tiles and run the GEMM, 22% slower than the rows' path at 512
+    /// tokens (before the dequantisation's second version). For decoding.
     Tiled,
 }
