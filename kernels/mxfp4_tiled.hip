@@ -230,8 +230,8 @@ RF_DEVICE void rf_t4_group_mma(const unsigned char* stage, const __half* xs, con
 // Streams a block's tiles through its warps' rings (the loop the header describes) and hands
 // each staged group to `op`, which says what is multiplied and where it goes:
 //   Op::Elem, the activations' type; Op::STAGE, a stage's bytes; Op::X_IN_STAGE, whether a
-//   stage holds its group's x too (the cursor copies it); Op::WAIT_FIRST, whether the block waits
-//   for the kernel ahead before its first copies (else after them, then op.after_wait());
+//   stage holds its group's x too (the cursor copies it; the block then waits for the kernel
+//   ahead before its first copies, else after them, then op.after_wait());
 //   op.place(shared memory past the rings, warps, nbp); op.rows(), the weight's rows;
 //   op.zero(tile), an empty tile's outputs (k = 0); op.group(stage, q, lane), group q of the
 //   current tile into the lane's totals; op.tile_done(done, tile, warp, lane), every thread
@@ -282,7 +282,7 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
     // copies are issued before the block waits for it; x's and every write come after. f16
     // stages take their x with their weights, so their prologue follows the wait (issuing the
     // weights first and x after made the compiler spill in the loop).
-    if constexpr (Op::WAIT_FIRST) {
+    if constexpr (Op::X_IN_STAGE) {
         rf_follow_prior_grid(); // uniform across the block
     }
 #pragma unroll
@@ -294,7 +294,7 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
         }
         rf_cp_async_commit();
     }
-    if constexpr (!Op::WAIT_FIRST) {
+    if constexpr (!Op::X_IN_STAGE) {
         rf_follow_prior_grid();
         op.after_wait();
     }
@@ -334,7 +334,6 @@ template <typename T, bool WIDE> struct rf_t4_one_vector {
     typedef rf_x16<T> X;
     static constexpr bool ONCE = X::SCALED; // bf16: x staged once a block; f16: x in every stage
     static constexpr bool X_IN_STAGE = !ONCE;
-    static constexpr bool WAIT_FIRST = !ONCE;
     static constexpr unsigned STAGE = ONCE ? RF_T4_STAGE_BF16 : RF_T4_STAGE_F16;
     const T* x;
     const rf_t4_outputs& y;
@@ -413,7 +412,6 @@ template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors {
     typedef T Elem;
     static constexpr bool SCALED = rf_x16<T>::SCALED;
     static constexpr bool X_IN_STAGE = false;
-    static constexpr bool WAIT_FIRST = false;
     static constexpr unsigned STAGE = RF_T4_STAGE_BF16; // the weights' bytes alone
     static constexpr unsigned COLUMNS = 8 * PASSES;
     const T* x;
