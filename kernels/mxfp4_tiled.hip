@@ -26,7 +26,11 @@
 //   rf_mxfp4_tiled_batch32_mma_<dt>
 //   ..._mma_wide_<dt>                    each of those for any scale byte (0xFF: NaN)
 //   rf_mxfp4_tiled_matvec_<dt>           portable: f32, f16, bf16, any device, any batch
-// and rf_mxfp4_tiled_dequant_<dt> (payload, scales, T* out, u32 rows, u32 nb): the weight's first
+// Every matrix-vector entry also runs a gate-and-up product with its SwiGLU (y.swiglu,
+// rocmforge_mxfp4_tiled_abi.h): a block then takes a gate tile and right after it that tile's up
+// tile (rf_t4_walk), keeps the gates, and writes silu(gate) * up (rf_t4_put), so that the
+// activation costs no launch of its own.
+// And rf_mxfp4_tiled_dequant_<dt> (payload, scales, T* out, u32 rows, u32 nb): the weight's first
 // `rows` rows as T, row-major [rows, k], for the GEMM of a prefill (any device; the launcher
 // points payload and scales at the first tile of a stacked weight's part).
 //
@@ -66,6 +70,7 @@
 #include "rocmforge_mma.h"
 #include "rocmforge_dependent_launch.h"
 #include "rocmforge_mxfp4_tiled_abi.h"
+#include "rocmforge_silu.h"
 #include "rocmforge_x16.h"
 
 RF_DEVICE unsigned rf_t4_padded_blocks(unsigned nb) { return (nb + RF_T4_GROUP - 1) & ~(unsigned)(RF_T4_GROUP - 1); }
@@ -91,13 +96,65 @@ template <typename T> RF_DEVICE T* rf_t4_out(const rf_t4_outputs& out, unsigned 
                               : static_cast<T*>(out.y[2]) + (rf_u64)v * (out.end[2] - out.end[1]) + (row - out.end[1]);
 }
 
+// Where the total of (row, vector v) goes: its output; or, in a gate-and-up launch
+// (out.swiglu), a gate row's rounded to T into `*keep`, and an up row's with the gate kept there
+// through silu(gate) * up into y[0]. The kernels walk a gate tile and then its up tile (rf_t4_walk)
+// with the same thread on the same (row % 16, v) and the same `keep` in both, so each thread reads
+// back what it wrote itself: no barrier.
+template <typename T>
+RF_DEVICE void rf_t4_put(const rf_t4_outputs& out, unsigned row, unsigned v, float sum, float* keep) {
+    if (!out.swiglu) {
+        *rf_t4_out<T>(out, row, v) = rf_from_float<T>(sum);
+        return;
+    }
+    const unsigned gates = out.end[0];
+    const float rounded = rf_to_float(rf_from_float<T>(sum)); // as a product's output stores it
+    if (row < gates) {
+        *keep = rounded;
+    } else {
+        static_cast<T*>(out.y[0])[(rf_u64)v * gates + (row - gates)] = rf_from_float<T>(rf_silu_mul(*keep, rounded));
+    }
+}
+
+// A row of an empty product (k = 0): 0; in a gate-and-up launch silu(0) * 0 = 0, written for
+// the gate row (the up rows write nothing).
+template <typename T> RF_DEVICE void rf_t4_put_zero(const rf_t4_outputs& out, unsigned row, unsigned v) {
+    if (!out.swiglu) {
+        *rf_t4_out<T>(out, row, v) = rf_from_float<T>(0.0f);
+    } else if (row < out.end[0]) {
+        static_cast<T*>(out.y[0])[(rf_u64)v * out.end[0] + row] = rf_from_float<T>(0.0f);
+    }
+}
+
+// The order a block takes its tiles in: first, first + grid, ...; in a gate-and-up launch the
+// pairs (gate tile j, up tile j + gate tiles) for j = first, first + grid, ..., a pair's two tiles
+// one after the other, so that the block holds a row's gate when its up is finished. The steps
+// between a block's tiles alternate: a, b, a, ... (both the grid for the plain walk).
+struct rf_t4_walk {
+    int a;
+    int b;
+    unsigned count; // the block's tiles
+    RF_DEVICE rf_t4_walk(const rf_t4_outputs& out, unsigned tiles) {
+        const unsigned grid = gridDim.x;
+        const unsigned gate_tiles = out.end[0] / RF_T4_ROWS;
+        const unsigned units = out.swiglu ? gate_tiles : tiles; // pairs, or tiles
+        const unsigned first = blockIdx.x;
+        count = first < units ? (units - first + grid - 1) / grid * (out.swiglu ? 2u : 1u) : 0u;
+        a = out.swiglu ? (int)gate_tiles : (int)grid;
+        b = out.swiglu ? (int)grid - (int)gate_tiles : (int)grid;
+    }
+    // The step after a block's tile `i` (counted from 0): a after even ones, b after odd ones.
+    RF_DEVICE int step(unsigned i) const { return i & 1u ? b : a; }
+};
+
 // Adds the warps' row totals of a tile (shared `sums[(warp * 16 + row) * PER_ROW + i]`) in warp
-// order and writes the tile's rows to their output; every thread of the block calls it, once the
-// totals are written. One barrier: callers alternate two buffers by tile parity, so the next
-// tile's writes go to the other one, and the writes of tile t + 2 come after the barrier of tile
-// t + 1, which the readers of tile t pass too.
+// order and puts the tile's rows (rf_t4_put; thread r keeps row r's gate at keep[r]); every
+// thread of the block calls it, once the totals are written. One barrier: callers alternate two
+// buffers by tile parity, so the next tile's writes go to the other one, and the writes of tile
+// t + 2 come after the barrier of tile t + 1, which the readers of tile t pass too.
 template <int PER_ROW, typename T>
-RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, const rf_t4_outputs& out, unsigned v) {
+RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, const rf_t4_outputs& out, unsigned v,
+                            float* keep) {
     __syncthreads();
     const unsigned r = threadIdx.x;
     const unsigned row = tile * RF_T4_ROWS + r;
@@ -109,7 +166,7 @@ RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, co
                 sum += sums[(w * RF_T4_ROWS + r) * PER_ROW + i];
             }
         }
-        *rf_t4_out<T>(out, row, v) = rf_from_float<T>(sum);
+        rf_t4_put<T>(out, row, v, sum, keep + r);
     }
 }
 
@@ -135,11 +192,12 @@ RF_DEVICE void rf_t4_decode_f16(unsigned w, unsigned (&o)[4]) {
 // (pair 0; pair i is 512 i bytes on), the tile's scales of the group, and (f16) its x's.
 template <typename T> struct rf_t4_cursor {
     unsigned q;
+    unsigned passed; // the block's tiles this cursor has left behind (rf_t4_walk's step parity)
     const unsigned char* payload; // this lane's bytes of pair 0 of group q
     const unsigned char* scales;  // the group's 128 scale bytes
     const T* x;                   // x[256 q + 8 lane] (f16; bf16 x is staged once a block)
-    // Moves to the warp's next group, in the next of its tiles (tile_step on) past the last.
-    RF_DEVICE void advance(unsigned first_q, unsigned step, unsigned groups, unsigned nbp, unsigned tile_step) {
+    // Moves to the warp's next group, in the block's next tile (rf_t4_walk) past the last.
+    RF_DEVICE void advance(unsigned first_q, unsigned step, unsigned groups, unsigned nbp, const rf_t4_walk& walk) {
         q += step;
         payload += step * RF_T4_PAYLOAD_BYTES;
         scales += step * RF_T4_SCALE_BYTES;
@@ -151,8 +209,9 @@ template <typename T> struct rf_t4_cursor {
         // groups past first_q (a tile's worth plus the overshoot; more than the tile holds when
         // the overshoot is large, hence signed steps).
         const long long back = (long long)(q - first_q);
-        payload += (long long)tile_step * nbp * 256 - back * RF_T4_PAYLOAD_BYTES;
-        scales += (long long)tile_step * nbp * RF_T4_ROWS - back * RF_T4_SCALE_BYTES;
+        const long long tile_step = walk.step(passed++);
+        payload += tile_step * nbp * 256 - back * RF_T4_PAYLOAD_BYTES;
+        scales += tile_step * nbp * RF_T4_ROWS - back * RF_T4_SCALE_BYTES;
         x -= back * (RF_T4_GROUP * RF_QK);
         q = first_q;
     }
@@ -232,10 +291,11 @@ RF_DEVICE void rf_t4_group_mma(const unsigned char* stage, const __half* xs, con
 //   Op::Elem, the activations' type; Op::STAGE, a stage's bytes; Op::X_IN_STAGE, whether a
 //   stage holds its group's x too (the cursor copies it; the block then waits for the kernel
 //   ahead before its first copies, else after them, then op.after_wait());
-//   op.place(shared memory past the rings, warps, nbp); op.rows(), the weight's rows;
-//   op.zero(tile), an empty tile's outputs (k = 0); op.group(stage, q, lane), group q of the
-//   current tile into the lane's totals; op.tile_done(done, tile, warp, lane), every thread
-//   once the tile's groups are all multiplied (`done`: the tiles the block finished before).
+//   op.place(shared memory past the rings, warps, nbp); op.outputs(), the launch's outputs
+//   (its rows, and the walk: rf_t4_walk); op.zero(tile), an empty tile's outputs (k = 0);
+//   op.group(stage, q, lane), group q of the current tile into the lane's totals;
+//   op.tile_done(done, tile, warp, lane), every thread once the tile's groups are all multiplied
+//   (`done`: the tiles the block finished before).
 template <class Op>
 RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, const typename Op::Elem* x, unsigned nb,
                             Op& op) {
@@ -247,14 +307,17 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
     constexpr unsigned STAGE = Op::STAGE;
     const unsigned nbp = rf_t4_padded_blocks(nb);
     op.place(rf_t4_smem + warps * (RF_T4_STAGES * STAGE), warps, nbp);
-    const unsigned n = op.rows();
+    const unsigned n = op.outputs().end[RF_T4_OUTPUTS - 1];
     const unsigned groups = nbp / RF_T4_GROUP;
     const unsigned tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
-    // This block's tiles: first, first + grid, ... (all blocks sweep the weight together).
+    // This block's tiles: first, first + grid, ... (all blocks sweep the weight together), or
+    // gate-and-up pairs (rf_t4_walk).
     const unsigned first = blockIdx.x;
-    const unsigned count = first < tiles ? (tiles - first + gridDim.x - 1) / gridDim.x : 0u;
+    const rf_t4_walk walk(op.outputs(), tiles);
+    const unsigned count = walk.count;
     if (count == 0 || groups == 0) {
-        // k = 0 (every row an empty sum) or no tiles; uniform across the block.
+        // k = 0 (every row an empty sum) or no tiles; uniform across the block. (A gate-and-up
+        // launch's up tiles write nothing: their gate tiles write the zeros.)
         rf_follow_prior_grid();
         for (unsigned tile = first; tile < tiles; tile += gridDim.x) {
             op.zero(tile);
@@ -270,6 +333,7 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
     unsigned char* ring = rf_t4_smem + warp * (RF_T4_STAGES * STAGE);
     rf_t4_cursor<T> fetch;
     fetch.q = (unsigned)warp;
+    fetch.passed = 0;
     fetch.payload = reinterpret_cast<const unsigned char*>(payload) + (rf_u64)first * nbp * 256u +
                     (unsigned)warp * RF_T4_PAYLOAD_BYTES + 16 * lane;
     fetch.scales = scales + (rf_u64)first * nbp * RF_T4_ROWS + (unsigned)warp * RF_T4_SCALE_BYTES;
@@ -289,7 +353,7 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
     for (int s = 0; s < RF_T4_STAGES - 1; ++s) {
         if (fetched < items) {
             rf_t4_stage_in<Op::X_IN_STAGE>(ring + s * STAGE, fetch, nb, lane, stream);
-            fetch.advance((unsigned)warp, warps, groups, nbp, gridDim.x);
+            fetch.advance((unsigned)warp, warps, groups, nbp, walk);
             ++fetched;
         }
         rf_cp_async_commit();
@@ -309,7 +373,7 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
             // The slot item i - 1 used, freed by the __syncwarp after it.
             const int free_slot = slot == 0 ? RF_T4_STAGES - 1 : slot - 1;
             rf_t4_stage_in<Op::X_IN_STAGE>(ring + free_slot * STAGE, fetch, nb, lane, stream);
-            fetch.advance((unsigned)warp, warps, groups, nbp, gridDim.x);
+            fetch.advance((unsigned)warp, warps, groups, nbp, walk);
             ++fetched;
         }
         rf_cp_async_commit();
@@ -319,9 +383,9 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
         at_q += warps;
         if (at_q >= groups) {
             op.tile_done(done, tile, warp, lane);
+            tile += walk.step(done);
             ++done;
             at_q = (unsigned)warp;
-            tile += gridDim.x;
         }
     }
     rf_cp_async_wait<0>(); // nothing is left in flight at exit (the last commits are empty)
@@ -341,10 +405,12 @@ template <typename T, bool WIDE> struct rf_t4_one_vector {
     // Past the warps' rings: the tiles' row totals, two buffers of warps * 16 floats by tile
     // parity (in the dynamic shared memory, as mxfp.hip's, rather than a static array beside
     // it: one allocation the launcher sizes, and one the CPU emulator can give the kernel); then,
-    // for bf16, x as f16 (nbp blocks) and its blocks' factors.
+    // for bf16, x as f16 (nbp blocks) and its blocks' factors; then, in a gate-and-up launch, the
+    // tile's 16 gates (rf_t4_put).
     float* totals;
     __half* xs;
     float* xf;
+    float* keep;
     unsigned warps;
     unsigned nbp;
     float total_g; // row g of the current tile
@@ -358,12 +424,14 @@ template <typename T, bool WIDE> struct rf_t4_one_vector {
         totals = reinterpret_cast<float*>(rest);
         xs = reinterpret_cast<__half*>(totals + 2 * warps * RF_T4_ROWS);
         xf = reinterpret_cast<float*>(xs + nbp * RF_QK);
+        keep = ONCE ? xf + nbp : reinterpret_cast<float*>(xs);
     }
+    RF_DEVICE const rf_t4_outputs& outputs() const { return y; }
     RF_DEVICE unsigned rows() const { return y.end[RF_T4_OUTPUTS - 1]; }
     RF_DEVICE void zero(unsigned tile) const {
         const unsigned row = tile * RF_T4_ROWS + threadIdx.x;
         if (threadIdx.x < RF_T4_ROWS && row < rows()) {
-            *rf_t4_out<T>(y, row, 0) = rf_from_float<T>(0.0f);
+            rf_t4_put_zero<T>(y, row, 0);
         }
     }
     // bf16: x, while the prologue's copies are in flight; the padding blocks' x zero (their
@@ -395,7 +463,7 @@ template <typename T, bool WIDE> struct rf_t4_one_vector {
             sums[warp * RF_T4_ROWS + (lane >> 2)] = total_g;
             sums[warp * RF_T4_ROWS + (lane >> 2) + 8] = total_h;
         }
-        rf_t4_finish<1, T>(sums, warps, tile, y, 0);
+        rf_t4_finish<1, T>(sums, warps, tile, y, 0, keep);
         total_g = 0.0f;
         total_h = 0.0f;
     }
@@ -419,6 +487,7 @@ template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors {
     unsigned nb;
     unsigned batch;
     float* totals; // two buffers of warps * 16 * COLUMNS floats, by tile parity
+    float* keep;   // then, in a gate-and-up launch, the tile's gates: 16 * COLUMNS floats (rf_t4_put)
     unsigned warps;
     float acc[PASSES][4]; // pass p: rows g, g, g + 8, g + 8 of vectors 8p + 2u, 8p + 2u + 1
 
@@ -435,13 +504,15 @@ template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors {
     RF_DEVICE void place(unsigned char* rest, unsigned warps_, unsigned) {
         warps = warps_;
         totals = reinterpret_cast<float*>(rest);
+        keep = totals + 2 * warps * RF_T4_ROWS * COLUMNS;
     }
+    RF_DEVICE const rf_t4_outputs& outputs() const { return y; }
     RF_DEVICE unsigned rows() const { return y.end[RF_T4_OUTPUTS - 1]; }
     RF_DEVICE void zero(unsigned tile) const {
         for (unsigned i = threadIdx.x; i < RF_T4_ROWS * batch; i += blockDim.x) {
             const unsigned row = tile * RF_T4_ROWS + i % RF_T4_ROWS;
             if (row < rows()) {
-                *rf_t4_out<T>(y, row, i / RF_T4_ROWS) = rf_from_float<T>(0.0f);
+                rf_t4_put_zero<T>(y, row, i / RF_T4_ROWS);
             }
         }
     }
@@ -569,7 +640,7 @@ template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors {
                 for (unsigned w = 0; w < warps; ++w) {
                     sum += sums[(w * RF_T4_ROWS + r) * COLUMNS + v];
                 }
-                *rf_t4_out<T>(y, row, v) = rf_from_float<T>(sum);
+                rf_t4_put<T>(y, row, v, sum, keep + i);
             }
         }
     }
@@ -607,6 +678,7 @@ template <typename T>
 RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
                             unsigned nb, unsigned batch) {
     __shared__ float totals[2][RF_T4_WARPS * 4 * RF_T4_ROWS]; // by parity (rf_t4_finish)
+    __shared__ float keep[RF_T4_ROWS]; // a gate-and-up launch's gates of a tile (rf_t4_put)
     const int lane = (int)threadIdx.x & 31;
     const int warp = (int)threadIdx.x >> 5;
     const int warps = (int)blockDim.x >> 5;
@@ -614,12 +686,19 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
     const int g = lane >> 2;
     const unsigned nbp = rf_t4_padded_blocks(nb);
     const unsigned tiles = (y.end[RF_T4_OUTPUTS - 1] + RF_T4_ROWS - 1) / RF_T4_ROWS;
+    // A block's unit: a tile, or in a gate-and-up launch a gate tile and then its up tile for
+    // each vector, so that the gates kept are the up's (rf_t4_put).
+    const unsigned gate_tiles = y.end[0] / RF_T4_ROWS;
+    const unsigned units = y.swiglu ? gate_tiles : tiles;
+    const unsigned per_unit = y.swiglu ? 2u : 1u;
     unsigned done = 0; // (tile, vector) totals this block has finished: their parity picks the buffer
     rf_follow_prior_grid(); // nothing to do before it
-    for (unsigned tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const uint4* pt = payload + (rf_u64)tile * nbp * 16u + lane; // nbp / 2 pairs of 32 lanes
-        const unsigned char* st = scales + (rf_u64)tile * nbp * RF_T4_ROWS;
-        for (unsigned v = 0; v < batch; ++v) {
+    for (unsigned unit = blockIdx.x; unit < units; unit += gridDim.x) {
+        for (unsigned tv = 0; tv < batch * per_unit; ++tv) {
+            const unsigned v = tv / per_unit;
+            const unsigned tile = unit + (tv % per_unit) * gate_tiles;
+            const uint4* pt = payload + (rf_u64)tile * nbp * 16u + lane; // nbp / 2 pairs of 32 lanes
+            const unsigned char* st = scales + (rf_u64)tile * nbp * RF_T4_ROWS;
             const T* xv = x + (rf_u64)v * nb * RF_QK;
             float total_g = 0.0f;
             float total_h = 0.0f;
@@ -651,7 +730,7 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
             float* sums = totals[done & 1];
             sums[(warp * RF_T4_ROWS + g) * 4 + u] = total_g;
             sums[(warp * RF_T4_ROWS + g + 8) * 4 + u] = total_h;
-            rf_t4_finish<4, T>(sums, (unsigned)warps, tile, y, v);
+            rf_t4_finish<4, T>(sums, (unsigned)warps, tile, y, v, keep);
             ++done;
         }
     }

@@ -40,12 +40,19 @@
 // its gate and up: one weight, one launch) write their separate outputs. Every end but the last
 // is a multiple of RF_T4_ROWS (a tile writes one output); the last is the weight's rows, n.
 // Unused outputs are empty ranges (their pointers are never used).
+//
+// With `swiglu` set the launch is a gate-and-up product with its activation instead: rows
+// [0, end[0]) of the weight are the gates, rows [end[0], end[1]) their ups (end[1] = 2 end[0],
+// end[0] a multiple of RF_T4_ROWS, end[2] = end[1]), and y[0] ([batch, end[0]]) receives
+// silu(gate) * up of each gate row and its up row, each product rounded to the activations' type
+// first, as two products and kernels/swiglu.hip give it (rocmforge_silu.h); y[1] and y[2] are not
+// used. The matrix-core entries then need RF_T4_ROWS floats a column of shared memory more.
 #define RF_T4_OUTPUTS 3
 
 struct rf_t4_outputs {
     RF_ABI_PTR(void) y[RF_T4_OUTPUTS];
     unsigned int end[RF_T4_OUTPUTS];
-    unsigned int reserved; // 0; keeps the struct free of implicit padding
+    unsigned int swiglu; // 0: the rows to their outputs; 1: gate and up with SwiGLU (above)
 };
 
 #endif // ROCMFORGE_MXFP4_TILED_ABI_H

@@ -19,8 +19,9 @@
 //! groups of MXFP4 weights (`mx_matvec_group`, rows `mxfp4 matvec group b<N>`); each at 1, 8
 //! and 32 vectors (32: `kernels/quant_matmul_mma.hip` on the matrix cores, whose products of
 //! few rows split k across blocks, here in one [`SplitScratch`] as a decode workspace has). At
-//! one vector, the MXFP4 groups over the tiled layout too: the weights stacked, one launch
-//! (`kernels/mxfp4_tiled.hip`, rows `mxfp4 tiled matvec split b1`).
+//! every batch, the MXFP4 groups over the tiled layout too: the weights stacked, one launch
+//! (`kernels/mxfp4_tiled.hip`, rows `mxfp4 tiled matvec split b1`), and gate and up with their
+//! SwiGLU in that launch (rows `mxfp4 tiled gate+up swiglu b<N>`).
 //!
 //! `ROCMFORGE_BENCH_QMV_FORMATS` (a comma-separated list of ggml format names, `q4_K,q8_0`)
 //! limits the rows to those formats (the MXFP4 groups run where `mxfp4` is named); the read
@@ -29,7 +30,7 @@
 use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
     BlockFormat, GgmlFormat, MxFormat, QuantProduct, SplitScratch, TiledMxfp4, mx_matvec_group_in,
-    mx_matvec_tiled_split, quant_matvec_group_in, quant_matvec_on_matrix_cores,
+    mx_matvec_tiled_split, mx_matvec_tiled_swiglu, quant_matvec_group_in, quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 
@@ -86,8 +87,16 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             rows.push(mx_group::<bf16>(b, &weights, group, 4096, batch)?);
         }
         for &batch in BATCHES {
-            rows.push(tiled_split::<f16>(b, group, 4096, batch)?);
-            rows.push(tiled_split::<bf16>(b, group, 4096, batch)?);
+            rows.push(tiled_split::<f16>(b, group, 4096, batch, false)?);
+            rows.push(tiled_split::<bf16>(b, group, 4096, batch, false)?);
+        }
+        if let [gate, up] = group
+            && gate == up
+        {
+            for &batch in BATCHES {
+                rows.push(tiled_split::<f16>(b, group, 4096, batch, true)?);
+                rows.push(tiled_split::<bf16>(b, group, 4096, batch, true)?);
+            }
         }
     }
     Ok(rows)
@@ -95,8 +104,16 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
 
 /// The same group of MXFP4 products over the tiled layout: the weights stacked along their rows
 /// (`TiledMxfp4::stack`, before timing, as a loader would) and multiplied in one launch into one
-/// output each (`mx_matvec_tiled_split`). Traffic counted as for the GGUF rows.
-fn tiled_split<T: Dtype>(b: &mut Bench, group: &[usize], k: usize, batch: usize) -> Result<Row> {
+/// output each (`mx_matvec_tiled_split`), or with `swiglu` (gate and up) into their activation
+/// (`mx_matvec_tiled_swiglu`, rows `mxfp4 tiled gate+up swiglu b<N>`). Traffic counted as for
+/// the GGUF rows.
+fn tiled_split<T: Dtype>(
+    b: &mut Bench,
+    group: &[usize],
+    k: usize,
+    batch: usize,
+    swiglu: bool,
+) -> Result<Row> {
     let parts = group
         .iter()
         .map(|&n| super::mxfp::host_weights(b, BlockFormat::Mxfp4Gguf, n, k))
@@ -118,13 +135,18 @@ fn tiled_split<T: Dtype>(b: &mut Bench, group: &[usize], k: usize, batch: usize)
     let mut i = 0;
     let ms = b.time(|| {
         i += 1;
+        let w = &stacked[i % stacked.len()];
+        if swiglu {
+            return Ok(mx_matvec_tiled_swiglu(w, &x, batch, &mut ys[0])?);
+        }
         let mut outs: Vec<&mut DeviceBuffer<T>> = ys.iter_mut().collect();
-        Ok(mx_matvec_tiled_split(&stacked[i % stacked.len()], &x, batch, &mut outs)?)
+        Ok(mx_matvec_tiled_split(w, &x, batch, &mut outs)?)
     })?;
     let weight_bytes: usize = parts.iter().map(|copies| copies[0].len()).sum();
-    let rows: usize = group.iter().sum();
+    let rows: usize = if swiglu { group[0] } else { group.iter().sum() };
+    let kernel = if swiglu { "tiled gate+up swiglu" } else { "tiled matvec split" };
     Ok(Row {
-        kernel: format!("mxfp4 tiled matvec split b{batch}"),
+        kernel: format!("mxfp4 {kernel} b{batch}"),
         dtype: T::NAME,
         shape: group_shape(group, k),
         ms,

@@ -23,7 +23,7 @@ pub const RF_T4_OUTPUTS: u32 = 3;
 pub struct rf_t4_outputs {
     pub y: [::std::os::raw::c_ulonglong; 3usize],
     pub end: [::std::os::raw::c_uint; 3usize],
-    pub reserved: ::std::os::raw::c_uint,
+    pub swiglu: ::std::os::raw::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -31,5 +31,5 @@ const _: () = {
     ["Alignment of rf_t4_outputs"][::std::mem::align_of::<rf_t4_outputs>() - 8usize];
     ["Offset of field: rf_t4_outputs::y"][::std::mem::offset_of!(rf_t4_outputs, y) - 0usize];
     ["Offset of field: rf_t4_outputs::end"][::std::mem::offset_of!(rf_t4_outputs, end) - 24usize];
-    ["Offset of field: rf_t4_outputs::reserved"][::std::mem::offset_of!(rf_t4_outputs, reserved) - 36usize];
+    ["Offset of field: rf_t4_outputs::swiglu"][::std::mem::offset_of!(rf_t4_outputs, swiglu) - 36usize];
 };

@@ -351,40 +351,44 @@ const RESERVED_SHARED: usize = 1024;
 /// elements, `dtype` the activations': each warp's ring of stages, the tiles' totals (two
 /// buffers of `warps * 16` floats a column: 1, or 8 a pass), then for one bf16 vector x staged
 /// as f16 (the padded row's blocks) and each block's f32 factor
-/// (`kernels/include/rocmforge_x16.h`).
-fn mma_shared_bytes(lp: Loop, warps: usize, k: usize, dtype: &str) -> usize {
+/// (`kernels/include/rocmforge_x16.h`), then for a gate-and-up launch (`swiglu`) a tile's gates
+/// (16 floats a column).
+fn mma_shared_bytes(lp: Loop, warps: usize, k: usize, dtype: &str, swiglu: bool) -> usize {
     let x_once = if stages_x_once(lp, dtype) { (2 * QK + 4) * padded_blocks(k) } else { 0 };
     let columns = match lp {
         Loop::Batch { passes } => passes * BATCH_PASS,
         _ => 1,
     };
-    warps * (STAGES * stage_bytes(lp, dtype) + 2 * TILE_ROWS * 4 * columns) + x_once
+    let gates = if swiglu { TILE_ROWS * 4 * columns } else { 0 };
+    warps * (STAGES * stage_bytes(lp, dtype) + 2 * TILE_ROWS * 4 * columns) + x_once + gates
 }
 
 /// Launch shape: (blocks, warps a block, dynamic shared bytes). Warps split a tile's groups of 8
 /// blocks, so there are never more warps than groups. The matrix-core loops keep their blocks
 /// resident (block b walks tiles b, b + grid, ...: a block that waited for a slot would run its
 /// whole share after the others) and need a ring of stages a warp; the portable one takes a
-/// tile a block.
+/// tile a block. A gate-and-up launch (`swiglu`) walks pairs of tiles (a gate tile and its up
+/// tile) instead of tiles.
 fn launch_shape(
     info: &rocm_runtime::DeviceInfo,
     lp: Loop,
     n: usize,
     k: usize,
     dtype: &str,
+    swiglu: bool,
 ) -> Result<(usize, usize, usize)> {
     let groups = (k / QK).div_ceil(GROUP_BLOCKS);
-    let tiles = n.div_ceil(TILE_ROWS);
+    let units = if swiglu { n / (2 * TILE_ROWS) } else { n.div_ceil(TILE_ROWS) };
     let grid_limit = info.max_grid[0].max(1) as usize;
     let mut warps = groups.clamp(1, MAX_WARPS);
     if lp == Loop::Portable {
-        return Ok((tiles.clamp(1, grid_limit), warps, 0));
+        return Ok((units.clamp(1, grid_limit), warps, 0));
     }
     let optin = info.shared_mem_per_block_optin as usize;
-    while warps > 1 && mma_shared_bytes(lp, warps, k, dtype) > optin {
+    while warps > 1 && mma_shared_bytes(lp, warps, k, dtype, swiglu) > optin {
         warps /= 2;
     }
-    let shared = mma_shared_bytes(lp, warps, k, dtype);
+    let shared = mma_shared_bytes(lp, warps, k, dtype, swiglu);
     ensure(shared <= optin, KERNEL, || {
         let why = if stages_x_once(lp, dtype) { " (bf16 x is staged whole)" } else { "" };
         format!("k = {k} needs {shared} bytes of shared memory{why}, the device allows {optin}")
@@ -393,7 +397,7 @@ fn launch_shape(
     let per_sm = ((optin + RESERVED_SHARED) / (shared + RESERVED_SHARED))
         .clamp(1, resident_blocks(lp) * MAX_WARPS / warps);
     let resident = info.compute_units.max(1) as usize * per_sm;
-    Ok((tiles.min(resident).clamp(1, grid_limit), warps, shared))
+    Ok((units.min(resident).clamp(1, grid_limit), warps, shared))
 }
 
 /// `y = W x` for a tiled MXFP4 weight: `x` holds `k` and `y` `n` elements, all on `y`'s stream.
@@ -405,7 +409,7 @@ pub fn mx_matvec_tiled<T: Dtype>(
     x: &DeviceBuffer<T>,
     y: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, 0..w.n, x, 1, &mut [y], false)
+    launch(w, 0..w.n, x, 1, &mut [y], false, false)
 }
 
 /// [`mx_matvec_tiled_split`] of rows `rows` of a stacked weight ([`TiledMxfp4::stack`];
@@ -418,7 +422,7 @@ pub fn mx_matvec_tiled_rows<T: Dtype>(
     batch: usize,
     y: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, rows, x, batch, &mut [y], false)
+    launch(w, rows, x, batch, &mut [y], false, false)
 }
 
 /// `Y = X W^T` for `batch` vectors `x` (`[batch, k]`) and a stacked weight
@@ -433,7 +437,7 @@ pub fn mx_matvec_tiled_split<T: Dtype>(
     batch: usize,
     ys: &mut [&mut DeviceBuffer<T>],
 ) -> Result<()> {
-    launch(w, 0..w.n, x, batch, ys, false)
+    launch(w, 0..w.n, x, batch, ys, false, false)
 }
 
 /// [`mx_matvec_tiled_split`] on the portable kernel, whatever the device has (tests compare the
@@ -444,7 +448,33 @@ pub fn mx_matvec_tiled_portable<T: Dtype>(
     batch: usize,
     ys: &mut [&mut DeviceBuffer<T>],
 ) -> Result<()> {
-    launch(w, 0..w.n, x, batch, ys, true)
+    launch(w, 0..w.n, x, batch, ys, true, false)
+}
+
+/// `act = silu(x Wg^T) * (x Wu^T)` for `batch` vectors `x` (`[batch, k]`), the products and the
+/// activation in one launch a [`MAX_TILED_BATCH`] vectors: `w` is a gate weight and its up weight
+/// stacked ([`TiledMxfp4::stack`], in that order, each `n / 2` rows, a whole number of tiles), and
+/// `act` is `[batch, n / 2]`. Each element has the bits of [`mx_matvec_tiled_split`] into gate and
+/// up followed by `crate::swiglu::swiglu` on them: each product rounded to `T`, then
+/// `silu(gate) * up` in f32 as `kernels/swiglu.hip` computes it, rounded to `T` once.
+pub fn mx_matvec_tiled_swiglu<T: Dtype>(
+    w: &DeviceTiledMxfp4,
+    x: &DeviceBuffer<T>,
+    batch: usize,
+    act: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    launch(w, 0..w.n, x, batch, &mut [act], false, true)
+}
+
+/// [`mx_matvec_tiled_swiglu`] on the portable kernel, whatever the device has (tests compare the
+/// two).
+pub fn mx_matvec_tiled_swiglu_portable<T: Dtype>(
+    w: &DeviceTiledMxfp4,
+    x: &DeviceBuffer<T>,
+    batch: usize,
+    act: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    launch(w, 0..w.n, x, batch, &mut [act], true, true)
 }
 
 /// The kernels' outputs argument for `ys` splitting a weight of `n` rows for `batch` (>= 1)
@@ -481,6 +511,33 @@ fn outputs<T: Dtype>(ys: &[&mut DeviceBuffer<T>], n: usize, batch: usize) -> Res
     Ok(out)
 }
 
+/// The kernels' outputs argument for a gate-and-up launch of `n` rows (gates, then as many ups)
+/// for `batch` (>= 1) vectors into `act` (`[batch, n / 2]`): `n / 2` a whole number of tiles, as
+/// [`mx_matvec_tiled_swiglu`] says (`rocmforge_mxfp4_tiled_abi.h`: `swiglu`).
+fn swiglu_outputs<T: Dtype>(act: &DeviceBuffer<T>, n: usize, batch: usize) -> Result<abi::rf_t4_outputs> {
+    ensure(n.is_multiple_of(2 * TILE_ROWS), KERNEL, || {
+        format!("gate and up of {n} rows: two halves of whole tiles ({TILE_ROWS} rows) needed")
+    })?;
+    let gates = n / 2;
+    ensure(batch.checked_mul(gates) == Some(act.len()), KERNEL, || {
+        format!(
+            "the activation holds {} elements; {batch} vectors of {gates} gates need {}",
+            act.len(),
+            batch * gates
+        )
+    })?;
+    let rows = |r: usize| {
+        u32::try_from(r).map_err(|_| KernelError::Shape {
+            kernel: KERNEL,
+            message: format!("n = {n} is more than the kernel counts (32-bit rows)"),
+        })
+    };
+    let (gates32, n32) = (rows(gates)?, rows(n)?);
+    let mut out = abi::rf_t4_outputs { end: [gates32, n32, n32], swiglu: 1, ..Default::default() };
+    out.y[0] = act.device_ptr();
+    Ok(out)
+}
+
 /// Checks that `rows` is a part of `w` (inside it, from a tile's first row) and returns the
 /// device addresses of its first tile in the payload and the scales: past the bytes of the
 /// `rows.start` rows before it.
@@ -496,6 +553,8 @@ fn part_pointers(w: &DeviceTiledMxfp4, rows: &std::ops::Range<usize>) -> Result<
     Ok((w.payload.device_ptr() + payload as u64, w.scales.device_ptr() + scales as u64))
 }
 
+/// Rows `rows` of `w` times `batch` vectors `x` into `ys` (one output a part), or with `swiglu`
+/// into `ys[0]` as a gate-and-up product's activation; `portable` runs the portable kernel.
 fn launch<T: Dtype>(
     w: &DeviceTiledMxfp4,
     rows: std::ops::Range<usize>,
@@ -503,6 +562,7 @@ fn launch<T: Dtype>(
     batch: usize,
     ys: &mut [&mut DeviceBuffer<T>],
     portable: bool,
+    swiglu: bool,
 ) -> Result<()> {
     let k = w.k;
     let (payload, scales) = part_pointers(w, &rows)?;
@@ -519,7 +579,7 @@ fn launch<T: Dtype>(
             "no vectors, but outputs that are not empty".into()
         });
     }
-    let params = outputs(ys, n, batch)?;
+    let params = if swiglu { swiglu_outputs(ys[0], n, batch)? } else { outputs(ys, n, batch)? };
     if n == 0 {
         return Ok(());
     }
@@ -541,7 +601,7 @@ fn launch<T: Dtype>(
         let count = chunk.min(batch - first);
         let lp = choose_loop(cores, T::NAME, count);
         let kernel = loader::kernel(&stream, MODULE, &entry(lp, T::NAME, w.max_scale))?;
-        let (blocks, warps, shared) = launch_shape(info, lp, n, k, T::NAME)?;
+        let (blocks, warps, shared) = launch_shape(info, lp, n, k, T::NAME, swiglu)?;
         let threads = warps * 32;
         ensure(kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
             format!(
@@ -578,7 +638,9 @@ fn launch<T: Dtype>(
         // first i with r < end[i], y[i] this chunk's pointer, vector `first` of output i:
         // `outputs` made the ends the running sums of the parts' rows (rows_i = ys[i].len() /
         // batch, checked whole and to reach n), so that index is inside ys[i] for first + v <
-        // batch; the unused slots' ends are n, never chosen. Blocks are 1..=8 whole warps, within
+        // batch; the unused slots' ends are n, never chosen. With swiglu they write instead
+        // y[0][v * n / 2 + r] for gate rows r < n / 2 only (swiglu_outputs: n a multiple of 32,
+        // ys[0] = act of batch * n / 2 elements, ends n / 2, n, n), inside act. Blocks are 1..=8 whole warps, within
         // the entries' launch bounds, never more warps than groups (launch_shape; the
         // matrix-core entries trap otherwise); the matrix-core entries run only on mma.sync
         // devices (`choose_loop`), with count <= 1, 8 or 32 as their names say, and the rings'
@@ -875,43 +937,58 @@ mod tests {
         let h100 = nvidia("H100", 132, 227);
         let a100 = nvidia("A100", 108, 163);
         let one = Loop::One;
-        let shared = mma_shared_bytes(one, 8, 4096, "bf16");
+        let shared = mma_shared_bytes(one, 8, 4096, "bf16", false);
         assert_eq!(shared, 8 * (3 * 2176 + 128) + 4096 * 2 + 128 * 4);
-        assert_eq!(launch_shape(&h100, one, 14_336, 4096, "bf16").unwrap(), (3 * 132, 8, shared));
-        assert_eq!(launch_shape(&a100, one, 14_336, 4096, "bf16").unwrap(), (2 * 108, 8, shared));
-        let ring = mma_shared_bytes(one, 8, 4096, "f16");
+        assert_eq!(launch_shape(&h100, one, 14_336, 4096, "bf16", false).unwrap(), (3 * 132, 8, shared));
+        assert_eq!(launch_shape(&a100, one, 14_336, 4096, "bf16", false).unwrap(), (2 * 108, 8, shared));
+        let ring = mma_shared_bytes(one, 8, 4096, "f16", false);
         assert_eq!(ring, 8 * (3 * 2688 + 128));
-        assert_eq!(launch_shape(&h100, one, 14_336, 4096, "f16").unwrap(), (3 * 132, 8, ring));
+        assert_eq!(launch_shape(&h100, one, 14_336, 4096, "f16", false).unwrap(), (3 * 132, 8, ring));
         // Fewer tiles than slots: a tile a block (bf16 x of 14336 elements leaves 2 blocks an SM).
-        let long = mma_shared_bytes(one, 8, 14_336, "bf16");
+        let long = mma_shared_bytes(one, 8, 14_336, "bf16", false);
         assert_eq!(long, 8 * (3 * 2176 + 128) + 14_336 * 2 + 448 * 4);
-        assert_eq!(launch_shape(&h100, one, 4096, 14_336, "bf16").unwrap(), (256, 8, long));
-        assert_eq!(launch_shape(&h100, one, 8192, 14_336, "bf16").unwrap(), (2 * 132, 8, long));
-        assert_eq!(launch_shape(&h100, one, 8192, 14_336, "f16").unwrap(), (3 * 132, 8, ring));
+        assert_eq!(launch_shape(&h100, one, 4096, 14_336, "bf16", false).unwrap(), (256, 8, long));
+        assert_eq!(launch_shape(&h100, one, 8192, 14_336, "bf16", false).unwrap(), (2 * 132, 8, long));
+        assert_eq!(launch_shape(&h100, one, 8192, 14_336, "f16", false).unwrap(), (3 * 132, 8, ring));
         // k = 96: one group, one warp; bf16 x padded to the group's 8 blocks.
         assert_eq!(
-            launch_shape(&h100, one, 7, 96, "f16").unwrap(),
-            (1, 1, mma_shared_bytes(one, 1, 96, "f16"))
+            launch_shape(&h100, one, 7, 96, "f16", false).unwrap(),
+            (1, 1, mma_shared_bytes(one, 1, 96, "f16", false))
         );
-        assert_eq!(mma_shared_bytes(one, 1, 96, "f16"), 3 * 2688 + 128);
-        assert_eq!(mma_shared_bytes(one, 1, 96, "bf16"), 3 * 2176 + 128 + 8 * 68);
-        assert_eq!(launch_shape(&h100, Loop::Portable, 14_336, 4096, "bf16").unwrap(), (896, 8, 0));
+        assert_eq!(mma_shared_bytes(one, 1, 96, "f16", false), 3 * 2688 + 128);
+        assert_eq!(mma_shared_bytes(one, 1, 96, "bf16", false), 3 * 2176 + 128 + 8 * 68);
+        assert_eq!(launch_shape(&h100, Loop::Portable, 14_336, 4096, "bf16", false).unwrap(), (896, 8, 0));
         // Several vectors: no x in the stages or staged, totals of 8 or 32 columns; the
         // 32-vector loop keeps 2 blocks an SM.
         let b8 = Loop::Batch { passes: 1 };
         let b32 = Loop::Batch { passes: 4 };
-        assert_eq!(mma_shared_bytes(b8, 8, 14_336, "f16"), 8 * (3 * 2176 + 128 * 8));
-        assert_eq!(mma_shared_bytes(b32, 8, 14_336, "bf16"), 8 * (3 * 2176 + 128 * 32));
-        assert_eq!(launch_shape(&h100, b8, 14_336, 14_336, "bf16").unwrap().0, 3 * 132);
-        assert_eq!(launch_shape(&h100, b32, 14_336, 4096, "f16").unwrap().0, 2 * 132);
+        assert_eq!(mma_shared_bytes(b8, 8, 14_336, "f16", false), 8 * (3 * 2176 + 128 * 8));
+        assert_eq!(mma_shared_bytes(b32, 8, 14_336, "bf16", false), 8 * (3 * 2176 + 128 * 32));
+        assert_eq!(launch_shape(&h100, b8, 14_336, 14_336, "bf16", false).unwrap().0, 3 * 132);
+        assert_eq!(launch_shape(&h100, b32, 14_336, 4096, "f16", false).unwrap().0, 2 * 132);
         // A device offering less shared memory gets fewer warps, or an error.
-        assert_eq!(launch_shape(&nvidia("small", 10, 48), one, 160, 4096, "f16").unwrap().1, 4);
-        assert!(launch_shape(&nvidia("tiny", 10, 4), one, 160, 4096, "f16").is_err());
+        assert_eq!(launch_shape(&nvidia("small", 10, 48), one, 160, 4096, "f16", false).unwrap().1, 4);
+        assert!(launch_shape(&nvidia("tiny", 10, 4), one, 160, 4096, "f16", false).is_err());
         // A row too long for x to be staged whole is refused, saying so; the several-vector
         // loop takes it.
-        let message = crate::error::shape_message(launch_shape(&h100, one, 16, 32 * 4096, "bf16"), KERNEL);
+        let message =
+            crate::error::shape_message(launch_shape(&h100, one, 16, 32 * 4096, "bf16", false), KERNEL);
         assert!(message.contains("x is staged whole"), "{message}");
-        assert!(launch_shape(&h100, b8, 16, 32 * 4096, "bf16").is_ok());
+        assert!(launch_shape(&h100, b8, 16, 32 * 4096, "bf16", false).is_ok());
+    }
+
+    /// A gate-and-up launch walks pairs of tiles (at most one block a pair) and keeps a tile's
+    /// gates past everything else: 16 floats a column.
+    #[test]
+    fn swiglu_launches_walk_pairs_and_keep_the_gates() {
+        let h100 = nvidia("H100", 132, 227);
+        let (one, b32) = (Loop::One, Loop::Batch { passes: 4 });
+        assert_eq!(mma_shared_bytes(one, 1, 96, "f16", true), 3 * 2688 + 128 + 64);
+        assert_eq!(mma_shared_bytes(b32, 8, 4096, "bf16", true), 8 * (3 * 2176 + 128 * 32) + 64 * 32);
+        let gate_up = launch_shape(&h100, one, 2 * 14_336, 4096, "bf16", true).unwrap();
+        assert_eq!(gate_up, (3 * 132, 8, mma_shared_bytes(one, 8, 4096, "bf16", true)));
+        assert_eq!(launch_shape(&h100, one, 2 * 48, 4096, "f16", true).unwrap().0, 3);
+        assert_eq!(launch_shape(&h100, Loop::Portable, 2 * 14_336, 4096, "bf16", true).unwrap().0, 896);
     }
 
     #[test]

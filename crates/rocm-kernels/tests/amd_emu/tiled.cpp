@@ -7,7 +7,10 @@
 // cp.async and shuffles, with
 // grids of a block a tile and resident blocks that walk several tiles (each warp's ring running
 // across the tiles' ends, the row totals alternating by tile parity). Some cases write the rows
-// to three outputs (rf_t4_outputs: a stacked weight's parts), gathered for the check. On the AMD
+// to three outputs (rf_t4_outputs: a stacked weight's parts), gathered for the check; some are
+// gate-and-up products (rf_t4_outputs::swiglu), launched both ways: the rows to two outputs,
+// checked against the reference, then the activation, which must be silu(gate) * up of those
+// rows bit for bit (rocmforge_silu.h's formula, evaluated here). On the AMD
 // targets also rf_mxfp4_tiled_dequant_<dt>, against the GGUF rows decoded and rounded to T once
 // (bit for bit), on a grid that strides (fewer threads than payload vectors).
 //
@@ -111,6 +114,7 @@ struct TiledCase {
     XValues xv = UNIFORM; // WIDE and RANGE: the matrix-core bf16 entries only (x16_reference.h)
     int split = 0;        // > 0: rows [0, split) and [split, 2 split) to outputs 0 and 1, the rest to 2
     int batch = 1;        // vectors: x [batch, k], each output [batch, its rows]
+    bool swiglu = false;  // gates (rows / 2, whole tiles) and ups: also the activation launch
     // The launcher's block: a warp a group of 8 blocks, at most RF_T4_WARPS (mxfp4_tiled.rs).
     int warps() const { return std::min((blocks_a_row + RF_T4_GROUP - 1) / RF_T4_GROUP, (int)RF_T4_WARPS); }
     // The case's grid: `grid` blocks, never more than the tiles; 0: a block a tile.
@@ -177,7 +181,8 @@ template <typename T> static Outputs<T> poisoned_outputs(EmuBuffers& mem, const 
     Outputs<T> o{};
     o.batch = c.batch;
     const int n = c.rows;
-    const int rows[RF_T4_OUTPUTS] = {c.split > 0 ? c.split : n, c.split > 0 ? c.split : 0, c.split > 0 ? n - 2 * c.split : 0};
+    const int split = c.swiglu ? n / 2 : c.split; // gates and ups to outputs 0 and 1
+    const int rows[RF_T4_OUTPUTS] = {split > 0 ? split : n, split > 0 ? split : 0, split > 0 ? n - 2 * split : 0};
     unsigned end = 0;
     for (int i = 0; i < RF_T4_OUTPUTS; ++i) {
         o.rows[i] = rows[i];
@@ -187,6 +192,37 @@ template <typename T> static Outputs<T> poisoned_outputs(EmuBuffers& mem, const 
         o.arg.end[i] = end;
     }
     return o;
+}
+
+// A gate-and-up case's activation launch: `launch(arg)` writes [batch, n / 2] into a poisoned
+// exact allocation, which must hold silu(gate) * up of the rows the plain launch gave (`rows`,
+// [batch, n], each vector's gates then ups), each rounded as the kernels round it, bit for bit.
+template <typename T, class Launch>
+static bool swiglu_matches(EmuBuffers& mem, const TiledCase& c, const std::vector<T>& rows, Launch&& launch) {
+    const int gates = c.rows / 2;
+    T* act = poisoned_y<T>(mem, c.batch * gates);
+    rf_t4_outputs arg{};
+    arg.y[0] = act;
+    arg.end[0] = (unsigned)gates;
+    arg.end[1] = arg.end[2] = (unsigned)c.rows;
+    arg.swiglu = 1;
+    launch(arg);
+    int bad = 0;
+    for (int v = 0; v < c.batch; ++v) {
+        for (int r = 0; r < gates; ++r) {
+            const float g = Io<T>::load(rows[(size_t)v * c.rows + r]);
+            const float u = Io<T>::load(rows[(size_t)v * c.rows + gates + r]);
+            const T want = Io<T>::store(rf_silu_mul(g, u));
+            const T got = act[(size_t)v * gates + r];
+            const bool nan = std::isnan(Io<T>::load(want));
+            if (nan ? !std::isnan(Io<T>::load(got)) : std::memcmp(&want, &got, sizeof(T)) != 0) {
+                if (bad++ < 5)
+                    std::printf("    swiglu row %d vector %d: got %.9g, want %.9g\n", r, v, Io<T>::load(got),
+                                Io<T>::load(want));
+            }
+        }
+    }
+    return bad == 0;
 }
 
 #ifdef RF_EMU_MMA_SYNC
@@ -221,7 +257,8 @@ template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& 
     const size_t columns = loop == 0 ? 1 : loop == 1 ? RF_T4_BATCH_PASS : RF_T4_MAX_BATCH;
     const size_t nbp = (size_t)(nb + RF_T4_GROUP - 1) / RF_T4_GROUP * RF_T4_GROUP;
     const size_t stage = loop == 0 && !bf16 ? RF_T4_STAGE_F16 : RF_T4_STAGE_BF16;
-    const size_t shared = (size_t)warps * (RF_T4_STAGES * stage + 2 * RF_T4_ROWS * 4 * columns) + (loop == 0 && bf16 ? 68 * nbp : 0);
+    const size_t shared = (size_t)warps * (RF_T4_STAGES * stage + 2 * RF_T4_ROWS * 4 * columns) + (loop == 0 && bf16 ? 68 * nbp : 0) +
+                          (c.swiglu ? RF_T4_ROWS * 4 * columns : 0);
     const std::vector<double> staged = x16_units(d.x, nb * 32, c.batch, true);
     double worst = 0.0;
     bool ok = true;
@@ -234,14 +271,22 @@ template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& 
         const std::vector<T> rows = y.gathered();
         ok &= ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, rows.data(), n, c.batch, worst, wide ? "wide" : "fast",
                              staged.data());
+        if (c.swiglu) {
+            // A pair a block at most (the launcher's grid): the case's grid over the pairs.
+            const unsigned pairs = std::min(grid, (unsigned)(n / 2 / RF_T4_ROWS));
+            ok &= swiglu_matches(mem, c, rows, [&](const rf_t4_outputs& arg) {
+                emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, shared, emu_dim3{pairs, 1, 1}, 32 * warps, 32,
+                                  [&] { entry(d.w.payload, d.w.scales, d.x, arg, (unsigned)nb, (unsigned)c.batch); });
+            });
+        }
     }
     emu_record(ok ? 0 : 1, worst);
     static const char* const XV[] = {"uniform", "wide", "range"};
     static const char* const LOOP[] = {"matvec", "batch8", "batch32"};
-    std::printf("%-4s rf_mxfp4_tiled_%s_mma_%-4s warps %d grid %-3u rows %-3d k %-6d batch %-2d scales %s x %-7s split %-2d -> "
+    std::printf("%-4s rf_mxfp4_tiled_%s_mma_%-4s warps %d grid %-3u rows %-3d k %-6d batch %-2d scales %s x %-7s split %-2d%s -> "
                 "%s (worst %.3f of tol)\n",
                 ok ? "ok" : "FAIL", LOOP[loop], Io<T>::name, warps, grid, n, nb * 32, c.batch,
-                c.scales == FAST ? "fast" : "wide", XV[c.xv], c.split, ok ? "match" : "MISMATCH", worst);
+                c.scales == FAST ? "fast" : "wide", XV[c.xv], c.split, c.swiglu ? " swiglu" : "", ok ? "match" : "MISMATCH", worst);
 }
 
 #else
@@ -266,12 +311,20 @@ template <typename T> static void portable_case(const TiledCase& c, int width, s
                [&] { PortableEntry<T>::e(d.w.payload, d.w.scales, d.x, y.arg, (unsigned)nb, (unsigned)c.batch); });
     double worst = 0.0;
     const std::vector<T> rows = y.gathered();
-    const bool ok = ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, rows.data(), n, c.batch, worst, "portable");
+    bool ok = ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, rows.data(), n, c.batch, worst, "portable");
+    if (c.swiglu) {
+        // The launcher's grid: a block a pair of tiles.
+        const unsigned pairs = (unsigned)(n / 2 / RF_T4_ROWS);
+        ok &= swiglu_matches(mem, c, rows, [&](const rf_t4_outputs& arg) {
+            emu_launch(emu_dim3{pairs, 1, 1}, 32 * warps, width,
+                       [&] { PortableEntry<T>::e(d.w.payload, d.w.scales, d.x, arg, (unsigned)nb, (unsigned)c.batch); });
+        });
+    }
     emu_record(ok ? 0 : 1, worst);
-    std::printf("%-4s rf_mxfp4_tiled_matvec_%-4s w%d warps %d grid %-3u rows %-3d k %-6d batch %-2d split %-2d -> %s (worst "
+    std::printf("%-4s rf_mxfp4_tiled_matvec_%-4s w%d warps %d grid %-3u rows %-3d k %-6d batch %-2d split %-2d%s -> %s (worst "
                 "%.3f of tol)\n",
-                ok ? "ok" : "FAIL", Io<T>::name, width, warps, grid, n, nb * 32, c.batch, c.split, ok ? "match" : "MISMATCH",
-                worst);
+                ok ? "ok" : "FAIL", Io<T>::name, width, warps, grid, n, nb * 32, c.batch, c.split, c.swiglu ? " swiglu" : "",
+                ok ? "match" : "MISMATCH", worst);
 }
 
 template <typename T> struct DequantEntry;
@@ -336,6 +389,14 @@ int main(int argc, char** argv) {
         {37, 128, 2, true, FAST, WIDE, 0, 8},        // bf16 x of a wide range rounded in registers
         {21, 17, 0, false, FAST, RANGE, 0, 32},      // 32 vectors of the elements that staging rounds
         {9, 448, 1, false, FAST, UNIFORM, 0, 9},     // k = 14336, 9 vectors (the 32-vector loop)
+        // Gate and up with SwiGLU: gates 48 rows (3 tiles) and ups 48.
+        {96, 128, 1, true, FAST, UNIFORM, 0, 1, true},  // one block walks the 3 pairs
+        {96, 17, 2, true, FAST, UNIFORM, 0, 1, true},   // two blocks, pairs 0, 2 and 1; a partial group
+        {96, 128, 2, true, FAST, WIDE, 0, 1, true},     // bf16 x of a wide range
+        {64, 64, 2, true, WIDE_BYTES, UNIFORM, 0, 1, true}, // wide scale bytes (the _wide entries)
+        {96, 17, 2, true, FAST, UNIFORM, 0, 5, true},   // 5 vectors (one pass)
+        {64, 128, 1, false, FAST, UNIFORM, 0, 20, true}, // 20 vectors (passes of the 32-vector loop)
+        {32, 3, 1, true, FAST, UNIFORM, 0, 3, true},    // k = 96, one pair, 3 vectors
     };
     for (const TiledCase& c : cases) {
         if (quick && !c.quick) continue;
@@ -348,7 +409,7 @@ int main(int argc, char** argv) {
             portable_case<float>(c, width, rng);
             if (c.scales == FAST) portable_case<__half>(c, width, rng);
             portable_case<rf_bf16>(c, width, rng);
-            if (c.split == 0) {
+            if (c.split == 0 && !c.swiglu) {
                 dequant_case<float>(c, width, rng);
                 dequant_case<__half>(c, width, rng);
                 dequant_case<rf_bf16>(c, width, rng);

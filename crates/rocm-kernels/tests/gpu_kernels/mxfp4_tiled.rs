@@ -6,15 +6,18 @@
 //! kernels (matrix cores where the device has them, and the portable one), the scale bytes that
 //! take the general conversion (0xFF: NaN; above 240), and the shapes the launcher refuses.
 //! Stacked weights written to several outputs in one launch, against each part alone; the
-//! product as a dependent launch behind the kernel that writes its x; and the dequantisation of
-//! a tiled weight (whole, and a stacked weight's parts) against that of its GGUF rows.
+//! product as a dependent launch behind the kernel that writes its x; gate and up with their
+//! SwiGLU in one launch against the two products and the `swiglu` kernel; and the
+//! dequantisation of a tiled weight (whole, and a stacked weight's parts) against that of its
+//! GGUF rows.
 
 use rocm_kernels::quant::{
     BlockFormat, MAX_TILED_OUTPUTS, MxFormat, QK, TiledMxfp4, dequantize, dequantize_tiled,
     mx_matmul_reference, mx_matvec_tiled, mx_matvec_tiled_portable, mx_matvec_tiled_rows,
-    mx_matvec_tiled_split, x16_rounding_unit,
+    mx_matvec_tiled_split, mx_matvec_tiled_swiglu, mx_matvec_tiled_swiglu_portable, x16_rounding_unit,
 };
 use rocm_kernels::rmsnorm::RmsNorm;
+use rocm_kernels::swiglu::swiglu;
 use rocm_kernels::{Dtype, KernelError};
 use rocm_runtime::{DeviceBuffer, MatrixCores, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test};
@@ -638,6 +641,93 @@ fn tiled_batch_edges() {
     let mut y = poisoned::<f16>(&gpu, 3 * 7);
     mx_matvec_tiled_split(&w, &x, 3, &mut [&mut y]).unwrap();
     assert_eq!(y.to_vec().unwrap(), vec![f16::from_f32(0.0); 3 * 7], "all-zero codes");
+}
+
+/// Gate and up stacked, with their SwiGLU in one launch (`mx_matvec_tiled_swiglu`), give the bits
+/// of the two products ([`mx_matvec_tiled_split`]) followed by the `swiglu` kernel, on either
+/// kernel and for every loop (1, up to 8, up to 32 vectors, and more in launches of 32): Llama-3-8B's
+/// FFN at one vector, smaller gates of 1 to 64 tiles at several, k with a partial group, x of a
+/// wide range with an infinity and a NaN.
+fn swiglu_matches_the_products_then_swiglu<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let cases: &[(usize, usize, &[usize])] =
+        &[(14_336, 4096, &[1]), (1024, 4096, &[1, 2, 8, 32]), (48, 2880, &[3, 9, 40]), (16, 96, &[1, 5])];
+    for &(ffn, k, batches) in cases {
+        let (_, _, stacked) = random_stack(&mut rng, &[ffn, ffn], k);
+        let device = stacked.upload(gpu.stream()).unwrap();
+        for &batch in batches {
+            let x: Vec<T> = if batch % 2 == 0 {
+                activations::<T>(&mut rng, batch * k)
+            } else {
+                let mut x = wide_range_x(&mut rng, batch * k);
+                x[k / 3] = f32::INFINITY;
+                x[batch * k - 5] = f32::NAN;
+                x.into_iter().map(T::from_f32).collect()
+            };
+            let dx = gpu.stream().upload(&x).unwrap();
+            for portable in [false, true] {
+                let (mut gate, mut up) = (poisoned::<T>(gpu, batch * ffn), poisoned::<T>(gpu, batch * ffn));
+                let mut act = poisoned::<T>(gpu, batch * ffn);
+                if portable {
+                    mx_matvec_tiled_portable(&device, &dx, batch, &mut [&mut gate, &mut up]).unwrap();
+                    mx_matvec_tiled_swiglu_portable(&device, &dx, batch, &mut act).unwrap();
+                } else {
+                    mx_matvec_tiled_split(&device, &dx, batch, &mut [&mut gate, &mut up]).unwrap();
+                    mx_matvec_tiled_swiglu(&device, &dx, batch, &mut act).unwrap();
+                }
+                let mut want = poisoned::<T>(gpu, batch * ffn);
+                swiglu(&gate, &up, &mut want).unwrap();
+                let what = format!("{} ffn {ffn} k {k} batch {batch} portable {portable}", T::NAME);
+                assert_eq!(bits(&act.to_vec().unwrap()), bits(&want.to_vec().unwrap()), "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn tiled_swiglu_matches_the_products_then_swiglu_f16() {
+    let gpu = gpu_test!();
+    swiglu_matches_the_products_then_swiglu::<f16>(&gpu, 0x7351);
+}
+
+#[test]
+fn tiled_swiglu_matches_the_products_then_swiglu_bf16() {
+    let gpu = gpu_test!();
+    swiglu_matches_the_products_then_swiglu::<bf16>(&gpu, 0x7352);
+}
+
+#[test]
+fn tiled_swiglu_matches_the_products_then_swiglu_f32() {
+    let gpu = gpu_test!();
+    swiglu_matches_the_products_then_swiglu::<f32>(&gpu, 0x7353);
+}
+
+/// A gate-and-up launch of k = 0 writes silu(0) * 0 = 0 for every vector; weights that do not
+/// halve into whole tiles and activations of the wrong size are refused, saying so.
+#[test]
+fn tiled_swiglu_edges() {
+    let gpu = gpu_test!();
+    let w = TiledMxfp4::from_gguf(&[], 64, 0).unwrap().upload(gpu.stream()).unwrap();
+    for batch in [1, 3, 40] {
+        let x = gpu.stream().alloc::<bf16>(0).unwrap();
+        let mut act = poisoned::<bf16>(&gpu, batch * 32);
+        mx_matvec_tiled_swiglu(&w, &x, batch, &mut act).unwrap();
+        assert_eq!(act.to_vec().unwrap(), vec![bf16::from_f32(0.0); batch * 32], "k = 0, batch {batch}");
+    }
+    let message = |r: Result<(), KernelError>| crate::shape_message(r, "mxfp4_tiled");
+    let x = gpu.stream().upload(&[f16::from_f32(1.0); 2 * 96]).unwrap();
+    let odd = TiledMxfp4::from_gguf(&vec![0u8; 48 * 3 * 17], 48, 96).unwrap().upload(gpu.stream()).unwrap();
+    let mut act = poisoned::<f16>(&gpu, 2 * 24);
+    assert!(
+        message(mx_matvec_tiled_swiglu(&odd, &x, 2, &mut act))
+            .contains("gate and up of 48 rows: two halves of whole tiles (16 rows) needed")
+    );
+    let w = TiledMxfp4::from_gguf(&vec![0u8; 64 * 3 * 17], 64, 96).unwrap().upload(gpu.stream()).unwrap();
+    let mut short = poisoned::<f16>(&gpu, 2 * 32 - 1);
+    assert!(
+        message(mx_matvec_tiled_swiglu(&w, &x, 2, &mut short))
+            .contains("the activation holds 63 elements; 2 vectors of 32 gates need 64")
+    );
 }
 
 /// A tiled weight dequantised is what `dequantize` gives from the GGUF rows it was made from,

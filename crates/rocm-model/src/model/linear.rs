@@ -29,11 +29,12 @@ use std::sync::Arc;
 
 use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
 use rocm_kernels::quant::{
-    BlockFormat, DeviceTiledMxfp4, GgmlFormat, MAX_PRODUCTS, MAX_TILED_BATCH, MAX_TILED_OUTPUTS, MxFormat,
-    QUANT_GEMM_TILE_TOKENS, QuantProduct, SplitScratch, dequant_gemm, dequantize_into, dequantize_tiled,
-    mx_matvec_group_in, mx_matvec_group_on_matrix_cores, mx_matvec_tiled_rows, mx_matvec_tiled_split,
-    quant_gemm, quant_gemm_grid, quant_gemm_runs, quant_matvec_glu, quant_matvec_glu_fuses,
-    quant_matvec_group_in, quant_matvec_on_matrix_cores,
+    BlockFormat, DeviceTiledMxfp4, GgmlFormat, MAX_PRODUCTS, MAX_TILED_BATCH, MAX_TILED_OUTPUTS,
+    MXFP4_TILE_ROWS, MxFormat, QUANT_GEMM_TILE_TOKENS, QuantProduct, SplitScratch, dequant_gemm,
+    dequantize_into, dequantize_tiled, mx_matvec_group_in, mx_matvec_group_on_matrix_cores,
+    mx_matvec_tiled_rows, mx_matvec_tiled_split, mx_matvec_tiled_swiglu, quant_gemm, quant_gemm_grid,
+    quant_gemm_runs, quant_matvec_glu, quant_matvec_glu_fuses, quant_matvec_group_in,
+    quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::DeviceBuffer;
 
@@ -227,10 +228,12 @@ pub(crate) fn apply_shared<T: GemmElement>(
     Ok(())
 }
 
-/// `act = silu(x Wgate^T) * (x Wup^T)` in one launch (`quant_matvec_glu`) where both weights are
-/// blocks of one ggml format of the same shape and that kernel takes them at `tokens`
-/// (`quant_matvec_glu_fuses`: one vector of q4_K on NVIDIA matrix cores). `Ok(false)`, nothing
-/// queued, otherwise. The bits are those of the two products followed by `swiglu`.
+/// `act = silu(x Wgate^T) * (x Wup^T)` in one launch where a kernel takes both: the tiled
+/// kernel's gate-and-up launch (`mx_matvec_tiled_swiglu`) for gate and up stacked in one tiled
+/// weight, up to its most tokens; `quant_matvec_glu` where both weights are blocks of one ggml
+/// format of the same shape and that kernel takes them at `tokens` (`quant_matvec_glu_fuses`: one
+/// vector of q4_K on NVIDIA matrix cores). `Ok(false)`, nothing queued, otherwise. The bits are
+/// those of the two products followed by `swiglu`.
 pub(crate) fn apply_glu<T: GemmElement>(
     gate: &Linear<T>,
     up: &Linear<T>,
@@ -238,6 +241,10 @@ pub(crate) fn apply_glu<T: GemmElement>(
     tokens: usize,
     act: &mut DeviceBuffer<T>,
 ) -> Result<bool> {
+    if let Some(stack) = stacked_gate_up(gate, up, tokens) {
+        mx_matvec_tiled_swiglu(stack, x, tokens, act)?;
+        return Ok(true);
+    }
     let (
         Linear::Blocks { format, blocks: g, out, inp },
         Linear::Blocks { format: up_format, blocks: u, out: up_out, inp: up_inp },
@@ -253,6 +260,22 @@ pub(crate) fn apply_glu<T: GemmElement>(
     }
     quant_matvec_glu(ggml, g, u, *out, x, *inp, act)?;
     Ok(true)
+}
+
+/// The tiled weight that stacks `gate` and then `up` and nothing else, both of the same whole
+/// tiles, where its gate-and-up launch takes `tokens`.
+fn stacked_gate_up<'a, T: GemmElement>(
+    gate: &'a Linear<T>,
+    up: &Linear<T>,
+    tokens: usize,
+) -> Option<&'a DeviceTiledMxfp4> {
+    let (Linear::Tiled { w, first: 0, out, .. }, Linear::Tiled { w: up_w, first, out: up_out, .. }) =
+        (gate, up)
+    else {
+        return None;
+    };
+    let pair = Arc::ptr_eq(w, up_w) && first == out && up_out == out && w.n() == 2 * out;
+    (pair && out.is_multiple_of(MXFP4_TILE_ROWS) && tokens <= TILED_MAX_TOKENS).then_some(&**w)
 }
 
 /// The block formats with a fused matrix-vector kernel, by the kernel family that runs them
