@@ -493,10 +493,7 @@ fn outputs<T: Dtype>(ys: &[&mut DeviceBuffer<T>], n: usize, batch: usize) -> Res
             "the outputs hold {lens:?} elements; {batch} vectors of the weight's n = {n} rows need {batch} x its part's rows each"
         )
     })?;
-    let n32 = u32::try_from(n).map_err(|_| KernelError::Shape {
-        kernel: KERNEL,
-        message: format!("n = {n} is more than the kernel counts (32-bit rows)"),
-    })?;
+    let n32 = rows_u32(n)?;
     let mut out = abi::rf_t4_outputs { end: [n32; MAX_TILED_OUTPUTS], ..Default::default() };
     let mut end = 0u32;
     for (i, y) in ys.iter().enumerate() {
@@ -509,6 +506,14 @@ fn outputs<T: Dtype>(ys: &[&mut DeviceBuffer<T>], n: usize, batch: usize) -> Res
         out.end[i] = end;
     }
     Ok(out)
+}
+
+/// `n` rows as the kernels count them (32 bits).
+fn rows_u32(n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| KernelError::Shape {
+        kernel: KERNEL,
+        message: format!("n = {n} is more than the kernel counts (32-bit rows)"),
+    })
 }
 
 /// The kernels' outputs argument for a gate-and-up launch of `n` rows (gates, then as many ups)
@@ -526,14 +531,8 @@ fn swiglu_outputs<T: Dtype>(act: &DeviceBuffer<T>, n: usize, batch: usize) -> Re
             batch * gates
         )
     })?;
-    let rows = |r: usize| {
-        u32::try_from(r).map_err(|_| KernelError::Shape {
-            kernel: KERNEL,
-            message: format!("n = {n} is more than the kernel counts (32-bit rows)"),
-        })
-    };
-    let (gates32, n32) = (rows(gates)?, rows(n)?);
-    let mut out = abi::rf_t4_outputs { end: [gates32, n32, n32], swiglu: 1, ..Default::default() };
+    let n32 = rows_u32(n)?;
+    let mut out = abi::rf_t4_outputs { end: [n32 / 2, n32, n32], swiglu: 1, ..Default::default() };
     out.y[0] = act.device_ptr();
     Ok(out)
 }
