@@ -238,20 +238,63 @@ RF_DEVICE void rf_t4_stage_in(unsigned char* stage, const rf_t4_cursor<T>& c, un
     }
 }
 
+// An E8M0 scale byte as the factor of a block's decoded sums: the value itself (WIDE: any byte,
+// 0xFF NaN), or for bytes up to RF_T4_FAST_SCALE_MAX the value times 2^14 (one shift).
+template <bool WIDE> RF_DEVICE float rf_t4_scale(unsigned e) {
+    return WIDE ? rf_e8m0_to_float(e) : __uint_as_float((e + RF_T4_SCALE_BIAS) << 23);
+}
+
+// A staged group as the mma's A operand: the lane's 16 bytes of each payload pair and the scale
+// bytes of its rows g and g + 8 (both loops multiply a group so).
+struct rf_t4_staged {
+    uint4 pair[RF_T4_GROUP / 2];
+    uint2 sg;
+    uint2 sh;
+    RF_DEVICE rf_t4_staged(const unsigned char* stage, int lane) {
+        const int g = lane >> 2;
+#pragma unroll
+        for (int i = 0; i < RF_T4_GROUP / 2; ++i) {
+            pair[i] = *reinterpret_cast<const uint4*>(stage + 512 * i + 16 * lane);
+        }
+        sg = *reinterpret_cast<const uint2*>(stage + RF_T4_PAYLOAD_BYTES + 8 * g);
+        sh = *reinterpret_cast<const uint2*>(stage + RF_T4_PAYLOAD_BYTES + 8 * (g + 8));
+    }
+    // Block j's A fragments: elements 8u .. 8u + 3 (a0) and 8u + 4 .. 8u + 7 (a1) of rows g and
+    // g + 8, as f16 values times 2^-14.
+    RF_DEVICE void fragments(int j, unsigned (&a0)[4], unsigned (&a1)[4]) const {
+        unsigned ag[4];
+        unsigned ah[4];
+        rf_t4_decode_f16(j & 1 ? pair[j >> 1].z : pair[j >> 1].x, ag);
+        rf_t4_decode_f16(j & 1 ? pair[j >> 1].w : pair[j >> 1].y, ah);
+        a0[0] = ag[0];
+        a0[1] = ah[0];
+        a0[2] = ag[1];
+        a0[3] = ah[1];
+        a1[0] = ag[2];
+        a1[1] = ah[2];
+        a1[2] = ag[3];
+        a1[3] = ah[3];
+    }
+    // Block j's scale factors of rows g and g + 8 (rf_t4_scale).
+    template <bool WIDE> RF_DEVICE float scale_g(int j) const { return rf_t4_scale<WIDE>(rf_t4_scale_byte(sg, j)); }
+    template <bool WIDE> RF_DEVICE float scale_h(int j) const { return rf_t4_scale<WIDE>(rf_t4_scale_byte(sh, j)); }
+};
+
+// Adds a block's sum `d` (from the decoded codes) times x's staging factor `f` (SCALED; a power of
+// two) and the weight's scale `s` (exact: a power of two) to a total. The _wide entries take
+// the codes' 2^-14 back here (their scales are the E8M0 values themselves), the same order of
+// operations in every loop so that they give the same bits.
+template <bool SCALED, bool WIDE> RF_DEVICE float rf_t4_add(float total, float d, float f, float s) {
+    return WIDE ? fmaf(d * (f * RF_T4_UNIT), s, total) : fmaf(SCALED ? d * f : d, s, total);
+}
+
 // Multiplies a staged group into the lane's row totals: `xs`, the group's 256 elements of x as
 // f16 (in the stage, or in x staged once a block), and (SCALED) `xf`, their 8 blocks' factors.
 template <bool SCALED, bool WIDE>
 RF_DEVICE void rf_t4_group_mma(const unsigned char* stage, const __half* xs, const float* xf, int lane, float& total_g,
                                float& total_h) {
-    const int g = lane >> 2;
     const int u = lane & 3;
-    uint4 pair[RF_T4_GROUP / 2];
-#pragma unroll
-    for (int i = 0; i < RF_T4_GROUP / 2; ++i) {
-        pair[i] = *reinterpret_cast<const uint4*>(stage + 512 * i + 16 * lane);
-    }
-    const uint2 sg = *reinterpret_cast<const uint2*>(stage + RF_T4_PAYLOAD_BYTES + 8 * g);
-    const uint2 sh = *reinterpret_cast<const uint2*>(stage + RF_T4_PAYLOAD_BYTES + 8 * (g + 8));
+    const rf_t4_staged a(stage, lane);
     // Lane u's 16 bytes of x of block j: elements 32j + 8u .. + 8.
     const unsigned char* xl = reinterpret_cast<const unsigned char*>(xs) + 16 * u;
     float f[RF_T4_GROUP];
@@ -261,28 +304,15 @@ RF_DEVICE void rf_t4_group_mma(const unsigned char* stage, const __half* xs, con
     }
 #pragma unroll
     for (int j = 0; j < RF_T4_GROUP; ++j) {
-        unsigned ag[4];
-        unsigned ah[4];
-        rf_t4_decode_f16(j & 1 ? pair[j >> 1].z : pair[j >> 1].x, ag);
-        rf_t4_decode_f16(j & 1 ? pair[j >> 1].w : pair[j >> 1].y, ah);
+        unsigned a0[4];
+        unsigned a1[4];
+        a.fragments(j, a0, a1);
         const uint4 xb = *reinterpret_cast<const uint4*>(xl + 64 * j);
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const unsigned a0[4] = {ag[0], ah[0], ag[1], ah[1]};
-        const unsigned a1[4] = {ag[2], ah[2], ag[3], ah[3]};
         rf_mma<__half>::run(d, a0, xb.x, xb.y);
         rf_mma<__half>::run(d, a1, xb.z, xb.w);
-        const unsigned eg = rf_t4_scale_byte(sg, j);
-        const unsigned eh = rf_t4_scale_byte(sh, j);
-        // The block's sums times x's staging factor (SCALED; a power of two) and the weight's
-        // scale (exact: a power of two).
-        const float unit = WIDE ? f[j] * RF_T4_UNIT : f[j];
-        if (WIDE) {
-            total_g = fmaf(d[0] * unit, rf_e8m0_to_float(eg), total_g);
-            total_h = fmaf(d[2] * unit, rf_e8m0_to_float(eh), total_h);
-        } else {
-            total_g = fmaf(SCALED ? d[0] * unit : d[0], __uint_as_float((eg + RF_T4_SCALE_BIAS) << 23), total_g);
-            total_h = fmaf(SCALED ? d[2] * unit : d[2], __uint_as_float((eh + RF_T4_SCALE_BIAS) << 23), total_h);
-        }
+        total_g = rf_t4_add<SCALED, WIDE>(total_g, d[0], f[j], a.scale_g<WIDE>(j));
+        total_h = rf_t4_add<SCALED, WIDE>(total_h, d[2], f[j], a.scale_h<WIDE>(j));
     }
 }
 
@@ -520,13 +550,7 @@ template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors {
     RF_DEVICE void group(const unsigned char* stage, unsigned q, int lane) {
         const int g = lane >> 2;
         const int u = lane & 3;
-        uint4 pair[RF_T4_GROUP / 2];
-#pragma unroll
-        for (int i = 0; i < RF_T4_GROUP / 2; ++i) {
-            pair[i] = *reinterpret_cast<const uint4*>(stage + 512 * i + 16 * lane);
-        }
-        const uint2 sg = *reinterpret_cast<const uint2*>(stage + RF_T4_PAYLOAD_BYTES + 8 * g);
-        const uint2 sh = *reinterpret_cast<const uint2*>(stage + RF_T4_PAYLOAD_BYTES + 8 * (g + 8));
+        const rf_t4_staged a(stage, lane);
         const rf_u64 k = (rf_u64)nb * RF_QK;
         // The group's blocks that exist: x past the row's last block is zero, not read (the
         // codes there are zeros, and 0 x 0 keeps the sums 0).
@@ -543,14 +567,9 @@ template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors {
         }
 #pragma unroll
         for (int j = 0; j < RF_T4_GROUP; ++j) {
-            unsigned ag[4];
-            unsigned ah[4];
-            rf_t4_decode_f16(j & 1 ? pair[j >> 1].z : pair[j >> 1].x, ag);
-            rf_t4_decode_f16(j & 1 ? pair[j >> 1].w : pair[j >> 1].y, ah);
-            const unsigned a0[4] = {ag[0], ah[0], ag[1], ah[1]};
-            const unsigned a1[4] = {ag[2], ah[2], ag[3], ah[3]};
-            const unsigned eg = rf_t4_scale_byte(sg, j);
-            const unsigned eh = rf_t4_scale_byte(sh, j);
+            unsigned a0[4];
+            unsigned a1[4];
+            a.fragments(j, a0, a1);
 #pragma unroll
             for (int p = 0; p < PASSES; ++p) {
                 if (8u * (unsigned)p >= batch) {
@@ -591,23 +610,13 @@ template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors {
                 float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 rf_mma<__half>::run(d, a0, xb.x, xb.y);
                 rf_mma<__half>::run(d, a1, xb.z, xb.w);
-                // As rf_t4_group_mma: the block's sums times x's factor and the weight's scale,
-                // in the same order, so that a column has the one-vector kernel's bits.
-                if (WIDE) {
-                    const float sgf = rf_e8m0_to_float(eg);
-                    const float shf = rf_e8m0_to_float(eh);
-                    acc[p][0] = fmaf(d[0] * (f0 * RF_T4_UNIT), sgf, acc[p][0]);
-                    acc[p][1] = fmaf(d[1] * (f1 * RF_T4_UNIT), sgf, acc[p][1]);
-                    acc[p][2] = fmaf(d[2] * (f0 * RF_T4_UNIT), shf, acc[p][2]);
-                    acc[p][3] = fmaf(d[3] * (f1 * RF_T4_UNIT), shf, acc[p][3]);
-                } else {
-                    const float sgf = __uint_as_float((eg + RF_T4_SCALE_BIAS) << 23);
-                    const float shf = __uint_as_float((eh + RF_T4_SCALE_BIAS) << 23);
-                    acc[p][0] = fmaf(SCALED ? d[0] * f0 : d[0], sgf, acc[p][0]);
-                    acc[p][1] = fmaf(SCALED ? d[1] * f1 : d[1], sgf, acc[p][1]);
-                    acc[p][2] = fmaf(SCALED ? d[2] * f0 : d[2], shf, acc[p][2]);
-                    acc[p][3] = fmaf(SCALED ? d[3] * f1 : d[3], shf, acc[p][3]);
-                }
+                // As rf_t4_group_mma, so that a column has the one-vector kernel's bits.
+                const float sg = a.scale_g<WIDE>(j);
+                const float sh = a.scale_h<WIDE>(j);
+                acc[p][0] = rf_t4_add<SCALED, WIDE>(acc[p][0], d[0], f0, sg);
+                acc[p][1] = rf_t4_add<SCALED, WIDE>(acc[p][1], d[1], f1, sg);
+                acc[p][2] = rf_t4_add<SCALED, WIDE>(acc[p][2], d[2], f0, sh);
+                acc[p][3] = rf_t4_add<SCALED, WIDE>(acc[p][3], d[3], f1, sh);
             }
         }
     }
