@@ -745,8 +745,7 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
     }
 }
 
-// Dequantisation: a warp a (tile t, pair p) item, a lane its 16-byte payload vector (l = 4g + u;
-// warp-stride over the items).
+// Dequantisation: a thread a 16-byte payload vector (tile t, pair p, lane l = 4g + u; grid-stride).
 // Its words W(g, 2p, u), W(g + 8, 2p, u), W(g, 2p + 1, u), W(g + 8, 2p + 1, u) are four runs of 8
 // elements, elements 32b + 8u .. + 8 of a row, each stored with one 16-byte store (two for f32):
 // the four lanes of a row's block write its 32 elements side by side. Each element is
@@ -756,23 +755,16 @@ template <typename T>
 RF_DEVICE void rf_t4_dequant(const uint4* payload, const unsigned char* scales, T* out, unsigned rows, unsigned nb) {
     const unsigned nbp = rf_t4_padded_blocks(nb);
     const unsigned pairs = nbp / 2;
-    // Items (tile, pair): a warp's 32 vectors, 512 contiguous bytes. 32-bit counters (the
-    // launcher checks the items fit): 64-bit divisions made the first version issue-bound.
-    const unsigned items = (rows + RF_T4_ROWS - 1) / RF_T4_ROWS * pairs;
+    const rf_u64 vectors = (rf_u64)((rows + RF_T4_ROWS - 1) / RF_T4_ROWS) * pairs * 32u;
     const rf_u64 k = (rf_u64)nb * RF_QK;
-    const unsigned lane = threadIdx.x & 31u;
-    const unsigned g = lane >> 2;
-    const unsigned u = lane & 3u;
-    const unsigned warps = blockDim.x >> 5;
-    for (unsigned item = blockIdx.x * warps + (threadIdx.x >> 5); item < items; item += gridDim.x * warps) {
-        const unsigned t = item / pairs;
-        const unsigned p = item - t * pairs;
-        const uint4 v = payload[(rf_u64)item * 32u + lane];
+    for (rf_u64 i = (rf_u64)blockIdx.x * blockDim.x + threadIdx.x; i < vectors; i += (rf_u64)gridDim.x * blockDim.x) {
+        const unsigned lane = (unsigned)(i % 32u);
+        const unsigned p = (unsigned)((i / 32u) % pairs);
+        const unsigned t = (unsigned)(i / 32u / pairs);
+        const unsigned g = lane >> 2;
+        const unsigned u = lane & 3u;
+        const uint4 v = payload[i];
         const unsigned words[4] = {v.x, v.y, v.z, v.w};
-        // Blocks 2p and 2p + 1 lie in one group of 8: rows g's and g + 8's scales of it.
-        const unsigned char* group = scales + ((rf_u64)t * (nbp / 8u) + p / 4u) * (RF_T4_ROWS * 8u);
-        const uint2 sg = *reinterpret_cast<const uint2*>(group + 8u * g);
-        const uint2 sh = *reinterpret_cast<const uint2*>(group + 8u * (g + 8u));
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const unsigned r = g + 8u * (unsigned)(j & 1); // row in the tile
@@ -781,7 +773,7 @@ RF_DEVICE void rf_t4_dequant(const uint4* payload, const unsigned char* scales, 
             if (row >= rows || b >= nb) {
                 continue;
             }
-            const float s = rf_e8m0_to_float(rf_t4_scale_byte(j & 1 ? sh : sg, (int)(b % 8u)));
+            const float s = rf_e8m0_to_float(scales[((rf_u64)t * pairs / 4u + b / 8u) * (RF_T4_ROWS * 8u) + r * 8u + b % 8u]);
             float f[8];
 #pragma unroll
             for (int e = 0; e < 8; ++e) {

@@ -694,12 +694,7 @@ pub fn dequantize_tiled<T: Dtype>(
     ensure(u32::try_from(count).is_ok() && u32::try_from(k / QK).is_ok(), KERNEL, || {
         format!("[{count}, {k}] is more than the kernel counts (32-bit rows and blocks)")
     })?;
-    let items = count.div_ceil(TILE_ROWS) * (padded_blocks(k) / 2);
-    // The kernel counts items (a warp's 512 bytes) in 32 bits, stepping by the grid's warps.
-    ensure(items <= u32::MAX as usize / 2, KERNEL, || {
-        format!("[{count}, {k}] has {items} tile pairs, more than the kernel counts")
-    })?;
-    let vectors = items * 32;
+    let vectors = count.div_ceil(TILE_ROWS) * padded_blocks(k) / 2 * 32;
     let stream = out.stream().clone();
     let info = stream.backend().info();
     let blocks = vectors
