@@ -165,20 +165,17 @@ impl<T: GemmElement> Linear<T> {
 const TILED_MAX_TOKENS: usize = MAX_TILED_BATCH;
 
 /// The stacked tiled weight whose parts `linears` are, in order and all of it, where one launch
-/// can run them at `tokens` (into outputs of exactly their rows).
+/// can run them at `tokens`.
 fn stacked_tiled<'a, T: GemmElement>(
     linears: &[&'a Linear<T>],
-    ys: &[&mut DeviceBuffer<T>],
     tokens: usize,
 ) -> Option<&'a DeviceTiledMxfp4> {
     let Some(Linear::Tiled { w: stack, .. }) = linears.first() else { return None };
     let mut next = 0;
     let whole = tokens <= TILED_MAX_TOKENS
         && linears.len() <= MAX_TILED_OUTPUTS
-        && linears.iter().zip(ys).all(|(l, y)| match l {
-            Linear::Tiled { w, first, out, .. }
-                if Arc::ptr_eq(w, stack) && *first == next && y.len() == out * tokens =>
-            {
+        && linears.iter().all(|l| match l {
+            Linear::Tiled { w, first, out, .. } if Arc::ptr_eq(w, stack) && *first == next => {
                 next += out;
                 true
             }
@@ -202,7 +199,9 @@ pub(crate) fn apply_shared<T: GemmElement>(
     products: &mut Products<'_, T>,
 ) -> Result<()> {
     assert_eq!(linears.len(), ys.len(), "one output per projection");
-    if let Some(stack) = stacked_tiled(linears, ys, tokens) {
+    // One launch into outputs of exactly the parts' rows.
+    let fits = linears.iter().zip(ys.iter()).all(|(l, y)| y.len() == l.rows() * tokens);
+    if let Some(stack) = stacked_tiled(linears, tokens).filter(|_| fits) {
         mx_matvec_tiled_split(stack, x, tokens, ys)?;
         return Ok(());
     }
@@ -262,20 +261,15 @@ pub(crate) fn apply_glu<T: GemmElement>(
     Ok(true)
 }
 
-/// The tiled weight that stacks `gate` and then `up` and nothing else, both of the same whole
-/// tiles, where its gate-and-up launch takes `tokens`.
+/// The tiled weight that stacks `gate` and then `up` and nothing else ([`stacked_tiled`]), both
+/// of the same whole tiles, where its gate-and-up launch takes `tokens`.
 fn stacked_gate_up<'a, T: GemmElement>(
     gate: &'a Linear<T>,
-    up: &Linear<T>,
+    up: &'a Linear<T>,
     tokens: usize,
 ) -> Option<&'a DeviceTiledMxfp4> {
-    let (Linear::Tiled { w, first: 0, out, .. }, Linear::Tiled { w: up_w, first, out: up_out, .. }) =
-        (gate, up)
-    else {
-        return None;
-    };
-    let pair = Arc::ptr_eq(w, up_w) && first == out && up_out == out && w.n() == 2 * out;
-    (pair && out.is_multiple_of(MXFP4_TILE_ROWS) && tokens <= TILED_MAX_TOKENS).then_some(&**w)
+    let halves = gate.rows() == up.rows() && gate.rows().is_multiple_of(MXFP4_TILE_ROWS);
+    stacked_tiled(&[gate, up], tokens).filter(|_| halves)
 }
 
 /// The block formats with a fused matrix-vector kernel, by the kernel family that runs them
