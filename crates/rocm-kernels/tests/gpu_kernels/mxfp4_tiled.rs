@@ -315,6 +315,14 @@ fn tiled_shapes_are_refused() {
 
 /// Random GGUF weights of `parts` rows of `k` (in that order from `rng`), each tiled, and their
 /// stack ([`TiledMxfp4::stack`]).
+/// The row range of each part of a weight stacked from parts of `parts` rows, in order.
+fn part_rows(parts: &[usize]) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    parts.iter().scan(0, |start, &n| {
+        *start += n;
+        Some(*start - n..*start)
+    })
+}
+
 fn random_stack(rng: &mut Rng, parts: &[usize], k: usize) -> (Vec<Vec<u8>>, Vec<TiledMxfp4>, TiledMxfp4) {
     let weights: Vec<Vec<u8>> = parts.iter().map(|&n| random_weights(rng, FORMAT, n, k)).collect();
     let tiled: Vec<TiledMxfp4> =
@@ -549,13 +557,11 @@ fn batch_matches_each_vector_alone<T: Dtype>(gpu: &GpuTest, seed: u64) {
                     }
                 }
                 if !portable {
-                    let mut start = 0;
-                    for (i, &n) in parts.iter().enumerate() {
-                        let mut by_rows = poisoned::<T>(gpu, batch * n);
-                        mx_matvec_tiled_rows(&device, start..start + n, &dx, batch, &mut by_rows).unwrap();
+                    for (i, rows) in part_rows(parts).enumerate() {
+                        let mut by_rows = poisoned::<T>(gpu, batch * rows.len());
+                        mx_matvec_tiled_rows(&device, rows, &dx, batch, &mut by_rows).unwrap();
                         let what = format!("{} parts {parts:?} batch {batch} part {i} by rows", T::NAME);
                         assert_eq!(bits(&by_rows.to_vec().unwrap()), bits(&got[i]), "{what}");
-                        start += n;
                     }
                 }
             }
@@ -755,12 +761,11 @@ fn dequantizes_as_the_gguf_rows<T: Dtype>(gpu: &GpuTest, seed: u64) {
     let (parts, k) = ([32usize, 16, 23], 2880);
     let (weights, _, stacked) = random_stack(&mut rng, &parts, k);
     let stacked = stacked.upload(gpu.stream()).unwrap();
-    let mut start = 0;
-    for (i, (w, &n)) in weights.iter().zip(&parts).enumerate() {
+    for (i, (w, rows)) in weights.iter().zip(part_rows(&parts)).enumerate() {
+        let n = rows.len();
         let mut out = poisoned::<T>(gpu, n * k);
-        dequantize_tiled(&stacked, start..start + n, &mut out).unwrap();
+        dequantize_tiled(&stacked, rows, &mut out).unwrap();
         assert_eq!(bits(&out), bits(&gguf_dequant(w, n * k)), "{} part {i} of {parts:?}", T::NAME);
-        start += n;
     }
 }
 
