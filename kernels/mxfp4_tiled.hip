@@ -14,22 +14,27 @@
 //   scales:  E8M0 byte of (tile t, row r < 16, block b) at ((t * nbp / 8 + b / 8) * 16 + r) * 8
 //            + b % 8: a group of 8 blocks of a tile is 128 contiguous bytes.
 //
-// Entries, (payload, scales, x, rf_t4_outputs y, u32 nb, u32 batch): nb = k / 32, x [batch, k],
-// the weight's n rows written to up to three outputs by row range, each [batch, its rows]
-// (rocmforge_mxfp4_tiled_abi.h: weights stacked along their rows, one launch for a layer's Q, K
-// and V); launched as dependent launches (rocmforge_dependent_launch.h: the matrix-core entries
-// that hold no x in their stages issue their first weight copies before the wait, the others
-// wait first):
+// Entries, (payload, scales, x, rf_t4_outputs y, rf_t4_norm norm, u32 nb, u32 batch): nb = k / 32,
+// x [batch, k], the weight's n rows written to up to three outputs by row range, each [batch, its
+// rows] (rocmforge_mxfp4_tiled_abi.h: weights stacked along their rows, one launch for a layer's
+// Q, K and V); launched as dependent launches (rocmforge_dependent_launch.h: the matrix-core
+// entries that hold no x in their stages issue their first weight copies before the wait, the
+// others wait first):
 //   rf_mxfp4_tiled_matvec_mma_<dt>       f16 / bf16 on NVIDIA sm_80+, one vector, scale bytes all
 //                                        <= 240 (the launcher knows the maximum)
-//   rf_mxfp4_tiled_batch8_mma_<dt>,      the same for 1..8 and 1..32 vectors (B's columns)
-//   rf_mxfp4_tiled_batch32_mma_<dt>
+//   rf_mxfp4_tiled_normed_mma_<dt>       the same with the RMSNorm `norm` applied to x (x then a
+//                                        row of the residual stream): x staged once a block
+//                                        whatever its type, normalised as it is staged
+//   rf_mxfp4_tiled_batch8_mma_<dt>,      the same as the first for 1..8 and 1..32 vectors (B's
+//   rf_mxfp4_tiled_batch32_mma_<dt>      columns)
 //   ..._mma_wide_<dt>                    each of those for any scale byte (0xFF: NaN)
 //   rf_mxfp4_tiled_matvec_<dt>           portable: f32, f16, bf16, any device, any batch
-// Every matrix-vector entry also runs a gate-and-up product with its SwiGLU (y.swiglu,
-// rocmforge_mxfp4_tiled_abi.h): a block then takes a gate tile and right after it that tile's up
-// tile (rf_t4_walk), keeps the gates, and writes silu(gate) * up (rf_t4_put), so that the
-// activation costs no launch of its own.
+//   rf_mxfp4_tiled_normed_<dt>           the same with the RMSNorm `norm` applied to x
+// The entries without `normed` in their name take norm.weight null (they trap otherwise). Every matrix-vector entry also puts its totals as y.mode says
+// (rocmforge_mxfp4_tiled_abi.h): stored; added to the residual stream there (a block's output
+// joining it in its own launch); or as a gate-and-up product with its SwiGLU: a block then takes
+// a gate tile and right after it that tile's up tile (rf_t4_walk), keeps the gates, and writes
+// silu(gate) * up (rf_t4_put), so that the activation costs no launch of its own.
 // And rf_mxfp4_tiled_dequant_<dt> (payload, scales, T* out, u32 rows, u32 nb): the weight's first
 // `rows` rows as T, row-major [rows, k], for the GEMM of a prefill (any device; the launcher
 // points payload and scales at the first tile of a stacked weight's part).
@@ -70,8 +75,16 @@
 #include "rocmforge_mma.h"
 #include "rocmforge_dependent_launch.h"
 #include "rocmforge_mxfp4_tiled_abi.h"
+#include "rocmforge_reduce.h"
 #include "rocmforge_silu.h"
 #include "rocmforge_x16.h"
+
+// A launcher's broken promise (never in a correct launch): the kernel ends with an error.
+#if RF_PLATFORM_AMD
+#define RF_T4_TRAP() __builtin_trap()
+#else
+#define RF_T4_TRAP() __trap()
+#endif
 
 RF_DEVICE unsigned rf_t4_padded_blocks(unsigned nb) { return (nb + RF_T4_GROUP - 1) & ~(unsigned)(RF_T4_GROUP - 1); }
 
@@ -96,15 +109,20 @@ template <typename T> RF_DEVICE T* rf_t4_out(const rf_t4_outputs& out, unsigned 
                               : static_cast<T*>(out.y[2]) + (rf_u64)v * (out.end[2] - out.end[1]) + (row - out.end[1]);
 }
 
-// Where the total of (row, vector v) goes: its output; or, in a gate-and-up launch
-// (out.swiglu), a gate row's rounded to T into `*keep`, and an up row's with the gate kept there
-// through silu(gate) * up into y[0]. The kernels walk a gate tile and then its up tile (rf_t4_walk)
-// with the same thread on the same (row % 16, v) and the same `keep` in both, so each thread reads
-// back what it wrote itself: no barrier.
+// Where the total of (row, vector v) goes, by out.mode (rocmforge_mxfp4_tiled_abi.h): rounded to
+// T, into its output, or added to the element there (RF_T4_ADD); or, in a gate-and-up launch
+// (RF_T4_SWIGLU), a gate row's rounded to T into `*keep`, and an up row's with the gate kept
+// there through silu(gate) * up into y[0]. The kernels walk a gate tile and then its up tile
+// (rf_t4_walk) with the same thread on the same (row % 16, v) and the same `keep` in both, so
+// each thread reads back what it wrote itself: no barrier.
+RF_DEVICE bool rf_t4_swiglu(const rf_t4_outputs& out) { return out.mode == RF_T4_SWIGLU; }
 template <typename T>
 RF_DEVICE void rf_t4_put(const rf_t4_outputs& out, unsigned row, unsigned v, float sum, float* keep) {
-    if (!out.swiglu) {
-        *rf_t4_out<T>(out, row, v) = rf_from_float<T>(sum);
+    if (!rf_t4_swiglu(out)) {
+        T* y = rf_t4_out<T>(out, row, v);
+        // RF_T4_ADD: as rmsnorm.hip's residual form, round(stream + round(total)).
+        const float add = out.mode == RF_T4_ADD ? rf_to_float(rf_from_float<T>(sum)) + rf_to_float(*y) : sum;
+        *y = rf_from_float<T>(add);
         return;
     }
     const unsigned gates = out.end[0];
@@ -116,11 +134,11 @@ RF_DEVICE void rf_t4_put(const rf_t4_outputs& out, unsigned row, unsigned v, flo
     }
 }
 
-// A row of an empty product (k = 0): 0; in a gate-and-up launch silu(0) * 0 = 0, written for
-// the gate row (the up rows write nothing).
+// A row of an empty product (k = 0): a total of 0, put as any other; in a gate-and-up launch
+// silu(0) * 0 = 0, written for the gate row (the up rows write nothing).
 template <typename T> RF_DEVICE void rf_t4_put_zero(const rf_t4_outputs& out, unsigned row, unsigned v) {
-    if (!out.swiglu) {
-        *rf_t4_out<T>(out, row, v) = rf_from_float<T>(0.0f);
+    if (!rf_t4_swiglu(out)) {
+        rf_t4_put<T>(out, row, v, 0.0f, nullptr);
     } else if (row < out.end[0]) {
         static_cast<T*>(out.y[0])[(rf_u64)v * out.end[0] + row] = rf_from_float<T>(0.0f);
     }
@@ -137,11 +155,12 @@ struct rf_t4_walk {
     RF_DEVICE rf_t4_walk(const rf_t4_outputs& out, unsigned tiles) {
         const unsigned grid = gridDim.x;
         const unsigned gate_tiles = out.end[0] / RF_T4_ROWS;
-        const unsigned units = out.swiglu ? gate_tiles : tiles; // pairs, or tiles
+        const bool pairs = rf_t4_swiglu(out);
+        const unsigned units = pairs ? gate_tiles : tiles; // pairs, or tiles
         const unsigned first = blockIdx.x;
-        count = first < units ? (units - first + grid - 1) / grid * (out.swiglu ? 2u : 1u) : 0u;
-        a = out.swiglu ? (int)gate_tiles : (int)grid;
-        b = out.swiglu ? (int)grid - (int)gate_tiles : (int)grid;
+        count = first < units ? (units - first + grid - 1) / grid * (pairs ? 2u : 1u) : 0u;
+        a = pairs ? (int)gate_tiles : (int)grid;
+        b = pairs ? (int)grid - (int)gate_tiles : (int)grid;
     }
     // The step after a block's tile `i` (counted from 0): a after even ones, b after odd ones.
     RF_DEVICE int step(unsigned i) const { return i & 1u ? b : a; }
@@ -168,6 +187,48 @@ RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, co
         }
         rf_t4_put<T>(out, row, v, sum, keep + r);
     }
+}
+
+// The normed entries' RMSNorm (rf_t4_norm): s = 1 / sqrt(sum(h^2) / k + eps) over a row h of k
+// elements, 1 / k, its addition and the square root as kernels/rmsnorm.hip forms them, the sum
+// of squares in the block's own order (below). Then each element is h * s * weight in f32,
+// rounded to T (rmsnorm.hip's element).
+RF_DEVICE float rf_t4_norm_from(float sumsq, rf_u64 k, float eps) { return rsqrtf(sumsq * (1.0f / (float)k) + eps); }
+RF_DEVICE float rf_t4_normed(float h, float s, float w) { return h * s * w; }
+
+// The matrix-core kernels' s: thread t takes the 16-byte vectors t, t + blockDim.x, ... (k % 8
+// == 0, h 16-byte aligned), and the threads' sums meet in rf_block_sum's order (warps of 32).
+// Every thread gets s. `scratch`: a float a warp, not written again until every thread has s.
+template <typename T> RF_DEVICE float rf_t4_norm_scale(const T* h, rf_u64 k, float eps, float* scratch) {
+    constexpr int V = 16 / (int)sizeof(T);
+    float sumsq = 0.0f;
+    for (rf_u64 i = (rf_u64)V * threadIdx.x; i < k; i += (rf_u64)V * blockDim.x) {
+        float f[V];
+        rf_pack16<T>::unpack(rf_load16(h + i), f);
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            sumsq = fmaf(f[e], f[e], sumsq);
+        }
+    }
+    return rf_t4_norm_from(rf_block_sum(sumsq, scratch), k, eps);
+}
+
+// The portable kernel's s: thread t takes elements t, t + blockDim.x, ..., and every thread adds
+// the threads' sums in thread order through shared memory (`part`: a float a thread, not written
+// again until every thread has s), with no shuffles: any warp width, any block size.
+template <typename T> RF_DEVICE float rf_t4_norm_scale_portable(const T* h, rf_u64 k, float eps, float* part) {
+    float sumsq = 0.0f;
+    for (rf_u64 i = threadIdx.x; i < k; i += blockDim.x) {
+        const float f = rf_to_float(h[i]);
+        sumsq = fmaf(f, f, sumsq);
+    }
+    part[threadIdx.x] = sumsq;
+    __syncthreads();
+    float total = 0.0f;
+    for (unsigned t = 0; t < blockDim.x; ++t) {
+        total += part[t];
+    }
+    return rf_t4_norm_from(total, k, eps);
 }
 
 #if RF_MMA_SYNC
@@ -321,6 +382,8 @@ RF_DEVICE void rf_t4_group_mma(const unsigned char* stage, const __half* xs, con
 //   Op::Elem, the activations' type; Op::STAGE, a stage's bytes; Op::X_IN_STAGE, whether a
 //   stage holds its group's x too (the cursor copies it; the block then waits for the kernel
 //   ahead before its first copies, else after them, then op.after_wait());
+//   op.before_prologue(), copies of the op's own issued before the prologue's (as one commit
+//   group of their own, or none);
 //   op.place(shared memory past the rings, warps, nbp); op.outputs(), the launch's outputs
 //   (its rows, and the walk: rf_t4_walk); op.zero(tile), an empty tile's outputs (k = 0);
 //   op.group(stage, q, lane), group q of the current tile into the lane's totals;
@@ -355,7 +418,7 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
         return;
     }
     if (groups < warps) {
-        __trap(); // the launcher never asks for more warps than groups (a warp with none would
+        RF_T4_TRAP(); // the launcher never asks for more warps than groups (a warp with none would
                   // miss the tiles' barriers)
     }
     const unsigned per_tile = (groups - (unsigned)warp + warps - 1) / warps; // this warp's groups a tile
@@ -379,6 +442,7 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
     if constexpr (Op::X_IN_STAGE) {
         rf_follow_prior_grid(); // uniform across the block
     }
+    op.before_prologue();
 #pragma unroll
     for (int s = 0; s < RF_T4_STAGES - 1; ++s) {
         if (fetched < items) {
@@ -421,22 +485,41 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
     rf_cp_async_wait<0>(); // nothing is left in flight at exit (the last commits are empty)
 }
 
+// Eight elements of the normalised row from element i (16-byte aligned) of h and the norm's
+// weight w, as T's bits (16-bit types).
+template <typename T> RF_DEVICE uint4 rf_t4_normed8(const T* h, const T* w, rf_u64 i, float s) {
+    static_assert(sizeof(T) == 2, "eight 16-bit elements");
+    float f[8];
+    float g[8];
+    rf_pack16<T>::unpack(rf_load16(h + i), f);
+    rf_pack16<T>::unpack(rf_load16(w + i), g);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        f[e] = rf_t4_normed(f[e], s, g[e]);
+    }
+    return rf_pack16<T>::pack(f);
+}
+
 // One vector: the group's x from the stage (f16) or from x staged once a block as block-scaled
 // f16 (bf16); D's columns are all the same, so lane 4g + u's totals are rows g and g + 8's.
-template <typename T, bool WIDE> struct rf_t4_one_vector {
+// NORM (the normed entries): x is a row of the residual stream, normalised as it is staged
+// (rf_t4_norm), so x is staged once a block for f16 too, as f16.
+template <typename T, bool WIDE, bool NORM> struct rf_t4_one_vector {
     typedef T Elem;
     typedef rf_x16<T> X;
-    static constexpr bool ONCE = X::SCALED; // bf16: x staged once a block; f16: x in every stage
+    // bf16 or NORM: x staged once a block; plain f16: x in every stage.
+    static constexpr bool ONCE = X::SCALED || NORM;
     static constexpr bool X_IN_STAGE = !ONCE;
     static constexpr unsigned STAGE = ONCE ? RF_T4_STAGE_BF16 : RF_T4_STAGE_F16;
     const T* x;
     const rf_t4_outputs& y;
+    rf_t4_norm norm;
     unsigned nb;
     // Past the warps' rings: the tiles' row totals, two buffers of warps * 16 floats by tile
     // parity (in the dynamic shared memory, as mxfp.hip's, rather than a static array beside
     // it: one allocation the launcher sizes, and one the CPU emulator can give the kernel); then,
-    // for bf16, x as f16 (nbp blocks) and its blocks' factors; then, in a gate-and-up launch, the
-    // tile's 16 gates (rf_t4_put).
+    // where x is staged once (ONCE), x as f16 (nbp blocks) and its blocks' factors (bf16; f16
+    // leaves them unused); then, in a gate-and-up launch, the tile's 16 gates (rf_t4_put).
     float* totals;
     __half* xs;
     float* xf;
@@ -446,8 +529,8 @@ template <typename T, bool WIDE> struct rf_t4_one_vector {
     float total_g; // row g of the current tile
     float total_h; // row g + 8
 
-    RF_DEVICE rf_t4_one_vector(const T* x_, const rf_t4_outputs& y_, unsigned nb_)
-        : x(x_), y(y_), nb(nb_), total_g(0.0f), total_h(0.0f) {}
+    RF_DEVICE rf_t4_one_vector(const T* x_, const rf_t4_outputs& y_, rf_t4_norm norm_, unsigned nb_)
+        : x(x_), y(y_), norm(norm_), nb(nb_), total_g(0.0f), total_h(0.0f) {}
     RF_DEVICE void place(unsigned char* rest, unsigned warps_, unsigned nbp_) {
         warps = warps_;
         nbp = nbp_;
@@ -464,11 +547,48 @@ template <typename T, bool WIDE> struct rf_t4_one_vector {
             rf_t4_put_zero<T>(y, row, 0);
         }
     }
-    // bf16: x, while the prologue's copies are in flight; the padding blocks' x zero (their
-    // codes are zeros too, and 0 x 0 keeps their sums 0 where garbage x could make them NaN).
+    // NORM: the norm's weight (a weight: nothing of the kernel ahead) into xs, where x will be
+    // staged (k 16-bit elements: xs's first k * 2 bytes), copied before the block waits, as its
+    // own commit group, the oldest (after_wait waits for it). Each thread later stages x over
+    // the same bytes it reads the weight from.
+    RF_DEVICE void before_prologue() {
+        if constexpr (NORM) {
+            const unsigned char* w = static_cast<const unsigned char*>(norm.weight);
+            for (unsigned i = threadIdx.x; i < nb * (RF_QK / 8); i += blockDim.x) {
+                rf_cp_async16(reinterpret_cast<unsigned char*>(xs) + 16 * i, w + 16 * i, 16);
+            }
+            rf_cp_async_commit();
+        }
+    }
+    // x staged once (bf16, NORM), while the prologue's copies are in flight; the padding blocks'
+    // x zero (their codes are zeros too, and 0 x 0 keeps their sums 0 where garbage x could make
+    // them NaN). NORM: the sum of squares first (its scratch, the totals, is free until the
+    // first tile ends, past this function's barrier, which also publishes every thread's copies
+    // of the weight), then each element normalised and staged over the weight's bytes.
     RF_DEVICE void after_wait() {
-        if constexpr (ONCE) {
+        if constexpr (NORM) {
+            const rf_u64 k = (rf_u64)nb * RF_QK;
+            const T* w = reinterpret_cast<const T*>(xs);
+            rf_cp_async_wait<RF_T4_STAGES - 1>(); // the weight's group (the prologue's are younger)
+            const float s = rf_t4_norm_scale<T>(x, k, norm.eps, totals);
+            if constexpr (X::SCALED) {
+                for (unsigned b = threadIdx.x; b < nb; b += blockDim.x) {
+                    uint4 v[4];
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) {
+                        v[u] = rf_t4_normed8(x, w, (rf_u64)RF_QK * b + 8u * (unsigned)u, s);
+                    }
+                    X::stage_block(v, xs, xf, b);
+                }
+            } else {
+                for (unsigned i = threadIdx.x; i < nb * (RF_QK / 8); i += blockDim.x) {
+                    reinterpret_cast<uint4*>(xs)[i] = rf_t4_normed8(x, w, 8ull * i, s);
+                }
+            }
+        } else if constexpr (ONCE) {
             X::stage(x, xs, xf, (rf_u64)nb * RF_QK);
+        }
+        if constexpr (ONCE) {
             for (unsigned i = nb * (RF_QK / 8) + threadIdx.x; i < nbp * (RF_QK / 8); i += blockDim.x) {
                 reinterpret_cast<uint4*>(xs)[i] = make_uint4(0u, 0u, 0u, 0u);
             }
@@ -546,6 +666,7 @@ template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors {
             }
         }
     }
+    RF_DEVICE void before_prologue() {}
     RF_DEVICE void after_wait() {}
     RF_DEVICE void group(const unsigned char* stage, unsigned q, int lane) {
         const int g = lane >> 2;
@@ -655,24 +776,30 @@ template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors {
     }
 };
 
-template <typename T, bool WIDE>
+template <typename T, bool WIDE, bool NORM>
 RF_DEVICE void rf_t4_matvec_mma(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
-                                unsigned nb) {
-    rf_t4_one_vector<T, WIDE> op(x, y, nb);
+                                rf_t4_norm norm, unsigned nb) {
+    if (!NORM && norm.weight != nullptr) {
+        RF_T4_TRAP(); // a norm only the normed entries apply
+    }
+    rf_t4_one_vector<T, WIDE, NORM> op(x, y, norm, nb);
     rf_t4_stream(payload, scales, x, nb, op);
 }
 
 template <typename T, bool WIDE, int PASSES>
 RF_DEVICE void rf_t4_matvecs_mma(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
-                                 unsigned nb, unsigned batch) {
+                                 rf_t4_norm norm, unsigned nb, unsigned batch) {
+    if (norm.weight != nullptr) {
+        RF_T4_TRAP(); // a norm only the normed entries apply
+    }
     rf_t4_vectors<T, WIDE, PASSES> op(x, y, nb, batch);
     rf_t4_stream(payload, scales, x, nb, op);
 }
 
-#define RF_T4_MMA_BODY(T, WIDE) rf_t4_matvec_mma<T, WIDE>(payload, scales, x, y, nb);
-#define RF_T4_BATCH_BODY(T, WIDE, PASSES) rf_t4_matvecs_mma<T, WIDE, PASSES>(payload, scales, x, y, nb, batch);
+#define RF_T4_MMA_BODY(T, WIDE, NORM) rf_t4_matvec_mma<T, WIDE, NORM>(payload, scales, x, y, norm, nb);
+#define RF_T4_BATCH_BODY(T, WIDE, PASSES) rf_t4_matvecs_mma<T, WIDE, PASSES>(payload, scales, x, y, norm, nb, batch);
 #else
-#define RF_T4_MMA_BODY(T, WIDE) RF_MMA_UNAVAILABLE();
+#define RF_T4_MMA_BODY(T, WIDE, NORM) RF_MMA_UNAVAILABLE();
 #define RF_T4_BATCH_BODY(T, WIDE, PASSES) RF_MMA_UNAVAILABLE();
 #endif // RF_MMA_SYNC
 
@@ -682,12 +809,18 @@ RF_DEVICE void rf_t4_matvecs_mma(const uint4* payload, const unsigned char* scal
 // scale, into its rows' totals, and the four lanes of a row are added in shared memory with the
 // warps'. Several vectors one after another over the tile (its bytes come from the caches the
 // second time). Any warp width: "warp" here is 32 consecutive threads, and nothing is exchanged
-// between threads but through shared memory.
-template <typename T>
+// between threads but through shared memory. NORM (the normed entry): each vector's s first
+// (rf_t4_norm_scale_portable), then each element of x normalised as it is read.
+template <typename T, bool NORM>
 RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
-                            unsigned nb, unsigned batch) {
+                            rf_t4_norm norm, unsigned nb, unsigned batch) {
     __shared__ float totals[2][RF_T4_WARPS * 4 * RF_T4_ROWS]; // by parity (rf_t4_finish)
     __shared__ float keep[RF_T4_ROWS]; // a gate-and-up launch's gates of a tile (rf_t4_put)
+    __shared__ float part[NORM ? RF_T4_WARPS * 32 : 1]; // the norm's sums of squares (rf_t4_norm_scale_portable)
+    if (!NORM && norm.weight != nullptr) {
+        RF_T4_TRAP(); // a norm only the normed entry applies
+    }
+    const T* wn = static_cast<const T*>(norm.weight); // NORM: the norm's weight
     const int lane = (int)threadIdx.x & 31;
     const int warp = (int)threadIdx.x >> 5;
     const int warps = (int)blockDim.x >> 5;
@@ -698,8 +831,8 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
     // A block's unit: a tile, or in a gate-and-up launch a gate tile and then its up tile for
     // each vector, so that the gates kept are the up's (rf_t4_put).
     const unsigned gate_tiles = y.end[0] / RF_T4_ROWS;
-    const unsigned units = y.swiglu ? gate_tiles : tiles;
-    const unsigned per_unit = y.swiglu ? 2u : 1u;
+    const unsigned units = rf_t4_swiglu(y) ? gate_tiles : tiles;
+    const unsigned per_unit = rf_t4_swiglu(y) ? 2u : 1u;
     unsigned done = 0; // (tile, vector) totals this block has finished: their parity picks the buffer
     rf_follow_prior_grid(); // nothing to do before it
     for (unsigned unit = blockIdx.x; unit < units; unit += gridDim.x) {
@@ -709,6 +842,9 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
             const uint4* pt = payload + (rf_u64)tile * nbp * 16u + lane; // nbp / 2 pairs of 32 lanes
             const unsigned char* st = scales + (rf_u64)tile * nbp * RF_T4_ROWS;
             const T* xv = x + (rf_u64)v * nb * RF_QK;
+            // The norm's s for this vector (its reads of `part` come before rf_t4_finish's barrier
+            // below, which every thread passes before the next vector's writes).
+            const float s = NORM ? rf_t4_norm_scale_portable(xv, (rf_u64)nb * RF_QK, norm.eps, part) : 1.0f;
             float total_g = 0.0f;
             float total_h = 0.0f;
             for (unsigned b = (unsigned)warp * RF_T4_GROUP; b < nb; b += (unsigned)warps * RF_T4_GROUP) {
@@ -719,14 +855,19 @@ RF_DEVICE void rf_t4_matvec(const uint4* payload, const unsigned char* scales, c
                     const uint4 pair = pt[(b / 2 + (unsigned)(j >> 1)) * 32u];
                     const unsigned wg = j & 1 ? pair.z : pair.x;
                     const unsigned wh = j & 1 ? pair.w : pair.y;
-                    const T* xb = xv + 32u * (b + (unsigned)j) + 8u * (unsigned)u;
+                    const rf_u64 c = 32ull * (b + (unsigned)j) + 8u * (unsigned)u; // x[c .. c + 8]
+                    const T* xb = xv + c;
                     float pg = 0.0f;
                     float ph = 0.0f;
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
-                            const float xval = rf_to_float(xb[2 * i + h]);
+                            float xval = rf_to_float(xb[2 * i + h]);
+                            if constexpr (NORM) {
+                                const float w = rf_to_float(wn[c + 2 * i + h]);
+                                xval = rf_to_float(rf_from_float<T>(rf_t4_normed(xval, s, w)));
+                            }
                             pg = fmaf(rf_mxfp4::element(rf_t4_code(wg, i, h)), xval, pg);
                             ph = fmaf(rf_mxfp4::element(rf_t4_code(wh, i, h)), xval, ph);
                         }
@@ -784,26 +925,38 @@ RF_DEVICE void rf_t4_dequant(const uint4* payload, const unsigned char* scales, 
     }
 }
 
-// Every matrix-vector entry is (payload, scales, x, rf_t4_outputs y, u32 nb, u32 batch): x is
-// [batch, nb * 32], output i [batch, its rows]. blockDim.x: 32..RF_T4_WARPS * 32, whole warps.
-// The matrix-core entries need at least as many groups as warps, x 16-byte aligned, and dynamic
-// shared memory of warps * RF_T4_STAGES * (the stage) bytes for the rings, then the tiles' totals,
-// two buffers of warps * 16 * (columns) floats:
+// Every matrix-vector entry is (payload, scales, x, rf_t4_outputs y, rf_t4_norm norm, u32 nb, u32
+// batch): x is [batch, nb * 32], output i [batch, its rows]; norm.weight (k elements, 16-byte
+// aligned) for the normed entries, null for the others. blockDim.x: 32..RF_T4_WARPS * 32, whole
+// warps. The matrix-core entries need at least as many groups as warps, x 16-byte aligned, and
+// dynamic shared memory of warps * RF_T4_STAGES * (the stage) bytes for the rings, then the
+// tiles' totals, two buffers of warps * 16 * (columns) floats:
 //   rf_mxfp4_tiled_matvec_mma[_wide]_<dt>: batch 1; stages RF_T4_STAGE_<dt>, 1 column, for bf16
 //     then 2 * 32 * nbp bytes of x and 4 * nbp of its factors (nbp = nb rounded up to 8);
+//   rf_mxfp4_tiled_normed_mma[_wide]_<dt>: batch 1; stages RF_T4_STAGE_BF16, 1 column, then x
+//     and its factors as the bf16 one-vector entry's, whatever <dt>;
 //   rf_mxfp4_tiled_batch8_mma[_wide]_<dt>, ..._batch32_...: batch 1..8 and 1..32; stages
 //     RF_T4_STAGE_BF16, 8 and 32 columns.
-// The portable rf_mxfp4_tiled_matvec_<dt> takes any batch.
+// The portable rf_mxfp4_tiled_matvec_<dt> and rf_mxfp4_tiled_normed_<dt> take any batch.
 #define RF_T4_ARGS(T)                                                                                     \
-    const uint4 *payload, const unsigned char *scales, const T *x, rf_t4_outputs y, unsigned nb, unsigned batch
+    const uint4 *payload, const unsigned char *scales, const T *x, rf_t4_outputs y, rf_t4_norm norm, unsigned nb, \
+        unsigned batch
 #define RF_T4_MMA_ENTRIES(suffix, T)                                                                      \
     RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
         rf_mxfp4_tiled_matvec_mma_##suffix(RF_T4_ARGS(T)) {                                               \
-        RF_T4_MMA_BODY(T, false)                                                                          \
+        RF_T4_MMA_BODY(T, false, false)                                                                   \
     }                                                                                                     \
     RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
         rf_mxfp4_tiled_matvec_mma_wide_##suffix(RF_T4_ARGS(T)) {                                          \
-        RF_T4_MMA_BODY(T, true)                                                                           \
+        RF_T4_MMA_BODY(T, true, false)                                                                    \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
+        rf_mxfp4_tiled_normed_mma_##suffix(RF_T4_ARGS(T)) {                                               \
+        RF_T4_MMA_BODY(T, false, true)                                                                    \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
+        rf_mxfp4_tiled_normed_mma_wide_##suffix(RF_T4_ARGS(T)) {                                          \
+        RF_T4_MMA_BODY(T, true, true)                                                                     \
     }                                                                                                     \
     RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
         rf_mxfp4_tiled_batch8_mma_##suffix(RF_T4_ARGS(T)) {                                               \
@@ -823,7 +976,10 @@ RF_DEVICE void rf_t4_dequant(const uint4* payload, const unsigned char* scales, 
     }
 #define RF_T4_ENTRY(suffix, T)                                                                            \
     RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS) rf_mxfp4_tiled_matvec_##suffix(RF_T4_ARGS(T)) {    \
-        rf_t4_matvec<T>(payload, scales, x, y, nb, batch);                                                \
+        rf_t4_matvec<T, false>(payload, scales, x, y, norm, nb, batch);                                   \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS) rf_mxfp4_tiled_normed_##suffix(RF_T4_ARGS(T)) {    \
+        rf_t4_matvec<T, true>(payload, scales, x, y, norm, nb, batch);                                    \
     }
 
 #define RF_T4_DEQUANT_ENTRY(suffix, T)                                                                    \

@@ -41,18 +41,36 @@
 // is a multiple of RF_T4_ROWS (a tile writes one output); the last is the weight's rows, n.
 // Unused outputs are empty ranges (their pointers are never used).
 //
-// With `swiglu` set the launch is a gate-and-up product with its activation instead: rows
-// [0, end[0]) of the weight are the gates, rows [end[0], end[1]) their ups (end[1] = 2 end[0],
-// end[0] a multiple of RF_T4_ROWS, end[2] = end[1]), and y[0] ([batch, end[0]]) receives
-// silu(gate) * up of each gate row and its up row, each product rounded to the activations' type
-// first, as two products and kernels/swiglu.hip give it (rocmforge_silu.h); y[1] and y[2] are not
-// used. The matrix-core entries then need RF_T4_ROWS floats a column of shared memory more.
+// `mode` says what a launch does with a (row, vector) total once it is rounded to T:
+//   RF_T4_STORE: stores it, as above.
+//   RF_T4_SWIGLU: a gate-and-up product with its activation instead: rows [0, end[0]) of the
+//     weight are the gates, rows [end[0], end[1]) their ups (end[1] = 2 end[0], end[0] a multiple
+//     of RF_T4_ROWS, end[2] = end[1]), and y[0] ([batch, end[0]]) receives silu(gate) * up of each
+//     gate row and its up row, each product rounded to the activations' type first, as two
+//     products and kernels/swiglu.hip give it (rocmforge_silu.h); y[1] and y[2] are not used. The
+//     matrix-core entries then need RF_T4_ROWS floats a column of shared memory more.
+//   RF_T4_ADD: adds it to the element already there, rounded to T once more: y = round(y +
+//     round(total)), the residual stream's update as kernels/rmsnorm.hip's residual form makes it
+//     (a block's output joining the stream in the launch that computes it).
 #define RF_T4_OUTPUTS 3
+#define RF_T4_STORE 0
+#define RF_T4_SWIGLU 1
+#define RF_T4_ADD 2
 
 struct rf_t4_outputs {
     RF_ABI_PTR(void) y[RF_T4_OUTPUTS];
     unsigned int end[RF_T4_OUTPUTS];
-    unsigned int swiglu; // 0: the rows to their outputs; 1: gate and up with SwiGLU (above)
+    unsigned int mode; // RF_T4_STORE, RF_T4_SWIGLU or RF_T4_ADD (above)
+};
+
+// The RMSNorm the normed entries apply to x before the product: x is then a row of the residual
+// stream h, and the product's input is each element h * s * weight (f32, in that order) rounded
+// to T, s = 1 / sqrt(sum(h^2) / k + eps): kernels/rmsnorm.hip's row, with the sum of squares in
+// the block's own order. `weight` holds k elements of T.
+struct rf_t4_norm {
+    RF_ABI_PTR(const void) weight;
+    float eps;
+    unsigned int unused; // 0: the struct's padding, named (ABI structs have none hidden)
 };
 
 #endif // ROCMFORGE_MXFP4_TILED_ABI_H

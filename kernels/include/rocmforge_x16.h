@@ -62,26 +62,30 @@ template <> struct rf_x16<rf_bf16> {
             for (int u = 0; u < 4; ++u) {
                 v[u] = reinterpret_cast<const uint4*>(x)[4 * b + u];
             }
-            const unsigned* w = &v[0].x;
-            unsigned m = 0;
-#pragma unroll
-            for (int i = 0; i < 16; ++i) {
-                m = rf_x16_max_finite(w[i], m);
-            }
-            const int sc = rf_x16_shift(m);
-            const rf_x16_scaler scaler(sc);
-            uint4 o[4];
-            unsigned* ow = &o[0].x;
-#pragma unroll
-            for (int i = 0; i < 16; ++i) {
-                ow[i] = scaler.pack(w[i]);
-            }
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                reinterpret_cast<uint4*>(xs)[4 * b + u] = o[u];
-            }
-            xf[b] = rf_x16_factor(sc);
+            stage_block(v, xs, xf, b);
         }
+    }
+    // Block b's 32 elements, v (as bf16 bits), into xs and xf.
+    static RF_DEVICE void stage_block(const uint4 (&v)[4], __half* xs, float* xf, unsigned b) {
+        const unsigned* w = &v[0].x;
+        unsigned m = 0;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            m = rf_x16_max_finite(w[i], m);
+        }
+        const int sc = rf_x16_shift(m);
+        const rf_x16_scaler scaler(sc);
+        uint4 o[4];
+        unsigned* ow = &o[0].x;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            ow[i] = scaler.pack(w[i]);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            reinterpret_cast<uint4*>(xs)[4 * b + u] = o[u];
+        }
+        xf[b] = rf_x16_factor(sc);
     }
 };
 

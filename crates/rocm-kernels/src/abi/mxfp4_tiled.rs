@@ -18,12 +18,15 @@ pub const RF_T4_BATCH_PASS: u32 = 8;
 pub const RF_T4_MAX_BATCH: u32 = 32;
 pub const RF_T4_BATCH32_RESIDENT_BLOCKS: u32 = 2;
 pub const RF_T4_OUTPUTS: u32 = 3;
+pub const RF_T4_STORE: u32 = 0;
+pub const RF_T4_SWIGLU: u32 = 1;
+pub const RF_T4_ADD: u32 = 2;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, bytemuck :: Pod, bytemuck :: Zeroable)]
 pub struct rf_t4_outputs {
     pub y: [::std::os::raw::c_ulonglong; 3usize],
     pub end: [::std::os::raw::c_uint; 3usize],
-    pub swiglu: ::std::os::raw::c_uint,
+    pub mode: ::std::os::raw::c_uint,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -31,5 +34,20 @@ const _: () = {
     ["Alignment of rf_t4_outputs"][::std::mem::align_of::<rf_t4_outputs>() - 8usize];
     ["Offset of field: rf_t4_outputs::y"][::std::mem::offset_of!(rf_t4_outputs, y) - 0usize];
     ["Offset of field: rf_t4_outputs::end"][::std::mem::offset_of!(rf_t4_outputs, end) - 24usize];
-    ["Offset of field: rf_t4_outputs::swiglu"][::std::mem::offset_of!(rf_t4_outputs, swiglu) - 36usize];
+    ["Offset of field: rf_t4_outputs::mode"][::std::mem::offset_of!(rf_t4_outputs, mode) - 36usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, bytemuck :: Pod, bytemuck :: Zeroable)]
+pub struct rf_t4_norm {
+    pub weight: ::std::os::raw::c_ulonglong,
+    pub eps: f32,
+    pub unused: ::std::os::raw::c_uint,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rf_t4_norm"][::std::mem::size_of::<rf_t4_norm>() - 16usize];
+    ["Alignment of rf_t4_norm"][::std::mem::align_of::<rf_t4_norm>() - 8usize];
+    ["Offset of field: rf_t4_norm::weight"][::std::mem::offset_of!(rf_t4_norm, weight) - 0usize];
+    ["Offset of field: rf_t4_norm::eps"][::std::mem::offset_of!(rf_t4_norm, eps) - 8usize];
+    ["Offset of field: rf_t4_norm::unused"][::std::mem::offset_of!(rf_t4_norm, unused) - 12usize];
 };

@@ -282,10 +282,14 @@ impl DeviceTiledMxfp4 {
 /// Which of the kernel's loops a launch runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Loop {
-    /// The portable kernel: any device and activation type, any number of vectors.
-    Portable,
+    /// The portable kernel: any device and activation type, any number of vectors; `normed`
+    /// through an RMSNorm ([`TiledNorm`]).
+    Portable { normed: bool },
     /// The matrix-core kernel for one vector (bf16 x staged once a block as block-scaled f16).
     One,
+    /// The same through an RMSNorm ([`TiledNorm`]): x staged once a block, normalised, whatever
+    /// its type (f16 as f16, bf16 as block-scaled f16).
+    Normed,
     /// The matrix-core kernel for up to 8 vectors a pass (B's 8 columns), `passes` passes over
     /// each decoded block: 1 (up to 8 vectors) or 4 (up to 32).
     Batch { passes: usize },
@@ -297,13 +301,15 @@ const BATCH_PASS: usize = abi::RF_T4_BATCH_PASS as usize;
 /// of this many.
 pub const MAX_TILED_BATCH: usize = abi::RF_T4_MAX_BATCH as usize;
 
-/// The loop for `batch` vectors (1..=[`MAX_TILED_BATCH`]) of `dtype` on a device with `cores`:
-/// the matrix-core loops on NVIDIA mma.sync devices with f16 or bf16 activations.
-fn choose_loop(cores: MatrixCores, dtype: &str, batch: usize) -> Loop {
+/// The loop for `batch` vectors (1..=[`MAX_TILED_BATCH`]; one when `normed`) of `dtype` on a
+/// device with `cores`: the matrix-core loops on NVIDIA mma.sync devices with f16 or bf16
+/// activations.
+fn choose_loop(cores: MatrixCores, dtype: &str, batch: usize, normed: bool) -> Loop {
     if cores != MatrixCores::MmaSync || !matches!(dtype, "f16" | "bf16") {
-        return Loop::Portable;
+        return Loop::Portable { normed };
     }
     match batch {
+        1 if normed => Loop::Normed,
         1 => Loop::One,
         b if b <= BATCH_PASS => Loop::Batch { passes: 1 },
         _ => Loop::Batch { passes: MAX_TILED_BATCH / BATCH_PASS },
@@ -314,15 +320,18 @@ fn choose_loop(cores: MatrixCores, dtype: &str, batch: usize) -> Loop {
 fn entry(lp: Loop, dtype: &str, max_scale: u8) -> String {
     let wide = if max_scale <= FAST_SCALE_MAX { "" } else { "_wide" };
     match lp {
-        Loop::Portable => format!("rf_mxfp4_tiled_matvec_{dtype}"),
+        Loop::Portable { normed: false } => format!("rf_mxfp4_tiled_matvec_{dtype}"),
+        Loop::Portable { normed: true } => format!("rf_mxfp4_tiled_normed_{dtype}"),
         Loop::One => format!("rf_mxfp4_tiled_matvec_mma{wide}_{dtype}"),
+        Loop::Normed => format!("rf_mxfp4_tiled_normed_mma{wide}_{dtype}"),
         Loop::Batch { passes } => format!("rf_mxfp4_tiled_batch{}_mma{wide}_{dtype}", passes * BATCH_PASS),
     }
 }
 
-/// Whether the loop stages x once a block, as block-scaled f16 (one bf16 vector).
+/// Whether the loop stages x once a block, as f16 (one bf16 vector, block-scaled; one normed
+/// vector of either type).
 fn stages_x_once(lp: Loop, dtype: &str) -> bool {
-    lp == Loop::One && dtype == "bf16"
+    (lp == Loop::One && dtype == "bf16") || lp == Loop::Normed
 }
 
 /// Bytes of one stage of a matrix-core loop's per-warp ring: a group's payload and scales, and
@@ -381,7 +390,7 @@ fn launch_shape(
     let units = if swiglu { n / (2 * TILE_ROWS) } else { n.div_ceil(TILE_ROWS) };
     let grid_limit = info.max_grid[0].max(1) as usize;
     let mut warps = groups.clamp(1, MAX_WARPS);
-    if lp == Loop::Portable {
+    if let Loop::Portable { .. } = lp {
         return Ok((units.clamp(1, grid_limit), warps, 0));
     }
     let optin = info.shared_mem_per_block_optin as usize;
@@ -409,7 +418,7 @@ pub fn mx_matvec_tiled<T: Dtype>(
     x: &DeviceBuffer<T>,
     y: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, 0..w.n, x, 1, &mut [y], false, false)
+    launch(w, 0..w.n, x, 1, None, &mut [y], Mode::Store, false)
 }
 
 /// [`mx_matvec_tiled_split`] of rows `rows` of a stacked weight ([`TiledMxfp4::stack`];
@@ -422,7 +431,7 @@ pub fn mx_matvec_tiled_rows<T: Dtype>(
     batch: usize,
     y: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, rows, x, batch, &mut [y], false, false)
+    launch(w, rows, x, batch, None, &mut [y], Mode::Store, false)
 }
 
 /// `Y = X W^T` for `batch` vectors `x` (`[batch, k]`) and a stacked weight
@@ -437,7 +446,7 @@ pub fn mx_matvec_tiled_split<T: Dtype>(
     batch: usize,
     ys: &mut [&mut DeviceBuffer<T>],
 ) -> Result<()> {
-    launch(w, 0..w.n, x, batch, ys, false, false)
+    launch(w, 0..w.n, x, batch, None, ys, Mode::Store, false)
 }
 
 /// [`mx_matvec_tiled_split`] on the portable kernel, whatever the device has (tests compare the
@@ -448,7 +457,7 @@ pub fn mx_matvec_tiled_portable<T: Dtype>(
     batch: usize,
     ys: &mut [&mut DeviceBuffer<T>],
 ) -> Result<()> {
-    launch(w, 0..w.n, x, batch, ys, true, false)
+    launch(w, 0..w.n, x, batch, None, ys, Mode::Store, true)
 }
 
 /// `act = silu(x Wg^T) * (x Wu^T)` for `batch` vectors `x` (`[batch, k]`), the products and the
@@ -463,7 +472,7 @@ pub fn mx_matvec_tiled_swiglu<T: Dtype>(
     batch: usize,
     act: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, 0..w.n, x, batch, &mut [act], false, true)
+    launch(w, 0..w.n, x, batch, None, &mut [act], Mode::Swiglu, false)
 }
 
 /// [`mx_matvec_tiled_swiglu`] on the portable kernel, whatever the device has (tests compare the
@@ -474,7 +483,61 @@ pub fn mx_matvec_tiled_swiglu_portable<T: Dtype>(
     batch: usize,
     act: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, 0..w.n, x, batch, &mut [act], true, true)
+    launch(w, 0..w.n, x, batch, None, &mut [act], Mode::Swiglu, true)
+}
+
+/// The RMSNorm a normed launch applies to its input first: the input is then a row `h` of the
+/// residual stream, and the product multiplies each element `h * s * weight` rounded to `T`,
+/// `s = 1 / sqrt(mean(h^2) + eps)`, as [`crate::rmsnorm::RmsNorm::run`] computes a row (its sum
+/// of squares in the kernel's own order, so `s` may differ from RmsNorm's in its last bit). So a
+/// layer's norm costs no launch of its own: every block of the product normalises the row it
+/// stages anyway.
+#[derive(Clone, Copy, Debug)]
+pub struct TiledNorm<'a, T: Dtype> {
+    /// `k` elements.
+    pub weight: &'a DeviceBuffer<T>,
+    /// Positive and finite.
+    pub eps: f32,
+}
+
+/// What a tiled launch does with each (row, vector) total, rounded to `T`.
+#[derive(Debug)]
+pub enum TiledOutput<'a, 'b, T: Dtype> {
+    /// Each part of a stacked weight into its own output, as [`mx_matvec_tiled_split`].
+    Split(&'a mut [&'b mut DeviceBuffer<T>]),
+    /// A gate-and-up product's activation, as [`mx_matvec_tiled_swiglu`].
+    Swiglu(&'a mut DeviceBuffer<T>),
+    /// Added to the residual stream `h` (`[batch, n]`): `h = round(h + round(total))`, as
+    /// [`crate::rmsnorm::RmsNorm::run_residual`] adds a block's output to it, so that the output
+    /// joins the stream in the launch that computes it.
+    Add(&'a mut DeviceBuffer<T>),
+}
+
+/// The tiled product in every form one launch takes: `batch` vectors `x` (`[batch, k]`), through
+/// `norm` first where given (one vector: `x` is then the residual stream's row, [`TiledNorm`]),
+/// into `out` ([`TiledOutput`]); `portable` runs the portable kernel whatever the device has
+/// (tests compare the two). Every other function here is one of these forms.
+pub fn mx_matvec_tiled_fused<T: Dtype>(
+    w: &DeviceTiledMxfp4,
+    x: &DeviceBuffer<T>,
+    batch: usize,
+    norm: Option<TiledNorm<'_, T>>,
+    out: TiledOutput<'_, '_, T>,
+    portable: bool,
+) -> Result<()> {
+    match out {
+        TiledOutput::Split(ys) => launch(w, 0..w.n, x, batch, norm, ys, Mode::Store, portable),
+        TiledOutput::Swiglu(act) => launch(w, 0..w.n, x, batch, norm, &mut [act], Mode::Swiglu, portable),
+        TiledOutput::Add(h) => launch(w, 0..w.n, x, batch, norm, &mut [h], Mode::Add, portable),
+    }
+}
+
+/// What the kernels do with a total (`rf_t4_outputs::mode`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Store,
+    Swiglu,
+    Add,
 }
 
 /// The kernels' outputs argument for `ys` splitting a weight of `n` rows for `batch` (>= 1)
@@ -532,7 +595,8 @@ fn swiglu_outputs<T: Dtype>(act: &DeviceBuffer<T>, n: usize, batch: usize) -> Re
         )
     })?;
     let n32 = rows_u32(n)?;
-    let mut out = abi::rf_t4_outputs { end: [n32 / 2, n32, n32], swiglu: 1, ..Default::default() };
+    let mut out =
+        abi::rf_t4_outputs { end: [n32 / 2, n32, n32], mode: abi::RF_T4_SWIGLU, ..Default::default() };
     out.y[0] = act.device_ptr();
     Ok(out)
 }
@@ -552,17 +616,40 @@ fn part_pointers(w: &DeviceTiledMxfp4, rows: &std::ops::Range<usize>) -> Result<
     Ok((w.payload.device_ptr() + payload as u64, w.scales.device_ptr() + scales as u64))
 }
 
-/// Rows `rows` of `w` times `batch` vectors `x` into `ys` (one output a part), or with `swiglu`
-/// into `ys[0]` as a gate-and-up product's activation; `portable` runs the portable kernel.
+/// Checks a normed launch's norm for `batch` vectors of `k` elements and gives the kernels'
+/// argument (a null weight without one).
+fn norm_arg<T: Dtype>(norm: Option<&TiledNorm<'_, T>>, batch: usize, k: usize) -> Result<abi::rf_t4_norm> {
+    let Some(norm) = norm else {
+        return Ok(abi::rf_t4_norm::default());
+    };
+    ensure(batch == 1, KERNEL, || format!("a normed launch takes one vector, got {batch}"))?;
+    ensure(norm.weight.len() == k, KERNEL, || {
+        format!("the norm's weight has {} elements, the weight's k = {k}", norm.weight.len())
+    })?;
+    ensure(norm.eps.is_finite() && norm.eps > 0.0, KERNEL, || {
+        format!("the norm's eps must be positive and finite, got {}", norm.eps)
+    })?;
+    ensure(norm.weight.device_ptr().is_multiple_of(16), KERNEL, || {
+        "the norm's weight must be 16-byte aligned".into()
+    })?;
+    Ok(abi::rf_t4_norm { weight: norm.weight.device_ptr(), eps: norm.eps, unused: 0 })
+}
+
+/// Rows `rows` of `w` times `batch` vectors `x` (through `norm` first where given) into `ys`,
+/// as `mode` says: one output a part (Store), `ys[0]` a gate-and-up product's activation
+/// (Swiglu) or the residual stream it adds to (Add); `portable` runs the portable kernel.
+#[allow(clippy::too_many_arguments)] // the launcher every public form funnels into
 fn launch<T: Dtype>(
     w: &DeviceTiledMxfp4,
     rows: std::ops::Range<usize>,
     x: &DeviceBuffer<T>,
     batch: usize,
+    norm: Option<TiledNorm<'_, T>>,
     ys: &mut [&mut DeviceBuffer<T>],
+    mode: Mode,
     portable: bool,
-    swiglu: bool,
 ) -> Result<()> {
+    let swiglu = mode == Mode::Swiglu;
     let k = w.k;
     let (payload, scales) = part_pointers(w, &rows)?;
     let n = rows.len();
@@ -578,7 +665,14 @@ fn launch<T: Dtype>(
             "no vectors, but outputs that are not empty".into()
         });
     }
-    let params = if swiglu { swiglu_outputs(ys[0], n, batch)? } else { outputs(ys, n, batch)? };
+    let norm_param = norm_arg(norm.as_ref(), batch, k)?;
+    let mut params = if swiglu { swiglu_outputs(ys[0], n, batch)? } else { outputs(ys, n, batch)? };
+    if mode == Mode::Add {
+        ensure(ys.len() == 1, KERNEL, || {
+            format!("a launch adds to one residual stream, got {} outputs", ys.len())
+        })?;
+        params.mode = abi::RF_T4_ADD;
+    }
     if n == 0 {
         return Ok(());
     }
@@ -591,14 +685,14 @@ fn launch<T: Dtype>(
     let cores = if portable { MatrixCores::None } else { info.matrix_cores };
     // The portable kernel takes any batch in one launch (u32 vectors); the matrix-core loops
     // [`MAX_TILED_BATCH`] vectors a launch.
-    let chunk = match choose_loop(cores, T::NAME, 1) {
-        Loop::Portable => u32::MAX as usize,
+    let chunk = match choose_loop(cores, T::NAME, 1, false) {
+        Loop::Portable { .. } => u32::MAX as usize,
         _ => MAX_TILED_BATCH,
     };
     let elem = std::mem::size_of::<T>() as u64;
     for first in (0..batch).step_by(chunk) {
         let count = chunk.min(batch - first);
-        let lp = choose_loop(cores, T::NAME, count);
+        let lp = choose_loop(cores, T::NAME, count, norm.is_some());
         let kernel = loader::kernel(&stream, MODULE, &entry(lp, T::NAME, w.max_scale))?;
         let (blocks, warps, shared) = launch_shape(info, lp, n, k, T::NAME, swiglu)?;
         let threads = warps * 32;
@@ -623,7 +717,7 @@ fn launch<T: Dtype>(
         }
         let x_first = x.device_ptr() + (first * k) as u64 * elem;
         // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, rf_t4_outputs
-        // y, u32 nb, u32 batch). Given the part's first tile t0 (rows.start / 16, checked whole),
+        // y, rf_t4_norm norm, u32 nb, u32 batch). Given the part's first tile t0 (rows.start / 16, checked whole),
         // for tile t < ceil(n / 16), n = y.end[2] = rows.len(), they read payload bytes
         // [256 (t0 + t) nbp, 256 (t0 + t + 1) nbp) and scale bytes [16 (t0 + t) nbp, 16 (t0 + t
         // + 1) nbp) (nbp = nb rounded up to 8), inside the weight's tiles (rows.end <= w.n,
@@ -639,7 +733,12 @@ fn launch<T: Dtype>(
         // batch, checked whole and to reach n), so that index is inside ys[i] for first + v <
         // batch; the unused slots' ends are n, never chosen. With swiglu they write instead
         // y[0][v * n / 2 + r] for gate rows r < n / 2 only (swiglu_outputs: n a multiple of 32,
-        // ys[0] = act of batch * n / 2 elements, ends n / 2, n, n), inside act. Blocks are 1..=8 whole warps, within
+        // ys[0] = act of batch * n / 2 elements, ends n / 2, n, n), inside act; with Add they read
+        // each element they write first (one output, checked: the stream, as Store lays it out).
+        // With a norm (norm_arg: one vector, its weight k elements, 16-byte aligned) the loop is
+        // a normed one (choose_loop), whose entries read norm.weight[0..k): the matrix-core one
+        // copies it before the wait (a weight, declared so), the portable one after; without
+        // one it is null, which every other entry requires (they trap otherwise). Blocks are 1..=8 whole warps, within
         // the entries' launch bounds, never more warps than groups (launch_shape; the
         // matrix-core entries trap otherwise); the matrix-core entries run only on mma.sync
         // devices (`choose_loop`), with count <= 1, 8 or 32 as their names say, and the rings'
@@ -658,10 +757,13 @@ fn launch<T: Dtype>(
                 .arg(scales)
                 .reads(x)
                 .arg(x_first);
+            if let Some(norm) = &norm {
+                launch = launch.reads_before_wait(norm.weight);
+            }
             for y in ys.iter_mut() {
                 launch = launch.writes(&mut **y);
             }
-            launch.arg(chunk_params).arg((k / QK) as u32).arg(count as u32).launch(config)?;
+            launch.arg(chunk_params).arg(norm_param).arg((k / QK) as u32).arg(count as u32).launch(config)?;
         }
     }
     Ok(())
@@ -745,11 +847,13 @@ pub fn x16_rounding_unit(block: &[f32]) -> f64 {
 pub(crate) fn launchable() -> Vec<Launchable> {
     let mut out = Vec::new();
     for dtype in DTYPES {
-        out.push(Launchable::new(MODULE, entry(Loop::Portable, dtype, 0), Needs::Nothing));
+        for normed in [false, true] {
+            out.push(Launchable::new(MODULE, entry(Loop::Portable { normed }, dtype, 0), Needs::Nothing));
+        }
         out.push(Launchable::new(MODULE, format!("rf_mxfp4_tiled_dequant_{dtype}"), Needs::Nothing));
-        for batch in [1, BATCH_PASS, MAX_TILED_BATCH] {
-            let lp = choose_loop(MatrixCores::MmaSync, dtype, batch);
-            if lp != Loop::Portable {
+        for (batch, normed) in [(1, false), (1, true), (BATCH_PASS, false), (MAX_TILED_BATCH, false)] {
+            let lp = choose_loop(MatrixCores::MmaSync, dtype, batch, normed);
+            if !matches!(lp, Loop::Portable { .. }) {
                 for max_scale in [0, u8::MAX] {
                     out.push(Launchable::new(MODULE, entry(lp, dtype, max_scale), Needs::MmaSync));
                 }
@@ -951,7 +1055,10 @@ mod tests {
         );
         assert_eq!(mma_shared_bytes(one, 1, 96, "f16", false), 3 * 2688 + 128);
         assert_eq!(mma_shared_bytes(one, 1, 96, "bf16", false), 3 * 2176 + 128 + 8 * 68);
-        assert_eq!(launch_shape(&h100, Loop::Portable, 14_336, 4096, "bf16", false).unwrap(), (896, 8, 0));
+        assert_eq!(
+            launch_shape(&h100, Loop::Portable { normed: false }, 14_336, 4096, "bf16", false).unwrap(),
+            (896, 8, 0)
+        );
         // Several vectors: no x in the stages or staged, totals of 8 or 32 columns; the
         // 32-vector loop keeps 2 blocks an SM.
         let b8 = Loop::Batch { passes: 1 };
@@ -982,13 +1089,16 @@ mod tests {
         let gate_up = launch_shape(&h100, one, 2 * 14_336, 4096, "bf16", true).unwrap();
         assert_eq!(gate_up, (3 * 132, 8, mma_shared_bytes(one, 8, 4096, "bf16", true)));
         assert_eq!(launch_shape(&h100, one, 2 * 48, 4096, "f16", true).unwrap().0, 3);
-        assert_eq!(launch_shape(&h100, Loop::Portable, 2 * 14_336, 4096, "bf16", true).unwrap().0, 896);
+        assert_eq!(
+            launch_shape(&h100, Loop::Portable { normed: false }, 2 * 14_336, 4096, "bf16", true).unwrap().0,
+            896
+        );
     }
 
     #[test]
     fn entries_follow_the_device_the_batch_and_the_scales() {
         let entry_for =
-            |cores, dtype, batch, max_scale| entry(choose_loop(cores, dtype, batch), dtype, max_scale);
+            |cores, dtype, batch, max_scale| entry(choose_loop(cores, dtype, batch, false), dtype, max_scale);
         assert_eq!(entry_for(MatrixCores::MmaSync, "f16", 1, 240), "rf_mxfp4_tiled_matvec_mma_f16");
         assert_eq!(entry_for(MatrixCores::MmaSync, "bf16", 1, 241), "rf_mxfp4_tiled_matvec_mma_wide_bf16");
         assert_eq!(entry_for(MatrixCores::MmaSync, "bf16", 2, 0), "rf_mxfp4_tiled_batch8_mma_bf16");
@@ -997,5 +1107,22 @@ mod tests {
         assert_eq!(entry_for(MatrixCores::MmaSync, "bf16", 32, 0), "rf_mxfp4_tiled_batch32_mma_bf16");
         assert_eq!(entry_for(MatrixCores::MmaSync, "f32", 8, 0), "rf_mxfp4_tiled_matvec_f32");
         assert_eq!(entry_for(MatrixCores::None, "f16", 1, 0), "rf_mxfp4_tiled_matvec_f16");
+        let normed = |cores, dtype, max_scale| entry(choose_loop(cores, dtype, 1, true), dtype, max_scale);
+        assert_eq!(normed(MatrixCores::MmaSync, "f16", 0), "rf_mxfp4_tiled_normed_mma_f16");
+        assert_eq!(normed(MatrixCores::MmaSync, "bf16", 255), "rf_mxfp4_tiled_normed_mma_wide_bf16");
+        assert_eq!(normed(MatrixCores::MmaSync, "f32", 0), "rf_mxfp4_tiled_normed_f32");
+        assert_eq!(normed(MatrixCores::None, "bf16", 0), "rf_mxfp4_tiled_normed_bf16");
+    }
+
+    /// A normed launch stages x once whatever its type: f16 too leaves x out of its stages.
+    #[test]
+    fn normed_launches_stage_x_once() {
+        let h100 = nvidia("H100", 132, 227);
+        let bf16 = mma_shared_bytes(Loop::One, 8, 4096, "bf16", false);
+        for dtype in ["f16", "bf16"] {
+            assert_eq!(mma_shared_bytes(Loop::Normed, 8, 4096, dtype, false), bf16);
+            // A layer's Q, K and V (6144 rows): a tile a block, fewer than the 3 * 132 slots.
+            assert_eq!(launch_shape(&h100, Loop::Normed, 6144, 4096, dtype, false).unwrap(), (384, 8, bf16));
+        }
     }
 }

@@ -8,9 +8,14 @@
 // grids of a block a tile and resident blocks that walk several tiles (each warp's ring running
 // across the tiles' ends, the row totals alternating by tile parity). Some cases write the rows
 // to three outputs (rf_t4_outputs: a stacked weight's parts), gathered for the check; some are
-// gate-and-up products (rf_t4_outputs::swiglu), launched both ways: the rows to two outputs,
-// checked against the reference, then the activation, which must be silu(gate) * up of those
-// rows bit for bit (rocmforge_silu.h's formula, evaluated here). On the AMD
+// gate-and-up products (rf_t4_outputs::mode RF_T4_SWIGLU), launched both ways: the rows to two
+// outputs, checked against the reference, then the activation, which must be silu(gate) * up of
+// those rows bit for bit (rocmforge_silu.h's formula, evaluated here). Every case of one output
+// is launched again adding to a residual stream (RF_T4_ADD), which must then hold
+// round(stream + row) bit for bit; every one-vector case once more through the RMSNorm
+// (rf_t4_norm: the normed matrix-core entries on sm80, the portable one on AMD), with x a residual
+// row of multiples of 2^-4, whose sum of squares is exact in any order, so that the reference
+// normalises it as the kernel does, bit for bit, and checks the rows as any x's. On the AMD
 // targets also rf_mxfp4_tiled_dequant_<dt>, against the GGUF rows decoded and rounded to T once
 // (bit for bit), on a grid that strides (fewer threads than payload vectors).
 //
@@ -41,7 +46,7 @@ alignas(16) unsigned char rf_t4_smem[96 * 1024];
 #include <type_traits>
 
 template <typename T>
-using TiledEntry = void (*)(const uint4*, const unsigned char*, const T*, rf_t4_outputs, unsigned, unsigned);
+using TiledEntry = void (*)(const uint4*, const unsigned char*, const T*, rf_t4_outputs, rf_t4_norm, unsigned, unsigned);
 
 // Bit offsets of pair i's magnitudes and signs in a word (the layout's docs).
 static const int FIELD_MAG[4] = {9, 6, 3, 0};
@@ -205,7 +210,7 @@ static bool swiglu_matches(EmuBuffers& mem, const TiledCase& c, const std::vecto
     arg.y[0] = act;
     arg.end[0] = (unsigned)gates;
     arg.end[1] = arg.end[2] = (unsigned)c.rows;
-    arg.swiglu = 1;
+    arg.mode = RF_T4_SWIGLU;
     launch(arg);
     int bad = 0;
     for (int v = 0; v < c.batch; ++v) {
@@ -225,6 +230,62 @@ static bool swiglu_matches(EmuBuffers& mem, const TiledCase& c, const std::vecto
     return bad == 0;
 }
 
+// A one-output case's residual launch: `launch(arg)` adds its rows to a stream of random values
+// (an exact allocation), which must then hold round(stream + row) of the rows the plain launch
+// gave (`rows`, [batch, n]), bit for bit.
+template <typename T, class Launch>
+static bool add_matches(EmuBuffers& mem, const TiledCase& c, const std::vector<T>& rows, std::mt19937_64& rng,
+                        Launch&& launch) {
+    const size_t count = (size_t)c.batch * c.rows;
+    T* stream = mem.exact<T>(count);
+    std::vector<T> before(count);
+    std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+    for (size_t i = 0; i < count; ++i) stream[i] = before[i] = Io<T>::store(u(rng));
+    rf_t4_outputs arg{};
+    arg.y[0] = stream;
+    arg.end[0] = arg.end[1] = arg.end[2] = (unsigned)c.rows;
+    arg.mode = RF_T4_ADD;
+    launch(arg);
+    int bad = 0;
+    for (size_t i = 0; i < count; ++i) {
+        const T want = Io<T>::store(Io<T>::load(rows[i]) + Io<T>::load(before[i]));
+        const bool nan = std::isnan(Io<T>::load(want));
+        if (nan ? !std::isnan(Io<T>::load(stream[i])) : std::memcmp(&want, &stream[i], sizeof(T)) != 0) {
+            if (bad++ < 5)
+                std::printf("    add element %zu: got %.9g, want %.9g\n", i, Io<T>::load(stream[i]), Io<T>::load(want));
+        }
+    }
+    return bad == 0;
+}
+
+// A normed case's input: a residual row h of k multiples of 2^-4 in [-1, 1) (their squares'
+// sum is exact in f32 in any order, under 2^14 with 8 fraction bits), the norm's weight, and the
+// normalised row the kernel must multiply: h * s * weight rounded to T, s as the kernel forms it.
+template <typename T> struct NormCase {
+    T* h;
+    T* weight;
+    rf_t4_norm arg;
+    std::vector<T> normed;
+};
+template <typename T> static NormCase<T> make_norm(EmuBuffers& mem, int k, std::mt19937_64& rng) {
+    NormCase<T> n;
+    n.h = mem.exact<T>(k);
+    n.weight = mem.exact<T>(k);
+    std::uniform_real_distribution<float> uw(0.5f, 1.5f);
+    double sumsq = 0.0;
+    for (int i = 0; i < k; ++i) {
+        const float h = (float)((int)(rng() % 32) - 16) / 16.0f;
+        n.h[i] = Io<T>::store(h);
+        n.weight[i] = Io<T>::store(uw(rng));
+        sumsq += (double)h * h;
+    }
+    n.arg.weight = n.weight;
+    n.arg.eps = 1e-5f;
+    const float s = rsqrtf((float)sumsq * (1.0f / (float)k) + n.arg.eps);
+    for (int i = 0; i < k; ++i) n.normed.push_back(Io<T>::store(Io<T>::load(n.h[i]) * s * Io<T>::load(n.weight[i])));
+    return n;
+}
+
 #ifdef RF_EMU_MMA_SYNC
 
 // [0]: one vector, [1]: up to 8, [2]: up to 32.
@@ -237,6 +298,8 @@ template <typename T> struct MmaEntries;
         static constexpr TiledEntry<T> wide[3] = {rf_mxfp4_tiled_matvec_mma_wide_##suffix,                   \
                                                   rf_mxfp4_tiled_batch8_mma_wide_##suffix,                   \
                                                   rf_mxfp4_tiled_batch32_mma_wide_##suffix};                 \
+        static constexpr TiledEntry<T> normed[2] = {rf_mxfp4_tiled_normed_mma_##suffix,                       \
+                                                    rf_mxfp4_tiled_normed_mma_wide_##suffix};                 \
     };
 EMU_T4_MMA(f16, __half)
 EMU_T4_MMA(bf16, rf_bf16)
@@ -259,6 +322,9 @@ template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& 
     const size_t stage = loop == 0 && !bf16 ? RF_T4_STAGE_F16 : RF_T4_STAGE_BF16;
     const size_t shared = (size_t)warps * (RF_T4_STAGES * stage + 2 * RF_T4_ROWS * 4 * columns) + (loop == 0 && bf16 ? 68 * nbp : 0) +
                           (c.swiglu ? RF_T4_ROWS * 4 * columns : 0);
+    // The normed entries: x staged once a block whatever T (no x in the stages).
+    const size_t normed_shared =
+        (size_t)warps * (RF_T4_STAGES * RF_T4_STAGE_BF16 + 2 * RF_T4_ROWS * 4) + 68 * nbp + (c.swiglu ? RF_T4_ROWS * 4 : 0);
     const std::vector<double> staged = x16_units(d.x, nb * 32, c.batch, true);
     double worst = 0.0;
     bool ok = true;
@@ -267,17 +333,40 @@ template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& 
         const Outputs<T> y = poisoned_outputs<T>(mem, c);
         const TiledEntry<T> entry = wide ? MmaEntries<T>::wide[loop] : MmaEntries<T>::fast[loop];
         emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, shared, emu_dim3{grid, 1, 1}, 32 * warps, 32,
-                          [&] { entry(d.w.payload, d.w.scales, d.x, y.arg, (unsigned)nb, (unsigned)c.batch); });
+                          [&] { entry(d.w.payload, d.w.scales, d.x, y.arg, rf_t4_norm{}, (unsigned)nb, (unsigned)c.batch); });
         const std::vector<T> rows = y.gathered();
         ok &= ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, rows.data(), n, c.batch, worst, wide ? "wide" : "fast",
                              staged.data());
+        // A pair a block at most (the launcher's grid): the case's grid over the pairs.
+        const unsigned pairs = std::min(grid, (unsigned)(n / 2 / RF_T4_ROWS));
         if (c.swiglu) {
-            // A pair a block at most (the launcher's grid): the case's grid over the pairs.
-            const unsigned pairs = std::min(grid, (unsigned)(n / 2 / RF_T4_ROWS));
             ok &= swiglu_matches(mem, c, rows, [&](const rf_t4_outputs& arg) {
                 emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, shared, emu_dim3{pairs, 1, 1}, 32 * warps, 32,
-                                  [&] { entry(d.w.payload, d.w.scales, d.x, arg, (unsigned)nb, (unsigned)c.batch); });
+                                  [&] { entry(d.w.payload, d.w.scales, d.x, arg, rf_t4_norm{}, (unsigned)nb, (unsigned)c.batch); });
             });
+        } else if (c.split == 0) {
+            ok &= add_matches(mem, c, rows, rng, [&](const rf_t4_outputs& arg) {
+                emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, shared, emu_dim3{grid, 1, 1}, 32 * warps, 32,
+                                  [&] { entry(d.w.payload, d.w.scales, d.x, arg, rf_t4_norm{}, (unsigned)nb, (unsigned)c.batch); });
+            });
+        }
+        if (c.batch == 1 && c.xv == UNIFORM && c.scales == FAST) { // (the wide bytes overflow)
+            // Through the norm: the rows from the normed row, then (gate and up) its activation.
+            const NormCase<T> nc = make_norm<T>(mem, nb * 32, rng);
+            const std::vector<double> normed_staged = x16_units(nc.normed.data(), nb * 32, 1, true);
+            const TiledEntry<T> normed = MmaEntries<T>::normed[wide ? 1 : 0];
+            const Outputs<T> yn = poisoned_outputs<T>(mem, c);
+            emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, normed_shared, emu_dim3{grid, 1, 1}, 32 * warps, 32,
+                              [&] { normed(d.w.payload, d.w.scales, nc.h, yn.arg, nc.arg, (unsigned)nb, 1u); });
+            const std::vector<T> normed_rows = yn.gathered();
+            ok &= ref_check_rows(MXFP4, d.gguf, nb * 32, nc.normed.data(), normed_rows.data(), n, 1, worst, "normed",
+                                 normed_staged.data());
+            if (c.swiglu) {
+                ok &= swiglu_matches(mem, c, normed_rows, [&](const rf_t4_outputs& arg) {
+                    emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, normed_shared, emu_dim3{pairs, 1, 1}, 32 * warps, 32,
+                                      [&] { normed(d.w.payload, d.w.scales, nc.h, arg, nc.arg, (unsigned)nb, 1u); });
+                });
+            }
         }
     }
     emu_record(ok ? 0 : 1, worst);
@@ -295,6 +384,7 @@ template <typename T> struct PortableEntry;
 #define EMU_T4_ENTRY(suffix, T)                                                                              \
     template <> struct PortableEntry<T> {                                                                    \
         static constexpr TiledEntry<T> e = rf_mxfp4_tiled_matvec_##suffix;                                  \
+        static constexpr TiledEntry<T> normed = rf_mxfp4_tiled_normed_##suffix;                             \
     };
 RF_FOR_EACH_DTYPE(EMU_T4_ENTRY)
 
@@ -307,18 +397,40 @@ template <typename T> static void portable_case(const TiledCase& c, int width, s
     const int warps = c.warps();
     const unsigned grid = c.blocks();
     const Outputs<T> y = poisoned_outputs<T>(mem, c);
+    const TiledEntry<T> e = PortableEntry<T>::e;
     emu_launch(emu_dim3{grid, 1, 1}, 32 * warps, width,
-               [&] { PortableEntry<T>::e(d.w.payload, d.w.scales, d.x, y.arg, (unsigned)nb, (unsigned)c.batch); });
+               [&] { e(d.w.payload, d.w.scales, d.x, y.arg, rf_t4_norm{}, (unsigned)nb, (unsigned)c.batch); });
     double worst = 0.0;
     const std::vector<T> rows = y.gathered();
     bool ok = ref_check_rows(MXFP4, d.gguf, nb * 32, d.x, rows.data(), n, c.batch, worst, "portable");
+    // The launcher's grid for a gate-and-up launch: a block a pair of tiles.
+    const unsigned pairs = (unsigned)(n / 2 / RF_T4_ROWS);
     if (c.swiglu) {
-        // The launcher's grid: a block a pair of tiles.
-        const unsigned pairs = (unsigned)(n / 2 / RF_T4_ROWS);
         ok &= swiglu_matches(mem, c, rows, [&](const rf_t4_outputs& arg) {
             emu_launch(emu_dim3{pairs, 1, 1}, 32 * warps, width,
-                       [&] { PortableEntry<T>::e(d.w.payload, d.w.scales, d.x, arg, (unsigned)nb, (unsigned)c.batch); });
+                       [&] { e(d.w.payload, d.w.scales, d.x, arg, rf_t4_norm{}, (unsigned)nb, (unsigned)c.batch); });
         });
+    } else if (c.split == 0) {
+        ok &= add_matches(mem, c, rows, rng, [&](const rf_t4_outputs& arg) {
+            emu_launch(emu_dim3{grid, 1, 1}, 32 * warps, width,
+                       [&] { e(d.w.payload, d.w.scales, d.x, arg, rf_t4_norm{}, (unsigned)nb, (unsigned)c.batch); });
+        });
+    }
+    if (c.batch == 1 && c.scales == FAST) { // (the wide bytes times a normed row overflow)
+        // Through the norm: the rows from the normed row, then (gate and up) its activation.
+        const NormCase<T> nc = make_norm<T>(mem, nb * 32, rng);
+        const Outputs<T> yn = poisoned_outputs<T>(mem, c);
+        const TiledEntry<T> normed = PortableEntry<T>::normed;
+        emu_launch(emu_dim3{grid, 1, 1}, 32 * warps, width,
+                   [&] { normed(d.w.payload, d.w.scales, nc.h, yn.arg, nc.arg, (unsigned)nb, 1u); });
+        const std::vector<T> normed_rows = yn.gathered();
+        ok &= ref_check_rows(MXFP4, d.gguf, nb * 32, nc.normed.data(), normed_rows.data(), n, 1, worst, "normed");
+        if (c.swiglu) {
+            ok &= swiglu_matches(mem, c, normed_rows, [&](const rf_t4_outputs& arg) {
+                emu_launch(emu_dim3{pairs, 1, 1}, 32 * warps, width,
+                           [&] { normed(d.w.payload, d.w.scales, nc.h, arg, nc.arg, (unsigned)nb, 1u); });
+            });
+        }
     }
     emu_record(ok ? 0 : 1, worst);
     std::printf("%-4s rf_mxfp4_tiled_matvec_%-4s w%d warps %d grid %-3u rows %-3d k %-6d batch %-2d split %-2d%s -> %s (worst "

@@ -7,14 +7,16 @@
 //! take the general conversion (0xFF: NaN; above 240), and the shapes the launcher refuses.
 //! Stacked weights written to several outputs in one launch, against each part alone; the
 //! product as a dependent launch behind the kernel that writes its x; gate and up with their
-//! SwiGLU in one launch against the two products and the `swiglu` kernel; and the
-//! dequantisation of a tiled weight (whole, and a stacked weight's parts) against that of its
-//! GGUF rows.
+//! SwiGLU in one launch against the two products and the `swiglu` kernel; the RMSNorm folded
+//! into the product against the `rmsnorm` kernel then the product, and the residual add against
+//! the product added on the host; and the dequantisation of a tiled weight (whole, and a stacked
+//! weight's parts) against that of its GGUF rows.
 
 use rocm_kernels::quant::{
-    BlockFormat, MAX_TILED_OUTPUTS, MxFormat, QK, TiledMxfp4, dequantize, dequantize_tiled,
-    mx_matmul_reference, mx_matvec_tiled, mx_matvec_tiled_portable, mx_matvec_tiled_rows,
-    mx_matvec_tiled_split, mx_matvec_tiled_swiglu, mx_matvec_tiled_swiglu_portable, x16_rounding_unit,
+    BlockFormat, MAX_TILED_OUTPUTS, MxFormat, QK, TiledMxfp4, TiledNorm, TiledOutput, dequantize,
+    dequantize_tiled, mx_matmul_reference, mx_matvec_tiled, mx_matvec_tiled_fused, mx_matvec_tiled_portable,
+    mx_matvec_tiled_rows, mx_matvec_tiled_split, mx_matvec_tiled_swiglu, mx_matvec_tiled_swiglu_portable,
+    x16_rounding_unit,
 };
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::swiglu::swiglu;
@@ -733,6 +735,162 @@ fn tiled_swiglu_edges() {
     assert!(
         message(mx_matvec_tiled_swiglu(&w, &x, 2, &mut short))
             .contains("the activation holds 63 elements; 2 vectors of 32 gates need 64")
+    );
+}
+
+/// A residual row of multiples of 2^-4 in [-1, 1): its sum of squares is exact in f32 in any
+/// order (under 2^14, 8 fraction bits), so every kernel's RMSNorm gives it the same `s`.
+fn exact_norm_row<T: Dtype>(rng: &mut Rng, k: usize) -> Vec<T> {
+    (0..k).map(|_| T::from_f32((rng.below(32) as f32 - 16.0) / 16.0)).collect()
+}
+
+/// The RMSNorm folded into the product (a [`TiledNorm`]) gives the bits of the `rmsnorm` kernel
+/// followed by the plain launch, on either kernel: Q, K and V at Llama-3-8B's shapes into three
+/// outputs, its gate and up with their SwiGLU, and small parts with partial tiles and groups.
+/// The residual rows' sums of squares are exact (above), so any order of adding them gives the
+/// same `s`, and the folded norm then makes each element exactly as the `rmsnorm` kernel does.
+fn normed_matches_rmsnorm_then_the_product<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let cases: &[(&[usize], usize, bool)] = &[
+        (&[4096, 1024, 1024], 4096, false),
+        (&[14_336, 14_336], 4096, true),
+        (&[32, 16, 23], 2880, false),
+        (&[48, 48], 2880, true),
+        (&[16], 96, false),
+    ];
+    for &(parts, k, glu) in cases {
+        let (_, _, stacked) = random_stack(&mut rng, parts, k);
+        let device = stacked.upload(gpu.stream()).unwrap();
+        let h = gpu.stream().upload(&exact_norm_row::<T>(&mut rng, k)).unwrap();
+        let weight: Vec<T> = (0..k).map(|_| T::from_f32(rng.uniform(0.5, 1.5) as f32)).collect();
+        let weight = gpu.stream().upload(&weight).unwrap();
+        let eps = 1e-5;
+        let mut xn = poisoned::<T>(gpu, k);
+        RmsNorm::new(1, k, eps).run(&h, &weight, &mut xn).unwrap();
+        let norm = Some(TiledNorm { weight: &weight, eps });
+        for portable in [false, true] {
+            let what = format!("{} parts {parts:?} k {k} portable {portable}", T::NAME);
+            let mut want: Vec<DeviceBuffer<T>> = parts.iter().map(|&n| poisoned::<T>(gpu, n)).collect();
+            let mut got: Vec<DeviceBuffer<T>> = parts.iter().map(|&n| poisoned::<T>(gpu, n)).collect();
+            let mut want_refs: Vec<&mut DeviceBuffer<T>> = want.iter_mut().collect();
+            let mut got_refs: Vec<&mut DeviceBuffer<T>> = got.iter_mut().collect();
+            mx_matvec_tiled_fused(&device, &xn, 1, None, TiledOutput::Split(&mut want_refs), portable)
+                .unwrap();
+            mx_matvec_tiled_fused(&device, &h, 1, norm, TiledOutput::Split(&mut got_refs), portable).unwrap();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(bits(&g.to_vec().unwrap()), bits(&w.to_vec().unwrap()), "{what}, part {i}");
+            }
+            if glu {
+                let (mut act, mut want_act) = (poisoned::<T>(gpu, parts[0]), poisoned::<T>(gpu, parts[0]));
+                mx_matvec_tiled_fused(&device, &h, 1, norm, TiledOutput::Swiglu(&mut act), portable).unwrap();
+                swiglu(&want[0], &want[1], &mut want_act).unwrap();
+                assert_eq!(bits(&act.to_vec().unwrap()), bits(&want_act.to_vec().unwrap()), "{what}, swiglu");
+            }
+        }
+    }
+}
+
+#[test]
+fn tiled_normed_matches_rmsnorm_then_the_product_f16() {
+    let gpu = gpu_test!();
+    normed_matches_rmsnorm_then_the_product::<f16>(&gpu, 0x7361);
+}
+
+#[test]
+fn tiled_normed_matches_rmsnorm_then_the_product_bf16() {
+    let gpu = gpu_test!();
+    normed_matches_rmsnorm_then_the_product::<bf16>(&gpu, 0x7362);
+}
+
+#[test]
+fn tiled_normed_matches_rmsnorm_then_the_product_f32() {
+    let gpu = gpu_test!();
+    normed_matches_rmsnorm_then_the_product::<f32>(&gpu, 0x7363);
+}
+
+/// A residual launch ([`TiledOutput::Add`]) leaves round(h + round(y)) in the stream, y the
+/// plain launch's output, bit for bit: every loop (1, up to 8, up to 32 vectors, and more in
+/// launches of 32), either kernel, Llama-3-8B's O and down shapes and a small one with a partial
+/// tile and group.
+fn add_matches_the_product_added_to_the_stream<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let cases: &[(usize, usize, &[usize])] =
+        &[(4096, 4096, &[1]), (4096, 14_336, &[1, 8]), (37, 2880, &[1, 3, 32, 40])];
+    for &(n, k, batches) in cases {
+        let w = random_weights(&mut rng, FORMAT, n, k);
+        let device = TiledMxfp4::from_gguf(&w, n, k).unwrap().upload(gpu.stream()).unwrap();
+        for &batch in batches {
+            let x = gpu.stream().upload(&activations::<T>(&mut rng, batch * k)).unwrap();
+            let stream: Vec<T> = activations::<T>(&mut rng, batch * n);
+            for portable in [false, true] {
+                let mut y = poisoned::<T>(gpu, batch * n);
+                mx_matvec_tiled_fused(&device, &x, batch, None, TiledOutput::Split(&mut [&mut y]), portable)
+                    .unwrap();
+                let want: Vec<T> = stream
+                    .iter()
+                    .zip(y.to_vec().unwrap())
+                    .map(|(&h, y)| T::from_f32(y.to_f32() + h.to_f32()))
+                    .collect();
+                let mut h = gpu.stream().upload(&stream).unwrap();
+                mx_matvec_tiled_fused(&device, &x, batch, None, TiledOutput::Add(&mut h), portable).unwrap();
+                let what = format!("{} n {n} k {k} batch {batch} portable {portable}", T::NAME);
+                assert_eq!(bits(&h.to_vec().unwrap()), bits(&want), "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn tiled_add_matches_the_product_added_to_the_stream_f16() {
+    let gpu = gpu_test!();
+    add_matches_the_product_added_to_the_stream::<f16>(&gpu, 0x7371);
+}
+
+#[test]
+fn tiled_add_matches_the_product_added_to_the_stream_bf16() {
+    let gpu = gpu_test!();
+    add_matches_the_product_added_to_the_stream::<bf16>(&gpu, 0x7372);
+}
+
+#[test]
+fn tiled_add_matches_the_product_added_to_the_stream_f32() {
+    let gpu = gpu_test!();
+    add_matches_the_product_added_to_the_stream::<f32>(&gpu, 0x7373);
+}
+
+/// A normed launch of several vectors, a norm weight of the wrong length, a non-positive or NaN
+/// eps and a residual stream of the wrong length are refused, saying so.
+#[test]
+fn tiled_normed_and_add_edges() {
+    let gpu = gpu_test!();
+    let message = |r: Result<(), KernelError>| crate::shape_message(r, "mxfp4_tiled");
+    let w = TiledMxfp4::from_gguf(&vec![0u8; 32 * 3 * 17], 32, 96).unwrap().upload(gpu.stream()).unwrap();
+    let x = gpu.stream().upload(&[bf16::from_f32(1.0); 2 * 96]).unwrap();
+    let weight = gpu.stream().upload(&[bf16::from_f32(1.0); 96]).unwrap();
+    let short = gpu.stream().upload(&[bf16::from_f32(1.0); 95]).unwrap();
+    let mut y = poisoned::<bf16>(&gpu, 2 * 32);
+    let norm = |weight, eps| Some(TiledNorm { weight, eps });
+    let fused = |x, batch, norm, y: &mut DeviceBuffer<bf16>| {
+        message(mx_matvec_tiled_fused(&w, x, batch, norm, TiledOutput::Split(&mut [y]), false))
+    };
+    assert!(fused(&x, 2, norm(&weight, 1e-5), &mut y).contains("a normed launch takes one vector, got 2"));
+    let x1 = gpu.stream().upload(&[bf16::from_f32(1.0); 96]).unwrap();
+    let mut y1 = poisoned::<bf16>(&gpu, 32);
+    assert!(
+        fused(&x1, 1, norm(&short, 1e-5), &mut y1)
+            .contains("the norm's weight has 95 elements, the weight's k = 96")
+    );
+    assert!(
+        fused(&x1, 1, norm(&weight, 0.0), &mut y1)
+            .contains("the norm's eps must be positive and finite, got 0")
+    );
+    assert!(
+        fused(&x1, 1, norm(&weight, f32::NAN), &mut y1).contains("eps must be positive and finite, got NaN")
+    );
+    let mut stream = poisoned::<bf16>(&gpu, 31);
+    let r = mx_matvec_tiled_fused(&w, &x1, 1, None, TiledOutput::Add(&mut stream), false);
+    assert!(
+        message(r).contains("the outputs hold [31] elements; 1 vectors of the weight's n = 32 rows need")
     );
 }
 
