@@ -474,16 +474,25 @@ impl<T: GemmElement> Model<T> {
         let mut products = Products { gemm, scratch: dequant.as_mut(), split: split.as_mut() };
         let norm = RmsNorm::new(n, c.hidden, c.rms_eps);
         let ones = ones.as_ref();
+        // Every layer's norms and residual adds in its products, where every layer allows it
+        // (one token, tiled MXFP4: LayerWeights::folded), or none's: each block's output then
+        // waits in `delta` for the norm after it.
+        let folded: Option<Vec<_>> = self.layers.iter().map(|w| w.folded(n)).collect();
 
         for (l, w) in self.layers.iter().enumerate() {
-            // The previous block's output joins the residual stream in this norm's kernel.
-            let attn_norm = w.norm(LayerTensor::AttnNorm);
-            if l == 0 {
-                norm.run(h, attn_norm, xn)?;
+            let fold = folded.as_ref().map(|f| &f[l]);
+            if let Some(f) = fold {
+                w.project_qkv_folded(f, h, c.rms_eps, ones, q, k, v, &mut products)?;
             } else {
-                norm.run_residual(delta, h, attn_norm, xn)?;
+                // The previous block's output joins the residual stream in this norm's kernel.
+                let attn_norm = w.norm(LayerTensor::AttnNorm);
+                if l == 0 {
+                    norm.run(h, attn_norm, xn)?;
+                } else {
+                    norm.run_residual(delta, h, attn_norm, xn)?;
+                }
+                w.project_qkv(xn, n, ones, q, k, v, &mut products)?;
             }
-            w.project_qkv(xn, n, ones, q, k, v, &mut products)?;
             let (k_cache, v_cache) = kv.layer_mut(l)?;
             // Copy-on-write of shared blocks first, one call per pair (docs/kv_cache.md).
             for &pair in copies {
@@ -514,17 +523,26 @@ impl<T: GemmElement> Model<T> {
                 }
                 None => paged_attention(&inputs.attention, &options, q, &paged, attn, None)?,
             }
+            if let Some(f) = fold {
+                w.block_output_folded(f, Block::Attention, attn, h)?;
+                w.mlp_activation_folded(f, h, c.rms_eps, &mut mlp.act)?;
+                w.block_output_folded(f, Block::Mlp, &mlp.act, h)?;
+                continue;
+            }
             w.block_output(Block::Attention, &norm, attn, n, delta, spare, &mut products)?;
 
             norm.run_residual(delta, h, w.norm(LayerTensor::FfnNorm), xn)?;
             w.mlp_activation(xn, n, c.ffn, mlp, &mut products)?;
             w.block_output(Block::Mlp, &norm, &mlp.act, n, delta, spare, &mut products)?;
         }
-        // The last block's output joins the stream in the final norm.
+        // The last block's output joins the stream in the final norm (folded: it already has).
         let weight = match &self.final_norm {
             FinalNorm::Output(weight) | FinalNorm::Unit(weight) => weight,
         };
-        norm.run_residual(delta, h, weight, xn)?;
+        match folded {
+            Some(_) => norm.run(h, weight, xn)?,
+            None => norm.run_residual(delta, h, weight, xn)?,
+        }
         Ok(())
     }
 }

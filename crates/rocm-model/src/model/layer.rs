@@ -1,19 +1,22 @@
 //! One decoder layer's weights on the GPU ([`LayerWeights`]) and the parts of its pass that
 //! differ between architectures: the QKV projections with their biases, the post-norms, and the
-//! MLP with separate or stacked gate/up projections. `forward.rs` runs the rest (norms with
-//! their residual adds, RoPE, the KV cache, attention).
+//! MLP with separate or stacked gate/up projections; and, where the layer is tiled MXFP4, the
+//! same with its norms and residual adds folded into the products ([`Folded`]). `forward.rs`
+//! runs the rest (norms with their residual adds, RoPE, the KV cache, attention).
 
 use std::sync::Arc;
 
 use rocm_kernels::gemm::GemmElement;
-use rocm_kernels::quant::{MXFP4_TILE_ROWS, TiledMxfp4};
+use rocm_kernels::quant::{
+    DeviceTiledMxfp4, MXFP4_TILE_ROWS, TiledMxfp4, TiledNorm, TiledOutput, mx_matvec_tiled_fused,
+};
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::swiglu::{swiglu, swiglu_fused};
 use rocm_runtime::{DeviceBuffer, Stream};
 
 use super::config::ModelConfig;
 use super::error::Result;
-use super::linear::{Linear, Products, add_bias, apply_glu, apply_shared};
+use super::linear::{Linear, Products, add_bias, apply_glu, apply_shared, stacked_gate_up, stacked_tiled};
 use super::options::{LoadOptions, Mxfp4Layout};
 use super::weights::{Block, LayerTensor, load_device, load_linear, tensor_name};
 use crate::gguf::GgmlType;
@@ -71,7 +74,32 @@ impl<T: GemmElement> LayerWeights<T> {
 
     /// A projection the layer has (checked at load).
     pub fn linear(&self, t: LayerTensor) -> &Linear<T> {
-        self.matrices.iter().find(|(x, _)| *x == t).map(|(_, w)| w).expect("a projection checked at load")
+        self.maybe_linear(t).expect("a projection checked at load")
+    }
+
+    /// A projection, if the layer has it.
+    fn maybe_linear(&self, t: LayerTensor) -> Option<&Linear<T>> {
+        self.matrices.iter().find(|(x, _)| *x == t).map(|(_, w)| w)
+    }
+
+    /// The tiled weights of a pass of `tokens` that folds this layer's norms and residual adds
+    /// into its products ([`Folded`]): one token, Q, K and V stacked in one tiled weight and gate
+    /// and up in another, O and down each tiled alone, and no post-norms (glm4's normalise a
+    /// block's output before it joins the stream, so it cannot join it in the product's store).
+    pub fn folded(&self, tokens: usize) -> Option<Folded<'_>> {
+        let post_norms = [LayerTensor::AttnPostNorm, LayerTensor::FfnPostNorm];
+        if tokens != 1 || post_norms.iter().any(|&t| self.vector(t).is_some()) {
+            return None;
+        }
+        let linear = |t| self.maybe_linear(t);
+        let (q, k, v) =
+            (linear(LayerTensor::AttnQ)?, linear(LayerTensor::AttnK)?, linear(LayerTensor::AttnV)?);
+        Some(Folded {
+            qkv: stacked_tiled(&[q, k, v], tokens)?,
+            o: stacked_tiled(&[linear(LayerTensor::AttnOutput)?], tokens)?,
+            gate_up: stacked_gate_up(linear(LayerTensor::FfnGate)?, linear(LayerTensor::FfnUp)?, tokens)?,
+            down: stacked_tiled(&[linear(LayerTensor::FfnDown)?], tokens)?,
+        })
     }
 
     /// A norm weight or bias, if the layer has it.
@@ -113,12 +141,75 @@ impl<T: GemmElement> LayerWeights<T> {
     ) -> Result<()> {
         let weights = [LayerTensor::AttnQ, LayerTensor::AttnK, LayerTensor::AttnV].map(|t| self.linear(t));
         apply_shared(&weights, x, tokens, &mut [&mut *q, &mut *k, &mut *v], products)?;
+        self.add_qkv_biases(tokens, ones, [q, k, v], products)
+    }
+
+    /// Q, K and V's biases, where the layer has them, added to their products.
+    fn add_qkv_biases(
+        &self,
+        tokens: usize,
+        ones: Option<&DeviceBuffer<T>>,
+        qkv: [&mut DeviceBuffer<T>; 3],
+        products: &Products<'_, T>,
+    ) -> Result<()> {
         let biases = [LayerTensor::AttnQBias, LayerTensor::AttnKBias, LayerTensor::AttnVBias];
-        for (bias, y) in biases.into_iter().zip([q, k, v]) {
+        for (bias, y) in biases.into_iter().zip(qkv) {
             if let (Some(b), Some(ones)) = (self.vector(bias), ones) {
                 add_bias(y, b, ones, tokens, products.gemm)?;
             }
         }
+        Ok(())
+    }
+
+    /// [`LayerWeights::project_qkv`] of one token with the layer's attention norm folded in: the
+    /// products of `rmsnorm(h, attn_norm)` in one launch, which normalises `h` (the residual
+    /// stream, every block's output already added) as it stages it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn project_qkv_folded(
+        &self,
+        folded: &Folded<'_>,
+        h: &DeviceBuffer<T>,
+        eps: f32,
+        ones: Option<&DeviceBuffer<T>>,
+        q: &mut DeviceBuffer<T>,
+        k: &mut DeviceBuffer<T>,
+        v: &mut DeviceBuffer<T>,
+        products: &mut Products<'_, T>,
+    ) -> Result<()> {
+        let norm = TiledNorm { weight: self.norm(LayerTensor::AttnNorm), eps };
+        let outputs = TiledOutput::Split(&mut [&mut *q, &mut *k, &mut *v]);
+        mx_matvec_tiled_fused(folded.qkv, h, 1, Some(norm), outputs, false)?;
+        self.add_qkv_biases(1, ones, [q, k, v], products)
+    }
+
+    /// A block's output projection of one token added to the residual stream `h` in its own
+    /// launch (what the next norm's residual form would do), where the pass folds the norms.
+    pub fn block_output_folded(
+        &self,
+        folded: &Folded<'_>,
+        block: Block,
+        x: &DeviceBuffer<T>,
+        h: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        let w = match block {
+            Block::Attention => folded.o,
+            Block::Mlp => folded.down,
+        };
+        mx_matvec_tiled_fused(w, x, 1, None, TiledOutput::Add(h), false)?;
+        Ok(())
+    }
+
+    /// `act = silu(gate) * up` of `rmsnorm(h, ffn_norm)` for one token in one launch: the gate
+    /// and up products with the norm folded in and the activation in their store.
+    pub fn mlp_activation_folded(
+        &self,
+        folded: &Folded<'_>,
+        h: &DeviceBuffer<T>,
+        eps: f32,
+        act: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        let norm = TiledNorm { weight: self.norm(LayerTensor::FfnNorm), eps };
+        mx_matvec_tiled_fused(folded.gate_up, h, 1, Some(norm), TiledOutput::Swiglu(act), false)?;
         Ok(())
     }
 
@@ -171,6 +262,18 @@ impl<T: GemmElement> LayerWeights<T> {
         }
         Ok(())
     }
+}
+
+/// A layer's tiled weights where a one-token pass folds its norms and residual adds into the
+/// products ([`LayerWeights::folded`]): Q, K and V, and gate and up, each normalise the residual
+/// stream as they stage it (the tiled kernel's normed launch), and O and down each add their
+/// output to the stream as they store it (its residual launch). Two launches fewer a layer than
+/// the norms' own (docs/model.md, "The norms folded into the tiled products").
+pub(super) struct Folded<'a> {
+    qkv: &'a DeviceTiledMxfp4,
+    o: &'a DeviceTiledMxfp4,
+    gate_up: &'a DeviceTiledMxfp4,
+    down: &'a DeviceTiledMxfp4,
 }
 
 /// The projections the tiled layout stacks into one weight where they are all MXFP4 of one

@@ -165,8 +165,8 @@ impl<T: GemmElement> Linear<T> {
 const TILED_MAX_TOKENS: usize = MAX_TILED_BATCH;
 
 /// The stacked tiled weight whose parts `linears` are, in order and all of it, where one launch
-/// can run them at `tokens`.
-fn stacked_tiled<'a, T: GemmElement>(
+/// can run them at `tokens` (one projection: a tiled weight that holds it alone).
+pub(crate) fn stacked_tiled<'a, T: GemmElement>(
     linears: &[&'a Linear<T>],
     tokens: usize,
 ) -> Option<&'a DeviceTiledMxfp4> {
@@ -263,7 +263,7 @@ pub(crate) fn apply_glu<T: GemmElement>(
 
 /// The tiled weight that stacks `gate` and then `up` and nothing else ([`stacked_tiled`]), both
 /// of the same whole tiles, where its gate-and-up launch takes `tokens`.
-fn stacked_gate_up<'a, T: GemmElement>(
+pub(crate) fn stacked_gate_up<'a, T: GemmElement>(
     gate: &'a Linear<T>,
     up: &'a Linear<T>,
     tokens: usize,
