@@ -21,7 +21,9 @@
 //! few rows split k across blocks, here in one [`SplitScratch`] as a decode workspace has). At
 //! every batch, the MXFP4 groups over the tiled layout too: the weights stacked, one launch
 //! (`kernels/mxfp4_tiled.hip`, rows `mxfp4 tiled matvec split b1`), and gate and up with their
-//! SwiGLU in that launch (rows `mxfp4 tiled gate+up swiglu b<N>`).
+//! SwiGLU in that launch (rows `mxfp4 tiled gate+up swiglu b<N>`); at one vector both again with
+//! the layer's RMSNorm folded in (rows `mxfp4 tiled normed ... b1`: x the residual stream,
+//! normalised as it is staged; the norm's own launch is then gone from the layer).
 //!
 //! `ROCMFORGE_BENCH_QMV_FORMATS` (a comma-separated list of ggml format names, `q4_K,q8_0`)
 //! limits the rows to those formats (the MXFP4 groups run where `mxfp4` is named); the read
@@ -29,8 +31,8 @@
 
 use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
-    BlockFormat, GgmlFormat, MxFormat, QuantProduct, SplitScratch, TiledMxfp4, mx_matvec_group_in,
-    mx_matvec_tiled_split, mx_matvec_tiled_swiglu, quant_matvec_group_in, quant_matvec_on_matrix_cores,
+    BlockFormat, GgmlFormat, MxFormat, QuantProduct, SplitScratch, TiledMxfp4, TiledNorm, TiledOutput,
+    mx_matvec_group_in, mx_matvec_tiled_fused, quant_matvec_group_in, quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 
@@ -86,17 +88,14 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             rows.push(mx_group::<f16>(b, &weights, group, 4096, batch)?);
             rows.push(mx_group::<bf16>(b, &weights, group, 4096, batch)?);
         }
-        for &batch in BATCHES {
-            rows.push(tiled_split::<f16>(b, group, 4096, batch, false)?);
-            rows.push(tiled_split::<bf16>(b, group, 4096, batch, false)?);
-        }
-        if let [gate, up] = group
-            && gate == up
-        {
+        let glu = matches!(group, [gate, up] if gate == up);
+        for swiglu in [false, true].into_iter().filter(|&s| !s || glu) {
             for &batch in BATCHES {
-                rows.push(tiled_split::<f16>(b, group, 4096, batch, true)?);
-                rows.push(tiled_split::<bf16>(b, group, 4096, batch, true)?);
+                rows.push(tiled_split::<f16>(b, group, 4096, batch, swiglu, false)?);
+                rows.push(tiled_split::<bf16>(b, group, 4096, batch, swiglu, false)?);
             }
+            rows.push(tiled_split::<f16>(b, group, 4096, 1, swiglu, true)?);
+            rows.push(tiled_split::<bf16>(b, group, 4096, 1, swiglu, true)?);
         }
     }
     Ok(rows)
@@ -105,14 +104,16 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
 /// The same group of MXFP4 products over the tiled layout: the weights stacked along their rows
 /// (`TiledMxfp4::stack`, before timing, as a loader would) and multiplied in one launch into one
 /// output each (`mx_matvec_tiled_split`), or with `swiglu` (gate and up) into their activation
-/// (`mx_matvec_tiled_swiglu`, rows `mxfp4 tiled gate+up swiglu b<N>`). Traffic counted as for
-/// the GGUF rows.
+/// (`mx_matvec_tiled_swiglu`, rows `mxfp4 tiled gate+up swiglu b<N>`); `normed` (one vector)
+/// with an RMSNorm folded in (`TiledNorm`: x the residual stream). Traffic counted as for the
+/// GGUF rows (the norm's weight not counted: k elements).
 fn tiled_split<T: Dtype>(
     b: &mut Bench,
     group: &[usize],
     k: usize,
     batch: usize,
     swiglu: bool,
+    normed: bool,
 ) -> Result<Row> {
     let parts = group
         .iter()
@@ -132,19 +133,28 @@ fn tiled_split<T: Dtype>(
     let x = b.stream.upload(&x)?;
     let mut ys =
         group.iter().map(|&n| b.stream.alloc::<T>(batch * n)).collect::<std::result::Result<Vec<_>, _>>()?;
+    let norm_weight = b.random::<T>(k, 0.5, 1.5);
+    let norm_weight = b.stream.upload(&norm_weight)?;
+    let norm = normed.then_some(TiledNorm { weight: &norm_weight, eps: 1e-5 });
     let mut i = 0;
     let ms = b.time(|| {
         i += 1;
         let w = &stacked[i % stacked.len()];
-        if swiglu {
-            return Ok(mx_matvec_tiled_swiglu(w, &x, batch, &mut ys[0])?);
-        }
         let mut outs: Vec<&mut DeviceBuffer<T>> = ys.iter_mut().collect();
-        Ok(mx_matvec_tiled_split(w, &x, batch, &mut outs)?)
+        let out = match swiglu {
+            true => TiledOutput::Swiglu(&mut *outs[0]),
+            false => TiledOutput::Split(&mut outs),
+        };
+        Ok(mx_matvec_tiled_fused(w, &x, batch, norm, out, false)?)
     })?;
     let weight_bytes: usize = parts.iter().map(|copies| copies[0].len()).sum();
     let rows: usize = if swiglu { group[0] } else { group.iter().sum() };
-    let kernel = if swiglu { "tiled gate+up swiglu" } else { "tiled matvec split" };
+    let kernel = match (normed, swiglu) {
+        (false, true) => "tiled gate+up swiglu",
+        (false, false) => "tiled matvec split",
+        (true, true) => "tiled normed gate+up swiglu",
+        (true, false) => "tiled normed matvec split",
+    };
     Ok(Row {
         kernel: format!("mxfp4 {kernel} b{batch}"),
         dtype: T::NAME,
