@@ -196,21 +196,19 @@ RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, co
 RF_DEVICE float rf_t4_norm_from(float sumsq, rf_u64 k, float eps) { return rsqrtf(sumsq * (1.0f / (float)k) + eps); }
 RF_DEVICE float rf_t4_normed(float h, float s, float w) { return h * s * w; }
 
-// The matrix-core kernels' s: thread t takes the 16-byte vectors t, t + blockDim.x, ... (k % 8
-// == 0, h 16-byte aligned), and the threads' sums meet in rf_block_sum's order (warps of 32).
-// Every thread gets s. `scratch`: a float a warp, not written again until every thread has s.
-template <typename T> RF_DEVICE float rf_t4_norm_scale(const T* h, rf_u64 k, float eps, float* scratch) {
-    constexpr int V = 16 / (int)sizeof(T);
-    float sumsq = 0.0f;
-    for (rf_u64 i = (rf_u64)V * threadIdx.x; i < k; i += (rf_u64)V * blockDim.x) {
-        float f[V];
-        rf_pack16<T>::unpack(rf_load16(h + i), f);
+// Adds the squares of a 32-element block of h (16-bit T: four 16-byte vectors) to `sumsq`.
+template <typename T> RF_DEVICE float rf_t4_add_squares(const uint4 (&v)[4], float sumsq) {
+    static_assert(sizeof(T) == 2, "32 16-bit elements");
 #pragma unroll
-        for (int e = 0; e < V; ++e) {
+    for (int u = 0; u < 4; ++u) {
+        float f[8];
+        rf_pack16<T>::unpack(v[u], f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
             sumsq = fmaf(f[e], f[e], sumsq);
         }
     }
-    return rf_t4_norm_from(rf_block_sum(sumsq, scratch), k, eps);
+    return sumsq;
 }
 
 // The portable kernel's s: thread t takes elements t, t + blockDim.x, ..., and every thread adds
@@ -485,14 +483,14 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
     rf_cp_async_wait<0>(); // nothing is left in flight at exit (the last commits are empty)
 }
 
-// Eight elements of the normalised row from element i (16-byte aligned) of h and the norm's
-// weight w, as T's bits (16-bit types).
-template <typename T> RF_DEVICE uint4 rf_t4_normed8(const T* h, const T* w, rf_u64 i, float s) {
+// Eight elements of the normalised row, from eight of h (`hv`, T's bits) and the norm's weight
+// there (`wv`), as T's bits (16-bit types).
+template <typename T> RF_DEVICE uint4 rf_t4_normed8(uint4 hv, uint4 wv, float s) {
     static_assert(sizeof(T) == 2, "eight 16-bit elements");
     float f[8];
     float g[8];
-    rf_pack16<T>::unpack(rf_load16(h + i), f);
-    rf_pack16<T>::unpack(rf_load16(w + i), g);
+    rf_pack16<T>::unpack(hv, f);
+    rf_pack16<T>::unpack(wv, g);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
         f[e] = rf_t4_normed(f[e], s, g[e]);
@@ -560,29 +558,46 @@ template <typename T, bool WIDE, bool NORM> struct rf_t4_one_vector {
             rf_cp_async_commit();
         }
     }
+    // Block b's 32 elements of h (four 16-byte vectors, issued together).
+    RF_DEVICE void load_block(unsigned b, uint4 (&v)[4]) const {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            v[u] = reinterpret_cast<const uint4*>(x)[4 * b + u];
+        }
+    }
     // x staged once (bf16, NORM), while the prologue's copies are in flight; the padding blocks'
     // x zero (their codes are zeros too, and 0 x 0 keeps their sums 0 where garbage x could make
-    // them NaN). NORM: the sum of squares first (its scratch, the totals, is free until the
-    // first tile ends, past this function's barrier, which also publishes every thread's copies
-    // of the weight), then each element normalised and staged over the weight's bytes.
+    // them NaN). NORM: thread t takes blocks t, t + blockDim.x, ... of h, each block's four
+    // vectors loaded together (one round trip to h after the wait, where k <= 32 blockDim.x);
+    // the sum of squares first (its scratch, the totals, is free until the first tile ends, past
+    // this function's barrier; rf_block_sum's barrier publishes every thread's copies of the
+    // weight), then each block again (the L1 holds it) normalised and staged over the weight's
+    // bytes (a block's x where its weight was), bf16 as block-scaled f16, f16 as it is.
     RF_DEVICE void after_wait() {
         if constexpr (NORM) {
-            const rf_u64 k = (rf_u64)nb * RF_QK;
-            const T* w = reinterpret_cast<const T*>(xs);
+            float sumsq = 0.0f;
+            for (unsigned b = threadIdx.x; b < nb; b += blockDim.x) {
+                uint4 v[4];
+                load_block(b, v);
+                sumsq = rf_t4_add_squares<T>(v, sumsq);
+            }
             rf_cp_async_wait<RF_T4_STAGES - 1>(); // the weight's group (the prologue's are younger)
-            const float s = rf_t4_norm_scale<T>(x, k, norm.eps, totals);
-            if constexpr (X::SCALED) {
-                for (unsigned b = threadIdx.x; b < nb; b += blockDim.x) {
-                    uint4 v[4];
+            const float s = rf_t4_norm_from(rf_block_sum(sumsq, totals), (rf_u64)nb * RF_QK, norm.eps);
+            uint4* xv = reinterpret_cast<uint4*>(xs);
+            for (unsigned b = threadIdx.x; b < nb; b += blockDim.x) {
+                uint4 v[4];
+                load_block(b, v);
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    v[u] = rf_t4_normed8<T>(v[u], xv[4 * b + u], s); // the weight, then x, there
+                }
+                if constexpr (X::SCALED) {
+                    X::stage_block(v, xs, xf, b);
+                } else {
 #pragma unroll
                     for (int u = 0; u < 4; ++u) {
-                        v[u] = rf_t4_normed8(x, w, (rf_u64)RF_QK * b + 8u * (unsigned)u, s);
+                        xv[4 * b + u] = v[u];
                     }
-                    X::stage_block(v, xs, xf, b);
-                }
-            } else {
-                for (unsigned i = threadIdx.x; i < nb * (RF_QK / 8); i += blockDim.x) {
-                    reinterpret_cast<uint4*>(xs)[i] = rf_t4_normed8(x, w, 8ull * i, s);
                 }
             }
         } else if constexpr (ONCE) {
