@@ -20,15 +20,25 @@ from collections import defaultdict
 
 
 def read_replays(path):
+    """Kernels of graph replays by (graph, correlation). Rows cut short (a process stopped while
+    the tracer wrote its last line) are skipped and counted; a name with commas (C++ templates,
+    other libraries' kernels in the same process) keeps its first part."""
     replays = defaultdict(list)
+    skipped = 0
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            graph = int(row["graph_id"])
-            if graph == 0:
+            try:
+                graph = int(row["graph_id"])
+                key = (graph, int(row["correlation_id"]))
+                kernel = (int(row["start_ns"]), int(row["end_ns"]), row["name"], row["grid"])
+            except (TypeError, ValueError):
+                skipped += 1
                 continue
-            replays[(graph, int(row["correlation_id"]))].append(
-                (int(row["start_ns"]), int(row["end_ns"]), row["name"], row["grid"])
-            )
+            if graph == 0 or kernel[2] is None:
+                continue
+            replays[key].append(kernel)
+    if skipped:
+        print(f"({skipped} row(s) cut short, skipped)")
     by_graph = defaultdict(list)
     for (graph, _), kernels in replays.items():
         by_graph[graph].append(sorted(kernels))
