@@ -30,11 +30,12 @@
 //   ..._mma_wide_<dt>                    each of those for any scale byte (0xFF: NaN)
 //   rf_mxfp4_tiled_matvec_<dt>           portable: f32, f16, bf16, any device, any batch
 //   rf_mxfp4_tiled_normed_<dt>           the same with the RMSNorm `norm` applied to x
-// The entries without `normed` in their name take norm.weight null (they trap otherwise). Every matrix-vector entry also puts its totals as y.mode says
-// (rocmforge_mxfp4_tiled_abi.h): stored; added to the residual stream there (a block's output
-// joining it in its own launch); or as a gate-and-up product with its SwiGLU: a block then takes
-// a gate tile and right after it that tile's up tile (rf_t4_walk), keeps the gates, and writes
-// silu(gate) * up (rf_t4_put), so that the activation costs no launch of its own.
+// The entries without `normed` in their name take norm.weight null (they trap otherwise). Every
+// matrix-vector entry also puts its totals as y.mode says (rocmforge_mxfp4_tiled_abi.h): stored;
+// added to the residual stream there (a block's output joining it in its own launch); or as a
+// gate-and-up product with its SwiGLU: a block then takes a gate tile and right after it that
+// tile's up tile (rf_t4_walk), keeps the gates, and writes silu(gate) * up (rf_t4_put), so that
+// the activation costs no launch of its own.
 // And rf_mxfp4_tiled_dequant_<dt> (payload, scales, T* out, u32 rows, u32 nb): the weight's first
 // `rows` rows as T, row-major [rows, k], for the GEMM of a prefill (any device; the launcher
 // points payload and scales at the first tile of a stacked weight's part).

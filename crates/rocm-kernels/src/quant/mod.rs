@@ -85,7 +85,7 @@ pub use mxfp4_tiled::{
     DeviceTiledMxfp4, MAX_TILED_BATCH, MAX_TILED_OUTPUTS, TILE_ROWS as MXFP4_TILE_ROWS, TiledMxfp4,
     TiledNorm, TiledOutput, dequantize_tiled, mx_matvec_tiled, mx_matvec_tiled_fused,
     mx_matvec_tiled_portable, mx_matvec_tiled_rows, mx_matvec_tiled_split, mx_matvec_tiled_swiglu,
-    mx_matvec_tiled_swiglu_portable, x16_rounding_unit,
+    x16_rounding_unit,
 };
 pub use quant_gemm::{
     QUANT_GEMM_FORMATS, QUANT_GEMM_TILE_TOKENS, quant_gemm, quant_gemm_grid, quant_gemm_runs,

@@ -399,7 +399,7 @@ fn launch_shape(
     }
     let shared = mma_shared_bytes(lp, warps, k, dtype, swiglu);
     ensure(shared <= optin, KERNEL, || {
-        let why = if stages_x_once(lp, dtype) { " (bf16 x is staged whole)" } else { "" };
+        let why = if stages_x_once(lp, dtype) { " (x is staged whole)" } else { "" };
         format!("k = {k} needs {shared} bytes of shared memory{why}, the device allows {optin}")
     })?;
     // A multiprocessor's shared memory is the per-block opt-in limit plus the reserve.
@@ -475,17 +475,6 @@ pub fn mx_matvec_tiled_swiglu<T: Dtype>(
     launch(w, 0..w.n, x, batch, None, &mut [act], Mode::Swiglu, false)
 }
 
-/// [`mx_matvec_tiled_swiglu`] on the portable kernel, whatever the device has (tests compare the
-/// two).
-pub fn mx_matvec_tiled_swiglu_portable<T: Dtype>(
-    w: &DeviceTiledMxfp4,
-    x: &DeviceBuffer<T>,
-    batch: usize,
-    act: &mut DeviceBuffer<T>,
-) -> Result<()> {
-    launch(w, 0..w.n, x, batch, None, &mut [act], Mode::Swiglu, true)
-}
-
 /// The RMSNorm a normed launch applies to its input first: the input is then a row `h` of the
 /// residual stream, and the product multiplies each element `h * s * weight` rounded to `T`,
 /// `s = 1 / sqrt(mean(h^2) + eps)`, as [`crate::rmsnorm::RmsNorm::run`] computes a row (its sum
@@ -540,6 +529,17 @@ enum Mode {
     Add,
 }
 
+impl Mode {
+    /// The ABI's value.
+    fn abi(self) -> u32 {
+        match self {
+            Mode::Store => abi::RF_T4_STORE,
+            Mode::Swiglu => abi::RF_T4_SWIGLU,
+            Mode::Add => abi::RF_T4_ADD,
+        }
+    }
+}
+
 /// The kernels' outputs argument for `ys` splitting a weight of `n` rows for `batch` (>= 1)
 /// vectors, checked as [`mx_matvec_tiled_split`] says: each output holds `batch` rows of its part,
 /// each end is the running sum of the parts' rows, and the unused slots are empty ranges at `n`
@@ -581,7 +581,8 @@ fn rows_u32(n: usize) -> Result<u32> {
 
 /// The kernels' outputs argument for a gate-and-up launch of `n` rows (gates, then as many ups)
 /// for `batch` (>= 1) vectors into `act` (`[batch, n / 2]`): `n / 2` a whole number of tiles, as
-/// [`mx_matvec_tiled_swiglu`] says (`rocmforge_mxfp4_tiled_abi.h`: `swiglu`).
+/// [`mx_matvec_tiled_swiglu`] says (`rocmforge_mxfp4_tiled_abi.h`: `RF_T4_SWIGLU`; the caller
+/// sets the mode).
 fn swiglu_outputs<T: Dtype>(act: &DeviceBuffer<T>, n: usize, batch: usize) -> Result<abi::rf_t4_outputs> {
     ensure(n.is_multiple_of(2 * TILE_ROWS), KERNEL, || {
         format!("gate and up of {n} rows: two halves of whole tiles ({TILE_ROWS} rows) needed")
@@ -595,8 +596,7 @@ fn swiglu_outputs<T: Dtype>(act: &DeviceBuffer<T>, n: usize, batch: usize) -> Re
         )
     })?;
     let n32 = rows_u32(n)?;
-    let mut out =
-        abi::rf_t4_outputs { end: [n32 / 2, n32, n32], mode: abi::RF_T4_SWIGLU, ..Default::default() };
+    let mut out = abi::rf_t4_outputs { end: [n32 / 2, n32, n32], ..Default::default() };
     out.y[0] = act.device_ptr();
     Ok(out)
 }
@@ -666,13 +666,10 @@ fn launch<T: Dtype>(
         });
     }
     let norm_param = norm_arg(norm.as_ref(), batch, k)?;
+    // A residual launch's one output is the stream, laid out as a plain launch's.
+    debug_assert!(mode != Mode::Add || ys.len() == 1, "one residual stream");
     let mut params = if swiglu { swiglu_outputs(ys[0], n, batch)? } else { outputs(ys, n, batch)? };
-    if mode == Mode::Add {
-        ensure(ys.len() == 1, KERNEL, || {
-            format!("a launch adds to one residual stream, got {} outputs", ys.len())
-        })?;
-        params.mode = abi::RF_T4_ADD;
-    }
+    params.mode = mode.abi();
     if n == 0 {
         return Ok(());
     }
@@ -717,36 +714,36 @@ fn launch<T: Dtype>(
         }
         let x_first = x.device_ptr() + (first * k) as u64 * elem;
         // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, rf_t4_outputs
-        // y, rf_t4_norm norm, u32 nb, u32 batch). Given the part's first tile t0 (rows.start / 16, checked whole),
-        // for tile t < ceil(n / 16), n = y.end[2] = rows.len(), they read payload bytes
-        // [256 (t0 + t) nbp, 256 (t0 + t + 1) nbp) and scale bytes [16 (t0 + t) nbp, 16 (t0 + t
-        // + 1) nbp) (nbp = nb rounded up to 8), inside the weight's tiles (rows.end <= w.n,
-        // checked), which the buffers hold: a DeviceTiledMxfp4 is only built by
-        // TiledMxfp4::upload from a layout of exactly its n and k. They read x rows [0, count)
-        // of k elements from x_first, rows first..first + count of x (batch * k elements,
-        // checked), never past a row's last block; x_first is 16-byte aligned (x is, checked,
-        // and k is a multiple of 32) for the 16-byte copies and loads; device allocations are
-        // 256-byte aligned, so the payload's and scales' 16- and 8-byte accesses are aligned.
-        // They write row r < n of vector v < count to y[i][v * rows_i + r - end[i - 1]] for the
-        // first i with r < end[i], y[i] this chunk's pointer, vector `first` of output i:
-        // `outputs` made the ends the running sums of the parts' rows (rows_i = ys[i].len() /
-        // batch, checked whole and to reach n), so that index is inside ys[i] for first + v <
-        // batch; the unused slots' ends are n, never chosen. With swiglu they write instead
-        // y[0][v * n / 2 + r] for gate rows r < n / 2 only (swiglu_outputs: n a multiple of 32,
-        // ys[0] = act of batch * n / 2 elements, ends n / 2, n, n), inside act; with Add they read
-        // each element they write first (one output, checked: the stream, as Store lays it out).
-        // With a norm (norm_arg: one vector, its weight k elements, 16-byte aligned) the loop is
-        // a normed one (choose_loop), whose entries read norm.weight[0..k): the matrix-core one
-        // copies it before the wait (a weight, declared so), the portable one after; without
-        // one it is null, which every other entry requires (they trap otherwise). Blocks are 1..=8 whole warps, within
-        // the entries' launch bounds, never more warps than groups (launch_shape; the
-        // matrix-core entries trap otherwise); the matrix-core entries run only on mma.sync
-        // devices (`choose_loop`), with count <= 1, 8 or 32 as their names say, and the rings'
-        // and totals' shared memory (launch_shape checks it against the device's limit). w and x
-        // are shared borrows distinct from the outputs (each a distinct &mut); the builder checks
-        // the streams. Dependent (rocmforge_dependent_launch.h): the portable entries wait for
-        // the kernel ahead first; the one-vector f16 entries too; the others issue a block's
-        // first weight copies before that wait, and x's reads and every write after it.
+        // y, rf_t4_norm norm, u32 nb, u32 batch). Given the part's first tile t0 (rows.start / 16,
+        // checked whole), for tile t < ceil(n / 16), n = y.end[2] = rows.len(), they read payload
+        // bytes [256 (t0 + t) nbp, 256 (t0 + t + 1) nbp) and scale bytes [16 (t0 + t) nbp, 16 (t0 +
+        // t + 1) nbp) (nbp = nb rounded up to 8), inside the weight's tiles (rows.end <= w.n,
+        // checked), which the buffers hold: a DeviceTiledMxfp4 is only built by TiledMxfp4::upload
+        // from a layout of exactly its n and k. They read x rows [0, count) of k elements from
+        // x_first, rows first..first + count of x (batch * k elements, checked), never past a row's
+        // last block; x_first is 16-byte aligned (x is, checked, and k is a multiple of 32) for the
+        // 16-byte copies and loads; device allocations are 256-byte aligned, so the payload's and
+        // scales' 16- and 8-byte accesses are aligned. They write row r < n of vector v < count to
+        // y[i][v * rows_i + r - end[i - 1]] for the first i with r < end[i], y[i] this chunk's
+        // pointer, vector `first` of output i: `outputs` made the ends the running sums of the
+        // parts' rows (rows_i = ys[i].len() / batch, checked whole and to reach n), so that index
+        // is inside ys[i] for first + v < batch; the unused slots' ends are n, never chosen. With
+        // swiglu they write instead y[0][v * n / 2 + r] for gate rows r < n / 2 only
+        // (swiglu_outputs: n a multiple of 32, ys[0] = act of batch * n / 2 elements, ends n / 2,
+        // n, n), inside act; with Add they read each element they write first (one output, the
+        // stream alone: mx_matvec_tiled_fused's Add, laid out as Store lays it out). With a norm
+        // (norm_arg: one vector, its weight k elements, 16-byte aligned) the loop is a normed one
+        // (choose_loop), whose entries read norm.weight[0..k): the matrix-core one copies it before
+        // the wait (a weight, declared so), the portable one after; without one it is null, which
+        // every other entry requires (they trap otherwise). Blocks are 1..=8 whole warps, within
+        // the entries' launch bounds, never more warps than groups (launch_shape; the matrix-core
+        // entries trap otherwise); the matrix-core entries run only on mma.sync devices
+        // (`choose_loop`), with count <= 1, 8 or 32 as their names say, and the rings' and totals'
+        // shared memory (launch_shape checks it against the device's limit). w and x are shared
+        // borrows distinct from the outputs (each a distinct &mut); the builder checks the streams.
+        // Dependent (rocmforge_dependent_launch.h): the portable entries wait for the kernel ahead
+        // first; the one-vector f16 entries too; the others issue a block's first weight copies
+        // before that wait, and x's reads and every write after it.
         unsafe {
             let mut launch = stream
                 .launch(&kernel)

@@ -15,8 +15,7 @@
 use rocm_kernels::quant::{
     BlockFormat, MAX_TILED_OUTPUTS, MxFormat, QK, TiledMxfp4, TiledNorm, TiledOutput, dequantize,
     dequantize_tiled, mx_matmul_reference, mx_matvec_tiled, mx_matvec_tiled_fused, mx_matvec_tiled_portable,
-    mx_matvec_tiled_rows, mx_matvec_tiled_split, mx_matvec_tiled_swiglu, mx_matvec_tiled_swiglu_portable,
-    x16_rounding_unit,
+    mx_matvec_tiled_rows, mx_matvec_tiled_split, mx_matvec_tiled_swiglu, x16_rounding_unit,
 };
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::swiglu::swiglu;
@@ -678,7 +677,8 @@ fn swiglu_matches_the_products_then_swiglu<T: Dtype>(gpu: &GpuTest, seed: u64) {
                 let mut act = poisoned::<T>(gpu, batch * ffn);
                 if portable {
                     mx_matvec_tiled_portable(&device, &dx, batch, &mut [&mut gate, &mut up]).unwrap();
-                    mx_matvec_tiled_swiglu_portable(&device, &dx, batch, &mut act).unwrap();
+                    mx_matvec_tiled_fused(&device, &dx, batch, None, TiledOutput::Swiglu(&mut act), true)
+                        .unwrap();
                 } else {
                     mx_matvec_tiled_split(&device, &dx, batch, &mut [&mut gate, &mut up]).unwrap();
                     mx_matvec_tiled_swiglu(&device, &dx, batch, &mut act).unwrap();
