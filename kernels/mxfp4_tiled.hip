@@ -77,6 +77,7 @@
 #include "rocmforge_dependent_launch.h"
 #include "rocmforge_mxfp4_tiled_abi.h"
 #include "rocmforge_reduce.h"
+#include "rocmforge_rms.h"
 #include "rocmforge_silu.h"
 #include "rocmforge_x16.h"
 
@@ -122,7 +123,7 @@ RF_DEVICE void rf_t4_put(const rf_t4_outputs& out, unsigned row, unsigned v, flo
     if (!rf_t4_swiglu(out)) {
         T* y = rf_t4_out<T>(out, row, v);
         // RF_T4_ADD: as rmsnorm.hip's residual form, round(stream + round(total)).
-        const float add = out.mode == RF_T4_ADD ? rf_to_float(rf_from_float<T>(sum)) + rf_to_float(*y) : sum;
+        const float add = out.mode == RF_T4_ADD ? rf_rms_round<T>(sum) + rf_to_float(*y) : sum;
         *y = rf_from_float<T>(add);
         return;
     }
@@ -190,11 +191,10 @@ RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, co
     }
 }
 
-// The normed entries' RMSNorm (rf_t4_norm): s = 1 / sqrt(sum(h^2) / k + eps) over a row h of k
-// elements, 1 / k, its addition and the square root as kernels/rmsnorm.hip forms them, the sum
-// of squares in the block's own order (below). Then each element is h * s * weight in f32,
-// rounded to T (rmsnorm.hip's element).
-RF_DEVICE float rf_t4_norm_from(float sumsq, rf_u64 k, float eps) { return rsqrtf(sumsq * (1.0f / (float)k) + eps); }
+// The normed entries' RMSNorm (rf_t4_norm): rmsnorm.hip's row (rocmforge_rms.h) over a row h of
+// k elements, the sum of squares in the block's own order (below); each element h * s * weight
+// in f32, rounded to T.
+RF_DEVICE float rf_t4_norm_from(float sumsq, rf_u64 k, float eps) { return rf_rms_scale(sumsq, 1.0f / (float)k, eps); }
 RF_DEVICE float rf_t4_normed(float h, float s, float w) { return h * s * w; }
 
 // Adds the squares of a 32-element block of h (16-bit T: four 16-byte vectors) to `sumsq`.

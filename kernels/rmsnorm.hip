@@ -19,10 +19,8 @@
 #include "rocmforge.h"
 #include "rocmforge_dependent_launch.h"
 #include "rocmforge_reduce.h"
+#include "rocmforge_rms.h"
 #include "rocmforge_rmsnorm_abi.h"
-
-// The value a T store followed by a load gives back.
-template <typename T> RF_DEVICE float rf_rms_round(float v) { return rf_to_float(rf_from_float<T>(v)); }
 
 // Every row this block owns (rows blockIdx.y * gridDim.x + blockIdx.x, then every
 // gridDim.x * gridDim.y rows). V elements per access: 16-byte vectors or scalars (VECTOR).
@@ -81,7 +79,7 @@ RF_DEVICE void rf_rms_rows(const T* x, T* residual, const T* weight, T* out, rf_
                 }
                 sumsq = fmaf(ct, ct, sumsq);
             }
-            const float scale = rsqrtf(rf_block_sum(sumsq, red) * inv_cols + eps);
+            const float scale = rf_rms_scale(rf_block_sum(sumsq, red), inv_cols, eps);
 #pragma unroll
             for (int k = 0; k < K; ++k) {
                 const unsigned int i = t + (unsigned int)k * block;
@@ -128,7 +126,7 @@ RF_DEVICE void rf_rms_rows(const T* x, T* residual, const T* weight, T* out, rf_
                 }
                 sumsq = fmaf(v, v, sumsq);
             }
-            const float scale = rsqrtf(rf_block_sum(sumsq, red) * inv_cols + eps);
+            const float scale = rf_rms_scale(rf_block_sum(sumsq, red), inv_cols, eps);
             const T* src = RESIDUAL ? rr : xr;
             for (unsigned int i = t; i < nv; i += block) {
                 float v[V];
@@ -269,7 +267,7 @@ RF_DEVICE void rf_rms_group_rows(const T* x, T* residual, const T* weight, T* ou
         for (int k = 0; k < K; ++k) {
             sumsq += part[k];
         }
-        const float scale = rsqrtf(rf_block_sum(sumsq, scratch[parity]) * inv_cols + eps);
+        const float scale = rf_rms_scale(rf_block_sum(sumsq, scratch[parity]), inv_cols, eps);
         parity ^= 1;
 #pragma unroll
         for (int k = 0; k < K; ++k) {
