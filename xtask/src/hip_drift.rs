@@ -108,6 +108,12 @@ const EXTRAS: &[Extra] = &[
         props: None,
         ours: || field_type(|e: &HipExtras| &e.graph_destroy),
     },
+    Extra {
+        symbol: "hipModuleLaunchCooperativeKernel",
+        declared: "hipModuleLaunchCooperativeKernel",
+        props: None,
+        ours: || field_type(|e: &HipExtras| &e.module_launch_cooperative_kernel),
+    },
 ];
 
 /// The declarations of [`EXTRAS`] (each one's `declared` name), generated like the HIP binding

@@ -43,6 +43,11 @@ pub struct DeviceInfo {
     /// stream is still running, and waits for it inside (`rf_wait_prior_grid`). Elsewhere such
     /// a launch is an ordinary one.
     pub dependent_launch: bool,
+    /// Cooperative launches ([`crate::Launch::cooperative`]: every block resident at once, or
+    /// the launch is refused), which kernels with grid-wide barriers need: the CUDA driver on
+    /// devices that report them; HIP from 5.5 (`hipModuleLaunchCooperativeKernel`), so not
+    /// AMD's HIP 5.2 for NVIDIA.
+    pub cooperative_launch: bool,
     /// Tensor maps (`crate::TensorMap`, the TMA engine's descriptors, NVIDIA sm_90+): made by
     /// the CUDA driver only, so false through HIP, AMD's HIP for NVIDIA included, even on a
     /// Hopper GPU. Launchers of kernels that copy through one take another path without them.

@@ -4,6 +4,7 @@ use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
 
 use crate::buffer::{DeviceBuffer, DeviceCopy};
+use crate::driver::LaunchMode;
 use crate::error::{Error, Result};
 use crate::ledger::AllocationId;
 use crate::module::Function;
@@ -55,6 +56,8 @@ pub struct Launch<'a> {
     early_reads: Vec<AllocationId>,
     /// Marked by [`Launch::dependent`].
     dependent: bool,
+    /// Marked by [`Launch::cooperative`].
+    cooperative: bool,
     error: Option<Error>,
 }
 
@@ -89,6 +92,7 @@ impl<'a> Launch<'a> {
             writes: Vec::new(),
             early_reads: Vec::new(),
             dependent: false,
+            cooperative: false,
             error,
         }
     }
@@ -106,6 +110,20 @@ impl<'a> Launch<'a> {
     /// [`DeviceInfo::dependent_launch`]: crate::DeviceInfo::dependent_launch
     pub fn dependent(mut self) -> Self {
         self.dependent = true;
+        self
+    }
+
+    /// Launches every block at once or not at all: the driver refuses a grid whose blocks
+    /// cannot all be resident together (CUDA's cooperative launch; HIP's
+    /// `hipModuleLaunchCooperativeKernel`, from HIP 5.5) with an error, where an ordinary
+    /// launch would queue the blocks that do not fit behind the others. What a kernel needs
+    /// whose blocks wait for each other (a grid-wide barrier): with an ordinary launch such a
+    /// kernel hangs the device once a block waits for one that never starts.
+    ///
+    /// Not together with [`Launch::dependent`]: a cooperative kernel's blocks must find the
+    /// device free of the kernel ahead (refused at launch).
+    pub fn cooperative(mut self) -> Self {
+        self.cooperative = true;
         self
     }
 
@@ -188,7 +206,22 @@ impl<'a> Launch<'a> {
             return Err(e);
         }
         let function = self.function;
+        if self.cooperative && self.dependent {
+            return Err(Error::InvalidArgument(format!(
+                "launch of `{}`: a cooperative launch cannot also be dependent (its blocks must all \
+                 be resident, so none may wait behind the kernel ahead)",
+                function.name()
+            )));
+        }
         let info = self.stream.backend().info();
+        if self.cooperative && !info.cooperative_launch {
+            return Err(Error::InvalidArgument(format!(
+                "launch of `{}`: {} ({}) has no cooperative launches through this driver",
+                function.name(),
+                info.name,
+                info.arch
+            )));
+        }
         let static_shared = function.static_shared_bytes();
         check_config(
             &config,
@@ -250,7 +283,7 @@ impl<'a> Launch<'a> {
                 config.shared_mem_bytes,
                 self.stream.raw(),
                 &mut params,
-                dependent,
+                LaunchMode { dependent, cooperative: self.cooperative },
             )
         }?;
         *last_writes = KernelWrites::Known(self.writes);

@@ -166,6 +166,10 @@ pub const HIP_SYMBOLS: &[SymbolFact] = &[
     optional("hipGraphLaunch", 4, 3),
     optional("hipGraphExecDestroy", 4, 3),
     optional("hipGraphDestroy", 4, 3),
+    // Cooperative launches of a module's function (`hipModuleLaunchCooperativeKernel@@hip_5.5`
+    // in 6.4.3's libamdhip64; 5.2.3 exports only the host-stub `hipLaunchCooperativeKernel`, and
+    // AMD's HIP 5.2 for NVIDIA has no module form).
+    optional("hipModuleLaunchCooperativeKernel", 5, 5),
 ];
 
 /// The entry points a HIP library needs for stream capture and graphs, all optional

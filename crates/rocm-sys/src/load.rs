@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::cuda::{CUevent, CUfunction, CUresult, CudaLibrary};
 use crate::hip::{
-    HipLibrary, hipError_t, hipGraph_t, hipGraphExec_t, hipGraphNode_t, hipStream_t, hipStreamCaptureMode,
-    hipStreamCaptureStatus,
+    HipLibrary, hipError_t, hipFunction_t, hipGraph_t, hipGraphExec_t, hipGraphNode_t, hipStream_t,
+    hipStreamCaptureMode, hipStreamCaptureStatus,
 };
 
 /// A driver library could not be opened or lacks a symbol rocmforge needs.
@@ -169,7 +169,23 @@ pub struct HipExtras {
     pub graph_launch: Option<unsafe extern "C" fn(hipGraphExec_t, hipStream_t) -> hipError_t>,
     pub graph_exec_destroy: Option<unsafe extern "C" fn(hipGraphExec_t) -> hipError_t>,
     pub graph_destroy: Option<unsafe extern "C" fn(hipGraph_t) -> hipError_t>,
+    /// A launch whose blocks are all resident at once, or refused (`Launch::cooperative`).
+    pub module_launch_cooperative_kernel: Option<HipModuleLaunchCooperativeKernel>,
 }
+
+/// `hipModuleLaunchCooperativeKernel(f, grid x y z, block x y z, shared bytes, stream, params)`.
+pub type HipModuleLaunchCooperativeKernel = unsafe extern "C" fn(
+    hipFunction_t,
+    std::os::raw::c_uint,
+    std::os::raw::c_uint,
+    std::os::raw::c_uint,
+    std::os::raw::c_uint,
+    std::os::raw::c_uint,
+    std::os::raw::c_uint,
+    std::os::raw::c_uint,
+    hipStream_t,
+    *mut *mut c_void,
+) -> hipError_t;
 
 /// Opens the HIP runtime from the first of [`hip_candidates`] that loads and exports every
 /// required entry point.
@@ -206,6 +222,10 @@ pub unsafe fn load_hip() -> Result<HipLoaded, LoadError> {
             graph_launch: extra.get(b"hipGraphLaunch\0").map(|s| *s).ok(),
             graph_exec_destroy: extra.get(b"hipGraphExecDestroy\0").map(|s| *s).ok(),
             graph_destroy: extra.get(b"hipGraphDestroy\0").map(|s| *s).ok(),
+            module_launch_cooperative_kernel: extra
+                .get(b"hipModuleLaunchCooperativeKernel\0")
+                .map(|s| *s)
+                .ok(),
         }
     };
     std::mem::forget(extra);

@@ -1020,6 +1020,7 @@ mod tests {
             matrix_cores: MatrixCores::MmaSync,
             warpgroup_mma: true,
             dependent_launch: false,
+            cooperative_launch: true,
             tensor_maps: true,
             drives_display: false,
         }

@@ -223,8 +223,9 @@ pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
     /// streams of AMD's HIP for NVIDIA too, as hipBLAS would hand them over.
     fn vendor_blas(&self, arch: &str) -> Result<(&'static str, Box<dyn crate::blas::VendorBlas>)>;
 
-    /// `dependent`: the launch may begin before the kernel ahead of it on `stream` ends
+    /// `mode.dependent`: the launch may begin before the kernel ahead of it on `stream` ends
     /// (programmatic dependent launch; only where [`DeviceInfo::dependent_launch`] says so).
+    /// `mode.cooperative`: every block is resident at once, or the launch is refused.
     ///
     /// # Safety
     /// `params` points at one readable value per kernel parameter, of the parameter's type,
@@ -240,8 +241,17 @@ pub(crate) trait DeviceDriver: Send + Sync + std::fmt::Debug {
         shared_mem_bytes: u32,
         stream: RawStream,
         params: &mut [*mut c_void],
-        dependent: bool,
+        mode: LaunchMode,
     ) -> Result<()>;
+}
+
+/// How a kernel is launched, besides its configuration ([`DeviceDriver::launch`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LaunchMode {
+    /// Programmatic dependent launch ([`crate::Launch::dependent`]).
+    pub dependent: bool,
+    /// All blocks co-resident, or an error ([`crate::Launch::cooperative`]).
+    pub cooperative: bool,
 }
 
 /// Opens device `ordinal` of `platform`.

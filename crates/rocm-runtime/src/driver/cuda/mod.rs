@@ -12,8 +12,8 @@ use rocm_sys::cuda as sys;
 use rocm_sys::cuda::{CUdevice_attribute as Attr, CUresult};
 
 use super::{
-    DeviceDriver, DevicePtr, DriverVersions, InitFailure, RawEvent, RawFunction, RawGraph, RawGraphExec,
-    RawModule, RawStream, aligned_image, c_string, function_not_found, load_once,
+    DeviceDriver, DevicePtr, DriverVersions, InitFailure, LaunchMode, RawEvent, RawFunction, RawGraph,
+    RawGraphExec, RawModule, RawStream, aligned_image, c_string, function_not_found, load_once,
 };
 use crate::device::{CodeObjectKind, DeviceInfo, MatrixCores};
 use crate::error::{DriverError, Error, Result};
@@ -255,6 +255,7 @@ impl DeviceDriver for CudaDevice {
             matrix_cores: MatrixCores::for_nvidia_major(major),
             warpgroup_mma: (major, minor) == (9, 0),
             dependent_launch: major >= 9,
+            cooperative_launch: a(Attr::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? != 0,
             tensor_maps: major >= 9,
             drives_display: a(Attr::CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT)? != 0,
         })
@@ -616,10 +617,13 @@ impl DeviceDriver for CudaDevice {
         shared_mem_bytes: u32,
         stream: RawStream,
         params: &mut [*mut c_void],
-        dependent: bool,
+        mode: LaunchMode,
     ) -> Result<()> {
         self.bind()?;
-        if dependent {
+        // At most the two below, on the stack (this is every launch's path).
+        let mut attributes = [sys::CUlaunchAttribute::default(), sys::CUlaunchAttribute::default()];
+        let mut count = 0;
+        if mode.dependent {
             // Programmatic stream serialisation: the kernel may be scheduled once every block
             // of the one ahead has called `griddepcontrol.launch_dependents` or exited, and
             // waits for that grid's completion and memory in `griddepcontrol.wait`. Captured
@@ -629,6 +633,22 @@ impl DeviceDriver for CudaDevice {
                 ..Default::default()
             };
             attribute.value.programmaticStreamSerializationAllowed = 1;
+            attributes[count] = attribute;
+            count += 1;
+        }
+        if mode.cooperative {
+            // The driver refuses a grid that cannot be resident at once
+            // (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) instead of letting a grid-wide barrier
+            // wait for blocks that never start.
+            let mut attribute = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+                ..Default::default()
+            };
+            attribute.value.cooperative = 1;
+            attributes[count] = attribute;
+            count += 1;
+        }
+        if count > 0 {
             let config = sys::CUlaunchConfig {
                 gridDimX: grid[0],
                 gridDimY: grid[1],
@@ -638,8 +658,8 @@ impl DeviceDriver for CudaDevice {
                 blockDimZ: block[2],
                 sharedMemBytes: shared_mem_bytes,
                 hStream: stream.0.cast(),
-                attrs: &mut attribute,
-                numAttrs: 1,
+                attrs: attributes.as_mut_ptr(),
+                numAttrs: count as u32,
             };
             return call!(
                 self.lib(),

@@ -14,8 +14,8 @@ use rocm_sys::hip as sys;
 use rocm_sys::hip::{hipDeviceAttribute_t as Attr, hipError_t};
 
 use super::{
-    DeviceDriver, DevicePtr, DriverVersions, InitFailure, RawEvent, RawFunction, RawGraph, RawGraphExec,
-    RawModule, RawStream, aligned_image, c_string, function_not_found, load_once,
+    DeviceDriver, DevicePtr, DriverVersions, InitFailure, LaunchMode, RawEvent, RawFunction, RawGraph,
+    RawGraphExec, RawModule, RawStream, aligned_image, c_string, function_not_found, load_once,
 };
 use crate::device::{CodeObjectKind, DeviceInfo, MatrixCores};
 use crate::error::{DriverError, Error, Result};
@@ -368,6 +368,8 @@ impl DeviceDriver for HipDevice {
             // HIP's launches have no programmatic dependencies (AMD's HIP for NVIDIA has none
             // either): a dependent launch is an ordinary one.
             dependent_launch: false,
+            cooperative_launch: self.hip.extras.module_launch_cooperative_kernel.is_some()
+                && a(Attr::hipDeviceAttributeCooperativeLaunch)? != 0,
             // HIP has no call that makes one (`tensor_map_bytes_2d` below refuses).
             tensor_maps: false,
             drives_display,
@@ -724,9 +726,37 @@ impl DeviceDriver for HipDevice {
         shared_mem_bytes: u32,
         stream: RawStream,
         params: &mut [*mut c_void],
-        _dependent: bool,
+        mode: LaunchMode,
     ) -> Result<()> {
         self.bind()?;
+        if mode.cooperative {
+            let Some(cooperative) = self.hip.extras.module_launch_cooperative_kernel else {
+                let since = hip_facts::symbol("hipModuleLaunchCooperativeKernel")
+                    .map_or(HipVersion::new(5, 5), |s| s.since);
+                return Err(Error::InvalidArgument(format!(
+                    "{} does not export hipModuleLaunchCooperativeKernel (added in HIP {}.{}): no \
+                     cooperative launches",
+                    self.hip.runtime, since.major, since.minor
+                )));
+            };
+            // SAFETY: as hipModuleLaunchKernel below (this method's contract); HIP refuses a
+            // grid whose blocks cannot all be resident at once.
+            let r = unsafe {
+                cooperative(
+                    function.0.cast(),
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    block[0],
+                    block[1],
+                    block[2],
+                    shared_mem_bytes,
+                    stream.0.cast(),
+                    params.as_mut_ptr(),
+                )
+            };
+            return self.hip.check("hipModuleLaunchCooperativeKernel", r);
+        }
         call!(
             self.hip,
             hipModuleLaunchKernel(
