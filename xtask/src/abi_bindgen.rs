@@ -25,6 +25,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("rocmforge_quant_gemm_abi.h", "quant_gemm.rs"),
     ("rocmforge_quant_matvec_abi.h", "quant_matvec.rs"),
     ("rocmforge_rmsnorm_abi.h", "rmsnorm.rs"),
+    ("rocmforge_stream_read_abi.h", "stream_read.rs"),
     ("rocmforge_swiglu_abi.h", "swiglu.rs"),
 ];
 

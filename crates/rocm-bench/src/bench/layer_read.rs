@@ -12,14 +12,22 @@
 //!   (`stream_read_dependent`: each launch's first loads before its wait for the one ahead, as
 //!   the products issue their first weight copies), which the decode step's products are;
 //! - `read layer, 1 launch (graph)`: the layer's weights in one buffer, one launch, as a
-//!   persistent layer kernel would stream them.
+//!   persistent layer kernel would stream them;
+//! - `read layer, 1 launch, 4 stages ... (graph)`: all [`LAYERS`] layers in one cooperative
+//!   launch (`stream_read_staged`), each product's bytes a stage consumed only after a grid
+//!   barrier (where a persistent layer kernel waits for the product before), with dependent
+//!   loads on 8 blocks between stages standing in for the latency-bound work there (attention,
+//!   the norms), from the DRAM or the L2, and the blocks' copies running on past the gates
+//!   (the next product's weights need nothing of this one) or waiting at them.
 //!
 //! Each row is one graph launch over [`LAYERS`] layers divided by them. The dependent row is the
 //! fastest a chain of product kernels launched one a product, as ours are, can be; issue 21's
 //! target for the whole layer (1.25 x the layer's bytes over the copy bandwidth) is the row's
 //! "of copy" at 0.8.
 
-use rocm_kernels::stream_read::{stream_read, stream_read_dependent};
+use rocm_kernels::stream_read::{
+    StagedScratch, stream_read, stream_read_dependent, stream_read_reference, stream_read_staged,
+};
 use rocm_model::GgmlType;
 use rocm_model::model::{LayerTensor, ModelConfig};
 use rocm_runtime::DeviceBuffer;
@@ -62,6 +70,93 @@ pub fn rows(b: &mut Bench, ty: GgmlType, config: &ModelConfig) -> Result<Vec<Row
         let ms = time_graph(b, launches, dependent)?;
         rows.push(Row {
             kernel: kernel.into(),
+            dtype: ty.name(),
+            shape: format!("{:.1} MB a layer", layer as f64 / 1e6),
+            ms: ms / LAYERS as f64,
+            bytes: layer,
+            flops: None,
+        });
+    }
+    rows.extend(staged_rows(b, ty, &products, &host)?);
+    Ok(rows)
+}
+
+/// A random cycle through `lines` lines of 64 bytes (each line's first word holds the next
+/// line's index in the table's words).
+fn chase_table(b: &mut Bench, lines: usize) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..lines as u32).collect();
+    for i in (1..lines).rev() {
+        order.swap(i, (b.rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    let mut table = vec![0u32; lines * 16];
+    for i in 0..lines {
+        table[order[i] as usize * 16] = order[(i + 1) % lines] * 16;
+    }
+    table
+}
+
+/// The persistent layer's rows (`stream_read_staged`): the [`LAYERS`] layers' bytes in one
+/// cooperative launch, four stages a layer behind grid barriers, with or without dependent
+/// loads on 8 blocks (attention's blocks at batch 1) between stages, from the DRAM (a 64 MiB
+/// table) or the L2 (4 KiB), and with each block's copies running on past the gates or waiting
+/// at them. Rows whose sums do not match or whose barriers timed out are refused.
+fn staged_rows(b: &mut Bench, ty: GgmlType, products: &[u64; 4], host: &[u8]) -> Result<Vec<Row>> {
+    let layer: u64 = products.iter().sum();
+    let mut all = Vec::with_capacity(layer as usize * LAYERS);
+    for _ in 0..LAYERS {
+        all.extend_from_slice(host);
+    }
+    let want = stream_read_reference(&all);
+    let w = b.stream.upload(&all)?;
+    drop(all);
+    let mut ends = Vec::new();
+    let mut at = 0u64;
+    for _ in 0..LAYERS {
+        for &p in products {
+            at += p / 16;
+            ends.push(at);
+        }
+    }
+    let dram = chase_table(b, 1 << 20);
+    let dram = b.stream.upload(&dram)?;
+    let l2 = chase_table(b, 64);
+    let l2 = b.stream.upload(&l2)?;
+    let mut scratch = StagedScratch::new(&b.stream)?;
+    let mut partial = b.read_partials()?;
+    let grid = b.backend.info().compute_units.max(1) as usize;
+    let mut rows = Vec::new();
+    let gates = |hops: [u32; 4], from: &str| match hops {
+        [0, 0, 0, 0] => String::new(),
+        [h, 0, 0, 0] => format!(", {h} {from} round trips after Q, K, V"),
+        [h, o, g, d] => format!(", {h} + {o} + {g} + {d} {from} round trips"),
+    };
+    for (hops, chase, from, ahead) in [
+        ([0, 0, 0, 0], &dram, "DRAM", true),
+        ([0, 0, 0, 0], &dram, "DRAM", false),
+        ([8, 0, 0, 0], &dram, "DRAM", true),
+        ([8, 2, 0, 2], &dram, "DRAM", true),
+        ([8, 2, 0, 2], &dram, "DRAM", false),
+        ([8, 2, 0, 2], &l2, "L2", true),
+    ] {
+        let ms = {
+            let graph = b.stream.capture(|_| -> Result<()> {
+                stream_read_staged(&w, &ends, chase, hops, 8, ahead, &mut scratch, &mut partial)?;
+                Ok(())
+            })?;
+            b.time(|| Ok(graph.launch()?))?
+        };
+        let sums = partial.to_vec()?;
+        let got = sums[..grid].iter().fold(0u32, |a, &x| a.wrapping_add(x));
+        let name = format!(
+            "read layer, 1 launch, 4 stages{}{}",
+            gates(hops, from),
+            if ahead { "" } else { ", copies wait at gates" }
+        );
+        if scratch.timed_out()? || got != want {
+            return Err(format!("{name}: a barrier timed out, or the sum {got:#x} is not {want:#x}").into());
+        }
+        rows.push(Row {
+            kernel: format!("{name} (graph)"),
             dtype: ty.name(),
             shape: format!("{:.1} MB a layer", layer as f64 / 1e6),
             ms: ms / LAYERS as f64,

@@ -24,5 +24,7 @@ pub(crate) mod quant_gemm;
 pub(crate) mod quant_matvec;
 /// `rocmforge_rmsnorm_abi.h`: the RMSNorm kernels' register caches.
 pub(crate) mod rmsnorm;
+/// `rocmforge_stream_read_abi.h`: the staged read's parameter block and ring.
+pub(crate) mod stream_read;
 /// `rocmforge_swiglu_abi.h`: the SwiGLU kernel's scalar unroll.
 pub(crate) mod swiglu;
