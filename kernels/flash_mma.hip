@@ -23,8 +23,17 @@
 #endif
 
 #if RF_MMA_SYNC
+// Dependent launches (rocmforge_dependent_launch.h): the decode entries (KS) wait for the kernel
+// ahead and let the next one in only once their keys have landed (in rf_flash_mma): in a decode
+// step the next kernel is the O product, whose first weight copies would otherwise queue in the
+// DRAM in front of the tiles' (docs/kernels/attention.md, version 14). The others let it in at
+// once.
 #define RF_FLASH_MMA_BODY(T, DT, BC, W, S, KS, PG, MW) \
-    rf_follow_prior_grid();                            \
+    if (KS) {                                          \
+        rf_wait_prior_grid();                          \
+    } else {                                           \
+        rf_follow_prior_grid();                        \
+    }                                                  \
     rf_flash_mma<T, DT, BC, W, S, KS, PG, MW>(p);
 #else
 // A host pass (no device code): the entries are declarations only.
@@ -379,6 +388,11 @@ RF_DEVICE void rf_flash_mma(const rf_flash_params& args) {
         }
     }
     rf_cp_async_wait<0>();
+    if constexpr (KSPLIT) {
+        // Decode: the next kernel is let in once this block's keys have landed, before the
+        // merge (RF_FLASH_MMA_BODY).
+        rf_launch_dependents();
+    }
 
     float l_sum[MW][2];
     rf_flash_quad_sums(l_run, l_sum);
