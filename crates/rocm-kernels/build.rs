@@ -3,8 +3,8 @@
 //! writing `$OUT_DIR/embedded.rs`, which `src/embedded.rs` includes, and the `KernelModule` enum,
 //! one variant per `kernels/*.hip` file, to `$OUT_DIR/modules.rs` (`src/modules.rs`).
 //!
-//! An object older than its source, or than a header in `kernels/include/`, is embedded with a
-//! warning: the kernels need rebuilding (`cargo xtask kernels`). An object whose source is gone
+//! An object older than its source, or than a header the source includes (`kernel_includes.rs`),
+//! is embedded with a warning: the kernels need rebuilding (`cargo xtask kernels`). An object whose source is gone
 //! is left out, with a warning.
 //!
 //! `<dir>` is `$ROCMFORGE_KERNELS_DIR` (relative paths are taken from the workspace root, as xtask
@@ -17,6 +17,9 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+#[path = "kernel_includes.rs"]
+mod kernel_includes;
 
 /// (table name, subfolder, object extension)
 const PLATFORMS: &[(&str, &str, &str)] = &[("NVIDIA", "nvidia", "fatbin"), ("AMD", "amd", "hsaco")];
@@ -52,7 +55,7 @@ fn main() {
     let modules = out_dir.join("modules.rs");
     std::fs::write(&modules, modules_rs(&sources))
         .unwrap_or_else(|e| panic!("writing {}: {e}", modules.display()));
-    let headers_time = newest(&sources_dir.join("include"));
+    let include_dir = sources_dir.join("include");
     // Cargo scans a watched directory recursively: new platform folders and objects, and rewritten
     // ones, all rerun this script.
     println!("cargo::rerun-if-changed={}", kernels_dir.display());
@@ -84,7 +87,8 @@ fn main() {
                 );
                 return false;
             };
-            if mtime(path) < Some(source_time.max(headers_time.unwrap_or(source_time))) {
+            let inputs = kernel_includes::kernel_inputs(&source, &include_dir);
+            if mtime(path) < inputs.iter().filter_map(|p| mtime(p)).max().max(Some(source_time)) {
                 println!(
                     "cargo::warning={} is older than kernels/{stem}.hip or a header it includes: the embedded kernel \
                      is stale; run `cargo xtask kernels`",
@@ -191,11 +195,6 @@ fn modules_rs(stems: &[String]) -> String {
 
 fn mtime(path: &Path) -> Option<std::time::SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
-/// The newest modification time of the files in `dir` (not recursive: `kernels/include` is flat).
-fn newest(dir: &Path) -> Option<std::time::SystemTime> {
-    std::fs::read_dir(dir).into_iter().flatten().flatten().filter_map(|e| mtime(&e.path())).max()
 }
 
 /// `(stem, path)` of every `*.<ext>` file in `dir`, sorted by stem; empty if `dir` does not exist.

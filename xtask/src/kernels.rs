@@ -15,9 +15,10 @@
 //!
 //! `<out>` is `$ROCMFORGE_KERNELS_DIR` (relative paths are taken from the workspace root, as
 //! `rocm-kernels`' build script does) or `<workspace>/target/kernels`. Warnings are errors on both
-//! compilers: the same source must be clean everywhere. A kernel is rebuilt when its source or any
-//! header in `kernels/include` is newer than its object, or when the compiler, flags or target
-//! list changed since the last build (recorded in `<out>/<platform>/.build-stamp`).
+//! compilers: the same source must be clean everywhere. A kernel is rebuilt when its source or a
+//! header it includes (directly or not: `crates/rocm-kernels/kernel_includes.rs`) is newer than its
+//! object, or when the compiler, flags or target list changed since the last build (recorded in
+//! `<out>/<platform>/.build-stamp`).
 
 use std::ffi::OsString;
 use std::fmt;
@@ -291,17 +292,6 @@ fn sources(kernels_dir: &Path) -> Result<Vec<(String, PathBuf)>> {
 
 fn mtime(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
-/// Newest modification time of any file under `dir` (headers every kernel depends on).
-fn newest_under(dir: &Path) -> Option<SystemTime> {
-    let mut newest = mtime(dir);
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        let t = if path.is_dir() { newest_under(&path) } else { mtime(&path) };
-        newest = newest.max(t);
-    }
-    newest
 }
 
 /// An object is current when it exists and is newer than everything it was compiled from.
@@ -824,7 +814,6 @@ pub fn build(platforms: &[Platform]) -> Result<()> {
     if sources.is_empty() {
         return Err(format!("no kernel sources in {}", kernels_dir.display()).into());
     }
-    let headers_time = newest_under(&include_dir);
     let out_dir = output_dir();
 
     let mut jobs = Vec::new();
@@ -846,7 +835,11 @@ pub fn build(platforms: &[Platform]) -> Result<()> {
         let mut pending = Vec::new();
         for (stem, source) in files.iter().copied() {
             let object = object_path(platform, stem);
-            if stamp_current && is_up_to_date(mtime(&object), &[mtime(source), headers_time]) {
+            let inputs: Vec<_> = crate::kernel_includes::kernel_inputs(source, &include_dir)
+                .iter()
+                .map(|p| mtime(p))
+                .collect();
+            if stamp_current && is_up_to_date(mtime(&object), &inputs) {
                 println!("kernels: {platform:<6} {stem:<24} up to date    {}", display_path(&object, &root));
             } else {
                 pending.push((stem, object));

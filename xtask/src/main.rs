@@ -11,6 +11,8 @@ mod gpu;
 mod hip_drift;
 mod hip_nvidia;
 mod kernel_files;
+#[path = "../../crates/rocm-kernels/kernel_includes.rs"]
+mod kernel_includes;
 mod kernel_symbols;
 mod kernels;
 mod lint;
