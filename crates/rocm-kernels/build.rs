@@ -4,8 +4,8 @@
 //! one variant per `kernels/*.hip` file, to `$OUT_DIR/modules.rs` (`src/modules.rs`).
 //!
 //! An object older than its source, or than a header the source includes (`kernel_includes.rs`),
-//! is embedded with a warning: the kernels need rebuilding (`cargo xtask kernels`). An object whose source is gone
-//! is left out, with a warning.
+//! is embedded with a warning: the kernels need rebuilding (`cargo xtask kernels`). An object
+//! whose source is gone is left out, with a warning.
 //!
 //! `<dir>` is `$ROCMFORGE_KERNELS_DIR` (relative paths are taken from the workspace root, as xtask
 //! does) or `<workspace>/target/kernels`. Nothing built is not an error: the tables are empty and
@@ -80,15 +80,16 @@ fn main() {
         let mut objects = if wanted(sub) { objects(&dir, ext) } else { Vec::new() };
         objects.retain(|(stem, path)| {
             let source = sources_dir.join(format!("{stem}.hip"));
-            let Some(source_time) = mtime(&source) else {
+            if mtime(&source).is_none() {
                 println!(
                     "cargo::warning=leaving out {}: kernels/{stem}.hip no longer exists (cargo xtask kernels removes it)",
                     path.display()
                 );
                 return false;
-            };
+            }
+            // The source and its headers (kernel_inputs lists the source first).
             let inputs = kernel_includes::kernel_inputs(&source, &include_dir);
-            if mtime(path) < inputs.iter().filter_map(|p| mtime(p)).max().max(Some(source_time)) {
+            if mtime(path) < inputs.iter().filter_map(|p| mtime(p)).max() {
                 println!(
                     "cargo::warning={} is older than kernels/{stem}.hip or a header it includes: the embedded kernel \
                      is stale; run `cargo xtask kernels`",

@@ -83,6 +83,21 @@ impl StagedScratch {
     }
 }
 
+/// A table for [`stream_read_staged`]'s `chase`: a random cycle through `slots` entries
+/// `spacing` words apart (the others zero), each holding the next one's index, so a chase of
+/// any length stays on the cycle. `random` gives the shuffle's 64-bit draws.
+pub fn staged_chase_table(slots: usize, spacing: usize, mut random: impl FnMut() -> u64) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..slots as u32).collect();
+    for i in (1..slots).rev() {
+        order.swap(i, (random() % (i as u64 + 1)) as usize);
+    }
+    let mut table = vec![0u32; slots * spacing];
+    for i in 0..slots {
+        table[order[i] as usize * spacing] = order[(i + 1) % slots] * spacing as u32;
+    }
+    table
+}
+
 /// The read floor of a persistent layer kernel (`bench model`, NVIDIA sm_80 and later): one
 /// cooperative launch, one block an SM, reads `w` as consecutive stages (stage s: the 16-byte
 /// vectors [ends[s - 1], ends[s]), the last end `w`'s length), as a decode step's products read
@@ -182,4 +197,35 @@ pub(crate) fn launchable() -> Vec<Launchable> {
         Launchable::new(KernelModule::StreamRead, "rf_stream_read_dependent", Needs::Nothing),
         Launchable::new(KernelModule::StreamRead, "rf_stream_read_staged", Needs::MmaSync),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every slot on one cycle: a walk from slot 0 visits each once and comes back; the words
+    /// between slots stay zero.
+    #[test]
+    fn the_chase_table_is_one_cycle_through_every_slot() {
+        for (slots, spacing) in [(1, 1), (7, 1), (64, 16), (1000, 3)] {
+            let mut state = 0x9e37_79b9_7f4a_7c15u64;
+            let table = staged_chase_table(slots, spacing, || {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                state >> 11
+            });
+            assert_eq!(table.len(), slots * spacing);
+            let mut seen = vec![false; slots];
+            let mut at = 0usize;
+            for _ in 0..slots {
+                assert!(
+                    at.is_multiple_of(spacing) && !seen[at / spacing],
+                    "{slots} x {spacing}: slot {at} twice"
+                );
+                seen[at / spacing] = true;
+                at = table[at] as usize;
+            }
+            assert_eq!(at, 0, "{slots} x {spacing}: the walk does not close");
+            assert!(table.iter().enumerate().all(|(i, &v)| i.is_multiple_of(spacing) || v == 0));
+        }
+    }
 }

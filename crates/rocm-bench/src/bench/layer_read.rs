@@ -26,7 +26,8 @@
 //! "of copy" at 0.8.
 
 use rocm_kernels::stream_read::{
-    StagedScratch, stream_read, stream_read_dependent, stream_read_reference, stream_read_staged,
+    StagedScratch, staged_chase_table, stream_read, stream_read_dependent, stream_read_reference,
+    stream_read_staged,
 };
 use rocm_model::GgmlType;
 use rocm_model::model::{LayerTensor, ModelConfig};
@@ -81,20 +82,6 @@ pub fn rows(b: &mut Bench, ty: GgmlType, config: &ModelConfig) -> Result<Vec<Row
     Ok(rows)
 }
 
-/// A random cycle through `lines` lines of 64 bytes (each line's first word holds the next
-/// line's index in the table's words).
-fn chase_table(b: &mut Bench, lines: usize) -> Vec<u32> {
-    let mut order: Vec<u32> = (0..lines as u32).collect();
-    for i in (1..lines).rev() {
-        order.swap(i, (b.rng.next_u64() % (i as u64 + 1)) as usize);
-    }
-    let mut table = vec![0u32; lines * 16];
-    for i in 0..lines {
-        table[order[i] as usize * 16] = order[(i + 1) % lines] * 16;
-    }
-    table
-}
-
 /// The persistent layer's rows (`stream_read_staged`): the [`LAYERS`] layers' bytes in one
 /// cooperative launch, four stages a layer behind grid barriers, with or without dependent
 /// loads on 8 blocks (attention's blocks at batch 1) between stages, from the DRAM (a 64 MiB
@@ -102,11 +89,12 @@ fn chase_table(b: &mut Bench, lines: usize) -> Vec<u32> {
 /// at them. Rows whose sums do not match or whose barriers timed out are refused.
 fn staged_rows(b: &mut Bench, ty: GgmlType, products: &[u64; 4], host: &[u8]) -> Result<Vec<Row>> {
     let layer: u64 = products.iter().sum();
+    // LAYERS copies of the layer: their word sum is LAYERS times the layer's (mod 2^32).
+    let want = stream_read_reference(host).wrapping_mul(LAYERS as u32);
     let mut all = Vec::with_capacity(layer as usize * LAYERS);
     for _ in 0..LAYERS {
         all.extend_from_slice(host);
     }
-    let want = stream_read_reference(&all);
     let w = b.stream.upload(&all)?;
     drop(all);
     let mut ends = Vec::new();
@@ -117,10 +105,9 @@ fn staged_rows(b: &mut Bench, ty: GgmlType, products: &[u64; 4], host: &[u8]) ->
             ends.push(at);
         }
     }
-    let dram = chase_table(b, 1 << 20);
-    let dram = b.stream.upload(&dram)?;
-    let l2 = chase_table(b, 64);
-    let l2 = b.stream.upload(&l2)?;
+    // Chases through lines of 64 bytes: 1 Mi of them (64 MiB, mostly beyond the L2) or 64.
+    let dram = b.stream.upload(&staged_chase_table(1 << 20, 16, || b.rng.next_u64()))?;
+    let l2 = b.stream.upload(&staged_chase_table(64, 16, || b.rng.next_u64()))?;
     let mut scratch = StagedScratch::new(&b.stream)?;
     let mut partial = b.read_partials()?;
     let grid = b.backend.info().compute_units.max(1) as usize;

@@ -2,8 +2,8 @@
 //! sizes (so that blocks see zero, one or many vectors), poisoned partials.
 
 use rocm_kernels::stream_read::{
-    STAGED_MAX_STAGES, StagedScratch, stream_read, stream_read_dependent, stream_read_reference,
-    stream_read_staged,
+    STAGED_MAX_STAGES, StagedScratch, staged_chase_table, stream_read, stream_read_dependent,
+    stream_read_reference, stream_read_staged,
 };
 use rocm_runtime::{LaunchConfig, MatrixCores};
 use rocm_testkit::{Rng, gpu_test};
@@ -74,20 +74,6 @@ fn sanitizer_canary_reads_one_vector_past_its_input() {
     }
 }
 
-/// A random cycle through `len` entries (each holds the next one's index), so a chase of any
-/// length stays inside the table.
-fn chase_table(rng: &mut Rng, len: usize) -> Vec<u32> {
-    let mut order: Vec<u32> = (0..len as u32).collect();
-    for i in (1..len).rev() {
-        order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
-    }
-    let mut table = vec![0u32; len];
-    for i in 0..len {
-        table[order[i] as usize] = order[(i + 1) % len];
-    }
-    table
-}
-
 /// `stream_read_staged` (the persistent layer's read floor, `bench model`): every vector of every
 /// stage summed once, whatever the stages' sizes (some smaller than a block's chunk, so blocks
 /// pass gates with nothing of the stage), with and without the latency-bound work between
@@ -102,7 +88,7 @@ fn stream_read_staged_sums_every_stage_once_behind_grid_barriers() {
     let vectors = 300_007usize;
     let host: Vec<u8> = (0..vectors * 2).flat_map(|_| rng.next_u64().to_le_bytes()).collect();
     let w = stream.upload(&host).unwrap();
-    let chase = stream.upload(&chase_table(&mut rng, 4099)).unwrap();
+    let chase = stream.upload(&staged_chase_table(4099, 1, || rng.next_u64())).unwrap();
     let mut scratch = StagedScratch::new(stream).unwrap();
     let grid = info.compute_units as usize;
     let mut partial = stream.alloc::<u32>(grid).unwrap();

@@ -730,13 +730,12 @@ impl DeviceDriver for HipDevice {
     ) -> Result<()> {
         self.bind()?;
         if mode.cooperative {
+            // Launch::launch refuses a cooperative launch first where the symbol is missing
+            // (DeviceInfo::cooperative_launch); this only keeps the call total.
             let Some(cooperative) = self.hip.extras.module_launch_cooperative_kernel else {
-                let since = hip_facts::symbol("hipModuleLaunchCooperativeKernel")
-                    .map_or(HipVersion::new(5, 5), |s| s.since);
                 return Err(Error::InvalidArgument(format!(
-                    "{} does not export hipModuleLaunchCooperativeKernel (added in HIP {}.{}): no \
-                     cooperative launches",
-                    self.hip.runtime, since.major, since.minor
+                    "{} does not export hipModuleLaunchCooperativeKernel",
+                    self.hip.runtime
                 )));
             };
             // SAFETY: as hipModuleLaunchKernel below (this method's contract); HIP refuses a
