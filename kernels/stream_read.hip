@@ -6,6 +6,7 @@
 
 #include "rocmforge.h"
 #include "rocmforge_dependent_launch.h"
+#include "rocmforge_grid_barrier.h"
 #include "rocmforge_mma.h"
 #include "rocmforge_stream_read_abi.h"
 
@@ -89,36 +90,6 @@ RF_KERNEL void __launch_bounds__(RF_STREAM_READ_THREADS)
 #define RF_STAGED_CHUNK (RF_STAGED_THREADS * RF_STAGED_PER_THREAD)
 
 #if RF_MMA_SYNC && !defined(RF_EMU_MMA_SYNC)
-RF_DEVICE unsigned long long rf_staged_now() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-RF_DEVICE unsigned rf_staged_load_acquire(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-// Thread 0 waits until *c >= target, then the block goes on.
-RF_DEVICE void rf_staged_wait(const unsigned* c, unsigned target, unsigned* timeout) {
-    if (threadIdx.x == 0) {
-        const unsigned long long t0 = rf_staged_now();
-        while (rf_staged_load_acquire(c) < target) {
-            if (rf_staged_now() - t0 > 1000000000ull) {
-                atomicExch(timeout, 1u);
-                break;
-            }
-        }
-    }
-    __syncthreads();
-}
-RF_DEVICE void rf_staged_arrive(unsigned* c) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(c, 1u);
-    }
-}
 // Copies of the chase dispatched one after another: each index is the last load's value.
 RF_DEVICE unsigned rf_staged_chase(const unsigned* chase, unsigned long long len, unsigned hops) {
     unsigned i = (unsigned)(blockIdx.x * 2654435761ull % len);
@@ -188,20 +159,20 @@ RF_KERNEL void __launch_bounds__(RF_STAGED_THREADS) rf_stream_read_staged(rf_sta
         // Gates from the stage consumed last up to this item's.
         while (stage_now < cs) {
             const unsigned g = stage_now;
-            rf_staged_arrive(done + g);
+            rf_grid_arrive(done + g);
             const unsigned hops = a.hops[g % RF_STAGED_KINDS];
             if (hops > 0) {
                 if (b < a.small_blocks) {
-                    rf_staged_wait(done + g, grid, a.timeout);
+                    rf_grid_wait(done + g, grid, a.timeout);
                     if (threadIdx.x == 0) {
                         // Kept live without touching the sum (indices are below chase_len < 2^32).
                         acc += rf_staged_chase(a.chase, a.chase_len, hops) == 0xffffffffu;
                     }
-                    rf_staged_arrive(ready + g);
+                    rf_grid_arrive(ready + g);
                 }
-                rf_staged_wait(ready + g, a.small_blocks, a.timeout);
+                rf_grid_wait(ready + g, a.small_blocks, a.timeout);
             } else {
-                rf_staged_wait(done + g, grid, a.timeout);
+                rf_grid_wait(done + g, grid, a.timeout);
             }
             ++stage_now;
             open = stage_now;
@@ -228,11 +199,11 @@ RF_KERNEL void __launch_bounds__(RF_STAGED_THREADS) rf_stream_read_staged(rf_sta
     }
     // Stages past the block's last item (none at the layer's sizes) still get its arrivals.
     while (stage_now + 1 < a.stages) {
-        rf_staged_arrive(done + stage_now);
+        rf_grid_arrive(done + stage_now);
         const unsigned hops = a.hops[stage_now % RF_STAGED_KINDS];
         if (hops > 0 && b < a.small_blocks) {
-            rf_staged_wait(done + stage_now, grid, a.timeout);
-            rf_staged_arrive(ready + stage_now);
+            rf_grid_wait(done + stage_now, grid, a.timeout);
+            rf_grid_arrive(ready + stage_now);
         }
         ++stage_now;
     }
