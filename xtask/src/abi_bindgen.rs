@@ -22,6 +22,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("rocmforge_kv_cache_abi.h", "kv_cache.rs"),
     ("rocmforge_mxfp_abi.h", "mxfp.rs"),
     ("rocmforge_mxfp4_tiled_abi.h", "mxfp4_tiled.rs"),
+    ("rocmforge_persistent_mlp_abi.h", "persistent_mlp.rs"),
     ("rocmforge_quant_gemm_abi.h", "quant_gemm.rs"),
     ("rocmforge_quant_matvec_abi.h", "quant_matvec.rs"),
     ("rocmforge_rmsnorm_abi.h", "rmsnorm.rs"),

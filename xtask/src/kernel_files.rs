@@ -27,6 +27,7 @@ const RESTRICTED: &[(&str, Only)] = &[
     ("flash_mma", Only::NvidiaMmaSync),
     ("flash_wgmma", Only::NvidiaSm90a),
     ("flash_mfma", Only::AmdMfma),
+    ("persistent_mlp", Only::NvidiaMmaSync),
     ("quant_gemm_wgmma", Only::NvidiaSm90a),
     ("quant_matmul_mma", Only::NvidiaMmaSync),
     ("quant_matvec_mma", Only::NvidiaMmaSync),

@@ -71,6 +71,7 @@ pub fn all() -> Vec<Launchable> {
         crate::quant::mxfp4_tiled::launchable(),
         crate::quant::matvec::launchable(),
         crate::quant::quant_gemm::launchable(),
+        crate::persistent_mlp::launchable(),
     ]
     .concat()
 }

@@ -19,6 +19,7 @@ pub mod kv_cache;
 pub mod launchable;
 mod loader;
 mod modules;
+pub mod persistent_mlp;
 pub mod quant;
 pub mod rmsnorm;
 pub mod rope;

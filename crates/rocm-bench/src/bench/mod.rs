@@ -21,6 +21,7 @@ mod gemm;
 mod layer_read;
 mod model;
 mod mxfp;
+mod persistent_mlp;
 mod quant_gemm;
 mod quant_matvec;
 mod rmsnorm;

@@ -33,6 +33,8 @@
 //!   [`layer_read`]): the layer's weight bytes read by `stream_read` in the decode step's four
 //!   product launches (plain and dependent), and in one, recorded in a graph: the least a layer
 //!   can cost with a launch a product, and with one.
+//! - Q8_0 only, the MLP block as the chain's four launches and as one persistent launch
+//!   ([`persistent_mlp`]), recorded in a graph, a layer's time.
 //!
 //! - torch (after the table): `scripts/bench_model_torch.py --iters N`, run with `python3` from
 //!   the current directory (the repository root on the GPU host), its lines passed through:
@@ -67,7 +69,7 @@ use rocm_model::{GgmlType, GgufFile};
 use rocm_runtime::{bf16, f16};
 use rocm_testkit::Rng;
 
-use super::{Bench, Row, layer_read};
+use super::{Bench, Row, layer_read, persistent_mlp};
 use crate::Result;
 
 const LAYERS: usize = 2;
@@ -145,6 +147,9 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
         rows.push(prefill(b, &model, weights, layer_bytes)?);
         drop(model);
         rows.extend(layer_read::rows(b, ty, &config(LAYERS))?);
+        if weights.name() == "Q8_0" {
+            rows.extend(persistent_mlp::rows(b, &config(LAYERS))?);
+        }
         let deeper = load(b, weights, DEEPER)?;
         for (batch, short_ms, kernel) in graph_steps {
             let (_, deep_ms) = decode_graph(b, &deeper, weights, batch, layer_bytes)?;

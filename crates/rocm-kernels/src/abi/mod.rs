@@ -18,6 +18,8 @@ pub(crate) mod kv_cache;
 pub(crate) mod mxfp;
 /// `rocmforge_mxfp4_tiled_abi.h`: the tiled MXFP4 layout and kernel constants.
 pub(crate) mod mxfp4_tiled;
+/// `rocmforge_persistent_mlp_abi.h`: the persistent MLP kernel's parameter block and ring.
+pub(crate) mod persistent_mlp;
 /// `rocmforge_quant_gemm_abi.h`: the mixed-input matrix-core GEMM's tile and per-format stages.
 pub(crate) mod quant_gemm;
 /// `rocmforge_quant_matvec_abi.h`: the fused quantised matrix-vector kernels' shape.

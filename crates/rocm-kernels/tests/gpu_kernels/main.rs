@@ -21,6 +21,7 @@ mod kv_cache;
 mod mxfp;
 mod mxfp4_tiled;
 mod paged_attention;
+mod persistent_mlp;
 mod quant_gemm;
 mod quant_matvec;
 mod rmsnorm;
