@@ -8,9 +8,10 @@
 //!   (`QuantMatvecReference::allowed_error`) carry through `silu(g) * u` and its rounding;
 //! - `y`: the down product of the `act` the kernel stored, within its `allowed_error`.
 //!
-//! Shapes: Llama-3-8B's (4096, 14336), and small ones whose item counts are below the grid (blocks
-//! with no rows of a product) or not multiples of it; outputs poisoned before each launch; a
-//! second launch and graph replays give the same bits (the barrier's counters put back).
+//! Shapes: Llama-3-8B's (4096, 14336), and smaller ones whose 16-row tiles are fewer than the
+//! launch's groups of warps (groups with no rows of a product) or not a multiple of them;
+//! outputs poisoned before each launch; a second launch and graph replays give the same bits
+//! (the barriers' counters put back).
 
 use rocm_kernels::persistent_mlp::{MlpWeights, PersistentMlp};
 use rocm_kernels::quant::{GgmlFormat, QuantMatvecReference, quant_matvec_reference};
