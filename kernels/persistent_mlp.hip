@@ -42,6 +42,7 @@
 #include "rocmforge_grid_barrier.h"
 #include "rocmforge_persistent_mlp_abi.h"
 #include "rocmforge_qmvm.h"
+#include "rocmforge_reduce.h"
 #include "rocmforge_rms.h"
 #include "rocmforge_silu.h"
 
@@ -50,23 +51,6 @@
 #endif
 
 #if RF_MMA_SYNC && !defined(RF_EMU_MMA_SYNC)
-// The block's sum of one value a thread, in a fixed order; `red` holds a float a warp.
-RF_DEVICE float rf_pmlp_block_sum(float v, float* red) {
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) {
-        v += __shfl_xor_sync(0xffffffffu, v, off);
-    }
-    if (threadIdx.x % 32 == 0) {
-        red[threadIdx.x / 32] = v;
-    }
-    __syncthreads();
-    float total = 0.0f;
-    for (unsigned w = 0; w < blockDim.x / 32; ++w) {
-        total += red[w];
-    }
-    return total;
-}
-
 // Group `group` of the block's `groups` groups of RF_QMVM_WARPS warps as a run of the products'
 // loop (rocmforge_qmvm.h): its own barrier (named barrier 1 + group), its own shared memory, and
 // its place among all groups of the launch, group-major (block b's groups take runs b,
@@ -101,8 +85,7 @@ template <typename T> RF_DEVICE void rf_persistent_mlp_q8_0(const rf_pmlp_args& 
     __shared__ float red[RF_PMLP_GROUPS * RF_QMVM_WARPS];
     // Each group's loop memory, then s while the norm is formed (its own: the loops' first
     // copies are already landing in theirs).
-    const unsigned loop_shared = (unsigned)(RF_QMVM_WARPS * F::STAGES_B1 * (RF_QMVM_ROWS * F::SPAN + 2 * F::CHUNK) +
-                                            RF_QMVM_WARPS * RF_QMVM_ROWS * 4);
+    constexpr unsigned loop_shared = rf_qmvm_shared<F, 1, F::STAGES_B1, RF_QMVM_WARPS>::BYTES;
     float* s_row = reinterpret_cast<float*>(rf_pmlp_smem + a.groups * loop_shared);
     const unsigned grid = gridDim.x;
     const unsigned b = blockIdx.x;
@@ -132,7 +115,7 @@ template <typename T> RF_DEVICE void rf_persistent_mlp_q8_0(const rf_pmlp_args& 
                 s_row[v * P::N + e] = s[e];
             }
         }
-        const float scale = rf_rms_scale(rf_pmlp_block_sum(sumsq, red), 1.0f / (float)a.hidden, a.eps);
+        const float scale = rf_rms_scale(rf_block_sum(sumsq, red), 1.0f / (float)a.hidden, a.eps);
         for (unsigned v = threadIdx.x; v < a.hidden / P::N; v += blockDim.x) {
             float w[P::N];
             float o[P::N];

@@ -48,6 +48,14 @@ struct rf_qmvm_cursor {
     unsigned c;
 };
 
+// The dynamic shared memory rf_qmvm<F, T, BC, STAGES> takes for WARPS warps: each warp's stages
+// (a tile's rows of a chunk and the chunk of x), then the tile's totals.
+template <typename F, int BC, int STAGES, int WARPS> struct rf_qmvm_shared {
+    static constexpr unsigned BYTES =
+        (unsigned)(WARPS * STAGES * (RF_QMVM_ROWS * F::SPAN + rf_qmvm_x<F::CHUNK, BC>::BYTES) +
+                   WARPS * RF_QMVM_ROWS * BC * 4);
+};
+
 template <typename F, typename T, int BC, int STAGES, typename Place = rf_qmvm_block>
 RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned batch, Place place = Place()) {
     constexpr int R = RF_QMVM_ROWS;
