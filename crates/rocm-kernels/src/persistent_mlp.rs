@@ -116,7 +116,12 @@ impl PersistentMlp {
 
     /// The weight bytes one launch reads.
     pub fn weight_bytes(&self) -> u64 {
-        (3 * self.hidden * self.ffn / Q8_ELEMS * Q8_BYTES) as u64
+        3 * self.matrix_bytes() as u64
+    }
+
+    /// The bytes of one of the three q8_0 matrices (`[ffn, hidden]` or `[hidden, ffn]`).
+    fn matrix_bytes(&self) -> usize {
+        self.hidden * self.ffn / Q8_ELEMS * Q8_BYTES
     }
 
     /// `h = h + delta` (`delta` absent: `h` as it is), then `act = silu(gate xn) * (up xn)` and
@@ -137,7 +142,7 @@ impl PersistentMlp {
             "takes f16 or bf16 activations (the products' loop), not f32".into()
         })?;
         let (hidden, ffn) = (self.hidden, self.ffn);
-        let weight_bytes = hidden * ffn / Q8_ELEMS * Q8_BYTES;
+        let weight_bytes = self.matrix_bytes();
         ensure([w.gate.len(), w.up.len(), w.down.len()] == [weight_bytes; 3], NAME, || {
             format!(
                 "gate, up and down hold {}, {} and {} bytes; q8_0 [{ffn}, {hidden}] and [{hidden}, {ffn}] take \

@@ -382,7 +382,7 @@ fn layers_of(rng: &mut Rng, ty: GgmlType, layers: usize) -> Result<Vec<u8>> {
 }
 
 /// `elements` values of `ty` as random valid bytes, values within about +-0.06.
-fn random_blocks(rng: &mut Rng, ty: GgmlType, elements: usize) -> Vec<u8> {
+pub(super) fn random_blocks(rng: &mut Rng, ty: GgmlType, elements: usize) -> Vec<u8> {
     let block_elems = ty.block_size() as usize;
     let block_bytes = ty.type_size() as usize;
     let blocks = elements / block_elems;

@@ -14,6 +14,7 @@ use rocm_model::GgmlType;
 use rocm_model::model::ModelConfig;
 use rocm_runtime::{DeviceBuffer, bf16};
 
+use super::model::random_blocks;
 use super::{Bench, Row};
 use crate::Result;
 
@@ -33,17 +34,6 @@ impl Layer {
     }
 }
 
-/// `rows * k` q8_0 weights: random codes, steps of 2^-11 .. 2^-10 (values within +-0.125).
-fn q8_0_bytes(b: &mut Bench, rows: usize, k: usize) -> Vec<u8> {
-    let mut w = b.random_bytes(rows * k / 32 * 34);
-    for block in w.chunks_exact_mut(34) {
-        let step = 2f32.powi(-11) * (1.0 + (block[2] as f32) / 256.0);
-        let step = if block[3] & 1 == 0 { step } else { -step };
-        block[..2].copy_from_slice(&rocm_runtime::f16::from_f32(step).to_bits().to_le_bytes());
-    }
-    w
-}
-
 /// The two rows (this module's doc); none where the device has no persistent kernel.
 pub fn rows(b: &mut Bench, c: &ModelConfig) -> Result<Vec<Row>> {
     if !PersistentMlp::runs_on(&b.stream) {
@@ -51,7 +41,7 @@ pub fn rows(b: &mut Bench, c: &ModelConfig) -> Result<Vec<Row>> {
     }
     let (hidden, ffn) = (c.hidden, c.ffn);
     let mut mlp = PersistentMlp::new(&b.stream, hidden, ffn, EPS)?;
-    let host = [q8_0_bytes(b, ffn, hidden), q8_0_bytes(b, ffn, hidden), q8_0_bytes(b, hidden, ffn)];
+    let host: [Vec<u8>; 3] = std::array::from_fn(|_| random_blocks(&mut b.rng, GgmlType::Q8_0, ffn * hidden));
     let norm: Vec<bf16> = (0..hidden).map(|i| bf16::from_f32(0.75 + (i % 7) as f32 / 14.0)).collect();
     let layers: Vec<Layer> = (0..LAYERS)
         .map(|_| -> Result<Layer> {

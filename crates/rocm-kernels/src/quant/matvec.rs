@@ -465,8 +465,6 @@ impl MmaFormat {
     }
 }
 
-/// Warps of a matrix-core block: one a chunk of the row, up to `MMA_WARPS` (so that every warp
-/// has at least one chunk of each tile: the kernel's barriers need all of them at each tile).
 /// The one-vector q8_0 loop's block as `persistent_mlp` runs it inside its own launch: its warps
 /// (each needs a chunk of every row: `k` at least this many chunks), the chunk, and its dynamic
 /// shared memory.
@@ -475,6 +473,8 @@ pub(crate) fn q8_0_one_vector_loop() -> (usize, usize, usize) {
     (MMA_WARPS, f.chunk, f.shared_bytes(MMA_WARPS, 1))
 }
 
+/// Warps of a matrix-core block: one a chunk of the row, up to `MMA_WARPS` (so that every warp
+/// has at least one chunk of each tile: the kernel's barriers need all of them at each tile).
 fn matrix_core_warps(k: usize, chunk: usize) -> usize {
     (k / chunk).clamp(1, MMA_WARPS)
 }
