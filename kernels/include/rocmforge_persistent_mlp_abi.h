@@ -11,8 +11,10 @@
 // Groups of RF_QMVM_WARPS warps a block at most, each running the products' loop on its own
 // (one block an SM: the groups stand in for the blocks a launch of the loop would keep resident).
 #define RF_PMLP_GROUPS 4
-// The grid barriers' counters and the count of blocks done.
-#define RF_PMLP_COUNTERS 3
+// The grid barriers' counters, the count of blocks done, and each product call's claimed tiles.
+#define RF_PMLP_COUNTERS 5
+// Tile claims a group keeps (persistent_mlp.hip: rf_pmlp_group::claim).
+#define RF_PMLP_CLAIMS 8
 
 struct rf_pmlp_args {
     RF_ABI_PTR(void) h;                     // [hidden] T: the residual stream; h + delta is written back
@@ -21,7 +23,6 @@ struct rf_pmlp_args {
     RF_ABI_PTR(const unsigned char) gate;   // [ffn rows of hidden] q8_0
     RF_ABI_PTR(const unsigned char) up;     // [ffn rows of hidden] q8_0
     RF_ABI_PTR(const unsigned char) down;   // [hidden rows of ffn] q8_0
-    RF_ABI_PTR(void) xn;                    // [grid][hidden] T: each block's normalised copy of h
     RF_ABI_PTR(void) gate_out;              // [ffn] T
     RF_ABI_PTR(void) up_out;                // [ffn] T
     RF_ABI_PTR(void) act;                   // [ffn] T: silu(gate xn) * (up xn)

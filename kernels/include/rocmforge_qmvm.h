@@ -24,10 +24,16 @@
 // its place among the runs that share the products' tiles (tiles index, index + count, ...);
 // shared_offset: where its part of the block's dynamic shared memory starts; sync: a barrier
 // of its threads alone; wait: what comes once each warp's first weight copies are issued (by
-// default the kernel ahead: rocmforge_dependent_launch.h). A persistent kernel runs several
+// default the kernel ahead: rocmforge_dependent_launch.h). CLAIMS: the run's tiles after its
+// first (index) are claim(1), claim(2), ... (each warp asks for every position; counted across
+// the products as index is) instead of index + count, index + 2 count, ... X_IN_PLACE (one
+// vector): x is in shared memory already and the loop reads its chunks there instead of
+// staging them. A persistent kernel runs several
 // groups of warps of one block this way (persistent_mlp.hip). Written so that the default gives
 // quant_matvec_mma.hip's entries the machine code they had before it existed.
 struct rf_qmvm_block {
+    static constexpr bool CLAIMS = false;
+    static constexpr bool X_IN_PLACE = false;
     RF_DEVICE int thread() const { return (int)threadIdx.x; }
     RF_DEVICE int threads() const { return (int)blockDim.x; }
     RF_DEVICE int first_warp() const { return 0; }
@@ -46,6 +52,7 @@ struct rf_qmvm_cursor {
     unsigned tile;
     unsigned pass;
     unsigned c;
+    unsigned n; // tiles the cursor has moved on (a claiming place's position)
 };
 
 // The dynamic shared memory rf_qmvm<F, T, BC, STAGES> takes for WARPS warps: each warp's stages
@@ -68,6 +75,7 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
     constexpr int STAGE = WBYTES + X::BYTES;
     constexpr int COPIES = (R * VECS + 31) / 32;
     static_assert(SPAN % 16 == 0 && (SPANNED || ROW % 16 == 0), "a row's chunk is staged as whole 16-byte vectors");
+    static_assert(!Place::X_IN_PLACE || BC == 1, "x is read in place for one vector only");
     extern __shared__ __align__(16) unsigned char rf_qmvm_smem[];
     unsigned char* smem = rf_qmvm_smem + place.shared_offset();
     const int lane = (int)threadIdx.x & 31;
@@ -109,7 +117,12 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
             return;
         }
         cur.pass = 0;
-        cur.tile += place.count();
+        if constexpr (Place::CLAIMS) {
+            cur.tile = place.claim(++cur.n);
+            cur.prod = 0;
+        } else {
+            cur.tile += place.count();
+        }
         settle(cur);
     };
     auto rows_of = [&](const rf_qmvm_cursor& cur) -> int {
@@ -139,6 +152,9 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
         }
     };
     auto stage_x = [&](const rf_qmvm_cursor& cur, int s) {
+        if constexpr (Place::X_IN_PLACE) {
+            return; // read where it is
+        }
         unsigned char* dst = stages + s * STAGE;
         const int nvec = vectors_of(cur);
         constexpr int XV = 2 * F::CHUNK / 16; // 16-byte vectors of one vector's chunk
@@ -159,7 +175,7 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
         stage_x(cur, s);
     };
 
-    rf_qmvm_cursor cur = {0, place.index(), 0, (unsigned)warp};
+    rf_qmvm_cursor cur = {0, place.index(), 0, (unsigned)warp, 0};
     settle(cur);
     // STAGES - 1 chunks in flight while one is computed on, across tiles, passes and products:
     // the pipeline does not drain at a tile's end. The first chunks' weights need nothing of the
@@ -196,7 +212,8 @@ RF_DEVICE void rf_qmvm(const rf_qmv_products& p, const T* x, rf_u64 k, unsigned 
         rf_cp_async_wait<STAGES - 1>(); // cur's chunk has landed (this lane's copies) ...
         __syncwarp();                   // ... and every lane's
         const unsigned char* st = stages + s * STAGE;
-        const T* xv = reinterpret_cast<const T*>(st + WBYTES + (BC == 1 ? 0 : g * X::STRIDE));
+        const T* xv = Place::X_IN_PLACE ? x + (rf_u64)cur.pass * k + (rf_u64)cur.c * F::CHUNK
+                                        : reinterpret_cast<const T*>(st + WBYTES + (BC == 1 ? 0 : g * X::STRIDE));
         const int at = SPANNED ? (int)(cur.c * (unsigned)ROW & 15u) : 0; // the chunk's offset in its span
         F::template chunk<BC, 0>(st + g * SPAN + at, st + (g + 8) * SPAN + at, xv, t, acc);
         __syncwarp(); // every lane is done with stage s before it is refilled

@@ -39,10 +39,10 @@ pub struct MlpWeights<'a, T: Dtype> {
     pub down: &'a DeviceBuffer<u8>,
 }
 
-/// The persistent MLP for one shape: the launch's plan and its scratch (each block's copy of the
-/// normalised row, the gate and up sums, and the grid barriers' counters, which are zero between
-/// launches: each launch's last block puts them back, so one plan serves every launch and graph
-/// replay on its stream).
+/// The persistent MLP for one shape: the launch's plan and its scratch (the gate and up sums, and
+/// the counters of the grid barriers and the tile claims, which are zero between launches: each
+/// launch's last block puts them back, so one plan serves every launch and graph replay on its
+/// stream).
 #[derive(Debug)]
 pub struct PersistentMlp {
     hidden: usize,
@@ -86,20 +86,21 @@ impl PersistentMlp {
         ensure(eps.is_finite() && eps >= 0.0, NAME, || format!("eps {eps} is not a finite value >= 0"))?;
         let info = stream.backend().info();
         // One block an SM of as many groups of the products' loop as its shared memory holds
-        // (each group stands in for a block of a launch of the loop), and s while the norm is
-        // formed (4 bytes an element).
+        // (each group stands in for a block of a launch of the loop), and s and xn (f32 and
+        // 16-bit elements).
         let optin = info.shared_mem_per_block_optin as usize;
-        let groups = (optin.saturating_sub(4 * hidden) / loop_shared).min(GROUPS);
+        let row = 6 * hidden;
+        let groups = (optin.saturating_sub(row) / loop_shared).min(GROUPS);
         ensure(groups > 0, NAME, || {
             format!(
                 "hidden {hidden} needs {} bytes of shared memory a block; the device allows {optin}",
-                loop_shared + 4 * hidden
+                loop_shared + row
             )
         })?;
-        let shared = groups * loop_shared + 4 * hidden;
+        let shared = groups * loop_shared + row;
         let grid = info.compute_units.max(1) as usize;
-        // Each block's xn, then gate and up's sums (16-bit elements).
-        let scratch_bytes = grid * aligned(2 * hidden) + 2 * aligned(2 * ffn);
+        // Gate and up's sums (16-bit elements).
+        let scratch_bytes = 2 * aligned(2 * ffn);
         Ok(PersistentMlp {
             hidden,
             ffn,
@@ -172,7 +173,6 @@ impl PersistentMlp {
             )
         })?;
         let base = self.scratch.device_ptr();
-        let xn_bytes = self.grid as u64 * aligned(2 * hidden) as u64;
         let args = abi::rf_pmlp_args {
             h: h.device_ptr(),
             delta: delta.map_or(0, |d| d.device_ptr()),
@@ -180,9 +180,8 @@ impl PersistentMlp {
             gate: w.gate.device_ptr(),
             up: w.up.device_ptr(),
             down: w.down.device_ptr(),
-            xn: base,
-            gate_out: base + xn_bytes,
-            up_out: base + xn_bytes + aligned(2 * ffn) as u64,
+            gate_out: base,
+            up_out: base + aligned(2 * ffn) as u64,
             act: act.device_ptr(),
             y: y.device_ptr(),
             counters: self.counters.device_ptr(),
@@ -213,17 +212,18 @@ impl PersistentMlp {
         // SAFETY: rf_persistent_mlp_q8_0_<T>(rf_pmlp_args) for T f16 or bf16 (checked), one
         // block a compute unit of `groups` groups of RF_QMVM_WARPS warps (groups <=
         // RF_PMLP_GROUPS, the entry's bound) and `shared` bytes of dynamic shared memory (each
-        // group's q8_0 one-vector loop memory and 4 hidden for s, within the opt-in limit: new),
-        // launched cooperatively (every block resident or the launch fails, so the grid
-        // barriers never wait for a block that has not started; one that waits over a second
-        // anyway lets the block through and sets the flag: no hang). hidden and ffn are multiples of 256 of at least 1024 (new): whole
-        // chunks of 16-byte vectors, one for each of the loop's warps. It reads gate and up
-        // [0, ffn row_bytes(hidden)) and down [0, hidden row_bytes(ffn)) (their lengths checked),
-        // norm, delta and h [0, hidden), act [0, ffn) after the barrier that follows its writes;
-        // it writes act [0, ffn), y and h [0, hidden) (lengths checked), the scratch (grid copies
-        // of xn at 256-byte strides, then gate's and up's ffn sums: its length, new), the three
-        // counters and the flag. Every pointer is 16-byte aligned (checked; the scratch parts
-        // 256). h, act and y are `&mut` borrows, so none aliases another or an input.
+        // group's q8_0 one-vector loop memory, and 6 hidden for s and xn, within the opt-in
+        // limit: new), launched cooperatively (every block resident or the launch fails, so the
+        // grid barriers never wait for a block that has not started; one that waits over a
+        // second anyway lets the block through and sets the flag: no hang). hidden and ffn are
+        // multiples of 256 of at least 1024 (new): whole chunks of 16-byte vectors, one for each
+        // of the loop's warps. It reads gate and up [0, ffn row_bytes(hidden)) and down
+        // [0, hidden row_bytes(ffn)) (their lengths checked), norm, delta and h [0, hidden), act
+        // [0, ffn) after the barrier that follows its writes; it writes act [0, ffn), y and h
+        // [0, hidden) (lengths checked), the scratch (gate's and up's ffn sums: its length,
+        // new), the RF_PMLP_COUNTERS counters and the flag. Every pointer is 16-byte aligned
+        // (checked; the scratch's parts 256). h, act and y are `&mut` borrows, so none aliases
+        // another or an input.
         unsafe { launch.launch(config)? };
         Ok(())
     }

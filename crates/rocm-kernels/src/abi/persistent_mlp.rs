@@ -4,7 +4,8 @@
 #![allow(non_camel_case_types, dead_code, clippy::all)]
 
 pub const RF_PMLP_GROUPS: u32 = 4;
-pub const RF_PMLP_COUNTERS: u32 = 3;
+pub const RF_PMLP_COUNTERS: u32 = 5;
+pub const RF_PMLP_CLAIMS: u32 = 8;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, bytemuck :: Pod, bytemuck :: Zeroable)]
 pub struct rf_pmlp_args {
@@ -14,7 +15,6 @@ pub struct rf_pmlp_args {
     pub gate: ::std::os::raw::c_ulonglong,
     pub up: ::std::os::raw::c_ulonglong,
     pub down: ::std::os::raw::c_ulonglong,
-    pub xn: ::std::os::raw::c_ulonglong,
     pub gate_out: ::std::os::raw::c_ulonglong,
     pub up_out: ::std::os::raw::c_ulonglong,
     pub act: ::std::os::raw::c_ulonglong,
@@ -28,7 +28,7 @@ pub struct rf_pmlp_args {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of rf_pmlp_args"][::std::mem::size_of::<rf_pmlp_args>() - 120usize];
+    ["Size of rf_pmlp_args"][::std::mem::size_of::<rf_pmlp_args>() - 112usize];
     ["Alignment of rf_pmlp_args"][::std::mem::align_of::<rf_pmlp_args>() - 8usize];
     ["Offset of field: rf_pmlp_args::h"][::std::mem::offset_of!(rf_pmlp_args, h) - 0usize];
     ["Offset of field: rf_pmlp_args::delta"][::std::mem::offset_of!(rf_pmlp_args, delta) - 8usize];
@@ -36,15 +36,14 @@ const _: () = {
     ["Offset of field: rf_pmlp_args::gate"][::std::mem::offset_of!(rf_pmlp_args, gate) - 24usize];
     ["Offset of field: rf_pmlp_args::up"][::std::mem::offset_of!(rf_pmlp_args, up) - 32usize];
     ["Offset of field: rf_pmlp_args::down"][::std::mem::offset_of!(rf_pmlp_args, down) - 40usize];
-    ["Offset of field: rf_pmlp_args::xn"][::std::mem::offset_of!(rf_pmlp_args, xn) - 48usize];
-    ["Offset of field: rf_pmlp_args::gate_out"][::std::mem::offset_of!(rf_pmlp_args, gate_out) - 56usize];
-    ["Offset of field: rf_pmlp_args::up_out"][::std::mem::offset_of!(rf_pmlp_args, up_out) - 64usize];
-    ["Offset of field: rf_pmlp_args::act"][::std::mem::offset_of!(rf_pmlp_args, act) - 72usize];
-    ["Offset of field: rf_pmlp_args::y"][::std::mem::offset_of!(rf_pmlp_args, y) - 80usize];
-    ["Offset of field: rf_pmlp_args::counters"][::std::mem::offset_of!(rf_pmlp_args, counters) - 88usize];
-    ["Offset of field: rf_pmlp_args::timeout"][::std::mem::offset_of!(rf_pmlp_args, timeout) - 96usize];
-    ["Offset of field: rf_pmlp_args::hidden"][::std::mem::offset_of!(rf_pmlp_args, hidden) - 104usize];
-    ["Offset of field: rf_pmlp_args::ffn"][::std::mem::offset_of!(rf_pmlp_args, ffn) - 108usize];
-    ["Offset of field: rf_pmlp_args::eps"][::std::mem::offset_of!(rf_pmlp_args, eps) - 112usize];
-    ["Offset of field: rf_pmlp_args::groups"][::std::mem::offset_of!(rf_pmlp_args, groups) - 116usize];
+    ["Offset of field: rf_pmlp_args::gate_out"][::std::mem::offset_of!(rf_pmlp_args, gate_out) - 48usize];
+    ["Offset of field: rf_pmlp_args::up_out"][::std::mem::offset_of!(rf_pmlp_args, up_out) - 56usize];
+    ["Offset of field: rf_pmlp_args::act"][::std::mem::offset_of!(rf_pmlp_args, act) - 64usize];
+    ["Offset of field: rf_pmlp_args::y"][::std::mem::offset_of!(rf_pmlp_args, y) - 72usize];
+    ["Offset of field: rf_pmlp_args::counters"][::std::mem::offset_of!(rf_pmlp_args, counters) - 80usize];
+    ["Offset of field: rf_pmlp_args::timeout"][::std::mem::offset_of!(rf_pmlp_args, timeout) - 88usize];
+    ["Offset of field: rf_pmlp_args::hidden"][::std::mem::offset_of!(rf_pmlp_args, hidden) - 96usize];
+    ["Offset of field: rf_pmlp_args::ffn"][::std::mem::offset_of!(rf_pmlp_args, ffn) - 100usize];
+    ["Offset of field: rf_pmlp_args::eps"][::std::mem::offset_of!(rf_pmlp_args, eps) - 104usize];
+    ["Offset of field: rf_pmlp_args::groups"][::std::mem::offset_of!(rf_pmlp_args, groups) - 108usize];
 };
