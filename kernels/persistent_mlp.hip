@@ -16,7 +16,7 @@
 // an MLP's ~78 (docs/model.md: the norm after O 5.7, SwiGLU 2.0, and the launches' ramps), and
 // the next product cannot start its weight stream until they are done. Here the blocks that
 // run the products also do the small work, with the products' first weight copies in flight.
-// (As of version 4 it is still 2-3% slower than the chain: docs/kernels/persistent_mlp.md.)
+// (As of version 4 it is still 2-4% slower than the chain: docs/kernels/persistent_mlp.md.)
 //
 // Work. One block an SM (launched cooperatively: all resident or refused) of `groups` groups of
 // RF_QMVM_WARPS warps, as many as its shared memory holds (the launcher), each group a run of
