@@ -17,15 +17,13 @@ use crate::dtype::{Dtype, kernel_name};
 use crate::error::{Result, ensure};
 use crate::launchable::{Launchable, Needs};
 use crate::loader;
+use crate::quant::GgmlFormat;
 use crate::quant::matvec::q8_0_one_vector_loop;
 
 const NAME: &str = "persistent_mlp";
 const ENTRY: &str = "rf_persistent_mlp_q8_0";
 const GROUPS: usize = abi::RF_PMLP_GROUPS as usize;
 const COUNTERS: usize = abi::RF_PMLP_COUNTERS as usize;
-/// q8_0: 32 elements in 34 bytes.
-const Q8_ELEMS: usize = 32;
-const Q8_BYTES: usize = 34;
 /// Each scratch part starts on its own 256 bytes.
 const ALIGN: usize = 256;
 
@@ -122,7 +120,8 @@ impl PersistentMlp {
 
     /// The bytes of one of the three q8_0 matrices (`[ffn, hidden]` or `[hidden, ffn]`).
     fn matrix_bytes(&self) -> usize {
-        self.hidden * self.ffn / Q8_ELEMS * Q8_BYTES
+        let q8_0 = GgmlFormat::Q8_0;
+        self.hidden * self.ffn / q8_0.block_elems() * q8_0.block_bytes()
     }
 
     /// `h = h + delta` (`delta` absent: `h` as it is), then `act = silu(gate xn) * (up xn)` and
