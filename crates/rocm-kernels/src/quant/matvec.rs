@@ -747,13 +747,19 @@ impl QuantMatvecReference {
     /// `u_T` (2^-24 f32, 2^-11 f16, 2^-8 bf16) of `|s| <= |y| + (k + 1) 2^-23 M`, plus half of
     /// f16's subnormal spacing (2^-25, taken as 2^-24) near zero.
     pub fn allowed_error(&self, i: usize, dtype: &str) -> f64 {
-        let (out_rel, abs) = match dtype {
+        let (out_rel, abs) = Self::store_rounding(dtype);
+        let sum = (self.k as f64 + 1.0) * 2f64.powi(-23) * self.magnitude[i];
+        sum * (1.0 + out_rel) + out_rel * self.y[i].abs() + abs
+    }
+
+    /// What storing an f32 value as `dtype` (`T::NAME`) may add: half an ulp relative (2^-24
+    /// f32, 2^-11 f16, 2^-8 bf16), and half of f16's subnormal spacing (taken as 2^-24) absolute.
+    pub fn store_rounding(dtype: &str) -> (f64, f64) {
+        match dtype {
             "f32" => (2f64.powi(-24), 0.0),
             "f16" => (2f64.powi(-11), 2f64.powi(-24)),
             _ => (2f64.powi(-8), 0.0),
-        };
-        let sum = (self.k as f64 + 1.0) * 2f64.powi(-23) * self.magnitude[i];
-        sum * (1.0 + out_rel) + out_rel * self.y[i].abs() + abs
+        }
     }
 }
 

@@ -46,21 +46,12 @@ fn exact_row<T: Dtype>(rng: &mut Rng, len: usize) -> Vec<T> {
     (0..len).map(|_| T::from_f32((rng.below(32) as f32 - 16.0) / 16.0)).collect()
 }
 
-/// The relative rounding of a store to `T` and half its subnormal spacing where it has one.
-fn rounding<T: Dtype>() -> (f64, f64) {
-    match T::NAME {
-        "f32" => (2f64.powi(-24), 0.0),
-        "f16" => (2f64.powi(-11), 2f64.powi(-24)),
-        _ => (2f64.powi(-8), 0.0),
-    }
-}
-
 /// Checks `act` against `silu(g) * u` of the exact sums: each sum off by at most its
 /// `allowed_error` (which includes its rounding to `T`), carried through silu (slope within
 /// [-0.1, 1.1]) and the product, plus `rocmforge_silu.h`'s fast exp2 and division (2^-16
 /// relative) and the store's rounding.
 fn check_act<T: Dtype>(act: &[f32], g: &QuantMatvecReference, u: &QuantMatvecReference, what: &str) {
-    let (rel, abs) = rounding::<T>();
+    let (rel, abs) = QuantMatvecReference::store_rounding(T::NAME);
     for (i, &got) in act.iter().enumerate() {
         let (gv, uv) = (g.y[i], u.y[i]);
         let (ag, au) = (g.allowed_error(i, T::NAME), u.allowed_error(i, T::NAME));
