@@ -261,17 +261,12 @@ template <typename T> RF_DEVICE void rf_persistent_mlp_q8_0(const rf_pmlp_args& 
 
     // The last block out puts the counters back for the next launch.
     __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        if (atomicAdd(exits, 1u) == grid - 1) {
-            *stored = 0;
-            *activated = 0;
-            *exits = 0;
-            *up_claims = 0;
-            *down_claims = 0;
-            __threadfence();
-        }
-    }
+    rf_grid_exit(exits, [&]() {
+        *stored = 0;
+        *activated = 0;
+        *up_claims = 0;
+        *down_claims = 0;
+    });
 #else
     (void)a;
     RF_MMA_UNAVAILABLE();

@@ -218,15 +218,12 @@ RF_KERNEL void __launch_bounds__(RF_STAGED_THREADS) rf_stream_read_staged(rf_sta
     }
     if (threadIdx.x == 0) {
         a.partial[b] = sums[0];
-        __threadfence();
-        if (atomicAdd(exits, 1u) == grid - 1) {
-            for (unsigned i = 0; i < 2 * a.stages; ++i) {
-                a.counters[i] = 0;
-            }
-            *exits = 0;
-            __threadfence();
-        }
     }
+    rf_grid_exit(exits, [&]() {
+        for (unsigned i = 0; i < 2 * a.stages; ++i) {
+            a.counters[i] = 0;
+        }
+    });
 #else
     RF_MMA_UNAVAILABLE();
 #endif

@@ -5,7 +5,8 @@
 //
 // A barrier is a counter in global memory that every block adds one to when it arrives
 // (rf_grid_arrive) and that waiting blocks poll until it reaches the number of blocks
-// (rf_grid_wait). Counters are zero at a launch's start; the launch puts them back itself.
+// (rf_grid_wait). Counters are zero at a launch's start; the launch puts them back itself
+// (rf_grid_exit).
 // A wait that lasts more than a second (a block that never started, which the cooperative
 // launch rules out) sets *timeout and lets the block through rather than hang the device:
 // whatever the launch computed is then void, and its launcher says so.
@@ -47,6 +48,19 @@ RF_DEVICE void rf_grid_arrive(unsigned* c) {
     if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(c, 1u);
+    }
+}
+// Thread 0's exit of the block, after its writes: the launch's last block out runs reset()
+// (every counter but `exits` back to zero) and zeroes `exits`, so the next launch (or graph
+// replay) starts from zero.
+template <typename R> RF_DEVICE void rf_grid_exit(unsigned* exits, R reset) {
+    if (threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(exits, 1u) == gridDim.x - 1) {
+            reset();
+            *exits = 0;
+            __threadfence();
+        }
     }
 }
 #endif
