@@ -43,6 +43,7 @@
 #include "rocmforge.h"
 #include "rocmforge_dependent_launch.h"
 #include "rocmforge_kv_cache.h"
+#include "rocmforge_rope_angle.h"
 
 namespace rf_rope {
 
@@ -55,18 +56,6 @@ constexpr int MAX_ENTRIES = 2 * MAX_PAIRS;
 struct Freqs {
     double inv_freq[MAX_PAIRS];
 };
-
-RF_DEVICE float quiet_nan() { return __int_as_float(0x7fc00000); }
-
-// cos and sin of p * inv_freq: product and reduction to [-pi, pi] in f64, then f32 sincosf.
-RF_DEVICE void angle_cos_sin(int p, double inv_freq, float* c, float* s) {
-    const double angle = (double)p * inv_freq;
-    const double turns = rint(angle * 0.15915494309189535); // 1 / (2 pi)
-    // 2 pi = TWO_PI_HI + TWO_PI_LO to about 1e-32: the reduction is exact to f64 rounding.
-    double r = fma(-turns, 6.283185307179586, angle);
-    r = fma(-turns, 2.4492935982947064e-16, r);
-    sincosf((float)r, s, c);
-}
 
 // One work item: PP consecutive pairs of one segment of one head, 32 bytes in flight a thread
 // on the vector paths.
@@ -176,10 +165,10 @@ RF_DEVICE void rope_token(T* q, T* k, const Args& g, unsigned int items, const i
         const int p = s == 0 ? p0 : p1;
         float c, sn;
         if (p < 0 || (long long)p >= max_pos) {
-            c = quiet_nan();
-            sn = quiet_nan();
+            c = rf_rope_nan();
+            sn = rf_rope_nan();
         } else {
-            angle_cos_sin(p, freqs.inv_freq[i], &c, &sn);
+            rf_rope_cos_sin(p, freqs.inv_freq[i], &c, &sn);
         }
         cos_table[j] = c;
         sin_table[j] = sn;
@@ -246,7 +235,7 @@ RF_DEVICE void rope(T* q, T* k, const int* pos, const int* block_pos, rf_u64 tok
 // one warp: lane L takes items L, L + used, L + 2 used, ... where used = (W / iph) * iph <= W
 // lanes (the launcher takes this path only when iph <= W; lanes from `used` on idle). Every item
 // of a lane is then the same segment and chunk of heads h0, h0 + W / iph, ..., so the lane forms
-// the cos/sin of its PP pairs once per token, in registers (the recipe of angle_cos_sin, the
+// the cos/sin of its PP pairs once per token, in registers (the recipe of rf_rope_cos_sin, the
 // same as the table path), and reuses them for every head it touches. Loads stay raw (16-bit
 // elements packed) until the rotation; B items' loads are issued together, the first batch
 // before the position is known and the angles are formed, so the trig overlaps memory latency.
@@ -388,13 +377,13 @@ RF_DEVICE void rope_warp_token(T* q, T* k, const int* pos, const int* block_pos,
     if (p < 0 || (long long)p >= max_pos) {
 #pragma unroll
         for (int m = 0; m < PP; ++m) {
-            c[m] = quiet_nan();
-            s[m] = quiet_nan();
+            c[m] = rf_rope_nan();
+            s[m] = rf_rope_nan();
         }
     } else {
 #pragma unroll
         for (int m = 0; m < PP; ++m) {
-            angle_cos_sin(p, freqs.inv_freq[i0 + m], &c[m], &s[m]);
+            rf_rope_cos_sin(p, freqs.inv_freq[i0 + m], &c[m], &s[m]);
         }
     }
     rf_follow_prior_grid();

@@ -156,6 +156,16 @@ impl PartialEq for FreqFactors {
     }
 }
 
+/// [`Rope::whole_head_table`]: pair `i` of a head (elements `(2i, 2i + 1)` interleaved, else
+/// `(i, i + head_dim / 2)`) turns by `position * inv_freq[i]`; positions outside
+/// `[0, max_position)` turn to NaN.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WholeHeadTable {
+    pub inv_freq: Vec<f64>,
+    pub interleaved: bool,
+    pub max_position: i64,
+}
+
 /// A RoPE: the style, the head size, the base, the linear scaling, the per-pair frequency
 /// factors and the valid positions.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -294,6 +304,28 @@ impl Rope {
             *f = inv_freq(layout.base, i, layout.seg_dim) / self.scaling_factor as f64 / self.freq_factor(i);
         }
         table
+    }
+
+    /// The rotation of whole heads as a kernel that forms its own angles takes it (the
+    /// persistent decode layer): one segment covering the head, its pairs interleaved or not,
+    /// each pair's `inv_freq / scaling_factor / freq_factor` in f64 (the table [`Rope::run`]
+    /// passes), and the first invalid position. Refused for a style that does not turn every
+    /// element of a head (a partial `rotary_dim`, GLM's half-head, ChatGLM's two segments).
+    pub fn whole_head_table(&self) -> Result<WholeHeadTable> {
+        let layout = self.layout()?;
+        ensure(layout.segments == 1 && layout.seg_dim == self.head_dim, KERNEL, || {
+            format!(
+                "{:?} turns {} segment(s) of {} of a head's {} elements; only a rotation of whole heads has one \
+                 table",
+                self.style, layout.segments, layout.seg_dim, self.head_dim
+            )
+        })?;
+        let table = self.freqs(&layout);
+        Ok(WholeHeadTable {
+            inv_freq: table[..layout.seg_dim / 2].to_vec(),
+            interleaved: layout.interleaved,
+            max_position: self.max_position(),
+        })
     }
 
     /// `max_position` as the kernel takes it (2^31 when unset).
@@ -758,6 +790,28 @@ mod tests {
         let scaled = rope_reference(&Rope::neox(4).with_scaling_factor(2.0), &x, 1, None, &[2], None);
         let plain = rope_reference(&Rope::neox(4), &x, 1, None, &[1], None);
         close(&scaled, &plain);
+    }
+
+    #[test]
+    fn whole_head_tables_are_the_kernels_table() {
+        let gptj =
+            Rope::new(RopeStyle::GptJ { rotary_dim: 8 }, 8).with_theta_base(100.0).with_scaling_factor(2.0);
+        let t = gptj.whole_head_table().unwrap();
+        assert!(t.interleaved);
+        assert_eq!(t.max_position, 1 << 31);
+        assert_eq!(t.inv_freq, gptj.freqs(&gptj.layout().unwrap())[..4].to_vec());
+        assert_eq!(t.inv_freq[1], 100f64.powf(-2.0 / 8.0) / 2.0);
+        let neox = Rope::neox(8).with_max_position(9).whole_head_table().unwrap();
+        assert!(!neox.interleaved);
+        assert_eq!(neox.max_position, 9);
+        for rope in [
+            Rope::new(RopeStyle::NeoX { rotary_dim: 4 }, 8),
+            Rope::new(RopeStyle::Glm { rope_ratio: 1.0 }, 8),
+            Rope::new(RopeStyle::ChatGlm2d, 8),
+        ] {
+            let err = rope.whole_head_table().unwrap_err().to_string();
+            assert!(err.contains("only a rotation of whole heads has one table"), "{err}");
+        }
     }
 
     #[test]
