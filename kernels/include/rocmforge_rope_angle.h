@@ -1,6 +1,6 @@
 // rocmforge_rope_angle.h: a rotary pair's angle, cos and sin, as every kernel that rotates forms
-// them (kernels/rope.hip; kernels/persistent_layer.hip, which rotates Q and K in its attention
-// blocks), so that their rotations have the same bits.
+// them (kernels/rope.hip, and any kernel that rotates q and k inside a larger step, as the
+// persistent decode layer does), so that their rotations have the same bits.
 
 #ifndef ROCMFORGE_ROPE_ANGLE_H
 #define ROCMFORGE_ROPE_ANGLE_H
