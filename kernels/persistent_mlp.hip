@@ -59,6 +59,9 @@
 // Vectors of 16 bytes of h, delta and the norm's weight a thread requests before the loop's
 // first copies (8B shapes: hidden 4096 at 384 threads takes 2); the rest come in the wait.
 #define RF_PMLP_VECTORS 4
+// Tile claims a group keeps (rf_pmlp_group::claim): the kernel's own, in its static shared
+// memory, so not a parameter of the launcher's.
+#define RF_PMLP_CLAIMS 8
 
 // Group `group` of the block's `groups` groups of RF_QMVM_WARPS warps as a run of the products'
 // loop (rocmforge_qmvm.h): its own barrier (named barrier 1 + group), its own shared memory, its

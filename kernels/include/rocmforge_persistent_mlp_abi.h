@@ -13,8 +13,6 @@
 #define RF_PMLP_GROUPS 4
 // The grid barriers' counters, the count of blocks done, and each product call's claimed tiles.
 #define RF_PMLP_COUNTERS 5
-// Tile claims a group keeps (persistent_mlp.hip: rf_pmlp_group::claim).
-#define RF_PMLP_CLAIMS 8
 
 struct rf_pmlp_args {
     RF_ABI_PTR(void) h;                     // [hidden] T: the residual stream; h + delta is written back

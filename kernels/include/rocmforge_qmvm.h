@@ -28,9 +28,9 @@
 // first (index) are claim(1), claim(2), ... (each warp asks for every position; counted across
 // the products as index is) instead of index + count, index + 2 count, ... X_IN_PLACE (one
 // vector): x is in shared memory already and the loop reads its chunks there instead of
-// staging them. A persistent kernel runs several
-// groups of warps of one block this way (persistent_mlp.hip). Written so that the default gives
-// quant_matvec_mma.hip's entries the machine code they had before it existed.
+// staging them. A persistent kernel runs several groups of warps of one block this way
+// (persistent_mlp.hip). Written so that the default gives quant_matvec_mma.hip's entries the
+// machine code they had before it existed.
 struct rf_qmvm_block {
     static constexpr bool CLAIMS = false;
     static constexpr bool X_IN_PLACE = false;

@@ -5,7 +5,6 @@
 
 pub const RF_PMLP_GROUPS: u32 = 4;
 pub const RF_PMLP_COUNTERS: u32 = 5;
-pub const RF_PMLP_CLAIMS: u32 = 8;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, bytemuck :: Pod, bytemuck :: Zeroable)]
 pub struct rf_pmlp_args {
