@@ -1,6 +1,6 @@
-// rocmforge_rope_angle.h: a rotary pair's angle, cos and sin, as every kernel that rotates forms
-// them (kernels/rope.hip, and any kernel that rotates q and k inside a larger step, as the
-// persistent decode layer does), so that their rotations have the same bits.
+// rocmforge_rope_angle.h: a rotary pair's angle, cos and sin, as kernels/rope.hip forms them, for
+// any kernel that rotates q and k inside a larger step (Rope::whole_head_table gives it the
+// table), so that its rotations have rope.hip's bits.
 
 #ifndef ROCMFORGE_ROPE_ANGLE_H
 #define ROCMFORGE_ROPE_ANGLE_H

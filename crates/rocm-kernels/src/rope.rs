@@ -306,10 +306,11 @@ impl Rope {
         table
     }
 
-    /// The rotation of whole heads as a kernel that forms its own angles takes it (the
-    /// persistent decode layer): one segment covering the head, its pairs interleaved or not,
-    /// each pair's `inv_freq / scaling_factor / freq_factor` in f64 (the table [`Rope::run`]
-    /// passes), and the first invalid position. Refused for a style that does not turn every
+    /// The rotation of whole heads as a kernel that forms its own angles takes it (one that
+    /// rotates q and k inside a larger step, with `kernels/include/rocmforge_rope_angle.h`):
+    /// one segment covering the head, its pairs interleaved or not, each pair's `inv_freq /
+    /// scaling_factor / freq_factor` in f64 (the table [`Rope::run`] passes), and the first
+    /// invalid position. Refused for a style that does not turn every
     /// element of a head (a partial `rotary_dim`, GLM's half-head, ChatGLM's two segments).
     pub fn whole_head_table(&self) -> Result<WholeHeadTable> {
         let layout = self.layout()?;
