@@ -80,7 +80,9 @@ RF_KERNEL void __launch_bounds__(RF_STREAM_READ_THREADS)
 // kernel would wait for the product before it), and where hops[s % RF_STAGED_KINDS] > 0 only
 // after blocks 0 .. small_blocks - 1 have then chased that many dependent loads through `chase`
 // (standing in for the latency-bound work between products: attention, the norms). With
-// `ahead`, a block's copies run on into the next stages while it waits at a gate (the next
+// `small_idle`, those blocks copy no weights (blocks small_blocks .. grid - 1 take every chunk),
+// so their SMs issue nothing but the chase (does a round trip wait behind its own SM's copies?).
+// With `ahead`, a block's copies run on into the next stages while it waits at a gate (the next
 // product's weights need nothing of this one); without, a stage's copies start after its gate.
 // counters: done[stages], ready[stages], exits, zero at entry; the last block out zeroes them
 // again, after every block has passed its last barrier. A barrier that waits more than a second
@@ -107,8 +109,11 @@ RF_KERNEL void __launch_bounds__(RF_STAGED_THREADS) rf_stream_read_staged(rf_sta
 #if RF_MMA_SYNC && !defined(RF_EMU_MMA_SYNC)
     extern __shared__ __align__(16) uint4 rf_staged_ring[];
     const uint4* w = static_cast<const uint4*>(a.w);
-    const unsigned grid = gridDim.x;
-    const unsigned b = blockIdx.x;
+    // The blocks that copy, and this block's place among them (idle small blocks: none).
+    const bool idle = a.small_idle && blockIdx.x < a.small_blocks;
+    const unsigned grid = a.small_idle ? gridDim.x - a.small_blocks : gridDim.x;
+    const unsigned b = a.small_idle ? blockIdx.x - (idle ? 0 : a.small_blocks) : blockIdx.x;
+    const unsigned me = blockIdx.x; // the block's id in the launch (barriers, small work, sums)
     unsigned* done = a.counters;
     unsigned* ready = a.counters + a.stages;
     unsigned* exits = a.counters + 2 * a.stages;
@@ -122,7 +127,7 @@ RF_KERNEL void __launch_bounds__(RF_STAGED_THREADS) rf_stream_read_staged(rf_sta
         }
     };
     auto first = [&](unsigned& s, unsigned long long& c) {
-        s = 0;
+        s = idle ? a.stages : 0;
         c = b;
         while (s < a.stages && start(s) + c * RF_STAGED_CHUNK >= a.end[s]) {
             ++s;
@@ -162,8 +167,8 @@ RF_KERNEL void __launch_bounds__(RF_STAGED_THREADS) rf_stream_read_staged(rf_sta
             rf_grid_arrive(done + g);
             const unsigned hops = a.hops[g % RF_STAGED_KINDS];
             if (hops > 0) {
-                if (b < a.small_blocks) {
-                    rf_grid_wait(done + g, grid, a.timeout);
+                if (me < a.small_blocks) {
+                    rf_grid_wait(done + g, gridDim.x, a.timeout);
                     if (threadIdx.x == 0) {
                         // Kept live without touching the sum (indices are below chase_len < 2^32).
                         acc += rf_staged_chase(a.chase, a.chase_len, hops) == 0xffffffffu;
@@ -172,7 +177,7 @@ RF_KERNEL void __launch_bounds__(RF_STAGED_THREADS) rf_stream_read_staged(rf_sta
                 }
                 rf_grid_wait(ready + g, a.small_blocks, a.timeout);
             } else {
-                rf_grid_wait(done + g, grid, a.timeout);
+                rf_grid_wait(done + g, gridDim.x, a.timeout);
             }
             ++stage_now;
             open = stage_now;
@@ -197,12 +202,16 @@ RF_KERNEL void __launch_bounds__(RF_STAGED_THREADS) rf_stream_read_staged(rf_sta
         ++consumed;
         next(cs, cc);
     }
-    // Stages past the block's last item (none at the layer's sizes) still get its arrivals.
+    // Stages past the block's last item (none at the layer's sizes, every stage for an idle
+    // small block) still get its arrivals, and a small block's chase where others wait for it.
     while (stage_now + 1 < a.stages) {
         rf_grid_arrive(done + stage_now);
         const unsigned hops = a.hops[stage_now % RF_STAGED_KINDS];
-        if (hops > 0 && b < a.small_blocks) {
-            rf_grid_wait(done + stage_now, grid, a.timeout);
+        if (hops > 0 && me < a.small_blocks) {
+            rf_grid_wait(done + stage_now, gridDim.x, a.timeout);
+            if (threadIdx.x == 0) {
+                acc += rf_staged_chase(a.chase, a.chase_len, hops) == 0xffffffffu;
+            }
             rf_grid_arrive(ready + stage_now);
         }
         ++stage_now;
@@ -217,7 +226,7 @@ RF_KERNEL void __launch_bounds__(RF_STAGED_THREADS) rf_stream_read_staged(rf_sta
         __syncthreads();
     }
     if (threadIdx.x == 0) {
-        a.partial[b] = sums[0];
+        a.partial[me] = sums[0];
     }
     rf_grid_exit(exits, [&]() {
         for (unsigned i = 0; i < 2 * a.stages; ++i) {

@@ -25,7 +25,7 @@ struct rf_staged_args {
     unsigned stages;
     unsigned small_blocks;
     unsigned ahead;
-    unsigned pad;
+    unsigned small_idle; // 1: blocks [0, small_blocks) copy no weights, only chase
     RF_ABI_PTR(unsigned) counters; // [2 * stages + 1]
     RF_ABI_PTR(unsigned) partial;  // [gridDim.x]
     RF_ABI_PTR(unsigned) timeout;  // [1]

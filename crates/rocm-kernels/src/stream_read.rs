@@ -105,7 +105,9 @@ pub fn staged_chase_table(slots: usize, spacing: usize, mut random: impl FnMut()
 /// before (a grid barrier, where a layer kernel would wait for the previous product's output).
 /// After stage s with `hops[s % 4] > 0`, blocks 0 to `small_blocks - 1` then chase that many
 /// dependent loads through `chase` (a stand-in for the latency-bound work between products:
-/// attention, the norms) before any block goes on. `ahead`: each block's copies run on into the
+/// attention, the norms) before any block goes on; with `small_idle` those blocks copy none of
+/// `w` (the others take their chunks), so their SMs issue only the chase. `ahead`: each block's
+/// copies run on into the
 /// next stages while it waits at a gate (a ring of 6 chunks of 32 KiB), as a layer kernel could,
 /// its weights needing nothing of the stage before; otherwise a stage's copies start after its
 /// gate. Block b stores the wrapping sum of the 32-bit words it read in `partial[b]`: the
@@ -117,6 +119,7 @@ pub fn stream_read_staged(
     chase: &DeviceBuffer<u32>,
     hops: [u32; STAGED_KINDS],
     small_blocks: u32,
+    small_idle: bool,
     ahead: bool,
     scratch: &mut StagedScratch,
     partial: &mut DeviceBuffer<u32>,
@@ -143,6 +146,9 @@ pub fn stream_read_staged(
     ensure(!chase.is_empty() && chase.len() < 1 << 32 && (1..=grid).contains(&small_blocks), NAME, || {
         format!("{small_blocks} small-work blocks of {grid}, a chase of {} entries", chase.len())
     })?;
+    ensure(!small_idle || small_blocks < grid, NAME, || {
+        format!("{small_blocks} idle small-work blocks of {grid} leave none to copy")
+    })?;
     let kernel = loader::kernel(&stream, KernelModule::StreamRead, "rf_stream_read_staged")?;
     let mut end = [0u64; STAGED_MAX_STAGES];
     end[..ends.len()].copy_from_slice(ends);
@@ -155,7 +161,7 @@ pub fn stream_read_staged(
         stages: ends.len() as u32,
         small_blocks,
         ahead: ahead as u32,
-        pad: 0,
+        small_idle: small_idle as u32,
         counters: scratch.counters.device_ptr(),
         partial: partial.device_ptr(),
         timeout: scratch.timeout.device_ptr(),

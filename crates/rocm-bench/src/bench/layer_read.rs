@@ -18,7 +18,8 @@
 //!   barrier (where a persistent layer kernel waits for the product before), with dependent
 //!   loads on 8 blocks between stages standing in for the latency-bound work there (attention,
 //!   the norms), from the DRAM or the L2, and the blocks' copies running on past the gates
-//!   (the next product's weights need nothing of this one) or waiting at them.
+//!   (the next product's weights need nothing of this one) or waiting at them, the 8 blocks'
+//!   SMs copying weights or not.
 //!
 //! Each row is one graph launch over [`LAYERS`] layers divided by them. The dependent row is the
 //! fastest a chain of product kernels launched one a product, as ours are, can be; issue 21's
@@ -85,8 +86,9 @@ pub fn rows(b: &mut Bench, ty: GgmlType, config: &ModelConfig) -> Result<Vec<Row
 /// The persistent layer's rows (`stream_read_staged`): the [`LAYERS`] layers' bytes in one
 /// cooperative launch, four stages a layer behind grid barriers, with or without dependent
 /// loads on 8 blocks (attention's blocks at batch 1) between stages, from the DRAM (a 64 MiB
-/// table) or the L2 (4 KiB), and with each block's copies running on past the gates or waiting
-/// at them. Rows whose sums do not match or whose barriers timed out are refused.
+/// table) or the L2 (4 KiB), with each block's copies running on past the gates or waiting at
+/// them, and with the 8 blocks' SMs copying weights too or nothing. Rows whose sums do not
+/// match or whose barriers timed out are refused.
 fn staged_rows(b: &mut Bench, ty: GgmlType, products: &[u64; 4], host: &[u8]) -> Result<Vec<Row>> {
     let layer: u64 = products.iter().sum();
     // LAYERS copies of the layer: their word sum is LAYERS times the layer's (mod 2^32).
@@ -117,17 +119,21 @@ fn staged_rows(b: &mut Bench, ty: GgmlType, products: &[u64; 4], host: &[u8]) ->
         [h, 0, 0, 0] => format!(", {h} {from} round trips after Q, K, V"),
         [h, o, g, d] => format!(", {h} + {o} + {g} + {d} {from} round trips"),
     };
-    for (hops, chase, from, ahead) in [
-        ([0, 0, 0, 0], &dram, "DRAM", true),
-        ([0, 0, 0, 0], &dram, "DRAM", false),
-        ([8, 0, 0, 0], &dram, "DRAM", true),
-        ([8, 2, 0, 2], &dram, "DRAM", true),
-        ([8, 2, 0, 2], &dram, "DRAM", false),
-        ([8, 2, 0, 2], &l2, "L2", true),
+    // idle: the 8 small-work blocks copy no weights, so their SMs issue nothing else.
+    for (hops, chase, from, ahead, idle) in [
+        ([0, 0, 0, 0], &dram, "DRAM", true, false),
+        ([0, 0, 0, 0], &dram, "DRAM", false, false),
+        ([8, 0, 0, 0], &dram, "DRAM", true, false),
+        ([8, 2, 0, 2], &dram, "DRAM", true, false),
+        ([8, 2, 0, 2], &dram, "DRAM", false, false),
+        ([8, 2, 0, 2], &l2, "L2", true, false),
+        ([0, 0, 0, 0], &dram, "DRAM", true, true),
+        ([8, 2, 0, 2], &dram, "DRAM", true, true),
+        ([8, 2, 0, 2], &l2, "L2", true, true),
     ] {
         let ms = {
             let graph = b.stream.capture(|_| -> Result<()> {
-                stream_read_staged(&w, &ends, chase, hops, 8, ahead, &mut scratch, &mut partial)?;
+                stream_read_staged(&w, &ends, chase, hops, 8, idle, ahead, &mut scratch, &mut partial)?;
                 Ok(())
             })?;
             b.time(|| Ok(graph.launch()?))?
@@ -135,9 +141,10 @@ fn staged_rows(b: &mut Bench, ty: GgmlType, products: &[u64; 4], host: &[u8]) ->
         let sums = partial.to_vec()?;
         let got = sums[..grid].iter().fold(0u32, |a, &x| a.wrapping_add(x));
         let name = format!(
-            "read layer, 1 launch, 4 stages{}{}",
+            "read layer, 1 launch, 4 stages{}{}{}",
             gates(hops, from),
-            if ahead { "" } else { ", copies wait at gates" }
+            if ahead { "" } else { ", copies wait at gates" },
+            if idle { ", 8 SMs copy nothing" } else { "" }
         );
         if scratch.timed_out()? || got != want {
             return Err(format!("{name}: a barrier timed out, or the sum {got:#x} is not {want:#x}").into());

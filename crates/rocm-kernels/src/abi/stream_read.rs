@@ -19,7 +19,7 @@ pub struct rf_staged_args {
     pub stages: ::std::os::raw::c_uint,
     pub small_blocks: ::std::os::raw::c_uint,
     pub ahead: ::std::os::raw::c_uint,
-    pub pad: ::std::os::raw::c_uint,
+    pub small_idle: ::std::os::raw::c_uint,
     pub counters: ::std::os::raw::c_ulonglong,
     pub partial: ::std::os::raw::c_ulonglong,
     pub timeout: ::std::os::raw::c_ulonglong,
@@ -38,7 +38,8 @@ const _: () = {
     ["Offset of field: rf_staged_args::small_blocks"]
         [::std::mem::offset_of!(rf_staged_args, small_blocks) - 300usize];
     ["Offset of field: rf_staged_args::ahead"][::std::mem::offset_of!(rf_staged_args, ahead) - 304usize];
-    ["Offset of field: rf_staged_args::pad"][::std::mem::offset_of!(rf_staged_args, pad) - 308usize];
+    ["Offset of field: rf_staged_args::small_idle"]
+        [::std::mem::offset_of!(rf_staged_args, small_idle) - 308usize];
     ["Offset of field: rf_staged_args::counters"]
         [::std::mem::offset_of!(rf_staged_args, counters) - 312usize];
     ["Offset of field: rf_staged_args::partial"][::std::mem::offset_of!(rf_staged_args, partial) - 320usize];

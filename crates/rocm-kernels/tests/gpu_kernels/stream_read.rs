@@ -93,10 +93,19 @@ fn stream_read_staged_sums_every_stage_once_behind_grid_barriers() {
     let grid = info.compute_units as usize;
     let mut partial = stream.alloc::<u32>(grid).unwrap();
     if info.matrix_cores != MatrixCores::MmaSync || !info.cooperative_launch {
-        let err =
-            stream_read_staged(&w, &[vectors as u64], &chase, [0; 4], 1, true, &mut scratch, &mut partial)
-                .unwrap_err()
-                .to_string();
+        let err = stream_read_staged(
+            &w,
+            &[vectors as u64],
+            &chase,
+            [0; 4],
+            1,
+            false,
+            true,
+            &mut scratch,
+            &mut partial,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("needs NVIDIA sm_80 or later"), "{err}");
         return;
     }
@@ -122,13 +131,34 @@ fn stream_read_staged_sums_every_stage_once_behind_grid_barriers() {
         ],
     ];
     for ends in &layouts {
-        for (hops, small) in [([0u32; 4], 1u32), ([5, 0, 2, 0], 8), ([3, 1, 1, 1], grid as u32)] {
+        // Idle small blocks copy nothing (their partials are 0): the others cover every chunk.
+        for (hops, small, idle) in [
+            ([0u32; 4], 1u32, false),
+            ([5, 0, 2, 0], 8, false),
+            ([3, 1, 1, 1], grid as u32, false),
+            ([0u32; 4], 1u32, true),
+            ([5, 0, 2, 0], 8, true),
+            ([3, 1, 1, 1], grid as u32 - 1, true),
+        ] {
             for ahead in [true, false] {
-                let what = format!("{} stages, hops {hops:?} on {small} blocks, ahead {ahead}", ends.len());
+                let what = format!(
+                    "{} stages, hops {hops:?} on {small} blocks (idle {idle}), ahead {ahead}",
+                    ends.len()
+                );
                 for _ in 0..2 {
                     partial.poison().unwrap();
-                    stream_read_staged(&w, ends, &chase, hops, small, ahead, &mut scratch, &mut partial)
-                        .unwrap();
+                    stream_read_staged(
+                        &w,
+                        ends,
+                        &chase,
+                        hops,
+                        small,
+                        idle,
+                        ahead,
+                        &mut scratch,
+                        &mut partial,
+                    )
+                    .unwrap();
                     let got = partial.to_vec().unwrap().into_iter().fold(0u32, u32::wrapping_add);
                     assert_eq!(got, want, "{what}");
                     assert!(!scratch.timed_out().unwrap(), "{what}: a barrier timed out");
@@ -140,7 +170,9 @@ fn stream_read_staged_sums_every_stage_once_behind_grid_barriers() {
     // replay's start.
     let ends = &layouts[1];
     let graph = stream
-        .capture(|_| stream_read_staged(&w, ends, &chase, [4, 0, 0, 1], 8, true, &mut scratch, &mut partial))
+        .capture(|_| {
+            stream_read_staged(&w, ends, &chase, [4, 0, 0, 1], 8, true, true, &mut scratch, &mut partial)
+        })
         .unwrap();
     for _ in 0..3 {
         graph.launch().unwrap();
@@ -160,7 +192,7 @@ fn stream_read_staged_refuses_bad_stages() {
     let mut scratch = StagedScratch::new(stream).unwrap();
     let mut partial = stream.alloc::<u32>(gpu.backend().info().compute_units as usize).unwrap();
     let mut run = |ends: &[u64]| {
-        stream_read_staged(&w, ends, &chase, [0; 4], 1, true, &mut scratch, &mut partial)
+        stream_read_staged(&w, ends, &chase, [0; 4], 1, false, true, &mut scratch, &mut partial)
             .unwrap_err()
             .to_string()
     };
@@ -181,6 +213,16 @@ fn stream_read_staged_refuses_bad_stages() {
         let want = if nvidia { want.as_str() } else { "needs NVIDIA sm_80 or later" };
         assert!(err.contains(want), "{ends:?}: {err}");
     }
+    let grid = info.compute_units;
+    let err = stream_read_staged(&w, &[100], &chase, [1; 4], grid, true, true, &mut scratch, &mut partial)
+        .unwrap_err()
+        .to_string();
+    let want = if nvidia {
+        format!("{grid} idle small-work blocks of {grid} leave none to copy")
+    } else {
+        "needs NVIDIA sm_80 or later".into()
+    };
+    assert!(err.contains(&want), "{err}");
 }
 
 /// A cooperative launch whose blocks cannot all be resident is refused, not queued: 64 blocks
