@@ -107,11 +107,10 @@ pub fn staged_chase_table(slots: usize, spacing: usize, mut random: impl FnMut()
 /// dependent loads through `chase` (a stand-in for the latency-bound work between products:
 /// attention, the norms) before any block goes on; with `small_idle` those blocks copy none of
 /// `w` (the others take their chunks), so their SMs issue only the chase. `ahead`: each block's
-/// copies run on into the
-/// next stages while it waits at a gate (a ring of 6 chunks of 32 KiB), as a layer kernel could,
-/// its weights needing nothing of the stage before; otherwise a stage's copies start after its
-/// gate. Block b stores the wrapping sum of the 32-bit words it read in `partial[b]`: the
-/// partials add up to [`stream_read_reference`] of `w`.
+/// copies run on into the next stages while it waits at a gate (a ring of 6 chunks of 32 KiB),
+/// as a layer kernel could, its weights needing nothing of the stage before; otherwise a stage's
+/// copies start after its gate. Block b stores the wrapping sum of the 32-bit words it read in
+/// `partial[b]` (0 for an idle one): the partials add up to [`stream_read_reference`] of `w`.
 #[allow(clippy::too_many_arguments)]
 pub fn stream_read_staged(
     w: &DeviceBuffer<u8>,
