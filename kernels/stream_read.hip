@@ -109,26 +109,26 @@ RF_KERNEL void __launch_bounds__(RF_STAGED_THREADS) rf_stream_read_staged(rf_sta
 #if RF_MMA_SYNC && !defined(RF_EMU_MMA_SYNC)
     extern __shared__ __align__(16) uint4 rf_staged_ring[];
     const uint4* w = static_cast<const uint4*>(a.w);
-    // The blocks that copy, and this block's place among them (idle small blocks: none).
+    // The blocks that copy weights, and this block's place among them (an idle small block has
+    // none); barriers, small work and sums go by blockIdx.x.
     const bool idle = a.small_idle && blockIdx.x < a.small_blocks;
-    const unsigned grid = a.small_idle ? gridDim.x - a.small_blocks : gridDim.x;
-    const unsigned b = a.small_idle ? blockIdx.x - (idle ? 0 : a.small_blocks) : blockIdx.x;
-    const unsigned me = blockIdx.x; // the block's id in the launch (barriers, small work, sums)
+    const unsigned copiers = a.small_idle ? gridDim.x - a.small_blocks : gridDim.x;
+    const unsigned copier = a.small_idle ? blockIdx.x - (idle ? 0 : a.small_blocks) : blockIdx.x;
     unsigned* done = a.counters;
     unsigned* ready = a.counters + a.stages;
     unsigned* exits = a.counters + 2 * a.stages;
     auto start = [&](unsigned s) -> unsigned long long { return s == 0 ? 0ull : a.end[s - 1]; };
-    // An item: chunk c (b, b + grid, ...) of stage s. Next item of the block's list.
+    // An item: chunk c (copier, copier + copiers, ...) of stage s. Next item of the block's list.
     auto next = [&](unsigned& s, unsigned long long& c) {
-        c += grid;
+        c += copiers;
         while (s < a.stages && start(s) + c * RF_STAGED_CHUNK >= a.end[s]) {
             ++s;
-            c = b;
+            c = copier;
         }
     };
     auto first = [&](unsigned& s, unsigned long long& c) {
         s = idle ? a.stages : 0;
-        c = b;
+        c = copier;
         while (s < a.stages && start(s) + c * RF_STAGED_CHUNK >= a.end[s]) {
             ++s;
         }
@@ -158,6 +158,16 @@ RF_KERNEL void __launch_bounds__(RF_STAGED_THREADS) rf_stream_read_staged(rf_sta
         }
     };
     unsigned acc = 0;
+    // A small block's part of gate g with `hops` round trips: every block's arrival, the chase,
+    // its own arrival at ready[g], which the other blocks wait for.
+    auto small_work = [&](unsigned g, unsigned hops) {
+        rf_grid_wait(done + g, gridDim.x, a.timeout);
+        if (threadIdx.x == 0) {
+            // Kept live without touching the sum (indices are below chase_len < 2^32).
+            acc += rf_staged_chase(a.chase, a.chase_len, hops) == 0xffffffffu;
+        }
+        rf_grid_arrive(ready + g);
+    };
     unsigned stage_now = 0; // the stage whose gate the block has passed last
     fill();
     while (cs < a.stages) {
@@ -167,13 +177,8 @@ RF_KERNEL void __launch_bounds__(RF_STAGED_THREADS) rf_stream_read_staged(rf_sta
             rf_grid_arrive(done + g);
             const unsigned hops = a.hops[g % RF_STAGED_KINDS];
             if (hops > 0) {
-                if (me < a.small_blocks) {
-                    rf_grid_wait(done + g, gridDim.x, a.timeout);
-                    if (threadIdx.x == 0) {
-                        // Kept live without touching the sum (indices are below chase_len < 2^32).
-                        acc += rf_staged_chase(a.chase, a.chase_len, hops) == 0xffffffffu;
-                    }
-                    rf_grid_arrive(ready + g);
+                if (blockIdx.x < a.small_blocks) {
+                    small_work(g, hops);
                 }
                 rf_grid_wait(ready + g, a.small_blocks, a.timeout);
             } else {
@@ -207,12 +212,8 @@ RF_KERNEL void __launch_bounds__(RF_STAGED_THREADS) rf_stream_read_staged(rf_sta
     while (stage_now + 1 < a.stages) {
         rf_grid_arrive(done + stage_now);
         const unsigned hops = a.hops[stage_now % RF_STAGED_KINDS];
-        if (hops > 0 && me < a.small_blocks) {
-            rf_grid_wait(done + stage_now, gridDim.x, a.timeout);
-            if (threadIdx.x == 0) {
-                acc += rf_staged_chase(a.chase, a.chase_len, hops) == 0xffffffffu;
-            }
-            rf_grid_arrive(ready + stage_now);
+        if (hops > 0 && blockIdx.x < a.small_blocks) {
+            small_work(stage_now, hops);
         }
         ++stage_now;
     }
@@ -226,7 +227,7 @@ RF_KERNEL void __launch_bounds__(RF_STAGED_THREADS) rf_stream_read_staged(rf_sta
         __syncthreads();
     }
     if (threadIdx.x == 0) {
-        a.partial[me] = sums[0];
+        a.partial[blockIdx.x] = sums[0];
     }
     rf_grid_exit(exits, [&]() {
         for (unsigned i = 0; i < 2 * a.stages; ++i) {
