@@ -73,22 +73,7 @@
 //   each scale exactly (0: 2^-127, 0xFF: NaN) and multiply the block sum by 2^14 first.
 
 #include "rocmforge_quant.h"
-#include "rocmforge_mma.h"
-#include "rocmforge_dependent_launch.h"
-#include "rocmforge_mxfp4_tiled_abi.h"
-#include "rocmforge_reduce.h"
-#include "rocmforge_rms.h"
-#include "rocmforge_silu.h"
-#include "rocmforge_x16.h"
-
-// A launcher's broken promise (never in a correct launch): the kernel ends with an error.
-#if RF_PLATFORM_AMD
-#define RF_T4_TRAP() __builtin_trap()
-#else
-#define RF_T4_TRAP() __trap()
-#endif
-
-RF_DEVICE unsigned rf_t4_padded_blocks(unsigned nb) { return (nb + RF_T4_GROUP - 1) & ~(unsigned)(RF_T4_GROUP - 1); }
+#include "rocmforge_tiled.h"
 
 // Scale byte j (< 8) of a lane's 8 scales of a row.
 RF_DEVICE unsigned rf_t4_scale_byte(uint2 s, int j) { return __byte_perm(j < 4 ? s.x : s.y, 0u, 0x4440 | (j & 3)); }
@@ -99,135 +84,6 @@ RF_DEVICE unsigned rf_t4_code(unsigned w, int i, int h) {
     const int mag = 9 - 3 * i;
     const int sign = i == 0 ? 15 : 11 + i;
     return ((w >> (mag + 16 * h)) & 7u) | (((w >> (sign + 16 * h)) & 1u) << 3);
-}
-
-// Where row `row` of the weight goes for vector v in the launch's outputs (rf_t4_outputs: output
-// i holds [batch, rows of part i]): by selects, not an index into the parameter
-// (rocmforge_products.h says why).
-template <typename T> RF_DEVICE T* rf_t4_out(const rf_t4_outputs& out, unsigned row, unsigned v) {
-    static_assert(RF_T4_OUTPUTS == 3, "a select for each output past the first");
-    return row < out.end[0]   ? static_cast<T*>(out.y[0]) + (rf_u64)v * out.end[0] + row
-           : row < out.end[1] ? static_cast<T*>(out.y[1]) + (rf_u64)v * (out.end[1] - out.end[0]) + (row - out.end[0])
-                              : static_cast<T*>(out.y[2]) + (rf_u64)v * (out.end[2] - out.end[1]) + (row - out.end[1]);
-}
-
-// Where the total of (row, vector v) goes, by out.mode (rocmforge_mxfp4_tiled_abi.h): rounded to
-// T, into its output, or added to the element there (RF_T4_ADD); or, in a gate-and-up launch
-// (RF_T4_SWIGLU), a gate row's rounded to T into `*keep`, and an up row's with the gate kept
-// there through silu(gate) * up into y[0]. The kernels walk a gate tile and then its up tile
-// (rf_t4_walk) with the same thread on the same (row % 16, v) and the same `keep` in both, so
-// each thread reads back what it wrote itself: no barrier.
-RF_DEVICE bool rf_t4_swiglu(const rf_t4_outputs& out) { return out.mode == RF_T4_SWIGLU; }
-template <typename T>
-RF_DEVICE void rf_t4_put(const rf_t4_outputs& out, unsigned row, unsigned v, float sum, float* keep) {
-    if (!rf_t4_swiglu(out)) {
-        T* y = rf_t4_out<T>(out, row, v);
-        // RF_T4_ADD: as rmsnorm.hip's residual form, round(stream + round(total)).
-        const float add = out.mode == RF_T4_ADD ? rf_rms_round<T>(sum) + rf_to_float(*y) : sum;
-        *y = rf_from_float<T>(add);
-        return;
-    }
-    const unsigned gates = out.end[0];
-    const float rounded = rf_to_float(rf_from_float<T>(sum)); // as a product's output stores it
-    if (row < gates) {
-        *keep = rounded;
-    } else {
-        static_cast<T*>(out.y[0])[(rf_u64)v * gates + (row - gates)] = rf_from_float<T>(rf_silu_mul(*keep, rounded));
-    }
-}
-
-// A row of an empty product (k = 0): a total of 0, put as any other; in a gate-and-up launch
-// silu(0) * 0 = 0, written for the gate row (the up rows write nothing).
-template <typename T> RF_DEVICE void rf_t4_put_zero(const rf_t4_outputs& out, unsigned row, unsigned v) {
-    if (!rf_t4_swiglu(out)) {
-        rf_t4_put<T>(out, row, v, 0.0f, nullptr);
-    } else if (row < out.end[0]) {
-        static_cast<T*>(out.y[0])[(rf_u64)v * out.end[0] + row] = rf_from_float<T>(0.0f);
-    }
-}
-
-// The order a block takes its tiles in: first, first + grid, ...; in a gate-and-up launch the
-// pairs (gate tile j, up tile j + gate tiles) for j = first, first + grid, ..., a pair's two tiles
-// one after the other, so that the block holds a row's gate when its up is finished. The steps
-// between a block's tiles alternate: a, b, a, ... (both the grid for the plain walk).
-struct rf_t4_walk {
-    int a;
-    int b;
-    unsigned count; // the block's tiles
-    RF_DEVICE rf_t4_walk(const rf_t4_outputs& out, unsigned tiles) {
-        const unsigned grid = gridDim.x;
-        const unsigned gate_tiles = out.end[0] / RF_T4_ROWS;
-        const bool pairs = rf_t4_swiglu(out);
-        const unsigned units = pairs ? gate_tiles : tiles; // pairs, or tiles
-        const unsigned first = blockIdx.x;
-        count = first < units ? (units - first + grid - 1) / grid * (pairs ? 2u : 1u) : 0u;
-        a = pairs ? (int)gate_tiles : (int)grid;
-        b = pairs ? (int)grid - (int)gate_tiles : (int)grid;
-    }
-    // The step after a block's tile `i` (counted from 0): a after even ones, b after odd ones.
-    RF_DEVICE int step(unsigned i) const { return i & 1u ? b : a; }
-};
-
-// Adds the warps' row totals of a tile (shared `sums[(warp * 16 + row) * PER_ROW + i]`) in warp
-// order and puts the tile's rows (rf_t4_put; thread r keeps row r's gate at keep[r]); every
-// thread of the block calls it, once the totals are written. One barrier: callers alternate two
-// buffers by tile parity, so the next tile's writes go to the other one, and the writes of tile
-// t + 2 come after the barrier of tile t + 1, which the readers of tile t pass too.
-template <int PER_ROW, typename T>
-RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, const rf_t4_outputs& out, unsigned v,
-                            float* keep) {
-    __syncthreads();
-    const unsigned r = threadIdx.x;
-    const unsigned row = tile * RF_T4_ROWS + r;
-    if (r < RF_T4_ROWS && row < out.end[RF_T4_OUTPUTS - 1]) {
-        float sum = 0.0f;
-        for (unsigned w = 0; w < warps; ++w) {
-#pragma unroll
-            for (int i = 0; i < PER_ROW; ++i) {
-                sum += sums[(w * RF_T4_ROWS + r) * PER_ROW + i];
-            }
-        }
-        rf_t4_put<T>(out, row, v, sum, keep + r);
-    }
-}
-
-// The normed entries' RMSNorm (rf_t4_norm): rmsnorm.hip's row (rocmforge_rms.h) over a row h of
-// k elements, the sum of squares in the block's own order (below); each element h * s * weight
-// in f32, rounded to T.
-RF_DEVICE float rf_t4_norm_from(float sumsq, rf_u64 k, float eps) { return rf_rms_scale(sumsq, 1.0f / (float)k, eps); }
-RF_DEVICE float rf_t4_normed(float h, float s, float w) { return h * s * w; }
-
-// Adds the squares of a 32-element block of h (16-bit T: four 16-byte vectors) to `sumsq`.
-template <typename T> RF_DEVICE float rf_t4_add_squares(const uint4 (&v)[4], float sumsq) {
-    static_assert(sizeof(T) == 2, "32 16-bit elements");
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-        float f[8];
-        rf_pack16<T>::unpack(v[u], f);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            sumsq = fmaf(f[e], f[e], sumsq);
-        }
-    }
-    return sumsq;
-}
-
-// The portable kernel's s: thread t takes elements t, t + blockDim.x, ..., and every thread adds
-// the threads' sums in thread order through shared memory (`part`: a float a thread, not written
-// again until every thread has s), with no shuffles: any warp width, any block size.
-template <typename T> RF_DEVICE float rf_t4_norm_scale_portable(const T* h, rf_u64 k, float eps, float* part) {
-    float sumsq = 0.0f;
-    for (rf_u64 i = threadIdx.x; i < k; i += blockDim.x) {
-        const float f = rf_to_float(h[i]);
-        sumsq = fmaf(f, f, sumsq);
-    }
-    part[threadIdx.x] = sumsq;
-    __syncthreads();
-    float total = 0.0f;
-    for (unsigned t = 0; t < blockDim.x; ++t) {
-        total += part[t];
-    }
-    return rf_t4_norm_from(total, k, eps);
 }
 
 #if RF_MMA_SYNC
@@ -246,57 +102,6 @@ RF_DEVICE void rf_t4_decode_f16(unsigned w, unsigned (&o)[4]) {
 // The decoded values are the codes' times 2^-14: the scale's exponent field takes the 14 back.
 #define RF_T4_SCALE_BIAS 14u
 #define RF_T4_UNIT 16384.0f
-
-// A warp's place in its block's stream of (tile, group) pairs, the groups w, w + W, ... < G of
-// each tile in turn, with the lane's source addresses of the group: its 16 bytes of payload
-// (pair 0; pair i is 512 i bytes on), the tile's scales of the group, and (f16) its x's.
-template <typename T> struct rf_t4_cursor {
-    unsigned q;
-    unsigned passed; // the block's tiles this cursor has left behind (rf_t4_walk's step parity)
-    const unsigned char* payload; // this lane's bytes of pair 0 of group q
-    const unsigned char* scales;  // the group's 128 scale bytes
-    const T* x;                   // x[256 q + 8 lane] (f16; bf16 x is staged once a block)
-    // Moves to the warp's next group, in the block's next tile (rf_t4_walk) past the last.
-    RF_DEVICE void advance(unsigned first_q, unsigned step, unsigned groups, unsigned nbp, const rf_t4_walk& walk) {
-        q += step;
-        payload += step * RF_T4_PAYLOAD_BYTES;
-        scales += step * RF_T4_SCALE_BYTES;
-        x += step * (RF_T4_GROUP * RF_QK);
-        if (q < groups) {
-            return;
-        }
-        // The next tile's group first_q: its payload and scales follow this tile's. `back`
-        // groups past first_q (a tile's worth plus the overshoot; more than the tile holds when
-        // the overshoot is large, hence signed steps).
-        const long long back = (long long)(q - first_q);
-        const long long tile_step = walk.step(passed++);
-        payload += tile_step * nbp * 256 - back * RF_T4_PAYLOAD_BYTES;
-        scales += tile_step * nbp * RF_T4_ROWS - back * RF_T4_SCALE_BYTES;
-        x -= back * (RF_T4_GROUP * RF_QK);
-        q = first_q;
-    }
-};
-
-// Copies the cursor's group (and with X its x: f16 stages hold it after the scales) into a
-// stage: payload pairs and x past the row's last block are zero-filled, not read. The weight's
-// bytes with `stream` (rocmforge_mma.h): they are read once.
-template <bool X, typename T>
-RF_DEVICE void rf_t4_stage_in(unsigned char* stage, const rf_t4_cursor<T>& c, unsigned nb, int lane,
-                              rf_l2_policy stream) {
-    const unsigned valid = nb - c.q * RF_T4_GROUP; // blocks of the group that exist (>= 1)
-#pragma unroll
-    for (int i = 0; i < RF_T4_GROUP / 2; ++i) {
-        rf_cp_async16_policy(stage + 512 * i + 16 * lane, c.payload + 512 * i, 2u * (unsigned)i < valid ? 16 : 0, stream);
-    }
-    if (lane < RF_T4_SCALE_BYTES / 16) {
-        rf_cp_async16_policy(stage + RF_T4_PAYLOAD_BYTES + 16 * lane, c.scales + 16 * lane, 16, stream);
-    }
-    if constexpr (X) {
-        // Lane l copies x[256q + 8l .. + 8]: block 8q + l / 4.
-        rf_cp_async16(stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + 16 * lane, c.x,
-                      (unsigned)(lane >> 2) < valid ? 16 : 0);
-    }
-}
 
 // An E8M0 scale byte as the factor of a block's decoded sums: the value itself (WIDE: any byte,
 // 0xFF NaN), or for bytes up to RF_T4_FAST_SCALE_MAX the value times 2^14 (one shift).
@@ -376,129 +181,6 @@ RF_DEVICE void rf_t4_group_mma(const unsigned char* stage, const __half* xs, con
     }
 }
 
-// Streams a block's tiles through its warps' rings (the loop the header describes) and hands
-// each staged group to `op`, which says what is multiplied and where it goes:
-//   Op::Elem, the activations' type; Op::STAGE, a stage's bytes; Op::X_IN_STAGE, whether a
-//   stage holds its group's x too (the cursor copies it; the block then waits for the kernel
-//   ahead before its first copies, else after them, then op.after_wait());
-//   op.before_prologue(), copies of the op's own issued before the prologue's (as one commit
-//   group of their own, or none);
-//   op.place(shared memory past the rings, warps, nbp); op.outputs(), the launch's outputs
-//   (its rows, and the walk: rf_t4_walk); op.zero(tile), an empty tile's outputs (k = 0);
-//   op.group(stage, q, lane), group q of the current tile into the lane's totals;
-//   op.tile_done(done, tile, warp, lane), every thread once the tile's groups are all multiplied
-//   (`done`: the tiles the block finished before).
-template <class Op>
-RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, const typename Op::Elem* x, unsigned nb,
-                            Op& op) {
-    extern __shared__ __align__(16) unsigned char rf_t4_smem[];
-    typedef typename Op::Elem T;
-    const int lane = (int)threadIdx.x & 31;
-    const int warp = (int)threadIdx.x >> 5;
-    const unsigned warps = blockDim.x >> 5;
-    constexpr unsigned STAGE = Op::STAGE;
-    const unsigned nbp = rf_t4_padded_blocks(nb);
-    op.place(rf_t4_smem + warps * (RF_T4_STAGES * STAGE), warps, nbp);
-    const unsigned n = op.outputs().end[RF_T4_OUTPUTS - 1];
-    const unsigned groups = nbp / RF_T4_GROUP;
-    const unsigned tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
-    // This block's tiles: first, first + grid, ... (all blocks sweep the weight together), or
-    // gate-and-up pairs (rf_t4_walk).
-    const unsigned first = blockIdx.x;
-    const rf_t4_walk walk(op.outputs(), tiles);
-    const unsigned count = walk.count;
-    if (count == 0 || groups == 0) {
-        // k = 0 (every row an empty sum) or no tiles; uniform across the block. (A gate-and-up
-        // launch's up tiles write nothing: their gate tiles write the zeros.)
-        rf_follow_prior_grid();
-        for (unsigned tile = first; tile < tiles; tile += gridDim.x) {
-            op.zero(tile);
-        }
-        return;
-    }
-    if (groups < warps) {
-        RF_T4_TRAP(); // the launcher never asks for more warps than groups (a warp with none would
-                  // miss the tiles' barriers)
-    }
-    const unsigned per_tile = (groups - (unsigned)warp + warps - 1) / warps; // this warp's groups a tile
-    const unsigned items = count * per_tile;
-    unsigned char* ring = rf_t4_smem + warp * (RF_T4_STAGES * STAGE);
-    rf_t4_cursor<T> fetch;
-    fetch.q = (unsigned)warp;
-    fetch.passed = 0;
-    fetch.payload = reinterpret_cast<const unsigned char*>(payload) + (rf_u64)first * nbp * 256u +
-                    (unsigned)warp * RF_T4_PAYLOAD_BYTES + 16 * lane;
-    fetch.scales = scales + (rf_u64)first * nbp * RF_T4_ROWS + (unsigned)warp * RF_T4_SCALE_BYTES;
-    fetch.x = x + (unsigned)warp * (RF_T4_GROUP * RF_QK) + 8 * lane;
-    unsigned fetched = 0;
-    const rf_l2_policy stream = rf_l2_evict_first(); // the weights: rocmforge_mma.h
-    // Prologue: the first RF_T4_STAGES - 1 groups; one commit group per stage, empty ones
-    // included, so that wait_group counts stages. The weights need nothing of the kernel ahead (a
-    // dependent launch: rocmforge_dependent_launch.h): where the stages hold no x the prologue's
-    // copies are issued before the block waits for it; x's and every write come after. f16
-    // stages take their x with their weights, so their prologue follows the wait (issuing the
-    // weights first and x after made the compiler spill in the loop).
-    if constexpr (Op::X_IN_STAGE) {
-        rf_follow_prior_grid(); // uniform across the block
-    }
-    op.before_prologue();
-#pragma unroll
-    for (int s = 0; s < RF_T4_STAGES - 1; ++s) {
-        if (fetched < items) {
-            rf_t4_stage_in<Op::X_IN_STAGE>(ring + s * STAGE, fetch, nb, lane, stream);
-            fetch.advance((unsigned)warp, warps, groups, nbp, walk);
-            ++fetched;
-        }
-        rf_cp_async_commit();
-    }
-    if constexpr (!Op::X_IN_STAGE) {
-        rf_follow_prior_grid();
-        op.after_wait();
-    }
-    unsigned tile = first;
-    unsigned done = 0; // tiles this block has finished: their parity picks the totals buffer
-    unsigned at_q = (unsigned)warp;
-    int slot = 0;
-    for (unsigned i = 0; i < items; ++i) {
-        rf_cp_async_wait<RF_T4_STAGES - 2>(); // this lane's copies of item i have landed ...
-        __syncwarp();                   // ... and every lane's
-        if (fetched < items) {
-            // The slot item i - 1 used, freed by the __syncwarp after it.
-            const int free_slot = slot == 0 ? RF_T4_STAGES - 1 : slot - 1;
-            rf_t4_stage_in<Op::X_IN_STAGE>(ring + free_slot * STAGE, fetch, nb, lane, stream);
-            fetch.advance((unsigned)warp, warps, groups, nbp, walk);
-            ++fetched;
-        }
-        rf_cp_async_commit();
-        op.group(ring + slot * STAGE, at_q, lane);
-        __syncwarp(); // every lane is done with the slot before it is refilled
-        slot = slot == RF_T4_STAGES - 1 ? 0 : slot + 1;
-        at_q += warps;
-        if (at_q >= groups) {
-            op.tile_done(done, tile, warp, lane);
-            tile += walk.step(done);
-            ++done;
-            at_q = (unsigned)warp;
-        }
-    }
-    rf_cp_async_wait<0>(); // nothing is left in flight at exit (the last commits are empty)
-}
-
-// Eight elements of the normalised row, from eight of h (`hv`, T's bits) and the norm's weight
-// there (`wv`), as T's bits (16-bit types).
-template <typename T> RF_DEVICE uint4 rf_t4_normed8(uint4 hv, uint4 wv, float s) {
-    static_assert(sizeof(T) == 2, "eight 16-bit elements");
-    float f[8];
-    float g[8];
-    rf_pack16<T>::unpack(hv, f);
-    rf_pack16<T>::unpack(wv, g);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-        f[e] = rf_t4_normed(f[e], s, g[e]);
-    }
-    return rf_pack16<T>::pack(f);
-}
-
 // One vector: the group's x from the stage (f16) or from x staged once a block as block-scaled
 // f16 (bf16); D's columns are all the same, so lane 4g + u's totals are rows g and g + 8's.
 // NORM (the normed entries): x is a row of the residual stream, normalised as it is staged
@@ -506,6 +188,7 @@ template <typename T> RF_DEVICE uint4 rf_t4_normed8(uint4 hv, uint4 wv, float s)
 template <typename T, bool WIDE, bool NORM> struct rf_t4_one_vector {
     typedef T Elem;
     typedef rf_x16<T> X;
+    static constexpr unsigned SCALES = RF_T4_SCALE_BYTES;
     // bf16 or NORM: x staged once a block; plain f16: x in every stage.
     static constexpr bool ONCE = X::SCALED || NORM;
     static constexpr bool X_IN_STAGE = !ONCE;
@@ -552,66 +235,12 @@ template <typename T, bool WIDE, bool NORM> struct rf_t4_one_vector {
     // the same bytes it reads the weight from.
     RF_DEVICE void before_prologue() {
         if constexpr (NORM) {
-            const unsigned char* w = static_cast<const unsigned char*>(norm.weight);
-            for (unsigned i = threadIdx.x; i < nb * (RF_QK / 8); i += blockDim.x) {
-                rf_cp_async16(reinterpret_cast<unsigned char*>(xs) + 16 * i, w + 16 * i, 16);
-            }
-            rf_cp_async_commit();
+            rf_t4_norm_weight_in(norm, nb, xs);
         }
     }
-    // Block b's 32 elements of h (four 16-byte vectors, issued together).
-    RF_DEVICE void load_block(unsigned b, uint4 (&v)[4]) const {
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            v[u] = reinterpret_cast<const uint4*>(x)[4 * b + u];
-        }
-    }
-    // x staged once (bf16, NORM), while the prologue's copies are in flight; the padding blocks'
-    // x zero (their codes are zeros too, and 0 x 0 keeps their sums 0 where garbage x could make
-    // them NaN). NORM: thread t takes blocks t, t + blockDim.x, ... of h, each block's four
-    // vectors loaded together (one round trip to h after the wait, where k <= 32 blockDim.x);
-    // the sum of squares first (its scratch, the totals, is free until the first tile ends, past
-    // this function's barrier; rf_block_sum's barrier publishes every thread's copies of the
-    // weight), then each block again (the L1 holds it) normalised and staged over the weight's
-    // bytes (a block's x where its weight was), bf16 as block-scaled f16, f16 as it is.
     RF_DEVICE void after_wait() {
-        if constexpr (NORM) {
-            float sumsq = 0.0f;
-            for (unsigned b = threadIdx.x; b < nb; b += blockDim.x) {
-                uint4 v[4];
-                load_block(b, v);
-                sumsq = rf_t4_add_squares<T>(v, sumsq);
-            }
-            rf_cp_async_wait<RF_T4_STAGES - 1>(); // the weight's group (the prologue's are younger)
-            const float s = rf_t4_norm_from(rf_block_sum(sumsq, totals), (rf_u64)nb * RF_QK, norm.eps);
-            uint4* xv = reinterpret_cast<uint4*>(xs);
-            for (unsigned b = threadIdx.x; b < nb; b += blockDim.x) {
-                uint4 v[4];
-                load_block(b, v);
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    v[u] = rf_t4_normed8<T>(v[u], xv[4 * b + u], s); // the weight, then x, there
-                }
-                if constexpr (X::SCALED) {
-                    X::stage_block(v, xs, xf, b);
-                } else {
-#pragma unroll
-                    for (int u = 0; u < 4; ++u) {
-                        xv[4 * b + u] = v[u];
-                    }
-                }
-            }
-        } else if constexpr (ONCE) {
-            X::stage(x, xs, xf, (rf_u64)nb * RF_QK);
-        }
         if constexpr (ONCE) {
-            for (unsigned i = nb * (RF_QK / 8) + threadIdx.x; i < nbp * (RF_QK / 8); i += blockDim.x) {
-                reinterpret_cast<uint4*>(xs)[i] = make_uint4(0u, 0u, 0u, 0u);
-            }
-            for (unsigned b = nb + threadIdx.x; b < nbp; b += blockDim.x) {
-                xf[b] = 1.0f;
-            }
-            __syncthreads();
+            rf_t4_stage_x<T, NORM>(x, norm, nb, nbp, xs, xf, totals);
         }
     }
     RF_DEVICE void group(const unsigned char* stage, unsigned q, int lane) {
@@ -645,6 +274,7 @@ template <typename T, bool WIDE, bool NORM> struct rf_t4_one_vector {
 template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors {
     typedef T Elem;
     static constexpr bool SCALED = rf_x16<T>::SCALED;
+    static constexpr unsigned SCALES = RF_T4_SCALE_BYTES;
     static constexpr bool X_IN_STAGE = false;
     static constexpr unsigned STAGE = RF_T4_STAGE_BF16; // the weights' bytes alone
     static constexpr unsigned COLUMNS = 8 * PASSES;

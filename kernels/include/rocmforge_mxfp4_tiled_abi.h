@@ -1,8 +1,8 @@
-// rocmforge_mxfp4_tiled_abi.h: what the tiled MXFP4 matrix-vector kernel (kernels/mxfp4_tiled.hip)
-// and its launcher (crates/rocm-kernels/src/quant/mxfp4_tiled.rs, through the generated
-// abi/mxfp4_tiled.rs) share: the re-layout's tile shape, the fast-scale limit, the matrix-core
-// kernel's shared-memory ring and the outputs of one launch. See rocmforge_abi.h for the rules of an ABI
-// header.
+// rocmforge_mxfp4_tiled_abi.h: what the tiled matrix-vector kernels (kernels/mxfp4_tiled.hip,
+// kernels/q4k_tiled.hip) and their launchers (crates/rocm-kernels/src/quant/mxfp4_tiled.rs and
+// q4k_tiled.rs, through the generated abi/mxfp4_tiled.rs) share: the re-layouts' tile shape, the
+// fast-scale limit, the matrix-core kernels' shared-memory rings and the outputs of one launch.
+// See rocmforge_abi.h for the rules of an ABI header.
 
 #ifndef ROCMFORGE_MXFP4_TILED_ABI_H
 #define ROCMFORGE_MXFP4_TILED_ABI_H
@@ -24,6 +24,11 @@
 #define RF_T4_STAGE_F16 (RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES + RF_T4_X_BYTES)
 #define RF_T4_STAGE_BF16 (RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES)
 #define RF_T4_STAGES 3
+// The tiled q4_K layout (kernels/q4k_tiled.hip) shares this ABI: its groups are q4_K super-blocks
+// (8 sub-blocks of 32), a group's scales its 16 rows' 16-byte headers (d, dmin and the 12 bytes
+// of 6-bit scales and mins, as GGUF's block_q4_K begins), and x is always staged once a block.
+#define RF_T4K_SCALE_BYTES 256
+#define RF_T4K_STAGE (RF_T4_PAYLOAD_BYTES + RF_T4K_SCALE_BYTES)
 // Blocks of the matrix-core kernel kept resident on a multiprocessor where shared memory allows
 // (24 warps; 2 and 3 stages or blocks an SM measured alike: docs/kernels/mxfp.md), which its
 // launch bounds promise the compiler (without them ptxas chose 64 registers and spilled).

@@ -25,6 +25,12 @@
 //! the layer's RMSNorm folded in (rows `mxfp4 tiled normed ... b1`: x the residual stream,
 //! normalised as it is staged; the norm's own launch is then gone from the layer).
 //!
+//! And where `q4_K` runs and the device has the tiled q4_K kernel (`kernels/q4k_tiled.hip`, NVIDIA
+//! matrix cores), one vector over that layout as a folded layer would run it: Q, K and V stacked
+//! (`q4_K tiled matvec split b1`), O and down added to the residual stream (`... matvec add
+//! b1`), gate and up with their SwiGLU, and Q, K, V and gate and up with the RMSNorm folded in
+//! (`q4_K tiled normed ... b1`).
+//!
 //! `ROCMFORGE_BENCH_QMV_FORMATS` (a comma-separated list of ggml format names, `q4_K,q8_0`)
 //! limits the rows to those formats (the MXFP4 groups run where `mxfp4` is named); the read
 //! ceilings always run.
@@ -32,7 +38,8 @@
 use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
     BlockFormat, GgmlFormat, MxFormat, QuantProduct, SplitScratch, TiledMxfp4, TiledNorm, TiledOutput,
-    mx_matvec_group_in, mx_matvec_tiled_fused, quant_matvec_group_in, quant_matvec_on_matrix_cores,
+    TiledQ4k, mx_matvec_group_in, mx_matvec_tiled_fused, q4k_matvec_tiled_fused, q4k_matvec_tiled_runs,
+    quant_matvec_glu, quant_matvec_glu_fuses, quant_matvec_group_in, quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 
@@ -98,7 +105,132 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             rows.push(tiled_split::<bf16>(b, group, 4096, 1, swiglu, true)?);
         }
     }
+    if selected("q4_K") {
+        // The tiled q4_K layer as a folded model would run it: Q, K and V stacked, O added to the
+        // stream, gate and up with their SwiGLU, down added to the stream; Q, K, V and gate and
+        // up once more with the RMSNorm folded in.
+        let launches: &[(&[usize], usize, Q4kOut, bool)] = &[
+            (&[4096, 1024, 1024], 4096, Q4kOut::Split, false),
+            (&[4096, 1024, 1024], 4096, Q4kOut::Split, true),
+            (&[4096], 4096, Q4kOut::Add, false),
+            (&[14_336, 14_336], 4096, Q4kOut::Swiglu, false),
+            (&[14_336, 14_336], 4096, Q4kOut::Swiglu, true),
+            (&[4096], 14_336, Q4kOut::Add, false),
+        ];
+        for &(group, k, out, normed) in launches {
+            rows.extend(q4k_tiled::<f16>(b, group, k, out, normed)?);
+            rows.extend(q4k_tiled::<bf16>(b, group, k, out, normed)?);
+        }
+        // The GGUF rows' gate and up with their SwiGLU (what the model runs today), beside them.
+        let (gate, up) =
+            (weights(b, GgmlFormat::Q4K, 14_336, 4096)?, weights(b, GgmlFormat::Q4K, 14_336, 4096)?);
+        rows.extend(rows_glu::<f16>(b, &gate, &up)?);
+        rows.extend(rows_glu::<bf16>(b, &gate, &up)?);
+    }
     Ok(rows)
+}
+
+/// One vector through `quant_matvec_glu` (gate and up of 14336 x 4096 q4_K GGUF rows with their
+/// SwiGLU), where it runs: rows `q4_K matvec glu b1`.
+fn rows_glu<T: Dtype>(
+    b: &mut Bench,
+    gate: &[DeviceBuffer<u8>],
+    up: &[DeviceBuffer<u8>],
+) -> Result<Option<Row>> {
+    let (n, k) = (14_336, 4096);
+    if !quant_matvec_glu_fuses::<T>(&b.stream, GgmlFormat::Q4K, k, 1) {
+        return Ok(None);
+    }
+    let x = b.random::<T>(k, -1.0, 1.0);
+    let x = b.stream.upload(&x)?;
+    let mut act = b.stream.alloc::<T>(n)?;
+    let mut i = 0;
+    let ms = b.time(|| {
+        i += 1;
+        let c = i % gate.len().min(up.len());
+        Ok(quant_matvec_glu(GgmlFormat::Q4K, &gate[c], &up[c], n, &x, k, &mut act)?)
+    })?;
+    Ok(Some(Row {
+        kernel: "q4_K matvec glu b1".into(),
+        dtype: T::NAME,
+        shape: group_shape(&[n, n], k),
+        ms,
+        bytes: (gate[0].len() + up[0].len() + (k + n) * size_of::<T>()) as u64,
+        flops: None,
+    }))
+}
+
+/// What a tiled q4_K row's launch does with its totals ([`TiledOutput`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Q4kOut {
+    Split,
+    Swiglu,
+    Add,
+}
+
+/// One vector through the tiled q4_K kernel (`kernels/q4k_tiled.hip`), where the device runs it:
+/// the group's weights (random super-blocks, every f16 scale finite) stacked along their rows
+/// before timing, as a loader would, into one output each, their SwiGLU (gate and up), or added
+/// to a residual stream; `normed` with an RMSNorm folded in (x the residual stream). Rows
+/// `q4_K tiled ... b1`, traffic counted as for the GGUF rows (the norm's weight not counted).
+fn q4k_tiled<T: Dtype>(
+    b: &mut Bench,
+    group: &[usize],
+    k: usize,
+    out: Q4kOut,
+    normed: bool,
+) -> Result<Option<Row>> {
+    if !q4k_matvec_tiled_runs::<T>(&b.stream) {
+        return Ok(None);
+    }
+    let patterns =
+        group.iter().map(|&n| host_patterns(b, GgmlFormat::Q4K, n, k)).collect::<Result<Vec<_>>>()?;
+    let stacked: Vec<TiledQ4k> = (0..2)
+        .map(|c| {
+            let parts = patterns
+                .iter()
+                .zip(group)
+                .map(|(p, &n)| TiledQ4k::from_gguf(&p[c], n, k))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            TiledQ4k::stack(&parts.iter().collect::<Vec<_>>())
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    let weight_bytes: usize = patterns.iter().map(|p| p[0].len()).sum();
+    let device = (0..copies(b, weight_bytes))
+        .map(|i| stacked[i % 2].upload(&b.stream))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let x = b.random::<T>(k, -1.0, 1.0);
+    let x = b.stream.upload(&x)?;
+    let mut ys = group.iter().map(|&n| b.stream.alloc::<T>(n)).collect::<std::result::Result<Vec<_>, _>>()?;
+    let norm_weight = b.random::<T>(k, 0.5, 1.5);
+    let norm_weight = b.stream.upload(&norm_weight)?;
+    let norm = normed.then_some(TiledNorm { weight: &norm_weight, eps: 1e-5 });
+    let mut i = 0;
+    let ms = b.time(|| {
+        i += 1;
+        let w = &device[i % device.len()];
+        let mut outs: Vec<&mut DeviceBuffer<T>> = ys.iter_mut().collect();
+        let to = match out {
+            Q4kOut::Swiglu => TiledOutput::Swiglu(&mut *outs[0]),
+            Q4kOut::Add => TiledOutput::Add(&mut *outs[0]),
+            Q4kOut::Split => TiledOutput::Split(&mut outs),
+        };
+        Ok(q4k_matvec_tiled_fused(w, &x, norm, to)?)
+    })?;
+    let rows: usize = if out == Q4kOut::Swiglu { group[0] } else { group.iter().sum() };
+    let what = match out {
+        Q4kOut::Split => "matvec split",
+        Q4kOut::Swiglu => "gate+up swiglu",
+        Q4kOut::Add => "matvec add",
+    };
+    Ok(Some(Row {
+        kernel: format!("q4_K tiled {}{what} b1", if normed { "normed " } else { "" }),
+        dtype: T::NAME,
+        shape: group_shape(group, k),
+        ms,
+        bytes: (weight_bytes + (k + rows) * size_of::<T>()) as u64,
+        flops: None,
+    }))
 }
 
 /// The same group of MXFP4 products over the tiled layout: the weights stacked along their rows
@@ -254,6 +386,13 @@ fn copies(b: &Bench, bytes: usize) -> usize {
 /// Copies of a random `[n, k]` weight: random bytes (every code), each f16 scale made finite
 /// (exponent field 31 moved to 30), as [`copies`] asks. Two host patterns, uploaded in turn.
 fn weights(b: &mut Bench, format: GgmlFormat, n: usize, k: usize) -> Result<Vec<DeviceBuffer<u8>>> {
+    let patterns = host_patterns(b, format, n, k)?;
+    let count = copies(b, patterns[0].len());
+    Ok((0..count).map(|i| b.stream.upload(&patterns[i % 2])).collect::<std::result::Result<_, _>>()?)
+}
+
+/// The two host patterns [`weights`] uploads: random bytes, each f16 scale made finite.
+fn host_patterns(b: &mut Bench, format: GgmlFormat, n: usize, k: usize) -> Result<Vec<Vec<u8>>> {
     let bytes = format.block_format().bytes_for(n * k).ok_or("weight size")?;
     let scales: &[usize] = match format {
         GgmlFormat::Q8_0 | GgmlFormat::Q4_0 => &[0],
@@ -272,8 +411,7 @@ fn weights(b: &mut Bench, format: GgmlFormat, n: usize, k: usize) -> Result<Vec<
         }
         patterns.push(host);
     }
-    let count = copies(b, bytes);
-    Ok((0..count).map(|i| b.stream.upload(&patterns[i % 2])).collect::<std::result::Result<_, _>>()?)
+    Ok(patterns)
 }
 
 fn matvec<T: Dtype>(

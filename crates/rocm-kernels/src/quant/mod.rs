@@ -41,6 +41,8 @@
 //!   `q8_0`, `q4_0`, `q4_K`, `q5_K` and `q6_K` blocks, for one vector or a small batch.
 //! - [`mxfp4_tiled`] (`kernels/mxfp4_tiled.hip`): MXFP4 weights re-laid out once for the
 //!   matrix-vector product, the fast path for decoding.
+//! - [`q4k_tiled`] (`kernels/q4k_tiled.hip`): `q4_K` weights re-laid out the same way, for the
+//!   one-vector product on NVIDIA's matrix cores; [`tiled`] holds what both launchers share.
 //! - [`quant_gemm`] (`kernels/quant_gemm_wgmma.hip`, Hopper): products of many tokens that
 //!   decode the blocks in a matrix-core GEMM's own tile loop, so the weight never exists in `T`.
 
@@ -53,7 +55,9 @@ pub mod matvec;
 pub mod mx;
 pub mod mxfp;
 pub mod mxfp4_tiled;
+pub mod q4k_tiled;
 pub mod quant_gemm;
+pub mod tiled;
 
 #[cfg(test)]
 mod kquant_tests;
@@ -86,6 +90,9 @@ pub use mxfp4_tiled::{
     TiledNorm, TiledOutput, dequantize_tiled, mx_matvec_tiled, mx_matvec_tiled_fused,
     mx_matvec_tiled_portable, mx_matvec_tiled_rows, mx_matvec_tiled_split, mx_matvec_tiled_swiglu,
     x16_rounding_unit,
+};
+pub use q4k_tiled::{
+    DeviceTiledQ4k, TiledQ4k, q4k_matvec_tiled, q4k_matvec_tiled_fused, q4k_matvec_tiled_runs,
 };
 pub use quant_gemm::{
     QUANT_GEMM_FORMATS, QUANT_GEMM_TILE_TOKENS, quant_gemm, quant_gemm_grid, quant_gemm_runs,

@@ -31,6 +31,8 @@
 
 use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
 
+use super::tiled::{self, Mode};
+pub use super::tiled::{MAX_TILED_OUTPUTS, TILE_ROWS, TiledNorm, TiledOutput};
 use super::{MXFP4_GGUF_BLOCK_BYTES, QK};
 use crate::KernelModule;
 use crate::abi::mxfp4_tiled as abi;
@@ -42,8 +44,6 @@ use crate::loader;
 const KERNEL: &str = "mxfp4_tiled";
 const MODULE: KernelModule = KernelModule::Mxfp4Tiled;
 
-/// Rows of a tile.
-pub const TILE_ROWS: usize = abi::RF_T4_ROWS as usize;
 /// Blocks of a group, the unit a warp loads; rows are padded to a multiple.
 pub const GROUP_BLOCKS: usize = abi::RF_T4_GROUP as usize;
 /// Most warps a block of the kernel has.
@@ -351,8 +351,6 @@ fn resident_blocks(lp: Loop) -> usize {
         _ => abi::RF_T4_RESIDENT_BLOCKS as usize,
     }
 }
-/// Most outputs one launch writes ([`mx_matvec_tiled_split`]).
-pub const MAX_TILED_OUTPUTS: usize = abi::RF_T4_OUTPUTS as usize;
 /// Shared memory the runtime reserves a block beside what the launch asks for (1 KB on sm_80+).
 const RESERVED_SHARED: usize = 1024;
 
@@ -475,33 +473,6 @@ pub fn mx_matvec_tiled_swiglu<T: Dtype>(
     launch(w, 0..w.n, x, batch, None, &mut [act], Mode::Swiglu, false)
 }
 
-/// The RMSNorm a normed launch applies to its input first: the input is then a row `h` of the
-/// residual stream, and the product multiplies each element `h * s * weight` rounded to `T`,
-/// `s = 1 / sqrt(mean(h^2) + eps)`, as [`crate::rmsnorm::RmsNorm::run`] computes a row (its sum
-/// of squares in the kernel's own order, so `s` may differ from RmsNorm's in its last bit). So a
-/// layer's norm costs no launch of its own: every block of the product normalises the row it
-/// stages anyway.
-#[derive(Clone, Copy, Debug)]
-pub struct TiledNorm<'a, T: Dtype> {
-    /// `k` elements.
-    pub weight: &'a DeviceBuffer<T>,
-    /// Positive and finite.
-    pub eps: f32,
-}
-
-/// What a tiled launch does with each (row, vector) total, rounded to `T`.
-#[derive(Debug)]
-pub enum TiledOutput<'a, 'b, T: Dtype> {
-    /// Each part of a stacked weight into its own output, as [`mx_matvec_tiled_split`].
-    Split(&'a mut [&'b mut DeviceBuffer<T>]),
-    /// A gate-and-up product's activation, as [`mx_matvec_tiled_swiglu`].
-    Swiglu(&'a mut DeviceBuffer<T>),
-    /// Added to the residual stream `h` (`[batch, n]`): `h = round(h + round(total))`, as
-    /// [`crate::rmsnorm::RmsNorm::run_residual`] adds a block's output to it, so that the output
-    /// joins the stream in the launch that computes it.
-    Add(&'a mut DeviceBuffer<T>),
-}
-
 /// The tiled product in every form one launch takes: `batch` vectors `x` (`[batch, k]`), through
 /// `norm` first where given (one vector: `x` is then the residual stream's row, [`TiledNorm`]),
 /// into `out` ([`TiledOutput`]); `portable` runs the portable kernel whatever the device has
@@ -521,86 +492,6 @@ pub fn mx_matvec_tiled_fused<T: Dtype>(
     }
 }
 
-/// What the kernels do with a total (`rf_t4_outputs::mode`).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Mode {
-    Store,
-    Swiglu,
-    Add,
-}
-
-impl Mode {
-    /// The ABI's value.
-    fn abi(self) -> u32 {
-        match self {
-            Mode::Store => abi::RF_T4_STORE,
-            Mode::Swiglu => abi::RF_T4_SWIGLU,
-            Mode::Add => abi::RF_T4_ADD,
-        }
-    }
-}
-
-/// The kernels' outputs argument for `ys` splitting a weight of `n` rows for `batch` (>= 1)
-/// vectors, checked as [`mx_matvec_tiled_split`] says: each output holds `batch` rows of its part,
-/// each end is the running sum of the parts' rows, and the unused slots are empty ranges at `n`
-/// (null pointers, never written).
-fn outputs<T: Dtype>(ys: &[&mut DeviceBuffer<T>], n: usize, batch: usize) -> Result<abi::rf_t4_outputs> {
-    ensure((1..=MAX_TILED_OUTPUTS).contains(&ys.len()), KERNEL, || {
-        format!("{} outputs; a launch writes 1 to {MAX_TILED_OUTPUTS}", ys.len())
-    })?;
-    let lens: Vec<usize> = ys.iter().map(|y| y.len()).collect();
-    let total = lens.iter().try_fold(0usize, |a, &l| a.checked_add(l));
-    let whole = lens.iter().all(|l| l.is_multiple_of(batch));
-    ensure(whole && total == n.checked_mul(batch), KERNEL, || {
-        format!(
-            "the outputs hold {lens:?} elements; {batch} vectors of the weight's n = {n} rows need {batch} x its part's rows each"
-        )
-    })?;
-    let n32 = rows_u32(n)?;
-    let mut out = abi::rf_t4_outputs { end: [n32; MAX_TILED_OUTPUTS], ..Default::default() };
-    let mut end = 0u32;
-    for (i, y) in ys.iter().enumerate() {
-        let rows = y.len() / batch;
-        ensure(i + 1 == ys.len() || rows.is_multiple_of(TILE_ROWS), KERNEL, || {
-            format!("output {i} has {rows} rows; every output but the last needs a multiple of {TILE_ROWS}")
-        })?;
-        end += rows as u32; // at most n, which fits
-        out.y[i] = y.device_ptr();
-        out.end[i] = end;
-    }
-    Ok(out)
-}
-
-/// `n` rows as the kernels count them (32 bits).
-fn rows_u32(n: usize) -> Result<u32> {
-    u32::try_from(n).map_err(|_| KernelError::Shape {
-        kernel: KERNEL,
-        message: format!("n = {n} is more than the kernel counts (32-bit rows)"),
-    })
-}
-
-/// The kernels' outputs argument for a gate-and-up launch of `n` rows (gates, then as many ups)
-/// for `batch` (>= 1) vectors into `act` (`[batch, n / 2]`): `n / 2` a whole number of tiles, as
-/// [`mx_matvec_tiled_swiglu`] says (`rocmforge_mxfp4_tiled_abi.h`: `RF_T4_SWIGLU`; the caller
-/// sets the mode).
-fn swiglu_outputs<T: Dtype>(act: &DeviceBuffer<T>, n: usize, batch: usize) -> Result<abi::rf_t4_outputs> {
-    ensure(n.is_multiple_of(2 * TILE_ROWS), KERNEL, || {
-        format!("gate and up of {n} rows: two halves of whole tiles ({TILE_ROWS} rows) needed")
-    })?;
-    let gates = n / 2;
-    ensure(batch.checked_mul(gates) == Some(act.len()), KERNEL, || {
-        format!(
-            "the activation holds {} elements; {batch} vectors of {gates} gates need {}",
-            act.len(),
-            batch * gates
-        )
-    })?;
-    let n32 = rows_u32(n)?;
-    let mut out = abi::rf_t4_outputs { end: [n32 / 2, n32, n32], ..Default::default() };
-    out.y[0] = act.device_ptr();
-    Ok(out)
-}
-
 /// Checks that `rows` is a part of `w` (inside it, from a tile's first row) and returns the
 /// device addresses of its first tile in the payload and the scales: past the bytes of the
 /// `rows.start` rows before it.
@@ -614,25 +505,6 @@ fn part_pointers(w: &DeviceTiledMxfp4, rows: &std::ops::Range<usize>) -> Result<
     // Inside the weight, whose own sizes did not overflow.
     let (payload, scales) = tiled_bytes(rows.start, w.k).expect("a part of an allocated weight");
     Ok((w.payload.device_ptr() + payload as u64, w.scales.device_ptr() + scales as u64))
-}
-
-/// Checks a normed launch's norm for `batch` vectors of `k` elements and gives the kernels'
-/// argument (a null weight without one).
-fn norm_arg<T: Dtype>(norm: Option<&TiledNorm<'_, T>>, batch: usize, k: usize) -> Result<abi::rf_t4_norm> {
-    let Some(norm) = norm else {
-        return Ok(abi::rf_t4_norm::default());
-    };
-    ensure(batch == 1, KERNEL, || format!("a normed launch takes one vector, got {batch}"))?;
-    ensure(norm.weight.len() == k, KERNEL, || {
-        format!("the norm's weight has {} elements, the weight's k = {k}", norm.weight.len())
-    })?;
-    ensure(norm.eps.is_finite() && norm.eps > 0.0, KERNEL, || {
-        format!("the norm's eps must be positive and finite, got {}", norm.eps)
-    })?;
-    ensure(norm.weight.device_ptr().is_multiple_of(16), KERNEL, || {
-        "the norm's weight must be 16-byte aligned".into()
-    })?;
-    Ok(abi::rf_t4_norm { weight: norm.weight.device_ptr(), eps: norm.eps, unused: 0 })
 }
 
 /// Rows `rows` of `w` times `batch` vectors `x` (through `norm` first where given) into `ys`,
@@ -665,10 +537,14 @@ fn launch<T: Dtype>(
             "no vectors, but outputs that are not empty".into()
         });
     }
-    let norm_param = norm_arg(norm.as_ref(), batch, k)?;
+    let norm_param = tiled::norm_arg(KERNEL, norm.as_ref(), batch, k)?;
     // A residual launch's one output is the stream, laid out as a plain launch's.
     debug_assert!(mode != Mode::Add || ys.len() == 1, "one residual stream");
-    let mut params = if swiglu { swiglu_outputs(ys[0], n, batch)? } else { outputs(ys, n, batch)? };
+    let mut params = if swiglu {
+        tiled::swiglu_outputs(KERNEL, ys[0], n, batch)?
+    } else {
+        tiled::outputs(KERNEL, ys, n, batch)?
+    };
     params.mode = mode.abi();
     if n == 0 {
         return Ok(());

@@ -1,4 +1,6 @@
-// CPU emulation of the MXFP4 matrix-vector kernels over the tiled layout (kernels/mxfp4_tiled.hip):
+// CPU emulation of the matrix-vector kernels over the tiled layouts (kernels/mxfp4_tiled.hip, and on
+// sm80 kernels/q4k_tiled.hip's one-vector entries, with the same checks as the MXFP4 ones': q4k_case).
+// MXFP4 (kernels/mxfp4_tiled.hip):
 // on the AMD targets the portable rf_mxfp4_tiled_matvec_<dt> (what an AMD GPU runs for a tiled
 // weight), f32/f16/bf16, wave32 and wave64; on the `sm80` target the matrix-core entries
 // rf_mxfp4_tiled_matvec_mma[_wide]_<dt> (bf16 x staged as block-scaled f16, with x of a wide
@@ -40,6 +42,7 @@ alignas(16) unsigned char rf_t4_smem[96 * 1024];
 #endif
 
 #include "mxfp4_tiled.hip"
+#include "q4k_tiled.hip"
 #include "reference_blocks.h"
 #include "x16_reference.h"
 
@@ -378,6 +381,103 @@ template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& 
                 c.scales == FAST ? "fast" : "wide", XV[c.xv], c.split, c.swiglu ? " swiglu" : "", ok ? "match" : "MISMATCH", worst);
 }
 
+
+// q4_K in the tiled layout (kernels/q4k_tiled.hip): the GGUF rows of block_q4_K (144 bytes: d,
+// dmin, 12 scale bytes, 128 code bytes; code i of sub-block j = i / 32 the low (j even) or high
+// nibble of byte 32 (j / 2) + i % 32) re-laid out from the layout's description
+// (crates/rocm-kernels/src/quant/q4k_tiled.rs, module docs), not from its packer.
+static Tiled tile_q4k(EmuBuffers& mem, const unsigned char* gguf, int n, int nsb) {
+    static const int NIBBLE[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+    const int tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
+    unsigned char* payload = mem.exact<unsigned char>((size_t)tiles * nsb * 2048);
+    unsigned char* headers = mem.exact<unsigned char>((size_t)tiles * nsb * 256);
+    std::memset(payload, 0, (size_t)tiles * nsb * 2048);
+    std::memset(headers, 0, (size_t)tiles * nsb * 256);
+    for (int row = 0; row < n; ++row) {
+        const int t = row / RF_T4_ROWS, rt = row % RF_T4_ROWS;
+        for (int s = 0; s < nsb; ++s) {
+            const unsigned char* blk = gguf + ((size_t)row * nsb + s) * 144;
+            std::memcpy(headers + (((size_t)t * nsb + s) * 16 + rt) * 16, blk, 16);
+            for (int p = 0; p < 8; ++p) {
+                for (int u = 0; u < 4; ++u) {
+                    unsigned w = 0;
+                    for (int m = 0; m < 8; ++m) {
+                        const int i = 32 * (u + 4 * (p / 4)) + 8 * (p % 4) + m, j = i / 32;
+                        const unsigned code = (blk[16 + 32 * (j / 2) + i % 32] >> (4 * (j % 2))) & 15u;
+                        w |= code << (4 * NIBBLE[m]);
+                    }
+                    const size_t at = ((((size_t)t * nsb + s) * 4 + p / 2) * 32 + 4 * (rt % 8) + u) * 16 + 8 * (p % 2) + 4 * (rt / 8);
+                    std::memcpy(payload + at, &w, 4);
+                }
+            }
+        }
+    }
+    return {reinterpret_cast<const uint4*>(payload), headers};
+}
+
+template <typename T> struct Q4kEntries;
+#define EMU_T4K(suffix, T)                                                                                   \
+    template <> struct Q4kEntries<T> {                                                                       \
+        static constexpr TiledEntry<T> plain = rf_q4k_tiled_matvec_mma_##suffix;                             \
+        static constexpr TiledEntry<T> normed = rf_q4k_tiled_normed_mma_##suffix;                            \
+    };
+EMU_T4K(f16, __half)
+EMU_T4K(bf16, rf_bf16)
+
+// The q4_K entries (one vector): warps one a super-block, at most RF_T4_WARPS, the shared memory
+// q4k_tiled.rs's shared_bytes gives; the same checks as the MXFP4 cases (rows against the f64
+// reference within the f32 sums' bound and staging's rounding, the activation and the residual
+// add bit for bit, and the normed entry).
+template <typename T> static void q4k_case(const TiledCase& c, std::mt19937_64& rng) {
+    EmuBuffers mem;
+    const int n = c.rows, nb = c.blocks_a_row, k = 32 * nb, nsb = nb / 8;
+    unsigned char* gguf = mem.exact<unsigned char>((size_t)n * nsb * 144);
+    ref_random_blocks(Q4_K, gguf, (size_t)n * nsb, -12, 7, rng);
+    const Tiled w = tile_q4k(mem, gguf, n, nsb);
+    T* x = mem.exact<T>(k);
+    std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
+    for (int i = 0; i < k; ++i) x[i] = Io<T>::store(ux(rng));
+    if (c.xv != UNIFORM) fill_x(x, k, c.xv, rng);
+    const int warps = c.warps();
+    const unsigned grid = c.blocks();
+    const size_t shared = (size_t)warps * (RF_T4_STAGES * RF_T4K_STAGE + 2 * RF_T4_ROWS * 4) + (size_t)nb * 72 + 512 +
+                          (c.swiglu ? RF_T4_ROWS * 4 : 0);
+    const std::vector<double> staged = x16_units(x, k, 1, true);
+    double worst = 0.0;
+    bool ok = true;
+    const unsigned pairs = std::min(grid, (unsigned)(n / 2 / RF_T4_ROWS));
+    auto run = [&](TiledEntry<T> e, const T* in, const rf_t4_outputs& arg, rf_t4_norm norm, unsigned blocks) {
+        emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, shared, emu_dim3{blocks, 1, 1}, 32 * warps, 32,
+                          [&] { e(w.payload, w.scales, in, arg, norm, (unsigned)nb, 1u); });
+    };
+    const Outputs<T> y = poisoned_outputs<T>(mem, c);
+    run(Q4kEntries<T>::plain, x, y.arg, rf_t4_norm{}, grid);
+    const std::vector<T> rows = y.gathered();
+    ok &= ref_check_rows(Q4_K, gguf, k, x, rows.data(), n, 1, worst, "q4k", staged.data());
+    if (c.swiglu) {
+        ok &= swiglu_matches(mem, c, rows, [&](const rf_t4_outputs& arg) { run(Q4kEntries<T>::plain, x, arg, rf_t4_norm{}, pairs); });
+    } else if (c.split == 0) {
+        ok &= add_matches(mem, c, rows, rng, [&](const rf_t4_outputs& arg) { run(Q4kEntries<T>::plain, x, arg, rf_t4_norm{}, grid); });
+    }
+    if (c.xv == UNIFORM) {
+        const NormCase<T> nc = make_norm<T>(mem, k, rng);
+        const std::vector<double> normed_staged = x16_units(nc.normed.data(), k, 1, true);
+        const Outputs<T> yn = poisoned_outputs<T>(mem, c);
+        run(Q4kEntries<T>::normed, nc.h, yn.arg, nc.arg, grid);
+        const std::vector<T> normed_rows = yn.gathered();
+        ok &= ref_check_rows(Q4_K, gguf, k, nc.normed.data(), normed_rows.data(), n, 1, worst, "q4k normed",
+                             normed_staged.data());
+        if (c.swiglu) {
+            ok &= swiglu_matches(mem, c, normed_rows, [&](const rf_t4_outputs& arg) { run(Q4kEntries<T>::normed, nc.h, arg, nc.arg, pairs); });
+        }
+    }
+    emu_record(ok ? 0 : 1, worst);
+    static const char* const XV[] = {"uniform", "wide", "range"};
+    std::printf("%-4s rf_q4k_tiled_matvec_mma_%-4s warps %d grid %-3u rows %-3d k %-6d x %-7s split %-2d%s -> %s (worst %.3f of tol)\n",
+                ok ? "ok" : "FAIL", Io<T>::name, warps, grid, n, k, XV[c.xv], c.split, c.swiglu ? " swiglu" : "",
+                ok ? "match" : "MISMATCH", worst);
+}
+
 #else
 
 template <typename T> struct PortableEntry;
@@ -530,7 +630,24 @@ int main(int argc, char** argv) {
 #endif
     }
 #ifdef RF_EMU_MMA_SYNC
-    return emu_finish("tiled", "rf_mxfp4_tiled_matvec_mma[_wide]_* on emulated mma.sync, warps of 32");
+    // q4_K: {rows, blocks a row (8 a super-block), grid, quick, scales (unused), x, split, batch 1, swiglu}
+    const std::vector<TiledCase> q4k_cases = {
+        {37, 128, 0, true},                          // k = 4096: 16 super-blocks, 8 warps of 2 a tile; a ragged last tile
+        {37, 128, 1, true},                          // one block walks the 3 tiles, its rings across their ends
+        {16, 8, 0, true},                            // k = 256: one super-block, one warp
+        {40, 24, 2, true},                           // k = 768: 3 warps, 2 blocks over 3 tiles
+        {9, 448, 1, false},                          // k = 14336: 56 super-blocks, 7 a warp, x of 28 KB
+        {37, 128, 2, true, FAST, WIDE},              // bf16 x of a wide range, staged as block-scaled f16
+        {53, 16, 2, true, FAST, UNIFORM, 16},        // three outputs of 16, 16 and 21 rows
+        {96, 128, 1, true, FAST, UNIFORM, 0, 1, true}, // gate and up with SwiGLU, one block over 3 pairs
+        {96, 16, 2, true, FAST, UNIFORM, 0, 1, true},  // two blocks, k = 512
+    };
+    for (const TiledCase& c : q4k_cases) {
+        if (quick && !c.quick) continue;
+        if (c.xv == UNIFORM) q4k_case<__half>(c, rng);
+        q4k_case<rf_bf16>(c, rng);
+    }
+    return emu_finish("tiled", "rf_mxfp4_tiled_*_mma[_wide]_* and rf_q4k_tiled_*_mma_* on emulated mma.sync, warps of 32");
 #else
     return emu_finish("tiled", "rf_mxfp4_tiled_matvec_*, wave32 and wave64");
 #endif

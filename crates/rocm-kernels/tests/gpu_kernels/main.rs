@@ -22,6 +22,7 @@ mod mxfp;
 mod mxfp4_tiled;
 mod paged_attention;
 mod persistent_mlp;
+mod q4k_tiled;
 mod quant_gemm;
 mod quant_matvec;
 mod rmsnorm;

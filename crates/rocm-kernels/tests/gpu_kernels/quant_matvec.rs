@@ -38,7 +38,7 @@ fn f16_scale_fields(format: GgmlFormat) -> &'static [usize] {
 /// q4_K / q5_K scale and min), each f16 scale replaced by a finite value: magnitude in
 /// 2^-12 .. 2^-5 with a random sign, one in 32 zero and one in 32 an f16 subnormal. Small
 /// enough that no sum reaches f16's range at these sizes.
-fn random_weights(rng: &mut Rng, format: GgmlFormat, rows: usize, k: usize) -> Vec<u8> {
+pub(crate) fn random_weights(rng: &mut Rng, format: GgmlFormat, rows: usize, k: usize) -> Vec<u8> {
     let bb = format.block_bytes();
     let mut w: Vec<u8> = (0..rows * (k / format.block_elems()) * bb).map(|_| rng.next_u64() as u8).collect();
     for block in w.chunks_exact_mut(bb) {
@@ -66,7 +66,7 @@ fn quantised_weights(rng: &mut Rng, format: GgmlFormat, rows: usize, k: usize) -
 }
 
 /// Case `n`'s weights: raw random blocks for even cases, the CPU quantisers' blocks for odd ones.
-fn case_weights(rng: &mut Rng, n: usize, format: GgmlFormat, rows: usize, k: usize) -> Vec<u8> {
+pub(crate) fn case_weights(rng: &mut Rng, n: usize, format: GgmlFormat, rows: usize, k: usize) -> Vec<u8> {
     if n.is_multiple_of(2) {
         random_weights(rng, format, rows, k)
     } else {

@@ -1,0 +1,557 @@
+//! `q4k_tiled` (`kernels/q4k_tiled.hip`): the q4_K matrix-vector product over a weight re-laid
+//! out once, on the host, for the kernel's loads (the tiled shape [`super::mxfp4_tiled`] gave
+//! MXFP4).
+//!
+//! GGUF's `block_q4_K` rows (144-byte super-blocks of 256 elements: `d`, `dmin`, 12 bytes of 6-bit
+//! sub-block scales and mins, 128 bytes of 4-bit codes) put a lane's codes for its matrix-core
+//! fragments far apart, and each super-block's header between them. [`TiledQ4k::from_gguf`]
+//! rewrites the same bytes so that a warp's share of the weight is one contiguous run, each lane
+//! reads exactly its codes 16 bytes at a time, and the headers sit in runs of their own;
+//! [`q4k_matvec_tiled_fused`] multiplies one vector. Decoding is exact and the sums are f32, as
+//! in [`super::quant_matvec`], which reads the GGUF rows as they are.
+//!
+//! # Layout
+//!
+//! `W[n, k]`, `k` a multiple of 256, `nsb = k / 256` super-blocks a row. Rows are grouped in
+//! tiles of [`TILE_ROWS`] = 16, the last padded with rows of zeros (codes 0, `d = dmin = 0`).
+//!
+//! - **Payload**, `tiles * nsb * 2048` bytes: for tile `t`, super-block `s`, mma pair `P < 8`
+//!   (`h = P / 4`, `e = P % 4`) and lane `l = 4g + u` (`g < 8`, `u < 4`), the little-endian
+//!   words `W(g, P, u)` and `W(g + 8, P, u)` at byte
+//!   `(((t * nsb + s) * 4 + P / 2) * 32 + l) * 16 + 8 * (P % 2)`, rows counted inside the tile.
+//! - **Word** `W(r, P, u)`: row `r`'s elements `8e + m` (`m < 8`) of sub-block `u + 4h` (element
+//!   `32 (u + 4h) + 8e + m` of the super-block), element `m` in nibble `NIBBLE[m]` =
+//!   `0, 4, 2, 6, 1, 5, 3, 7` (bits `4 NIBBLE[m]` to `4 NIBBLE[m] + 3`). So elements 0..3 are two
+//!   f16 subnormal pairs after one mask each (and a shift for the second), elements 4..7 the same
+//!   at 16 times their value: the kernel's decode.
+//! - **Headers**, `tiles * nsb * 256` bytes: the first 16 bytes of row `rt`'s `block_q4_K` of
+//!   tile `t`, super-block `s` (`d`, `dmin`, the 12 scale bytes, as GGUF stores them) at
+//!   `((t * nsb + s) * 16 + rt) * 16`: each super-block of a tile is 256 contiguous bytes, copied
+//!   with its codes.
+//!
+//! So a tiled weight is the GGUF bytes (144 a super-block) plus the last tile's padding rows.
+
+use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
+
+use super::kquant::{Q4_K_BLOCK_BYTES, QK_K};
+use super::tiled::{self, Mode, TILE_ROWS, TiledNorm, TiledOutput};
+use crate::KernelModule;
+use crate::abi::mxfp4_tiled as abi;
+use crate::dtype::Dtype;
+use crate::error::{KernelError, Result, ensure};
+use crate::launchable::{Launchable, Needs};
+use crate::loader;
+
+const KERNEL: &str = "q4k_tiled";
+const MODULE: KernelModule = KernelModule::Q4kTiled;
+
+/// Bytes of a super-block's header (`d`, `dmin`, 12 scale bytes) and of its codes.
+const HEADER_BYTES: usize = 16;
+const CODE_BYTES: usize = Q4_K_BLOCK_BYTES - HEADER_BYTES;
+/// Where element `m` of a word's eight lies: nibble `NIBBLE[m]` (module docs).
+const NIBBLE: [u32; 8] = [0, 4, 2, 6, 1, 5, 3, 7];
+/// Most warps a block of the kernel has; stages of a warp's ring; a stage's bytes.
+const MAX_WARPS: usize = abi::RF_T4_WARPS as usize;
+const STAGES: usize = abi::RF_T4_STAGES as usize;
+const STAGE_BYTES: usize = abi::RF_T4K_STAGE as usize;
+/// Blocks of 8 warps kept resident on a multiprocessor where shared memory allows (the entries'
+/// launch bounds promise it to the compiler).
+const RESIDENT_BLOCKS: usize = abi::RF_T4_RESIDENT_BLOCKS as usize;
+/// The row of zeros the kernel's lanes that give no x read (`rf_t4k_one_vector::ZEROS`).
+const ZERO_BYTES: usize = 512;
+/// Shared memory the runtime reserves a block beside what the launch asks for (1 KB on sm_80+).
+const RESERVED_SHARED: usize = 1024;
+
+/// Code `i` (< 256) of a GGUF `block_q4_K`'s 128 code bytes: sub-block `j = i / 32` is the low
+/// nibbles (`j` even) or the high ones (`j` odd) of bytes `32 (j / 2) ..`.
+fn gguf_code(codes: &[u8], i: usize) -> u8 {
+    let (j, l) = (i / 32, i % 32);
+    (codes[32 * (j / 2) + l] >> (4 * (j % 2))) & 15
+}
+
+/// Byte offset of word `W(rt, p, u)` of tile `tile`, super-block `s` in the payload.
+fn word_offset(tile: usize, nsb: usize, s: usize, p: usize, rt: usize, u: usize) -> usize {
+    let lane = 4 * (rt % 8) + u;
+    (((tile * nsb + s) * 4 + p / 2) * 32 + lane) * 16 + 8 * (p % 2) + 4 * (rt / 8)
+}
+
+/// Byte offset of row `rt`'s header of tile `tile`, super-block `s`.
+fn header_offset(tile: usize, nsb: usize, s: usize, rt: usize) -> usize {
+    ((tile * nsb + s) * TILE_ROWS + rt) * HEADER_BYTES
+}
+
+/// Element `32 (u + 4h) + 8e + m` of a super-block: the one word `W(., p, u)` holds as its `m`th.
+fn word_element(p: usize, u: usize, m: usize) -> usize {
+    32 * (u + 4 * (p / 4)) + 8 * (p % 4) + m
+}
+
+/// Bytes of a tiled weight: (payload, headers) for an `[n, k]` matrix, `None` on overflow.
+fn tiled_bytes(n: usize, k: usize) -> Option<(usize, usize)> {
+    let cells = n.div_ceil(TILE_ROWS).checked_mul(TILE_ROWS)?.checked_mul(k / QK_K)?;
+    Some((cells.checked_mul(CODE_BYTES)?, cells.checked_mul(HEADER_BYTES)?))
+}
+
+/// An `[n, k]` q4_K weight in the tiled layout (module docs), on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TiledQ4k {
+    n: usize,
+    k: usize,
+    payload: Vec<u8>,
+    headers: Vec<u8>,
+}
+
+impl TiledQ4k {
+    /// Re-lays out `n` rows of `k / 256` GGUF `block_q4_K` super-blocks (`n * k / 256 * 144`
+    /// bytes).
+    pub fn from_gguf(blocks: &[u8], n: usize, k: usize) -> Result<Self> {
+        ensure(k.is_multiple_of(QK_K), KERNEL, || format!("k = {k} is not a multiple of {QK_K}"))?;
+        let nsb = k / QK_K;
+        let need = n.checked_mul(nsb).and_then(|b| b.checked_mul(Q4_K_BLOCK_BYTES));
+        ensure(need == Some(blocks.len()), KERNEL, || match need {
+            Some(need) => {
+                format!("w holds {} bytes; {n} rows of {nsb} q4_K super-blocks need {need}", blocks.len())
+            }
+            None => format!("[{n}, {k}] overflows usize"),
+        })?;
+        let (payload_bytes, header_bytes) = tiled_bytes(n, k).ok_or_else(|| KernelError::Shape {
+            kernel: KERNEL,
+            message: format!("the tiled [{n}, {k}] weight overflows usize"),
+        })?;
+        let mut payload = vec![0u8; payload_bytes];
+        let mut headers = vec![0u8; header_bytes];
+        for (r, row) in blocks.chunks_exact((nsb * Q4_K_BLOCK_BYTES).max(1)).take(n).enumerate() {
+            let (tile, rt) = (r / TILE_ROWS, r % TILE_ROWS);
+            for (s, block) in row.chunks_exact(Q4_K_BLOCK_BYTES).enumerate() {
+                let at = header_offset(tile, nsb, s, rt);
+                headers[at..at + HEADER_BYTES].copy_from_slice(&block[..HEADER_BYTES]);
+                let codes = &block[HEADER_BYTES..];
+                for p in 0..8 {
+                    for u in 0..4 {
+                        let word = (0..8).fold(0u32, |w, m| {
+                            w | u32::from(gguf_code(codes, word_element(p, u, m))) << (4 * NIBBLE[m])
+                        });
+                        let at = word_offset(tile, nsb, s, p, rt, u);
+                        payload[at..at + 4].copy_from_slice(&word.to_le_bytes());
+                    }
+                }
+            }
+        }
+        Ok(TiledQ4k { n, k, payload, headers })
+    }
+
+    /// The GGUF `block_q4_K` rows this weight was made from (the inverse of [`Self::from_gguf`]).
+    pub fn to_gguf(&self) -> Vec<u8> {
+        let nsb = self.k / QK_K;
+        let mut out = vec![0u8; self.n * nsb * Q4_K_BLOCK_BYTES];
+        for r in 0..self.n {
+            let (tile, rt) = (r / TILE_ROWS, r % TILE_ROWS);
+            for s in 0..nsb {
+                let block = &mut out[(r * nsb + s) * Q4_K_BLOCK_BYTES..][..Q4_K_BLOCK_BYTES];
+                let at = header_offset(tile, nsb, s, rt);
+                block[..HEADER_BYTES].copy_from_slice(&self.headers[at..at + HEADER_BYTES]);
+                let codes = &mut block[HEADER_BYTES..];
+                for p in 0..8 {
+                    for u in 0..4 {
+                        let at = word_offset(tile, nsb, s, p, rt, u);
+                        let word = u32::from_le_bytes(self.payload[at..at + 4].try_into().unwrap());
+                        for (m, nibble) in NIBBLE.iter().enumerate() {
+                            let i = word_element(p, u, m);
+                            let (j, l) = (i / 32, i % 32);
+                            codes[32 * (j / 2) + l] |= (((word >> (4 * nibble)) & 15) as u8) << (4 * (j % 2));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The codes, in the layout's order.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// The super-blocks' headers, in the layout's order.
+    pub fn headers(&self) -> &[u8] {
+        &self.headers
+    }
+
+    /// Weights of the same `k` stacked along their rows into one, `[sum of n, k]`: a layer's Q,
+    /// K and V, or its gate and up, multiplied in one launch. The layout is tile by tile, so this
+    /// is the parts' bytes one after another; every part but the last must have whole tiles
+    /// ([`TILE_ROWS`] rows), so that no tile holds two parts.
+    pub fn stack(parts: &[&TiledQ4k]) -> Result<Self> {
+        let Some((first, rest)) = parts.split_first() else {
+            return Err(KernelError::Shape { kernel: KERNEL, message: "no weights to stack".into() });
+        };
+        let k = first.k;
+        for (i, part) in parts.iter().enumerate() {
+            ensure(part.k == k, KERNEL, || format!("weight {i} has k = {}, weight 0 has k = {k}", part.k))?;
+            ensure(i + 1 == parts.len() || part.n.is_multiple_of(TILE_ROWS), KERNEL, || {
+                format!(
+                    "weight {i} has {} rows; every weight but the last needs a multiple of {TILE_ROWS}",
+                    part.n
+                )
+            })?;
+        }
+        let n = parts.iter().try_fold(0usize, |n, p| n.checked_add(p.n)).ok_or_else(|| {
+            KernelError::Shape { kernel: KERNEL, message: "the stacked rows overflow usize".into() }
+        })?;
+        let mut stacked = (*first).clone();
+        for part in rest {
+            stacked.payload.extend_from_slice(&part.payload);
+            stacked.headers.extend_from_slice(&part.headers);
+        }
+        stacked.n = n;
+        Ok(stacked)
+    }
+
+    /// Copies the weight to `stream`'s device.
+    pub fn upload(&self, stream: &Stream) -> Result<DeviceTiledQ4k> {
+        Ok(DeviceTiledQ4k {
+            n: self.n,
+            k: self.k,
+            payload: stream.upload(&self.payload)?,
+            headers: stream.upload(&self.headers)?,
+        })
+    }
+}
+
+/// A [`TiledQ4k`] on a device ([`TiledQ4k::upload`]).
+#[derive(Debug)]
+pub struct DeviceTiledQ4k {
+    n: usize,
+    k: usize,
+    payload: DeviceBuffer<u8>,
+    headers: DeviceBuffer<u8>,
+}
+
+impl DeviceTiledQ4k {
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Device bytes the weight occupies (codes and headers, the last tile's padding included).
+    pub fn bytes(&self) -> usize {
+        self.payload.len() + self.headers.len()
+    }
+}
+
+/// Whether [`q4k_matvec_tiled_fused`] runs for activations of type `T` on `stream`'s device:
+/// NVIDIA `mma.sync` devices (sm_80+), f16 or bf16. There is no portable kernel yet: elsewhere
+/// the weight stays in GGUF's rows ([`super::quant_matvec`]).
+pub fn q4k_matvec_tiled_runs<T: Dtype>(stream: &Stream) -> bool {
+    stream.backend().info().matrix_cores == MatrixCores::MmaSync && matches!(T::NAME, "f16" | "bf16")
+}
+
+/// Dynamic shared memory of a launch with `warps` warps a block over rows of `k` elements: each
+/// warp's ring, the tiles' totals (two buffers of `warps * 16` floats), x staged as f16 with its
+/// blocks' factors and sums, the row of zeros, and a gate-and-up launch's 16 gates.
+fn shared_bytes(warps: usize, k: usize, swiglu: bool) -> usize {
+    let blocks = k / 32;
+    let gates = if swiglu { TILE_ROWS * 4 } else { 0 };
+    warps * (STAGES * STAGE_BYTES + 2 * TILE_ROWS * 4) + blocks * (64 + 4 + 4) + ZERO_BYTES + gates
+}
+
+/// Launch shape: (blocks, warps a block, dynamic shared bytes). Warps split a tile's super-blocks
+/// (never more warps than super-blocks); blocks stay resident and walk tiles b, b + grid, ...
+/// (or gate-and-up pairs of tiles).
+fn launch_shape(
+    info: &rocm_runtime::DeviceInfo,
+    n: usize,
+    k: usize,
+    swiglu: bool,
+) -> Result<(usize, usize, usize)> {
+    let units = if swiglu { n / (2 * TILE_ROWS) } else { n.div_ceil(TILE_ROWS) };
+    let optin = info.shared_mem_per_block_optin as usize;
+    let mut warps = (k / QK_K).clamp(1, MAX_WARPS);
+    while warps > 1 && shared_bytes(warps, k, swiglu) > optin {
+        warps /= 2;
+    }
+    let shared = shared_bytes(warps, k, swiglu);
+    ensure(shared <= optin, KERNEL, || {
+        format!(
+            "k = {k} needs {shared} bytes of shared memory (x is staged whole), the device allows {optin}"
+        )
+    })?;
+    let per_sm = ((optin + RESERVED_SHARED) / (shared + RESERVED_SHARED))
+        .clamp(1, RESIDENT_BLOCKS * MAX_WARPS / warps);
+    let resident = info.compute_units.max(1) as usize * per_sm;
+    Ok((units.min(resident).clamp(1, info.max_grid[0].max(1) as usize), warps, shared))
+}
+
+/// `y = W x` for a tiled q4_K weight and one vector: `x` holds `k` and `y` `n` elements.
+pub fn q4k_matvec_tiled<T: Dtype>(
+    w: &DeviceTiledQ4k,
+    x: &DeviceBuffer<T>,
+    y: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    launch(w, x, None, &mut [y], Mode::Store)
+}
+
+/// The tiled q4_K product of one vector `x` (`k` elements) in every form one launch takes:
+/// through `norm` first where given (`x` is then the residual stream's row, [`TiledNorm`]), into
+/// `out` ([`TiledOutput`]: a stacked weight's parts each into its output, a gate-and-up product's
+/// SwiGLU, or added to the residual stream), as [`super::mx_matvec_tiled_fused`] does for MXFP4.
+/// Products are exact and sums f32, rounded to `T` once; x is first staged as f16 (bf16 as
+/// block-scaled f16: `kernels/include/rocmforge_x16.h`, exact but for elements 2^31 below their
+/// block's largest). Needs [`q4k_matvec_tiled_runs`].
+pub fn q4k_matvec_tiled_fused<T: Dtype>(
+    w: &DeviceTiledQ4k,
+    x: &DeviceBuffer<T>,
+    norm: Option<TiledNorm<'_, T>>,
+    out: TiledOutput<'_, '_, T>,
+) -> Result<()> {
+    match out {
+        TiledOutput::Split(ys) => launch(w, x, norm, ys, Mode::Store),
+        TiledOutput::Swiglu(act) => launch(w, x, norm, &mut [act], Mode::Swiglu),
+        TiledOutput::Add(h) => launch(w, x, norm, &mut [h], Mode::Add),
+    }
+}
+
+/// The entry for a launch (`normed`: through an RMSNorm) with activations `dtype`.
+fn entry(normed: bool, dtype: &str) -> String {
+    let form = if normed { "normed" } else { "matvec" };
+    format!("rf_q4k_tiled_{form}_mma_{dtype}")
+}
+
+/// `w` times one vector `x` (through `norm` first where given) into `ys` as `mode` says.
+fn launch<T: Dtype>(
+    w: &DeviceTiledQ4k,
+    x: &DeviceBuffer<T>,
+    norm: Option<TiledNorm<'_, T>>,
+    ys: &mut [&mut DeviceBuffer<T>],
+    mode: Mode,
+) -> Result<()> {
+    let (n, k) = (w.n, w.k);
+    ensure(x.len() == k, KERNEL, || format!("x has {} elements, the weight's k = {k} needs {k}", x.len()))?;
+    let norm_param = tiled::norm_arg(KERNEL, norm.as_ref(), 1, k)?;
+    debug_assert!(mode != Mode::Add || ys.len() == 1, "one residual stream");
+    let swiglu = mode == Mode::Swiglu;
+    let mut params =
+        if swiglu { tiled::swiglu_outputs(KERNEL, ys[0], n, 1)? } else { tiled::outputs(KERNEL, ys, n, 1)? };
+    params.mode = mode.abi();
+    if n == 0 {
+        return Ok(());
+    }
+    ensure(x.device_ptr().is_multiple_of(16), KERNEL, || "x must be 16-byte aligned".into())?;
+    let stream = ys[0].stream().clone();
+    ensure(q4k_matvec_tiled_runs::<T>(&stream), KERNEL, || {
+        format!(
+            "runs on NVIDIA mma.sync devices (sm_80+) with f16 or bf16 activations; this is {} activations on a device with {:?}",
+            T::NAME,
+            stream.backend().info().matrix_cores
+        )
+    })?;
+    let info = stream.backend().info();
+    ensure(u32::try_from(k / 32).is_ok(), KERNEL, || {
+        format!("k = {k} is more than the kernel counts (32-bit blocks)")
+    })?;
+    let (blocks, warps, shared) = launch_shape(info, n, k, swiglu)?;
+    let kernel = loader::kernel(&stream, MODULE, &entry(norm.is_some(), T::NAME))?;
+    let threads = warps * 32;
+    ensure(kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
+        format!(
+            "the kernel needs {threads} threads a block, the device allows {}",
+            kernel.max_threads_per_block()
+        )
+    })?;
+    let config = LaunchConfig {
+        grid: [blocks as u32, 1, 1],
+        block: [threads as u32, 1, 1],
+        shared_mem_bytes: shared as u32,
+    };
+    // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, rf_t4_outputs y,
+    // rf_t4_norm norm, u32 nb, u32 batch), batch 1. For tile t < ceil(n / 16) they read payload
+    // bytes [2048 nsb t, 2048 nsb (t + 1)) and header bytes [256 nsb t, 256 nsb (t + 1)) (nsb =
+    // k / 256 = nb / 8, whole: TiledQ4k::from_gguf checks k), which the buffers hold: a
+    // DeviceTiledQ4k is only built by TiledQ4k::upload from a layout of exactly its n and k. They
+    // read x[0..k) (x.len() == k, checked), 16-byte aligned (checked) for the 16-byte loads;
+    // device allocations are 256-byte aligned for the 16-byte copies of the weight. They write row
+    // r < n to y[i][r - end[i - 1]] for the first i with r < end[i] (tiled::outputs: the ends are
+    // the running sums of the outputs' lengths, reaching n; unused slots end at n, never chosen);
+    // with SwiGLU y[0][r] for gate rows r < n / 2 only (tiled::swiglu_outputs: n a multiple of 32,
+    // ys[0] n / 2 elements); with Add they read each element they write first (one output, the
+    // stream). With a norm (tiled::norm_arg: its weight k elements, 16-byte aligned) the entry is
+    // the normed one, which reads norm.weight[0..k) before its wait (a weight, declared so);
+    // without, it is null, which the plain entry requires (it traps otherwise). Blocks are 1..=8
+    // whole warps, within the launch bounds, never more warps than super-blocks (launch_shape; the
+    // kernel traps otherwise), with the shared memory shared_bytes gives (checked against the
+    // device's limit); the entries run only on mma.sync devices (q4k_matvec_tiled_runs, checked).
+    // k = 0: no groups, every row's total 0 (the kernel's empty path). w and x are shared borrows
+    // distinct from the outputs (each a distinct &mut); the builder checks the streams. Dependent
+    // (rocmforge_dependent_launch.h): a block issues its first weight copies (and the norm's
+    // weight) before waiting for the kernel ahead, and x's reads and every write after it.
+    unsafe {
+        let mut launch = stream
+            .launch(&kernel)
+            .dependent()
+            .reads_before_wait(&w.payload)
+            .arg(w.payload.device_ptr())
+            .reads_before_wait(&w.headers)
+            .arg(w.headers.device_ptr())
+            .reads(x)
+            .arg(x.device_ptr());
+        if let Some(norm) = &norm {
+            launch = launch.reads_before_wait(norm.weight);
+        }
+        for y in ys.iter_mut() {
+            launch = launch.writes(&mut **y);
+        }
+        launch.arg(params).arg(norm_param).arg((k / 32) as u32).arg(1u32).launch(config)?;
+    }
+    Ok(())
+}
+
+/// The entries this module launches ([`crate::launchable`]).
+pub(crate) fn launchable() -> Vec<Launchable> {
+    let mut out = Vec::new();
+    for dtype in ["f16", "bf16"] {
+        for normed in [false, true] {
+            out.push(Launchable::new(MODULE, entry(normed, dtype), Needs::MmaSync));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{dequantize_q4_k, quantize_q4_k};
+    use rocm_runtime::f16;
+
+    /// `n` rows of `k` random q4_K weights (a wide range of scales), as GGUF bytes.
+    fn random_rows(seed: u64, n: usize, k: usize) -> Vec<u8> {
+        let mut state = seed;
+        let values: Vec<f32> = (0..n * k)
+            .map(|i| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let unit = (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                unit * (1 + (i / 256) % 7) as f32
+            })
+            .collect();
+        let mut out = vec![0u8; n * k / QK_K * Q4_K_BLOCK_BYTES];
+        quantize_q4_k(&values, &mut out).unwrap();
+        out
+    }
+
+    /// Row `r` of a tiled weight decoded from the layout's description alone (not the packer's
+    /// helpers): each element from its word and nibble, and its super-block's header.
+    fn decode_row(t: &TiledQ4k, r: usize) -> Vec<f32> {
+        let nsb = t.k / QK_K;
+        let (tile, rt) = (r / 16, r % 16);
+        let mut out = vec![0f32; t.k];
+        let nibble_of = [0u32, 4, 2, 6, 1, 5, 3, 7];
+        for s in 0..nsb {
+            let h = &t.headers[((tile * nsb + s) * 16 + rt) * 16..][..16];
+            let d = f16::from_bits(u16::from_le_bytes([h[0], h[1]])).to_f32();
+            let dmin = f16::from_bits(u16::from_le_bytes([h[2], h[3]])).to_f32();
+            let q = &h[4..16];
+            let scale_min = |j: usize| -> (f32, f32) {
+                if j < 4 {
+                    ((q[j] & 63) as f32, (q[j + 4] & 63) as f32)
+                } else {
+                    (
+                        ((q[j + 4] & 15) | ((q[j - 4] >> 6) << 4)) as f32,
+                        ((q[j + 4] >> 4) | ((q[j] >> 6) << 4)) as f32,
+                    )
+                }
+            };
+            for p in 0..8 {
+                for u in 0..4 {
+                    let lane = 4 * (rt % 8) + u;
+                    let at = (((tile * nsb + s) * 4 + p / 2) * 32 + lane) * 16 + 8 * (p % 2) + 4 * (rt / 8);
+                    let word = u32::from_le_bytes(t.payload[at..at + 4].try_into().unwrap());
+                    for (m, nib) in nibble_of.iter().enumerate() {
+                        let j = u + 4 * (p / 4);
+                        let e = 32 * j + 8 * (p % 4) + m;
+                        let (sc, mn) = scale_min(j);
+                        let code = ((word >> (4 * nib)) & 15) as f32;
+                        out[s * QK_K + e] = d * sc * code - dmin * mn;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn tiled_rows_decode_as_the_gguf_rows_and_round_trip() {
+        for (n, k) in [(1, 256), (16, 512), (37, 1024), (50, 256)] {
+            let gguf = random_rows(n as u64 * 31 + k as u64, n, k);
+            let t = TiledQ4k::from_gguf(&gguf, n, k).unwrap();
+            assert_eq!(t.to_gguf(), gguf, "[{n}, {k}] round trip");
+            let tiles = n.div_ceil(16);
+            assert_eq!(t.payload().len() + t.headers().len(), tiles * 16 * k / QK_K * Q4_K_BLOCK_BYTES);
+            let mut row = vec![0f32; k];
+            for r in 0..n {
+                dequantize_q4_k(
+                    &gguf[r * k / QK_K * Q4_K_BLOCK_BYTES..][..k / QK_K * Q4_K_BLOCK_BYTES],
+                    &mut row,
+                )
+                .unwrap();
+                let got = decode_row(&t, r);
+                for (c, (a, b)) in got.iter().zip(&row).enumerate() {
+                    // The same f32 operations in another order: within a rounding of the terms.
+                    assert!(
+                        (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                        "[{n}, {k}] row {r} element {c}: {a} against {b}"
+                    );
+                }
+            }
+            // The padding rows decode to zeros.
+            for r in n..tiles * 16 {
+                assert!(decode_row(&t, r).iter().all(|&v| v == 0.0), "[{n}, {k}] padding row {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn stacked_weights_are_their_parts_one_after_another() {
+        let (a, b) = (random_rows(1, 32, 512), random_rows(2, 20, 512));
+        let (ta, tb) = (TiledQ4k::from_gguf(&a, 32, 512).unwrap(), TiledQ4k::from_gguf(&b, 20, 512).unwrap());
+        let s = TiledQ4k::stack(&[&ta, &tb]).unwrap();
+        assert_eq!(s.n(), 52);
+        assert_eq!(s.to_gguf(), [a, b].concat());
+        let message = |r: Result<TiledQ4k>| crate::error::shape_message(r.map(|_| ()), KERNEL);
+        assert_eq!(
+            message(TiledQ4k::stack(&[&tb, &ta])),
+            "weight 0 has 20 rows; every weight but the last needs a multiple of 16"
+        );
+        assert_eq!(message(TiledQ4k::stack(&[])), "no weights to stack");
+    }
+
+    #[test]
+    fn malformed_weights_are_refused() {
+        let message = |r: Result<TiledQ4k>| crate::error::shape_message(r.map(|_| ()), KERNEL);
+        assert_eq!(message(TiledQ4k::from_gguf(&[], 1, 300)), "k = 300 is not a multiple of 256");
+        assert_eq!(
+            message(TiledQ4k::from_gguf(&[0; 100], 1, 256)),
+            "w holds 100 bytes; 1 rows of 1 q4_K super-blocks need 144"
+        );
+        assert_eq!(
+            message(TiledQ4k::from_gguf(&[], usize::MAX, 512)),
+            format!("[{}, 512] overflows usize", usize::MAX)
+        );
+    }
+
+    #[test]
+    fn shared_memory_fits_the_model_shapes() {
+        // An H100's opt-in limit (227 KB) holds 8 warps at the model's k, x staged whole.
+        let per = |warps, k| shared_bytes(warps, k, true);
+        assert!(per(8, 4096) <= 227 * 1024);
+        assert!(per(8, 14336) <= 227 * 1024);
+    }
+}

@@ -1,0 +1,156 @@
+//! What the launchers of the tiled matrix-vector kernels share ([`super::mxfp4_tiled`],
+//! [`super::q4k_tiled`]; `kernels/include/rocmforge_tiled.h` on the device side): the forms of a
+//! launch's output and its norm, and the checked kernel arguments they become. Every function
+//! takes the launcher's kernel name for its errors.
+
+use rocm_runtime::DeviceBuffer;
+
+use crate::abi::mxfp4_tiled as abi;
+use crate::dtype::Dtype;
+use crate::error::{KernelError, Result, ensure};
+
+/// Rows of a tile.
+pub const TILE_ROWS: usize = abi::RF_T4_ROWS as usize;
+/// Most outputs one launch writes (a stacked weight's parts).
+pub const MAX_TILED_OUTPUTS: usize = abi::RF_T4_OUTPUTS as usize;
+
+/// The RMSNorm a normed launch applies to its input first: the input is then a row `h` of the
+/// residual stream, and the product multiplies each element `h * s * weight` rounded to `T`,
+/// `s = 1 / sqrt(mean(h^2) + eps)`, as [`crate::rmsnorm::RmsNorm::run`] computes a row (its sum
+/// of squares in the kernel's own order, so `s` may differ from RmsNorm's in its last bit). So a
+/// layer's norm costs no launch of its own: every block of the product normalises the row it
+/// stages anyway.
+#[derive(Clone, Copy, Debug)]
+pub struct TiledNorm<'a, T: Dtype> {
+    /// `k` elements.
+    pub weight: &'a DeviceBuffer<T>,
+    /// Positive and finite.
+    pub eps: f32,
+}
+
+/// What a tiled launch does with each (row, vector) total, rounded to `T`.
+#[derive(Debug)]
+pub enum TiledOutput<'a, 'b, T: Dtype> {
+    /// Each part of a stacked weight into its own output, as [`super::mx_matvec_tiled_split`].
+    Split(&'a mut [&'b mut DeviceBuffer<T>]),
+    /// A gate-and-up product's activation, as [`super::mx_matvec_tiled_swiglu`].
+    Swiglu(&'a mut DeviceBuffer<T>),
+    /// Added to the residual stream `h` (`[batch, n]`): `h = round(h + round(total))`, as
+    /// [`crate::rmsnorm::RmsNorm::run_residual`] adds a block's output to it, so that the output
+    /// joins the stream in the launch that computes it.
+    Add(&'a mut DeviceBuffer<T>),
+}
+
+/// What the kernels do with a total (`rf_t4_outputs::mode`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Mode {
+    Store,
+    Swiglu,
+    Add,
+}
+
+impl Mode {
+    /// The ABI's value.
+    pub(crate) fn abi(self) -> u32 {
+        match self {
+            Mode::Store => abi::RF_T4_STORE,
+            Mode::Swiglu => abi::RF_T4_SWIGLU,
+            Mode::Add => abi::RF_T4_ADD,
+        }
+    }
+}
+
+/// The kernels' outputs argument for `ys` splitting a weight of `n` rows for `batch` (>= 1)
+/// vectors, checked as [`super::mx_matvec_tiled_split`] says: each output holds `batch` rows of its part,
+/// each end is the running sum of the parts' rows, and the unused slots are empty ranges at `n`
+/// (null pointers, never written).
+pub(crate) fn outputs<T: Dtype>(
+    kernel: &'static str,
+    ys: &[&mut DeviceBuffer<T>],
+    n: usize,
+    batch: usize,
+) -> Result<abi::rf_t4_outputs> {
+    ensure((1..=MAX_TILED_OUTPUTS).contains(&ys.len()), kernel, || {
+        format!("{} outputs; a launch writes 1 to {MAX_TILED_OUTPUTS}", ys.len())
+    })?;
+    let lens: Vec<usize> = ys.iter().map(|y| y.len()).collect();
+    let total = lens.iter().try_fold(0usize, |a, &l| a.checked_add(l));
+    let whole = lens.iter().all(|l| l.is_multiple_of(batch));
+    ensure(whole && total == n.checked_mul(batch), kernel, || {
+        format!(
+            "the outputs hold {lens:?} elements; {batch} vectors of the weight's n = {n} rows need {batch} x its part's rows each"
+        )
+    })?;
+    let n32 = rows_u32(kernel, n)?;
+    let mut out = abi::rf_t4_outputs { end: [n32; MAX_TILED_OUTPUTS], ..Default::default() };
+    let mut end = 0u32;
+    for (i, y) in ys.iter().enumerate() {
+        let rows = y.len() / batch;
+        ensure(i + 1 == ys.len() || rows.is_multiple_of(TILE_ROWS), kernel, || {
+            format!("output {i} has {rows} rows; every output but the last needs a multiple of {TILE_ROWS}")
+        })?;
+        end += rows as u32; // at most n, which fits
+        out.y[i] = y.device_ptr();
+        out.end[i] = end;
+    }
+    Ok(out)
+}
+
+/// `n` rows as the kernels count them (32 bits).
+pub(crate) fn rows_u32(kernel: &'static str, n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| KernelError::Shape {
+        kernel,
+        message: format!("n = {n} is more than the kernel counts (32-bit rows)"),
+    })
+}
+
+/// The kernels' outputs argument for a gate-and-up launch of `n` rows (gates, then as many ups)
+/// for `batch` (>= 1) vectors into `act` (`[batch, n / 2]`): `n / 2` a whole number of tiles, as
+/// [`super::mx_matvec_tiled_swiglu`] says (`rocmforge_mxfp4_tiled_abi.h`: `RF_T4_SWIGLU`; the caller
+/// sets the mode).
+pub(crate) fn swiglu_outputs<T: Dtype>(
+    kernel: &'static str,
+    act: &DeviceBuffer<T>,
+    n: usize,
+    batch: usize,
+) -> Result<abi::rf_t4_outputs> {
+    ensure(n.is_multiple_of(2 * TILE_ROWS), kernel, || {
+        format!("gate and up of {n} rows: two halves of whole tiles ({TILE_ROWS} rows) needed")
+    })?;
+    let gates = n / 2;
+    ensure(batch.checked_mul(gates) == Some(act.len()), kernel, || {
+        format!(
+            "the activation holds {} elements; {batch} vectors of {gates} gates need {}",
+            act.len(),
+            batch * gates
+        )
+    })?;
+    let n32 = rows_u32(kernel, n)?;
+    let mut out = abi::rf_t4_outputs { end: [n32 / 2, n32, n32], ..Default::default() };
+    out.y[0] = act.device_ptr();
+    Ok(out)
+}
+
+/// Checks a normed launch's norm for `batch` vectors of `k` elements and gives the kernels'
+/// argument (a null weight without one).
+pub(crate) fn norm_arg<T: Dtype>(
+    kernel: &'static str,
+    norm: Option<&TiledNorm<'_, T>>,
+    batch: usize,
+    k: usize,
+) -> Result<abi::rf_t4_norm> {
+    let Some(norm) = norm else {
+        return Ok(abi::rf_t4_norm::default());
+    };
+    ensure(batch == 1, kernel, || format!("a normed launch takes one vector, got {batch}"))?;
+    ensure(norm.weight.len() == k, kernel, || {
+        format!("the norm's weight has {} elements, the weight's k = {k}", norm.weight.len())
+    })?;
+    ensure(norm.eps.is_finite() && norm.eps > 0.0, kernel, || {
+        format!("the norm's eps must be positive and finite, got {}", norm.eps)
+    })?;
+    ensure(norm.weight.device_ptr().is_multiple_of(16), kernel, || {
+        "the norm's weight must be 16-byte aligned".into()
+    })?;
+    Ok(abi::rf_t4_norm { weight: norm.weight.device_ptr(), eps: norm.eps, unused: 0 })
+}

@@ -1,0 +1,420 @@
+// rocmforge_tiled.h: what the matrix-vector kernels over a tiled weight layout share
+// (kernels/mxfp4_tiled.hip: MXFP4; kernels/q4k_tiled.hip: q4_K). A tiled weight is 16-row tiles
+// of groups of 8 blocks of 32 elements; a group's payload is 2 KB in a warp's lane order (lane
+// l's 16 bytes of each of 4 block pairs, 512 bytes apart) and its scales a format's own bytes
+// (SCALES: 128 for MXFP4, 256 for q4_K) in a run of their own. What is here does not look inside
+// either: the launch's outputs and their modes (rocmforge_mxfp4_tiled_abi.h), the order blocks
+// walk tiles in, the tiles' totals, the normed entries' RMSNorm, and the matrix-core loop that
+// streams each warp's groups through its ring of shared-memory stages and hands each to an op
+// (rf_t4_stream), with x staged once a block where an op wants it (rf_t4_stage_x).
+
+#ifndef ROCMFORGE_TILED_H
+#define ROCMFORGE_TILED_H
+
+#include "rocmforge_quant.h"
+#include "rocmforge_mma.h"
+#include "rocmforge_dependent_launch.h"
+#include "rocmforge_mxfp4_tiled_abi.h"
+#include "rocmforge_reduce.h"
+#include "rocmforge_rms.h"
+#include "rocmforge_silu.h"
+#include "rocmforge_x16.h"
+
+// A launcher's broken promise (never in a correct launch): the kernel ends with an error.
+#if RF_PLATFORM_AMD
+#define RF_T4_TRAP() __builtin_trap()
+#else
+#define RF_T4_TRAP() __trap()
+#endif
+
+RF_DEVICE unsigned rf_t4_padded_blocks(unsigned nb) { return (nb + RF_T4_GROUP - 1) & ~(unsigned)(RF_T4_GROUP - 1); }
+
+// Where row `row` of the weight goes for vector v in the launch's outputs (rf_t4_outputs: output
+// i holds [batch, rows of part i]): by selects, not an index into the parameter
+// (rocmforge_products.h says why).
+template <typename T> RF_DEVICE T* rf_t4_out(const rf_t4_outputs& out, unsigned row, unsigned v) {
+    static_assert(RF_T4_OUTPUTS == 3, "a select for each output past the first");
+    return row < out.end[0]   ? static_cast<T*>(out.y[0]) + (rf_u64)v * out.end[0] + row
+           : row < out.end[1] ? static_cast<T*>(out.y[1]) + (rf_u64)v * (out.end[1] - out.end[0]) + (row - out.end[0])
+                              : static_cast<T*>(out.y[2]) + (rf_u64)v * (out.end[2] - out.end[1]) + (row - out.end[1]);
+}
+
+// Where the total of (row, vector v) goes, by out.mode (rocmforge_mxfp4_tiled_abi.h): rounded to
+// T, into its output, or added to the element there (RF_T4_ADD); or, in a gate-and-up launch
+// (RF_T4_SWIGLU), a gate row's rounded to T into `*keep`, and an up row's with the gate kept
+// there through silu(gate) * up into y[0]. The kernels walk a gate tile and then its up tile
+// (rf_t4_walk) with the same thread on the same (row % 16, v) and the same `keep` in both, so
+// each thread reads back what it wrote itself: no barrier.
+RF_DEVICE bool rf_t4_swiglu(const rf_t4_outputs& out) { return out.mode == RF_T4_SWIGLU; }
+template <typename T>
+RF_DEVICE void rf_t4_put(const rf_t4_outputs& out, unsigned row, unsigned v, float sum, float* keep) {
+    if (!rf_t4_swiglu(out)) {
+        T* y = rf_t4_out<T>(out, row, v);
+        // RF_T4_ADD: as rmsnorm.hip's residual form, round(stream + round(total)).
+        const float add = out.mode == RF_T4_ADD ? rf_rms_round<T>(sum) + rf_to_float(*y) : sum;
+        *y = rf_from_float<T>(add);
+        return;
+    }
+    const unsigned gates = out.end[0];
+    const float rounded = rf_to_float(rf_from_float<T>(sum)); // as a product's output stores it
+    if (row < gates) {
+        *keep = rounded;
+    } else {
+        static_cast<T*>(out.y[0])[(rf_u64)v * gates + (row - gates)] = rf_from_float<T>(rf_silu_mul(*keep, rounded));
+    }
+}
+
+// A row of an empty product (k = 0): a total of 0, put as any other; in a gate-and-up launch
+// silu(0) * 0 = 0, written for the gate row (the up rows write nothing).
+template <typename T> RF_DEVICE void rf_t4_put_zero(const rf_t4_outputs& out, unsigned row, unsigned v) {
+    if (!rf_t4_swiglu(out)) {
+        rf_t4_put<T>(out, row, v, 0.0f, nullptr);
+    } else if (row < out.end[0]) {
+        static_cast<T*>(out.y[0])[(rf_u64)v * out.end[0] + row] = rf_from_float<T>(0.0f);
+    }
+}
+
+// The order a block takes its tiles in: first, first + grid, ...; in a gate-and-up launch the
+// pairs (gate tile j, up tile j + gate tiles) for j = first, first + grid, ..., a pair's two tiles
+// one after the other, so that the block holds a row's gate when its up is finished. The steps
+// between a block's tiles alternate: a, b, a, ... (both the grid for the plain walk).
+struct rf_t4_walk {
+    int a;
+    int b;
+    unsigned count; // the block's tiles
+    RF_DEVICE rf_t4_walk(const rf_t4_outputs& out, unsigned tiles) {
+        const unsigned grid = gridDim.x;
+        const unsigned gate_tiles = out.end[0] / RF_T4_ROWS;
+        const bool pairs = rf_t4_swiglu(out);
+        const unsigned units = pairs ? gate_tiles : tiles; // pairs, or tiles
+        const unsigned first = blockIdx.x;
+        count = first < units ? (units - first + grid - 1) / grid * (pairs ? 2u : 1u) : 0u;
+        a = pairs ? (int)gate_tiles : (int)grid;
+        b = pairs ? (int)grid - (int)gate_tiles : (int)grid;
+    }
+    // The step after a block's tile `i` (counted from 0): a after even ones, b after odd ones.
+    RF_DEVICE int step(unsigned i) const { return i & 1u ? b : a; }
+};
+
+// Adds the warps' row totals of a tile (shared `sums[(warp * 16 + row) * PER_ROW + i]`) in warp
+// order and puts the tile's rows (rf_t4_put; thread r keeps row r's gate at keep[r]); every
+// thread of the block calls it, once the totals are written. One barrier: callers alternate two
+// buffers by tile parity, so the next tile's writes go to the other one, and the writes of tile
+// t + 2 come after the barrier of tile t + 1, which the readers of tile t pass too.
+template <int PER_ROW, typename T>
+RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, const rf_t4_outputs& out, unsigned v,
+                            float* keep) {
+    __syncthreads();
+    const unsigned r = threadIdx.x;
+    const unsigned row = tile * RF_T4_ROWS + r;
+    if (r < RF_T4_ROWS && row < out.end[RF_T4_OUTPUTS - 1]) {
+        float sum = 0.0f;
+        for (unsigned w = 0; w < warps; ++w) {
+#pragma unroll
+            for (int i = 0; i < PER_ROW; ++i) {
+                sum += sums[(w * RF_T4_ROWS + r) * PER_ROW + i];
+            }
+        }
+        rf_t4_put<T>(out, row, v, sum, keep + r);
+    }
+}
+
+// The normed entries' RMSNorm (rf_t4_norm): rmsnorm.hip's row (rocmforge_rms.h) over a row h of
+// k elements, the sum of squares in the block's own order (below); each element h * s * weight
+// in f32, rounded to T.
+RF_DEVICE float rf_t4_norm_from(float sumsq, rf_u64 k, float eps) { return rf_rms_scale(sumsq, 1.0f / (float)k, eps); }
+RF_DEVICE float rf_t4_normed(float h, float s, float w) { return h * s * w; }
+
+// Adds the squares of a 32-element block of h (16-bit T: four 16-byte vectors) to `sumsq`.
+template <typename T> RF_DEVICE float rf_t4_add_squares(const uint4 (&v)[4], float sumsq) {
+    static_assert(sizeof(T) == 2, "32 16-bit elements");
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        float f[8];
+        rf_pack16<T>::unpack(v[u], f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            sumsq = fmaf(f[e], f[e], sumsq);
+        }
+    }
+    return sumsq;
+}
+
+// The portable kernel's s: thread t takes elements t, t + blockDim.x, ..., and every thread adds
+// the threads' sums in thread order through shared memory (`part`: a float a thread, not written
+// again until every thread has s), with no shuffles: any warp width, any block size.
+template <typename T> RF_DEVICE float rf_t4_norm_scale_portable(const T* h, rf_u64 k, float eps, float* part) {
+    float sumsq = 0.0f;
+    for (rf_u64 i = threadIdx.x; i < k; i += blockDim.x) {
+        const float f = rf_to_float(h[i]);
+        sumsq = fmaf(f, f, sumsq);
+    }
+    part[threadIdx.x] = sumsq;
+    __syncthreads();
+    float total = 0.0f;
+    for (unsigned t = 0; t < blockDim.x; ++t) {
+        total += part[t];
+    }
+    return rf_t4_norm_from(total, k, eps);
+}
+
+#if RF_MMA_SYNC
+
+// A warp's place in its block's stream of (tile, group) pairs, the groups w, w + W, ... < G of
+// each tile in turn, with the lane's source addresses of the group: its 16 bytes of payload
+// (pair 0; pair i is 512 i bytes on), the tile's SCALES scale bytes of the group, and (f16) its
+// x's. A tile's scales are its groups' one after another.
+template <typename T, unsigned SCALES> struct rf_t4_cursor {
+    unsigned q;
+    unsigned passed; // the block's tiles this cursor has left behind (rf_t4_walk's step parity)
+    const unsigned char* payload; // this lane's bytes of pair 0 of group q
+    const unsigned char* scales;  // the group's SCALES scale bytes
+    const T* x;                   // x[256 q + 8 lane] (f16; bf16 x is staged once a block)
+    // Moves to the warp's next group, in the block's next tile (rf_t4_walk) past the last.
+    RF_DEVICE void advance(unsigned first_q, unsigned step, unsigned groups, unsigned nbp, const rf_t4_walk& walk) {
+        q += step;
+        payload += step * RF_T4_PAYLOAD_BYTES;
+        scales += step * SCALES;
+        x += step * (RF_T4_GROUP * RF_QK);
+        if (q < groups) {
+            return;
+        }
+        // The next tile's group first_q: its payload and scales follow this tile's. `back`
+        // groups past first_q (a tile's worth plus the overshoot; more than the tile holds when
+        // the overshoot is large, hence signed steps).
+        const long long back = (long long)(q - first_q);
+        const long long tile_step = walk.step(passed++);
+        payload += tile_step * nbp * 256 - back * RF_T4_PAYLOAD_BYTES;
+        scales += tile_step * nbp * (SCALES / RF_T4_GROUP) - back * SCALES;
+        x -= back * (RF_T4_GROUP * RF_QK);
+        q = first_q;
+    }
+};
+
+// Copies the cursor's group (and with X its x: f16 stages hold it after the scales) into a
+// stage: payload pairs and x past the row's last block are zero-filled, not read. The weight's
+// bytes with `stream` (rocmforge_mma.h): they are read once.
+template <bool X, unsigned SCALES, typename T>
+RF_DEVICE void rf_t4_stage_in(unsigned char* stage, const rf_t4_cursor<T, SCALES>& c, unsigned nb, int lane,
+                              rf_l2_policy stream) {
+    const unsigned valid = nb - c.q * RF_T4_GROUP; // blocks of the group that exist (>= 1)
+#pragma unroll
+    for (int i = 0; i < RF_T4_GROUP / 2; ++i) {
+        rf_cp_async16_policy(stage + 512 * i + 16 * lane, c.payload + 512 * i, 2u * (unsigned)i < valid ? 16 : 0, stream);
+    }
+    static_assert(SCALES % 16 == 0 && SCALES <= 512, "a lane's 16 bytes each");
+    if (lane < SCALES / 16) {
+        rf_cp_async16_policy(stage + RF_T4_PAYLOAD_BYTES + 16 * lane, c.scales + 16 * lane, 16, stream);
+    }
+    if constexpr (X) {
+        // Lane l copies x[256q + 8l .. + 8]: block 8q + l / 4.
+        rf_cp_async16(stage + RF_T4_PAYLOAD_BYTES + SCALES + 16 * lane, c.x,
+                      (unsigned)(lane >> 2) < valid ? 16 : 0);
+    }
+}
+
+// Streams a block's tiles through its warps' rings (the loop the header describes) and hands
+// each staged group to `op`, which says what is multiplied and where it goes:
+//   Op::Elem, the activations' type; Op::SCALES, a group's scale bytes (the layout's);
+//   Op::STAGE, a stage's bytes; Op::X_IN_STAGE, whether a
+//   stage holds its group's x too (the cursor copies it; the block then waits for the kernel
+//   ahead before its first copies, else after them, then op.after_wait());
+//   op.before_prologue(), copies of the op's own issued before the prologue's (as one commit
+//   group of their own, or none);
+//   op.place(shared memory past the rings, warps, nbp); op.outputs(), the launch's outputs
+//   (its rows, and the walk: rf_t4_walk); op.zero(tile), an empty tile's outputs (k = 0);
+//   op.group(stage, q, lane), group q of the current tile into the lane's totals;
+//   op.tile_done(done, tile, warp, lane), every thread once the tile's groups are all multiplied
+//   (`done`: the tiles the block finished before).
+template <class Op>
+RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, const typename Op::Elem* x, unsigned nb,
+                            Op& op) {
+    extern __shared__ __align__(16) unsigned char rf_t4_smem[];
+    typedef typename Op::Elem T;
+    const int lane = (int)threadIdx.x & 31;
+    const int warp = (int)threadIdx.x >> 5;
+    const unsigned warps = blockDim.x >> 5;
+    constexpr unsigned STAGE = Op::STAGE;
+    const unsigned nbp = rf_t4_padded_blocks(nb);
+    op.place(rf_t4_smem + warps * (RF_T4_STAGES * STAGE), warps, nbp);
+    const unsigned n = op.outputs().end[RF_T4_OUTPUTS - 1];
+    const unsigned groups = nbp / RF_T4_GROUP;
+    const unsigned tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
+    // This block's tiles: first, first + grid, ... (all blocks sweep the weight together), or
+    // gate-and-up pairs (rf_t4_walk).
+    const unsigned first = blockIdx.x;
+    const rf_t4_walk walk(op.outputs(), tiles);
+    const unsigned count = walk.count;
+    if (count == 0 || groups == 0) {
+        // k = 0 (every row an empty sum) or no tiles; uniform across the block. (A gate-and-up
+        // launch's up tiles write nothing: their gate tiles write the zeros.)
+        rf_follow_prior_grid();
+        for (unsigned tile = first; tile < tiles; tile += gridDim.x) {
+            op.zero(tile);
+        }
+        return;
+    }
+    if (groups < warps) {
+        RF_T4_TRAP(); // the launcher never asks for more warps than groups (a warp with none would
+                  // miss the tiles' barriers)
+    }
+    const unsigned per_tile = (groups - (unsigned)warp + warps - 1) / warps; // this warp's groups a tile
+    const unsigned items = count * per_tile;
+    unsigned char* ring = rf_t4_smem + warp * (RF_T4_STAGES * STAGE);
+    rf_t4_cursor<T, Op::SCALES> fetch;
+    fetch.q = (unsigned)warp;
+    fetch.passed = 0;
+    fetch.payload = reinterpret_cast<const unsigned char*>(payload) + (rf_u64)first * nbp * 256u +
+                    (unsigned)warp * RF_T4_PAYLOAD_BYTES + 16 * lane;
+    fetch.scales = scales + (rf_u64)first * nbp * (Op::SCALES / RF_T4_GROUP) + (unsigned)warp * Op::SCALES;
+    fetch.x = x + (unsigned)warp * (RF_T4_GROUP * RF_QK) + 8 * lane;
+    unsigned fetched = 0;
+    const rf_l2_policy stream = rf_l2_evict_first(); // the weights: rocmforge_mma.h
+    // Prologue: the first RF_T4_STAGES - 1 groups; one commit group per stage, empty ones
+    // included, so that wait_group counts stages. The weights need nothing of the kernel ahead (a
+    // dependent launch: rocmforge_dependent_launch.h): where the stages hold no x the prologue's
+    // copies are issued before the block waits for it; x's and every write come after. f16
+    // stages take their x with their weights, so their prologue follows the wait (issuing the
+    // weights first and x after made the compiler spill in the loop).
+    if constexpr (Op::X_IN_STAGE) {
+        rf_follow_prior_grid(); // uniform across the block
+    }
+    op.before_prologue();
+#pragma unroll
+    for (int s = 0; s < RF_T4_STAGES - 1; ++s) {
+        if (fetched < items) {
+            rf_t4_stage_in<Op::X_IN_STAGE, Op::SCALES>(ring + s * STAGE, fetch, nb, lane, stream);
+            fetch.advance((unsigned)warp, warps, groups, nbp, walk);
+            ++fetched;
+        }
+        rf_cp_async_commit();
+    }
+    if constexpr (!Op::X_IN_STAGE) {
+        rf_follow_prior_grid();
+        op.after_wait();
+    }
+    unsigned tile = first;
+    unsigned done = 0; // tiles this block has finished: their parity picks the totals buffer
+    unsigned at_q = (unsigned)warp;
+    int slot = 0;
+    for (unsigned i = 0; i < items; ++i) {
+        rf_cp_async_wait<RF_T4_STAGES - 2>(); // this lane's copies of item i have landed ...
+        __syncwarp();                   // ... and every lane's
+        if (fetched < items) {
+            // The slot item i - 1 used, freed by the __syncwarp after it.
+            const int free_slot = slot == 0 ? RF_T4_STAGES - 1 : slot - 1;
+            rf_t4_stage_in<Op::X_IN_STAGE, Op::SCALES>(ring + free_slot * STAGE, fetch, nb, lane, stream);
+            fetch.advance((unsigned)warp, warps, groups, nbp, walk);
+            ++fetched;
+        }
+        rf_cp_async_commit();
+        op.group(ring + slot * STAGE, at_q, lane);
+        __syncwarp(); // every lane is done with the slot before it is refilled
+        slot = slot == RF_T4_STAGES - 1 ? 0 : slot + 1;
+        at_q += warps;
+        if (at_q >= groups) {
+            op.tile_done(done, tile, warp, lane);
+            tile += walk.step(done);
+            ++done;
+            at_q = (unsigned)warp;
+        }
+    }
+    rf_cp_async_wait<0>(); // nothing is left in flight at exit (the last commits are empty)
+}
+
+// Eight elements of the normalised row, from eight of h (`hv`, T's bits) and the norm's weight
+// there (`wv`), as T's bits (16-bit types).
+template <typename T> RF_DEVICE uint4 rf_t4_normed8(uint4 hv, uint4 wv, float s) {
+    static_assert(sizeof(T) == 2, "eight 16-bit elements");
+    float f[8];
+    float g[8];
+    rf_pack16<T>::unpack(hv, f);
+    rf_pack16<T>::unpack(wv, g);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        f[e] = rf_t4_normed(f[e], s, g[e]);
+    }
+    return rf_pack16<T>::pack(f);
+}
+
+
+// The normed entries' norm weight (a weight: nothing of the kernel ahead) copied into xs, where x
+// will be staged (k 16-bit elements: xs's first k * 2 bytes), before the block waits, as its own
+// commit group, the oldest (rf_t4_stage_x waits for it). Each thread later stages x over the
+// same bytes it reads the weight from.
+RF_DEVICE void rf_t4_norm_weight_in(const rf_t4_norm& norm, unsigned nb, __half* xs) {
+    const unsigned char* w = static_cast<const unsigned char*>(norm.weight);
+    for (unsigned i = threadIdx.x; i < nb * (RF_QK / 8); i += blockDim.x) {
+        rf_cp_async16(reinterpret_cast<unsigned char*>(xs) + 16 * i, w + 16 * i, 16);
+    }
+    rf_cp_async_commit();
+}
+
+// Block b's 32 elements of x (four 16-byte vectors, issued together).
+template <typename T> RF_DEVICE void rf_t4_load_block(const T* x, unsigned b, uint4 (&v)[4]) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        v[u] = reinterpret_cast<const uint4*>(x)[4 * b + u];
+    }
+}
+
+// x (nb blocks of 32 T) staged once a block as f16 into xs (nbp blocks), while the prologue's
+// copies are in flight: bf16 as block-scaled f16 with each block's factor in xf
+// (rocmforge_x16.h), f16 as it is (xf unused); the padding blocks' x zero (their codes are zeros
+// too, and 0 x 0 keeps their sums 0 where garbage x could make them NaN) and their factors 1.
+// NORM: x is a row h of the residual stream and the input is its RMSNorm (rf_t4_norm): thread t
+// takes blocks t, t + blockDim.x, ... of h, each block's four vectors loaded together (one
+// round trip to h after the wait, where k <= 32 blockDim.x); the sum of squares first (its
+// scratch, `scratch`, a float a warp, free until the caller's next barrier; rf_block_sum's
+// barrier publishes every thread's copies of the weight, rf_t4_norm_weight_in), then each block
+// again (the L1 holds it) normalised and staged over the weight's bytes (a block's x where its
+// weight was). Ends with a barrier: xs and xf are the block's.
+template <typename T, bool NORM>
+RF_DEVICE void rf_t4_stage_x(const T* x, const rf_t4_norm& norm, unsigned nb, unsigned nbp, __half* xs, float* xf,
+                             float* scratch) {
+    typedef rf_x16<T> X;
+    if constexpr (NORM) {
+        float sumsq = 0.0f;
+        for (unsigned b = threadIdx.x; b < nb; b += blockDim.x) {
+            uint4 v[4];
+            rf_t4_load_block(x, b, v);
+            sumsq = rf_t4_add_squares<T>(v, sumsq);
+        }
+        rf_cp_async_wait<RF_T4_STAGES - 1>(); // the weight's group (the prologue's are younger)
+        const float s = rf_t4_norm_from(rf_block_sum(sumsq, scratch), (rf_u64)nb * RF_QK, norm.eps);
+        uint4* xv = reinterpret_cast<uint4*>(xs);
+        for (unsigned b = threadIdx.x; b < nb; b += blockDim.x) {
+            uint4 v[4];
+            rf_t4_load_block(x, b, v);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                v[u] = rf_t4_normed8<T>(v[u], xv[4 * b + u], s); // the weight, then x, there
+            }
+            if constexpr (X::SCALED) {
+                X::stage_block(v, xs, xf, b);
+            } else {
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    xv[4 * b + u] = v[u];
+                }
+            }
+        }
+    } else if constexpr (X::SCALED) {
+        X::stage(x, xs, xf, (rf_u64)nb * RF_QK);
+    } else {
+        for (unsigned i = threadIdx.x; i < nb * (RF_QK / 8); i += blockDim.x) {
+            reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(x)[i];
+        }
+    }
+    for (unsigned i = nb * (RF_QK / 8) + threadIdx.x; i < nbp * (RF_QK / 8); i += blockDim.x) {
+        reinterpret_cast<uint4*>(xs)[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+    for (unsigned b = nb + threadIdx.x; b < nbp; b += blockDim.x) {
+        xf[b] = 1.0f;
+    }
+    __syncthreads();
+}
+
+#endif // RF_MMA_SYNC
+
+#endif // ROCMFORGE_TILED_H

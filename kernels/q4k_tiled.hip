@@ -1,0 +1,266 @@
+// q4_K matrix-vector product over the tiled layout: y[r] = sum_c W[r, c] x[c] (decode).
+//
+// The weight is the [n, k] q4_K matrix of GGUF's block_q4_K rows (super-blocks of 256 elements:
+// d, dmin, 12 bytes of 6-bit sub-block scales and mins, 128 bytes of 4-bit codes; element i of
+// sub-block j is d * sc_j * q_i - dmin * m_j), re-laid out once on the host
+// (crates/rocm-kernels/src/quant/q4k_tiled.rs documents the layout in full) into the tiled
+// shape kernels/include/rocmforge_tiled.h streams: 16-row tiles, a group a super-block, a
+// group's 2 KB of codes in lane order and its 16 rows' 16-byte headers (d, dmin, the 12 scale
+// bytes, as GGUF stores them) as its scales. A lane's word holds the codes of one row's 8
+// elements, the ones its mma fragments need:
+//
+//   mma pair P < 8 of a group (h = P / 4, e = P % 4), lane l = 4g + u: words W(g, P, u) and
+//   W(g + 8, P, u) at payload byte ((t * nsb + s) * 4 + P / 2) * 512 + 16 l + 4 (2 (P % 2) +
+//   0 or 1), t the tile, s the super-block, nsb = k / 256;
+//   W(r, P, u): row r's elements 8e + m (m < 8) of sub-block u + 4h, element m at nibble
+//   NIBBLE(m) = 0, 4, 2, 6, 1, 5, 3, 7 (bits 4 NIBBLE(m) .. + 4).
+//
+// Entries (payload, scales, x, rf_t4_outputs y, rf_t4_norm norm, u32 nb, u32 batch), nb = k / 32,
+// one vector (batch 1), NVIDIA sm_80+ (mma.sync; elsewhere they trap and the launcher never
+// picks them):
+//   rf_q4k_tiled_matvec_mma_<dt>   f16 / bf16
+//   rf_q4k_tiled_normed_mma_<dt>   the same with the RMSNorm `norm` applied to x (x then a row of
+//                                  the residual stream; rocmforge_mxfp4_tiled_abi.h)
+// putting their totals as y.mode says (stored, added to the residual stream, or a gate-and-up
+// product's SwiGLU), as the MXFP4 entries do.
+//
+// Matrix-core kernel: rf_t4_stream's resident blocks and per-warp cp.async rings, a stage a
+// group (2304 bytes); x staged once a block as f16 (bf16 block-scaled, rocmforge_x16.h), with each
+// 32-element block's sum of the staged values times its factor (xt: the mins' activations).
+// The sub-blocks are B's columns (quant_matvec_mma.hip's q4_K columns loop has the same idea):
+// in mma pair P, lane (g, u) gives A rows g and g + 8's codes of sub-block u + 4h, elements
+// 8e .. 8e + 7, and B's column c holds x only in the k slots of lane c / 2 (lanes g = 2u, 2u + 1
+// give x of their sub-block, the others read a row of zeros). So D's columns 2u and 2u + 1 are
+// sub-block u + 4h's row sums, in lane u alone, and they accumulate over the four pairs of a half
+// without rescaling (one x factor a sub-block). Each lane then scales its own two sub-blocks:
+//   total += d (sc_u f_u S_u + sc_{u+4} f_{u+4} S_{u+4}) - dmin (m_u xt_u + m_{u+4} xt_{u+4}),
+// S the sub-block's sums of codes times staged x, and a quad's four lanes are added at the
+// tile's end (in a fixed order). Decoding into A pairs: elements 0..3 of a word's 8 at nibbles 0,
+// 4 | 2, 6 (w & 0x000f000f and (w >> 8) & 0x000f000f) are f16 subnormals q 2^-24, exact;
+// elements 4..7 at nibbles 1, 5 | 3, 7 (the masks 0x00f000f0) are 16 q 2^-24, the second mma of
+// a pair into accumulators of their own, taken back by 1/16 (exact) when the lane scales them: 5
+// operations for 8 codes. d takes the 2^24 back. Every product is exact; the sums are f32.
+
+#include "rocmforge_quant.h"
+#include "rocmforge_tiled.h"
+
+#if RF_MMA_SYNC
+
+// Byte j (< 4) of a word plus 2^23, as a float: one byte permute (j a lane's own index).
+RF_DEVICE float rf_t4k_byte_biased(unsigned word, unsigned j) {
+    return __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7640u | j));
+}
+
+// A row's header (16 bytes: d, dmin as f16, then GGUF's 12 scale bytes) as what lane u scales
+// its sub-blocks u and u + 4 by: the scales times the x factors f_u, f_{u+4} (exact: powers of
+// two), the mins, d times 2^24 (the codes' unit) and dmin.
+struct rf_t4k_row {
+    float s0, s1; // sc_u f_u, sc_{u+4} f_{u+4}
+    float m0, m1; // m_u, m_{u+4}
+    float d, dmin;
+    RF_DEVICE rf_t4k_row(uint4 hd, unsigned u, float f0, float f1) {
+        // GGUF's get_scale_min_k4, four bytes at a time: sub-blocks 0..3 in the low 6 bits of
+        // bytes 0..3 (scales) and 4..7 (mins); 4..7 in bytes 8..11's nibbles with bytes 0..7's
+        // top two bits above them.
+        const unsigned sc_lo = hd.y & 0x3f3f3f3fu;
+        const unsigned m_lo = hd.z & 0x3f3f3f3fu;
+        const unsigned sc_hi = (hd.w & 0x0f0f0f0fu) | ((hd.y >> 2) & 0x30303030u);
+        const unsigned m_hi = ((hd.w >> 4) & 0x0f0f0f0fu) | ((hd.z >> 2) & 0x30303030u);
+        s0 = fmaf(rf_t4k_byte_biased(sc_lo, u), f0, -8388608.0f * f0);
+        s1 = fmaf(rf_t4k_byte_biased(sc_hi, u), f1, -8388608.0f * f1);
+        m0 = rf_t4k_byte_biased(m_lo, u) - 8388608.0f;
+        m1 = rf_t4k_byte_biased(m_hi, u) - 8388608.0f;
+        d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffffu))) * 16777216.0f;
+        dmin = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
+    }
+    // The row's part of the group from its two sub-blocks' sums: lo (elements 0..3 of each word's
+    // 8) and hi (4..7, 16 times their value) of sub-blocks u and u + 4, and their x sums.
+    RF_DEVICE float part(float lo0, float hi0, float lo1, float hi1, float x0, float x1) const {
+        const float c = fmaf(s0, fmaf(hi0, 0.0625f, lo0), s1 * fmaf(hi1, 0.0625f, lo1));
+        const float m = fmaf(m0, x0, m1 * x1);
+        return fmaf(d, c, -dmin * m);
+    }
+};
+
+// Multiplies a staged group into the lane's partial row totals (its two sub-blocks): `xs`, the
+// group's 256 elements of x as f16, or (a lane that gives no x) a row of zeros; `xf` and `xt`,
+// the group's 8 blocks' factors and sums.
+RF_DEVICE void rf_t4k_group_mma(const unsigned char* stage, const unsigned char* xl, const float* xf, const float* xt,
+                                int lane, float& total_g, float& total_h) {
+    const unsigned g = (unsigned)lane >> 2;
+    const unsigned u = (unsigned)lane & 3u;
+    uint4 pair[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        pair[i] = *reinterpret_cast<const uint4*>(stage + 512 * i + 16 * lane);
+    }
+    float lo[2][4];
+    float hi[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            lo[h][i] = 0.0f;
+            hi[h][i] = 0.0f;
+        }
+    }
+#pragma unroll
+    for (int p = 0; p < 8; ++p) {
+        const int h = p >> 2;
+        const int e = p & 3;
+        const unsigned wg = p & 1 ? pair[p >> 1].z : pair[p >> 1].x;
+        const unsigned wh = p & 1 ? pair[p >> 1].w : pair[p >> 1].y;
+        const unsigned tg = wg >> 8;
+        const unsigned th = wh >> 8;
+        const unsigned a0[4] = {wg & 0x000f000fu, wh & 0x000f000fu, tg & 0x000f000fu, th & 0x000f000fu};
+        const unsigned a1[4] = {wg & 0x00f000f0u, wh & 0x00f000f0u, tg & 0x00f000f0u, th & 0x00f000f0u};
+        const uint4 xb = *reinterpret_cast<const uint4*>(xl + 256 * h + 16 * e);
+        rf_mma<__half>::run(lo[h], a0, xb.x, xb.y);
+        rf_mma<__half>::run(hi[h], a1, xb.z, xb.w);
+    }
+    const float f0 = xf[u];
+    const float f1 = xf[u + 4];
+    const float x0 = xt[u];
+    const float x1 = xt[u + 4];
+    const rf_t4k_row rg(*reinterpret_cast<const uint4*>(stage + RF_T4_PAYLOAD_BYTES + 16 * g), u, f0, f1);
+    const rf_t4k_row rh(*reinterpret_cast<const uint4*>(stage + RF_T4_PAYLOAD_BYTES + 16 * (g + 8)), u, f0, f1);
+    total_g += rg.part(lo[0][0], hi[0][0], lo[1][0], hi[1][0], x0, x1);
+    total_h += rh.part(lo[0][2], hi[0][2], lo[1][2], hi[1][2], x0, x1);
+}
+
+// One vector (rf_t4_stream's op): x staged once a block (rf_t4_stage_x; NORM: through the
+// RMSNorm), then each block's sum of its staged values times its factor.
+template <typename T, bool NORM> struct rf_t4k_one_vector {
+    typedef T Elem;
+    static constexpr unsigned SCALES = RF_T4K_SCALE_BYTES;
+    static constexpr bool X_IN_STAGE = false;
+    static constexpr unsigned STAGE = RF_T4K_STAGE;
+    // Bytes of the row of zeros the lanes that give no x read B from (pair offsets < 512).
+    static constexpr unsigned ZEROS = 512;
+    const T* x;
+    const rf_t4_outputs& y;
+    rf_t4_norm norm;
+    unsigned nb;
+    // Past the warps' rings: the tiles' row totals (two buffers of warps * 16 floats by tile
+    // parity), x as f16 (nbp blocks), its blocks' factors and sums (nbp floats each), the row of
+    // zeros, then in a gate-and-up launch the tile's 16 gates (rf_t4_put).
+    float* totals;
+    __half* xs;
+    float* xf;
+    float* xt;
+    unsigned char* zeros;
+    float* keep;
+    unsigned warps;
+    unsigned nbp;
+    float total_g; // the lane's part of row g of the current tile
+    float total_h; // row g + 8
+
+    RF_DEVICE rf_t4k_one_vector(const T* x_, const rf_t4_outputs& y_, rf_t4_norm norm_, unsigned nb_)
+        : x(x_), y(y_), norm(norm_), nb(nb_), total_g(0.0f), total_h(0.0f) {}
+    RF_DEVICE void place(unsigned char* rest, unsigned warps_, unsigned nbp_) {
+        warps = warps_;
+        nbp = nbp_;
+        totals = reinterpret_cast<float*>(rest);
+        xs = reinterpret_cast<__half*>(totals + 2 * warps * RF_T4_ROWS);
+        xf = reinterpret_cast<float*>(xs + nbp * RF_QK);
+        xt = xf + nbp;
+        zeros = reinterpret_cast<unsigned char*>(xt + nbp);
+        keep = reinterpret_cast<float*>(zeros + ZEROS);
+    }
+    RF_DEVICE const rf_t4_outputs& outputs() const { return y; }
+    RF_DEVICE unsigned rows() const { return y.end[RF_T4_OUTPUTS - 1]; }
+    RF_DEVICE void zero(unsigned tile) const {
+        const unsigned row = tile * RF_T4_ROWS + threadIdx.x;
+        if (threadIdx.x < RF_T4_ROWS && row < rows()) {
+            rf_t4_put_zero<T>(y, row, 0);
+        }
+    }
+    RF_DEVICE void before_prologue() {
+        if constexpr (NORM) {
+            rf_t4_norm_weight_in(norm, nb, xs);
+        }
+    }
+    // x staged, then (after its barrier) block b's sum xt[b]: its 32 staged values in order, in
+    // f32 (each exact), times the factor (a power of two; f16 x is staged as it is, and its
+    // factors are set to 1 here, by the thread that reads them back); the zeros; a barrier.
+    RF_DEVICE void after_wait() {
+        rf_t4_stage_x<T, NORM>(x, norm, nb, nbp, xs, xf, totals);
+        for (unsigned b = threadIdx.x; b < nbp; b += blockDim.x) {
+            const __half* v = xs + b * RF_QK;
+            float sum = 0.0f;
+#pragma unroll
+            for (int i = 0; i < RF_QK; ++i) {
+                sum += __half2float(v[i]);
+            }
+            if constexpr (!rf_x16<T>::SCALED) {
+                xf[b] = 1.0f;
+            }
+            xt[b] = sum * xf[b];
+        }
+        for (unsigned i = threadIdx.x; i < ZEROS / 16; i += blockDim.x) {
+            reinterpret_cast<uint4*>(zeros)[i] = make_uint4(0u, 0u, 0u, 0u);
+        }
+        __syncthreads();
+    }
+    // Lanes (g, u) with u == g / 2 give x (their sub-block u + 4h's 16 bytes at pair offsets
+    // 64 u + 256 h + 16 e of the group's x); the others read the zeros.
+    RF_DEVICE void group(const unsigned char* stage, unsigned q, int lane) {
+        const bool gives = (lane & 3) == (lane >> 3);
+        const unsigned char* xl =
+            gives ? reinterpret_cast<const unsigned char*>(xs + q * (RF_T4_GROUP * RF_QK)) + 64 * (lane & 3) : zeros;
+        rf_t4k_group_mma(stage, xl, xf + q * RF_T4_GROUP, xt + q * RF_T4_GROUP, lane, total_g, total_h);
+    }
+    // A quad's lanes hold the parts of its two rows from its four lanes' sub-blocks: added
+    // ((u0 + u1) + (u2 + u3), the same in every lane), and lane u = 0 writes them.
+    RF_DEVICE void tile_done(unsigned done, unsigned tile, int warp, int lane) {
+        total_g += rf_shfl_xor(total_g, 1);
+        total_h += rf_shfl_xor(total_h, 1);
+        total_g += rf_shfl_xor(total_g, 2);
+        total_h += rf_shfl_xor(total_h, 2);
+        float* sums = totals + (done & 1) * (warps * RF_T4_ROWS);
+        if ((lane & 3) == 0) {
+            sums[warp * RF_T4_ROWS + (lane >> 2)] = total_g;
+            sums[warp * RF_T4_ROWS + (lane >> 2) + 8] = total_h;
+        }
+        rf_t4_finish<1, T>(sums, warps, tile, y, 0, keep);
+        total_g = 0.0f;
+        total_h = 0.0f;
+    }
+};
+
+template <typename T, bool NORM>
+RF_DEVICE void rf_t4k_matvec_mma(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
+                                 rf_t4_norm norm, unsigned nb, unsigned batch) {
+    if ((!NORM && norm.weight != nullptr) || batch != 1 || nb % RF_T4_GROUP != 0) {
+        RF_T4_TRAP(); // a norm only the normed entries apply; one vector; whole super-blocks
+    }
+    rf_t4k_one_vector<T, NORM> op(x, y, norm, nb);
+    rf_t4_stream(payload, scales, x, nb, op);
+}
+#define RF_T4K_BODY(T, NORM) rf_t4k_matvec_mma<T, NORM>(payload, scales, x, y, norm, nb, batch);
+#else
+#define RF_T4K_BODY(T, NORM) RF_MMA_UNAVAILABLE();
+#endif // RF_MMA_SYNC
+
+// Every entry is (payload, scales, x, rf_t4_outputs y, rf_t4_norm norm, u32 nb, u32 batch): x
+// [1, nb * 32], nb a multiple of 8 (whole super-blocks), output i [1, its rows]; norm.weight (k
+// elements, 16-byte aligned) for the normed entries, null for the others; batch 1.
+// blockDim.x: 32..RF_T4_WARPS * 32, whole warps, at most one a group; x 16-byte aligned; dynamic
+// shared memory warps * RF_T4_STAGES * RF_T4K_STAGE bytes for the rings, then 2 * warps * 16
+// floats of totals, 64 nb bytes of x, 4 nb of factors, 4 nb of sums, 512 of zeros, and in a
+// gate-and-up launch 16 floats of gates.
+#define RF_T4K_ARGS(T)                                                                                    \
+    const uint4 *payload, const unsigned char *scales, const T *x, rf_t4_outputs y, rf_t4_norm norm, unsigned nb, \
+        unsigned batch
+#define RF_T4K_ENTRIES(suffix, T)                                                                         \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
+        rf_q4k_tiled_matvec_mma_##suffix(RF_T4K_ARGS(T)) {                                                \
+        RF_T4K_BODY(T, false)                                                                             \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
+        rf_q4k_tiled_normed_mma_##suffix(RF_T4K_ARGS(T)) {                                                \
+        RF_T4K_BODY(T, true)                                                                              \
+    }
+
+RF_T4K_ENTRIES(f16, __half)
+RF_T4K_ENTRIES(bf16, rf_bf16)
