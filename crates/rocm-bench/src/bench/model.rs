@@ -51,7 +51,9 @@
 //!
 //! The weight types are BF16, Q8_0, Q4_K and MXFP4 as the files store them, and MXFP4 loaded in
 //! the tiled layout (`MXFP4-tiled`: `Mxfp4Layout::Tiled`, one-token products on the tiled kernel,
-//! more tokens dequantised from the tiles). `ROCMFORGE_BENCH_MODEL_TYPES` (a comma-separated
+//! more tokens dequantised from the tiles), and Q4_K with a tiled copy beside its rows
+//! (`Q4_K-tiled`: `Q4kLayout::TiledCopy`, one-token passes folded into the tiled q4_K kernel,
+//! twice the projections' bytes on the device: a measurement). `ROCMFORGE_BENCH_MODEL_TYPES` (a comma-separated
 //! list of their names, `Q4_K,MXFP4-tiled`) limits the rows to those: a profiler attached to one
 //! type's steps need not wade through the others'.
 //!
@@ -64,7 +66,7 @@ use std::time::Instant;
 
 use rocm_model::kv_cache::{KvCacheTensors, PagedCache, SeqId};
 use rocm_model::model::synthetic::SyntheticSpec;
-use rocm_model::model::{Architecture, LoadOptions, Model, ModelConfig, Mxfp4Layout, tensor_name};
+use rocm_model::model::{Architecture, LoadOptions, Model, ModelConfig, Mxfp4Layout, Q4kLayout, tensor_name};
 use rocm_model::{GgmlType, GgufFile};
 use rocm_runtime::{bf16, f16};
 use rocm_testkit::Rng;
@@ -87,25 +89,33 @@ const PREFILL: usize = 512;
 /// The weight types benchmarked: bf16 as stored, and the block formats kept as stored.
 const TYPES: [GgmlType; 4] = [GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::MXFP4];
 
-/// A model's weights as the bench loads them: the file's type, and for MXFP4 the layout
-/// (`MXFP4-tiled`: [`Mxfp4Layout::Tiled`]).
+/// A model's weights as the bench loads them: the file's type, and how they are kept
+/// (`MXFP4-tiled`: [`Mxfp4Layout::Tiled`]; `Q4_K-tiled`: [`Q4kLayout::TiledCopy`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Weights {
     ty: GgmlType,
-    layout: Mxfp4Layout,
+    options: LoadOptions,
 }
 
 impl Weights {
-    /// [`TYPES`] as the files store them, then MXFP4 tiled.
+    /// [`TYPES`] as the files store them, then MXFP4 tiled, then q4_K with its tiled copy.
     fn all() -> Vec<Weights> {
-        let rows = TYPES.map(|ty| Weights { ty, layout: Mxfp4Layout::Rows });
-        rows.into_iter().chain([Weights { ty: GgmlType::MXFP4, layout: Mxfp4Layout::Tiled }]).collect()
+        let rows = TYPES.map(|ty| Weights { ty, options: LoadOptions::default() });
+        let tiled = LoadOptions { mxfp4: Mxfp4Layout::Tiled, ..LoadOptions::default() };
+        let q4k_copy = LoadOptions { q4k: Q4kLayout::TiledCopy, ..LoadOptions::default() };
+        rows.into_iter()
+            .chain([
+                Weights { ty: GgmlType::MXFP4, options: tiled },
+                Weights { ty: GgmlType::Q4_K, options: q4k_copy },
+            ])
+            .collect()
     }
 
     /// The rows' type column.
     fn name(self) -> &'static str {
-        match self.layout {
-            Mxfp4Layout::Tiled if self.ty == GgmlType::MXFP4 => "MXFP4-tiled",
+        match self.ty {
+            GgmlType::MXFP4 if self.options.mxfp4 == Mxfp4Layout::Tiled => "MXFP4-tiled",
+            GgmlType::Q4_K if self.options.q4k == Q4kLayout::TiledCopy => "Q4_K-tiled",
             _ => self.ty.name(),
         }
     }
@@ -162,7 +172,7 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
 /// A model of `layers` random 8B-shaped layers of `weights`, loaded.
 fn load(b: &mut Bench, weights: Weights, layers: usize) -> Result<Model<bf16>> {
     let file = Arc::new(GgufFile::from_bytes(layers_of(&mut b.rng, weights.ty, layers)?)?);
-    let model = Model::<bf16>::load_with(file, &b.stream, LoadOptions { mxfp4: weights.layout })?;
+    let model = Model::<bf16>::load_with(file, &b.stream, weights.options)?;
     b.stream.synchronize()?;
     Ok(model)
 }

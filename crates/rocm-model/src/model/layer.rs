@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use rocm_kernels::gemm::GemmElement;
 use rocm_kernels::quant::{
-    DeviceTiledMxfp4, MXFP4_TILE_ROWS, TiledMxfp4, TiledNorm, TiledOutput, mx_matvec_tiled_fused,
+    DeviceTiledMxfp4, DeviceTiledQ4k, MXFP4_TILE_ROWS, TiledMxfp4, TiledNorm, TiledOutput, TiledQ4k,
+    mx_matvec_tiled_fused, q4k_matvec_tiled_fused, q4k_matvec_tiled_runs,
 };
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::swiglu::{swiglu, swiglu_fused};
@@ -17,7 +18,7 @@ use rocm_runtime::{DeviceBuffer, Stream};
 use super::config::ModelConfig;
 use super::error::Result;
 use super::linear::{Linear, Products, add_bias, apply_glu, apply_shared, stacked_gate_up, stacked_tiled};
-use super::options::{LoadOptions, Mxfp4Layout};
+use super::options::{LoadOptions, Mxfp4Layout, Q4kLayout};
 use super::weights::{Block, LayerTensor, load_device, load_linear, tensor_name};
 use crate::gguf::GgmlType;
 use crate::lazy::DeviceTensors;
@@ -28,6 +29,8 @@ use crate::lazy::DeviceTensors;
 pub(super) struct LayerWeights<T: GemmElement> {
     vectors: Vec<(LayerTensor, DeviceBuffer<T>)>,
     matrices: Projections<T>,
+    /// [`Q4kLayout::TiledCopy`]'s copy, where the layer and the device allow it.
+    q4k_copy: Option<Q4kCopy>,
 }
 
 /// A layer's projections, by tensor.
@@ -69,7 +72,13 @@ impl<T: GemmElement> LayerWeights<T> {
                 vectors.push((t, load_device(tensors, &name)?));
             }
         }
-        Ok(LayerWeights { vectors, matrices })
+        let q4k_copy = match options.q4k {
+            Q4kLayout::TiledCopy if q4k_matvec_tiled_runs::<T>(tensors.stream()) => {
+                load_q4k_copy(tensors, config, layer, present)?
+            }
+            _ => None,
+        };
+        Ok(LayerWeights { vectors, matrices, q4k_copy })
     }
 
     /// A projection the layer has (checked at load).
@@ -91,14 +100,26 @@ impl<T: GemmElement> LayerWeights<T> {
         if tokens != 1 || post_norms.iter().any(|&t| self.vector(t).is_some()) {
             return None;
         }
+        if let Some(c) = &self.q4k_copy {
+            return Some(Folded {
+                qkv: TiledWeight::Q4k(&c.qkv),
+                o: TiledWeight::Q4k(&c.o),
+                gate_up: TiledWeight::Q4k(&c.gate_up),
+                down: TiledWeight::Q4k(&c.down),
+            });
+        }
         let linear = |t| self.maybe_linear(t);
         let (q, k, v) =
             (linear(LayerTensor::AttnQ)?, linear(LayerTensor::AttnK)?, linear(LayerTensor::AttnV)?);
         Some(Folded {
-            qkv: stacked_tiled(&[q, k, v], tokens)?,
-            o: stacked_tiled(&[linear(LayerTensor::AttnOutput)?], tokens)?,
-            gate_up: stacked_gate_up(linear(LayerTensor::FfnGate)?, linear(LayerTensor::FfnUp)?, tokens)?,
-            down: stacked_tiled(&[linear(LayerTensor::FfnDown)?], tokens)?,
+            qkv: TiledWeight::Mxfp4(stacked_tiled(&[q, k, v], tokens)?),
+            o: TiledWeight::Mxfp4(stacked_tiled(&[linear(LayerTensor::AttnOutput)?], tokens)?),
+            gate_up: TiledWeight::Mxfp4(stacked_gate_up(
+                linear(LayerTensor::FfnGate)?,
+                linear(LayerTensor::FfnUp)?,
+                tokens,
+            )?),
+            down: TiledWeight::Mxfp4(stacked_tiled(&[linear(LayerTensor::FfnDown)?], tokens)?),
         })
     }
 
@@ -118,7 +139,8 @@ impl<T: GemmElement> LayerWeights<T> {
 
     pub fn device_bytes(&self) -> u64 {
         let vectors: usize = self.vectors.iter().map(|(_, v)| v.len() * size_of::<T>()).sum();
-        vectors as u64 + self.matrices.iter().map(|(_, w)| w.device_bytes()).sum::<u64>()
+        let copy = self.q4k_copy.as_ref().map_or(0, Q4kCopy::device_bytes);
+        vectors as u64 + self.matrices.iter().map(|(_, w)| w.device_bytes()).sum::<u64>() + copy
     }
 
     /// The projections, for sizing what their products need.
@@ -178,7 +200,7 @@ impl<T: GemmElement> LayerWeights<T> {
     ) -> Result<()> {
         let norm = TiledNorm { weight: self.norm(LayerTensor::AttnNorm), eps };
         let outputs = TiledOutput::Split(&mut [&mut *q, &mut *k, &mut *v]);
-        mx_matvec_tiled_fused(folded.qkv, h, 1, Some(norm), outputs, false)?;
+        folded.qkv.fused(h, Some(norm), outputs)?;
         self.add_qkv_biases(1, ones, [q, k, v], products)
     }
 
@@ -195,7 +217,7 @@ impl<T: GemmElement> LayerWeights<T> {
             Block::Attention => folded.o,
             Block::Mlp => folded.down,
         };
-        mx_matvec_tiled_fused(w, x, 1, None, TiledOutput::Add(h), false)?;
+        w.fused(x, None, TiledOutput::Add(h))?;
         Ok(())
     }
 
@@ -209,7 +231,7 @@ impl<T: GemmElement> LayerWeights<T> {
         act: &mut DeviceBuffer<T>,
     ) -> Result<()> {
         let norm = TiledNorm { weight: self.norm(LayerTensor::FfnNorm), eps };
-        mx_matvec_tiled_fused(folded.gate_up, h, 1, Some(norm), TiledOutput::Swiglu(act), false)?;
+        folded.gate_up.fused(h, Some(norm), TiledOutput::Swiglu(act))?;
         Ok(())
     }
 
@@ -270,10 +292,88 @@ impl<T: GemmElement> LayerWeights<T> {
 /// output to the stream as they store it (its residual launch). Two launches fewer a layer than
 /// the norms' own (docs/model.md, "The norms folded into the tiled products").
 pub(super) struct Folded<'a> {
-    qkv: &'a DeviceTiledMxfp4,
-    o: &'a DeviceTiledMxfp4,
-    gate_up: &'a DeviceTiledMxfp4,
-    down: &'a DeviceTiledMxfp4,
+    qkv: TiledWeight<'a>,
+    o: TiledWeight<'a>,
+    gate_up: TiledWeight<'a>,
+    down: TiledWeight<'a>,
+}
+
+/// A folded pass's weight: tiled MXFP4 (the projections themselves) or a tiled q4_K copy.
+#[derive(Clone, Copy)]
+enum TiledWeight<'a> {
+    Mxfp4(&'a DeviceTiledMxfp4),
+    Q4k(&'a DeviceTiledQ4k),
+}
+
+impl TiledWeight<'_> {
+    /// One token `x` through `norm` first where given, into `out`.
+    fn fused<T: GemmElement>(
+        self,
+        x: &DeviceBuffer<T>,
+        norm: Option<TiledNorm<'_, T>>,
+        out: TiledOutput<'_, '_, T>,
+    ) -> Result<()> {
+        match self {
+            TiledWeight::Mxfp4(w) => mx_matvec_tiled_fused(w, x, 1, norm, out, false)?,
+            TiledWeight::Q4k(w) => q4k_matvec_tiled_fused(w, x, norm, out)?,
+        }
+        Ok(())
+    }
+}
+
+/// [`Q4kLayout::TiledCopy`]'s copy of a layer's q4_K projections in the tiled layout.
+struct Q4kCopy {
+    qkv: DeviceTiledQ4k,
+    o: DeviceTiledQ4k,
+    gate_up: DeviceTiledQ4k,
+    down: DeviceTiledQ4k,
+}
+
+impl Q4kCopy {
+    fn device_bytes(&self) -> u64 {
+        [&self.qkv, &self.o, &self.gate_up, &self.down].iter().map(|w| w.bytes() as u64).sum()
+    }
+}
+
+/// Layer `layer`'s tiled q4_K copy ([`Q4kLayout::TiledCopy`]): `None` (nothing uploaded) unless
+/// Q, K, V, O, gate, up and down are all q4_K, Q, K and gate whole tiles, and there are no
+/// post-norms (a folded pass needs none).
+fn load_q4k_copy(
+    tensors: &DeviceTensors,
+    config: &ModelConfig,
+    layer: usize,
+    present: &[LayerTensor],
+) -> Result<Option<Q4kCopy>> {
+    use LayerTensor::*;
+    let file = tensors.file();
+    let all = [AttnQ, AttnK, AttnV, AttnOutput, FfnGate, FfnUp, FfnDown];
+    let q4k = |t: LayerTensor| {
+        present.contains(&t)
+            && file.tensor(&tensor_name(layer, t)).is_ok_and(|info| info.ggml_type() == GgmlType::Q4_K)
+    };
+    let whole = [AttnQ, AttnK, FfnGate].iter().all(|t| t.out_in(config).0.is_multiple_of(MXFP4_TILE_ROWS));
+    if !all.iter().all(|&t| q4k(t))
+        || !whole
+        || present.iter().any(|t| matches!(t, AttnPostNorm | FfnPostNorm))
+    {
+        return Ok(None);
+    }
+    let stacked = |group: &[LayerTensor]| -> Result<DeviceTiledQ4k> {
+        let parts = group
+            .iter()
+            .map(|&t| {
+                let (out, inp) = t.out_in(config);
+                Ok(TiledQ4k::from_gguf(file.bytes(&tensor_name(layer, t))?, out, inp)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(TiledQ4k::stack(&parts.iter().collect::<Vec<_>>())?.upload(tensors.stream())?)
+    };
+    Ok(Some(Q4kCopy {
+        qkv: stacked(&[AttnQ, AttnK, AttnV])?,
+        o: stacked(&[AttnOutput])?,
+        gate_up: stacked(&[FfnGate, FfnUp])?,
+        down: stacked(&[FfnDown])?,
+    }))
 }
 
 /// The projections the tiled layout stacks into one weight where they are all MXFP4 of one

@@ -6,6 +6,23 @@
 pub struct LoadOptions {
     /// The layout of MXFP4 projections.
     pub mxfp4: Mxfp4Layout,
+    /// Whether q4_K layers also keep a tiled copy for one-token passes.
+    pub q4k: Q4kLayout,
+}
+
+/// Where a layer's q4_K projections are kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Q4kLayout {
+    /// As the file stores them (GGUF `block_q4_K` rows), for every pass.
+    #[default]
+    Rows,
+    /// The rows, and beside them a copy re-laid out at load for the tiled kernel
+    /// (`rocm_kernels::quant::TiledQ4k`: Q, K and V stacked, gate and up stacked, O and down
+    /// alone) where the device runs it (NVIDIA matrix cores, f16 or bf16): one-token passes fold
+    /// the layer's norms and residual adds into its products on the copy, every other pass reads
+    /// the rows. Twice the projections' device bytes: a measurement of the tiled q4_K layer
+    /// (docs/kernels/q4k_tiled.md), not a way to hold a model.
+    TiledCopy,
 }
 
 /// Where a layer's MXFP4 projections are kept. Either way the device holds the file's bytes

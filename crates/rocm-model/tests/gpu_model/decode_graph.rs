@@ -392,7 +392,7 @@ fn batched_greedy_decode_equals_each_prompt_alone() {
 #[test]
 fn decode_graph_equals_eager_tiled_mxfp4() {
     let gpu = gpu_test!();
-    let tiled = LoadOptions { mxfp4: Mxfp4Layout::Tiled };
+    let tiled = LoadOptions { mxfp4: Mxfp4Layout::Tiled, ..LoadOptions::default() };
     graph_equals_eager_of::<bf16>(
         &gpu,
         crate::model::mxfp4_file(),
@@ -409,9 +409,24 @@ fn decode_graph_equals_eager_tiled_mxfp4() {
 #[test]
 fn decode_graph_equals_eager_tiled_mxfp4_batches() {
     let gpu = gpu_test!();
-    let tiled = LoadOptions { mxfp4: Mxfp4Layout::Tiled };
+    let tiled = LoadOptions { mxfp4: Mxfp4Layout::Tiled, ..LoadOptions::default() };
     let file = crate::model::mxfp4_file();
     graph_equals_eager_of::<bf16>(&gpu, file.clone(), "MXFP4 tiled, three sequences", &PROMPTS, 16, tiled);
     let prompts = [37, 23, 5, 1, 16, 17, 40, 60, 9, 31, 2, 64];
     graph_equals_eager_of::<bf16>(&gpu, file, "MXFP4 tiled, 12 sequences", &prompts, 96, tiled);
+}
+
+/// One sequence of the q4_K model with its tiled copy: the graph records the folded tiled q4_K
+/// launches (where the device runs them); its steps equal the eager ones bit for bit.
+#[test]
+fn decode_graph_equals_eager_tiled_q4k_copy() {
+    let gpu = gpu_test!();
+    graph_equals_eager_of::<bf16>(
+        &gpu,
+        crate::model::q4k_file(),
+        "q4_K tiled copy, one sequence",
+        &[29],
+        8,
+        crate::model::Q4K_COPY,
+    );
 }

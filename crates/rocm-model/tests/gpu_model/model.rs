@@ -15,8 +15,8 @@ use rocm_model::kv_cache::{KvCacheError, KvCacheTensors, PagedCache, SeqId};
 use rocm_model::model::synthetic::{SplitMix, SyntheticSpec, SyntheticVocab, parity_tolerance};
 use rocm_model::model::{
     Architecture, LayerTensor, LoadOptions, Model, ModelConfig, ModelError, Mxfp4Layout, OUTPUT_NORM,
-    ROPE_FREQS, ReferenceModel, ReferenceSequence, Rounding, Sampler, Sampling, llama3_freq_factors,
-    tensor_name,
+    Q4kLayout, ROPE_FREQS, ReferenceModel, ReferenceSequence, Rounding, Sampler, Sampling,
+    llama3_freq_factors, tensor_name,
 };
 use rocm_model::{GgmlType, GgufFile, GgufWriter};
 use rocm_runtime::{DeviceBuffer, bf16, f16};
@@ -241,7 +241,64 @@ fn tiled_mxfp4_weights_take_the_files_bytes() {
     assert_eq!(tiled.weight_bytes(), rows.weight_bytes());
 }
 
-const TILED: LoadOptions = LoadOptions { mxfp4: Mxfp4Layout::Tiled };
+const TILED: LoadOptions = LoadOptions { mxfp4: Mxfp4Layout::Tiled, q4k: Q4kLayout::Rows };
+
+/// Every projection q4_K (hidden 512, FFN 1024, 8 query and 2 KV heads of 64).
+fn q4k_types(_: usize, t: LayerTensor) -> GgmlType {
+    if t.is_matrix() { GgmlType::Q4_K } else { GgmlType::F32 }
+}
+
+/// The model of [`q4k_types`].
+pub(crate) fn q4k_file() -> Arc<GgufFile> {
+    let base = SyntheticSpec::small(Architecture::Llama);
+    let spec = SyntheticSpec {
+        config: ModelConfig { hidden: 512, ffn: 1024, q_heads: 8, kv_heads: 2, ..base.config },
+        types: q4k_types,
+        ..base
+    };
+    Arc::new(GgufFile::from_bytes(spec.to_bytes().unwrap()).unwrap())
+}
+
+pub(crate) const Q4K_COPY: LoadOptions = LoadOptions { mxfp4: Mxfp4Layout::Rows, q4k: Q4kLayout::TiledCopy };
+
+/// q4_K with the tiled copy: where the device runs the tiled q4_K kernel, every decode step of
+/// one sequence folds the layer's norms and residual adds into its products on the copy (the
+/// prefill reads the rows); elsewhere the copy is not made and the rows run everything.
+#[test]
+fn tiled_q4k_copy_model_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    parity_one_sequence_of::<bf16>(&gpu, q4k_file(), "q4_K tiled copy", Q4K_COPY);
+}
+
+#[test]
+fn tiled_q4k_copy_model_matches_the_reference_f16() {
+    let gpu = gpu_test!();
+    parity_one_sequence_of::<f16>(&gpu, q4k_file(), "q4_K tiled copy", Q4K_COPY);
+}
+
+/// Two sequences a step: the copy serves one-token passes only, so these read the rows.
+#[test]
+fn tiled_q4k_copy_model_batches_match_the_reference_bf16() {
+    let gpu = gpu_test!();
+    parity_of::<bf16>(&gpu, q4k_file(), "q4_K tiled copy, batches", Q4K_COPY);
+}
+
+/// The copy takes the projections' bytes a second time where it is made (and nothing else).
+#[test]
+fn tiled_q4k_copy_takes_the_projections_bytes_again() {
+    let gpu = gpu_test!();
+    let rows = Model::<bf16>::load(q4k_file(), gpu.stream()).unwrap();
+    let copy = Model::<bf16>::load_with(q4k_file(), gpu.stream(), Q4K_COPY).unwrap();
+    let file = q4k_file();
+    let projections: u64 = (0..rows.config().layers)
+        .flat_map(|l| Architecture::Llama.layer_tensors().iter().map(move |&t| (l, t)))
+        .filter(|(_, t)| t.is_matrix())
+        .map(|(l, t)| file.tensor(&tensor_name(l, t)).unwrap().n_bytes())
+        .sum();
+    let runs = rocm_kernels::quant::q4k_matvec_tiled_runs::<bf16>(gpu.stream());
+    let extra = if runs { projections } else { 0 };
+    assert_eq!(copy.weight_bytes(), rows.weight_bytes() + extra);
+}
 
 /// Block-format projections stay as their blocks on the device: the weights take the file's
 /// bytes for those, and `T`'s for the plain types (converted at load) and the norms.
