@@ -160,6 +160,18 @@ fn rows_glu<T: Dtype>(
     }))
 }
 
+/// A tiled row's device inputs and outputs: random x (`batch` vectors of `k`), an output a part
+/// of `group` (`batch` rows each), and a norm weight (`k`, for the normed rows).
+type TiledIo<T> = (DeviceBuffer<T>, Vec<DeviceBuffer<T>>, DeviceBuffer<T>);
+fn tiled_io<T: Dtype>(b: &mut Bench, group: &[usize], k: usize, batch: usize) -> Result<TiledIo<T>> {
+    let x = b.random::<T>(batch * k, -1.0, 1.0);
+    let x = b.stream.upload(&x)?;
+    let ys =
+        group.iter().map(|&n| b.stream.alloc::<T>(batch * n)).collect::<std::result::Result<Vec<_>, _>>()?;
+    let norm_weight = b.random::<T>(k, 0.5, 1.5);
+    Ok((x, ys, b.stream.upload(&norm_weight)?))
+}
+
 /// What a tiled q4_K row's launch does with its totals ([`TiledOutput`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Q4kOut {
@@ -199,11 +211,7 @@ fn q4k_tiled<T: Dtype>(
     let device = (0..copies(b, weight_bytes))
         .map(|i| stacked[i % 2].upload(&b.stream))
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    let x = b.random::<T>(k, -1.0, 1.0);
-    let x = b.stream.upload(&x)?;
-    let mut ys = group.iter().map(|&n| b.stream.alloc::<T>(n)).collect::<std::result::Result<Vec<_>, _>>()?;
-    let norm_weight = b.random::<T>(k, 0.5, 1.5);
-    let norm_weight = b.stream.upload(&norm_weight)?;
+    let (x, mut ys, norm_weight) = tiled_io::<T>(b, group, k, 1)?;
     let norm = normed.then_some(TiledNorm { weight: &norm_weight, eps: 1e-5 });
     let mut i = 0;
     let ms = b.time(|| {
@@ -261,12 +269,7 @@ fn tiled_split<T: Dtype>(
             .collect::<std::result::Result<Vec<_>, _>>()?;
         stacked.push(TiledMxfp4::stack(&tiled.iter().collect::<Vec<_>>())?.upload(&b.stream)?);
     }
-    let x = b.random::<T>(batch * k, -1.0, 1.0);
-    let x = b.stream.upload(&x)?;
-    let mut ys =
-        group.iter().map(|&n| b.stream.alloc::<T>(batch * n)).collect::<std::result::Result<Vec<_>, _>>()?;
-    let norm_weight = b.random::<T>(k, 0.5, 1.5);
-    let norm_weight = b.stream.upload(&norm_weight)?;
+    let (x, mut ys, norm_weight) = tiled_io::<T>(b, group, k, batch)?;
     let norm = normed.then_some(TiledNorm { weight: &norm_weight, eps: 1e-5 });
     let mut i = 0;
     let ms = b.time(|| {

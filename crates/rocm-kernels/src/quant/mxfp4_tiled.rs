@@ -106,15 +106,8 @@ pub struct TiledMxfp4 {
 impl TiledMxfp4 {
     /// Re-lays out `n` rows of `k / 32` GGUF `block_mxfp4` blocks (`n * k / 32 * 17` bytes).
     pub fn from_gguf(blocks: &[u8], n: usize, k: usize) -> Result<Self> {
-        ensure(k.is_multiple_of(QK), KERNEL, || format!("k = {k} is not a multiple of {QK}"))?;
+        tiled::check_gguf_rows(KERNEL, blocks.len(), n, k, (QK, MXFP4_GGUF_BLOCK_BYTES, "MXFP4 blocks"))?;
         let nb = k / QK;
-        let need = n.checked_mul(nb).and_then(|b| b.checked_mul(MXFP4_GGUF_BLOCK_BYTES));
-        ensure(need == Some(blocks.len()), KERNEL, || match need {
-            Some(need) => {
-                format!("w holds {} bytes; {n} rows of {nb} MXFP4 blocks need {need}", blocks.len())
-            }
-            None => format!("[{n}, {k}] overflows usize"),
-        })?;
         let (payload_bytes, scale_bytes) = tiled_bytes(n, k).ok_or_else(|| KernelError::Shape {
             kernel: KERNEL,
             message: format!("the tiled [{n}, {k}] weight overflows usize"),
@@ -198,22 +191,8 @@ impl TiledMxfp4 {
     /// layout is tile by tile, so this is the parts' bytes one after another; every part but
     /// the last must have whole tiles ([`TILE_ROWS`] rows), so that no tile holds two parts.
     pub fn stack(parts: &[&TiledMxfp4]) -> Result<Self> {
-        let Some((first, rest)) = parts.split_first() else {
-            return Err(KernelError::Shape { kernel: KERNEL, message: "no weights to stack".into() });
-        };
-        let k = first.k;
-        for (i, part) in parts.iter().enumerate() {
-            ensure(part.k == k, KERNEL, || format!("weight {i} has k = {}, weight 0 has k = {k}", part.k))?;
-            ensure(i + 1 == parts.len() || part.n.is_multiple_of(TILE_ROWS), KERNEL, || {
-                format!(
-                    "weight {i} has {} rows; every weight but the last needs a multiple of {TILE_ROWS}",
-                    part.n
-                )
-            })?;
-        }
-        let n = parts.iter().try_fold(0usize, |n, p| n.checked_add(p.n)).ok_or_else(|| {
-            KernelError::Shape { kernel: KERNEL, message: "the stacked rows overflow usize".into() }
-        })?;
+        let n = tiled::stacked_rows(KERNEL, &parts.iter().map(|p| (p.n, p.k)).collect::<Vec<_>>())?;
+        let (first, rest) = parts.split_first().expect("stacked_rows refuses no parts");
         let mut stacked = (*first).clone();
         for part in rest {
             stacked.payload.extend_from_slice(&part.payload);

@@ -154,3 +154,40 @@ pub(crate) fn norm_arg<T: Dtype>(
     })?;
     Ok(abi::rf_t4_norm { weight: norm.weight.device_ptr(), eps: norm.eps, unused: 0 })
 }
+
+/// The rows of weights of `(n, k)` each stacked along their rows ([`super::TiledMxfp4::stack`],
+/// [`super::TiledQ4k::stack`]): the parts' `n` added up, once every part has the first one's
+/// `k` and every part but the last whole tiles (so that no tile holds two parts).
+pub(crate) fn stacked_rows(kernel: &'static str, parts: &[(usize, usize)]) -> Result<usize> {
+    let Some(&(_, k)) = parts.first() else {
+        return Err(KernelError::Shape { kernel, message: "no weights to stack".into() });
+    };
+    for (i, &(n, part_k)) in parts.iter().enumerate() {
+        ensure(part_k == k, kernel, || format!("weight {i} has k = {part_k}, weight 0 has k = {k}"))?;
+        ensure(i + 1 == parts.len() || n.is_multiple_of(TILE_ROWS), kernel, || {
+            format!("weight {i} has {n} rows; every weight but the last needs a multiple of {TILE_ROWS}")
+        })?;
+    }
+    parts
+        .iter()
+        .try_fold(0usize, |total, &(n, _)| total.checked_add(n))
+        .ok_or_else(|| KernelError::Shape { kernel, message: "the stacked rows overflow usize".into() })
+}
+
+/// Checks that `len` bytes are `n` GGUF rows of `k` elements in blocks of `elems` elements and
+/// `bytes` bytes (`what` names the block in the error).
+pub(crate) fn check_gguf_rows(
+    kernel: &'static str,
+    len: usize,
+    n: usize,
+    k: usize,
+    (elems, bytes, what): (usize, usize, &str),
+) -> Result<()> {
+    ensure(k.is_multiple_of(elems), kernel, || format!("k = {k} is not a multiple of {elems}"))?;
+    let blocks = k / elems;
+    let need = n.checked_mul(blocks).and_then(|b| b.checked_mul(bytes));
+    ensure(need == Some(len), kernel, || match need {
+        Some(need) => format!("w holds {len} bytes; {n} rows of {blocks} {what} need {need}"),
+        None => format!("[{n}, {k}] overflows usize"),
+    })
+}
