@@ -32,8 +32,8 @@
 //! (`q4_K tiled normed ... b1`).
 //!
 //! `ROCMFORGE_BENCH_QMV_FORMATS` (a comma-separated list of ggml format names, `q4_K,q8_0`)
-//! limits the rows to those formats (the MXFP4 groups run where `mxfp4` is named); the read
-//! ceilings always run.
+//! limits the rows to those formats (the MXFP4 groups run where `mxfp4` is named, the tiled q4_K
+//! rows alone where `q4_K-tiled` is); the read ceilings always run.
 
 use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
@@ -53,10 +53,11 @@ const BATCHES: &[usize] = &[1, 8, 32];
 /// The products the model groups (rows of each; k = 4096): Q, K, V, and gate, up.
 const GROUPS: &[&[usize]] = &[&[4096, 1024, 1024], &[14_336, 14_336]];
 
-/// The names of the formats whose rows run (`ROCMFORGE_BENCH_QMV_FORMATS`): the ggml formats'
-/// and `mxfp4`.
+/// The names of the formats whose rows run (`ROCMFORGE_BENCH_QMV_FORMATS`): the ggml formats',
+/// `mxfp4`, and `q4_K-tiled` (the tiled q4_K rows alone; `q4_K` runs them too).
 fn selected_formats() -> Result<Vec<&'static str>> {
-    let names: Vec<&'static str> = GgmlFormat::ALL.iter().map(|f| f.name()).chain(["mxfp4"]).collect();
+    let names: Vec<&'static str> =
+        GgmlFormat::ALL.iter().map(|f| f.name()).chain(["mxfp4", "q4_K-tiled"]).collect();
     super::env_selection("ROCMFORGE_BENCH_QMV_FORMATS", &names, |n| n)
 }
 
@@ -64,6 +65,28 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let formats = selected_formats()?;
     let selected = |name: &str| formats.contains(&name);
     let mut rows = Vec::new();
+    if selected("q4_K") || selected("q4_K-tiled") {
+        // The tiled q4_K layer as a folded model would run it: Q, K and V stacked, O added to the
+        // stream, gate and up with their SwiGLU, down added to the stream; Q, K, V and gate and
+        // up once more with the RMSNorm folded in.
+        let launches: &[(&[usize], usize, Q4kOut, bool)] = &[
+            (&[4096, 1024, 1024], 4096, Q4kOut::Split, false),
+            (&[4096, 1024, 1024], 4096, Q4kOut::Split, true),
+            (&[4096], 4096, Q4kOut::Add, false),
+            (&[14_336, 14_336], 4096, Q4kOut::Swiglu, false),
+            (&[14_336, 14_336], 4096, Q4kOut::Swiglu, true),
+            (&[4096], 14_336, Q4kOut::Add, false),
+        ];
+        for &(group, k, out, normed) in launches {
+            rows.extend(q4k_tiled::<f16>(b, group, k, out, normed)?);
+            rows.extend(q4k_tiled::<bf16>(b, group, k, out, normed)?);
+        }
+        // The GGUF rows' gate and up with their SwiGLU (what the model runs today), beside them.
+        let (gate, up) =
+            (weights(b, GgmlFormat::Q4K, 14_336, 4096)?, weights(b, GgmlFormat::Q4K, 14_336, 4096)?);
+        rows.extend(rows_glu::<f16>(b, &gate, &up)?);
+        rows.extend(rows_glu::<bf16>(b, &gate, &up)?);
+    }
     for &(n, k) in SHAPES {
         rows.push(read_ceiling(b, GgmlFormat::Q4K, n, k)?);
         for format in GgmlFormat::ALL.into_iter().filter(|f| selected(f.name())) {
@@ -104,28 +127,6 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             rows.push(tiled_split::<f16>(b, group, 4096, 1, swiglu, true)?);
             rows.push(tiled_split::<bf16>(b, group, 4096, 1, swiglu, true)?);
         }
-    }
-    if selected("q4_K") {
-        // The tiled q4_K layer as a folded model would run it: Q, K and V stacked, O added to the
-        // stream, gate and up with their SwiGLU, down added to the stream; Q, K, V and gate and
-        // up once more with the RMSNorm folded in.
-        let launches: &[(&[usize], usize, Q4kOut, bool)] = &[
-            (&[4096, 1024, 1024], 4096, Q4kOut::Split, false),
-            (&[4096, 1024, 1024], 4096, Q4kOut::Split, true),
-            (&[4096], 4096, Q4kOut::Add, false),
-            (&[14_336, 14_336], 4096, Q4kOut::Swiglu, false),
-            (&[14_336, 14_336], 4096, Q4kOut::Swiglu, true),
-            (&[4096], 14_336, Q4kOut::Add, false),
-        ];
-        for &(group, k, out, normed) in launches {
-            rows.extend(q4k_tiled::<f16>(b, group, k, out, normed)?);
-            rows.extend(q4k_tiled::<bf16>(b, group, k, out, normed)?);
-        }
-        // The GGUF rows' gate and up with their SwiGLU (what the model runs today), beside them.
-        let (gate, up) =
-            (weights(b, GgmlFormat::Q4K, 14_336, 4096)?, weights(b, GgmlFormat::Q4K, 14_336, 4096)?);
-        rows.extend(rows_glu::<f16>(b, &gate, &up)?);
-        rows.extend(rows_glu::<bf16>(b, &gate, &up)?);
     }
     Ok(rows)
 }
