@@ -15,14 +15,16 @@
 //   W(r, P, u): row r's elements 8e + m (m < 8) of sub-block u + 4h, element m at nibble
 //   NIBBLE(m) = 0, 4, 2, 6, 1, 5, 3, 7 (bits 4 NIBBLE(m) .. + 4).
 //
-// Entries (payload, scales, x, rf_t4_outputs y, rf_t4_norm norm, u32 nb, u32 batch), nb = k / 32,
-// one vector (batch 1), NVIDIA sm_80+ (mma.sync; elsewhere they trap and the launcher never
-// picks them):
-//   rf_q4k_tiled_matvec_mma_<dt>   f16 / bf16
+// Entries (payload, scales, x, rf_t4_outputs y, rf_t4_norm norm, u32 nb, u32 batch), nb = k / 32:
+//   rf_q4k_tiled_matvec_mma_<dt>   f16 / bf16, one vector, NVIDIA sm_80+ (mma.sync; elsewhere
+//                                  they trap and the launcher never picks them)
 //   rf_q4k_tiled_normed_mma_<dt>   the same with the RMSNorm `norm` applied to x (x then a row of
 //                                  the residual stream; rocmforge_mxfp4_tiled_abi.h)
+//   rf_q4k_tiled_matvec_<dt>,      portable: f32, f16, bf16, any device, any batch (normed: one
+//   rf_q4k_tiled_normed_<dt>       vector)
 // putting their totals as y.mode says (stored, added to the residual stream, or a gate-and-up
-// product's SwiGLU), as the MXFP4 entries do.
+// product's SwiGLU), as the MXFP4 entries do; and rf_q4k_tiled_dequant_<dt> (payload, scales,
+// T* out, u32 rows, u32 nb): the weight's first `rows` rows as T, row-major, for a prefill's GEMM.
 //
 // Matrix-core kernel: rf_t4_stream's resident blocks and per-warp cp.async rings, a stage a
 // group (2304 bytes); x staged once a block as f16 (bf16 block-scaled, rocmforge_x16.h), with each
@@ -242,6 +244,144 @@ RF_DEVICE void rf_t4k_matvec_mma(const uint4* payload, const unsigned char* scal
 #define RF_T4K_BODY(T, NORM) RF_MMA_UNAVAILABLE();
 #endif // RF_MMA_SYNC
 
+// Portable: the same layout, one tile a block (grid-stride), the warps splitting its
+// super-blocks round-robin; lane (g, u) reads its words straight from global memory and covers
+// rows g and g + 8 of sub-blocks u and u + 4 whole (its four words of each), so it forms their
+// sums of codes times x and of x itself in f32 and scales them as the matrix-core kernel does
+// (d (sc S) - dmin (m X)); the four lanes of a row are added in shared memory with the warps'.
+// Several vectors one after another over the tile. Any warp width: "warp" here is 32
+// consecutive threads, and nothing is exchanged between threads but through shared memory.
+// NORM: each vector's s first (rf_t4_norm_scale_portable), then each element of x normalised
+// and rounded to T as it is read.
+template <typename T, bool NORM>
+RF_DEVICE void rf_t4k_matvec(const uint4* payload, const unsigned char* headers, const T* x, const rf_t4_outputs& y,
+                             rf_t4_norm norm, unsigned nb, unsigned batch) {
+    __shared__ float totals[2][RF_T4_WARPS * 4 * RF_T4_ROWS]; // by parity (rf_t4_finish)
+    __shared__ float keep[RF_T4_ROWS]; // a gate-and-up launch's gates of a tile (rf_t4_put)
+    __shared__ float part[NORM ? RF_T4_WARPS * 32 : 1]; // the norm's sums of squares
+    if ((!NORM && norm.weight != nullptr) || nb % RF_T4_GROUP != 0) {
+        RF_T4_TRAP(); // a norm only the normed entry applies; whole super-blocks
+    }
+    const T* wn = static_cast<const T*>(norm.weight);
+    const int lane = (int)threadIdx.x & 31;
+    const int warp = (int)threadIdx.x >> 5;
+    const int warps = (int)blockDim.x >> 5;
+    const int u = lane & 3;
+    const int g = lane >> 2;
+    const unsigned nsb = nb / RF_T4_GROUP;
+    const unsigned tiles = (y.end[RF_T4_OUTPUTS - 1] + RF_T4_ROWS - 1) / RF_T4_ROWS;
+    const unsigned gate_tiles = y.end[0] / RF_T4_ROWS;
+    const unsigned units = rf_t4_swiglu(y) ? gate_tiles : tiles;
+    const unsigned per_unit = rf_t4_swiglu(y) ? 2u : 1u;
+    unsigned done = 0;
+    rf_follow_prior_grid(); // nothing to do before it
+    for (unsigned unit = blockIdx.x; unit < units; unit += gridDim.x) {
+        for (unsigned tv = 0; tv < batch * per_unit; ++tv) {
+            const unsigned v = tv / per_unit;
+            const unsigned tile = unit + (tv % per_unit) * gate_tiles;
+            const uint4* pt = payload + (rf_u64)tile * nsb * 128u + lane; // 4 pairs of 32 lanes a super-block
+            const unsigned char* ht = headers + (rf_u64)tile * nsb * RF_T4K_SCALE_BYTES;
+            const T* xv = x + (rf_u64)v * nb * RF_QK;
+            const float s = NORM ? rf_t4_norm_scale_portable(xv, (rf_u64)nb * RF_QK, norm.eps, part) : 1.0f;
+            float total_g = 0.0f;
+            float total_h = 0.0f;
+            for (unsigned sb = (unsigned)warp; sb < nsb; sb += (unsigned)warps) {
+                // [half][row]: sums of codes times x, and of x, over sub-block u + 4 half.
+                float cx[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+                float xs[2] = {0.0f, 0.0f};
+                // Not unrolled: the normed f16 entry's unrolled pairs spilled on RDNA 3 and 4.
+#pragma unroll 1
+                for (int p = 0; p < 8; ++p) {
+                    const int h = p >> 2;
+                    const uint4 pair = pt[(sb * 4u + (unsigned)(p >> 1)) * 32u];
+                    const unsigned wg = p & 1 ? pair.z : pair.x;
+                    const unsigned wh = p & 1 ? pair.w : pair.y;
+                    const rf_u64 c = (rf_u64)sb * RF_QK_K + 32u * (unsigned)(u + 4 * h) + 8u * (unsigned)(p & 3);
+#pragma unroll
+                    for (int m = 0; m < 8; ++m) {
+                        // Element m of the word's eight at nibble 0, 4, 2, 6, 1, 5, 3, 7.
+                        const int nibble = ((m & 1) << 2) | (m & 2) | ((m >> 2) & 1);
+                        float xval = rf_to_float(xv[c + m]);
+                        if constexpr (NORM) {
+                            xval = rf_to_float(rf_from_float<T>(rf_t4_normed(xval, s, rf_to_float(wn[c + m]))));
+                        }
+                        cx[h][0] = fmaf((float)((wg >> (4 * nibble)) & 15u), xval, cx[h][0]);
+                        cx[h][1] = fmaf((float)((wh >> (4 * nibble)) & 15u), xval, cx[h][1]);
+                        xs[h] += xval;
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const unsigned char* hd = ht + (rf_u64)sb * RF_T4K_SCALE_BYTES + 16u * (unsigned)(g + 8 * r);
+                    const float d = rf_f16_bits_to_float(hd[0], hd[1]);
+                    const float dmin = rf_f16_bits_to_float(hd[2], hd[3]);
+                    float part_r = 0.0f;
+                    for (int h = 0; h < 2; ++h) {
+                        unsigned int sc, m;
+                        rf_kquant_scale_min(hd + 4, u + 4 * h, &sc, &m);
+                        part_r += (d * (float)sc) * cx[h][r] - (dmin * (float)m) * xs[h];
+                    }
+                    if (r == 0) {
+                        total_g += part_r;
+                    } else {
+                        total_h += part_r;
+                    }
+                }
+            }
+            float* sums = totals[done & 1];
+            sums[(warp * RF_T4_ROWS + g) * 4 + u] = total_g;
+            sums[(warp * RF_T4_ROWS + g + 8) * 4 + u] = total_h;
+            rf_t4_finish<4, T>(sums, (unsigned)warps, tile, y, v, keep);
+            ++done;
+        }
+    }
+}
+
+// Dequantisation: a thread a 16-byte payload vector (tile t, super-block s, pair p, lane l = 4g +
+// u; grid-stride). Its words W(g, 2p, u), W(g + 8, 2p, u), W(g, 2p + 1, u), W(g + 8, 2p + 1, u)
+// are four runs of 8 elements of a row, each stored with one 16-byte store (two for f32); each
+// element is (d * sc) * q - dmin * m in f32, rounded to T once, as kernels/dequant.hip gives the
+// GGUF rows (rocmforge_quant.h's k-quant order); the padding rows are not written.
+template <typename T>
+RF_DEVICE void rf_t4k_dequant(const uint4* payload, const unsigned char* headers, T* out, unsigned rows, unsigned nb) {
+    const unsigned nsb = nb / RF_T4_GROUP;
+    const rf_u64 vectors = (rf_u64)((rows + RF_T4_ROWS - 1) / RF_T4_ROWS) * nsb * 128u;
+    const rf_u64 k = (rf_u64)nb * RF_QK;
+    for (rf_u64 i = (rf_u64)blockIdx.x * blockDim.x + threadIdx.x; i < vectors; i += (rf_u64)gridDim.x * blockDim.x) {
+        const unsigned lane = (unsigned)(i % 32u);
+        const unsigned pp = (unsigned)((i / 32u) % 4u);
+        const rf_u64 ts = i / 128u; // tile * nsb + super-block
+        const unsigned sb = (unsigned)(ts % nsb);
+        const unsigned t = (unsigned)(ts / nsb);
+        const unsigned g = lane >> 2;
+        const unsigned u = lane & 3u;
+        const uint4 v = payload[i];
+        const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const unsigned r = g + 8u * (unsigned)(j & 1);
+            const unsigned p = 2u * pp + (unsigned)(j >> 1); // the mma pair
+            const unsigned row = t * RF_T4_ROWS + r;
+            if (row >= rows) {
+                continue;
+            }
+            const unsigned char* hd = headers + (ts * RF_T4_ROWS + r) * 16u;
+            const int sub = (int)(u + 4u * (p >> 2));
+            unsigned int sc, m;
+            rf_kquant_scale_min(hd + 4, sub, &sc, &m);
+            const float step = rf_f16_bits_to_float(hd[0], hd[1]) * (float)sc;
+            const float offset = rf_f16_bits_to_float(hd[2], hd[3]) * (float)m;
+            float f[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const int nibble = ((e & 1) << 2) | (e & 2) | ((e >> 2) & 1);
+                f[e] = step * (float)((words[j] >> (4 * nibble)) & 15u) - offset;
+            }
+            rf_store_n<T, 8, true>(out + row * k + (rf_u64)sb * RF_QK_K + 32u * (unsigned)sub + 8u * (p & 3u), f);
+        }
+    }
+}
+
 // Every entry is (payload, scales, x, rf_t4_outputs y, rf_t4_norm norm, u32 nb, u32 batch): x
 // [1, nb * 32], nb a multiple of 8 (whole super-blocks), output i [1, its rows]; norm.weight (k
 // elements, 16-byte aligned) for the normed entries, null for the others; batch 1.
@@ -264,3 +404,18 @@ RF_DEVICE void rf_t4k_matvec_mma(const uint4* payload, const unsigned char* scal
 
 RF_T4K_ENTRIES(f16, __half)
 RF_T4K_ENTRIES(bf16, rf_bf16)
+
+// Portable (any device, f32 / f16 / bf16, any batch), and the dequantisation
+// (payload, headers, T* out, u32 rows, u32 nb): the weight's first `rows` rows, row-major.
+#define RF_T4K_PORTABLE(suffix, T)                                                                        \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS) rf_q4k_tiled_matvec_##suffix(RF_T4K_ARGS(T)) {     \
+        rf_t4k_matvec<T, false>(payload, scales, x, y, norm, nb, batch);                                  \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS) rf_q4k_tiled_normed_##suffix(RF_T4K_ARGS(T)) {     \
+        rf_t4k_matvec<T, true>(payload, scales, x, y, norm, nb, batch);                                   \
+    }                                                                                                     \
+    RF_KERNEL void rf_q4k_tiled_dequant_##suffix(const uint4* payload, const unsigned char* scales, T* out, \
+                                                 unsigned rows, unsigned nb) {                            \
+        rf_t4k_dequant<T>(payload, scales, out, rows, nb);                                                \
+    }
+RF_FOR_EACH_DTYPE(RF_T4K_PORTABLE)

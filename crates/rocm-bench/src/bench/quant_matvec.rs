@@ -38,7 +38,7 @@
 use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
     BlockFormat, GgmlFormat, MxFormat, QuantProduct, SplitScratch, TiledMxfp4, TiledNorm, TiledOutput,
-    TiledQ4k, mx_matvec_group_in, mx_matvec_tiled_fused, q4k_matvec_tiled_fused, q4k_matvec_tiled_runs,
+    TiledQ4k, mx_matvec_group_in, mx_matvec_tiled_fused, q4k_matvec_tiled_fused, q4k_tiled_on_matrix_cores,
     quant_matvec_glu, quant_matvec_glu_fuses, quant_matvec_group_in, quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::{DeviceBuffer, bf16, f16};
@@ -193,7 +193,7 @@ fn q4k_tiled<T: Dtype>(
     out: Q4kOut,
     normed: bool,
 ) -> Result<Option<Row>> {
-    if !q4k_matvec_tiled_runs::<T>(&b.stream) {
+    if !q4k_tiled_on_matrix_cores::<T>(&b.stream) {
         return Ok(None);
     }
     let patterns =

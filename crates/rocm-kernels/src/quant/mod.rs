@@ -92,7 +92,8 @@ pub use mxfp4_tiled::{
     x16_rounding_unit,
 };
 pub use q4k_tiled::{
-    DeviceTiledQ4k, TiledQ4k, q4k_matvec_tiled, q4k_matvec_tiled_fused, q4k_matvec_tiled_runs,
+    DeviceTiledQ4k, TiledQ4k, dequantize_tiled_q4k, q4k_matvec_tiled, q4k_matvec_tiled_fused,
+    q4k_matvec_tiled_split, q4k_tiled_on_matrix_cores,
 };
 pub use quant_gemm::{
     QUANT_GEMM_FORMATS, QUANT_GEMM_TILE_TOKENS, quant_gemm, quant_gemm_grid, quant_gemm_runs,

@@ -7,8 +7,10 @@
 //! fragments far apart, and each super-block's header between them. [`TiledQ4k::from_gguf`]
 //! rewrites the same bytes so that a warp's share of the weight is one contiguous run, each lane
 //! reads exactly its codes 16 bytes at a time, and the headers sit in runs of their own;
-//! [`q4k_matvec_tiled_fused`] multiplies one vector. Decoding is exact and the sums are f32, as
-//! in [`super::quant_matvec`], which reads the GGUF rows as they are.
+//! [`q4k_matvec_tiled_fused`] multiplies one vector (on NVIDIA's matrix cores; the portable
+//! kernel elsewhere), [`q4k_matvec_tiled_split`] any number on the portable kernel, and
+//! [`dequantize_tiled_q4k`] gives the rows back for a prefill's GEMM. Decoding is exact and the
+//! sums are f32, as in [`super::quant_matvec`], which reads the GGUF rows as they are.
 //!
 //! # Layout
 //!
@@ -39,7 +41,7 @@ use crate::KernelModule;
 use crate::abi::mxfp4_tiled as abi;
 use crate::dtype::Dtype;
 use crate::error::{KernelError, Result, ensure};
-use crate::launchable::{Launchable, Needs};
+use crate::launchable::{DTYPES, Launchable, Needs};
 use crate::loader;
 
 const KERNEL: &str = "q4k_tiled";
@@ -228,10 +230,10 @@ impl DeviceTiledQ4k {
     }
 }
 
-/// Whether [`q4k_matvec_tiled_fused`] runs for activations of type `T` on `stream`'s device:
-/// NVIDIA `mma.sync` devices (sm_80+), f16 or bf16. There is no portable kernel yet: elsewhere
-/// the weight stays in GGUF's rows ([`super::quant_matvec`]).
-pub fn q4k_matvec_tiled_runs<T: Dtype>(stream: &Stream) -> bool {
+/// Whether one vector of `T` takes the matrix-core kernel on `stream`'s device (NVIDIA
+/// `mma.sync`, sm_80+, f16 or bf16); elsewhere, and for several vectors, the portable kernel runs
+/// (any device, f32 / f16 / bf16, any batch; a lane's codes times x in f32, slower).
+pub fn q4k_tiled_on_matrix_cores<T: Dtype>(stream: &Stream) -> bool {
     stream.backend().info().matrix_cores == MatrixCores::MmaSync && matches!(T::NAME, "f16" | "bf16")
 }
 
@@ -277,7 +279,7 @@ pub fn q4k_matvec_tiled<T: Dtype>(
     x: &DeviceBuffer<T>,
     y: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, x, None, &mut [y], Mode::Store)
+    launch(w, x, 1, None, &mut [y], Mode::Store, false)
 }
 
 /// The tiled q4_K product of one vector `x` (`k` elements) in every form one launch takes:
@@ -286,7 +288,8 @@ pub fn q4k_matvec_tiled<T: Dtype>(
 /// SwiGLU, or added to the residual stream), as [`super::mx_matvec_tiled_fused`] does for MXFP4.
 /// Products are exact and sums f32, rounded to `T` once; x is first staged as f16 (bf16 as
 /// block-scaled f16: `kernels/include/rocmforge_x16.h`, exact but for elements 2^31 below their
-/// block's largest). Needs [`q4k_matvec_tiled_runs`].
+/// block's largest) on the matrix cores ([`q4k_tiled_on_matrix_cores`]); elsewhere the portable
+/// kernel runs.
 pub fn q4k_matvec_tiled_fused<T: Dtype>(
     w: &DeviceTiledQ4k,
     x: &DeviceBuffer<T>,
@@ -294,52 +297,85 @@ pub fn q4k_matvec_tiled_fused<T: Dtype>(
     out: TiledOutput<'_, '_, T>,
 ) -> Result<()> {
     match out {
-        TiledOutput::Split(ys) => launch(w, x, norm, ys, Mode::Store),
-        TiledOutput::Swiglu(act) => launch(w, x, norm, &mut [act], Mode::Swiglu),
-        TiledOutput::Add(h) => launch(w, x, norm, &mut [h], Mode::Add),
+        TiledOutput::Split(ys) => launch(w, x, 1, norm, ys, Mode::Store, false),
+        TiledOutput::Swiglu(act) => launch(w, x, 1, norm, &mut [act], Mode::Swiglu, false),
+        TiledOutput::Add(h) => launch(w, x, 1, norm, &mut [h], Mode::Add, false),
     }
 }
 
-/// The entry for a launch (`normed`: through an RMSNorm) with activations `dtype`.
-fn entry(normed: bool, dtype: &str) -> String {
-    let form = if normed { "normed" } else { "matvec" };
-    format!("rf_q4k_tiled_{form}_mma_{dtype}")
+/// `Y = X W^T` for `batch` vectors `x` (`[batch, k]`) and a stacked weight into one output a
+/// part (`ys[i]`: `[batch, rows_i]`), on the portable kernel (always where `portable`, else
+/// for more than one vector or where [`q4k_tiled_on_matrix_cores`] is false).
+pub fn q4k_matvec_tiled_split<T: Dtype>(
+    w: &DeviceTiledQ4k,
+    x: &DeviceBuffer<T>,
+    batch: usize,
+    ys: &mut [&mut DeviceBuffer<T>],
+    portable: bool,
+) -> Result<()> {
+    launch(w, x, batch, None, ys, Mode::Store, portable)
 }
 
-/// `w` times one vector `x` (through `norm` first where given) into `ys` as `mode` says.
+/// The entry for a launch (`normed`: through an RMSNorm; `mma`: the matrix-core kernel) with
+/// activations `dtype`.
+fn entry(mma: bool, normed: bool, dtype: &str) -> String {
+    let form = if normed { "normed" } else { "matvec" };
+    let kernel = if mma { "_mma" } else { "" };
+    format!("rf_q4k_tiled_{form}{kernel}_{dtype}")
+}
+
+/// `w` times `batch` vectors `x` (through `norm` first where given: one vector) into `ys` as
+/// `mode` says; `portable` runs the portable kernel whatever the device has.
+#[allow(clippy::too_many_arguments)] // the launcher every public form funnels into
 fn launch<T: Dtype>(
     w: &DeviceTiledQ4k,
     x: &DeviceBuffer<T>,
+    batch: usize,
     norm: Option<TiledNorm<'_, T>>,
     ys: &mut [&mut DeviceBuffer<T>],
     mode: Mode,
+    portable: bool,
 ) -> Result<()> {
     let (n, k) = (w.n, w.k);
-    ensure(x.len() == k, KERNEL, || format!("x has {} elements, the weight's k = {k} needs {k}", x.len()))?;
-    let norm_param = tiled::norm_arg(KERNEL, norm.as_ref(), 1, k)?;
+    ensure(batch.checked_mul(k) == Some(x.len()), KERNEL, || {
+        format!(
+            "x has {} elements, {batch} vectors of the weight's k = {k} need {}",
+            x.len(),
+            batch.saturating_mul(k)
+        )
+    })?;
+    if batch == 0 {
+        return ensure(ys.iter().all(|y| y.is_empty()), KERNEL, || {
+            "no vectors, but outputs that are not empty".into()
+        });
+    }
+    let norm_param = tiled::norm_arg(KERNEL, norm.as_ref(), batch, k)?;
     debug_assert!(mode != Mode::Add || ys.len() == 1, "one residual stream");
     let swiglu = mode == Mode::Swiglu;
-    let mut params =
-        if swiglu { tiled::swiglu_outputs(KERNEL, ys[0], n, 1)? } else { tiled::outputs(KERNEL, ys, n, 1)? };
+    let mut params = if swiglu {
+        tiled::swiglu_outputs(KERNEL, ys[0], n, batch)?
+    } else {
+        tiled::outputs(KERNEL, ys, n, batch)?
+    };
     params.mode = mode.abi();
     if n == 0 {
         return Ok(());
     }
     ensure(x.device_ptr().is_multiple_of(16), KERNEL, || "x must be 16-byte aligned".into())?;
+    ensure(u32::try_from(k / 32).is_ok() && u32::try_from(batch).is_ok(), KERNEL, || {
+        format!("[{n}, {k}] x {batch} is more than the kernel counts (32-bit blocks and vectors)")
+    })?;
     let stream = ys[0].stream().clone();
-    ensure(q4k_matvec_tiled_runs::<T>(&stream), KERNEL, || {
-        format!(
-            "runs on NVIDIA mma.sync devices (sm_80+) with f16 or bf16 activations; this is {} activations on a device with {:?}",
-            T::NAME,
-            stream.backend().info().matrix_cores
-        )
-    })?;
     let info = stream.backend().info();
-    ensure(u32::try_from(k / 32).is_ok(), KERNEL, || {
-        format!("k = {k} is more than the kernel counts (32-bit blocks)")
-    })?;
-    let (blocks, warps, shared) = launch_shape(info, n, k, swiglu)?;
-    let kernel = loader::kernel(&stream, MODULE, &entry(norm.is_some(), T::NAME))?;
+    let mma = !portable && batch == 1 && q4k_tiled_on_matrix_cores::<T>(&stream);
+    let (blocks, warps, shared) = if mma {
+        launch_shape(info, n, k, swiglu)?
+    } else {
+        // The portable kernel: a tile (or a gate-and-up pair) a block, a warp a super-block.
+        let units = if swiglu { n / (2 * TILE_ROWS) } else { n.div_ceil(TILE_ROWS) };
+        (units.clamp(1, info.max_grid[0].max(1) as usize), (k / QK_K).clamp(1, MAX_WARPS), 0)
+    };
+    let kernel = loader::kernel(&stream, MODULE, &entry(mma, norm.is_some(), T::NAME))?;
     let threads = warps * 32;
     ensure(kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
         format!(
@@ -353,26 +389,29 @@ fn launch<T: Dtype>(
         shared_mem_bytes: shared as u32,
     };
     // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, rf_t4_outputs y,
-    // rf_t4_norm norm, u32 nb, u32 batch), batch 1. For tile t < ceil(n / 16) they read payload
-    // bytes [2048 nsb t, 2048 nsb (t + 1)) and header bytes [256 nsb t, 256 nsb (t + 1)) (nsb =
-    // k / 256 = nb / 8, whole: TiledQ4k::from_gguf checks k), which the buffers hold: a
-    // DeviceTiledQ4k is only built by TiledQ4k::upload from a layout of exactly its n and k. They
-    // read x[0..k) (x.len() == k, checked), 16-byte aligned (checked) for the 16-byte loads;
-    // device allocations are 256-byte aligned for the 16-byte copies of the weight. They write row
-    // r < n to y[i][r - end[i - 1]] for the first i with r < end[i] (tiled::outputs: the ends are
-    // the running sums of the outputs' lengths, reaching n; unused slots end at n, never chosen);
-    // with SwiGLU y[0][r] for gate rows r < n / 2 only (tiled::swiglu_outputs: n a multiple of 32,
-    // ys[0] n / 2 elements); with Add they read each element they write first (one output, the
-    // stream). With a norm (tiled::norm_arg: its weight k elements, 16-byte aligned) the entry is
-    // the normed one, which reads norm.weight[0..k) before its wait (a weight, declared so);
-    // without, it is null, which the plain entry requires (it traps otherwise). Blocks are 1..=8
-    // whole warps, within the launch bounds, never more warps than super-blocks (launch_shape; the
-    // kernel traps otherwise), with the shared memory shared_bytes gives (checked against the
-    // device's limit); the entries run only on mma.sync devices (q4k_matvec_tiled_runs, checked).
-    // k = 0: no groups, every row's total 0 (the kernel's empty path). w and x are shared borrows
-    // distinct from the outputs (each a distinct &mut); the builder checks the streams. Dependent
-    // (rocmforge_dependent_launch.h): a block issues its first weight copies (and the norm's
-    // weight) before waiting for the kernel ahead, and x's reads and every write after it.
+    // rf_t4_norm norm, u32 nb, u32 batch). For tile t < ceil(n / 16) they read payload bytes
+    // [2048 nsb t, 2048 nsb (t + 1)) and header bytes [256 nsb t, 256 nsb (t + 1)) (nsb = k / 256
+    // = nb / 8, whole: TiledQ4k::from_gguf checks k), which the buffers hold: a DeviceTiledQ4k is
+    // only built by TiledQ4k::upload from a layout of exactly its n and k. They read x[0..batch
+    // k) (checked), 16-byte aligned (checked) for the matrix-core kernel's 16-byte loads; device
+    // allocations are 256-byte aligned for the 16-byte copies of the weight. They write row r < n
+    // of vector v < batch to y[i][v rows_i + r - end[i - 1]] for the first i with r < end[i]
+    // (tiled::outputs: each output batch x its part's rows, the ends the running sums of the
+    // parts' rows, reaching n; unused slots end at n, never chosen); with SwiGLU y[0][v n / 2 + r]
+    // for gate rows r < n / 2 only (tiled::swiglu_outputs: n a multiple of 32, ys[0] batch n / 2
+    // elements); with Add they read each element they write first (one output, the stream). With
+    // a norm (tiled::norm_arg: one vector, its weight k elements, 16-byte aligned) the entry is a
+    // normed one, which reads norm.weight[0..k) (the matrix-core one before its wait: a weight,
+    // declared so); without, it is null, which the plain entries require (they trap otherwise).
+    // Blocks are 1..=8 whole warps, within the launch bounds, never more warps than super-blocks
+    // (launch_shape; the matrix-core kernel traps otherwise), the matrix-core entries with
+    // batch 1 on mma.sync devices only (q4k_tiled_on_matrix_cores) and the shared memory
+    // shared_bytes gives (checked against the device's limit); the portable ones with static
+    // shared memory alone. k = 0: no super-blocks, every row's total 0 (the kernels' empty
+    // paths). w and x are shared borrows distinct from the outputs (each a distinct &mut); the
+    // builder checks the streams. Dependent (rocmforge_dependent_launch.h): the matrix-core
+    // kernel issues its first weight copies (and the norm's weight) before waiting for the kernel
+    // ahead, x's reads and every write after it; the portable one waits first.
     unsafe {
         let mut launch = stream
             .launch(&kernel)
@@ -389,7 +428,64 @@ fn launch<T: Dtype>(
         for y in ys.iter_mut() {
             launch = launch.writes(&mut **y);
         }
-        launch.arg(params).arg(norm_param).arg((k / 32) as u32).arg(1u32).launch(config)?;
+        launch.arg(params).arg(norm_param).arg((k / 32) as u32).arg(batch as u32).launch(config)?;
+    }
+    Ok(())
+}
+
+/// Threads of a dequantisation block, and its blocks an SM at most (the kernel strides).
+const DEQUANT_THREADS: usize = 256;
+const DEQUANT_BLOCKS_AN_SM: usize = 8;
+
+/// Rows `rows` of a tiled q4_K weight dequantised to `T` into the first `rows * k` elements of
+/// `out` (row-major; `out` may be longer): the operand of a prefill's GEMM. Each element is what
+/// `dequantize` gives from the GGUF rows, `(d * sc) * q - dmin * m` in f32 rounded to `T` once.
+pub fn dequantize_tiled_q4k<T: Dtype>(
+    w: &DeviceTiledQ4k,
+    rows: usize,
+    out: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    let k = w.k;
+    ensure(rows <= w.n, KERNEL, || format!("{rows} rows of a weight of {}", w.n))?;
+    ensure(rows.checked_mul(k).is_some_and(|need| need <= out.len()), KERNEL, || {
+        format!("out has {} elements; {rows} rows of {k} need {}", out.len(), rows.saturating_mul(k))
+    })?;
+    if rows == 0 || k == 0 {
+        return Ok(());
+    }
+    ensure(u32::try_from(rows).is_ok() && u32::try_from(k / 32).is_ok(), KERNEL, || {
+        format!("[{rows}, {k}] is more than the kernel counts (32-bit rows and blocks)")
+    })?;
+    let vectors = rows.div_ceil(TILE_ROWS) * (k / QK_K) * 128;
+    let stream = out.stream().clone();
+    let info = stream.backend().info();
+    let blocks = vectors
+        .div_ceil(DEQUANT_THREADS)
+        .min(info.compute_units.max(1) as usize * DEQUANT_BLOCKS_AN_SM)
+        .clamp(1, info.max_grid[0].max(1) as usize);
+    let kernel = loader::kernel(&stream, MODULE, &format!("rf_q4k_tiled_dequant_{}", T::NAME))?;
+    let config = LaunchConfig {
+        grid: [blocks as u32, 1, 1],
+        block: [DEQUANT_THREADS as u32, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the entry is (const uint4* payload, const u8* headers, T* out, u32 rows, u32 nb). It
+    // reads the payload vectors of ceil(rows / 16) tiles, bytes [0, 2048 nsb tiles), and their
+    // headers, [0, 256 nsb tiles), inside the weight (rows <= n, checked) as TiledQ4k::upload laid
+    // it out; it writes out[row * k + c] for row < rows and c < k only, and out holds at least
+    // rows * k elements (checked), its 16-byte stores aligned (k a multiple of 256; allocations
+    // 256-byte aligned). w is a shared borrow distinct from out; the builder checks the streams.
+    unsafe {
+        stream
+            .launch(&kernel)
+            .reads(&w.payload)
+            .arg(w.payload.device_ptr())
+            .reads(&w.headers)
+            .arg(w.headers.device_ptr())
+            .buffer_mut(out)
+            .arg(rows as u32)
+            .arg((k / 32) as u32)
+            .launch(config)?;
     }
     Ok(())
 }
@@ -397,10 +493,14 @@ fn launch<T: Dtype>(
 /// The entries this module launches ([`crate::launchable`]).
 pub(crate) fn launchable() -> Vec<Launchable> {
     let mut out = Vec::new();
-    for dtype in ["f16", "bf16"] {
+    for dtype in DTYPES {
         for normed in [false, true] {
-            out.push(Launchable::new(MODULE, entry(normed, dtype), Needs::MmaSync));
+            out.push(Launchable::new(MODULE, entry(false, normed, dtype), Needs::Nothing));
+            if dtype != "f32" {
+                out.push(Launchable::new(MODULE, entry(true, normed, dtype), Needs::MmaSync));
+            }
         }
+        out.push(Launchable::new(MODULE, format!("rf_q4k_tiled_dequant_{dtype}"), Needs::Nothing));
     }
     out
 }

@@ -289,6 +289,39 @@ template <typename T> static NormCase<T> make_norm(EmuBuffers& mem, int k, std::
     return n;
 }
 
+// q4_K in the tiled layout (kernels/q4k_tiled.hip): the GGUF rows of block_q4_K (144 bytes: d,
+// dmin, 12 scale bytes, 128 code bytes; code i of sub-block j = i / 32 the low (j even) or high
+// nibble of byte 32 (j / 2) + i % 32) re-laid out from the layout's description
+// (crates/rocm-kernels/src/quant/q4k_tiled.rs, module docs), not from its packer.
+static Tiled tile_q4k(EmuBuffers& mem, const unsigned char* gguf, int n, int nsb) {
+    static const int NIBBLE[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+    const int tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
+    unsigned char* payload = mem.exact<unsigned char>((size_t)tiles * nsb * 2048);
+    unsigned char* headers = mem.exact<unsigned char>((size_t)tiles * nsb * 256);
+    std::memset(payload, 0, (size_t)tiles * nsb * 2048);
+    std::memset(headers, 0, (size_t)tiles * nsb * 256);
+    for (int row = 0; row < n; ++row) {
+        const int t = row / RF_T4_ROWS, rt = row % RF_T4_ROWS;
+        for (int s = 0; s < nsb; ++s) {
+            const unsigned char* blk = gguf + ((size_t)row * nsb + s) * 144;
+            std::memcpy(headers + (((size_t)t * nsb + s) * 16 + rt) * 16, blk, 16);
+            for (int p = 0; p < 8; ++p) {
+                for (int u = 0; u < 4; ++u) {
+                    unsigned w = 0;
+                    for (int m = 0; m < 8; ++m) {
+                        const int i = 32 * (u + 4 * (p / 4)) + 8 * (p % 4) + m, j = i / 32;
+                        const unsigned code = (blk[16 + 32 * (j / 2) + i % 32] >> (4 * (j % 2))) & 15u;
+                        w |= code << (4 * NIBBLE[m]);
+                    }
+                    const size_t at = ((((size_t)t * nsb + s) * 4 + p / 2) * 32 + 4 * (rt % 8) + u) * 16 + 8 * (p % 2) + 4 * (rt / 8);
+                    std::memcpy(payload + at, &w, 4);
+                }
+            }
+        }
+    }
+    return {reinterpret_cast<const uint4*>(payload), headers};
+}
+
 #ifdef RF_EMU_MMA_SYNC
 
 // [0]: one vector, [1]: up to 8, [2]: up to 32.
@@ -381,39 +414,6 @@ template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& 
                 c.scales == FAST ? "fast" : "wide", XV[c.xv], c.split, c.swiglu ? " swiglu" : "", ok ? "match" : "MISMATCH", worst);
 }
 
-
-// q4_K in the tiled layout (kernels/q4k_tiled.hip): the GGUF rows of block_q4_K (144 bytes: d,
-// dmin, 12 scale bytes, 128 code bytes; code i of sub-block j = i / 32 the low (j even) or high
-// nibble of byte 32 (j / 2) + i % 32) re-laid out from the layout's description
-// (crates/rocm-kernels/src/quant/q4k_tiled.rs, module docs), not from its packer.
-static Tiled tile_q4k(EmuBuffers& mem, const unsigned char* gguf, int n, int nsb) {
-    static const int NIBBLE[8] = {0, 4, 2, 6, 1, 5, 3, 7};
-    const int tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
-    unsigned char* payload = mem.exact<unsigned char>((size_t)tiles * nsb * 2048);
-    unsigned char* headers = mem.exact<unsigned char>((size_t)tiles * nsb * 256);
-    std::memset(payload, 0, (size_t)tiles * nsb * 2048);
-    std::memset(headers, 0, (size_t)tiles * nsb * 256);
-    for (int row = 0; row < n; ++row) {
-        const int t = row / RF_T4_ROWS, rt = row % RF_T4_ROWS;
-        for (int s = 0; s < nsb; ++s) {
-            const unsigned char* blk = gguf + ((size_t)row * nsb + s) * 144;
-            std::memcpy(headers + (((size_t)t * nsb + s) * 16 + rt) * 16, blk, 16);
-            for (int p = 0; p < 8; ++p) {
-                for (int u = 0; u < 4; ++u) {
-                    unsigned w = 0;
-                    for (int m = 0; m < 8; ++m) {
-                        const int i = 32 * (u + 4 * (p / 4)) + 8 * (p % 4) + m, j = i / 32;
-                        const unsigned code = (blk[16 + 32 * (j / 2) + i % 32] >> (4 * (j % 2))) & 15u;
-                        w |= code << (4 * NIBBLE[m]);
-                    }
-                    const size_t at = ((((size_t)t * nsb + s) * 4 + p / 2) * 32 + 4 * (rt % 8) + u) * 16 + 8 * (p % 2) + 4 * (rt / 8);
-                    std::memcpy(payload + at, &w, 4);
-                }
-            }
-        }
-    }
-    return {reinterpret_cast<const uint4*>(payload), headers};
-}
 
 template <typename T> struct Q4kEntries;
 #define EMU_T4K(suffix, T)                                                                                   \
@@ -574,6 +574,73 @@ template <typename T> static void dequant_case(const TiledCase& c, int width, st
                 Io<T>::name, width, n, k, bad ? "MISMATCH" : "match", bad);
 }
 
+
+template <typename T> struct Q4kPortable;
+#define EMU_T4K_PORTABLE(suffix, T)                                                                          \
+    template <> struct Q4kPortable<T> {                                                                      \
+        static constexpr TiledEntry<T> plain = rf_q4k_tiled_matvec_##suffix;                                 \
+        static constexpr TiledEntry<T> normed = rf_q4k_tiled_normed_##suffix;                                \
+        static constexpr void (*dequant)(const uint4*, const unsigned char*, T*, unsigned, unsigned) =        \
+            rf_q4k_tiled_dequant_##suffix;                                                                   \
+    };
+RF_FOR_EACH_DTYPE(EMU_T4K_PORTABLE)
+
+// The portable q4_K entries (a tile a block, warps one a super-block up to RF_T4_WARPS): the
+// rows against the f64 reference, SwiGLU and the residual add bit for bit against the rows,
+// the normed entry through an exact sum of squares; then the dequantisation (2 blocks of 64
+// threads striding) against the GGUF rows decoded and rounded to T once, bit for bit.
+template <typename T> static void q4k_portable_case(const TiledCase& c, int width, std::mt19937_64& rng) {
+    EmuBuffers mem;
+    const int n = c.rows, nb = c.blocks_a_row, k = 32 * nb, nsb = nb / 8;
+    unsigned char* gguf = mem.exact<unsigned char>((size_t)n * nsb * 144);
+    ref_random_blocks(Q4_K, gguf, (size_t)n * nsb, -12, 7, rng);
+    const Tiled w = tile_q4k(mem, gguf, n, nsb);
+    T* x = mem.exact<T>((size_t)c.batch * k);
+    std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
+    for (int i = 0; i < c.batch * k; ++i) x[i] = Io<T>::store(ux(rng));
+    const int warps = c.warps();
+    const unsigned grid = c.blocks();
+    const unsigned pairs = (unsigned)(n / 2 / RF_T4_ROWS);
+    auto run = [&](TiledEntry<T> e, const T* in, const rf_t4_outputs& arg, rf_t4_norm norm, unsigned blocks, unsigned batch) {
+        emu_launch(emu_dim3{blocks, 1, 1}, 32 * warps, width, [&] { e(w.payload, w.scales, in, arg, norm, (unsigned)nb, batch); });
+    };
+    double worst = 0.0;
+    const Outputs<T> y = poisoned_outputs<T>(mem, c);
+    run(Q4kPortable<T>::plain, x, y.arg, rf_t4_norm{}, grid, (unsigned)c.batch);
+    const std::vector<T> rows = y.gathered();
+    bool ok = ref_check_rows(Q4_K, gguf, k, x, rows.data(), n, c.batch, worst, "q4k portable");
+    if (c.swiglu) {
+        ok &= swiglu_matches(mem, c, rows, [&](const rf_t4_outputs& arg) { run(Q4kPortable<T>::plain, x, arg, rf_t4_norm{}, pairs, (unsigned)c.batch); });
+    } else if (c.split == 0) {
+        ok &= add_matches(mem, c, rows, rng, [&](const rf_t4_outputs& arg) { run(Q4kPortable<T>::plain, x, arg, rf_t4_norm{}, grid, (unsigned)c.batch); });
+    }
+    if (c.batch == 1) {
+        const NormCase<T> nc = make_norm<T>(mem, k, rng);
+        const Outputs<T> yn = poisoned_outputs<T>(mem, c);
+        run(Q4kPortable<T>::normed, nc.h, yn.arg, nc.arg, grid, 1u);
+        const std::vector<T> normed_rows = yn.gathered();
+        ok &= ref_check_rows(Q4_K, gguf, k, nc.normed.data(), normed_rows.data(), n, 1, worst, "q4k portable normed");
+    }
+    T* out = poisoned_y<T>(mem, n * k);
+    emu_launch(emu_dim3{2, 1, 1}, 64, width, [&] { Q4kPortable<T>::dequant(w.payload, w.scales, out, (unsigned)n, (unsigned)nb); });
+    int bad = 0;
+    for (int r = 0; r < n; ++r) {
+        for (int s = 0; s < nsb; ++s) {
+            double v[256], mag[256];
+            ref_decode_block(Q4_K, gguf + ((size_t)r * nsb + s) * 144, v, mag);
+            for (int e = 0; e < 256; ++e) {
+                const T want = Io<T>::store((float)v[e]);
+                const T got = out[(size_t)r * k + 256 * s + e];
+                bad += std::memcmp(&want, &got, sizeof(T)) != 0;
+            }
+        }
+    }
+    ok &= bad == 0;
+    emu_record(ok ? 0 : 1, worst);
+    std::printf("%-4s rf_q4k_tiled_matvec_%-4s w%d warps %d grid %-3u rows %-3d k %-6d batch %-2d split %-2d%s, dequant %d differ -> %s (worst %.3f of tol)\n",
+                ok ? "ok" : "FAIL", Io<T>::name, width, warps, grid, n, k, c.batch, c.split, c.swiglu ? " swiglu" : "", bad,
+                ok ? "match" : "MISMATCH", worst);
+}
 #endif // RF_EMU_MMA_SYNC
 
 int main(int argc, char** argv) {
@@ -629,8 +696,7 @@ int main(int argc, char** argv) {
         }
 #endif
     }
-#ifdef RF_EMU_MMA_SYNC
-    // q4_K: {rows, blocks a row (8 a super-block), grid, quick, scales (unused), x, split, batch 1, swiglu}
+    // q4_K: {rows, blocks a row (8 a super-block), grid, quick, scales (unused), x, split, batch, swiglu}
     const std::vector<TiledCase> q4k_cases = {
         {37, 128, 0, true},                          // k = 4096: 16 super-blocks, 8 warps of 2 a tile; a ragged last tile
         {37, 128, 1, true},                          // one block walks the 3 tiles, its rings across their ends
@@ -641,14 +707,26 @@ int main(int argc, char** argv) {
         {53, 16, 2, true, FAST, UNIFORM, 16},        // three outputs of 16, 16 and 21 rows
         {96, 128, 1, true, FAST, UNIFORM, 0, 1, true}, // gate and up with SwiGLU, one block over 3 pairs
         {96, 16, 2, true, FAST, UNIFORM, 0, 1, true},  // two blocks, k = 512
+        {21, 16, 2, true, FAST, UNIFORM, 0, 3},        // 3 vectors (the portable kernel's batches)
     };
+#ifdef RF_EMU_MMA_SYNC
     for (const TiledCase& c : q4k_cases) {
         if (quick && !c.quick) continue;
+        if (c.batch != 1) continue; // one vector on the matrix cores
         if (c.xv == UNIFORM) q4k_case<__half>(c, rng);
         q4k_case<rf_bf16>(c, rng);
     }
     return emu_finish("tiled", "rf_mxfp4_tiled_*_mma[_wide]_* and rf_q4k_tiled_*_mma_* on emulated mma.sync, warps of 32");
 #else
-    return emu_finish("tiled", "rf_mxfp4_tiled_matvec_*, wave32 and wave64");
+    for (const TiledCase& c : q4k_cases) {
+        if (quick && !c.quick) continue;
+        if (c.xv != UNIFORM) continue; // the portable kernel takes x as it is
+        for (int width : {32, 64}) {
+            q4k_portable_case<float>(c, width, rng);
+            q4k_portable_case<__half>(c, width, rng);
+            q4k_portable_case<rf_bf16>(c, width, rng);
+        }
+    }
+    return emu_finish("tiled", "rf_mxfp4_tiled_* and rf_q4k_tiled_{matvec,normed,dequant}_*, wave32 and wave64");
 #endif
 }

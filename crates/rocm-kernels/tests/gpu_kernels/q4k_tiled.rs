@@ -15,8 +15,9 @@
 //! block, times the block's `|step q| + |min|`).
 
 use rocm_kernels::quant::{
-    GgmlFormat, QK, TiledNorm, TiledOutput, TiledQ4k, q4k_matvec_tiled, q4k_matvec_tiled_fused,
-    q4k_matvec_tiled_runs, quant_matvec_reference, x16_rounding_unit,
+    GgmlFormat, QK, TiledNorm, TiledOutput, TiledQ4k, dequantize_q4_k, dequantize_tiled_q4k,
+    q4k_matvec_tiled, q4k_matvec_tiled_fused, q4k_matvec_tiled_split, q4k_tiled_on_matrix_cores,
+    quant_matvec_reference, x16_rounding_unit,
 };
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::swiglu::swiglu;
@@ -45,13 +46,14 @@ const SHAPES: &[(usize, usize)] = &[
     (14_336, 4096),
 ];
 
-/// Asserts `got` (rows of `w` times `x`) within the reference's bound plus staging's rounding.
-fn assert_within<T: Dtype>(got: &[T], w: &[u8], x: &[T], n: usize, k: usize, what: &str) {
+/// Asserts `got` (rows of `w` times `x`) within the reference's bound plus, where the kernel
+/// staged bf16 x as block-scaled f16 (`staged`: the matrix-core kernel), staging's rounding.
+fn assert_within<T: Dtype>(got: &[T], w: &[u8], x: &[T], n: usize, k: usize, staged: bool, what: &str) {
     let xf = floats(x);
     let reference = quant_matvec_reference(FORMAT, w, &xf, n, k, 1).unwrap();
     // What staging bf16 x moves each element by, at most; the reference's magnitude of those
     // units is then sum_c (|step q_c| + |min|) unit_c.
-    let staging = if T::NAME == "bf16" {
+    let staging = if staged && T::NAME == "bf16" {
         let units: Vec<f32> = xf.chunks_exact(QK).flat_map(|b| [x16_rounding_unit(b) as f32; QK]).collect();
         quant_matvec_reference(FORMAT, w, &units, n, k, 1).unwrap().magnitude
     } else {
@@ -76,47 +78,65 @@ fn matches_the_reference<T: Dtype>(gpu: &GpuTest, seed: u64) {
         q4k_matvec_tiled(&tiled, &dx, &mut y).unwrap();
         let what = format!("tiled q4_K {} n {n} k {k}", T::NAME);
         eprintln!("{what}");
-        assert_within(&y.to_vec().unwrap(), &w, &x, n, k, &what);
+        assert_within(&y.to_vec().unwrap(), &w, &x, n, k, staged::<T>(gpu), &what);
     }
 }
 
-/// The device runs the kernel (an mma.sync device: f16, bf16), or the launcher says why not.
-fn runs<T: Dtype>(gpu: &GpuTest) -> bool {
-    if q4k_matvec_tiled_runs::<T>(gpu.stream()) {
-        return true;
-    }
-    let w = TiledQ4k::from_gguf(&[0u8; 144], 1, 256).unwrap().upload(gpu.stream()).unwrap();
-    let x = gpu.stream().upload(&[T::from_f32(1.0); 256]).unwrap();
-    let mut y = poisoned::<T>(gpu, 1);
-    let message = crate::shape_message(q4k_matvec_tiled(&w, &x, &mut y), "q4k_tiled");
-    assert!(
-        message.contains("runs on NVIDIA mma.sync devices (sm_80+) with f16 or bf16 activations"),
-        "{message}"
-    );
-    false
+/// Whether one vector of `T` takes the matrix-core kernel here (which stages bf16 x).
+fn staged<T: Dtype>(gpu: &GpuTest) -> bool {
+    q4k_tiled_on_matrix_cores::<T>(gpu.stream())
 }
 
 #[test]
 fn q4k_tiled_matches_the_reference_f16() {
     let gpu = gpu_test!();
-    if runs::<f16>(&gpu) {
-        matches_the_reference::<f16>(&gpu, 0x7401);
-    }
+    matches_the_reference::<f16>(&gpu, 0x7401);
 }
 
 #[test]
 fn q4k_tiled_matches_the_reference_bf16() {
     let gpu = gpu_test!();
-    if runs::<bf16>(&gpu) {
-        matches_the_reference::<bf16>(&gpu, 0x7402);
+    matches_the_reference::<bf16>(&gpu, 0x7402);
+}
+
+/// The portable kernel (every device; f32, f16, bf16; any number of vectors) against the
+/// reference, each vector of a batch on its own, and the dequantisation of the tiles bit for bit
+/// against the GGUF rows' (the CPU codec, rounded to `T` once).
+fn portable_and_dequant_match<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    for (case, &(n, k, batch)) in
+        [(17usize, 768usize, 1usize), (129, 4096, 3), (33, 2816, 2), (16, 256, 5)].iter().enumerate()
+    {
+        let w = case_weights(&mut rng, case, FORMAT, n, k);
+        let tiled = TiledQ4k::from_gguf(&w, n, k).unwrap().upload(gpu.stream()).unwrap();
+        let x = activations::<T>(&mut rng, batch * k);
+        let dx = gpu.stream().upload(&x).unwrap();
+        let mut y = poisoned::<T>(gpu, batch * n);
+        q4k_matvec_tiled_split(&tiled, &dx, batch, &mut [&mut y], true).unwrap();
+        let got = y.to_vec().unwrap();
+        for v in 0..batch {
+            let what = format!("portable tiled q4_K {} n {n} k {k} vector {v} of {batch}", T::NAME);
+            assert_within(&got[v * n..(v + 1) * n], &w, &x[v * k..(v + 1) * k], n, k, false, &what);
+        }
+        let mut out = poisoned::<T>(gpu, n * k + 7);
+        dequantize_tiled_q4k(&tiled, n, &mut out).unwrap();
+        let mut want = vec![0f32; n * k];
+        dequantize_q4_k(&w, &mut want).unwrap();
+        let want: Vec<T> = want.into_iter().map(T::from_f32).collect();
+        assert_eq!(bits(&out.to_vec().unwrap()[..n * k]), bits(&want), "dequant {} n {n} k {k}", T::NAME);
     }
 }
 
-/// f32 activations are refused on every device, saying what runs.
 #[test]
-fn q4k_tiled_f32_is_refused() {
+fn q4k_tiled_portable_and_dequant_match_f32() {
     let gpu = gpu_test!();
-    assert!(!runs::<f32>(&gpu));
+    portable_and_dequant_match::<f32>(&gpu, 0x7403);
+}
+
+#[test]
+fn q4k_tiled_portable_and_dequant_match_bf16() {
+    let gpu = gpu_test!();
+    portable_and_dequant_match::<bf16>(&gpu, 0x7404);
 }
 
 /// `parts` stacked (random raw super-blocks each) and uploaded.
@@ -148,7 +168,7 @@ fn split_matches_each_part_alone<T: Dtype>(gpu: &GpuTest, seed: u64) {
             let what = format!("{} parts {parts:?} k {k} part {i}", T::NAME);
             let got = y.to_vec().unwrap();
             assert_eq!(bits(&got), bits(&a.to_vec().unwrap()), "{what}");
-            assert_within(&got, w, &x, n, k, &what);
+            assert_within(&got, w, &x, n, k, staged::<T>(gpu), &what);
         }
     }
 }
@@ -156,17 +176,13 @@ fn split_matches_each_part_alone<T: Dtype>(gpu: &GpuTest, seed: u64) {
 #[test]
 fn q4k_tiled_split_matches_each_part_alone_bf16() {
     let gpu = gpu_test!();
-    if runs::<bf16>(&gpu) {
-        split_matches_each_part_alone::<bf16>(&gpu, 0x7411);
-    }
+    split_matches_each_part_alone::<bf16>(&gpu, 0x7411);
 }
 
 #[test]
 fn q4k_tiled_split_matches_each_part_alone_f16() {
     let gpu = gpu_test!();
-    if runs::<f16>(&gpu) {
-        split_matches_each_part_alone::<f16>(&gpu, 0x7412);
-    }
+    split_matches_each_part_alone::<f16>(&gpu, 0x7412);
 }
 
 /// Gate and up stacked with their SwiGLU in one launch give the bits of the two products
@@ -210,17 +226,13 @@ fn swiglu_and_norm_match_their_kernels<T: Dtype>(gpu: &GpuTest, seed: u64) {
 #[test]
 fn q4k_tiled_swiglu_and_norm_match_their_kernels_bf16() {
     let gpu = gpu_test!();
-    if runs::<bf16>(&gpu) {
-        swiglu_and_norm_match_their_kernels::<bf16>(&gpu, 0x7421);
-    }
+    swiglu_and_norm_match_their_kernels::<bf16>(&gpu, 0x7421);
 }
 
 #[test]
 fn q4k_tiled_swiglu_and_norm_match_their_kernels_f16() {
     let gpu = gpu_test!();
-    if runs::<f16>(&gpu) {
-        swiglu_and_norm_match_their_kernels::<f16>(&gpu, 0x7422);
-    }
+    swiglu_and_norm_match_their_kernels::<f16>(&gpu, 0x7422);
 }
 
 /// A residual launch leaves round(h + round(y)) in the stream, y the plain launch's output, bit
@@ -248,17 +260,13 @@ fn add_matches_the_product_added_to_the_stream<T: Dtype>(gpu: &GpuTest, seed: u6
 #[test]
 fn q4k_tiled_add_matches_the_product_added_to_the_stream_bf16() {
     let gpu = gpu_test!();
-    if runs::<bf16>(&gpu) {
-        add_matches_the_product_added_to_the_stream::<bf16>(&gpu, 0x7431);
-    }
+    add_matches_the_product_added_to_the_stream::<bf16>(&gpu, 0x7431);
 }
 
 #[test]
 fn q4k_tiled_add_matches_the_product_added_to_the_stream_f16() {
     let gpu = gpu_test!();
-    if runs::<f16>(&gpu) {
-        add_matches_the_product_added_to_the_stream::<f16>(&gpu, 0x7432);
-    }
+    add_matches_the_product_added_to_the_stream::<f16>(&gpu, 0x7432);
 }
 
 /// The product behind the kernel that writes its x, as in a decode step: an RMSNorm (a
@@ -268,9 +276,6 @@ fn q4k_tiled_add_matches_the_product_added_to_the_stream_f16() {
 #[test]
 fn q4k_tiled_product_follows_the_writer_of_x() {
     let gpu = gpu_test!();
-    if !runs::<bf16>(&gpu) {
-        return;
-    }
     let mut rng = Rng::new(0x7441);
     let (parts, k) = ([4096usize, 1024, 1024], 4096);
     let w = random_stack(&mut rng, &parts, k).1.upload(gpu.stream()).unwrap();
@@ -305,9 +310,6 @@ fn q4k_tiled_product_follows_the_writer_of_x() {
 #[test]
 fn q4k_tiled_edges_and_refusals() {
     let gpu = gpu_test!();
-    if !runs::<bf16>(&gpu) {
-        return;
-    }
     let message = |r: Result<(), KernelError>| crate::shape_message(r, "q4k_tiled");
     let empty = TiledQ4k::from_gguf(&[], 64, 0).unwrap().upload(gpu.stream()).unwrap();
     let x0 = gpu.stream().alloc::<bf16>(0).unwrap();
@@ -324,7 +326,7 @@ fn q4k_tiled_edges_and_refusals() {
     let mut y48 = poisoned::<bf16>(&gpu, 48);
     assert!(
         message(q4k_matvec_tiled(&w, &short_x, &mut y48))
-            .contains("x has 255 elements, the weight's k = 256")
+            .contains("x has 255 elements, 1 vectors of the weight's k = 256 need 256")
     );
     let mut y47 = poisoned::<bf16>(&gpu, 47);
     assert!(message(q4k_matvec_tiled(&w, &x, &mut y47)).contains("the outputs hold [47] elements"));

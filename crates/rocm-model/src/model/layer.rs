@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rocm_kernels::gemm::GemmElement;
 use rocm_kernels::quant::{
     DeviceTiledMxfp4, DeviceTiledQ4k, MXFP4_TILE_ROWS, TiledMxfp4, TiledNorm, TiledOutput, TiledQ4k,
-    mx_matvec_tiled_fused, q4k_matvec_tiled_fused, q4k_matvec_tiled_runs,
+    mx_matvec_tiled_fused, q4k_matvec_tiled_fused, q4k_tiled_on_matrix_cores,
 };
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::swiglu::{swiglu, swiglu_fused};
@@ -73,7 +73,7 @@ impl<T: GemmElement> LayerWeights<T> {
             }
         }
         let q4k_copy = match options.q4k {
-            Q4kLayout::TiledCopy if q4k_matvec_tiled_runs::<T>(tensors.stream()) => {
+            Q4kLayout::TiledCopy if q4k_tiled_on_matrix_cores::<T>(tensors.stream()) => {
                 load_q4k_copy(tensors, config, layer, present)?
             }
             _ => None,

@@ -295,7 +295,7 @@ fn tiled_q4k_copy_takes_the_projections_bytes_again() {
         .filter(|(_, t)| t.is_matrix())
         .map(|(l, t)| file.tensor(&tensor_name(l, t)).unwrap().n_bytes())
         .sum();
-    let runs = rocm_kernels::quant::q4k_matvec_tiled_runs::<bf16>(gpu.stream());
+    let runs = rocm_kernels::quant::q4k_tiled_on_matrix_cores::<bf16>(gpu.stream());
     let extra = if runs { projections } else { 0 };
     assert_eq!(copy.weight_bytes(), rows.weight_bytes() + extra);
 }
