@@ -46,6 +46,10 @@
 #include "rocmforge_quant.h"
 #include "rocmforge_tiled.h"
 
+// The nibble of a word that holds element m (< 8) of its eight: 0, 4, 2, 6, 1, 5, 3, 7 (the
+// portable kernel's and the dequantisation's decode; the matrix-core one masks whole pairs).
+RF_DEVICE int rf_t4k_nibble(int m) { return ((m & 1) << 2) | (m & 2) | ((m >> 2) & 1); }
+
 #if RF_MMA_SYNC
 
 // Byte j (< 4) of a word plus 2^23, as a float: one byte permute (j a lane's own index).
@@ -299,8 +303,7 @@ RF_DEVICE void rf_t4k_matvec(const uint4* payload, const unsigned char* headers,
                     const rf_u64 c = (rf_u64)sb * RF_QK_K + 32u * (unsigned)(u + 4 * h) + 8u * (unsigned)(p & 3);
 #pragma unroll
                     for (int m = 0; m < 8; ++m) {
-                        // Element m of the word's eight at nibble 0, 4, 2, 6, 1, 5, 3, 7.
-                        const int nibble = ((m & 1) << 2) | (m & 2) | ((m >> 2) & 1);
+                        const int nibble = rf_t4k_nibble(m);
                         float xval = rf_to_float(xv[c + m]);
                         if constexpr (NORM) {
                             xval = rf_to_float(rf_from_float<T>(rf_t4_normed(xval, s, rf_to_float(wn[c + m]))));
@@ -374,7 +377,7 @@ RF_DEVICE void rf_t4k_dequant(const uint4* payload, const unsigned char* headers
             float f[8];
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
-                const int nibble = ((e & 1) << 2) | (e & 2) | ((e >> 2) & 1);
+                const int nibble = rf_t4k_nibble(e);
                 f[e] = step * (float)((words[j] >> (4 * nibble)) & 15u) - offset;
             }
             rf_store_n<T, 8, true>(out + row * k + (rf_u64)sb * RF_QK_K + 32u * (unsigned)sub + 8u * (p & 3u), f);

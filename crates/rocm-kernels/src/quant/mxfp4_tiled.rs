@@ -31,7 +31,7 @@
 
 use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
 
-use super::tiled::{self, Mode};
+use super::tiled::{self, MAX_WARPS, Mode, STAGES};
 pub use super::tiled::{MAX_TILED_OUTPUTS, TILE_ROWS, TiledNorm, TiledOutput};
 use super::{MXFP4_GGUF_BLOCK_BYTES, QK};
 use crate::KernelModule;
@@ -46,8 +46,6 @@ const MODULE: KernelModule = KernelModule::Mxfp4Tiled;
 
 /// Blocks of a group, the unit a warp loads; rows are padded to a multiple.
 pub const GROUP_BLOCKS: usize = abi::RF_T4_GROUP as usize;
-/// Most warps a block of the kernel has.
-const MAX_WARPS: usize = abi::RF_T4_WARPS as usize;
 /// Scale bytes up to this take the kernels' fast conversion; a matrix with a larger one (2^114
 /// and up, or the NaN byte) takes the `_wide` entries.
 const FAST_SCALE_MAX: u8 = abi::RF_T4_FAST_SCALE_MAX as u8;
@@ -319,8 +317,6 @@ fn stage_bytes(lp: Loop, dtype: &str) -> usize {
     let x_in_stage = lp == Loop::One && dtype == "f16";
     (if x_in_stage { abi::RF_T4_STAGE_F16 } else { abi::RF_T4_STAGE_BF16 }) as usize
 }
-/// Stages of a warp's ring: 2 groups in flight while one is multiplied.
-const STAGES: usize = abi::RF_T4_STAGES as usize;
 /// Blocks of 8 warps of a matrix-core loop kept resident on a multiprocessor, where shared
 /// memory allows (which the entries' launch bounds promise the compiler): 3 (24 warps; 2 and 3
 /// stages or blocks an SM measured alike: docs/kernels/mxfp.md), 2 for the 32-vector loop.
@@ -330,8 +326,6 @@ fn resident_blocks(lp: Loop) -> usize {
         _ => abi::RF_T4_RESIDENT_BLOCKS as usize,
     }
 }
-/// Shared memory the runtime reserves a block beside what the launch asks for (1 KB on sm_80+).
-const RESERVED_SHARED: usize = 1024;
 
 /// A matrix-core loop's dynamic shared memory for blocks of `warps` warps and rows of `k`
 /// elements, `dtype` the activations': each warp's ring of stages, the tiles' totals (two
@@ -366,24 +360,12 @@ fn launch_shape(
     let groups = (k / QK).div_ceil(GROUP_BLOCKS);
     let units = if swiglu { n / (2 * TILE_ROWS) } else { n.div_ceil(TILE_ROWS) };
     let grid_limit = info.max_grid[0].max(1) as usize;
-    let mut warps = groups.clamp(1, MAX_WARPS);
     if let Loop::Portable { .. } = lp {
-        return Ok((units.clamp(1, grid_limit), warps, 0));
+        return Ok((units.clamp(1, grid_limit), groups.clamp(1, MAX_WARPS), 0));
     }
-    let optin = info.shared_mem_per_block_optin as usize;
-    while warps > 1 && mma_shared_bytes(lp, warps, k, dtype, swiglu) > optin {
-        warps /= 2;
-    }
-    let shared = mma_shared_bytes(lp, warps, k, dtype, swiglu);
-    ensure(shared <= optin, KERNEL, || {
-        let why = if stages_x_once(lp, dtype) { " (x is staged whole)" } else { "" };
-        format!("k = {k} needs {shared} bytes of shared memory{why}, the device allows {optin}")
-    })?;
-    // A multiprocessor's shared memory is the per-block opt-in limit plus the reserve.
-    let per_sm = ((optin + RESERVED_SHARED) / (shared + RESERVED_SHARED))
-        .clamp(1, resident_blocks(lp) * MAX_WARPS / warps);
-    let resident = info.compute_units.max(1) as usize * per_sm;
-    Ok((units.min(resident).clamp(1, grid_limit), warps, shared))
+    let why = if stages_x_once(lp, dtype) { " (x is staged whole)" } else { "" };
+    let shared = |warps| mma_shared_bytes(lp, warps, k, dtype, swiglu);
+    tiled::resident_shape(KERNEL, info, units, groups, resident_blocks(lp), shared, (k, why))
 }
 
 /// `y = W x` for a tiled MXFP4 weight: `x` holds `k` and `y` `n` elements, all on `y`'s stream.

@@ -36,7 +36,7 @@
 use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
 
 use super::kquant::{Q4_K_BLOCK_BYTES, QK_K};
-use super::tiled::{self, Mode, TILE_ROWS, TiledNorm, TiledOutput};
+use super::tiled::{self, MAX_WARPS, Mode, STAGES, TILE_ROWS, TiledNorm, TiledOutput};
 use crate::KernelModule;
 use crate::abi::mxfp4_tiled as abi;
 use crate::dtype::Dtype;
@@ -52,17 +52,13 @@ const HEADER_BYTES: usize = 16;
 const CODE_BYTES: usize = Q4_K_BLOCK_BYTES - HEADER_BYTES;
 /// Where element `m` of a word's eight lies: nibble `NIBBLE[m]` (module docs).
 const NIBBLE: [u32; 8] = [0, 4, 2, 6, 1, 5, 3, 7];
-/// Most warps a block of the kernel has; stages of a warp's ring; a stage's bytes.
-const MAX_WARPS: usize = abi::RF_T4_WARPS as usize;
-const STAGES: usize = abi::RF_T4_STAGES as usize;
+/// A stage's bytes in a warp's ring.
 const STAGE_BYTES: usize = abi::RF_T4K_STAGE as usize;
 /// Blocks of 8 warps kept resident on a multiprocessor where shared memory allows (the entries'
 /// launch bounds promise it to the compiler).
 const RESIDENT_BLOCKS: usize = abi::RF_T4_RESIDENT_BLOCKS as usize;
 /// The row of zeros the kernel's lanes that give no x read (`rf_t4k_one_vector::ZEROS`).
 const ZERO_BYTES: usize = 512;
-/// Shared memory the runtime reserves a block beside what the launch asks for (1 KB on sm_80+).
-const RESERVED_SHARED: usize = 1024;
 
 /// Code `i` (< 256) of a GGUF `block_q4_K`'s 128 code bytes: sub-block `j = i / 32` is the low
 /// nibbles (`j` even) or the high ones (`j` odd) of bytes `32 (j / 2) ..`.
@@ -246,31 +242,22 @@ fn shared_bytes(warps: usize, k: usize, swiglu: bool) -> usize {
     warps * (STAGES * STAGE_BYTES + 2 * TILE_ROWS * 4) + blocks * (64 + 4 + 4) + ZERO_BYTES + gates
 }
 
-/// Launch shape: (blocks, warps a block, dynamic shared bytes). Warps split a tile's super-blocks
-/// (never more warps than super-blocks); blocks stay resident and walk tiles b, b + grid, ...
-/// (or gate-and-up pairs of tiles).
+/// Launch shape: (blocks, warps a block, dynamic shared bytes), a warp a super-block at most,
+/// over tiles (or gate-and-up pairs of tiles). The matrix-core kernel (`mma`) keeps its blocks
+/// resident ([`tiled::resident_shape`]); the portable one takes a tile a block.
 fn launch_shape(
     info: &rocm_runtime::DeviceInfo,
+    mma: bool,
     n: usize,
     k: usize,
     swiglu: bool,
 ) -> Result<(usize, usize, usize)> {
     let units = if swiglu { n / (2 * TILE_ROWS) } else { n.div_ceil(TILE_ROWS) };
-    let optin = info.shared_mem_per_block_optin as usize;
-    let mut warps = (k / QK_K).clamp(1, MAX_WARPS);
-    while warps > 1 && shared_bytes(warps, k, swiglu) > optin {
-        warps /= 2;
+    if !mma {
+        return Ok((units.clamp(1, info.max_grid[0].max(1) as usize), (k / QK_K).clamp(1, MAX_WARPS), 0));
     }
-    let shared = shared_bytes(warps, k, swiglu);
-    ensure(shared <= optin, KERNEL, || {
-        format!(
-            "k = {k} needs {shared} bytes of shared memory (x is staged whole), the device allows {optin}"
-        )
-    })?;
-    let per_sm = ((optin + RESERVED_SHARED) / (shared + RESERVED_SHARED))
-        .clamp(1, RESIDENT_BLOCKS * MAX_WARPS / warps);
-    let resident = info.compute_units.max(1) as usize * per_sm;
-    Ok((units.min(resident).clamp(1, info.max_grid[0].max(1) as usize), warps, shared))
+    let shared = |warps| shared_bytes(warps, k, swiglu);
+    tiled::resident_shape(KERNEL, info, units, k / QK_K, RESIDENT_BLOCKS, shared, (k, " (x is staged whole)"))
 }
 
 /// `y = W x` for a tiled q4_K weight and one vector: `x` holds `k` and `y` `n` elements.
@@ -368,13 +355,7 @@ fn launch<T: Dtype>(
     let stream = ys[0].stream().clone();
     let info = stream.backend().info();
     let mma = !portable && batch == 1 && q4k_tiled_on_matrix_cores::<T>(&stream);
-    let (blocks, warps, shared) = if mma {
-        launch_shape(info, n, k, swiglu)?
-    } else {
-        // The portable kernel: a tile (or a gate-and-up pair) a block, a warp a super-block.
-        let units = if swiglu { n / (2 * TILE_ROWS) } else { n.div_ceil(TILE_ROWS) };
-        (units.clamp(1, info.max_grid[0].max(1) as usize), (k / QK_K).clamp(1, MAX_WARPS), 0)
-    };
+    let (blocks, warps, shared) = launch_shape(info, mma, n, k, swiglu)?;
     let kernel = loader::kernel(&stream, MODULE, &entry(mma, norm.is_some(), T::NAME))?;
     let threads = warps * 32;
     ensure(kernel.max_threads_per_block() as usize >= threads, KERNEL, || {

@@ -13,6 +13,11 @@ use crate::error::{KernelError, Result, ensure};
 pub const TILE_ROWS: usize = abi::RF_T4_ROWS as usize;
 /// Most outputs one launch writes (a stacked weight's parts).
 pub const MAX_TILED_OUTPUTS: usize = abi::RF_T4_OUTPUTS as usize;
+/// Most warps a block of the kernels has; stages of a matrix-core warp's ring.
+pub(crate) const MAX_WARPS: usize = abi::RF_T4_WARPS as usize;
+pub(crate) const STAGES: usize = abi::RF_T4_STAGES as usize;
+/// Shared memory the runtime reserves a block beside what the launch asks for (1 KB on sm_80+).
+const RESERVED_SHARED: usize = 1024;
 
 /// The RMSNorm a normed launch applies to its input first: the input is then a row `h` of the
 /// residual stream, and the product multiplies each element `h * s * weight` rounded to `T`,
@@ -190,4 +195,35 @@ pub(crate) fn check_gguf_rows(
         Some(need) => format!("w holds {len} bytes; {n} rows of {blocks} {what} need {need}"),
         None => format!("[{n}, {k}] overflows usize"),
     })
+}
+
+/// A matrix-core launch's shape, (blocks, warps a block, dynamic shared bytes), for `units`
+/// tiles (or gate-and-up pairs) whose rows hold `groups` groups: warps split a tile's groups (never
+/// more warps than groups, at most [`MAX_WARPS`]), halved until `shared(warps)` fits the device's
+/// opt-in limit; blocks stay resident (block b walks units b, b + grid, ...: a block that waited
+/// for a slot would run its whole share after the others), at most `resident` blocks of 8 warps
+/// an SM (the entries' launch bounds). `why` follows the refusal's shared-memory figure.
+pub(crate) fn resident_shape(
+    kernel: &'static str,
+    info: &rocm_runtime::DeviceInfo,
+    units: usize,
+    groups: usize,
+    resident: usize,
+    shared: impl Fn(usize) -> usize,
+    (k, why): (usize, &str),
+) -> Result<(usize, usize, usize)> {
+    let optin = info.shared_mem_per_block_optin as usize;
+    let mut warps = groups.clamp(1, MAX_WARPS);
+    while warps > 1 && shared(warps) > optin {
+        warps /= 2;
+    }
+    let bytes = shared(warps);
+    ensure(bytes <= optin, kernel, || {
+        format!("k = {k} needs {bytes} bytes of shared memory{why}, the device allows {optin}")
+    })?;
+    // A multiprocessor's shared memory is the per-block opt-in limit plus the reserve.
+    let per_sm =
+        ((optin + RESERVED_SHARED) / (bytes + RESERVED_SHARED)).clamp(1, resident * MAX_WARPS / warps);
+    let blocks = info.compute_units.max(1) as usize * per_sm;
+    Ok((units.min(blocks).clamp(1, info.max_grid[0].max(1) as usize), warps, bytes))
 }
