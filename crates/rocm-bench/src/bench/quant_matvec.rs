@@ -63,7 +63,8 @@ fn selected_formats() -> Result<Vec<&'static str>> {
 
 pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
     let formats = selected_formats()?;
-    let selected = |name: &str| formats.contains(&name);
+    // Names as `env_selection` matched them (case-insensitively): `q4_K` is the format `q4_k`.
+    let selected = |name: &str| formats.iter().any(|f| f.eq_ignore_ascii_case(name));
     let mut rows = Vec::new();
     if selected("q4_K") || selected("q4_K-tiled") {
         // The tiled q4_K layer as a folded model would run it: Q, K and V stacked, O added to the

@@ -150,14 +150,26 @@ impl<T: GemmElement> Model<T> {
     }
 
     /// Device bytes of the weights: projections as the file stores them (a block format's
-    /// bytes are the file's), norms in `T`.
+    /// bytes are the file's), norms in `T`, and a tiled q4_K copy where one was loaded
+    /// ([`Q4kLayout::TiledCopy`](crate::Q4kLayout::TiledCopy)).
     pub fn weight_bytes(&self) -> u64 {
+        self.outside_layers_bytes() + self.layers.iter().map(LayerWeights::device_bytes).sum::<u64>()
+    }
+
+    /// The weight bytes a pass over the whole model reads: [`Model::weight_bytes`] less a tiled
+    /// q4_K copy, which a pass reads instead of the rows, not beside them. A decode step's
+    /// weight-read rate is these bytes over its time.
+    pub fn read_weight_bytes(&self) -> u64 {
+        self.outside_layers_bytes() + self.layers.iter().map(LayerWeights::read_bytes).sum::<u64>()
+    }
+
+    /// The final norm's and output head's bytes.
+    fn outside_layers_bytes(&self) -> u64 {
         let output_norm = match &self.final_norm {
             FinalNorm::Output(w) => (w.len() * size_of::<T>()) as u64,
             FinalNorm::Unit(_) => 0,
         };
-        let head = self.head.as_ref().map_or(0, Linear::device_bytes);
-        self.layers.iter().map(LayerWeights::device_bytes).sum::<u64>() + output_norm + head
+        output_norm + self.head.as_ref().map_or(0, Linear::device_bytes)
     }
 
     /// The vocabulary size, for a model with a token embedding.

@@ -138,9 +138,14 @@ impl<T: GemmElement> LayerWeights<T> {
     }
 
     pub fn device_bytes(&self) -> u64 {
+        self.read_bytes() + self.q4k_copy.as_ref().map_or(0, Q4kCopy::device_bytes)
+    }
+
+    /// The weight bytes one pass reads: the device bytes less the tiled q4_K copy, since a pass
+    /// reads either the rows or the copy (the same bytes, the copy's padding aside), never both.
+    pub fn read_bytes(&self) -> u64 {
         let vectors: usize = self.vectors.iter().map(|(_, v)| v.len() * size_of::<T>()).sum();
-        let copy = self.q4k_copy.as_ref().map_or(0, Q4kCopy::device_bytes);
-        vectors as u64 + self.matrices.iter().map(|(_, w)| w.device_bytes()).sum::<u64>() + copy
+        vectors as u64 + self.matrices.iter().map(|(_, w)| w.device_bytes()).sum::<u64>()
     }
 
     /// The projections, for sizing what their products need.

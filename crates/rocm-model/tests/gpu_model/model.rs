@@ -283,7 +283,8 @@ fn tiled_q4k_copy_model_batches_match_the_reference_bf16() {
     parity_of::<bf16>(&gpu, q4k_file(), "q4_K tiled copy, batches", Q4K_COPY);
 }
 
-/// The copy takes the projections' bytes a second time where it is made (and nothing else).
+/// The copy takes the projections' bytes a second time where it is made (and nothing else), and
+/// a pass still reads them once.
 #[test]
 fn tiled_q4k_copy_takes_the_projections_bytes_again() {
     let gpu = gpu_test!();
@@ -298,6 +299,8 @@ fn tiled_q4k_copy_takes_the_projections_bytes_again() {
     let runs = rocm_kernels::quant::q4k_tiled_on_matrix_cores::<bf16>(gpu.stream());
     let extra = if runs { projections } else { 0 };
     assert_eq!(copy.weight_bytes(), rows.weight_bytes() + extra);
+    assert_eq!(copy.read_weight_bytes(), rows.weight_bytes());
+    assert_eq!(rows.read_weight_bytes(), rows.weight_bytes());
 }
 
 /// Block-format projections stay as their blocks on the device: the weights take the file's
