@@ -186,27 +186,14 @@ template <typename T, bool NORM> struct rf_t4k_one_vector {
             rf_t4_norm_weight_in(norm, nb, xs);
         }
     }
-    // x staged, then (after its barrier) block b's sum xt[b]: its 32 staged values in order, in
-    // f32 (each exact), times the factor (a power of two; f16 x is staged as it is, and its
-    // factors are set to 1 here, by the thread that reads them back); the zeros; a barrier.
+    // The row of zeros, then x staged with each block's sum of its staged values times its
+    // factor (xt[b], rf_t4_stage_x's SUMS: in f32 in element order, each value exact; f16 x is
+    // staged as it is with factors 1), whose barrier publishes all three.
     RF_DEVICE void after_wait() {
-        rf_t4_stage_x<T, NORM>(x, norm, nb, nbp, xs, xf, totals);
-        for (unsigned b = threadIdx.x; b < nbp; b += blockDim.x) {
-            const __half* v = xs + b * RF_QK;
-            float sum = 0.0f;
-#pragma unroll
-            for (int i = 0; i < RF_QK; ++i) {
-                sum += __half2float(v[i]);
-            }
-            if constexpr (!rf_x16<T>::SCALED) {
-                xf[b] = 1.0f;
-            }
-            xt[b] = sum * xf[b];
-        }
         for (unsigned i = threadIdx.x; i < ZEROS / 16; i += blockDim.x) {
             reinterpret_cast<uint4*>(zeros)[i] = make_uint4(0u, 0u, 0u, 0u);
         }
-        __syncthreads();
+        rf_t4_stage_x<T, NORM, true>(x, norm, nb, nbp, xs, xf, totals, xt);
     }
     // Lanes (g, u) with u == g / 2 give x (their sub-block u + 4h's 16 bytes at pair offsets
     // 64 u + 256 h + 16 e of the group's x); the others read the zeros.

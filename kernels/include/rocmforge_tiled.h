@@ -360,19 +360,42 @@ template <typename T> RF_DEVICE void rf_t4_load_block(const T* x, unsigned b, ui
 
 // x (nb blocks of 32 T) staged once a block as f16 into xs (nbp blocks), while the prologue's
 // copies are in flight: bf16 as block-scaled f16 with each block's factor in xf
-// (rocmforge_x16.h), f16 as it is (xf unused); the padding blocks' x zero (their codes are zeros
-// too, and 0 x 0 keeps their sums 0 where garbage x could make them NaN) and their factors 1.
+// (rocmforge_x16.h), f16 as it is (xf unused, or 1 with SUMS); the padding blocks' x zero (their
+// codes are zeros too, and 0 x 0 keeps their sums 0 where garbage x could make them NaN) and
+// their factors 1.
 // NORM: x is a row h of the residual stream and the input is its RMSNorm (rf_t4_norm): thread t
 // takes blocks t, t + blockDim.x, ... of h, each block's four vectors loaded together (one
 // round trip to h after the wait, where k <= 32 blockDim.x); the sum of squares first (its
 // scratch, `scratch`, a float a warp, free until the caller's next barrier; rf_block_sum's
 // barrier publishes every thread's copies of the weight, rf_t4_norm_weight_in), then each block
 // again (the L1 holds it) normalised and staged over the weight's bytes (a block's x where its
-// weight was). Ends with a barrier: xs and xf are the block's.
-template <typename T, bool NORM>
+// weight was).
+// SUMS: also each block's sum over its staged values times its factor into xt[b] (rf_x16_sum,
+// 0 for the padding), formed in registers by the thread that stages the block: a thread a block
+// then in every form (a pass over xs afterwards reads it with 8-way bank conflicts).
+// Ends with a barrier: xs, xf (and xt) are the block's.
+template <typename T, bool NORM, bool SUMS = false>
 RF_DEVICE void rf_t4_stage_x(const T* x, const rf_t4_norm& norm, unsigned nb, unsigned nbp, __half* xs, float* xf,
-                             float* scratch) {
+                             float* scratch, float* xt = nullptr) {
     typedef rf_x16<T> X;
+    // Block b staged from its 32 values v (T's bits), and with SUMS its sum kept.
+    auto stage_block = [&](uint4 (&v)[4], unsigned b) {
+        if constexpr (X::SCALED) {
+            const float sum = X::stage_block(v, xs, xf, b);
+            if constexpr (SUMS) {
+                xt[b] = sum;
+            }
+        } else {
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                reinterpret_cast<uint4*>(xs)[4 * b + u] = v[u];
+            }
+            if constexpr (SUMS) {
+                xf[b] = 1.0f;
+                xt[b] = rf_x16_sum(v);
+            }
+        }
+    };
     if constexpr (NORM) {
         float sumsq = 0.0f;
         for (unsigned b = threadIdx.x; b < nb; b += blockDim.x) {
@@ -382,7 +405,7 @@ RF_DEVICE void rf_t4_stage_x(const T* x, const rf_t4_norm& norm, unsigned nb, un
         }
         rf_cp_async_wait<RF_T4_STAGES - 1>(); // the weight's group (the prologue's are younger)
         const float s = rf_t4_norm_from(rf_block_sum(sumsq, scratch), (rf_u64)nb * RF_QK, norm.eps);
-        uint4* xv = reinterpret_cast<uint4*>(xs);
+        const uint4* xv = reinterpret_cast<const uint4*>(xs);
         for (unsigned b = threadIdx.x; b < nb; b += blockDim.x) {
             uint4 v[4];
             rf_t4_load_block(x, b, v);
@@ -390,14 +413,13 @@ RF_DEVICE void rf_t4_stage_x(const T* x, const rf_t4_norm& norm, unsigned nb, un
             for (int u = 0; u < 4; ++u) {
                 v[u] = rf_t4_normed8<T>(v[u], xv[4 * b + u], s); // the weight, then x, there
             }
-            if constexpr (X::SCALED) {
-                X::stage_block(v, xs, xf, b);
-            } else {
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    xv[4 * b + u] = v[u];
-                }
-            }
+            stage_block(v, b);
+        }
+    } else if constexpr (SUMS) {
+        for (unsigned b = threadIdx.x; b < nb; b += blockDim.x) {
+            uint4 v[4];
+            rf_t4_load_block(x, b, v);
+            stage_block(v, b);
         }
     } else if constexpr (X::SCALED) {
         X::stage(x, xs, xf, (rf_u64)nb * RF_QK);
@@ -411,6 +433,9 @@ RF_DEVICE void rf_t4_stage_x(const T* x, const rf_t4_norm& norm, unsigned nb, un
     }
     for (unsigned b = nb + threadIdx.x; b < nbp; b += blockDim.x) {
         xf[b] = 1.0f;
+        if constexpr (SUMS) {
+            xt[b] = 0.0f;
+        }
     }
     __syncthreads();
 }

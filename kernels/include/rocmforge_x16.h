@@ -49,6 +49,18 @@ struct rf_x16_scaler {
 };
 // The factor 2^-s that takes a block's scaled sum back.
 RF_DEVICE float rf_x16_factor(int s) { return __uint_as_float((unsigned)(127 - s) << 23); }
+// The sum of a block's 32 staged f16 values (four 16-byte vectors, as stored) in element order,
+// in f32: each value exact, the additions rounded in that order.
+RF_DEVICE float rf_x16_sum(const uint4 (&o)[4]) {
+    const unsigned* w = &o[0].x;
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        sum += __half2float(__ushort_as_half((unsigned short)(w[i] & 0xffffu)));
+        sum += __half2float(__ushort_as_half((unsigned short)(w[i] >> 16)));
+    }
+    return sum;
+}
 
 template <> struct rf_x16<rf_bf16> {
     static constexpr bool SCALED = true;
@@ -65,8 +77,10 @@ template <> struct rf_x16<rf_bf16> {
             stage_block(v, xs, xf, b);
         }
     }
-    // Block b's 32 elements, v (as bf16 bits), into xs and xf.
-    static RF_DEVICE void stage_block(const uint4 (&v)[4], __half* xs, float* xf, unsigned b) {
+    // Block b's 32 elements, v (as bf16 bits), into xs and xf; returns the block's sum over x
+    // as staged (rf_x16_sum of its f16 values times the factor; a caller that drops it pays
+    // nothing: the compiler removes it).
+    static RF_DEVICE float stage_block(const uint4 (&v)[4], __half* xs, float* xf, unsigned b) {
         const unsigned* w = &v[0].x;
         unsigned m = 0;
 #pragma unroll
@@ -85,7 +99,9 @@ template <> struct rf_x16<rf_bf16> {
         for (int u = 0; u < 4; ++u) {
             reinterpret_cast<uint4*>(xs)[4 * b + u] = o[u];
         }
-        xf[b] = rf_x16_factor(sc);
+        const float factor = rf_x16_factor(sc);
+        xf[b] = factor;
+        return rf_x16_sum(o) * factor;
     }
 };
 
