@@ -37,9 +37,10 @@
 
 use rocm_kernels::Dtype;
 use rocm_kernels::quant::{
-    BlockFormat, GgmlFormat, MxFormat, QuantProduct, SplitScratch, TiledMxfp4, TiledNorm, TiledOutput,
-    TiledQ4k, mx_matvec_group_in, mx_matvec_tiled_fused, q4k_matvec_tiled_fused, q4k_tiled_on_matrix_cores,
-    quant_matvec_glu, quant_matvec_glu_fuses, quant_matvec_group_in, quant_matvec_on_matrix_cores,
+    BlockFormat, DeviceTiledQ4k, GgmlFormat, MxFormat, QuantProduct, SplitScratch, TiledMxfp4, TiledNorm,
+    TiledOutput, TiledQ4k, mx_matvec_group_in, mx_matvec_tiled_fused, q4k_matvec_tiled_fused,
+    q4k_matvec_tiled_split, q4k_tiled_on_matrix_cores, quant_matvec_glu, quant_matvec_glu_fuses,
+    quant_matvec_group_in, quant_matvec_on_matrix_cores,
 };
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 
@@ -81,6 +82,13 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
         for &(group, k, out, normed) in launches {
             rows.extend(q4k_tiled::<f16>(b, group, k, out, normed)?);
             rows.extend(q4k_tiled::<bf16>(b, group, k, out, normed)?);
+        }
+        for &(group, k) in
+            &[(&[4096, 1024, 1024][..], 4096), (&[14_336, 14_336][..], 4096), (&[4096][..], 14_336)]
+        {
+            for &batch in BATCHES {
+                rows.push(q4k_tiled_portable::<bf16>(b, group, k, batch)?);
+            }
         }
         // The GGUF rows' gate and up with their SwiGLU (what the model runs today), beside them.
         let (gate, up) =
@@ -197,22 +205,7 @@ fn q4k_tiled<T: Dtype>(
     if !q4k_tiled_on_matrix_cores::<T>(&b.stream) {
         return Ok(None);
     }
-    let patterns =
-        group.iter().map(|&n| host_patterns(b, GgmlFormat::Q4K, n, k)).collect::<Result<Vec<_>>>()?;
-    let stacked: Vec<TiledQ4k> = (0..2)
-        .map(|c| {
-            let parts = patterns
-                .iter()
-                .zip(group)
-                .map(|(p, &n)| TiledQ4k::from_gguf(&p[c], n, k))
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            TiledQ4k::stack(&parts.iter().collect::<Vec<_>>())
-        })
-        .collect::<std::result::Result<_, _>>()?;
-    let weight_bytes: usize = patterns.iter().map(|p| p[0].len()).sum();
-    let device = (0..copies(b, weight_bytes))
-        .map(|i| stacked[i % 2].upload(&b.stream))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let (device, weight_bytes) = q4k_stacked(b, group, k)?;
     let (x, mut ys, norm_weight) = tiled_io::<T>(b, group, k, 1)?;
     let norm = normed.then_some(TiledNorm { weight: &norm_weight, eps: 1e-5 });
     let mut i = 0;
@@ -241,6 +234,52 @@ fn q4k_tiled<T: Dtype>(
         bytes: (weight_bytes + (k + rows) * size_of::<T>()) as u64,
         flops: None,
     }))
+}
+
+/// The group's weights (random super-blocks, every f16 scale finite) stacked along their rows
+/// before timing, as a loader would, in enough device copies that the L2 holds none between
+/// launches; and their GGUF bytes.
+fn q4k_stacked(b: &mut Bench, group: &[usize], k: usize) -> Result<(Vec<DeviceTiledQ4k>, usize)> {
+    let patterns =
+        group.iter().map(|&n| host_patterns(b, GgmlFormat::Q4K, n, k)).collect::<Result<Vec<_>>>()?;
+    let stacked: Vec<TiledQ4k> = (0..2)
+        .map(|c| {
+            let parts = patterns
+                .iter()
+                .zip(group)
+                .map(|(p, &n)| TiledQ4k::from_gguf(&p[c], n, k))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            TiledQ4k::stack(&parts.iter().collect::<Vec<_>>())
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    let weight_bytes: usize = patterns.iter().map(|p| p[0].len()).sum();
+    let device = (0..copies(b, weight_bytes))
+        .map(|i| stacked[i % 2].upload(&b.stream))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok((device, weight_bytes))
+}
+
+/// `batch` vectors through the portable tiled q4_K kernel (CUDA cores; what a tiled q4_K layout
+/// would run past one vector today), the group stacked into one output a part: rows `q4_K tiled
+/// portable matvec split b<N>`, beside the rows' `q4_k matvec group b<N>`.
+fn q4k_tiled_portable<T: Dtype>(b: &mut Bench, group: &[usize], k: usize, batch: usize) -> Result<Row> {
+    let (device, weight_bytes) = q4k_stacked(b, group, k)?;
+    let (x, mut ys, _) = tiled_io::<T>(b, group, k, batch)?;
+    let mut i = 0;
+    let ms = b.time(|| {
+        i += 1;
+        let mut outs: Vec<&mut DeviceBuffer<T>> = ys.iter_mut().collect();
+        Ok(q4k_matvec_tiled_split(&device[i % device.len()], &x, batch, &mut outs, true)?)
+    })?;
+    let rows: usize = group.iter().sum();
+    Ok(Row {
+        kernel: format!("q4_K tiled portable matvec split b{batch}"),
+        dtype: T::NAME,
+        shape: group_shape(group, k),
+        ms,
+        bytes: (weight_bytes + batch * (k + rows) * size_of::<T>()) as u64,
+        flops: None,
+    })
 }
 
 /// The same group of MXFP4 products over the tiled layout: the weights stacked along their rows
