@@ -603,11 +603,6 @@ fn launch<T: Dtype>(
     Ok(())
 }
 
-/// Threads of a dequantisation block.
-const DEQUANT_THREADS: usize = 256;
-/// Dequantisation blocks an SM, at most (the kernel strides over the rest).
-const DEQUANT_BLOCKS_AN_SM: usize = 8;
-
 /// Rows `rows` of a tiled weight (a part of a stacked one: `rows.start` a whole number of
 /// tiles) dequantised to `T` into the first `rows.len() * k` elements of `out`, row-major
 /// `[rows.len(), k]`: the operand of a prefill's GEMM (`out` may be longer: one scratch serves
@@ -632,17 +627,8 @@ pub fn dequantize_tiled<T: Dtype>(
     })?;
     let vectors = count.div_ceil(TILE_ROWS) * padded_blocks(k) / 2 * 32;
     let stream = out.stream().clone();
-    let info = stream.backend().info();
-    let blocks = vectors
-        .div_ceil(DEQUANT_THREADS)
-        .min(info.compute_units.max(1) as usize * DEQUANT_BLOCKS_AN_SM)
-        .clamp(1, info.max_grid[0].max(1) as usize);
     let kernel = loader::kernel(&stream, MODULE, &format!("rf_mxfp4_tiled_dequant_{}", T::NAME))?;
-    let config = LaunchConfig {
-        grid: [blocks as u32, 1, 1],
-        block: [DEQUANT_THREADS as u32, 1, 1],
-        shared_mem_bytes: 0,
-    };
+    let config = tiled::dequant_config(stream.backend().info(), vectors);
     // SAFETY: the entry is (const uint4* payload, const u8* scales, T* out, u32 rows, u32 nb).
     // From the part's first tile t0 (rows.start / 16, checked to be whole), it reads the payload
     // vectors of ceil(rows / 16) tiles, bytes [256 nbp t0, 256 nbp (t0 + tiles)), and their scale

@@ -414,10 +414,6 @@ fn launch<T: Dtype>(
     Ok(())
 }
 
-/// Threads of a dequantisation block, and its blocks an SM at most (the kernel strides).
-const DEQUANT_THREADS: usize = 256;
-const DEQUANT_BLOCKS_AN_SM: usize = 8;
-
 /// Rows `rows` of a tiled q4_K weight dequantised to `T` into the first `rows * k` elements of
 /// `out` (row-major; `out` may be longer): the operand of a prefill's GEMM. Each element is what
 /// `dequantize` gives from the GGUF rows, `(d * sc) * q - dmin * m` in f32 rounded to `T` once.
@@ -439,17 +435,8 @@ pub fn dequantize_tiled_q4k<T: Dtype>(
     })?;
     let vectors = rows.div_ceil(TILE_ROWS) * (k / QK_K) * 128;
     let stream = out.stream().clone();
-    let info = stream.backend().info();
-    let blocks = vectors
-        .div_ceil(DEQUANT_THREADS)
-        .min(info.compute_units.max(1) as usize * DEQUANT_BLOCKS_AN_SM)
-        .clamp(1, info.max_grid[0].max(1) as usize);
     let kernel = loader::kernel(&stream, MODULE, &format!("rf_q4k_tiled_dequant_{}", T::NAME))?;
-    let config = LaunchConfig {
-        grid: [blocks as u32, 1, 1],
-        block: [DEQUANT_THREADS as u32, 1, 1],
-        shared_mem_bytes: 0,
-    };
+    let config = tiled::dequant_config(stream.backend().info(), vectors);
     // SAFETY: the entry is (const uint4* payload, const u8* headers, T* out, u32 rows, u32 nb). It
     // reads the payload vectors of ceil(rows / 16) tiles, bytes [0, 2048 nsb tiles), and their
     // headers, [0, 256 nsb tiles), inside the weight (rows <= n, checked) as TiledQ4k::upload laid

@@ -227,3 +227,23 @@ pub(crate) fn resident_shape(
     let blocks = info.compute_units.max(1) as usize * per_sm;
     Ok((units.min(blocks).clamp(1, info.max_grid[0].max(1) as usize), warps, bytes))
 }
+
+/// Threads of a dequantisation block.
+const DEQUANT_THREADS: usize = 256;
+/// Dequantisation blocks an SM, at most (the kernels stride over the rest).
+const DEQUANT_BLOCKS_AN_SM: usize = 8;
+
+/// The launch of a tiled weight's dequantisation kernel over `vectors` 16-byte payload vectors
+/// (a thread a vector a trip): enough blocks for each thread one, at most
+/// [`DEQUANT_BLOCKS_AN_SM`] an SM, within the device's grid.
+pub(crate) fn dequant_config(info: &rocm_runtime::DeviceInfo, vectors: usize) -> rocm_runtime::LaunchConfig {
+    let blocks = vectors
+        .div_ceil(DEQUANT_THREADS)
+        .min(info.compute_units.max(1) as usize * DEQUANT_BLOCKS_AN_SM)
+        .clamp(1, info.max_grid[0].max(1) as usize);
+    rocm_runtime::LaunchConfig {
+        grid: [blocks as u32, 1, 1],
+        block: [DEQUANT_THREADS as u32, 1, 1],
+        shared_mem_bytes: 0,
+    }
+}
