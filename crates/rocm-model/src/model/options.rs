@@ -21,7 +21,9 @@ pub enum Q4kLayout {
     /// alone) where the device runs it (NVIDIA matrix cores, f16 or bf16): one-token passes fold
     /// the layer's norms and residual adds into its products on the copy, every other pass reads
     /// the rows. Twice the projections' device bytes: a measurement of the tiled q4_K layer
-    /// (docs/kernels/q4k_tiled.md), not a way to hold a model.
+    /// (docs/kernels/q4k_tiled.md: at batch 1 on an H100, 60-61 us a Llama-3-8B layer against
+    /// the rows' 64-66), not a way to hold a model; the tiled layout alone waits for a
+    /// several-vector matrix-core loop over it.
     TiledCopy,
 }
 
