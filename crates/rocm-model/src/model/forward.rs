@@ -151,7 +151,7 @@ impl<T: GemmElement> Model<T> {
 
     /// Device bytes of the weights: projections as the file stores them (a block format's
     /// bytes are the file's), norms in `T`, and a tiled q4_K copy where one was loaded
-    /// ([`Q4kLayout::TiledCopy`](crate::Q4kLayout::TiledCopy)).
+    /// ([`Q4kLayout::TiledCopy`](super::Q4kLayout::TiledCopy)).
     pub fn weight_bytes(&self) -> u64 {
         self.outside_layers_bytes() + self.layers.iter().map(LayerWeights::device_bytes).sum::<u64>()
     }
