@@ -5,9 +5,9 @@
 //!   the time of a whole step (host work included: `decode_step` then a synchronise, wall
 //!   clock), median of [`STEPS`], divided by the layers. The row's bytes are the weight bytes
 //!   one layer's pass reads (`Model::read_weight_bytes`: as they sit on the device, less a
-//!   tiled q4_K copy, which is read instead of the rows), so "of copy" is the layer's weight-read rate against the
-//!   copy bandwidth of the same run: the memory-limit target is at least 0.8 (a step no slower
-//!   than 1.25 x its weight bytes over the bandwidth). The shape column gives the tokens/s of a
+//!   tiled q4_K copy, which is read instead of the rows), so "of copy" is the layer's
+//!   weight-read rate against the copy bandwidth of the same run: the memory-limit target is at
+//!   least 0.8 (a step no slower than 1.25 x its weight bytes over the bandwidth). The shape column gives the tokens/s of a
 //!   32-layer model at that per-layer time (no embedding, head or sampling).
 //! - decode graph: the same step through a decode graph (`Model::decode_workspace`,
 //!   `DecodeWorkspace::graph`): the host plans the step, writes the inputs (the rows from the
