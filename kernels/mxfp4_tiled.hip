@@ -271,49 +271,20 @@ template <typename T, bool WIDE, bool NORM> struct rf_t4_one_vector {
 // is rounded to f16 in registers by the rule rocmforge_x16.h stages it with (the block's
 // maximum shared by the four lanes of its row of B through two shuffles), so that each vector's
 // outputs have the bits the one-vector kernel gives it.
-template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors {
+template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors : rf_t4_columns<T, PASSES> {
+    typedef rf_t4_columns<T, PASSES> Columns;
     typedef T Elem;
     static constexpr bool SCALED = rf_x16<T>::SCALED;
     static constexpr unsigned SCALES = RF_T4_SCALE_BYTES;
     static constexpr bool X_IN_STAGE = false;
     static constexpr unsigned STAGE = RF_T4_STAGE_BF16; // the weights' bytes alone
-    static constexpr unsigned COLUMNS = 8 * PASSES;
-    const T* x;
-    const rf_t4_outputs& y;
-    unsigned nb;
-    unsigned batch;
-    float* totals; // two buffers of warps * 16 * COLUMNS floats, by tile parity
-    float* keep;   // then, in a gate-and-up launch, the tile's gates: 16 * COLUMNS floats (rf_t4_put)
-    unsigned warps;
-    float acc[PASSES][4]; // pass p: rows g, g, g + 8, g + 8 of vectors 8p + 2u, 8p + 2u + 1
+    using Columns::acc;
+    using Columns::batch;
+    using Columns::nb;
+    using Columns::x;
 
     RF_DEVICE rf_t4_vectors(const T* x_, const rf_t4_outputs& y_, unsigned nb_, unsigned batch_)
-        : x(x_), y(y_), nb(nb_), batch(batch_) {
-#pragma unroll
-        for (int p = 0; p < PASSES; ++p) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                acc[p][i] = 0.0f;
-            }
-        }
-    }
-    RF_DEVICE void place(unsigned char* rest, unsigned warps_, unsigned) {
-        warps = warps_;
-        totals = reinterpret_cast<float*>(rest);
-        keep = totals + 2 * warps * RF_T4_ROWS * COLUMNS;
-    }
-    RF_DEVICE const rf_t4_outputs& outputs() const { return y; }
-    RF_DEVICE unsigned rows() const { return y.end[RF_T4_OUTPUTS - 1]; }
-    RF_DEVICE void zero(unsigned tile) const {
-        for (unsigned i = threadIdx.x; i < RF_T4_ROWS * batch; i += blockDim.x) {
-            const unsigned row = tile * RF_T4_ROWS + i % RF_T4_ROWS;
-            if (row < rows()) {
-                rf_t4_put_zero<T>(y, row, i / RF_T4_ROWS);
-            }
-        }
-    }
-    RF_DEVICE void before_prologue() {}
-    RF_DEVICE void after_wait() {}
+        : Columns(x_, y_, nb_, batch_) {}
     RF_DEVICE void group(const unsigned char* stage, unsigned q, int lane) {
         const int g = lane >> 2;
         const int u = lane & 3;
@@ -384,39 +355,6 @@ template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors {
                 acc[p][1] = rf_t4_add<SCALED, WIDE>(acc[p][1], d[1], f1, sg);
                 acc[p][2] = rf_t4_add<SCALED, WIDE>(acc[p][2], d[2], f0, sh);
                 acc[p][3] = rf_t4_add<SCALED, WIDE>(acc[p][3], d[3], f1, sh);
-            }
-        }
-    }
-    // Each lane's totals to sums[(warp * 16 + row) * COLUMNS + column], then the warps' added in
-    // warp order a (row, vector) (the one-vector kernel's order) and written. One barrier, two
-    // buffers by the block's tile parity (rf_t4_finish says why that suffices).
-    RF_DEVICE void tile_done(unsigned done, unsigned tile, int warp, int lane) {
-        float* sums = totals + (done & 1) * (warps * RF_T4_ROWS * COLUMNS);
-        const int g = lane >> 2;
-        const int u = lane & 3;
-#pragma unroll
-        for (int p = 0; p < PASSES; ++p) {
-            float* at = sums + (warp * RF_T4_ROWS + g) * COLUMNS + 8 * p + 2 * u;
-            at[0] = acc[p][0];
-            at[1] = acc[p][1];
-            at[8 * COLUMNS] = acc[p][2];
-            at[8 * COLUMNS + 1] = acc[p][3];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                acc[p][i] = 0.0f;
-            }
-        }
-        __syncthreads();
-        for (unsigned i = threadIdx.x; i < RF_T4_ROWS * COLUMNS; i += blockDim.x) {
-            const unsigned r = i / COLUMNS;
-            const unsigned v = i % COLUMNS;
-            const unsigned row = tile * RF_T4_ROWS + r;
-            if (v < batch && row < rows()) {
-                float sum = 0.0f;
-                for (unsigned w = 0; w < warps; ++w) {
-                    sum += sums[(w * RF_T4_ROWS + r) * COLUMNS + v];
-                }
-                rf_t4_put<T>(y, row, v, sum, keep + i);
             }
         }
     }

@@ -20,6 +20,8 @@
 //                                  they trap and the launcher never picks them)
 //   rf_q4k_tiled_normed_mma_<dt>   the same with the RMSNorm `norm` applied to x (x then a row of
 //                                  the residual stream; rocmforge_mxfp4_tiled_abi.h)
+//   rf_q4k_tiled_batch8_mma_<dt>,  f16 / bf16, 1..8 and 1..32 vectors on the matrix cores (the
+//   rf_q4k_tiled_batch32_mma_<dt>  scales in A, vectors as B's columns: rf_t4k_vectors)
 //   rf_q4k_tiled_matvec_<dt>,      portable: f32, f16, bf16, any device, any batch (normed: one
 //   rf_q4k_tiled_normed_<dt>       vector)
 // putting their totals as y.mode says (stored, added to the residual stream, or a gate-and-up
@@ -57,6 +59,22 @@ RF_DEVICE float rf_t4k_byte_biased(unsigned word, unsigned j) {
     return __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7640u | j));
 }
 
+// A row's 6-bit sub-block scales and mins from its header (16 bytes: d, dmin as f16, then GGUF's
+// 12 scale bytes): GGUF's get_scale_min_k4, four bytes at a time. Byte j of sc[0] / m[0] is
+// sub-block j's scale / min, of sc[1] / m[1] sub-block j + 4's: sub-blocks 0..3 in the low 6 bits
+// of bytes 0..3 (scales) and 4..7 (mins); 4..7 in bytes 8..11's nibbles with bytes 0..7's top
+// two bits above them.
+struct rf_t4k_fields {
+    unsigned sc[2];
+    unsigned m[2];
+    RF_DEVICE explicit rf_t4k_fields(uint4 hd) {
+        sc[0] = hd.y & 0x3f3f3f3fu;
+        m[0] = hd.z & 0x3f3f3f3fu;
+        sc[1] = (hd.w & 0x0f0f0f0fu) | ((hd.y >> 2) & 0x30303030u);
+        m[1] = ((hd.w >> 4) & 0x0f0f0f0fu) | ((hd.z >> 2) & 0x30303030u);
+    }
+};
+
 // A row's header (16 bytes: d, dmin as f16, then GGUF's 12 scale bytes) as what lane u scales
 // its sub-blocks u and u + 4 by: the scales times the x factors f_u, f_{u+4} (exact: powers of
 // two), the mins, d times 2^24 (the codes' unit) and dmin.
@@ -65,17 +83,11 @@ struct rf_t4k_row {
     float m0, m1; // m_u, m_{u+4}
     float d, dmin;
     RF_DEVICE rf_t4k_row(uint4 hd, unsigned u, float f0, float f1) {
-        // GGUF's get_scale_min_k4, four bytes at a time: sub-blocks 0..3 in the low 6 bits of
-        // bytes 0..3 (scales) and 4..7 (mins); 4..7 in bytes 8..11's nibbles with bytes 0..7's
-        // top two bits above them.
-        const unsigned sc_lo = hd.y & 0x3f3f3f3fu;
-        const unsigned m_lo = hd.z & 0x3f3f3f3fu;
-        const unsigned sc_hi = (hd.w & 0x0f0f0f0fu) | ((hd.y >> 2) & 0x30303030u);
-        const unsigned m_hi = ((hd.w >> 4) & 0x0f0f0f0fu) | ((hd.z >> 2) & 0x30303030u);
-        s0 = fmaf(rf_t4k_byte_biased(sc_lo, u), f0, -8388608.0f * f0);
-        s1 = fmaf(rf_t4k_byte_biased(sc_hi, u), f1, -8388608.0f * f1);
-        m0 = rf_t4k_byte_biased(m_lo, u) - 8388608.0f;
-        m1 = rf_t4k_byte_biased(m_hi, u) - 8388608.0f;
+        const rf_t4k_fields six(hd);
+        s0 = fmaf(rf_t4k_byte_biased(six.sc[0], u), f0, -8388608.0f * f0);
+        s1 = fmaf(rf_t4k_byte_biased(six.sc[1], u), f1, -8388608.0f * f1);
+        m0 = rf_t4k_byte_biased(six.m[0], u) - 8388608.0f;
+        m1 = rf_t4k_byte_biased(six.m[1], u) - 8388608.0f;
         d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffffu))) * 16777216.0f;
         dmin = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
     }
@@ -221,6 +233,174 @@ template <typename T, bool NORM> struct rf_t4k_one_vector {
     }
 };
 
+// Two f16 values (a word's halves) times two others, each product rounded to f16 once.
+RF_DEVICE unsigned rf_t4k_hmul2(unsigned a, unsigned b) {
+    const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+    return *reinterpret_cast<const unsigned*>(&r);
+}
+
+// Several vectors (rf_t4_columns: up to 8 * PASSES, B's 8 columns 8 vectors a pass). The
+// one-vector loop spends B's columns on sub-blocks; here they are vectors, so the sub-blocks'
+// scales go into A: a code's f16 subnormal q 2^-24 (elements 4..7 of a word at 16 q 2^-24) times
+// the lane's sub-block scale as the f16 sc 2^10 (sc 2^6) is q sc 2^-14, exact for every q < 16
+// and sc < 64 (at most 945 x 2^-14), one HMUL2 a register. Lane (g, u)'s k slots in pair P are
+// sub-block u + 4h's (h = P / 4), so the mma adds four sub-blocks at their own scales, and D
+// accumulates over the whole super-block, whose d scales it once: d 2^14 D. The mins are the
+// same product with A each element's sub-block min (6-bit, exact; a row's m broadcast over the
+// lane's registers, the same for a half's four pairs) against the same B: dmin M. Lane (g, u)
+// loads vector 8p + g's x at its k slots, x[256q + 32 (u + 4h) + 8e .. + 8], 16 bytes a pair;
+// bf16 x is rounded to f16 in registers by rocmforge_x16.h's rule over the 32 elements one mma
+// takes from a vector (four lanes' 8; their maximum through two shuffles), each pair's products
+// scaled by the factor before they are added. f16 x goes in as it is.
+template <typename T, int PASSES> struct rf_t4k_vectors : rf_t4_columns<T, PASSES> {
+    typedef rf_t4_columns<T, PASSES> Columns;
+    typedef T Elem;
+    static constexpr bool SCALED = rf_x16<T>::SCALED;
+    static constexpr unsigned SCALES = RF_T4K_SCALE_BYTES;
+    static constexpr bool X_IN_STAGE = false;
+    static constexpr unsigned STAGE = RF_T4K_STAGE; // the weights' bytes alone
+    using Columns::acc;
+    using Columns::batch;
+    using Columns::nb;
+    using Columns::x;
+
+    RF_DEVICE rf_t4k_vectors(const T* x_, const rf_t4_outputs& y_, unsigned nb_, unsigned batch_)
+        : Columns(x_, y_, nb_, batch_) {}
+    RF_DEVICE void group(const unsigned char* stage, unsigned q, int lane) {
+        const unsigned g = (unsigned)lane >> 2;
+        const unsigned u = (unsigned)lane & 3u;
+        const rf_u64 k = (rf_u64)nb * RF_QK;
+        const uint4 hg = *reinterpret_cast<const uint4*>(stage + RF_T4_PAYLOAD_BYTES + 16 * g);
+        const uint4 hh = *reinterpret_cast<const uint4*>(stage + RF_T4_PAYLOAD_BYTES + 16 * (g + 8));
+        const rf_t4k_fields fg(hg);
+        const rf_t4k_fields fh(hh);
+        // Vector 8p + g's x of this group and lane: xp[p] + 128 h + 8 e (vectors past the batch
+        // read nothing and give columns nobody writes).
+        const T* xp[PASSES];
+        bool has[PASSES];
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+            const unsigned v = 8u * (unsigned)p + g;
+            has[p] = v < batch;
+            xp[p] = x + (has[p] ? v : 0u) * k + (rf_u64)q * (RF_T4_GROUP * RF_QK) + 32u * u;
+        }
+        float sums[PASSES][4]; // the codes times the scales times x (2^-14 units)
+        float mins[PASSES][4]; // the mins times x
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                sums[p][i] = 0.0f;
+                mins[p][i] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            // Row g's and g + 8's scale and min of sub-block u + 4h, as f16 pairs.
+            const float scg = (float)((fg.sc[h] >> (8u * u)) & 0xffu);
+            const float sch = (float)((fh.sc[h] >> (8u * u)) & 0xffu);
+            const unsigned lo_g = rf_pack2_bits16<__half>(scg * 1024.0f, scg * 1024.0f);
+            const unsigned lo_h = rf_pack2_bits16<__half>(sch * 1024.0f, sch * 1024.0f);
+            const unsigned hi_g = rf_pack2_bits16<__half>(scg * 64.0f, scg * 64.0f);
+            const unsigned hi_h = rf_pack2_bits16<__half>(sch * 64.0f, sch * 64.0f);
+            const float mg = (float)((fg.m[h] >> (8u * u)) & 0xffu);
+            const float mh = (float)((fh.m[h] >> (8u * u)) & 0xffu);
+            const unsigned am[4] = {rf_pack2_bits16<__half>(mg, mg), rf_pack2_bits16<__half>(mh, mh),
+                                    rf_pack2_bits16<__half>(mg, mg), rf_pack2_bits16<__half>(mh, mh)};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int pr = 4 * h + e; // the mma pair
+                const uint4 words = *reinterpret_cast<const uint4*>(stage + 512 * (pr >> 1) + 16 * lane);
+                const unsigned wg = pr & 1 ? words.z : words.x;
+                const unsigned wh = pr & 1 ? words.w : words.y;
+                const unsigned tg = wg >> 8;
+                const unsigned th = wh >> 8;
+                const unsigned a0[4] = {rf_t4k_hmul2(wg & 0x000f000fu, lo_g), rf_t4k_hmul2(wh & 0x000f000fu, lo_h),
+                                        rf_t4k_hmul2(tg & 0x000f000fu, lo_g), rf_t4k_hmul2(th & 0x000f000fu, lo_h)};
+                const unsigned a1[4] = {rf_t4k_hmul2(wg & 0x00f000f0u, hi_g), rf_t4k_hmul2(wh & 0x00f000f0u, hi_h),
+                                        rf_t4k_hmul2(tg & 0x00f000f0u, hi_g), rf_t4k_hmul2(th & 0x00f000f0u, hi_h)};
+#pragma unroll
+                for (int p = 0; p < PASSES; ++p) {
+                    if (8u * (unsigned)p >= batch) {
+                        break; // uniform: the batch is the launch's
+                    }
+                    uint4 xb = make_uint4(0u, 0u, 0u, 0u);
+                    if (has[p]) {
+                        xb = *reinterpret_cast<const uint4*>(xp[p] + 128 * h + 8 * e);
+                    }
+                    if constexpr (SCALED) {
+                        // As mxfp4_tiled.hip's several-vector loop: the largest magnitude's
+                        // bits, element by element where the warp holds an infinity or a NaN.
+                        const unsigned both = __vmaxu2(__vmaxu2(xb.x & 0x7fff7fffu, xb.y & 0x7fff7fffu),
+                                                       __vmaxu2(xb.z & 0x7fff7fffu, xb.w & 0x7fff7fffu));
+                        unsigned m = (both & 0xffffu) > (both >> 16) ? both & 0xffffu : both >> 16;
+                        if (__any_sync(0xffffffffu, m >= 0x7f80u)) {
+                            m = rf_x16_max_finite(xb.x, 0u);
+                            m = rf_x16_max_finite(xb.y, m);
+                            m = rf_x16_max_finite(xb.z, m);
+                            m = rf_x16_max_finite(xb.w, m);
+                        }
+#pragma unroll
+                        for (int lanes = 1; lanes < 4; lanes *= 2) { // the pair's four lanes of the vector
+                            const unsigned other = __shfl_xor_sync(0xffffffffu, m, lanes);
+                            m = other > m ? other : m;
+                        }
+                        const int sc = rf_x16_shift(m);
+                        const rf_x16_scaler scaler(sc);
+                        xb = make_uint4(scaler.pack(xb.x), scaler.pack(xb.y), scaler.pack(xb.z), scaler.pack(xb.w));
+                        const float f = rf_x16_factor(sc);
+                        const float f0 = __shfl_sync(0xffffffffu, f, 8 * u); // column 2u: lanes 8u .. 8u + 3's vector
+                        const float f1 = __shfl_sync(0xffffffffu, f, 8 * u + 4);
+                        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        float dm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        rf_mma<__half>::run(d, a0, xb.x, xb.y);
+                        rf_mma<__half>::run(d, a1, xb.z, xb.w);
+                        rf_mma<__half>::run(dm, am, xb.x, xb.y);
+                        rf_mma<__half>::run(dm, am, xb.z, xb.w);
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            const float fi = i & 1 ? f1 : f0;
+                            sums[p][i] = fmaf(d[i], fi, sums[p][i]);
+                            mins[p][i] = fmaf(dm[i], fi, mins[p][i]);
+                        }
+                    } else {
+                        rf_mma<__half>::run(sums[p], a0, xb.x, xb.y);
+                        rf_mma<__half>::run(sums[p], a1, xb.z, xb.w);
+                        rf_mma<__half>::run(mins[p], am, xb.x, xb.y);
+                        rf_mma<__half>::run(mins[p], am, xb.z, xb.w);
+                    }
+                }
+            }
+        }
+        // The super-block's d (times 2^14: the codes' unit above) and dmin, rows g (D's 0, 1)
+        // and g + 8 (2, 3).
+        const float dg = __half2float(__ushort_as_half((unsigned short)(hg.x & 0xffffu))) * 16384.0f;
+        const float dh = __half2float(__ushort_as_half((unsigned short)(hh.x & 0xffffu))) * 16384.0f;
+        const float ming = __half2float(__ushort_as_half((unsigned short)(hg.x >> 16)));
+        const float minh = __half2float(__ushort_as_half((unsigned short)(hh.x >> 16)));
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+            if (8u * (unsigned)p >= batch) {
+                break;
+            }
+            acc[p][0] += fmaf(dg, sums[p][0], -ming * mins[p][0]);
+            acc[p][1] += fmaf(dg, sums[p][1], -ming * mins[p][1]);
+            acc[p][2] += fmaf(dh, sums[p][2], -minh * mins[p][2]);
+            acc[p][3] += fmaf(dh, sums[p][3], -minh * mins[p][3]);
+        }
+    }
+};
+
+template <typename T, int PASSES>
+RF_DEVICE void rf_t4k_matvecs_mma(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
+                                  rf_t4_norm norm, unsigned nb, unsigned batch) {
+    if (norm.weight != nullptr || nb % RF_T4_GROUP != 0) {
+        RF_T4_TRAP(); // a norm only the normed entries apply; whole super-blocks
+    }
+    rf_t4k_vectors<T, PASSES> op(x, y, nb, batch);
+    rf_t4_stream(payload, scales, x, nb, op);
+}
+
 template <typename T, bool NORM>
 RF_DEVICE void rf_t4k_matvec_mma(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
                                  rf_t4_norm norm, unsigned nb, unsigned batch) {
@@ -231,8 +411,10 @@ RF_DEVICE void rf_t4k_matvec_mma(const uint4* payload, const unsigned char* scal
     rf_t4_stream(payload, scales, x, nb, op);
 }
 #define RF_T4K_BODY(T, NORM) rf_t4k_matvec_mma<T, NORM>(payload, scales, x, y, norm, nb, batch);
+#define RF_T4K_BATCH_BODY(T, PASSES) rf_t4k_matvecs_mma<T, PASSES>(payload, scales, x, y, norm, nb, batch);
 #else
 #define RF_T4K_BODY(T, NORM) RF_MMA_UNAVAILABLE();
+#define RF_T4K_BATCH_BODY(T, PASSES) RF_MMA_UNAVAILABLE();
 #endif // RF_MMA_SYNC
 
 // Portable: the same layout, one tile a block (grid-stride), the warps splitting its
@@ -373,12 +555,14 @@ RF_DEVICE void rf_t4k_dequant(const uint4* payload, const unsigned char* headers
 }
 
 // Every entry is (payload, scales, x, rf_t4_outputs y, rf_t4_norm norm, u32 nb, u32 batch): x
-// [1, nb * 32], nb a multiple of 8 (whole super-blocks), output i [1, its rows]; norm.weight (k
-// elements, 16-byte aligned) for the normed entries, null for the others; batch 1.
-// blockDim.x: 32..RF_T4_WARPS * 32, whole warps, at most one a group; x 16-byte aligned; dynamic
-// shared memory warps * RF_T4_STAGES * RF_T4K_STAGE bytes for the rings, then 2 * warps * 16
-// floats of totals, 64 nb bytes of x, 4 nb of factors, 4 nb of sums, 512 of zeros, and in a
-// gate-and-up launch 16 floats of gates.
+// [batch, nb * 32], nb a multiple of 8 (whole super-blocks), output i [batch, its rows];
+// norm.weight (k elements, 16-byte aligned) for the normed entries, null for the others.
+// blockDim.x: 32..RF_T4_WARPS * 32, whole warps, at most one a group; x 16-byte aligned. The
+// matrix-core entries' dynamic shared memory: warps * RF_T4_STAGES * RF_T4K_STAGE bytes for the
+// rings, then 2 * warps * 16 floats of totals a column (1, 8 or 32 columns), and for the
+// one-vector entries (batch 1) 64 nb bytes of x, 4 nb of factors, 4 nb of sums and 512 of zeros;
+// then in a gate-and-up launch 16 floats of gates a column. batch8 and batch32 take up to 8 and
+// 32 vectors.
 #define RF_T4K_ARGS(T)                                                                                    \
     const uint4 *payload, const unsigned char *scales, const T *x, rf_t4_outputs y, rf_t4_norm norm, unsigned nb, \
         unsigned batch
@@ -390,6 +574,14 @@ RF_DEVICE void rf_t4k_dequant(const uint4* payload, const unsigned char* headers
     RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
         rf_q4k_tiled_normed_mma_##suffix(RF_T4K_ARGS(T)) {                                                \
         RF_T4K_BODY(T, true)                                                                              \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_RESIDENT_BLOCKS)                             \
+        rf_q4k_tiled_batch8_mma_##suffix(RF_T4K_ARGS(T)) {                                                \
+        RF_T4K_BATCH_BODY(T, 1)                                                                           \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T4_BATCH32_RESIDENT_BLOCKS)                     \
+        rf_q4k_tiled_batch32_mma_##suffix(RF_T4K_ARGS(T)) {                                               \
+        RF_T4K_BATCH_BODY(T, 4)                                                                           \
     }
 
 RF_T4K_ENTRIES(f16, __half)

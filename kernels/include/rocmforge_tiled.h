@@ -322,6 +322,84 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
     rf_cp_async_wait<0>(); // nothing is left in flight at exit (the last commits are empty)
 }
 
+// What the several-vector ops share (mxfp4_tiled.hip's rf_t4_vectors, q4k_tiled.hip's
+// rf_t4k_vectors): up to 8 * PASSES vectors, x row-major [batch, k], B's 8 columns 8 vectors a
+// pass, so that D gives lane 4g + u rows g and g + 8 of vectors 8p + 2u and 8p + 2u + 1; their
+// tiles' totals (acc), and the tiles' outputs. A derived op adds Elem, SCALES, X_IN_STAGE, STAGE
+// and group() (rf_t4_stream).
+template <typename T, int PASSES> struct rf_t4_columns {
+    static constexpr unsigned COLUMNS = 8 * PASSES;
+    const T* x;
+    const rf_t4_outputs& y;
+    unsigned nb;
+    unsigned batch;
+    float* totals; // two buffers of warps * 16 * COLUMNS floats, by tile parity
+    float* keep;   // then, in a gate-and-up launch, the tile's gates: 16 * COLUMNS floats (rf_t4_put)
+    unsigned warps;
+    float acc[PASSES][4]; // pass p: rows g, g, g + 8, g + 8 of vectors 8p + 2u, 8p + 2u + 1
+
+    RF_DEVICE rf_t4_columns(const T* x_, const rf_t4_outputs& y_, unsigned nb_, unsigned batch_)
+        : x(x_), y(y_), nb(nb_), batch(batch_) {
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                acc[p][i] = 0.0f;
+            }
+        }
+    }
+    RF_DEVICE void place(unsigned char* rest, unsigned warps_, unsigned) {
+        warps = warps_;
+        totals = reinterpret_cast<float*>(rest);
+        keep = totals + 2 * warps * RF_T4_ROWS * COLUMNS;
+    }
+    RF_DEVICE const rf_t4_outputs& outputs() const { return y; }
+    RF_DEVICE unsigned rows() const { return y.end[RF_T4_OUTPUTS - 1]; }
+    RF_DEVICE void zero(unsigned tile) const {
+        for (unsigned i = threadIdx.x; i < RF_T4_ROWS * batch; i += blockDim.x) {
+            const unsigned row = tile * RF_T4_ROWS + i % RF_T4_ROWS;
+            if (row < rows()) {
+                rf_t4_put_zero<T>(y, row, i / RF_T4_ROWS);
+            }
+        }
+    }
+    RF_DEVICE void before_prologue() {}
+    RF_DEVICE void after_wait() {}
+    // Each lane's totals to sums[(warp * 16 + row) * COLUMNS + column], then the warps' added in
+    // warp order a (row, vector) (the one-vector kernel's order) and written. One barrier, two
+    // buffers by the block's tile parity (rf_t4_finish says why that suffices).
+    RF_DEVICE void tile_done(unsigned done, unsigned tile, int warp, int lane) {
+        float* sums = totals + (done & 1) * (warps * RF_T4_ROWS * COLUMNS);
+        const int g = lane >> 2;
+        const int u = lane & 3;
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+            float* at = sums + (warp * RF_T4_ROWS + g) * COLUMNS + 8 * p + 2 * u;
+            at[0] = acc[p][0];
+            at[1] = acc[p][1];
+            at[8 * COLUMNS] = acc[p][2];
+            at[8 * COLUMNS + 1] = acc[p][3];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                acc[p][i] = 0.0f;
+            }
+        }
+        __syncthreads();
+        for (unsigned i = threadIdx.x; i < RF_T4_ROWS * COLUMNS; i += blockDim.x) {
+            const unsigned r = i / COLUMNS;
+            const unsigned v = i % COLUMNS;
+            const unsigned row = tile * RF_T4_ROWS + r;
+            if (v < batch && row < rows()) {
+                float sum = 0.0f;
+                for (unsigned w = 0; w < warps; ++w) {
+                    sum += sums[(w * RF_T4_ROWS + r) * COLUMNS + v];
+                }
+                rf_t4_put<T>(y, row, v, sum, keep + i);
+            }
+        }
+    }
+};
+
 // Eight elements of the normalised row, from eight of h (`hv`, T's bits) and the norm's weight
 // there (`wv`), as T's bits (16-bit types).
 template <typename T> RF_DEVICE uint4 rf_t4_normed8(uint4 hv, uint4 wv, float s) {

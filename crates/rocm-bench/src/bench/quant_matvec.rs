@@ -29,7 +29,9 @@
 //! matrix cores), one vector over that layout as a folded layer would run it: Q, K and V stacked
 //! (`q4_K tiled matvec split b1`), O and down added to the residual stream (`... matvec add
 //! b1`), gate and up with their SwiGLU, and Q, K, V and gate and up with the RMSNorm folded in
-//! (`q4_K tiled normed ... b1`).
+//! (`q4_K tiled normed ... b1`); and the layer's groups stacked at 1, 8 and 32 vectors, on the
+//! matrix cores (`q4_K tiled matvec split b<N>`) and on the portable kernel (`q4_K tiled
+//! portable matvec split b<N>`).
 //!
 //! `ROCMFORGE_BENCH_QMV_FORMATS` (a comma-separated list of ggml format names, `q4_K,q8_0`)
 //! limits the rows to those formats (the MXFP4 groups run where `mxfp4` is named, the tiled q4_K
@@ -87,7 +89,8 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
             &[(&[4096, 1024, 1024][..], 4096), (&[14_336, 14_336][..], 4096), (&[4096][..], 14_336)]
         {
             for &batch in BATCHES {
-                rows.push(q4k_tiled_portable::<bf16>(b, group, k, batch)?);
+                rows.push(q4k_tiled_batch::<bf16>(b, group, k, batch, false)?);
+                rows.push(q4k_tiled_batch::<bf16>(b, group, k, batch, true)?);
             }
         }
         // The GGUF rows' gate and up with their SwiGLU (what the model runs today), beside them.
@@ -259,21 +262,28 @@ fn q4k_stacked(b: &mut Bench, group: &[usize], k: usize) -> Result<(Vec<DeviceTi
     Ok((device, weight_bytes))
 }
 
-/// `batch` vectors through the portable tiled q4_K kernel (CUDA cores; what a tiled q4_K layout
-/// would run past one vector today), the group stacked into one output a part: rows `q4_K tiled
-/// portable matvec split b<N>`, beside the rows' `q4_k matvec group b<N>`.
-fn q4k_tiled_portable<T: Dtype>(b: &mut Bench, group: &[usize], k: usize, batch: usize) -> Result<Row> {
+/// `batch` vectors through the tiled q4_K kernels (the matrix cores' one- and several-vector
+/// loops where the device has them, or with `portable` the portable kernel), the group stacked
+/// into one output a part: rows `q4_K tiled [portable ]matvec split b<N>`, beside the rows'
+/// `q4_k matvec group b<N>`.
+fn q4k_tiled_batch<T: Dtype>(
+    b: &mut Bench,
+    group: &[usize],
+    k: usize,
+    batch: usize,
+    portable: bool,
+) -> Result<Row> {
     let (device, weight_bytes) = q4k_stacked(b, group, k)?;
     let (x, mut ys, _) = tiled_io::<T>(b, group, k, batch)?;
     let mut i = 0;
     let ms = b.time(|| {
         i += 1;
         let mut outs: Vec<&mut DeviceBuffer<T>> = ys.iter_mut().collect();
-        Ok(q4k_matvec_tiled_split(&device[i % device.len()], &x, batch, &mut outs, true)?)
+        Ok(q4k_matvec_tiled_split(&device[i % device.len()], &x, batch, &mut outs, portable)?)
     })?;
     let rows: usize = group.iter().sum();
     Ok(Row {
-        kernel: format!("q4_K tiled portable matvec split b{batch}"),
+        kernel: format!("q4_K tiled {}matvec split b{batch}", if portable { "portable " } else { "" }),
         dtype: T::NAME,
         shape: group_shape(group, k),
         ms,

@@ -55,8 +55,13 @@ const NIBBLE: [u32; 8] = [0, 4, 2, 6, 1, 5, 3, 7];
 /// A stage's bytes in a warp's ring.
 const STAGE_BYTES: usize = abi::RF_T4K_STAGE as usize;
 /// Blocks of 8 warps kept resident on a multiprocessor where shared memory allows (the entries'
-/// launch bounds promise it to the compiler).
+/// launch bounds promise it to the compiler); the 32-vector loop's, with more registers a thread.
 const RESIDENT_BLOCKS: usize = abi::RF_T4_RESIDENT_BLOCKS as usize;
+const BATCH32_RESIDENT_BLOCKS: usize = abi::RF_T4_BATCH32_RESIDENT_BLOCKS as usize;
+/// Vectors of one pass of the several-vector loop (B's columns), and the most one matrix-core
+/// launch takes: larger batches run in launches of this many.
+const BATCH_PASS: usize = abi::RF_T4_BATCH_PASS as usize;
+const MAX_BATCH: usize = abi::RF_T4_MAX_BATCH as usize;
 /// The row of zeros the kernel's lanes that give no x read (`rf_t4k_one_vector::ZEROS`).
 const ZERO_BYTES: usize = 512;
 
@@ -226,38 +231,72 @@ impl DeviceTiledQ4k {
     }
 }
 
-/// Whether one vector of `T` takes the matrix-core kernel on `stream`'s device (NVIDIA
-/// `mma.sync`, sm_80+, f16 or bf16); elsewhere, and for several vectors, the portable kernel runs
-/// (any device, f32 / f16 / bf16, any batch; a lane's codes times x in f32, slower).
+/// Whether `T` takes the matrix-core kernels on `stream`'s device (NVIDIA `mma.sync`, sm_80+, f16
+/// or bf16): one vector, or up to [`MAX_BATCH`] a launch; elsewhere the portable kernel runs (any
+/// device, f32 / f16 / bf16, any batch; a lane's codes times x in f32, far slower past one
+/// vector).
 pub fn q4k_tiled_on_matrix_cores<T: Dtype>(stream: &Stream) -> bool {
     stream.backend().info().matrix_cores == MatrixCores::MmaSync && matches!(T::NAME, "f16" | "bf16")
 }
 
-/// Dynamic shared memory of a launch with `warps` warps a block over rows of `k` elements: each
-/// warp's ring, the tiles' totals (two buffers of `warps * 16` floats), x staged as f16 with its
-/// blocks' factors and sums, the row of zeros, and a gate-and-up launch's 16 gates.
-fn shared_bytes(warps: usize, k: usize, swiglu: bool) -> usize {
-    let blocks = k / 32;
-    let gates = if swiglu { TILE_ROWS * 4 } else { 0 };
-    warps * (STAGES * STAGE_BYTES + 2 * TILE_ROWS * 4) + blocks * (64 + 4 + 4) + ZERO_BYTES + gates
+/// The loop a launch runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loop {
+    /// Any device, any batch (`rf_q4k_tiled_{matvec,normed}_<dt>`).
+    Portable,
+    /// One vector on the matrix cores, x staged once a block (`rf_q4k_tiled_{matvec,normed}_mma`).
+    One,
+    /// Up to `8 * passes` vectors on the matrix cores, x read from global memory
+    /// (`rf_q4k_tiled_batch{8,32}_mma`).
+    Batch { passes: usize },
+}
+
+/// The loop for `batch` vectors (at most [`MAX_BATCH`] on the matrix cores; one when normed).
+fn choose_loop(matrix_cores: bool, batch: usize) -> Loop {
+    match batch {
+        _ if !matrix_cores => Loop::Portable,
+        0 | 1 => Loop::One,
+        b if b <= BATCH_PASS => Loop::Batch { passes: 1 },
+        _ => Loop::Batch { passes: MAX_BATCH / BATCH_PASS },
+    }
+}
+
+/// Dynamic shared memory of a matrix-core launch with `warps` warps a block over rows of `k`
+/// elements: each warp's ring and the tiles' totals (two buffers of `warps * 16` floats a
+/// column), a gate-and-up launch's 16 gates a column; and for one vector x staged as f16 with its
+/// blocks' factors and sums, and the row of zeros.
+fn shared_bytes(lp: Loop, warps: usize, k: usize, swiglu: bool) -> usize {
+    let columns = match lp {
+        Loop::Batch { passes } => passes * BATCH_PASS,
+        _ => 1,
+    };
+    let x_once = if lp == Loop::One { (k / 32) * (64 + 4 + 4) + ZERO_BYTES } else { 0 };
+    let gates = if swiglu { TILE_ROWS * 4 * columns } else { 0 };
+    warps * (STAGES * STAGE_BYTES + 2 * TILE_ROWS * 4 * columns) + x_once + gates
 }
 
 /// Launch shape: (blocks, warps a block, dynamic shared bytes), a warp a super-block at most,
-/// over tiles (or gate-and-up pairs of tiles). The matrix-core kernel (`mma`) keeps its blocks
-/// resident ([`tiled::resident_shape`]); the portable one takes a tile a block.
+/// over tiles (or gate-and-up pairs of tiles). The matrix-core loops keep their blocks resident
+/// ([`tiled::resident_shape`]); the portable one takes a tile a block.
 fn launch_shape(
     info: &rocm_runtime::DeviceInfo,
-    mma: bool,
+    lp: Loop,
     n: usize,
     k: usize,
     swiglu: bool,
 ) -> Result<(usize, usize, usize)> {
     let units = if swiglu { n / (2 * TILE_ROWS) } else { n.div_ceil(TILE_ROWS) };
-    if !mma {
-        return Ok((units.clamp(1, info.max_grid[0].max(1) as usize), (k / QK_K).clamp(1, MAX_WARPS), 0));
-    }
-    let shared = |warps| shared_bytes(warps, k, swiglu);
-    tiled::resident_shape(KERNEL, info, units, k / QK_K, RESIDENT_BLOCKS, shared, (k, " (x is staged whole)"))
+    let resident = match lp {
+        Loop::Portable => {
+            return Ok((units.clamp(1, info.max_grid[0].max(1) as usize), (k / QK_K).clamp(1, MAX_WARPS), 0));
+        }
+        Loop::One => RESIDENT_BLOCKS,
+        Loop::Batch { passes } if passes > 1 => BATCH32_RESIDENT_BLOCKS,
+        Loop::Batch { .. } => RESIDENT_BLOCKS,
+    };
+    let why = if lp == Loop::One { " (x is staged whole)" } else { "" };
+    let shared = |warps| shared_bytes(lp, warps, k, swiglu);
+    tiled::resident_shape(KERNEL, info, units, k / QK_K, resident, shared, (k, why))
 }
 
 /// `y = W x` for a tiled q4_K weight and one vector: `x` holds `k` and `y` `n` elements.
@@ -291,8 +330,8 @@ pub fn q4k_matvec_tiled_fused<T: Dtype>(
 }
 
 /// `Y = X W^T` for `batch` vectors `x` (`[batch, k]`) and a stacked weight into one output a
-/// part (`ys[i]`: `[batch, rows_i]`), on the portable kernel (always where `portable`, else
-/// for more than one vector or where [`q4k_tiled_on_matrix_cores`] is false).
+/// part (`ys[i]`: `[batch, rows_i]`): on the matrix cores where [`q4k_tiled_on_matrix_cores`]
+/// (in launches of [`MAX_BATCH`] vectors), else or where `portable` on the portable kernel.
 pub fn q4k_matvec_tiled_split<T: Dtype>(
     w: &DeviceTiledQ4k,
     x: &DeviceBuffer<T>,
@@ -303,12 +342,14 @@ pub fn q4k_matvec_tiled_split<T: Dtype>(
     launch(w, x, batch, None, ys, Mode::Store, portable)
 }
 
-/// The entry for a launch (`normed`: through an RMSNorm; `mma`: the matrix-core kernel) with
-/// activations `dtype`.
-fn entry(mma: bool, normed: bool, dtype: &str) -> String {
+/// The entry a loop launches (`normed`: through an RMSNorm) with activations `dtype`.
+fn entry(lp: Loop, normed: bool, dtype: &str) -> String {
     let form = if normed { "normed" } else { "matvec" };
-    let kernel = if mma { "_mma" } else { "" };
-    format!("rf_q4k_tiled_{form}{kernel}_{dtype}")
+    match lp {
+        Loop::Portable => format!("rf_q4k_tiled_{form}_{dtype}"),
+        Loop::One => format!("rf_q4k_tiled_{form}_mma_{dtype}"),
+        Loop::Batch { passes } => format!("rf_q4k_tiled_batch{}_mma_{dtype}", passes * BATCH_PASS),
+    }
 }
 
 /// `w` times `batch` vectors `x` (through `norm` first where given: one vector) into `ys` as
@@ -354,62 +395,84 @@ fn launch<T: Dtype>(
     })?;
     let stream = ys[0].stream().clone();
     let info = stream.backend().info();
-    let mma = !portable && batch == 1 && q4k_tiled_on_matrix_cores::<T>(&stream);
-    let (blocks, warps, shared) = launch_shape(info, mma, n, k, swiglu)?;
-    let kernel = loader::kernel(&stream, MODULE, &entry(mma, norm.is_some(), T::NAME))?;
-    let threads = warps * 32;
-    ensure(kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
-        format!(
-            "the kernel needs {threads} threads a block, the device allows {}",
-            kernel.max_threads_per_block()
-        )
-    })?;
-    let config = LaunchConfig {
-        grid: [blocks as u32, 1, 1],
-        block: [threads as u32, 1, 1],
-        shared_mem_bytes: shared as u32,
-    };
-    // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, rf_t4_outputs y,
-    // rf_t4_norm norm, u32 nb, u32 batch). For tile t < ceil(n / 16) they read payload bytes
-    // [2048 nsb t, 2048 nsb (t + 1)) and header bytes [256 nsb t, 256 nsb (t + 1)) (nsb = k / 256
-    // = nb / 8, whole: TiledQ4k::from_gguf checks k), which the buffers hold: a DeviceTiledQ4k is
-    // only built by TiledQ4k::upload from a layout of exactly its n and k. They read x[0..batch
-    // k) (checked), 16-byte aligned (checked) for the matrix-core kernel's 16-byte loads; device
-    // allocations are 256-byte aligned for the 16-byte copies of the weight. They write row r < n
-    // of vector v < batch to y[i][v rows_i + r - end[i - 1]] for the first i with r < end[i]
-    // (tiled::outputs: each output batch x its part's rows, the ends the running sums of the
-    // parts' rows, reaching n; unused slots end at n, never chosen); with SwiGLU y[0][v n / 2 + r]
-    // for gate rows r < n / 2 only (tiled::swiglu_outputs: n a multiple of 32, ys[0] batch n / 2
-    // elements); with Add they read each element they write first (one output, the stream). With
-    // a norm (tiled::norm_arg: one vector, its weight k elements, 16-byte aligned) the entry is a
-    // normed one, which reads norm.weight[0..k) (the matrix-core one before its wait: a weight,
-    // declared so); without, it is null, which the plain entries require (they trap otherwise).
-    // Blocks are 1..=8 whole warps, within the launch bounds, never more warps than super-blocks
-    // (launch_shape; the matrix-core kernel traps otherwise), the matrix-core entries with
-    // batch 1 on mma.sync devices only (q4k_tiled_on_matrix_cores) and the shared memory
-    // shared_bytes gives (checked against the device's limit); the portable ones with static
-    // shared memory alone. k = 0: no super-blocks, every row's total 0 (the kernels' empty
-    // paths). w and x are shared borrows distinct from the outputs (each a distinct &mut); the
-    // builder checks the streams. Dependent (rocmforge_dependent_launch.h): the matrix-core
-    // kernel issues its first weight copies (and the norm's weight) before waiting for the kernel
-    // ahead, x's reads and every write after it; the portable one waits first.
-    unsafe {
-        let mut launch = stream
-            .launch(&kernel)
-            .dependent()
-            .reads_before_wait(&w.payload)
-            .arg(w.payload.device_ptr())
-            .reads_before_wait(&w.headers)
-            .arg(w.headers.device_ptr())
-            .reads(x)
-            .arg(x.device_ptr());
-        if let Some(norm) = &norm {
-            launch = launch.reads_before_wait(norm.weight);
+    let matrix_cores = !portable && q4k_tiled_on_matrix_cores::<T>(&stream);
+    // The portable kernel takes any batch in one launch; the matrix-core loops MAX_BATCH vectors
+    // a launch.
+    let chunk = if matrix_cores { MAX_BATCH } else { batch };
+    let elem = size_of::<T>() as u64;
+    for first in (0..batch).step_by(chunk) {
+        let count = chunk.min(batch - first);
+        let lp = choose_loop(matrix_cores, count);
+        let (blocks, warps, shared) = launch_shape(info, lp, n, k, swiglu)?;
+        let kernel = loader::kernel(&stream, MODULE, &entry(lp, norm.is_some(), T::NAME))?;
+        let threads = warps * 32;
+        ensure(kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
+            format!(
+                "the kernel needs {threads} threads a block, the device allows {}",
+                kernel.max_threads_per_block()
+            )
+        })?;
+        let config = LaunchConfig {
+            grid: [blocks as u32, 1, 1],
+            block: [threads as u32, 1, 1],
+            shared_mem_bytes: shared as u32,
+        };
+        // Vectors first.. of this launch: x's rows and each output's rows from there.
+        let mut chunk_params = params;
+        let mut start = 0u32;
+        for i in 0..ys.len() {
+            let part = (params.end[i] - start) as u64;
+            chunk_params.y[i] = params.y[i] + first as u64 * part * elem;
+            start = params.end[i];
         }
-        for y in ys.iter_mut() {
-            launch = launch.writes(&mut **y);
+        let x_first = x.device_ptr() + (first * k) as u64 * elem;
+        // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x,
+        // rf_t4_outputs y, rf_t4_norm norm, u32 nb, u32 batch). For tile t < ceil(n / 16) they
+        // read payload bytes [2048 nsb t, 2048 nsb (t + 1)) and header bytes [256 nsb t, 256 nsb
+        // (t + 1)) (nsb = k / 256 = nb / 8, whole: TiledQ4k::from_gguf checks k), which the
+        // buffers hold: a DeviceTiledQ4k is only built by TiledQ4k::upload from a layout of
+        // exactly its n and k. They read `count` rows of k elements of x from x_first, rows
+        // first..first + count of x (batch k elements, checked), 16-byte aligned (x is, checked,
+        // and k is a multiple of 256) for the matrix-core kernels' 16-byte loads; device
+        // allocations are 256-byte aligned for the 16-byte copies of the weight. They write row
+        // r < n of vector v < count to y[i][v rows_i + r - end[i - 1]] for the first i with r <
+        // end[i], y[i] this launch's pointer, vector `first` of output i (tiled::outputs: each
+        // output batch x its part's rows, the ends the running sums of the parts' rows, reaching
+        // n; unused slots end at n, never chosen), so inside ys[i] for first + v < batch; with
+        // SwiGLU y[0][v n / 2 + r] for gate rows r < n / 2 only (tiled::swiglu_outputs: n a
+        // multiple of 32, ys[0] batch n / 2 elements, ends n / 2, n, n); with Add they read each
+        // element they write first (one output, the stream). With a norm (tiled::norm_arg: one
+        // vector, its weight k elements, 16-byte aligned) the entry is a normed one, which reads
+        // norm.weight[0..k) (the matrix-core one before its wait: a weight, declared so);
+        // without, it is null, which the other entries require (they trap otherwise). Blocks are
+        // 1..=8 whole warps, within the launch bounds, never more warps than super-blocks
+        // (launch_shape; the matrix-core kernels trap otherwise); the matrix-core entries run
+        // only on mma.sync devices (q4k_tiled_on_matrix_cores), with count <= 1, 8 or 32 as
+        // their names say (choose_loop), and the shared memory shared_bytes gives (checked
+        // against the device's limit); the portable ones with static shared memory alone. k = 0:
+        // no super-blocks, every row's total 0 (the kernels' empty paths). w and x are shared
+        // borrows distinct from the outputs (each a distinct &mut); the builder checks the
+        // streams. Dependent (rocmforge_dependent_launch.h): the matrix-core kernels issue their
+        // first weight copies (and the norm's weight) before waiting for the kernel ahead, x's
+        // reads and every write after it; the portable one waits first.
+        unsafe {
+            let mut launch = stream
+                .launch(&kernel)
+                .dependent()
+                .reads_before_wait(&w.payload)
+                .arg(w.payload.device_ptr())
+                .reads_before_wait(&w.headers)
+                .arg(w.headers.device_ptr())
+                .reads(x)
+                .arg(x_first);
+            if let Some(norm) = &norm {
+                launch = launch.reads_before_wait(norm.weight);
+            }
+            for y in ys.iter_mut() {
+                launch = launch.writes(&mut **y);
+            }
+            launch.arg(chunk_params).arg(norm_param).arg((k / 32) as u32).arg(count as u32).launch(config)?;
         }
-        launch.arg(params).arg(norm_param).arg((k / 32) as u32).arg(batch as u32).launch(config)?;
     }
     Ok(())
 }
@@ -463,9 +526,18 @@ pub(crate) fn launchable() -> Vec<Launchable> {
     let mut out = Vec::new();
     for dtype in DTYPES {
         for normed in [false, true] {
-            out.push(Launchable::new(MODULE, entry(false, normed, dtype), Needs::Nothing));
+            out.push(Launchable::new(MODULE, entry(Loop::Portable, normed, dtype), Needs::Nothing));
             if dtype != "f32" {
-                out.push(Launchable::new(MODULE, entry(true, normed, dtype), Needs::MmaSync));
+                out.push(Launchable::new(MODULE, entry(Loop::One, normed, dtype), Needs::MmaSync));
+            }
+        }
+        if dtype != "f32" {
+            for passes in [1, MAX_BATCH / BATCH_PASS] {
+                out.push(Launchable::new(
+                    MODULE,
+                    entry(Loop::Batch { passes }, false, dtype),
+                    Needs::MmaSync,
+                ));
             }
         }
         out.push(Launchable::new(MODULE, format!("rf_q4k_tiled_dequant_{dtype}"), Needs::Nothing));
@@ -596,9 +668,26 @@ mod tests {
 
     #[test]
     fn shared_memory_fits_the_model_shapes() {
-        // An H100's opt-in limit (227 KB) holds 8 warps at the model's k, x staged whole.
-        let per = |warps, k| shared_bytes(warps, k, true);
-        assert!(per(8, 4096) <= 227 * 1024);
-        assert!(per(8, 14336) <= 227 * 1024);
+        // An H100's opt-in limit (227 KB) holds 8 warps at the model's k, x staged whole for one
+        // vector, and the 32-vector loop's totals.
+        for lp in [Loop::One, Loop::Batch { passes: 1 }, Loop::Batch { passes: 4 }] {
+            assert!(shared_bytes(lp, 8, 4096, true) <= 227 * 1024, "{lp:?}");
+            assert!(shared_bytes(lp, 8, 14336, true) <= 227 * 1024, "{lp:?}");
+        }
+        assert_eq!(shared_bytes(Loop::Batch { passes: 4 }, 8, 4096, false), 8 * (3 * 2304 + 2 * 16 * 4 * 32));
+    }
+
+    #[test]
+    fn loops_follow_the_device_and_the_batch() {
+        assert_eq!(choose_loop(false, 1), Loop::Portable);
+        assert_eq!(choose_loop(false, 40), Loop::Portable);
+        assert_eq!(choose_loop(true, 1), Loop::One);
+        assert_eq!(choose_loop(true, 2), Loop::Batch { passes: 1 });
+        assert_eq!(choose_loop(true, 8), Loop::Batch { passes: 1 });
+        assert_eq!(choose_loop(true, 9), Loop::Batch { passes: 4 });
+        assert_eq!(choose_loop(true, 32), Loop::Batch { passes: 4 });
+        assert_eq!(entry(Loop::Batch { passes: 4 }, false, "bf16"), "rf_q4k_tiled_batch32_mma_bf16");
+        assert_eq!(entry(Loop::One, true, "f16"), "rf_q4k_tiled_normed_mma_f16");
+        assert_eq!(entry(Loop::Portable, false, "f32"), "rf_q4k_tiled_matvec_f32");
     }
 }

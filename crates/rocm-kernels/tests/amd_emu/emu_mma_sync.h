@@ -207,6 +207,11 @@ struct __half2 {
     __half x, y;
 };
 inline __half2 __halves2half2(__half lo, __half hi) { return __half2{lo, hi}; }
+inline __half2 __hmul2(__half2 a, __half2 b) {
+    // The product of two f16 values is exact in f32, so one rounding to f16 is f16's own.
+    return __half2{__float2half(emu::f16f(a.x.bits) * emu::f16f(b.x.bits)),
+                   __float2half(emu::f16f(a.y.bits) * emu::f16f(b.y.bits))};
+}
 inline __half2 __hsub2(__half2 a, __half2 b) {
     // The difference of two f16 values is exact in f32, so one rounding to f16 is f16's own.
     return __half2{__float2half(emu::f16f(a.x.bits) - emu::f16f(b.x.bits)),

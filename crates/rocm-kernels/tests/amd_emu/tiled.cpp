@@ -420,6 +420,8 @@ template <typename T> struct Q4kEntries;
     template <> struct Q4kEntries<T> {                                                                       \
         static constexpr TiledEntry<T> plain = rf_q4k_tiled_matvec_mma_##suffix;                             \
         static constexpr TiledEntry<T> normed = rf_q4k_tiled_normed_mma_##suffix;                            \
+        static constexpr TiledEntry<T> batch8 = rf_q4k_tiled_batch8_mma_##suffix;                            \
+        static constexpr TiledEntry<T> batch32 = rf_q4k_tiled_batch32_mma_##suffix;                          \
     };
 EMU_T4K(f16, __half)
 EMU_T4K(bf16, rf_bf16)
@@ -475,6 +477,48 @@ template <typename T> static void q4k_case(const TiledCase& c, std::mt19937_64& 
     static const char* const XV[] = {"uniform", "wide", "range"};
     std::printf("%-4s rf_q4k_tiled_matvec_mma_%-4s warps %d grid %-3u rows %-3d k %-6d x %-7s split %-2d%s -> %s (worst %.3f of tol)\n",
                 ok ? "ok" : "FAIL", Io<T>::name, warps, grid, n, k, XV[c.xv], c.split, c.swiglu ? " swiglu" : "",
+                ok ? "match" : "MISMATCH", worst);
+}
+
+// The q4_K several-vector entries (batch8 up to 8 vectors, batch32 up to 32; the launcher's
+// shared memory: rings and a column's totals each vector), x uniform (staged exactly either
+// way): the rows of every vector against the f64 reference, the activation and the residual add
+// bit for bit against the same launch's rows.
+template <typename T> static void q4k_batch_case(const TiledCase& c, std::mt19937_64& rng) {
+    EmuBuffers mem;
+    const int n = c.rows, nb = c.blocks_a_row, k = 32 * nb, nsb = nb / 8, batch = c.batch;
+    unsigned char* gguf = mem.exact<unsigned char>((size_t)n * nsb * 144);
+    ref_random_blocks(Q4_K, gguf, (size_t)n * nsb, -12, 7, rng);
+    const Tiled w = tile_q4k(mem, gguf, n, nsb);
+    T* x = mem.exact<T>((size_t)batch * k);
+    std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
+    for (int i = 0; i < batch * k; ++i) x[i] = Io<T>::store(ux(rng));
+    const int warps = c.warps();
+    const unsigned grid = c.blocks();
+    const size_t columns = batch <= RF_T4_BATCH_PASS ? RF_T4_BATCH_PASS : RF_T4_MAX_BATCH;
+    const TiledEntry<T> e = batch <= RF_T4_BATCH_PASS ? Q4kEntries<T>::batch8 : Q4kEntries<T>::batch32;
+    const size_t shared = (size_t)warps * (RF_T4_STAGES * RF_T4K_STAGE + 2 * RF_T4_ROWS * 4 * columns) +
+                          (c.swiglu ? RF_T4_ROWS * 4 * columns : 0);
+    const std::vector<double> staged = x16_units(x, k, batch, true);
+    double worst = 0.0;
+    bool ok = true;
+    const unsigned pairs = std::min(grid, (unsigned)(n / 2 / RF_T4_ROWS));
+    auto run = [&](const rf_t4_outputs& arg, unsigned blocks) {
+        emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, shared, emu_dim3{blocks, 1, 1}, 32 * warps, 32,
+                          [&] { e(w.payload, w.scales, x, arg, rf_t4_norm{}, (unsigned)nb, (unsigned)batch); });
+    };
+    const Outputs<T> y = poisoned_outputs<T>(mem, c);
+    run(y.arg, grid);
+    const std::vector<T> rows = y.gathered();
+    ok &= ref_check_rows(Q4_K, gguf, k, x, rows.data(), n, batch, worst, "q4k batch", staged.data());
+    if (c.swiglu) {
+        ok &= swiglu_matches(mem, c, rows, [&](const rf_t4_outputs& arg) { run(arg, pairs); });
+    } else if (c.split == 0) {
+        ok &= add_matches(mem, c, rows, rng, [&](const rf_t4_outputs& arg) { run(arg, grid); });
+    }
+    emu_record(ok ? 0 : 1, worst);
+    std::printf("%-4s rf_q4k_tiled_batch%-2d_mma_%-4s warps %d grid %-3u rows %-3d k %-6d batch %-2d split %-2d%s -> %s (worst %.3f of tol)\n",
+                ok ? "ok" : "FAIL", (int)columns, Io<T>::name, warps, grid, n, k, batch, c.split, c.swiglu ? " swiglu" : "",
                 ok ? "match" : "MISMATCH", worst);
 }
 
@@ -708,11 +752,20 @@ int main(int argc, char** argv) {
         {96, 128, 1, true, FAST, UNIFORM, 0, 1, true}, // gate and up with SwiGLU, one block over 3 pairs
         {96, 16, 2, true, FAST, UNIFORM, 0, 1, true},  // two blocks, k = 512
         {21, 16, 2, true, FAST, UNIFORM, 0, 3},        // 3 vectors (the portable kernel's batches)
+        {37, 128, 2, true, FAST, UNIFORM, 0, 8},       // 8 vectors, one pass; a ragged last tile
+        {53, 24, 2, true, FAST, UNIFORM, 16, 5},       // 5 vectors into three outputs
+        {96, 16, 2, true, FAST, UNIFORM, 0, 13, true}, // 13 vectors (the 32-vector loop) with SwiGLU
+        {21, 448, 1, false, FAST, UNIFORM, 0, 32},     // 32 vectors at k = 14336, one block
     };
 #ifdef RF_EMU_MMA_SYNC
     for (const TiledCase& c : q4k_cases) {
         if (quick && !c.quick) continue;
-        if (c.batch != 1) continue; // one vector on the matrix cores
+        if (c.batch > 1 && c.batch < 5) continue; // the portable kernel's batch case
+        if (c.batch > 1) {
+            q4k_batch_case<__half>(c, rng);
+            q4k_batch_case<rf_bf16>(c, rng);
+            continue;
+        }
         if (c.xv == UNIFORM) q4k_case<__half>(c, rng);
         q4k_case<rf_bf16>(c, rng);
     }

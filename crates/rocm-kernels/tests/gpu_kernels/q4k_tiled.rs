@@ -49,15 +49,28 @@ const SHAPES: &[(usize, usize)] = &[
 /// Asserts `got` (rows of `w` times `x`) within the reference's bound plus, where the kernel
 /// staged bf16 x as block-scaled f16 (`staged`: the matrix-core kernel), staging's rounding.
 fn assert_within<T: Dtype>(got: &[T], w: &[u8], x: &[T], n: usize, k: usize, staged: bool, what: &str) {
+    // What staging bf16 x moves each element by, at most: a unit for each 32-element block.
+    let units: Option<Vec<f32>> = (staged && T::NAME == "bf16")
+        .then(|| floats(x).chunks_exact(QK).flat_map(|b| [x16_rounding_unit(b) as f32; QK]).collect());
+    assert_within_units(got, w, x, n, k, units.as_deref(), what);
+}
+
+/// As [`assert_within`], with the staging's unit of each element of x given (`None`: x exact).
+fn assert_within_units<T: Dtype>(
+    got: &[T],
+    w: &[u8],
+    x: &[T],
+    n: usize,
+    k: usize,
+    units: Option<&[f32]>,
+    what: &str,
+) {
     let xf = floats(x);
     let reference = quant_matvec_reference(FORMAT, w, &xf, n, k, 1).unwrap();
-    // What staging bf16 x moves each element by, at most; the reference's magnitude of those
-    // units is then sum_c (|step q_c| + |min|) unit_c.
-    let staging = if staged && T::NAME == "bf16" {
-        let units: Vec<f32> = xf.chunks_exact(QK).flat_map(|b| [x16_rounding_unit(b) as f32; QK]).collect();
-        quant_matvec_reference(FORMAT, w, &units, n, k, 1).unwrap().magnitude
-    } else {
-        vec![0.0; n]
+    // The reference's magnitude of the units is sum_c (|step q_c| + |min|) unit_c.
+    let staging = match units {
+        Some(units) => quant_matvec_reference(FORMAT, w, units, n, k, 1).unwrap().magnitude,
+        None => vec![0.0; n],
     };
     let (out_rel, _) = rocm_kernels::quant::QuantMatvecReference::store_rounding(T::NAME);
     for (r, g) in got.iter().enumerate() {
@@ -97,6 +110,68 @@ fn q4k_tiled_matches_the_reference_f16() {
 fn q4k_tiled_matches_the_reference_bf16() {
     let gpu = gpu_test!();
     matches_the_reference::<bf16>(&gpu, 0x7402);
+}
+
+/// The unit staging moves each element of a vector x by in the several-vector loop, which rounds
+/// bf16 to f16 over the 32 elements one mma takes: in each super-block, pair (h, e)'s elements
+/// 32 (u + 4h) + 8e + i of the four sub-blocks u (i < 8).
+fn pair_units(x: &[f32]) -> Vec<f32> {
+    let mut units = vec![0f32; x.len()];
+    for (sb, xs) in x.chunks_exact(256).enumerate() {
+        for (h, e) in (0..2).flat_map(|h| (0..4).map(move |e| (h, e))) {
+            let at = |u: usize, i: usize| 32 * (u + 4 * h) + 8 * e + i;
+            let values: Vec<f32> =
+                (0..4).flat_map(|u| (0..8).map(move |i| (u, i))).map(|(u, i)| xs[at(u, i)]).collect();
+            let unit = x16_rounding_unit(&values) as f32;
+            for (u, i) in (0..4).flat_map(|u| (0..8).map(move |i| (u, i))) {
+                units[256 * sb + at(u, i)] = unit;
+            }
+        }
+    }
+    units
+}
+
+/// Several vectors through the matrix cores' several-vector loops (batch8, batch32, and a batch
+/// of 40 in two launches) where the device has them, else the portable kernel: each vector
+/// against the reference, outputs poisoned.
+fn batches_match<T: Dtype>(gpu: &GpuTest, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let cases = [
+        (37usize, 4096usize, 2usize),
+        (129, 2816, 8),
+        (33, 768, 13),
+        (17, 14_336, 32),
+        (16, 256, 40),
+        (4097, 4096, 9),
+    ];
+    let mma = q4k_tiled_on_matrix_cores::<T>(gpu.stream());
+    for (case, &(n, k, batch)) in cases.iter().enumerate() {
+        let w = case_weights(&mut rng, case, FORMAT, n, k);
+        let tiled = TiledQ4k::from_gguf(&w, n, k).unwrap().upload(gpu.stream()).unwrap();
+        let x = activations::<T>(&mut rng, batch * k);
+        let dx = gpu.stream().upload(&x).unwrap();
+        let mut y = poisoned::<T>(gpu, batch * n);
+        q4k_matvec_tiled_split(&tiled, &dx, batch, &mut [&mut y], false).unwrap();
+        let got = y.to_vec().unwrap();
+        for v in 0..batch {
+            let xv = &x[v * k..(v + 1) * k];
+            let units = (mma && T::NAME == "bf16").then(|| pair_units(&floats(xv)));
+            let what = format!("tiled q4_K {} n {n} k {k} vector {v} of {batch}", T::NAME);
+            assert_within_units(&got[v * n..(v + 1) * n], &w, xv, n, k, units.as_deref(), &what);
+        }
+    }
+}
+
+#[test]
+fn q4k_tiled_batches_match_the_reference_f16() {
+    let gpu = gpu_test!();
+    batches_match::<f16>(&gpu, 0x7411);
+}
+
+#[test]
+fn q4k_tiled_batches_match_the_reference_bf16() {
+    let gpu = gpu_test!();
+    batches_match::<bf16>(&gpu, 0x7412);
 }
 
 /// The portable kernel (every device; f32, f16, bf16; any number of vectors) against the
