@@ -29,7 +29,7 @@
 //!   `((t * nbp / 8 + b / 8) * 16 + r) * 8 + b % 8`: each group of 8 blocks of a tile is 128
 //!   contiguous bytes, copied with its payload.
 
-use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
+use rocm_runtime::{DeviceBuffer, MatrixCores, Stream};
 
 use super::tiled::{self, MAX_WARPS, Mode, STAGES};
 pub use super::tiled::{MAX_TILED_OUTPUTS, TILE_ROWS, TiledNorm, TiledOutput};
@@ -528,27 +528,9 @@ fn launch<T: Dtype>(
         let count = chunk.min(batch - first);
         let lp = choose_loop(cores, T::NAME, count, norm.is_some());
         let kernel = loader::kernel(&stream, MODULE, &entry(lp, T::NAME, w.max_scale))?;
-        let (blocks, warps, shared) = launch_shape(info, lp, n, k, T::NAME, swiglu)?;
-        let threads = warps * 32;
-        ensure(kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
-            format!(
-                "the kernel needs {threads} threads a block, the device allows {}",
-                kernel.max_threads_per_block()
-            )
-        })?;
-        let config = LaunchConfig {
-            grid: [blocks as u32, 1, 1],
-            block: [threads as u32, 1, 1],
-            shared_mem_bytes: shared as u32,
-        };
+        let config = tiled::launch_config(KERNEL, &kernel, launch_shape(info, lp, n, k, T::NAME, swiglu)?)?;
         // Vectors first.. of this launch: x's rows and each output's rows from there.
-        let mut chunk_params = params;
-        let mut start = 0u32;
-        for i in 0..ys.len() {
-            let part = (params.end[i] - start) as u64;
-            chunk_params.y[i] = params.y[i] + first as u64 * part * elem;
-            start = params.end[i];
-        }
+        let chunk_params = tiled::outputs_from(&params, ys.len(), first, elem);
         let x_first = x.device_ptr() + (first * k) as u64 * elem;
         // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, rf_t4_outputs
         // y, rf_t4_norm norm, u32 nb, u32 batch). Given the part's first tile t0 (rows.start / 16,

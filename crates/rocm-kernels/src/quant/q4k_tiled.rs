@@ -33,7 +33,7 @@
 //!
 //! So a tiled weight is the GGUF bytes (144 a super-block) plus the last tile's padding rows.
 
-use rocm_runtime::{DeviceBuffer, LaunchConfig, MatrixCores, Stream};
+use rocm_runtime::{DeviceBuffer, MatrixCores, Stream};
 
 use super::kquant::{Q4_K_BLOCK_BYTES, QK_K};
 use super::tiled::{self, MAX_WARPS, Mode, STAGES, TILE_ROWS, TiledNorm, TiledOutput};
@@ -403,28 +403,10 @@ fn launch<T: Dtype>(
     for first in (0..batch).step_by(chunk) {
         let count = chunk.min(batch - first);
         let lp = choose_loop(matrix_cores, count);
-        let (blocks, warps, shared) = launch_shape(info, lp, n, k, swiglu)?;
         let kernel = loader::kernel(&stream, MODULE, &entry(lp, norm.is_some(), T::NAME))?;
-        let threads = warps * 32;
-        ensure(kernel.max_threads_per_block() as usize >= threads, KERNEL, || {
-            format!(
-                "the kernel needs {threads} threads a block, the device allows {}",
-                kernel.max_threads_per_block()
-            )
-        })?;
-        let config = LaunchConfig {
-            grid: [blocks as u32, 1, 1],
-            block: [threads as u32, 1, 1],
-            shared_mem_bytes: shared as u32,
-        };
+        let config = tiled::launch_config(KERNEL, &kernel, launch_shape(info, lp, n, k, swiglu)?)?;
         // Vectors first.. of this launch: x's rows and each output's rows from there.
-        let mut chunk_params = params;
-        let mut start = 0u32;
-        for i in 0..ys.len() {
-            let part = (params.end[i] - start) as u64;
-            chunk_params.y[i] = params.y[i] + first as u64 * part * elem;
-            start = params.end[i];
-        }
+        let chunk_params = tiled::outputs_from(&params, ys.len(), first, elem);
         let x_first = x.device_ptr() + (first * k) as u64 * elem;
         // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x,
         // rf_t4_outputs y, rf_t4_norm norm, u32 nb, u32 batch). For tile t < ceil(n / 16) they

@@ -247,3 +247,43 @@ pub(crate) fn dequant_config(info: &rocm_runtime::DeviceInfo, vectors: usize) ->
         shared_mem_bytes: 0,
     }
 }
+
+/// A tiled launch's configuration, `(blocks, warps, shared bytes)` as a launch shape gives it,
+/// refused where `kernel` allows fewer threads a block.
+pub(crate) fn launch_config(
+    name: &'static str,
+    kernel: &rocm_runtime::Function,
+    (blocks, warps, shared): (usize, usize, usize),
+) -> Result<rocm_runtime::LaunchConfig> {
+    let threads = warps * 32;
+    ensure(kernel.max_threads_per_block() as usize >= threads, name, || {
+        format!(
+            "the kernel needs {threads} threads a block, the device allows {}",
+            kernel.max_threads_per_block()
+        )
+    })?;
+    Ok(rocm_runtime::LaunchConfig {
+        grid: [blocks as u32, 1, 1],
+        block: [threads as u32, 1, 1],
+        shared_mem_bytes: shared as u32,
+    })
+}
+
+/// The outputs `params` (made for a batch of vectors, `parts` of them used) from vector `first`
+/// on, for a launch of the vectors from there: each output's pointer moved `first` times its
+/// part's rows of `elem`-byte elements.
+pub(crate) fn outputs_from(
+    params: &abi::rf_t4_outputs,
+    parts: usize,
+    first: usize,
+    elem: u64,
+) -> abi::rf_t4_outputs {
+    let mut moved = *params;
+    let mut start = 0u32;
+    for i in 0..parts {
+        let part = (params.end[i] - start) as u64;
+        moved.y[i] = params.y[i] + first as u64 * part * elem;
+        start = params.end[i];
+    }
+    moved
+}
