@@ -8,7 +8,8 @@
 //! rewrites the same bytes so that a warp's share of the weight is one contiguous run, each lane
 //! reads exactly its codes 16 bytes at a time, and the headers sit in runs of their own;
 //! [`q4k_matvec_tiled_fused`] multiplies one vector (on NVIDIA's matrix cores; the portable
-//! kernel elsewhere), [`q4k_matvec_tiled_split`] any number on the portable kernel, and
+//! kernel elsewhere), [`q4k_matvec_tiled_split`] any number (on the matrix cores up to 32 a
+//! launch, the sub-block scales in A; the portable kernel elsewhere), and
 //! [`dequantize_tiled_q4k`] gives the rows back for a prefill's GEMM. Decoding is exact and the
 //! sums are f32, as in [`super::quant_matvec`], which reads the GGUF rows as they are.
 //!
