@@ -100,7 +100,7 @@ pub fn staged_chase_table(slots: usize, spacing: usize, mut random: impl FnMut()
 
 /// The read floor of a persistent layer kernel (`bench model`, NVIDIA sm_80 and later): one
 /// cooperative launch, one block an SM, reads `w` as consecutive stages (stage s: the 16-byte
-/// vectors [ends[s - 1], ends[s]), the last end `w`'s length), as a decode step's products read
+/// vectors `[ends[s - 1], ends[s])`, the last end `w`'s length), as a decode step's products read
 /// their weights, each stage's data consumed only once every block has consumed the stage
 /// before (a grid barrier, where a layer kernel would wait for the previous product's output).
 /// After stage s with `hops[s % 4] > 0`, blocks 0 to `small_blocks - 1` then chase that many
