@@ -31,8 +31,8 @@
 
 use rocm_runtime::{DeviceBuffer, MatrixCores, Stream};
 
-use super::tiled::{self, MAX_WARPS, Mode, STAGES};
-pub use super::tiled::{MAX_TILED_OUTPUTS, TILE_ROWS, TiledNorm, TiledOutput};
+use super::tiled::{self, BATCH_PASS, BATCH32_RESIDENT_BLOCKS, MAX_WARPS, Mode, RESIDENT_BLOCKS, STAGES};
+pub use super::tiled::{MAX_TILED_BATCH, MAX_TILED_OUTPUTS, TILE_ROWS, TiledNorm, TiledOutput};
 use super::{MXFP4_GGUF_BLOCK_BYTES, QK};
 use crate::KernelModule;
 use crate::abi::mxfp4_tiled as abi;
@@ -272,12 +272,6 @@ enum Loop {
     Batch { passes: usize },
 }
 
-/// Vectors of one pass of the several-vector loop, and the most one launch of it takes.
-const BATCH_PASS: usize = abi::RF_T4_BATCH_PASS as usize;
-/// Most vectors one matrix-core launch multiplies; the launcher runs larger batches in launches
-/// of this many.
-pub const MAX_TILED_BATCH: usize = abi::RF_T4_MAX_BATCH as usize;
-
 /// The loop for `batch` vectors (1..=[`MAX_TILED_BATCH`]; one when `normed`) of `dtype` on a
 /// device with `cores`: the matrix-core loops on NVIDIA mma.sync devices with f16 or bf16
 /// activations.
@@ -322,8 +316,8 @@ fn stage_bytes(lp: Loop, dtype: &str) -> usize {
 /// stages or blocks an SM measured alike: docs/kernels/mxfp.md), 2 for the 32-vector loop.
 fn resident_blocks(lp: Loop) -> usize {
     match lp {
-        Loop::Batch { passes } if passes > 1 => abi::RF_T4_BATCH32_RESIDENT_BLOCKS as usize,
-        _ => abi::RF_T4_RESIDENT_BLOCKS as usize,
+        Loop::Batch { passes } if passes > 1 => BATCH32_RESIDENT_BLOCKS,
+        _ => RESIDENT_BLOCKS,
     }
 }
 
@@ -486,30 +480,10 @@ fn launch<T: Dtype>(
     let k = w.k;
     let (payload, scales) = part_pointers(w, &rows)?;
     let n = rows.len();
-    ensure(batch.checked_mul(k) == Some(x.len()), KERNEL, || {
-        format!(
-            "x has {} elements, {batch} vectors of the weight's k = {k} need {}",
-            x.len(),
-            batch.saturating_mul(k)
-        )
-    })?;
-    if batch == 0 {
-        return ensure(ys.iter().all(|y| y.is_empty()), KERNEL, || {
-            "no vectors, but outputs that are not empty".into()
-        });
-    }
-    let norm_param = tiled::norm_arg(KERNEL, norm.as_ref(), batch, k)?;
-    // A residual launch's one output is the stream, laid out as a plain launch's.
-    debug_assert!(mode != Mode::Add || ys.len() == 1, "one residual stream");
-    let mut params = if swiglu {
-        tiled::swiglu_outputs(KERNEL, ys[0], n, batch)?
-    } else {
-        tiled::outputs(KERNEL, ys, n, batch)?
-    };
-    params.mode = mode.abi();
-    if n == 0 {
+    let Some((params, norm_param)) = tiled::launch_args(KERNEL, x, batch, k, n, norm.as_ref(), ys, mode)?
+    else {
         return Ok(());
-    }
+    };
     ensure(u32::try_from(n).is_ok() && u32::try_from(k / QK).is_ok(), KERNEL, || {
         format!("[{n}, {k}] is more than the kernel counts (32-bit rows and blocks)")
     })?;

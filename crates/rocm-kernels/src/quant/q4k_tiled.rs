@@ -37,7 +37,10 @@
 use rocm_runtime::{DeviceBuffer, MatrixCores, Stream};
 
 use super::kquant::{Q4_K_BLOCK_BYTES, QK_K};
-use super::tiled::{self, MAX_WARPS, Mode, STAGES, TILE_ROWS, TiledNorm, TiledOutput};
+use super::tiled::{
+    self, BATCH_PASS, BATCH32_RESIDENT_BLOCKS, MAX_TILED_BATCH, MAX_WARPS, Mode, RESIDENT_BLOCKS, STAGES,
+    TILE_ROWS, TiledNorm, TiledOutput,
+};
 use crate::KernelModule;
 use crate::abi::mxfp4_tiled as abi;
 use crate::dtype::Dtype;
@@ -55,14 +58,6 @@ const CODE_BYTES: usize = Q4_K_BLOCK_BYTES - HEADER_BYTES;
 const NIBBLE: [u32; 8] = [0, 4, 2, 6, 1, 5, 3, 7];
 /// A stage's bytes in a warp's ring.
 const STAGE_BYTES: usize = abi::RF_T4K_STAGE as usize;
-/// Blocks of 8 warps kept resident on a multiprocessor where shared memory allows (the entries'
-/// launch bounds promise it to the compiler); the 32-vector loop's, with more registers a thread.
-const RESIDENT_BLOCKS: usize = abi::RF_T4_RESIDENT_BLOCKS as usize;
-const BATCH32_RESIDENT_BLOCKS: usize = abi::RF_T4_BATCH32_RESIDENT_BLOCKS as usize;
-/// Vectors of one pass of the several-vector loop (B's columns), and the most one matrix-core
-/// launch takes: larger batches run in launches of this many.
-const BATCH_PASS: usize = abi::RF_T4_BATCH_PASS as usize;
-const MAX_BATCH: usize = abi::RF_T4_MAX_BATCH as usize;
 /// The row of zeros the kernel's lanes that give no x read (`rf_t4k_one_vector::ZEROS`).
 const ZERO_BYTES: usize = 512;
 
@@ -233,7 +228,7 @@ impl DeviceTiledQ4k {
 }
 
 /// Whether `T` takes the matrix-core kernels on `stream`'s device (NVIDIA `mma.sync`, sm_80+, f16
-/// or bf16): one vector, or up to [`MAX_BATCH`] a launch; elsewhere the portable kernel runs (any
+/// or bf16): one vector, or up to [`MAX_TILED_BATCH`] a launch; elsewhere the portable kernel runs (any
 /// device, f32 / f16 / bf16, any batch; a lane's codes times x in f32, far slower past one
 /// vector).
 pub fn q4k_tiled_on_matrix_cores<T: Dtype>(stream: &Stream) -> bool {
@@ -252,13 +247,13 @@ enum Loop {
     Batch { passes: usize },
 }
 
-/// The loop for `batch` vectors (at most [`MAX_BATCH`] on the matrix cores; one when normed).
+/// The loop for `batch` vectors (at most [`MAX_TILED_BATCH`] on the matrix cores; one when normed).
 fn choose_loop(matrix_cores: bool, batch: usize) -> Loop {
     match batch {
         _ if !matrix_cores => Loop::Portable,
         0 | 1 => Loop::One,
         b if b <= BATCH_PASS => Loop::Batch { passes: 1 },
-        _ => Loop::Batch { passes: MAX_BATCH / BATCH_PASS },
+        _ => Loop::Batch { passes: MAX_TILED_BATCH / BATCH_PASS },
     }
 }
 
@@ -332,7 +327,7 @@ pub fn q4k_matvec_tiled_fused<T: Dtype>(
 
 /// `Y = X W^T` for `batch` vectors `x` (`[batch, k]`) and a stacked weight into one output a
 /// part (`ys[i]`: `[batch, rows_i]`): on the matrix cores where [`q4k_tiled_on_matrix_cores`]
-/// (in launches of [`MAX_BATCH`] vectors), else or where `portable` on the portable kernel.
+/// (in launches of [`MAX_TILED_BATCH`] vectors), else or where `portable` on the portable kernel.
 pub fn q4k_matvec_tiled_split<T: Dtype>(
     w: &DeviceTiledQ4k,
     x: &DeviceBuffer<T>,
@@ -366,30 +361,11 @@ fn launch<T: Dtype>(
     portable: bool,
 ) -> Result<()> {
     let (n, k) = (w.n, w.k);
-    ensure(batch.checked_mul(k) == Some(x.len()), KERNEL, || {
-        format!(
-            "x has {} elements, {batch} vectors of the weight's k = {k} need {}",
-            x.len(),
-            batch.saturating_mul(k)
-        )
-    })?;
-    if batch == 0 {
-        return ensure(ys.iter().all(|y| y.is_empty()), KERNEL, || {
-            "no vectors, but outputs that are not empty".into()
-        });
-    }
-    let norm_param = tiled::norm_arg(KERNEL, norm.as_ref(), batch, k)?;
-    debug_assert!(mode != Mode::Add || ys.len() == 1, "one residual stream");
-    let swiglu = mode == Mode::Swiglu;
-    let mut params = if swiglu {
-        tiled::swiglu_outputs(KERNEL, ys[0], n, batch)?
-    } else {
-        tiled::outputs(KERNEL, ys, n, batch)?
-    };
-    params.mode = mode.abi();
-    if n == 0 {
+    let Some((params, norm_param)) = tiled::launch_args(KERNEL, x, batch, k, n, norm.as_ref(), ys, mode)?
+    else {
         return Ok(());
-    }
+    };
+    let swiglu = mode == Mode::Swiglu;
     ensure(x.device_ptr().is_multiple_of(16), KERNEL, || "x must be 16-byte aligned".into())?;
     ensure(u32::try_from(k / 32).is_ok() && u32::try_from(batch).is_ok(), KERNEL, || {
         format!("[{n}, {k}] x {batch} is more than the kernel counts (32-bit blocks and vectors)")
@@ -397,9 +373,9 @@ fn launch<T: Dtype>(
     let stream = ys[0].stream().clone();
     let info = stream.backend().info();
     let matrix_cores = !portable && q4k_tiled_on_matrix_cores::<T>(&stream);
-    // The portable kernel takes any batch in one launch; the matrix-core loops MAX_BATCH vectors
+    // The portable kernel takes any batch in one launch; the matrix-core loops MAX_TILED_BATCH vectors
     // a launch.
-    let chunk = if matrix_cores { MAX_BATCH } else { batch };
+    let chunk = if matrix_cores { MAX_TILED_BATCH } else { batch };
     let elem = size_of::<T>() as u64;
     for first in (0..batch).step_by(chunk) {
         let count = chunk.min(batch - first);
@@ -515,7 +491,7 @@ pub(crate) fn launchable() -> Vec<Launchable> {
             }
         }
         if dtype != "f32" {
-            for passes in [1, MAX_BATCH / BATCH_PASS] {
+            for passes in [1, MAX_TILED_BATCH / BATCH_PASS] {
                 out.push(Launchable::new(
                     MODULE,
                     entry(Loop::Batch { passes }, false, dtype),

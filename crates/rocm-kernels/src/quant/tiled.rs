@@ -18,6 +18,16 @@ pub(crate) const MAX_WARPS: usize = abi::RF_T4_WARPS as usize;
 pub(crate) const STAGES: usize = abi::RF_T4_STAGES as usize;
 /// Shared memory the runtime reserves a block beside what the launch asks for (1 KB on sm_80+).
 const RESERVED_SHARED: usize = 1024;
+/// Vectors of one pass of the several-vector loops (B's 8 columns).
+pub(crate) const BATCH_PASS: usize = abi::RF_T4_BATCH_PASS as usize;
+/// Most vectors one matrix-core launch multiplies; the launchers run larger batches in launches
+/// of this many.
+pub const MAX_TILED_BATCH: usize = abi::RF_T4_MAX_BATCH as usize;
+/// Blocks of 8 warps a matrix-core loop keeps resident on a multiprocessor where shared memory
+/// allows (the entries' launch bounds promise it to the compiler); the 32-vector loops', with
+/// more registers a thread.
+pub(crate) const RESIDENT_BLOCKS: usize = abi::RF_T4_RESIDENT_BLOCKS as usize;
+pub(crate) const BATCH32_RESIDENT_BLOCKS: usize = abi::RF_T4_BATCH32_RESIDENT_BLOCKS as usize;
 
 /// The RMSNorm a normed launch applies to its input first: the input is then a row `h` of the
 /// residual stream, and the product multiplies each element `h * s * weight` rounded to `T`,
@@ -63,6 +73,47 @@ impl Mode {
             Mode::Add => abi::RF_T4_ADD,
         }
     }
+}
+
+/// The checks every tiled launch makes before it picks a kernel, and the arguments they give:
+/// `x` holds `batch` vectors of `k`; no vectors need empty outputs; the norm
+/// ([`norm_arg`]) and the outputs ([`outputs`], or a gate-and-up launch's [`swiglu_outputs`])
+/// as `mode` says, `ys` the `n` rows' outputs. `None` where there is nothing to launch (no
+/// vectors, or no rows).
+#[allow(clippy::too_many_arguments)] // every launcher's inputs, checked in one place
+pub(crate) fn launch_args<T: Dtype>(
+    kernel: &'static str,
+    x: &DeviceBuffer<T>,
+    batch: usize,
+    k: usize,
+    n: usize,
+    norm: Option<&TiledNorm<'_, T>>,
+    ys: &mut [&mut DeviceBuffer<T>],
+    mode: Mode,
+) -> Result<Option<(abi::rf_t4_outputs, abi::rf_t4_norm)>> {
+    ensure(batch.checked_mul(k) == Some(x.len()), kernel, || {
+        format!(
+            "x has {} elements, {batch} vectors of the weight's k = {k} need {}",
+            x.len(),
+            batch.saturating_mul(k)
+        )
+    })?;
+    if batch == 0 {
+        ensure(ys.iter().all(|y| y.is_empty()), kernel, || {
+            "no vectors, but outputs that are not empty".into()
+        })?;
+        return Ok(None);
+    }
+    let norm_param = norm_arg(kernel, norm, batch, k)?;
+    // A residual launch's one output is the stream, laid out as a plain launch's.
+    debug_assert!(mode != Mode::Add || ys.len() == 1, "one residual stream");
+    let mut params = if mode == Mode::Swiglu {
+        swiglu_outputs(kernel, ys[0], n, batch)?
+    } else {
+        outputs(kernel, ys, n, batch)?
+    };
+    params.mode = mode.abi();
+    Ok((n > 0).then_some((params, norm_param)))
 }
 
 /// The kernels' outputs argument for `ys` splitting a weight of `n` rows for `batch` (>= 1)
