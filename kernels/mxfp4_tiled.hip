@@ -248,19 +248,9 @@ template <typename T, bool WIDE, bool NORM> struct rf_t4_one_vector {
                                 : reinterpret_cast<const __half*>(stage + RF_T4_PAYLOAD_BYTES + RF_T4_SCALE_BYTES);
         rf_t4_group_mma<X::SCALED, WIDE>(stage, xg, xf + q * RF_T4_GROUP, lane, total_g, total_h);
     }
-    // Lanes 4g..4g+3 hold the same sums (D's columns are equal); one writes them. By the block's
-    // own tile count: `tile & 1` is the same for every tile of a block when the grid is even
-    // (tiles are gridDim.x apart), and the next tile's writes would race the readers of this one
-    // (compute-sanitizer racecheck found it).
+    // Lanes 4g..4g+3 hold the same sums (D's columns are equal).
     RF_DEVICE void tile_done(unsigned done, unsigned tile, int warp, int lane) {
-        float* sums = totals + (done & 1) * (warps * RF_T4_ROWS);
-        if ((lane & 3) == 0) {
-            sums[warp * RF_T4_ROWS + (lane >> 2)] = total_g;
-            sums[warp * RF_T4_ROWS + (lane >> 2) + 8] = total_h;
-        }
-        rf_t4_finish<1, T>(sums, warps, tile, y, 0, keep);
-        total_g = 0.0f;
-        total_h = 0.0f;
+        rf_t4_put_rows<T>(totals, warps, done, tile, warp, lane, y, keep, total_g, total_h);
     }
 };
 
@@ -320,30 +310,7 @@ template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors : rf_t4_column
                 float f0 = 1.0f; // the staging factors of columns 2u and 2u + 1 (SCALED)
                 float f1 = 1.0f;
                 if constexpr (SCALED) {
-                    // The largest magnitude's bits, two at a time; where the warp holds an
-                    // infinity or a NaN (bits 0x7f80 and up), the largest finite one element by
-                    // element, as rocmforge_x16.h's rule says (rare: the vote keeps the common
-                    // path to 9 instructions for 8 elements).
-                    const unsigned both = __vmaxu2(__vmaxu2(xb.x & 0x7fff7fffu, xb.y & 0x7fff7fffu),
-                                                   __vmaxu2(xb.z & 0x7fff7fffu, xb.w & 0x7fff7fffu));
-                    unsigned m = (both & 0xffffu) > (both >> 16) ? both & 0xffffu : both >> 16;
-                    if (__any_sync(0xffffffffu, m >= 0x7f80u)) {
-                        m = rf_x16_max_finite(xb.x, 0u);
-                        m = rf_x16_max_finite(xb.y, m);
-                        m = rf_x16_max_finite(xb.z, m);
-                        m = rf_x16_max_finite(xb.w, m);
-                    }
-#pragma unroll
-                    for (int lanes = 1; lanes < 4; lanes *= 2) { // the block's four lanes
-                        const unsigned other = __shfl_xor_sync(0xffffffffu, m, lanes);
-                        m = other > m ? other : m;
-                    }
-                    const int sc = rf_x16_shift(m);
-                    const rf_x16_scaler scaler(sc);
-                    xb = make_uint4(scaler.pack(xb.x), scaler.pack(xb.y), scaler.pack(xb.z), scaler.pack(xb.w));
-                    const float f = rf_x16_factor(sc);
-                    f0 = __shfl_sync(0xffffffffu, f, 8 * u); // column 2u is lanes 8u .. 8u + 3's vector
-                    f1 = __shfl_sync(0xffffffffu, f, 8 * u + 4);
+                    rf_t4_x16_columns(xb, (unsigned)u, f0, f1);
                 }
                 float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 rf_mma<__half>::run(d, a0, xb.x, xb.y);

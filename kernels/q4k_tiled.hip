@@ -59,6 +59,10 @@ RF_DEVICE float rf_t4k_byte_biased(unsigned word, unsigned j) {
     return __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7640u | j));
 }
 
+// A row's super-block scale d and min scale dmin from its header (its first word: two f16).
+RF_DEVICE float rf_t4k_d(uint4 hd) { return __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffffu))); }
+RF_DEVICE float rf_t4k_dmin(uint4 hd) { return __half2float(__ushort_as_half((unsigned short)(hd.x >> 16))); }
+
 // A row's 6-bit sub-block scales and mins from its header (16 bytes: d, dmin as f16, then GGUF's
 // 12 scale bytes): GGUF's get_scale_min_k4, four bytes at a time. Byte j of sc[0] / m[0] is
 // sub-block j's scale / min, of sc[1] / m[1] sub-block j + 4's: sub-blocks 0..3 in the low 6 bits
@@ -88,8 +92,8 @@ struct rf_t4k_row {
         s1 = fmaf(rf_t4k_byte_biased(six.sc[1], u), f1, -8388608.0f * f1);
         m0 = rf_t4k_byte_biased(six.m[0], u) - 8388608.0f;
         m1 = rf_t4k_byte_biased(six.m[1], u) - 8388608.0f;
-        d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffffu))) * 16777216.0f;
-        dmin = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
+        d = rf_t4k_d(hd) * 16777216.0f;
+        dmin = rf_t4k_dmin(hd);
     }
     // The row's part of the group from its two sub-blocks' sums: lo (elements 0..3 of each word's
     // 8) and hi (4..7, 16 times their value) of sub-blocks u and u + 4, and their x sums.
@@ -222,14 +226,7 @@ template <typename T, bool NORM> struct rf_t4k_one_vector {
         total_h += rf_shfl_xor(total_h, 1);
         total_g += rf_shfl_xor(total_g, 2);
         total_h += rf_shfl_xor(total_h, 2);
-        float* sums = totals + (done & 1) * (warps * RF_T4_ROWS);
-        if ((lane & 3) == 0) {
-            sums[warp * RF_T4_ROWS + (lane >> 2)] = total_g;
-            sums[warp * RF_T4_ROWS + (lane >> 2) + 8] = total_h;
-        }
-        rf_t4_finish<1, T>(sums, warps, tile, y, 0, keep);
-        total_g = 0.0f;
-        total_h = 0.0f;
+        rf_t4_put_rows<T>(totals, warps, done, tile, warp, lane, y, keep, total_g, total_h);
     }
 };
 
@@ -329,28 +326,9 @@ template <typename T, int PASSES> struct rf_t4k_vectors : rf_t4_columns<T, PASSE
                         xb = *reinterpret_cast<const uint4*>(xp[p] + 128 * h + 8 * e);
                     }
                     if constexpr (SCALED) {
-                        // As mxfp4_tiled.hip's several-vector loop: the largest magnitude's
-                        // bits, element by element where the warp holds an infinity or a NaN.
-                        const unsigned both = __vmaxu2(__vmaxu2(xb.x & 0x7fff7fffu, xb.y & 0x7fff7fffu),
-                                                       __vmaxu2(xb.z & 0x7fff7fffu, xb.w & 0x7fff7fffu));
-                        unsigned m = (both & 0xffffu) > (both >> 16) ? both & 0xffffu : both >> 16;
-                        if (__any_sync(0xffffffffu, m >= 0x7f80u)) {
-                            m = rf_x16_max_finite(xb.x, 0u);
-                            m = rf_x16_max_finite(xb.y, m);
-                            m = rf_x16_max_finite(xb.z, m);
-                            m = rf_x16_max_finite(xb.w, m);
-                        }
-#pragma unroll
-                        for (int lanes = 1; lanes < 4; lanes *= 2) { // the pair's four lanes of the vector
-                            const unsigned other = __shfl_xor_sync(0xffffffffu, m, lanes);
-                            m = other > m ? other : m;
-                        }
-                        const int sc = rf_x16_shift(m);
-                        const rf_x16_scaler scaler(sc);
-                        xb = make_uint4(scaler.pack(xb.x), scaler.pack(xb.y), scaler.pack(xb.z), scaler.pack(xb.w));
-                        const float f = rf_x16_factor(sc);
-                        const float f0 = __shfl_sync(0xffffffffu, f, 8 * u); // column 2u: lanes 8u .. 8u + 3's vector
-                        const float f1 = __shfl_sync(0xffffffffu, f, 8 * u + 4);
+                        float f0;
+                        float f1;
+                        rf_t4_x16_columns(xb, u, f0, f1);
                         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                         float dm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                         rf_mma<__half>::run(d, a0, xb.x, xb.y);
@@ -374,10 +352,10 @@ template <typename T, int PASSES> struct rf_t4k_vectors : rf_t4_columns<T, PASSE
         }
         // The super-block's d (times 2^14: the codes' unit above) and dmin, rows g (D's 0, 1)
         // and g + 8 (2, 3).
-        const float dg = __half2float(__ushort_as_half((unsigned short)(hg.x & 0xffffu))) * 16384.0f;
-        const float dh = __half2float(__ushort_as_half((unsigned short)(hh.x & 0xffffu))) * 16384.0f;
-        const float ming = __half2float(__ushort_as_half((unsigned short)(hg.x >> 16)));
-        const float minh = __half2float(__ushort_as_half((unsigned short)(hh.x >> 16)));
+        const float dg = rf_t4k_d(hg) * 16384.0f;
+        const float dh = rf_t4k_d(hh) * 16384.0f;
+        const float ming = rf_t4k_dmin(hg);
+        const float minh = rf_t4k_dmin(hh);
 #pragma unroll
         for (int p = 0; p < PASSES; ++p) {
             if (8u * (unsigned)p >= batch) {

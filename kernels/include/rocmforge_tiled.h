@@ -119,6 +119,24 @@ RF_DEVICE void rf_t4_finish(const float* sums, unsigned warps, unsigned tile, co
     }
 }
 
+// A one-vector op's tile end: lane 4g's parts of rows g and g + 8 (the quad's lanes hold the
+// same by then) into the totals buffer of the block's tile parity (by its own tile count `done`:
+// `tile & 1` is the same for every tile of a block when the grid is even, tiles being gridDim.x
+// apart, and the next tile's writes would race the readers of this one; compute-sanitizer
+// racecheck found it), the tile's rows put (rf_t4_finish), and the parts reset. Every thread.
+template <typename T>
+RF_DEVICE void rf_t4_put_rows(float* totals, unsigned warps, unsigned done, unsigned tile, int warp, int lane,
+                              const rf_t4_outputs& y, float* keep, float& total_g, float& total_h) {
+    float* sums = totals + (done & 1) * (warps * RF_T4_ROWS);
+    if ((lane & 3) == 0) {
+        sums[warp * RF_T4_ROWS + (lane >> 2)] = total_g;
+        sums[warp * RF_T4_ROWS + (lane >> 2) + 8] = total_h;
+    }
+    rf_t4_finish<1, T>(sums, warps, tile, y, 0, keep);
+    total_g = 0.0f;
+    total_h = 0.0f;
+}
+
 // The normed entries' RMSNorm (rf_t4_norm): rmsnorm.hip's row (rocmforge_rms.h) over a row h of
 // k elements, the sum of squares in the block's own order (below); each element h * s * weight
 // in f32, rounded to T.
@@ -320,6 +338,37 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
         }
     }
     rf_cp_async_wait<0>(); // nothing is left in flight at exit (the last commits are empty)
+}
+
+// A several-vector op's 16 bytes of bf16 x (lane 4g + u: 8 elements of vector g's 32 that one
+// mma takes, the other 24 in lanes 4g + u' of the same g) rounded to f16 in place by
+// rocmforge_x16.h's rule over those 32 (their maximum through two shuffles), and the factors of
+// D's columns 2u and 2u + 1 (vectors 2u and 2u + 1: lanes 8u and 8u + 4 hold them) into f0, f1.
+// Every lane of the warp calls it.
+RF_DEVICE void rf_t4_x16_columns(uint4& xb, unsigned u, float& f0, float& f1) {
+    // The largest magnitude's bits, two at a time; where the warp holds an infinity or a NaN
+    // (bits 0x7f80 and up), the largest finite one element by element, as rocmforge_x16.h's rule
+    // says (rare: the vote keeps the common path to 9 instructions for 8 elements).
+    const unsigned both =
+        __vmaxu2(__vmaxu2(xb.x & 0x7fff7fffu, xb.y & 0x7fff7fffu), __vmaxu2(xb.z & 0x7fff7fffu, xb.w & 0x7fff7fffu));
+    unsigned m = (both & 0xffffu) > (both >> 16) ? both & 0xffffu : both >> 16;
+    if (__any_sync(0xffffffffu, m >= 0x7f80u)) {
+        m = rf_x16_max_finite(xb.x, 0u);
+        m = rf_x16_max_finite(xb.y, m);
+        m = rf_x16_max_finite(xb.z, m);
+        m = rf_x16_max_finite(xb.w, m);
+    }
+#pragma unroll
+    for (int lanes = 1; lanes < 4; lanes *= 2) { // the 32 elements' four lanes
+        const unsigned other = __shfl_xor_sync(0xffffffffu, m, lanes);
+        m = other > m ? other : m;
+    }
+    const int sc = rf_x16_shift(m);
+    const rf_x16_scaler scaler(sc);
+    xb = make_uint4(scaler.pack(xb.x), scaler.pack(xb.y), scaler.pack(xb.z), scaler.pack(xb.w));
+    const float f = rf_x16_factor(sc);
+    f0 = __shfl_sync(0xffffffffu, f, 8 * u); // column 2u is lanes 8u .. 8u + 3's vector
+    f1 = __shfl_sync(0xffffffffu, f, 8 * u + 4);
 }
 
 // What the several-vector ops share (mxfp4_tiled.hip's rf_t4_vectors, q4k_tiled.hip's
