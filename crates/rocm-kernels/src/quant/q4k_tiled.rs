@@ -64,8 +64,14 @@ const ZERO_BYTES: usize = 512;
 /// Code `i` (< 256) of a GGUF `block_q4_K`'s 128 code bytes: sub-block `j = i / 32` is the low
 /// nibbles (`j` even) or the high ones (`j` odd) of bytes `32 (j / 2) ..`.
 fn gguf_code(codes: &[u8], i: usize) -> u8 {
+    let (byte, shift) = gguf_code_place(i);
+    (codes[byte] >> shift) & 15
+}
+
+/// Where code `i` sits among the code bytes: (byte, shift of its nibble).
+fn gguf_code_place(i: usize) -> (usize, u32) {
     let (j, l) = (i / 32, i % 32);
-    (codes[32 * (j / 2) + l] >> (4 * (j % 2))) & 15
+    (32 * (j / 2) + l, 4 * (j % 2) as u32)
 }
 
 /// Byte offset of word `W(rt, p, u)` of tile `tile`, super-block `s` in the payload.
@@ -147,9 +153,8 @@ impl TiledQ4k {
                         let at = word_offset(tile, nsb, s, p, rt, u);
                         let word = u32::from_le_bytes(self.payload[at..at + 4].try_into().unwrap());
                         for (m, nibble) in NIBBLE.iter().enumerate() {
-                            let i = word_element(p, u, m);
-                            let (j, l) = (i / 32, i % 32);
-                            codes[32 * (j / 2) + l] |= (((word >> (4 * nibble)) & 15) as u8) << (4 * (j % 2));
+                            let (byte, shift) = gguf_code_place(word_element(p, u, m));
+                            codes[byte] |= (((word >> (4 * nibble)) & 15) as u8) << shift;
                         }
                     }
                 }
@@ -228,9 +233,9 @@ impl DeviceTiledQ4k {
 }
 
 /// Whether `T` takes the matrix-core kernels on `stream`'s device (NVIDIA `mma.sync`, sm_80+, f16
-/// or bf16): one vector, or up to [`MAX_TILED_BATCH`] a launch; elsewhere the portable kernel runs (any
-/// device, f32 / f16 / bf16, any batch; a lane's codes times x in f32, far slower past one
-/// vector).
+/// or bf16): one vector, or up to [`MAX_TILED_BATCH`] a launch; elsewhere the portable kernel
+/// runs (any device, f32 / f16 / bf16, any batch; a lane's codes times x in f32, far slower past
+/// one vector).
 pub fn q4k_tiled_on_matrix_cores<T: Dtype>(stream: &Stream) -> bool {
     stream.backend().info().matrix_cores == MatrixCores::MmaSync && matches!(T::NAME, "f16" | "bf16")
 }
