@@ -88,9 +88,14 @@ pub fn run(b: &mut Bench) -> Result<Vec<Row>> {
         for &(group, k) in
             &[(&[4096, 1024, 1024][..], 4096), (&[14_336, 14_336][..], 4096), (&[4096][..], 14_336)]
         {
+            // One stacked weight for every batch; the matrix cores' b1 row is the one above.
+            let weight = q4k_stacked(b, group, k)?;
+            let mma = q4k_tiled_on_matrix_cores::<bf16>(&b.stream);
             for &batch in BATCHES {
-                rows.push(q4k_tiled_batch::<bf16>(b, group, k, batch, false)?);
-                rows.push(q4k_tiled_batch::<bf16>(b, group, k, batch, true)?);
+                if mma && batch > 1 {
+                    rows.push(q4k_tiled_batch::<bf16>(b, &weight, group, k, batch, false)?);
+                }
+                rows.push(q4k_tiled_batch::<bf16>(b, &weight, group, k, batch, true)?);
             }
         }
         // The GGUF rows' gate and up with their SwiGLU (what the model runs today), beside them.
@@ -239,10 +244,13 @@ fn q4k_tiled<T: Dtype>(
     }))
 }
 
+/// A group's tiled q4_K weights on the device (copies) and their GGUF bytes.
+type StackedQ4k = (Vec<DeviceTiledQ4k>, usize);
+
 /// The group's weights (random super-blocks, every f16 scale finite) stacked along their rows
 /// before timing, as a loader would, in enough device copies that the L2 holds none between
 /// launches; and their GGUF bytes.
-fn q4k_stacked(b: &mut Bench, group: &[usize], k: usize) -> Result<(Vec<DeviceTiledQ4k>, usize)> {
+fn q4k_stacked(b: &mut Bench, group: &[usize], k: usize) -> Result<StackedQ4k> {
     let patterns =
         group.iter().map(|&n| host_patterns(b, GgmlFormat::Q4K, n, k)).collect::<Result<Vec<_>>>()?;
     let stacked: Vec<TiledQ4k> = (0..2)
@@ -268,12 +276,12 @@ fn q4k_stacked(b: &mut Bench, group: &[usize], k: usize) -> Result<(Vec<DeviceTi
 /// `q4_k matvec group b<N>`.
 fn q4k_tiled_batch<T: Dtype>(
     b: &mut Bench,
+    (device, weight_bytes): &StackedQ4k,
     group: &[usize],
     k: usize,
     batch: usize,
     portable: bool,
 ) -> Result<Row> {
-    let (device, weight_bytes) = q4k_stacked(b, group, k)?;
     let (x, mut ys, _) = tiled_io::<T>(b, group, k, batch)?;
     let mut i = 0;
     let ms = b.time(|| {
