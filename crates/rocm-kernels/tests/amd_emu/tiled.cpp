@@ -1,5 +1,5 @@
 // CPU emulation of the matrix-vector kernels over the tiled layouts (kernels/mxfp4_tiled.hip, and on
-// sm80 kernels/q4k_tiled.hip's one-vector entries, with the same checks as the MXFP4 ones': q4k_case).
+// sm80 kernels/q4k_tiled.hip's matrix-core entries, one vector and several, with the same checks as the MXFP4 ones': q4k_case).
 // MXFP4 (kernels/mxfp4_tiled.hip):
 // on the AMD targets the portable rf_mxfp4_tiled_matvec_<dt> (what an AMD GPU runs for a tiled
 // weight), f32/f16/bf16, wave32 and wave64; on the `sm80` target the matrix-core entries
@@ -426,42 +426,49 @@ template <typename T> struct Q4kEntries;
 EMU_T4K(f16, __half)
 EMU_T4K(bf16, rf_bf16)
 
-// The q4_K entries (one vector): warps one a super-block, at most RF_T4_WARPS, the shared memory
+// The q4_K matrix-core entries: one vector (plain and normed) or several (batch8 up to 8
+// vectors, batch32 up to 32); warps one a super-block, at most RF_T4_WARPS, the shared memory
 // q4k_tiled.rs's shared_bytes gives; the same checks as the MXFP4 cases (rows against the f64
 // reference within the f32 sums' bound and staging's rounding, the activation and the residual
-// add bit for bit, and the normed entry).
+// add bit for bit against the same launch's rows, and for one vector the normed entry).
 template <typename T> static void q4k_case(const TiledCase& c, std::mt19937_64& rng) {
     EmuBuffers mem;
-    const int n = c.rows, nb = c.blocks_a_row, k = 32 * nb, nsb = nb / 8;
+    const int n = c.rows, nb = c.blocks_a_row, k = 32 * nb, nsb = nb / 8, batch = c.batch;
     unsigned char* gguf = mem.exact<unsigned char>((size_t)n * nsb * 144);
     ref_random_blocks(Q4_K, gguf, (size_t)n * nsb, -12, 7, rng);
     const Tiled w = tile_q4k(mem, gguf, n, nsb);
-    T* x = mem.exact<T>(k);
+    T* x = mem.exact<T>((size_t)batch * k);
     std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
-    for (int i = 0; i < k; ++i) x[i] = Io<T>::store(ux(rng));
-    if (c.xv != UNIFORM) fill_x(x, k, c.xv, rng);
+    for (int i = 0; i < batch * k; ++i) x[i] = Io<T>::store(ux(rng));
+    if (c.xv != UNIFORM) fill_x(x, batch * k, c.xv, rng);
     const int warps = c.warps();
     const unsigned grid = c.blocks();
-    const size_t shared = (size_t)warps * (RF_T4_STAGES * RF_T4K_STAGE + 2 * RF_T4_ROWS * 4) + (size_t)nb * 72 + 512 +
-                          (c.swiglu ? RF_T4_ROWS * 4 : 0);
-    const std::vector<double> staged = x16_units(x, k, 1, true);
+    const bool one = batch == 1;
+    const size_t columns = one ? 1 : batch <= RF_T4_BATCH_PASS ? RF_T4_BATCH_PASS : RF_T4_MAX_BATCH;
+    const TiledEntry<T> plain =
+        one ? Q4kEntries<T>::plain : batch <= RF_T4_BATCH_PASS ? Q4kEntries<T>::batch8 : Q4kEntries<T>::batch32;
+    // The rings and the totals a column; one vector's x staged with its factors and sums, and
+    // the row of zeros; a gate-and-up launch's gates a column.
+    const size_t shared = (size_t)warps * (RF_T4_STAGES * RF_T4K_STAGE + 2 * RF_T4_ROWS * 4 * columns) +
+                          (one ? (size_t)nb * 72 + 512 : 0) + (c.swiglu ? RF_T4_ROWS * 4 * columns : 0);
+    const std::vector<double> staged = x16_units(x, k, batch, true);
     double worst = 0.0;
     bool ok = true;
     const unsigned pairs = std::min(grid, (unsigned)(n / 2 / RF_T4_ROWS));
     auto run = [&](TiledEntry<T> e, const T* in, const rf_t4_outputs& arg, rf_t4_norm norm, unsigned blocks) {
         emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, shared, emu_dim3{blocks, 1, 1}, 32 * warps, 32,
-                          [&] { e(w.payload, w.scales, in, arg, norm, (unsigned)nb, 1u); });
+                          [&] { e(w.payload, w.scales, in, arg, norm, (unsigned)nb, (unsigned)batch); });
     };
     const Outputs<T> y = poisoned_outputs<T>(mem, c);
-    run(Q4kEntries<T>::plain, x, y.arg, rf_t4_norm{}, grid);
+    run(plain, x, y.arg, rf_t4_norm{}, grid);
     const std::vector<T> rows = y.gathered();
-    ok &= ref_check_rows(Q4_K, gguf, k, x, rows.data(), n, 1, worst, "q4k", staged.data());
+    ok &= ref_check_rows(Q4_K, gguf, k, x, rows.data(), n, batch, worst, "q4k", staged.data());
     if (c.swiglu) {
-        ok &= swiglu_matches(mem, c, rows, [&](const rf_t4_outputs& arg) { run(Q4kEntries<T>::plain, x, arg, rf_t4_norm{}, pairs); });
+        ok &= swiglu_matches(mem, c, rows, [&](const rf_t4_outputs& arg) { run(plain, x, arg, rf_t4_norm{}, pairs); });
     } else if (c.split == 0) {
-        ok &= add_matches(mem, c, rows, rng, [&](const rf_t4_outputs& arg) { run(Q4kEntries<T>::plain, x, arg, rf_t4_norm{}, grid); });
+        ok &= add_matches(mem, c, rows, rng, [&](const rf_t4_outputs& arg) { run(plain, x, arg, rf_t4_norm{}, grid); });
     }
-    if (c.xv == UNIFORM) {
+    if (one && c.xv == UNIFORM) {
         const NormCase<T> nc = make_norm<T>(mem, k, rng);
         const std::vector<double> normed_staged = x16_units(nc.normed.data(), k, 1, true);
         const Outputs<T> yn = poisoned_outputs<T>(mem, c);
@@ -475,51 +482,10 @@ template <typename T> static void q4k_case(const TiledCase& c, std::mt19937_64& 
     }
     emu_record(ok ? 0 : 1, worst);
     static const char* const XV[] = {"uniform", "wide", "range"};
-    std::printf("%-4s rf_q4k_tiled_matvec_mma_%-4s warps %d grid %-3u rows %-3d k %-6d x %-7s split %-2d%s -> %s (worst %.3f of tol)\n",
-                ok ? "ok" : "FAIL", Io<T>::name, warps, grid, n, k, XV[c.xv], c.split, c.swiglu ? " swiglu" : "",
-                ok ? "match" : "MISMATCH", worst);
-}
-
-// The q4_K several-vector entries (batch8 up to 8 vectors, batch32 up to 32; the launcher's
-// shared memory: rings and a column's totals each vector), x uniform (staged exactly either
-// way): the rows of every vector against the f64 reference, the activation and the residual add
-// bit for bit against the same launch's rows.
-template <typename T> static void q4k_batch_case(const TiledCase& c, std::mt19937_64& rng) {
-    EmuBuffers mem;
-    const int n = c.rows, nb = c.blocks_a_row, k = 32 * nb, nsb = nb / 8, batch = c.batch;
-    unsigned char* gguf = mem.exact<unsigned char>((size_t)n * nsb * 144);
-    ref_random_blocks(Q4_K, gguf, (size_t)n * nsb, -12, 7, rng);
-    const Tiled w = tile_q4k(mem, gguf, n, nsb);
-    T* x = mem.exact<T>((size_t)batch * k);
-    std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
-    for (int i = 0; i < batch * k; ++i) x[i] = Io<T>::store(ux(rng));
-    const int warps = c.warps();
-    const unsigned grid = c.blocks();
-    const size_t columns = batch <= RF_T4_BATCH_PASS ? RF_T4_BATCH_PASS : RF_T4_MAX_BATCH;
-    const TiledEntry<T> e = batch <= RF_T4_BATCH_PASS ? Q4kEntries<T>::batch8 : Q4kEntries<T>::batch32;
-    const size_t shared = (size_t)warps * (RF_T4_STAGES * RF_T4K_STAGE + 2 * RF_T4_ROWS * 4 * columns) +
-                          (c.swiglu ? RF_T4_ROWS * 4 * columns : 0);
-    const std::vector<double> staged = x16_units(x, k, batch, true);
-    double worst = 0.0;
-    bool ok = true;
-    const unsigned pairs = std::min(grid, (unsigned)(n / 2 / RF_T4_ROWS));
-    auto run = [&](const rf_t4_outputs& arg, unsigned blocks) {
-        emu_launch_shared(rf_t4_smem, sizeof rf_t4_smem, shared, emu_dim3{blocks, 1, 1}, 32 * warps, 32,
-                          [&] { e(w.payload, w.scales, x, arg, rf_t4_norm{}, (unsigned)nb, (unsigned)batch); });
-    };
-    const Outputs<T> y = poisoned_outputs<T>(mem, c);
-    run(y.arg, grid);
-    const std::vector<T> rows = y.gathered();
-    ok &= ref_check_rows(Q4_K, gguf, k, x, rows.data(), n, batch, worst, "q4k batch", staged.data());
-    if (c.swiglu) {
-        ok &= swiglu_matches(mem, c, rows, [&](const rf_t4_outputs& arg) { run(arg, pairs); });
-    } else if (c.split == 0) {
-        ok &= add_matches(mem, c, rows, rng, [&](const rf_t4_outputs& arg) { run(arg, grid); });
-    }
-    emu_record(ok ? 0 : 1, worst);
-    std::printf("%-4s rf_q4k_tiled_batch%-2d_mma_%-4s warps %d grid %-3u rows %-3d k %-6d batch %-2d split %-2d%s -> %s (worst %.3f of tol)\n",
-                ok ? "ok" : "FAIL", (int)columns, Io<T>::name, warps, grid, n, k, batch, c.split, c.swiglu ? " swiglu" : "",
-                ok ? "match" : "MISMATCH", worst);
+    static const char* const LOOP[] = {"matvec", "batch8", "batch32"};
+    std::printf("%-4s rf_q4k_tiled_%s_mma_%-4s warps %d grid %-3u rows %-3d k %-6d batch %-2d x %-7s split %-2d%s -> %s (worst %.3f of tol)\n",
+                ok ? "ok" : "FAIL", LOOP[one ? 0 : columns == RF_T4_BATCH_PASS ? 1 : 2], Io<T>::name, warps, grid, n, k,
+                batch, XV[c.xv], c.split, c.swiglu ? " swiglu" : "", ok ? "match" : "MISMATCH", worst);
 }
 
 #else
@@ -751,7 +717,7 @@ int main(int argc, char** argv) {
         {53, 16, 2, true, FAST, UNIFORM, 16},        // three outputs of 16, 16 and 21 rows
         {96, 128, 1, true, FAST, UNIFORM, 0, 1, true}, // gate and up with SwiGLU, one block over 3 pairs
         {96, 16, 2, true, FAST, UNIFORM, 0, 1, true},  // two blocks, k = 512
-        {21, 16, 2, true, FAST, UNIFORM, 0, 3},        // 3 vectors (the portable kernel's batches)
+        {21, 16, 2, true, FAST, UNIFORM, 0, 3},        // 3 vectors (batch8 here; the portable kernel on AMD)
         {37, 128, 2, true, FAST, UNIFORM, 0, 8},       // 8 vectors, one pass; a ragged last tile
         {53, 24, 2, true, FAST, UNIFORM, 16, 5},       // 5 vectors into three outputs
         {96, 16, 2, true, FAST, UNIFORM, 0, 13, true}, // 13 vectors (the 32-vector loop) with SwiGLU
@@ -760,12 +726,6 @@ int main(int argc, char** argv) {
 #ifdef RF_EMU_MMA_SYNC
     for (const TiledCase& c : q4k_cases) {
         if (quick && !c.quick) continue;
-        if (c.batch > 1 && c.batch < 5) continue; // the portable kernel's batch case
-        if (c.batch > 1) {
-            q4k_batch_case<__half>(c, rng);
-            q4k_batch_case<rf_bf16>(c, rng);
-            continue;
-        }
         if (c.xv == UNIFORM) q4k_case<__half>(c, rng);
         q4k_case<rf_bf16>(c, rng);
     }
