@@ -42,7 +42,8 @@
 //! - [`mxfp4_tiled`] (`kernels/mxfp4_tiled.hip`): MXFP4 weights re-laid out once for the
 //!   matrix-vector product, the fast path for decoding.
 //! - [`q4k_tiled`] (`kernels/q4k_tiled.hip`): `q4_K` weights re-laid out the same way, for the
-//!   one-vector product on NVIDIA's matrix cores; [`tiled`] holds what both launchers share.
+//!   products of one vector and of up to 32 a launch on NVIDIA's matrix cores; [`tiled`] holds
+//!   what both launchers share.
 //! - [`quant_gemm`] (`kernels/quant_gemm_wgmma.hip`, Hopper): products of many tokens that
 //!   decode the blocks in a matrix-core GEMM's own tile loop, so the weight never exists in `T`.
 

@@ -22,8 +22,8 @@ pub enum Q4kLayout {
     /// the layer's norms and residual adds into its products on the copy, every other pass reads
     /// the rows. Twice the projections' device bytes: a measurement of the tiled q4_K layer
     /// (docs/kernels/q4k_tiled.md: at batch 1 on an H100, 60-61 us a Llama-3-8B layer against
-    /// the rows' 64-66), not a way to hold a model; the tiled layout alone waits for a
-    /// several-vector matrix-core loop over it.
+    /// the rows' 64-66), not a way to hold a model; the tiled layout alone waits for its
+    /// several-vector loop to reach the rows' speed at batches 8 and 32.
     TiledCopy,
 }
 
