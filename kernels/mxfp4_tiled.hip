@@ -188,6 +188,7 @@ RF_DEVICE void rf_t4_group_mma(const unsigned char* stage, const __half* xs, con
 template <typename T, bool WIDE, bool NORM> struct rf_t4_one_vector {
     typedef T Elem;
     typedef rf_x16<T> X;
+    static constexpr unsigned PAYLOAD = RF_T4_PAYLOAD_BYTES;
     static constexpr unsigned SCALES = RF_T4_SCALE_BYTES;
     // bf16 or NORM: x staged once a block; plain f16: x in every stage.
     static constexpr bool ONCE = X::SCALED || NORM;
@@ -265,6 +266,7 @@ template <typename T, bool WIDE, int PASSES> struct rf_t4_vectors : rf_t4_column
     typedef rf_t4_columns<T, PASSES> Columns;
     typedef T Elem;
     static constexpr bool SCALED = rf_x16<T>::SCALED;
+    static constexpr unsigned PAYLOAD = RF_T4_PAYLOAD_BYTES;
     static constexpr unsigned SCALES = RF_T4_SCALE_BYTES;
     static constexpr bool X_IN_STAGE = false;
     static constexpr unsigned STAGE = RF_T4_STAGE_BF16; // the weights' bytes alone

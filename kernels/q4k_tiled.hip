@@ -150,83 +150,15 @@ RF_DEVICE void rf_t4k_group_mma(const unsigned char* stage, const unsigned char*
     total_h += rh.part(lo[0][2], hi[0][2], lo[1][2], hi[1][2], x0, x1);
 }
 
-// One vector (rf_t4_stream's op): x staged once a block (rf_t4_stage_x; NORM: through the
-// RMSNorm), then each block's sum of its staged values times its factor.
-template <typename T, bool NORM> struct rf_t4k_one_vector {
-    typedef T Elem;
+// q4_K's group for rf_t4_block_columns (rocmforge_tiled.h): a super-block of codes and its 16
+// rows' headers.
+struct rf_t4k_format {
+    static constexpr unsigned PAYLOAD = RF_T4_PAYLOAD_BYTES;
     static constexpr unsigned SCALES = RF_T4K_SCALE_BYTES;
-    static constexpr bool X_IN_STAGE = false;
     static constexpr unsigned STAGE = RF_T4K_STAGE;
-    // Bytes of the row of zeros the lanes that give no x read B from (pair offsets < 512).
-    static constexpr unsigned ZEROS = 512;
-    const T* x;
-    const rf_t4_outputs& y;
-    rf_t4_norm norm;
-    unsigned nb;
-    // Past the warps' rings: the tiles' row totals (two buffers of warps * 16 floats by tile
-    // parity), x as f16 (nbp blocks), its blocks' factors and sums (nbp floats each), the row of
-    // zeros, then in a gate-and-up launch the tile's 16 gates (rf_t4_put).
-    float* totals;
-    __half* xs;
-    float* xf;
-    float* xt;
-    unsigned char* zeros;
-    float* keep;
-    unsigned warps;
-    unsigned nbp;
-    float total_g; // the lane's part of row g of the current tile
-    float total_h; // row g + 8
-
-    RF_DEVICE rf_t4k_one_vector(const T* x_, const rf_t4_outputs& y_, rf_t4_norm norm_, unsigned nb_)
-        : x(x_), y(y_), norm(norm_), nb(nb_), total_g(0.0f), total_h(0.0f) {}
-    RF_DEVICE void place(unsigned char* rest, unsigned warps_, unsigned nbp_) {
-        warps = warps_;
-        nbp = nbp_;
-        totals = reinterpret_cast<float*>(rest);
-        xs = reinterpret_cast<__half*>(totals + 2 * warps * RF_T4_ROWS);
-        xf = reinterpret_cast<float*>(xs + nbp * RF_QK);
-        xt = xf + nbp;
-        zeros = reinterpret_cast<unsigned char*>(xt + nbp);
-        keep = reinterpret_cast<float*>(zeros + ZEROS);
-    }
-    RF_DEVICE const rf_t4_outputs& outputs() const { return y; }
-    RF_DEVICE unsigned rows() const { return y.end[RF_T4_OUTPUTS - 1]; }
-    RF_DEVICE void zero(unsigned tile) const {
-        const unsigned row = tile * RF_T4_ROWS + threadIdx.x;
-        if (threadIdx.x < RF_T4_ROWS && row < rows()) {
-            rf_t4_put_zero<T>(y, row, 0);
-        }
-    }
-    RF_DEVICE void before_prologue() {
-        if constexpr (NORM) {
-            rf_t4_norm_weight_in(norm, nb, xs);
-        }
-    }
-    // The row of zeros, then x staged with each block's sum of its staged values times its
-    // factor (xt[b], rf_t4_stage_x's SUMS: in f32 in element order, each value exact; f16 x is
-    // staged as it is with factors 1), whose barrier publishes all three.
-    RF_DEVICE void after_wait() {
-        for (unsigned i = threadIdx.x; i < ZEROS / 16; i += blockDim.x) {
-            reinterpret_cast<uint4*>(zeros)[i] = make_uint4(0u, 0u, 0u, 0u);
-        }
-        rf_t4_stage_x<T, NORM, true>(x, norm, nb, nbp, xs, xf, totals, xt);
-    }
-    // Lanes (g, u) with u == g / 2 give x (their sub-block u + 4h's 16 bytes at pair offsets
-    // 64 u + 256 h + 16 e of the group's x); the others read the zeros.
-    RF_DEVICE void group(const unsigned char* stage, unsigned q, int lane) {
-        const bool gives = (lane & 3) == (lane >> 3);
-        const unsigned char* xl =
-            gives ? reinterpret_cast<const unsigned char*>(xs + q * (RF_T4_GROUP * RF_QK)) + 64 * (lane & 3) : zeros;
-        rf_t4k_group_mma(stage, xl, xf + q * RF_T4_GROUP, xt + q * RF_T4_GROUP, lane, total_g, total_h);
-    }
-    // A quad's lanes hold the parts of its two rows from its four lanes' sub-blocks: added
-    // ((u0 + u1) + (u2 + u3), the same in every lane), and lane u = 0 writes them.
-    RF_DEVICE void tile_done(unsigned done, unsigned tile, int warp, int lane) {
-        total_g += rf_shfl_xor(total_g, 1);
-        total_h += rf_shfl_xor(total_h, 1);
-        total_g += rf_shfl_xor(total_g, 2);
-        total_h += rf_shfl_xor(total_h, 2);
-        rf_t4_put_rows<T>(totals, warps, done, tile, warp, lane, y, keep, total_g, total_h);
+    RF_DEVICE static void group(const unsigned char* stage, const unsigned char* xl, const float* xf, const float* xt,
+                                int lane, float& total_g, float& total_h) {
+        rf_t4k_group_mma(stage, xl, xf, xt, lane, total_g, total_h);
     }
 };
 
@@ -253,6 +185,7 @@ template <typename T, int PASSES> struct rf_t4k_vectors : rf_t4_columns<T, PASSE
     typedef rf_t4_columns<T, PASSES> Columns;
     typedef T Elem;
     static constexpr bool SCALED = rf_x16<T>::SCALED;
+    static constexpr unsigned PAYLOAD = RF_T4_PAYLOAD_BYTES;
     static constexpr unsigned SCALES = RF_T4K_SCALE_BYTES;
     static constexpr bool X_IN_STAGE = false;
     static constexpr unsigned STAGE = RF_T4K_STAGE; // the weights' bytes alone
@@ -385,7 +318,7 @@ RF_DEVICE void rf_t4k_matvec_mma(const uint4* payload, const unsigned char* scal
     if ((!NORM && norm.weight != nullptr) || batch != 1 || nb % RF_T4_GROUP != 0) {
         RF_T4_TRAP(); // a norm only the normed entries apply; one vector; whole super-blocks
     }
-    rf_t4k_one_vector<T, NORM> op(x, y, norm, nb);
+    rf_t4_block_columns<T, NORM, rf_t4k_format> op(x, y, norm, nb);
     rf_t4_stream(payload, scales, x, nb, op);
 }
 #define RF_T4K_BODY(T, NORM) rf_t4k_matvec_mma<T, NORM>(payload, scales, x, y, norm, nb, batch);

@@ -1,12 +1,14 @@
 // rocmforge_tiled.h: what the matrix-vector kernels over a tiled weight layout share
-// (kernels/mxfp4_tiled.hip: MXFP4; kernels/q4k_tiled.hip: q4_K). A tiled weight is 16-row tiles
-// of groups of 8 blocks of 32 elements; a group's payload is 2 KB in a warp's lane order (lane
-// l's 16 bytes of each of 4 block pairs, 512 bytes apart) and its scales a format's own bytes
-// (SCALES: 128 for MXFP4, 256 for q4_K) in a run of their own. What is here does not look inside
-// either: the launch's outputs and their modes (rocmforge_mxfp4_tiled_abi.h), the order blocks
-// walk tiles in, the tiles' totals, the normed entries' RMSNorm, and the matrix-core loop that
-// streams each warp's groups through its ring of shared-memory stages and hands each to an op
-// (rf_t4_stream), with x staged once a block where an op wants it (rf_t4_stage_x).
+// (kernels/mxfp4_tiled.hip: MXFP4; kernels/q4k_tiled.hip: q4_K; kernels/q8_0_tiled.hip: q8_0).
+// A tiled weight is 16-row tiles of groups of 8 blocks of 32 elements; a group's payload
+// (PAYLOAD: 2 KB for MXFP4 and q4_K, 4 KB for q8_0) is in a warp's lane order (lane l's 16 bytes
+// of each 512-byte chunk) and its scales a format's own bytes (SCALES: 128 for MXFP4, 256 for
+// q4_K and q8_0) in a run of their own. What is here does not look inside any of them: the
+// launch's outputs and their modes (rocmforge_mxfp4_tiled_abi.h), the order blocks walk tiles
+// in, the tiles' totals, the normed entries' RMSNorm, the matrix-core loop that streams each
+// warp's groups through its ring of shared-memory stages and hands each to an op
+// (rf_t4_stream), with x staged once a block where an op wants it (rf_t4_stage_x), and the
+// one-vector op of the layouts whose blocks are B's columns (rf_t4_block_columns).
 
 #ifndef ROCMFORGE_TILED_H
 #define ROCMFORGE_TILED_H
@@ -180,18 +182,19 @@ template <typename T> RF_DEVICE float rf_t4_norm_scale_portable(const T* h, rf_u
 
 // A warp's place in its block's stream of (tile, group) pairs, the groups w, w + W, ... < G of
 // each tile in turn, with the lane's source addresses of the group: its 16 bytes of payload
-// (pair 0; pair i is 512 i bytes on), the tile's SCALES scale bytes of the group, and (f16) its
-// x's. A tile's scales are its groups' one after another.
-template <typename T, unsigned SCALES> struct rf_t4_cursor {
+// (chunk 0 of PAYLOAD / 512; chunk i is 512 i bytes on), the tile's SCALES scale bytes of the
+// group, and (f16) its x's. A tile's payloads are its groups' one after another, and so are its
+// scales.
+template <typename T, unsigned PAYLOAD, unsigned SCALES> struct rf_t4_cursor {
     unsigned q;
     unsigned passed; // the block's tiles this cursor has left behind (rf_t4_walk's step parity)
-    const unsigned char* payload; // this lane's bytes of pair 0 of group q
+    const unsigned char* payload; // this lane's bytes of chunk 0 of group q
     const unsigned char* scales;  // the group's SCALES scale bytes
     const T* x;                   // x[256 q + 8 lane] (f16; bf16 x is staged once a block)
     // Moves to the warp's next group, in the block's next tile (rf_t4_walk) past the last.
     RF_DEVICE void advance(unsigned first_q, unsigned step, unsigned groups, unsigned nbp, const rf_t4_walk& walk) {
         q += step;
-        payload += step * RF_T4_PAYLOAD_BYTES;
+        payload += step * PAYLOAD;
         scales += step * SCALES;
         x += step * (RF_T4_GROUP * RF_QK);
         if (q < groups) {
@@ -202,7 +205,7 @@ template <typename T, unsigned SCALES> struct rf_t4_cursor {
         // the overshoot is large, hence signed steps).
         const long long back = (long long)(q - first_q);
         const long long tile_step = walk.step(passed++);
-        payload += tile_step * nbp * 256 - back * RF_T4_PAYLOAD_BYTES;
+        payload += tile_step * nbp * (PAYLOAD / RF_T4_GROUP) - back * PAYLOAD;
         scales += tile_step * nbp * (SCALES / RF_T4_GROUP) - back * SCALES;
         x -= back * (RF_T4_GROUP * RF_QK);
         q = first_q;
@@ -210,30 +213,36 @@ template <typename T, unsigned SCALES> struct rf_t4_cursor {
 };
 
 // Copies the cursor's group (and with X its x: f16 stages hold it after the scales) into a
-// stage: payload pairs and x past the row's last block are zero-filled, not read. The weight's
-// bytes with `stream` (rocmforge_mma.h): they are read once.
-template <bool X, unsigned SCALES, typename T>
-RF_DEVICE void rf_t4_stage_in(unsigned char* stage, const rf_t4_cursor<T, SCALES>& c, unsigned nb, int lane,
+// stage: payload chunks (512 bytes, a lane's 16 each) and x past the row's last block are
+// zero-filled, not read. MXFP4's layout pads k to whole groups and puts block b in chunk
+// b / (8 / CHUNKS); q4_K's and q8_0's hold whole groups only (k a multiple of 256), so none of
+// their chunks is ever past the last block. The weight's bytes with `stream`
+// (rocmforge_mma.h): they are read once.
+template <bool X, unsigned PAYLOAD, unsigned SCALES, typename T>
+RF_DEVICE void rf_t4_stage_in(unsigned char* stage, const rf_t4_cursor<T, PAYLOAD, SCALES>& c, unsigned nb, int lane,
                               rf_l2_policy stream) {
+    constexpr unsigned CHUNKS = PAYLOAD / 512;
+    static_assert(PAYLOAD % 512 == 0 && RF_T4_GROUP % CHUNKS == 0, "whole blocks a chunk");
     const unsigned valid = nb - c.q * RF_T4_GROUP; // blocks of the group that exist (>= 1)
 #pragma unroll
-    for (int i = 0; i < RF_T4_GROUP / 2; ++i) {
-        rf_cp_async16_policy(stage + 512 * i + 16 * lane, c.payload + 512 * i, 2u * (unsigned)i < valid ? 16 : 0, stream);
+    for (int i = 0; i < (int)CHUNKS; ++i) {
+        const unsigned first_block = (RF_T4_GROUP / CHUNKS) * (unsigned)i;
+        rf_cp_async16_policy(stage + 512 * i + 16 * lane, c.payload + 512 * i, first_block < valid ? 16 : 0, stream);
     }
     static_assert(SCALES % 16 == 0 && SCALES <= 512, "a lane's 16 bytes each");
     if (lane < SCALES / 16) {
-        rf_cp_async16_policy(stage + RF_T4_PAYLOAD_BYTES + 16 * lane, c.scales + 16 * lane, 16, stream);
+        rf_cp_async16_policy(stage + PAYLOAD + 16 * lane, c.scales + 16 * lane, 16, stream);
     }
     if constexpr (X) {
         // Lane l copies x[256q + 8l .. + 8]: block 8q + l / 4.
-        rf_cp_async16(stage + RF_T4_PAYLOAD_BYTES + SCALES + 16 * lane, c.x,
-                      (unsigned)(lane >> 2) < valid ? 16 : 0);
+        rf_cp_async16(stage + PAYLOAD + SCALES + 16 * lane, c.x, (unsigned)(lane >> 2) < valid ? 16 : 0);
     }
 }
 
 // Streams a block's tiles through its warps' rings (the loop the header describes) and hands
 // each staged group to `op`, which says what is multiplied and where it goes:
-//   Op::Elem, the activations' type; Op::SCALES, a group's scale bytes (the layout's);
+//   Op::Elem, the activations' type; Op::PAYLOAD and Op::SCALES, a group's payload and scale
+//   bytes (the layout's);
 //   Op::STAGE, a stage's bytes; Op::X_IN_STAGE, whether a
 //   stage holds its group's x too (the cursor copies it; the block then waits for the kernel
 //   ahead before its first copies, else after them, then op.after_wait());
@@ -279,11 +288,11 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
     const unsigned per_tile = (groups - (unsigned)warp + warps - 1) / warps; // this warp's groups a tile
     const unsigned items = count * per_tile;
     unsigned char* ring = rf_t4_smem + warp * (RF_T4_STAGES * STAGE);
-    rf_t4_cursor<T, Op::SCALES> fetch;
+    rf_t4_cursor<T, Op::PAYLOAD, Op::SCALES> fetch;
     fetch.q = (unsigned)warp;
     fetch.passed = 0;
-    fetch.payload = reinterpret_cast<const unsigned char*>(payload) + (rf_u64)first * nbp * 256u +
-                    (unsigned)warp * RF_T4_PAYLOAD_BYTES + 16 * lane;
+    fetch.payload = reinterpret_cast<const unsigned char*>(payload) + (rf_u64)first * nbp * (Op::PAYLOAD / RF_T4_GROUP) +
+                    (unsigned)warp * Op::PAYLOAD + 16 * lane;
     fetch.scales = scales + (rf_u64)first * nbp * (Op::SCALES / RF_T4_GROUP) + (unsigned)warp * Op::SCALES;
     fetch.x = x + (unsigned)warp * (RF_T4_GROUP * RF_QK) + 8 * lane;
     unsigned fetched = 0;
@@ -301,7 +310,7 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
 #pragma unroll
     for (int s = 0; s < RF_T4_STAGES - 1; ++s) {
         if (fetched < items) {
-            rf_t4_stage_in<Op::X_IN_STAGE, Op::SCALES>(ring + s * STAGE, fetch, nb, lane, stream);
+            rf_t4_stage_in<Op::X_IN_STAGE, Op::PAYLOAD, Op::SCALES>(ring + s * STAGE, fetch, nb, lane, stream);
             fetch.advance((unsigned)warp, warps, groups, nbp, walk);
             ++fetched;
         }
@@ -321,7 +330,7 @@ RF_DEVICE void rf_t4_stream(const uint4* payload, const unsigned char* scales, c
         if (fetched < items) {
             // The slot item i - 1 used, freed by the __syncwarp after it.
             const int free_slot = slot == 0 ? RF_T4_STAGES - 1 : slot - 1;
-            rf_t4_stage_in<Op::X_IN_STAGE, Op::SCALES>(ring + free_slot * STAGE, fetch, nb, lane, stream);
+            rf_t4_stage_in<Op::X_IN_STAGE, Op::PAYLOAD, Op::SCALES>(ring + free_slot * STAGE, fetch, nb, lane, stream);
             fetch.advance((unsigned)warp, warps, groups, nbp, walk);
             ++fetched;
         }
@@ -566,6 +575,95 @@ RF_DEVICE void rf_t4_stage_x(const T* x, const rf_t4_norm& norm, unsigned nb, un
     }
     __syncthreads();
 }
+
+// One vector with a group's 8 blocks of 32 as B's columns (rf_t4_stream's op; q4k_tiled.hip's
+// q4_K, q8_0_tiled.hip's q8_0): in mma pair P (h = P / 4, e = P % 4) lane (g, u) gives A rows g
+// and g + 8's elements 8e .. 8e + 7 of block u + 4h, and B's column c holds x only in the k
+// slots of lane c / 2 (lanes g = 2u, 2u + 1 give x of their block, the others read a row of
+// zeros), so D's columns 2u and 2u + 1 are block u + 4h's row sums, in lane u alone, and each
+// lane scales its own two blocks. x is staged once a block (rf_t4_stage_x; NORM: through the
+// RMSNorm) with each block's sum of its staged values times its factor (a format whose codes
+// carry an offset takes it off with them). FORMAT gives the group's bytes (PAYLOAD, SCALES,
+// STAGE) and multiplies a staged group into a lane's two row totals: FORMAT::group(stage, the
+// lane's x or the zeros, the group's 8 factors, its 8 sums, lane, total_g, total_h).
+template <typename T, bool NORM, class FORMAT> struct rf_t4_block_columns {
+    typedef T Elem;
+    static constexpr unsigned PAYLOAD = FORMAT::PAYLOAD;
+    static constexpr unsigned SCALES = FORMAT::SCALES;
+    static constexpr bool X_IN_STAGE = false;
+    static constexpr unsigned STAGE = FORMAT::STAGE;
+    // Bytes of the row of zeros the lanes that give no x read B from (pair offsets < 512).
+    static constexpr unsigned ZEROS = 512;
+    const T* x;
+    const rf_t4_outputs& y;
+    rf_t4_norm norm;
+    unsigned nb;
+    // Past the warps' rings: the tiles' row totals (two buffers of warps * 16 floats by tile
+    // parity), x as f16 (nbp blocks), its blocks' factors and sums (nbp floats each), the row of
+    // zeros, then in a gate-and-up launch the tile's 16 gates (rf_t4_put).
+    float* totals;
+    __half* xs;
+    float* xf;
+    float* xt;
+    unsigned char* zeros;
+    float* keep;
+    unsigned warps;
+    unsigned nbp;
+    float total_g; // the lane's part of row g of the current tile
+    float total_h; // row g + 8
+
+    RF_DEVICE rf_t4_block_columns(const T* x_, const rf_t4_outputs& y_, rf_t4_norm norm_, unsigned nb_)
+        : x(x_), y(y_), norm(norm_), nb(nb_), total_g(0.0f), total_h(0.0f) {}
+    RF_DEVICE void place(unsigned char* rest, unsigned warps_, unsigned nbp_) {
+        warps = warps_;
+        nbp = nbp_;
+        totals = reinterpret_cast<float*>(rest);
+        xs = reinterpret_cast<__half*>(totals + 2 * warps * RF_T4_ROWS);
+        xf = reinterpret_cast<float*>(xs + nbp * RF_QK);
+        xt = xf + nbp;
+        zeros = reinterpret_cast<unsigned char*>(xt + nbp);
+        keep = reinterpret_cast<float*>(zeros + ZEROS);
+    }
+    RF_DEVICE const rf_t4_outputs& outputs() const { return y; }
+    RF_DEVICE unsigned rows() const { return y.end[RF_T4_OUTPUTS - 1]; }
+    RF_DEVICE void zero(unsigned tile) const {
+        const unsigned row = tile * RF_T4_ROWS + threadIdx.x;
+        if (threadIdx.x < RF_T4_ROWS && row < rows()) {
+            rf_t4_put_zero<T>(y, row, 0);
+        }
+    }
+    RF_DEVICE void before_prologue() {
+        if constexpr (NORM) {
+            rf_t4_norm_weight_in(norm, nb, xs);
+        }
+    }
+    // The row of zeros, then x staged with each block's sum of its staged values times its
+    // factor (xt[b], rf_t4_stage_x's SUMS: in f32 in element order, each value exact; f16 x is
+    // staged as it is with factors 1), whose barrier publishes all three.
+    RF_DEVICE void after_wait() {
+        for (unsigned i = threadIdx.x; i < ZEROS / 16; i += blockDim.x) {
+            reinterpret_cast<uint4*>(zeros)[i] = make_uint4(0u, 0u, 0u, 0u);
+        }
+        rf_t4_stage_x<T, NORM, true>(x, norm, nb, nbp, xs, xf, totals, xt);
+    }
+    // Lanes (g, u) with u == g / 2 give x (their block u + 4h's 16 bytes at pair offsets
+    // 64 u + 256 h + 16 e of the group's x); the others read the zeros.
+    RF_DEVICE void group(const unsigned char* stage, unsigned q, int lane) {
+        const bool gives = (lane & 3) == (lane >> 3);
+        const unsigned char* xl =
+            gives ? reinterpret_cast<const unsigned char*>(xs + q * (RF_T4_GROUP * RF_QK)) + 64 * (lane & 3) : zeros;
+        FORMAT::group(stage, xl, xf + q * RF_T4_GROUP, xt + q * RF_T4_GROUP, lane, total_g, total_h);
+    }
+    // A quad's lanes hold the parts of its two rows from its four lanes' blocks: added
+    // ((u0 + u1) + (u2 + u3), the same in every lane), and lane u = 0 writes them.
+    RF_DEVICE void tile_done(unsigned done, unsigned tile, int warp, int lane) {
+        total_g += rf_shfl_xor(total_g, 1);
+        total_h += rf_shfl_xor(total_h, 1);
+        total_g += rf_shfl_xor(total_g, 2);
+        total_h += rf_shfl_xor(total_h, 2);
+        rf_t4_put_rows<T>(totals, warps, done, tile, warp, lane, y, keep, total_g, total_h);
+    }
+};
 
 #endif // RF_MMA_SYNC
 
