@@ -1,8 +1,9 @@
 // rocmforge_mxfp4_tiled_abi.h: what the tiled matrix-vector kernels (kernels/mxfp4_tiled.hip,
-// kernels/q4k_tiled.hip) and their launchers (crates/rocm-kernels/src/quant/mxfp4_tiled.rs and
-// q4k_tiled.rs, through the generated abi/mxfp4_tiled.rs) share: the re-layouts' tile shape, the
-// fast-scale limit, the matrix-core kernels' shared-memory rings and the outputs of one launch.
-// See rocmforge_abi.h for the rules of an ABI header.
+// kernels/q4k_tiled.hip, kernels/q8_0_tiled.hip) and their launchers
+// (crates/rocm-kernels/src/quant/mxfp4_tiled.rs, q4k_tiled.rs and q8_0_tiled.rs, through the
+// generated abi/mxfp4_tiled.rs) share: the re-layouts' tile shape, the fast-scale limit, the
+// matrix-core kernels' shared-memory rings and the outputs of one launch. See rocmforge_abi.h
+// for the rules of an ABI header.
 
 #ifndef ROCMFORGE_MXFP4_TILED_ABI_H
 #define ROCMFORGE_MXFP4_TILED_ABI_H
@@ -29,6 +30,14 @@
 // of 6-bit scales and mins, as GGUF's block_q4_K begins), and x is always staged once a block.
 #define RF_T4K_SCALE_BYTES 256
 #define RF_T4K_STAGE (RF_T4_PAYLOAD_BYTES + RF_T4K_SCALE_BYTES)
+// The tiled q8_0 layout (kernels/q8_0_tiled.hip) too: a group is 8 blocks of 32 int8 codes (4 KB
+// of payload for 16 rows, each code stored as q + 128), its scales the 16 rows' 8 block scales d
+// (f16), and x is always staged once a block.
+#define RF_T8_PAYLOAD_BYTES 4096
+#define RF_T8_SCALE_BYTES 256
+#define RF_T8_STAGE (RF_T8_PAYLOAD_BYTES + RF_T8_SCALE_BYTES)
+// Its one-vector blocks of 8 warps an SM at most: two rings of 3 stages of a 4 KB group fill it.
+#define RF_T8_RESIDENT_BLOCKS 2
 // Blocks of the matrix-core kernel kept resident on a multiprocessor where shared memory allows
 // (24 warps; 2 and 3 stages or blocks an SM measured alike: docs/kernels/mxfp.md), which its
 // launch bounds promise the compiler (without them ptxas chose 64 registers and spilled).

@@ -70,6 +70,7 @@ pub fn all() -> Vec<Launchable> {
         crate::quant::mxfp::launchable(),
         crate::quant::mxfp4_tiled::launchable(),
         crate::quant::q4k_tiled::launchable(),
+        crate::quant::q8_0_tiled::launchable(),
         crate::quant::matvec::launchable(),
         crate::quant::quant_gemm::launchable(),
         crate::persistent_mlp::launchable(),

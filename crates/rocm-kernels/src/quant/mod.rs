@@ -42,8 +42,9 @@
 //! - [`mxfp4_tiled`] (`kernels/mxfp4_tiled.hip`): MXFP4 weights re-laid out once for the
 //!   matrix-vector product, the fast path for decoding.
 //! - [`q4k_tiled`] (`kernels/q4k_tiled.hip`): `q4_K` weights re-laid out the same way, for the
-//!   products of one vector and of up to 32 a launch on NVIDIA's matrix cores; [`tiled`] holds
-//!   what both launchers share.
+//!   products of one vector and of up to 32 a launch on NVIDIA's matrix cores; [`q8_0_tiled`]
+//!   (`kernels/q8_0_tiled.hip`) `q8_0` weights for one vector; [`tiled`] holds what the
+//!   launchers share.
 //! - [`quant_gemm`] (`kernels/quant_gemm_wgmma.hip`, Hopper): products of many tokens that
 //!   decode the blocks in a matrix-core GEMM's own tile loop, so the weight never exists in `T`.
 
@@ -57,6 +58,7 @@ pub mod mx;
 pub mod mxfp;
 pub mod mxfp4_tiled;
 pub mod q4k_tiled;
+pub mod q8_0_tiled;
 pub mod quant_gemm;
 pub mod tiled;
 
@@ -95,6 +97,10 @@ pub use mxfp4_tiled::{
 pub use q4k_tiled::{
     DeviceTiledQ4k, TiledQ4k, dequantize_tiled_q4k, q4k_matvec_tiled, q4k_matvec_tiled_fused,
     q4k_matvec_tiled_split, q4k_tiled_on_matrix_cores,
+};
+pub use q8_0_tiled::{
+    DeviceTiledQ8, TiledQ8, q8_0_matvec_tiled, q8_0_matvec_tiled_fused, q8_0_matvec_tiled_split,
+    q8_0_tiled_on_matrix_cores,
 };
 pub use quant_gemm::{
     QUANT_GEMM_FORMATS, QUANT_GEMM_TILE_TOKENS, quant_gemm, quant_gemm_grid, quant_gemm_runs,

@@ -22,8 +22,8 @@
 #            quant_matvec_mma.hip's rf_qmvm_*: the pipelined loop, its passes of 8, q4_K's
 #            columns loop and its gate-and-up entry), on sm80 as mma
 #   tiled    the matrix-vector kernels over the tiled layouts (tiled.cpp: mxfp4_tiled.hip,
-#            q4k_tiled.hip): the portable kernels and the dequantisations, wave32 and wave64, on
-#            every AMD target; the matrix-core entries of both on sm80
+#            q4k_tiled.hip, q8_0_tiled.hip): the portable kernels and the dequantisations, wave32 and wave64, on
+#            every AMD target; the matrix-core entries of each on sm80
 # Every suite is built with AddressSanitizer over exact-size buffers (an access outside one is
 # an error), or with `race`, ThreadSanitizer instead.
 # Usage: crates/rocm-kernels/tests/amd_emu/run.sh [quick] [race] [SUITE...] [TARGET...]

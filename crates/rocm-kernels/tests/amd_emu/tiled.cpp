@@ -1,5 +1,6 @@
 // CPU emulation of the matrix-vector kernels over the tiled layouts (kernels/mxfp4_tiled.hip, and on
-// sm80 kernels/q4k_tiled.hip's matrix-core entries, one vector and several, with the same checks as the MXFP4 ones': q4k_case).
+// sm80 kernels/q4k_tiled.hip's matrix-core entries, one vector and several, and kernels/q8_0_tiled.hip's, one vector, with the same checks as the MXFP4 ones': columns_case; their portable
+// kernels on the AMD targets: columns_portable_case).
 // MXFP4 (kernels/mxfp4_tiled.hip):
 // on the AMD targets the portable rf_mxfp4_tiled_matvec_<dt> (what an AMD GPU runs for a tiled
 // weight), f32/f16/bf16, wave32 and wave64; on the `sm80` target the matrix-core entries
@@ -38,11 +39,12 @@
 #include "simt.h"
 
 #ifdef RF_EMU_MMA_SYNC
-alignas(16) unsigned char rf_t4_smem[96 * 1024];
+alignas(16) unsigned char rf_t4_smem[160 * 1024]; // q8_0's one-vector rings: 104 KB and x
 #endif
 
 #include "mxfp4_tiled.hip"
 #include "q4k_tiled.hip"
+#include "q8_0_tiled.hip"
 #include "reference_blocks.h"
 #include "x16_reference.h"
 
@@ -322,6 +324,85 @@ static Tiled tile_q4k(EmuBuffers& mem, const unsigned char* gguf, int n, int nsb
     return {reinterpret_cast<const uint4*>(payload), headers};
 }
 
+// q8_0 in the tiled layout (kernels/q8_0_tiled.hip): the GGUF rows of block_q8_0 (34 bytes: d,
+// 32 int8 codes) re-laid out from the layout's description (crates/rocm-kernels/src/quant/
+// q8_0_tiled.rs, module docs), not from its packer: group s of a row is its blocks 8s .. 8s + 7.
+static Tiled tile_q8(EmuBuffers& mem, const unsigned char* gguf, int n, int ng) {
+    const int tiles = (n + RF_T4_ROWS - 1) / RF_T4_ROWS;
+    unsigned char* payload = mem.exact<unsigned char>((size_t)tiles * ng * 4096);
+    unsigned char* scales = mem.exact<unsigned char>((size_t)tiles * ng * 256);
+    std::memset(payload, 0x80, (size_t)tiles * ng * 4096); // codes 0
+    std::memset(scales, 0, (size_t)tiles * ng * 256);
+    for (int row = 0; row < n; ++row) {
+        const int t = row / RF_T4_ROWS, rt = row % RF_T4_ROWS;
+        for (int s = 0; s < ng; ++s) {
+            const unsigned char* grp = gguf + ((size_t)row * ng + s) * 8 * 34;
+            for (int j = 0; j < 8; ++j) std::memcpy(scales + (((size_t)t * ng + s) * 16 + rt) * 16 + 2 * j, grp + 34 * j, 2);
+            for (int p = 0; p < 8; ++p) {
+                for (int u = 0; u < 4; ++u) {
+                    const int j = u + 4 * (p / 4);
+                    const size_t lane_at = ((((size_t)t * ng + s) * 8 + p) * 32 + 4 * (rt % 8) + u) * 16 + 4 * (rt / 8);
+                    for (int m = 0; m < 8; ++m) {
+                        const int e = 8 * (p % 4) + m; // element of block j
+                        payload[lane_at + 8 * (m / 4) + m % 4] = (unsigned char)(grp[34 * j + 2 + e] ^ 0x80);
+                    }
+                }
+            }
+        }
+    }
+    return {reinterpret_cast<const uint4*>(payload), scales};
+}
+
+// The matrix-core q8_0 kernel's rows: the f64 reference's, within the f32 sums' bound over the
+// terms it adds, |d| (q + 128) |x| and 128 |d| |x| (kernels/q8_0_tiled.hip), and staging's
+// rounding of x over the same magnitudes (`unit`, x16_units).
+template <typename T>
+static bool q8_offset_check(const unsigned char* w, int k, const T* x, const T* y, int rows, int batch, double& worst,
+                            const char* what, const double* unit) {
+    int bad = 0;
+    for (int r = 0; r < rows; ++r) {
+        for (int b = 0; b < batch; ++b) {
+            double want = 0.0, mag = 0.0, xr = 0.0;
+            for (int blk = 0; blk < k / 32; ++blk) {
+                const unsigned char* bl = w + ((size_t)r * (k / 32) + blk) * 34;
+                const double d = ref_f16_at(bl);
+                for (int e = 0; e < 32; ++e) {
+                    const double xv = Io<T>::load(x[(size_t)b * k + 32 * blk + e]);
+                    const double q = (signed char)bl[2 + e];
+                    const double m = std::fabs(d) * (std::fabs(q + 128.0) + 128.0);
+                    want += d * q * xv;
+                    mag += m * std::fabs(xv);
+                    xr += m * unit[(size_t)b * (k / 32) + blk];
+                }
+            }
+            const double tol = ref_tolerance<T>(k, mag, want, xr), got = Io<T>::load(y[(size_t)b * rows + r]);
+            if (!ref_within(got, want, tol, worst) && bad++ < 5)
+                std::printf("    %s row %d vector %d: got %.9g, want %.9g (tolerance %.3g)\n", what, r, b, got, want, tol);
+        }
+    }
+    return bad == 0;
+}
+
+// The layouts whose blocks are B's columns (rf_t4_block_columns), as the cases below take them:
+// the GGUF bytes and blocks of a group (8 blocks of 32), the tiling, the stage, the reference
+// format, and whether the layout has several-vector entries and a dequantisation.
+struct Q4kLayout {
+    static constexpr Fmt fmt = Q4_K;
+    static constexpr const char* name = "q4k";
+    static constexpr int group_bytes = 144, group_blocks = 1;
+    static constexpr size_t stage = RF_T4K_STAGE;
+    static constexpr bool batches = true, dequant = true;
+    static Tiled tile(EmuBuffers& mem, const unsigned char* gguf, int n, int groups) { return tile_q4k(mem, gguf, n, groups); }
+};
+struct Q8Layout {
+    static constexpr Fmt fmt = Q8_0;
+    static constexpr const char* name = "q8_0";
+    static constexpr int group_bytes = 8 * 34, group_blocks = 8;
+    static constexpr size_t stage = RF_T8_STAGE;
+    static constexpr bool batches = false, dequant = false;
+    static Tiled tile(EmuBuffers& mem, const unsigned char* gguf, int n, int groups) { return tile_q8(mem, gguf, n, groups); }
+};
+
 #ifdef RF_EMU_MMA_SYNC
 
 // [0]: one vector, [1]: up to 8, [2]: up to 32.
@@ -415,28 +496,44 @@ template <typename T> static void mma_case(const TiledCase& c, std::mt19937_64& 
 }
 
 
-template <typename T> struct Q4kEntries;
+template <class L, typename T> struct ColumnsEntries;
 #define EMU_T4K(suffix, T)                                                                                   \
-    template <> struct Q4kEntries<T> {                                                                       \
+    template <> struct ColumnsEntries<Q4kLayout, T> {                                                        \
         static constexpr TiledEntry<T> plain = rf_q4k_tiled_matvec_mma_##suffix;                             \
         static constexpr TiledEntry<T> normed = rf_q4k_tiled_normed_mma_##suffix;                            \
         static constexpr TiledEntry<T> batch8 = rf_q4k_tiled_batch8_mma_##suffix;                            \
         static constexpr TiledEntry<T> batch32 = rf_q4k_tiled_batch32_mma_##suffix;                          \
+    };                                                                                                       \
+    template <> struct ColumnsEntries<Q8Layout, T> {                                                         \
+        static constexpr TiledEntry<T> plain = rf_q8_0_tiled_matvec_mma_##suffix;                            \
+        static constexpr TiledEntry<T> normed = rf_q8_0_tiled_normed_mma_##suffix;                           \
+        static constexpr TiledEntry<T> batch8 = nullptr;                                                     \
+        static constexpr TiledEntry<T> batch32 = nullptr;                                                    \
     };
 EMU_T4K(f16, __half)
 EMU_T4K(bf16, rf_bf16)
 
-// The q4_K matrix-core entries: one vector (plain and normed) or several (batch8 up to 8
-// vectors, batch32 up to 32); warps one a super-block, at most RF_T4_WARPS, the shared memory
-// q4k_tiled.rs's shared_bytes gives; the same checks as the MXFP4 cases (rows against the f64
-// reference within the f32 sums' bound and staging's rounding, the activation and the residual
-// add bit for bit against the same launch's rows, and for one vector the normed entry).
-template <typename T> static void q4k_case(const TiledCase& c, std::mt19937_64& rng) {
+// A layout's rows against the reference: the rows' bound (q4_K's products add its parts as the
+// reference's magnitudes count them), or q8_0's offset terms (q8_offset_check).
+template <class L, typename T>
+static bool columns_check(const unsigned char* w, int k, const T* x, const T* y, int rows, int batch, double& worst,
+                          const char* what, const double* unit) {
+    if constexpr (L::fmt == Q8_0) return q8_offset_check(w, k, x, y, rows, batch, worst, what, unit);
+    else return ref_check_rows(L::fmt, w, k, x, y, rows, batch, worst, what, unit);
+}
+
+// The q4_K and q8_0 matrix-core entries: one vector (plain and normed) or several (q4_K's
+// batch8 up to 8 vectors, batch32 up to 32); warps one a group, at most RF_T4_WARPS, the shared
+// memory the launchers' shared_bytes gives; the same checks as the MXFP4 cases (rows against the
+// f64 reference within the f32 sums' bound and staging's rounding, the activation and the
+// residual add bit for bit against the same launch's rows, and for one vector the normed entry).
+template <class L, typename T> static void columns_case(const TiledCase& c, std::mt19937_64& rng) {
+    typedef ColumnsEntries<L, T> Entries;
     EmuBuffers mem;
-    const int n = c.rows, nb = c.blocks_a_row, k = 32 * nb, nsb = nb / 8, batch = c.batch;
-    unsigned char* gguf = mem.exact<unsigned char>((size_t)n * nsb * 144);
-    ref_random_blocks(Q4_K, gguf, (size_t)n * nsb, -12, 7, rng);
-    const Tiled w = tile_q4k(mem, gguf, n, nsb);
+    const int n = c.rows, nb = c.blocks_a_row, k = 32 * nb, groups = nb / 8, batch = c.batch;
+    unsigned char* gguf = mem.exact<unsigned char>((size_t)n * groups * L::group_bytes);
+    ref_random_blocks(L::fmt, gguf, (size_t)n * groups * L::group_blocks, -12, 7, rng);
+    const Tiled w = L::tile(mem, gguf, n, groups);
     T* x = mem.exact<T>((size_t)batch * k);
     std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
     for (int i = 0; i < batch * k; ++i) x[i] = Io<T>::store(ux(rng));
@@ -446,10 +543,10 @@ template <typename T> static void q4k_case(const TiledCase& c, std::mt19937_64& 
     const bool one = batch == 1;
     const size_t columns = one ? 1 : batch <= RF_T4_BATCH_PASS ? RF_T4_BATCH_PASS : RF_T4_MAX_BATCH;
     const TiledEntry<T> plain =
-        one ? Q4kEntries<T>::plain : batch <= RF_T4_BATCH_PASS ? Q4kEntries<T>::batch8 : Q4kEntries<T>::batch32;
+        one ? Entries::plain : batch <= RF_T4_BATCH_PASS ? Entries::batch8 : Entries::batch32;
     // The rings and the totals a column; one vector's x staged with its factors and sums, and
     // the row of zeros; a gate-and-up launch's gates a column.
-    const size_t shared = (size_t)warps * (RF_T4_STAGES * RF_T4K_STAGE + 2 * RF_T4_ROWS * 4 * columns) +
+    const size_t shared = (size_t)warps * (RF_T4_STAGES * L::stage + 2 * RF_T4_ROWS * 4 * columns) +
                           (one ? (size_t)nb * 72 + 512 : 0) + (c.swiglu ? RF_T4_ROWS * 4 * columns : 0);
     const std::vector<double> staged = x16_units(x, k, batch, true);
     double worst = 0.0;
@@ -462,7 +559,7 @@ template <typename T> static void q4k_case(const TiledCase& c, std::mt19937_64& 
     const Outputs<T> y = poisoned_outputs<T>(mem, c);
     run(plain, x, y.arg, rf_t4_norm{}, grid);
     const std::vector<T> rows = y.gathered();
-    ok &= ref_check_rows(Q4_K, gguf, k, x, rows.data(), n, batch, worst, "q4k", staged.data());
+    ok &= columns_check<L>(gguf, k, x, rows.data(), n, batch, worst, L::name, staged.data());
     if (c.swiglu) {
         ok &= swiglu_matches(mem, c, rows, [&](const rf_t4_outputs& arg) { run(plain, x, arg, rf_t4_norm{}, pairs); });
     } else if (c.split == 0) {
@@ -472,19 +569,18 @@ template <typename T> static void q4k_case(const TiledCase& c, std::mt19937_64& 
         const NormCase<T> nc = make_norm<T>(mem, k, rng);
         const std::vector<double> normed_staged = x16_units(nc.normed.data(), k, 1, true);
         const Outputs<T> yn = poisoned_outputs<T>(mem, c);
-        run(Q4kEntries<T>::normed, nc.h, yn.arg, nc.arg, grid);
+        run(Entries::normed, nc.h, yn.arg, nc.arg, grid);
         const std::vector<T> normed_rows = yn.gathered();
-        ok &= ref_check_rows(Q4_K, gguf, k, nc.normed.data(), normed_rows.data(), n, 1, worst, "q4k normed",
-                             normed_staged.data());
+        ok &= columns_check<L>(gguf, k, nc.normed.data(), normed_rows.data(), n, 1, worst, "normed", normed_staged.data());
         if (c.swiglu) {
-            ok &= swiglu_matches(mem, c, normed_rows, [&](const rf_t4_outputs& arg) { run(Q4kEntries<T>::normed, nc.h, arg, nc.arg, pairs); });
+            ok &= swiglu_matches(mem, c, normed_rows, [&](const rf_t4_outputs& arg) { run(Entries::normed, nc.h, arg, nc.arg, pairs); });
         }
     }
     emu_record(ok ? 0 : 1, worst);
     static const char* const XV[] = {"uniform", "wide", "range"};
     static const char* const LOOP[] = {"matvec", "batch8", "batch32"};
-    std::printf("%-4s rf_q4k_tiled_%s_mma_%-4s warps %d grid %-3u rows %-3d k %-6d batch %-2d x %-7s split %-2d%s -> %s (worst %.3f of tol)\n",
-                ok ? "ok" : "FAIL", LOOP[one ? 0 : columns == RF_T4_BATCH_PASS ? 1 : 2], Io<T>::name, warps, grid, n, k,
+    std::printf("%-4s rf_%s_tiled_%s_mma_%-4s warps %d grid %-3u rows %-3d k %-6d batch %-2d x %-7s split %-2d%s -> %s (worst %.3f of tol)\n",
+                ok ? "ok" : "FAIL", L::name, LOOP[one ? 0 : columns == RF_T4_BATCH_PASS ? 1 : 2], Io<T>::name, warps, grid, n, k,
                 batch, XV[c.xv], c.split, c.swiglu ? " swiglu" : "", ok ? "match" : "MISMATCH", worst);
 }
 
@@ -585,26 +681,32 @@ template <typename T> static void dequant_case(const TiledCase& c, int width, st
 }
 
 
-template <typename T> struct Q4kPortable;
+template <class L, typename T> struct ColumnsPortable;
 #define EMU_T4K_PORTABLE(suffix, T)                                                                          \
-    template <> struct Q4kPortable<T> {                                                                      \
+    template <> struct ColumnsPortable<Q4kLayout, T> {                                                       \
         static constexpr TiledEntry<T> plain = rf_q4k_tiled_matvec_##suffix;                                 \
         static constexpr TiledEntry<T> normed = rf_q4k_tiled_normed_##suffix;                                \
         static constexpr void (*dequant)(const uint4*, const unsigned char*, T*, unsigned, unsigned) =        \
             rf_q4k_tiled_dequant_##suffix;                                                                   \
+    };                                                                                                       \
+    template <> struct ColumnsPortable<Q8Layout, T> {                                                        \
+        static constexpr TiledEntry<T> plain = rf_q8_0_tiled_matvec_##suffix;                                \
+        static constexpr TiledEntry<T> normed = rf_q8_0_tiled_normed_##suffix;                               \
+        static constexpr void (*dequant)(const uint4*, const unsigned char*, T*, unsigned, unsigned) = nullptr; \
     };
 RF_FOR_EACH_DTYPE(EMU_T4K_PORTABLE)
 
-// The portable q4_K entries (a tile a block, warps one a super-block up to RF_T4_WARPS): the
+// The portable q4_K and q8_0 entries (a tile a block, warps one a group up to RF_T4_WARPS): the
 // rows against the f64 reference, SwiGLU and the residual add bit for bit against the rows,
-// the normed entry through an exact sum of squares; then the dequantisation (2 blocks of 64
+// the normed entry through an exact sum of squares; then q4_K's dequantisation (2 blocks of 64
 // threads striding) against the GGUF rows decoded and rounded to T once, bit for bit.
-template <typename T> static void q4k_portable_case(const TiledCase& c, int width, std::mt19937_64& rng) {
+template <class L, typename T> static void columns_portable_case(const TiledCase& c, int width, std::mt19937_64& rng) {
+    typedef ColumnsPortable<L, T> Entries;
     EmuBuffers mem;
-    const int n = c.rows, nb = c.blocks_a_row, k = 32 * nb, nsb = nb / 8;
-    unsigned char* gguf = mem.exact<unsigned char>((size_t)n * nsb * 144);
-    ref_random_blocks(Q4_K, gguf, (size_t)n * nsb, -12, 7, rng);
-    const Tiled w = tile_q4k(mem, gguf, n, nsb);
+    const int n = c.rows, nb = c.blocks_a_row, k = 32 * nb, groups = nb / 8;
+    unsigned char* gguf = mem.exact<unsigned char>((size_t)n * groups * L::group_bytes);
+    ref_random_blocks(L::fmt, gguf, (size_t)n * groups * L::group_blocks, -12, 7, rng);
+    const Tiled w = L::tile(mem, gguf, n, groups);
     T* x = mem.exact<T>((size_t)c.batch * k);
     std::uniform_real_distribution<float> ux(-1.0f, 1.0f);
     for (int i = 0; i < c.batch * k; ++i) x[i] = Io<T>::store(ux(rng));
@@ -616,39 +718,43 @@ template <typename T> static void q4k_portable_case(const TiledCase& c, int widt
     };
     double worst = 0.0;
     const Outputs<T> y = poisoned_outputs<T>(mem, c);
-    run(Q4kPortable<T>::plain, x, y.arg, rf_t4_norm{}, grid, (unsigned)c.batch);
+    run(Entries::plain, x, y.arg, rf_t4_norm{}, grid, (unsigned)c.batch);
     const std::vector<T> rows = y.gathered();
-    bool ok = ref_check_rows(Q4_K, gguf, k, x, rows.data(), n, c.batch, worst, "q4k portable");
+    bool ok = ref_check_rows(L::fmt, gguf, k, x, rows.data(), n, c.batch, worst, "portable");
     if (c.swiglu) {
-        ok &= swiglu_matches(mem, c, rows, [&](const rf_t4_outputs& arg) { run(Q4kPortable<T>::plain, x, arg, rf_t4_norm{}, pairs, (unsigned)c.batch); });
+        ok &= swiglu_matches(mem, c, rows, [&](const rf_t4_outputs& arg) { run(Entries::plain, x, arg, rf_t4_norm{}, pairs, (unsigned)c.batch); });
     } else if (c.split == 0) {
-        ok &= add_matches(mem, c, rows, rng, [&](const rf_t4_outputs& arg) { run(Q4kPortable<T>::plain, x, arg, rf_t4_norm{}, grid, (unsigned)c.batch); });
+        ok &= add_matches(mem, c, rows, rng, [&](const rf_t4_outputs& arg) { run(Entries::plain, x, arg, rf_t4_norm{}, grid, (unsigned)c.batch); });
     }
     if (c.batch == 1) {
         const NormCase<T> nc = make_norm<T>(mem, k, rng);
         const Outputs<T> yn = poisoned_outputs<T>(mem, c);
-        run(Q4kPortable<T>::normed, nc.h, yn.arg, nc.arg, grid, 1u);
+        run(Entries::normed, nc.h, yn.arg, nc.arg, grid, 1u);
         const std::vector<T> normed_rows = yn.gathered();
-        ok &= ref_check_rows(Q4_K, gguf, k, nc.normed.data(), normed_rows.data(), n, 1, worst, "q4k portable normed");
+        ok &= ref_check_rows(L::fmt, gguf, k, nc.normed.data(), normed_rows.data(), n, 1, worst, "portable normed");
     }
-    T* out = poisoned_y<T>(mem, n * k);
-    emu_launch(emu_dim3{2, 1, 1}, 64, width, [&] { Q4kPortable<T>::dequant(w.payload, w.scales, out, (unsigned)n, (unsigned)nb); });
     int bad = 0;
-    for (int r = 0; r < n; ++r) {
-        for (int s = 0; s < nsb; ++s) {
-            double v[256], mag[256];
-            ref_decode_block(Q4_K, gguf + ((size_t)r * nsb + s) * 144, v, mag);
-            for (int e = 0; e < 256; ++e) {
-                const T want = Io<T>::store((float)v[e]);
-                const T got = out[(size_t)r * k + 256 * s + e];
-                bad += std::memcmp(&want, &got, sizeof(T)) != 0;
+    if constexpr (L::dequant) {
+        T* out = poisoned_y<T>(mem, n * k);
+        emu_launch(emu_dim3{2, 1, 1}, 64, width, [&] { Entries::dequant(w.payload, w.scales, out, (unsigned)n, (unsigned)nb); });
+        for (int r = 0; r < n; ++r) {
+            for (int s = 0; s < groups; ++s) {
+                double v[256], mag[256];
+                ref_decode_block(L::fmt, gguf + ((size_t)r * groups + s) * L::group_bytes, v, mag);
+                for (int e = 0; e < 256; ++e) {
+                    const T want = Io<T>::store((float)v[e]);
+                    const T got = out[(size_t)r * k + 256 * s + e];
+                    bad += std::memcmp(&want, &got, sizeof(T)) != 0;
+                }
             }
         }
     }
     ok &= bad == 0;
     emu_record(ok ? 0 : 1, worst);
-    std::printf("%-4s rf_q4k_tiled_matvec_%-4s w%d warps %d grid %-3u rows %-3d k %-6d batch %-2d split %-2d%s, dequant %d differ -> %s (worst %.3f of tol)\n",
-                ok ? "ok" : "FAIL", Io<T>::name, width, warps, grid, n, k, c.batch, c.split, c.swiglu ? " swiglu" : "", bad,
+    char dequant[32] = "";
+    if (L::dequant) std::snprintf(dequant, sizeof dequant, ", dequant %d differ", bad);
+    std::printf("%-4s rf_%s_tiled_matvec_%-4s w%d warps %d grid %-3u rows %-3d k %-6d batch %-2d split %-2d%s%s -> %s (worst %.3f of tol)\n",
+                ok ? "ok" : "FAIL", L::name, Io<T>::name, width, warps, grid, n, k, c.batch, c.split, c.swiglu ? " swiglu" : "", dequant,
                 ok ? "match" : "MISMATCH", worst);
 }
 #endif // RF_EMU_MMA_SYNC
@@ -723,23 +829,49 @@ int main(int argc, char** argv) {
         {96, 16, 2, true, FAST, UNIFORM, 0, 13, true}, // 13 vectors (the 32-vector loop) with SwiGLU
         {21, 448, 1, false, FAST, UNIFORM, 0, 32},     // 32 vectors at k = 14336, one block
     };
+    // q8_0: the same shapes with one vector (several take the portable kernel); 8 blocks a group.
+    const std::vector<TiledCase> q8_cases = {
+        {37, 128, 0, true},                          // k = 4096: 16 groups, 8 warps of 2 a tile; a ragged last tile
+        {37, 128, 1, true},                          // one block walks the 3 tiles, its rings across their ends
+        {16, 8, 0, true},                            // k = 256: one group, one warp
+        {40, 24, 2, true},                           // k = 768: 3 warps, 2 blocks over 3 tiles
+        {9, 448, 1, false},                          // k = 14336: 56 groups, 7 a warp, x of 28 KB
+        {37, 128, 2, true, FAST, WIDE},              // bf16 x of a wide range, staged as block-scaled f16
+        {53, 16, 2, true, FAST, UNIFORM, 16},        // three outputs of 16, 16 and 21 rows
+        {96, 128, 1, true, FAST, UNIFORM, 0, 1, true}, // gate and up with SwiGLU, one block over 3 pairs
+        {96, 16, 2, true, FAST, UNIFORM, 0, 1, true},  // two blocks, k = 512
+        {21, 16, 2, true, FAST, UNIFORM, 0, 3},        // 3 vectors (the portable kernel only)
+    };
 #ifdef RF_EMU_MMA_SYNC
     for (const TiledCase& c : q4k_cases) {
         if (quick && !c.quick) continue;
-        if (c.xv == UNIFORM) q4k_case<__half>(c, rng);
-        q4k_case<rf_bf16>(c, rng);
+        if (c.xv == UNIFORM) columns_case<Q4kLayout, __half>(c, rng);
+        columns_case<Q4kLayout, rf_bf16>(c, rng);
     }
-    return emu_finish("tiled", "rf_mxfp4_tiled_*_mma[_wide]_* and rf_q4k_tiled_*_mma_* on emulated mma.sync, warps of 32");
+    for (const TiledCase& c : q8_cases) {
+        if ((quick && !c.quick) || c.batch > 1) continue;
+        if (c.xv == UNIFORM) columns_case<Q8Layout, __half>(c, rng);
+        columns_case<Q8Layout, rf_bf16>(c, rng);
+    }
+    return emu_finish("tiled", "rf_mxfp4_tiled_*_mma[_wide]_*, rf_q4k_tiled_*_mma_* and rf_q8_0_tiled_*_mma_* on emulated mma.sync, warps of 32");
 #else
     for (const TiledCase& c : q4k_cases) {
         if (quick && !c.quick) continue;
         if (c.xv != UNIFORM) continue; // the portable kernel takes x as it is
         for (int width : {32, 64}) {
-            q4k_portable_case<float>(c, width, rng);
-            q4k_portable_case<__half>(c, width, rng);
-            q4k_portable_case<rf_bf16>(c, width, rng);
+            columns_portable_case<Q4kLayout, float>(c, width, rng);
+            columns_portable_case<Q4kLayout, __half>(c, width, rng);
+            columns_portable_case<Q4kLayout, rf_bf16>(c, width, rng);
         }
     }
-    return emu_finish("tiled", "rf_mxfp4_tiled_* and rf_q4k_tiled_{matvec,normed,dequant}_*, wave32 and wave64");
+    for (const TiledCase& c : q8_cases) {
+        if ((quick && !c.quick) || c.xv != UNIFORM) continue;
+        for (int width : {32, 64}) {
+            columns_portable_case<Q8Layout, float>(c, width, rng);
+            columns_portable_case<Q8Layout, __half>(c, width, rng);
+            columns_portable_case<Q8Layout, rf_bf16>(c, width, rng);
+        }
+    }
+    return emu_finish("tiled", "rf_mxfp4_tiled_*, rf_q4k_tiled_{matvec,normed,dequant}_* and rf_q8_0_tiled_{matvec,normed}_*, wave32 and wave64");
 #endif
 }

@@ -23,6 +23,7 @@ mod mxfp4_tiled;
 mod paged_attention;
 mod persistent_mlp;
 mod q4k_tiled;
+mod q8_0_tiled;
 mod quant_gemm;
 mod quant_matvec;
 mod rmsnorm;

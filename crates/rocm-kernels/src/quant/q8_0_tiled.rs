@@ -1,0 +1,513 @@
+//! `q8_0_tiled` (`kernels/q8_0_tiled.hip`): the q8_0 matrix-vector product of one vector over a
+//! weight re-laid out once, on the host, for the kernel's loads (the tiled shape
+//! [`super::mxfp4_tiled`] gave MXFP4 and [`super::q4k_tiled`] q4_K).
+//!
+//! GGUF's `block_q8_0` rows (34-byte blocks of 32 elements: a scale `d` as f16, then 32 int8
+//! codes `q`; element `i` is `d * q_i`) put a lane's codes for its matrix-core fragments 34 bytes
+//! apart and unaligned. [`TiledQ8::from_gguf`] rewrites them so that a warp's share of the weight
+//! is one contiguous run, each lane reads exactly its codes 16 bytes at a time, and the scales sit
+//! in runs of their own; [`q8_0_matvec_tiled_fused`] multiplies one vector (on NVIDIA's matrix
+//! cores; the portable kernel elsewhere and for several vectors), with the norm, SwiGLU and
+//! residual forms of the other tiled layouts. Decoding is exact and the sums are f32, as in
+//! [`super::quant_matvec`], which reads the GGUF rows as they are.
+//!
+//! # Layout
+//!
+//! `W[n, k]`, `k` a multiple of 256, `ng = k / 256` groups of 8 blocks a row. Rows are grouped
+//! in tiles of [`TILE_ROWS`] = 16, the last padded with rows of zeros (`d = 0`).
+//!
+//! - **Payload**, `tiles * ng * 4096` bytes: for tile `t`, group `s`, mma pair `P < 8`
+//!   (`h = P / 4`, `e = P % 4`) and lane `l = 4g + u` (`g < 8`, `u < 4`), 16 bytes at
+//!   `(((t * ng + s) * 8 + P) * 32 + l) * 16`: the little-endian words `R(g, 0)`, `R(g + 8, 0)`,
+//!   `R(g, 4)`, `R(g + 8, 4)`, rows counted inside the tile.
+//! - **Word** `R(r, m)`: row `r`'s elements `8e + m + i` (`i < 4`) of block `u + 4h` of the
+//!   group, element `8e + m + i` in byte `i`, each code `q` stored as the byte `q + 128`
+//!   (0..=255), so that a byte above a zero byte is the f16 subnormal `(q + 128) 2^-24`: the
+//!   kernel's decode.
+//! - **Scales**, `tiles * ng * 256` bytes: row `rt`'s 8 block scales of tile `t`, group `s`, as
+//!   GGUF stores them (f16), at `((t * ng + s) * 16 + rt) * 16 + 2 j` for block `j`.
+//!
+//! So a tiled weight is the GGUF bytes (34 a block) plus the last tile's padding rows.
+
+use rocm_runtime::{DeviceBuffer, MatrixCores, Stream};
+
+use super::tiled::{self, MAX_WARPS, Mode, STAGES, TILE_ROWS, TiledNorm, TiledOutput};
+use super::{Q8_0_BLOCK_BYTES, QK};
+use crate::KernelModule;
+use crate::abi::mxfp4_tiled as abi;
+use crate::dtype::Dtype;
+use crate::error::{KernelError, Result, ensure};
+use crate::launchable::{DTYPES, Launchable, Needs};
+use crate::loader;
+
+const KERNEL: &str = "q8_0_tiled";
+const MODULE: KernelModule = KernelModule::Q80Tiled;
+
+/// Elements of a group: 8 blocks.
+const GROUP: usize = 8 * QK;
+/// Bytes of a group's codes and of its scales (16 rows each).
+const PAYLOAD_BYTES: usize = abi::RF_T8_PAYLOAD_BYTES as usize;
+const SCALE_BYTES: usize = abi::RF_T8_SCALE_BYTES as usize;
+/// A stage's bytes in a warp's ring.
+const STAGE_BYTES: usize = abi::RF_T8_STAGE as usize;
+/// Blocks of 8 warps an SM the one-vector loop keeps resident at most (its launch bounds).
+const RESIDENT_BLOCKS: usize = abi::RF_T8_RESIDENT_BLOCKS as usize;
+/// The row of zeros the kernel's lanes that give no x read (`rf_t4_block_columns::ZEROS`).
+const ZERO_BYTES: usize = 512;
+/// What a code byte holds over its code.
+const CODE_OFFSET: i32 = 128;
+
+/// Byte offset of word `R(rt, m)` (`m` 0 or 4) of tile `tile`, group `s`, pair `p`, lane column
+/// `u` in the payload.
+fn word_offset(tile: usize, ng: usize, s: usize, p: usize, rt: usize, u: usize, m: usize) -> usize {
+    let lane = 4 * (rt % 8) + u;
+    (((tile * ng + s) * 8 + p) * 32 + lane) * 16 + 8 * (m / 4) + 4 * (rt / 8)
+}
+
+/// Element of a group that byte `i` of word `R(., m)` of pair `p`, lane column `u` holds.
+fn word_element(p: usize, u: usize, m: usize, i: usize) -> usize {
+    QK * (u + 4 * (p / 4)) + 8 * (p % 4) + m + i
+}
+
+/// Byte offset of row `rt`'s scale of block `j` of tile `tile`, group `s`.
+fn scale_offset(tile: usize, ng: usize, s: usize, rt: usize, j: usize) -> usize {
+    ((tile * ng + s) * TILE_ROWS + rt) * 16 + 2 * j
+}
+
+/// Bytes of a tiled weight: (payload, scales) for an `[n, k]` matrix, `None` on overflow.
+fn tiled_bytes(n: usize, k: usize) -> Option<(usize, usize)> {
+    let groups = n.div_ceil(TILE_ROWS).checked_mul(k / GROUP)?;
+    Some((groups.checked_mul(PAYLOAD_BYTES)?, groups.checked_mul(SCALE_BYTES)?))
+}
+
+/// An `[n, k]` q8_0 weight in the tiled layout (module docs), on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TiledQ8 {
+    n: usize,
+    k: usize,
+    payload: Vec<u8>,
+    scales: Vec<u8>,
+}
+
+impl TiledQ8 {
+    /// Re-lays out `n` rows of `k / 32` GGUF `block_q8_0` blocks (`n * k / 32 * 34` bytes), `k` a
+    /// multiple of 256.
+    pub fn from_gguf(blocks: &[u8], n: usize, k: usize) -> Result<Self> {
+        ensure(k.is_multiple_of(GROUP), KERNEL, || format!("k = {k} is not a multiple of {GROUP}"))?;
+        tiled::check_gguf_rows(KERNEL, blocks.len(), n, k, (QK, Q8_0_BLOCK_BYTES, "q8_0 blocks"))?;
+        let ng = k / GROUP;
+        let (payload_bytes, scale_bytes) = tiled_bytes(n, k).ok_or_else(|| KernelError::Shape {
+            kernel: KERNEL,
+            message: format!("the tiled [{n}, {k}] weight overflows usize"),
+        })?;
+        let mut payload = vec![CODE_OFFSET as u8; payload_bytes];
+        let mut scales = vec![0u8; scale_bytes];
+        for (r, row) in blocks.chunks_exact((k / QK * Q8_0_BLOCK_BYTES).max(1)).take(n).enumerate() {
+            let (tile, rt) = (r / TILE_ROWS, r % TILE_ROWS);
+            for s in 0..ng {
+                let group = &row[s * 8 * Q8_0_BLOCK_BYTES..][..8 * Q8_0_BLOCK_BYTES];
+                for (j, block) in group.chunks_exact(Q8_0_BLOCK_BYTES).enumerate() {
+                    let at = scale_offset(tile, ng, s, rt, j);
+                    scales[at..at + 2].copy_from_slice(&block[..2]);
+                }
+                let code = |e: usize| {
+                    let b = e / QK;
+                    group[b * Q8_0_BLOCK_BYTES + 2 + e % QK] ^ 0x80 // q + 128 as a byte
+                };
+                for p in 0..8 {
+                    for u in 0..4 {
+                        for m in [0, 4] {
+                            let at = word_offset(tile, ng, s, p, rt, u, m);
+                            for i in 0..4 {
+                                payload[at + i] = code(word_element(p, u, m, i));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(TiledQ8 { n, k, payload, scales })
+    }
+
+    /// The GGUF `block_q8_0` rows this weight was made from (the inverse of [`Self::from_gguf`]).
+    pub fn to_gguf(&self) -> Vec<u8> {
+        let ng = self.k / GROUP;
+        let mut out = vec![0u8; self.n * self.k / QK * Q8_0_BLOCK_BYTES];
+        for r in 0..self.n {
+            let (tile, rt) = (r / TILE_ROWS, r % TILE_ROWS);
+            for s in 0..ng {
+                let group = &mut out[(r * ng + s) * 8 * Q8_0_BLOCK_BYTES..][..8 * Q8_0_BLOCK_BYTES];
+                for j in 0..8 {
+                    let at = scale_offset(tile, ng, s, rt, j);
+                    group[j * Q8_0_BLOCK_BYTES..][..2].copy_from_slice(&self.scales[at..at + 2]);
+                }
+                for p in 0..8 {
+                    for u in 0..4 {
+                        for m in [0, 4] {
+                            let at = word_offset(tile, ng, s, p, rt, u, m);
+                            for i in 0..4 {
+                                let e = word_element(p, u, m, i);
+                                group[e / QK * Q8_0_BLOCK_BYTES + 2 + e % QK] = self.payload[at + i] ^ 0x80;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The codes (`q + 128`), in the layout's order.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// The blocks' scales, in the layout's order.
+    pub fn scales(&self) -> &[u8] {
+        &self.scales
+    }
+
+    /// Weights of the same `k` stacked along their rows into one, `[sum of n, k]`, as
+    /// [`super::TiledQ4k::stack`] does: the parts' bytes one after another, every part but the
+    /// last whole tiles.
+    pub fn stack(parts: &[&TiledQ8]) -> Result<Self> {
+        let n = tiled::stacked_rows(KERNEL, &parts.iter().map(|p| (p.n, p.k)).collect::<Vec<_>>())?;
+        let (first, rest) = parts.split_first().expect("stacked_rows refuses no parts");
+        let mut stacked = (*first).clone();
+        for part in rest {
+            stacked.payload.extend_from_slice(&part.payload);
+            stacked.scales.extend_from_slice(&part.scales);
+        }
+        stacked.n = n;
+        Ok(stacked)
+    }
+
+    /// Copies the weight to `stream`'s device.
+    pub fn upload(&self, stream: &Stream) -> Result<DeviceTiledQ8> {
+        Ok(DeviceTiledQ8 {
+            n: self.n,
+            k: self.k,
+            payload: stream.upload(&self.payload)?,
+            scales: stream.upload(&self.scales)?,
+        })
+    }
+}
+
+/// A [`TiledQ8`] on a device ([`TiledQ8::upload`]).
+#[derive(Debug)]
+pub struct DeviceTiledQ8 {
+    n: usize,
+    k: usize,
+    payload: DeviceBuffer<u8>,
+    scales: DeviceBuffer<u8>,
+}
+
+impl DeviceTiledQ8 {
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Device bytes the weight occupies (codes and scales, the last tile's padding included).
+    pub fn bytes(&self) -> usize {
+        self.payload.len() + self.scales.len()
+    }
+}
+
+/// Whether one vector in `T` takes the matrix-core kernel on `stream`'s device (NVIDIA
+/// `mma.sync`, sm_80+, f16 or bf16); elsewhere, and for several vectors, the portable kernel runs
+/// (any device, f32 / f16 / bf16, any batch; a lane's codes times x in f32, far slower).
+pub fn q8_0_tiled_on_matrix_cores<T: Dtype>(stream: &Stream) -> bool {
+    stream.backend().info().matrix_cores == MatrixCores::MmaSync && matches!(T::NAME, "f16" | "bf16")
+}
+
+/// Dynamic shared memory of a matrix-core launch with `warps` warps a block over rows of `k`
+/// elements: each warp's ring, the tiles' totals (two buffers of `warps * 16` floats), x staged as
+/// f16 with its blocks' factors and sums, the row of zeros, and a gate-and-up launch's 16 gates.
+fn shared_bytes(warps: usize, k: usize, swiglu: bool) -> usize {
+    let gates = if swiglu { TILE_ROWS * 4 } else { 0 };
+    warps * (STAGES * STAGE_BYTES + 2 * TILE_ROWS * 4) + (k / QK) * (64 + 4 + 4) + ZERO_BYTES + gates
+}
+
+/// Launch shape: (blocks, warps a block, dynamic shared bytes), a warp a group at most, over
+/// tiles (or gate-and-up pairs of tiles). The matrix-core loop keeps its blocks resident
+/// ([`tiled::resident_shape`]); the portable one takes a tile a block.
+fn launch_shape(
+    info: &rocm_runtime::DeviceInfo,
+    matrix_cores: bool,
+    n: usize,
+    k: usize,
+    swiglu: bool,
+) -> Result<(usize, usize, usize)> {
+    let units = if swiglu { n / (2 * TILE_ROWS) } else { n.div_ceil(TILE_ROWS) };
+    if !matrix_cores {
+        return Ok((units.clamp(1, info.max_grid[0].max(1) as usize), (k / GROUP).clamp(1, MAX_WARPS), 0));
+    }
+    let shared = |warps| shared_bytes(warps, k, swiglu);
+    tiled::resident_shape(
+        KERNEL,
+        info,
+        units,
+        k / GROUP,
+        RESIDENT_BLOCKS,
+        shared,
+        (k, " (x is staged whole)"),
+    )
+}
+
+/// `y = W x` for a tiled q8_0 weight and one vector: `x` holds `k` and `y` `n` elements.
+pub fn q8_0_matvec_tiled<T: Dtype>(
+    w: &DeviceTiledQ8,
+    x: &DeviceBuffer<T>,
+    y: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    launch(w, x, 1, None, &mut [y], Mode::Store, false)
+}
+
+/// The tiled q8_0 product of one vector `x` (`k` elements) in every form one launch takes:
+/// through `norm` first where given (`x` is then the residual stream's row, [`TiledNorm`]), into
+/// `out` ([`TiledOutput`]: a stacked weight's parts each into its output, a gate-and-up product's
+/// SwiGLU, or added to the residual stream), as [`super::q4k_matvec_tiled_fused`] does for q4_K.
+/// Products are exact and sums f32, rounded to `T` once; x is first staged as f16 (bf16 as
+/// block-scaled f16: `kernels/include/rocmforge_x16.h`, exact but for elements 2^31 below their
+/// block's largest) on the matrix cores ([`q8_0_tiled_on_matrix_cores`]); elsewhere the portable
+/// kernel runs.
+pub fn q8_0_matvec_tiled_fused<T: Dtype>(
+    w: &DeviceTiledQ8,
+    x: &DeviceBuffer<T>,
+    norm: Option<TiledNorm<'_, T>>,
+    out: TiledOutput<'_, '_, T>,
+) -> Result<()> {
+    match out {
+        TiledOutput::Split(ys) => launch(w, x, 1, norm, ys, Mode::Store, false),
+        TiledOutput::Swiglu(act) => launch(w, x, 1, norm, &mut [act], Mode::Swiglu, false),
+        TiledOutput::Add(h) => launch(w, x, 1, norm, &mut [h], Mode::Add, false),
+    }
+}
+
+/// `Y = X W^T` for `batch` vectors `x` (`[batch, k]`) and a stacked weight into one output a
+/// part (`ys[i]`: `[batch, rows_i]`): one vector on the matrix cores where
+/// [`q8_0_tiled_on_matrix_cores`] and not `portable`, anything else on the portable kernel.
+pub fn q8_0_matvec_tiled_split<T: Dtype>(
+    w: &DeviceTiledQ8,
+    x: &DeviceBuffer<T>,
+    batch: usize,
+    ys: &mut [&mut DeviceBuffer<T>],
+    portable: bool,
+) -> Result<()> {
+    launch(w, x, batch, None, ys, Mode::Store, portable)
+}
+
+/// The entry a launch runs (`normed`: through an RMSNorm) with activations `dtype`.
+fn entry(matrix_cores: bool, normed: bool, dtype: &str) -> String {
+    let form = if normed { "normed" } else { "matvec" };
+    let mma = if matrix_cores { "_mma" } else { "" };
+    format!("rf_q8_0_tiled_{form}{mma}_{dtype}")
+}
+
+/// `w` times `batch` vectors `x` (through `norm` first where given: one vector) into `ys` as
+/// `mode` says; `portable` runs the portable kernel whatever the device has.
+#[allow(clippy::too_many_arguments)] // the launcher every public form funnels into
+fn launch<T: Dtype>(
+    w: &DeviceTiledQ8,
+    x: &DeviceBuffer<T>,
+    batch: usize,
+    norm: Option<TiledNorm<'_, T>>,
+    ys: &mut [&mut DeviceBuffer<T>],
+    mode: Mode,
+    portable: bool,
+) -> Result<()> {
+    let (n, k) = (w.n, w.k);
+    let Some((params, norm_param)) = tiled::launch_args(KERNEL, x, batch, k, n, norm.as_ref(), ys, mode)?
+    else {
+        return Ok(());
+    };
+    ensure(x.device_ptr().is_multiple_of(16), KERNEL, || "x must be 16-byte aligned".into())?;
+    ensure(u32::try_from(k / QK).is_ok() && u32::try_from(batch).is_ok(), KERNEL, || {
+        format!("[{n}, {k}] x {batch} is more than the kernel counts (32-bit blocks and vectors)")
+    })?;
+    let stream = ys[0].stream().clone();
+    let matrix_cores = !portable && batch == 1 && q8_0_tiled_on_matrix_cores::<T>(&stream);
+    let kernel = loader::kernel(&stream, MODULE, &entry(matrix_cores, norm.is_some(), T::NAME))?;
+    let shape = launch_shape(stream.backend().info(), matrix_cores, n, k, mode == Mode::Swiglu)?;
+    let config = tiled::launch_config(KERNEL, &kernel, shape)?;
+    // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, rf_t4_outputs
+    // y, rf_t4_norm norm, u32 nb, u32 batch). For tile t < ceil(n / 16) they read payload bytes
+    // [4096 ng t, 4096 ng (t + 1)) and scale bytes [256 ng t, 256 ng (t + 1)) (ng = k / 256 =
+    // nb / 8, whole: TiledQ8::from_gguf checks k), which the buffers hold: a DeviceTiledQ8 is
+    // only built by TiledQ8::upload from a layout of exactly its n and k. They read `batch` rows
+    // of k elements of x (batch k elements, checked), 16-byte aligned (x is, checked, and k is a
+    // multiple of 256) for the matrix-core kernel's 16-byte loads; device allocations are
+    // 256-byte aligned for the 16-byte copies of the weight. They write row r < n of vector v <
+    // batch to y[i][v rows_i + r - end[i - 1]] for the first i with r < end[i] (tiled::outputs:
+    // each output batch x its part's rows, the ends the running sums of the parts' rows, reaching
+    // n; unused slots end at n, never chosen), so inside ys[i]; with SwiGLU y[0][v n / 2 + r] for
+    // gate rows r < n / 2 only (tiled::swiglu_outputs: n a multiple of 32, ys[0] batch n / 2
+    // elements, ends n / 2, n, n); with Add they read each element they write first (one output,
+    // the stream). With a norm (tiled::norm_arg: one vector, its weight k elements, 16-byte
+    // aligned) the entry is a normed one, which reads norm.weight[0..k) (the matrix-core one
+    // before its wait: a weight, declared so); without, it is null, which the other entries
+    // require (they trap otherwise). Blocks are 1..=8 whole warps, within the launch bounds,
+    // never more warps than groups (launch_shape; the matrix-core kernel traps otherwise); the
+    // matrix-core entries run only on mma.sync devices (q8_0_tiled_on_matrix_cores) with one
+    // vector (they trap otherwise) and the shared memory shared_bytes gives (checked against the
+    // device's limit); the portable ones with static shared memory alone. k = 0: no groups, every
+    // row's total 0 (the kernels' empty paths). w and x are shared borrows distinct from the
+    // outputs (each a distinct &mut); the builder checks the streams. Dependent
+    // (rocmforge_dependent_launch.h): the matrix-core kernel issues its first weight copies (and
+    // the norm's weight) before waiting for the kernel ahead, x's reads and every write after it;
+    // the portable one waits first.
+    unsafe {
+        let mut launch = stream
+            .launch(&kernel)
+            .dependent()
+            .reads_before_wait(&w.payload)
+            .arg(w.payload.device_ptr())
+            .reads_before_wait(&w.scales)
+            .arg(w.scales.device_ptr())
+            .reads(x)
+            .arg(x.device_ptr());
+        if let Some(norm) = &norm {
+            launch = launch.reads_before_wait(norm.weight);
+        }
+        for y in ys.iter_mut() {
+            launch = launch.writes(&mut **y);
+        }
+        launch.arg(params).arg(norm_param).arg((k / QK) as u32).arg(batch as u32).launch(config)?;
+    }
+    Ok(())
+}
+
+/// The entries this module launches ([`crate::launchable`]).
+pub(crate) fn launchable() -> Vec<Launchable> {
+    let mut out = Vec::new();
+    for dtype in DTYPES {
+        for normed in [false, true] {
+            out.push(Launchable::new(MODULE, entry(false, normed, dtype), Needs::Nothing));
+            if dtype != "f32" {
+                out.push(Launchable::new(MODULE, entry(true, normed, dtype), Needs::MmaSync));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{dequantize_q8_0, quantize_q8_0};
+    use rocm_runtime::f16;
+
+    /// `n` rows of `k` random q8_0 weights (a wide range of scales), as GGUF bytes.
+    fn random_rows(seed: u64, n: usize, k: usize) -> Vec<u8> {
+        let mut state = seed;
+        let values: Vec<f32> = (0..n * k)
+            .map(|i| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let unit = (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                unit * (1 + (i / 32) % 7) as f32
+            })
+            .collect();
+        let mut out = vec![0u8; n * k / QK * Q8_0_BLOCK_BYTES];
+        quantize_q8_0(&values, &mut out).unwrap();
+        out
+    }
+
+    /// Row `r` of a tiled weight decoded from the layout's description alone (not the packer's
+    /// helpers): each element from its byte, and its block's scale.
+    fn decode_row(t: &TiledQ8, r: usize) -> Vec<f32> {
+        let ng = t.k / 256;
+        let (tile, rt) = (r / 16, r % 16);
+        let mut out = vec![0f32; t.k];
+        for s in 0..ng {
+            for p in 0..8 {
+                for u in 0..4 {
+                    let lane = 4 * (rt % 8) + u;
+                    let at = (((tile * ng + s) * 8 + p) * 32 + lane) * 16 + 4 * (rt / 8);
+                    let j = u + 4 * (p / 4);
+                    let sc = &t.scales[((tile * ng + s) * 16 + rt) * 16 + 2 * j..][..2];
+                    let d = f16::from_bits(u16::from_le_bytes([sc[0], sc[1]])).to_f32();
+                    for (half, m) in [(0, 0), (1, 4)] {
+                        for i in 0..4 {
+                            let byte = t.payload[at + 8 * half + i];
+                            let e = 32 * j + 8 * (p % 4) + m + i;
+                            out[s * 256 + e] = d * (i32::from(byte) - 128) as f32;
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn tiled_rows_decode_as_the_gguf_rows_and_round_trip() {
+        for (n, k) in [(1, 256), (16, 512), (37, 1024), (50, 256)] {
+            let gguf = random_rows(n as u64 * 31 + k as u64, n, k);
+            let t = TiledQ8::from_gguf(&gguf, n, k).unwrap();
+            assert_eq!(t.to_gguf(), gguf, "[{n}, {k}] round trip");
+            let tiles = n.div_ceil(16);
+            assert_eq!(t.payload().len() + t.scales().len(), tiles * 16 * k / QK * Q8_0_BLOCK_BYTES);
+            let row_bytes = k / QK * Q8_0_BLOCK_BYTES;
+            let mut row = vec![0f32; k];
+            for r in 0..n {
+                dequantize_q8_0(&gguf[r * row_bytes..][..row_bytes], &mut row).unwrap();
+                assert_eq!(decode_row(&t, r), row, "[{n}, {k}] row {r}");
+            }
+            // The padding rows decode to zeros (codes 0, scales 0).
+            for r in n..tiles * 16 {
+                assert!(decode_row(&t, r).iter().all(|&v| v == 0.0), "[{n}, {k}] padding row {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn stacked_weights_are_their_parts_one_after_another() {
+        let (a, b) = (random_rows(1, 32, 512), random_rows(2, 20, 512));
+        let (ta, tb) = (TiledQ8::from_gguf(&a, 32, 512).unwrap(), TiledQ8::from_gguf(&b, 20, 512).unwrap());
+        let s = TiledQ8::stack(&[&ta, &tb]).unwrap();
+        assert_eq!(s.n(), 52);
+        assert_eq!(s.to_gguf(), [a, b].concat());
+        let message = |r: Result<TiledQ8>| crate::error::shape_message(r.map(|_| ()), KERNEL);
+        assert_eq!(
+            message(TiledQ8::stack(&[&tb, &ta])),
+            "weight 0 has 20 rows; every weight but the last needs a multiple of 16"
+        );
+    }
+
+    #[test]
+    fn malformed_weights_are_refused() {
+        let message = |r: Result<TiledQ8>| crate::error::shape_message(r.map(|_| ()), KERNEL);
+        assert_eq!(message(TiledQ8::from_gguf(&[], 1, 96)), "k = 96 is not a multiple of 256");
+        assert_eq!(
+            message(TiledQ8::from_gguf(&[0; 100], 1, 256)),
+            "w holds 100 bytes; 1 rows of 8 q8_0 blocks need 272"
+        );
+        assert_eq!(
+            message(TiledQ8::from_gguf(&[], usize::MAX, 512)),
+            format!("[{}, 512] overflows usize", usize::MAX)
+        );
+    }
+
+    #[test]
+    fn shared_memory_fits_the_model_shapes() {
+        // An H100's opt-in limit (227 KB) holds 8 warps at the model's k with x staged whole, two
+        // blocks an SM at k = 4096.
+        assert!(2 * (shared_bytes(8, 4096, true) + 1024) <= 228 * 1024);
+        assert!(shared_bytes(8, 14336, true) <= 227 * 1024);
+        assert_eq!(shared_bytes(8, 4096, false), 8 * (3 * 4352 + 2 * 16 * 4) + 128 * 72 + 512);
+        assert_eq!(entry(true, true, "bf16"), "rf_q8_0_tiled_normed_mma_bf16");
+        assert_eq!(entry(false, false, "f32"), "rf_q8_0_tiled_matvec_f32");
+    }
+}
