@@ -54,7 +54,8 @@
 //! the tiled layout (`MXFP4-tiled`: `Mxfp4Layout::Tiled`, one-token products on the tiled kernel,
 //! more tokens dequantised from the tiles), and Q4_K with a tiled copy beside its rows
 //! (`Q4_K-tiled`: `Q4kLayout::TiledCopy`, one-token passes folded into the tiled q4_K kernel,
-//! twice the projections' bytes on the device: a measurement). `ROCMFORGE_BENCH_MODEL_TYPES` (a comma-separated
+//! twice the projections' bytes on the device: a measurement), and Q8_0 the same way
+//! (`Q8_0-tiled`: `Q8Layout::TiledCopy`). `ROCMFORGE_BENCH_MODEL_TYPES` (a comma-separated
 //! list of their names, `Q4_K,MXFP4-tiled`) limits the rows to those: a profiler attached to one
 //! type's steps need not wade through the others'.
 //!
@@ -67,7 +68,9 @@ use std::time::Instant;
 
 use rocm_model::kv_cache::{KvCacheTensors, PagedCache, SeqId};
 use rocm_model::model::synthetic::SyntheticSpec;
-use rocm_model::model::{Architecture, LoadOptions, Model, ModelConfig, Mxfp4Layout, Q4kLayout, tensor_name};
+use rocm_model::model::{
+    Architecture, LoadOptions, Model, ModelConfig, Mxfp4Layout, Q4kLayout, Q8Layout, tensor_name,
+};
 use rocm_model::{GgmlType, GgufFile};
 use rocm_runtime::{bf16, f16};
 use rocm_testkit::Rng;
@@ -91,7 +94,8 @@ const PREFILL: usize = 512;
 const TYPES: [GgmlType; 4] = [GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::MXFP4];
 
 /// A model's weights as the bench loads them: the file's type, and how they are kept
-/// (`MXFP4-tiled`: [`Mxfp4Layout::Tiled`]; `Q4_K-tiled`: [`Q4kLayout::TiledCopy`]).
+/// (`MXFP4-tiled`: [`Mxfp4Layout::Tiled`]; `Q4_K-tiled`: [`Q4kLayout::TiledCopy`]; `Q8_0-tiled`:
+/// [`Q8Layout::TiledCopy`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Weights {
     ty: GgmlType,
@@ -99,15 +103,18 @@ struct Weights {
 }
 
 impl Weights {
-    /// [`TYPES`] as the files store them, then MXFP4 tiled, then q4_K with its tiled copy.
+    /// [`TYPES`] as the files store them, then MXFP4 tiled, then q4_K and q8_0 with their tiled
+    /// copies.
     fn all() -> Vec<Weights> {
         let rows = TYPES.map(|ty| Weights { ty, options: LoadOptions::default() });
         let tiled = LoadOptions { mxfp4: Mxfp4Layout::Tiled, ..LoadOptions::default() };
         let q4k_copy = LoadOptions { q4k: Q4kLayout::TiledCopy, ..LoadOptions::default() };
+        let q8_copy = LoadOptions { q8_0: Q8Layout::TiledCopy, ..LoadOptions::default() };
         rows.into_iter()
             .chain([
                 Weights { ty: GgmlType::MXFP4, options: tiled },
                 Weights { ty: GgmlType::Q4_K, options: q4k_copy },
+                Weights { ty: GgmlType::Q8_0, options: q8_copy },
             ])
             .collect()
     }
@@ -117,6 +124,7 @@ impl Weights {
         match self.ty {
             GgmlType::MXFP4 if self.options.mxfp4 == Mxfp4Layout::Tiled => "MXFP4-tiled",
             GgmlType::Q4_K if self.options.q4k == Q4kLayout::TiledCopy => "Q4_K-tiled",
+            GgmlType::Q8_0 if self.options.q8_0 == Q8Layout::TiledCopy => "Q8_0-tiled",
             _ => self.ty.name(),
         }
     }

@@ -150,14 +150,15 @@ impl<T: GemmElement> Model<T> {
     }
 
     /// Device bytes of the weights: projections as the file stores them (a block format's
-    /// bytes are the file's), norms in `T`, and a tiled q4_K copy where one was loaded
-    /// ([`Q4kLayout::TiledCopy`](super::Q4kLayout::TiledCopy)).
+    /// bytes are the file's), norms in `T`, and a tiled q4_K or q8_0 copy where one was loaded
+    /// ([`Q4kLayout::TiledCopy`](super::Q4kLayout::TiledCopy),
+    /// [`Q8Layout::TiledCopy`](super::Q8Layout::TiledCopy)).
     pub fn weight_bytes(&self) -> u64 {
         self.outside_layers_bytes() + self.layers.iter().map(LayerWeights::device_bytes).sum::<u64>()
     }
 
     /// The weight bytes a pass over the whole model reads: [`Model::weight_bytes`] less a tiled
-    /// q4_K copy, which a pass reads instead of the rows, not beside them. A decode step's
+    /// copy, which a pass reads instead of the rows, not beside them. A decode step's
     /// weight-read rate is these bytes over its time.
     pub fn read_weight_bytes(&self) -> u64 {
         self.outside_layers_bytes() + self.layers.iter().map(LayerWeights::read_bytes).sum::<u64>()

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use rocm_kernels::gemm::GemmElement;
 use rocm_kernels::quant::{
-    DeviceTiledMxfp4, DeviceTiledQ4k, MXFP4_TILE_ROWS, TiledMxfp4, TiledNorm, TiledOutput, TiledQ4k,
-    mx_matvec_tiled_fused, q4k_matvec_tiled_fused, q4k_tiled_on_matrix_cores,
+    DeviceTiledMxfp4, DeviceTiledQ4k, DeviceTiledQ8, MXFP4_TILE_ROWS, TiledMxfp4, TiledNorm, TiledOutput,
+    TiledQ4k, TiledQ8, mx_matvec_tiled_fused, q4k_matvec_tiled_fused, q4k_tiled_on_matrix_cores,
+    q8_0_matvec_tiled_fused, q8_0_tiled_on_matrix_cores,
 };
 use rocm_kernels::rmsnorm::RmsNorm;
 use rocm_kernels::swiglu::{swiglu, swiglu_fused};
@@ -18,7 +19,7 @@ use rocm_runtime::{DeviceBuffer, Stream};
 use super::config::ModelConfig;
 use super::error::Result;
 use super::linear::{Linear, Products, add_bias, apply_glu, apply_shared, stacked_gate_up, stacked_tiled};
-use super::options::{LoadOptions, Mxfp4Layout, Q4kLayout};
+use super::options::{LoadOptions, Mxfp4Layout, Q4kLayout, Q8Layout};
 use super::weights::{Block, LayerTensor, load_device, load_linear, tensor_name};
 use crate::gguf::GgmlType;
 use crate::lazy::DeviceTensors;
@@ -29,8 +30,9 @@ use crate::lazy::DeviceTensors;
 pub(super) struct LayerWeights<T: GemmElement> {
     vectors: Vec<(LayerTensor, DeviceBuffer<T>)>,
     matrices: Projections<T>,
-    /// [`Q4kLayout::TiledCopy`]'s copy, where the layer and the device allow it.
-    q4k_copy: Option<Q4kCopy>,
+    /// [`Q4kLayout::TiledCopy`]'s or [`Q8Layout::TiledCopy`]'s copy, where the layer and the
+    /// device allow it.
+    tiled_copy: Option<TiledCopy>,
 }
 
 /// A layer's projections, by tensor.
@@ -72,13 +74,27 @@ impl<T: GemmElement> LayerWeights<T> {
                 vectors.push((t, load_device(tensors, &name)?));
             }
         }
-        let q4k_copy = match options.q4k {
-            Q4kLayout::TiledCopy if q4k_tiled_on_matrix_cores::<T>(tensors.stream()) => {
-                load_q4k_copy(tensors, config, layer, present)?
-            }
+        let stream = tensors.stream();
+        let q4k = options.q4k == Q4kLayout::TiledCopy && q4k_tiled_on_matrix_cores::<T>(stream);
+        let q8 = options.q8_0 == Q8Layout::TiledCopy && q8_0_tiled_on_matrix_cores::<T>(stream);
+        let tiled_copy = match copy_type(tensors, config, layer, present) {
+            Some(GgmlType::Q4_K) if q4k => Some(TiledCopy::Q4k(load_copy(
+                tensors,
+                config,
+                layer,
+                |w, n, k| Ok(TiledQ4k::from_gguf(w, n, k)?),
+                |parts| Ok(TiledQ4k::stack(parts)?.upload(stream)?),
+            )?)),
+            Some(GgmlType::Q8_0) if q8 => Some(TiledCopy::Q8(load_copy(
+                tensors,
+                config,
+                layer,
+                |w, n, k| Ok(TiledQ8::from_gguf(w, n, k)?),
+                |parts| Ok(TiledQ8::stack(parts)?.upload(stream)?),
+            )?)),
             _ => None,
         };
-        Ok(LayerWeights { vectors, matrices, q4k_copy })
+        Ok(LayerWeights { vectors, matrices, tiled_copy })
     }
 
     /// A projection the layer has (checked at load).
@@ -100,13 +116,10 @@ impl<T: GemmElement> LayerWeights<T> {
         if tokens != 1 || post_norms.iter().any(|&t| self.vector(t).is_some()) {
             return None;
         }
-        if let Some(c) = &self.q4k_copy {
-            return Some(Folded {
-                qkv: TiledWeight::Q4k(&c.qkv),
-                o: TiledWeight::Q4k(&c.o),
-                gate_up: TiledWeight::Q4k(&c.gate_up),
-                down: TiledWeight::Q4k(&c.down),
-            });
+        match &self.tiled_copy {
+            Some(TiledCopy::Q4k(c)) => return Some(c.folded(TiledWeight::Q4k)),
+            Some(TiledCopy::Q8(c)) => return Some(c.folded(TiledWeight::Q8)),
+            None => {}
         }
         let linear = |t| self.maybe_linear(t);
         let (q, k, v) =
@@ -138,10 +151,10 @@ impl<T: GemmElement> LayerWeights<T> {
     }
 
     pub fn device_bytes(&self) -> u64 {
-        self.read_bytes() + self.q4k_copy.as_ref().map_or(0, Q4kCopy::device_bytes)
+        self.read_bytes() + self.tiled_copy.as_ref().map_or(0, TiledCopy::device_bytes)
     }
 
-    /// The weight bytes one pass reads: the device bytes less the tiled q4_K copy, since a pass
+    /// The weight bytes one pass reads: the device bytes less the tiled copy, since a pass
     /// reads either the rows or the copy (the same bytes, the copy's padding aside), never both.
     pub fn read_bytes(&self) -> u64 {
         let vectors: usize = self.vectors.iter().map(|(_, v)| v.len() * size_of::<T>()).sum();
@@ -303,11 +316,13 @@ pub(super) struct Folded<'a> {
     down: TiledWeight<'a>,
 }
 
-/// A folded pass's weight: tiled MXFP4 (the projections themselves) or a tiled q4_K copy.
+/// A folded pass's weight: tiled MXFP4 (the projections themselves) or a tiled q4_K or q8_0
+/// copy.
 #[derive(Clone, Copy)]
 enum TiledWeight<'a> {
     Mxfp4(&'a DeviceTiledMxfp4),
     Q4k(&'a DeviceTiledQ4k),
+    Q8(&'a DeviceTiledQ8),
 }
 
 impl TiledWeight<'_> {
@@ -321,64 +336,108 @@ impl TiledWeight<'_> {
         match self {
             TiledWeight::Mxfp4(w) => mx_matvec_tiled_fused(w, x, 1, norm, out, false)?,
             TiledWeight::Q4k(w) => q4k_matvec_tiled_fused(w, x, norm, out)?,
+            TiledWeight::Q8(w) => q8_0_matvec_tiled_fused(w, x, norm, out)?,
         }
         Ok(())
     }
 }
 
-/// [`Q4kLayout::TiledCopy`]'s copy of a layer's q4_K projections in the tiled layout.
-struct Q4kCopy {
-    qkv: DeviceTiledQ4k,
-    o: DeviceTiledQ4k,
-    gate_up: DeviceTiledQ4k,
-    down: DeviceTiledQ4k,
+/// A layer's q4_K or q8_0 projections copied into their tiled layout ([`Q4kLayout::TiledCopy`],
+/// [`Q8Layout::TiledCopy`]).
+enum TiledCopy {
+    Q4k(CopyWeights<DeviceTiledQ4k>),
+    Q8(CopyWeights<DeviceTiledQ8>),
 }
 
-impl Q4kCopy {
+impl TiledCopy {
     fn device_bytes(&self) -> u64 {
-        [&self.qkv, &self.o, &self.gate_up, &self.down].iter().map(|w| w.bytes() as u64).sum()
+        match self {
+            TiledCopy::Q4k(c) => c.bytes(DeviceTiledQ4k::bytes),
+            TiledCopy::Q8(c) => c.bytes(DeviceTiledQ8::bytes),
+        }
     }
 }
 
-/// Layer `layer`'s tiled q4_K copy ([`Q4kLayout::TiledCopy`]): `None` (nothing uploaded) unless
-/// Q, K, V, O, gate, up and down are all q4_K, Q, K and gate whole tiles, and there are no
-/// post-norms (a folded pass needs none).
-fn load_q4k_copy(
+/// A tiled copy's four weights: Q, K and V stacked, O, gate and up stacked, down.
+struct CopyWeights<W> {
+    qkv: W,
+    o: W,
+    gate_up: W,
+    down: W,
+}
+
+impl<W> CopyWeights<W> {
+    fn bytes(&self, of: impl Fn(&W) -> usize) -> u64 {
+        [&self.qkv, &self.o, &self.gate_up, &self.down].into_iter().map(|w| of(w) as u64).sum()
+    }
+
+    /// The folded pass over the copy, each weight as `tiled` names it.
+    fn folded<'a>(&'a self, tiled: impl Fn(&'a W) -> TiledWeight<'a>) -> Folded<'a> {
+        Folded {
+            qkv: tiled(&self.qkv),
+            o: tiled(&self.o),
+            gate_up: tiled(&self.gate_up),
+            down: tiled(&self.down),
+        }
+    }
+}
+
+/// The projections a tiled copy holds.
+const COPIED: [LayerTensor; 7] = {
+    use LayerTensor::*;
+    [AttnQ, AttnK, AttnV, AttnOutput, FfnGate, FfnUp, FfnDown]
+};
+
+/// The type of layer `layer`'s projections where a tiled copy can hold them: Q, K, V, O, gate,
+/// up and down all present and of one type, Q, K and gate whole tiles, and no post-norms (a
+/// folded pass needs none); `None` otherwise.
+fn copy_type(
     tensors: &DeviceTensors,
     config: &ModelConfig,
     layer: usize,
     present: &[LayerTensor],
-) -> Result<Option<Q4kCopy>> {
+) -> Option<GgmlType> {
     use LayerTensor::*;
     let file = tensors.file();
-    let all = [AttnQ, AttnK, AttnV, AttnOutput, FfnGate, FfnUp, FfnDown];
-    let q4k = |t: LayerTensor| {
-        present.contains(&t)
-            && file.tensor(&tensor_name(layer, t)).is_ok_and(|info| info.ggml_type() == GgmlType::Q4_K)
+    let ty = |t: LayerTensor| {
+        present
+            .contains(&t)
+            .then(|| file.tensor(&tensor_name(layer, t)).ok().map(|info| info.ggml_type()))
+            .flatten()
     };
+    let first = ty(AttnQ)?;
     let whole = [AttnQ, AttnK, FfnGate].iter().all(|t| t.out_in(config).0.is_multiple_of(MXFP4_TILE_ROWS));
-    if !all.iter().all(|&t| q4k(t))
-        || !whole
-        || present.iter().any(|t| matches!(t, AttnPostNorm | FfnPostNorm))
-    {
-        return Ok(None);
-    }
-    let stacked = |group: &[LayerTensor]| -> Result<DeviceTiledQ4k> {
+    let post_norms = present.iter().any(|t| matches!(t, AttnPostNorm | FfnPostNorm));
+    (COPIED.iter().all(|&t| ty(t) == Some(first)) && whole && !post_norms).then_some(first)
+}
+
+/// Layer `layer`'s tiled copy ([`copy_type`] says it can hold the layer): each projection
+/// re-laid out by `tile` (GGUF bytes, n, k), each group stacked and uploaded by `stack`.
+fn load_copy<H, W>(
+    tensors: &DeviceTensors,
+    config: &ModelConfig,
+    layer: usize,
+    tile: impl Fn(&[u8], usize, usize) -> Result<H>,
+    stack: impl Fn(&[&H]) -> Result<W>,
+) -> Result<CopyWeights<W>> {
+    use LayerTensor::*;
+    let file = tensors.file();
+    let stacked = |group: &[LayerTensor]| -> Result<W> {
         let parts = group
             .iter()
             .map(|&t| {
                 let (out, inp) = t.out_in(config);
-                Ok(TiledQ4k::from_gguf(file.bytes(&tensor_name(layer, t))?, out, inp)?)
+                tile(file.bytes(&tensor_name(layer, t))?, out, inp)
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(TiledQ4k::stack(&parts.iter().collect::<Vec<_>>())?.upload(tensors.stream())?)
+        stack(&parts.iter().collect::<Vec<_>>())
     };
-    Ok(Some(Q4kCopy {
+    Ok(CopyWeights {
         qkv: stacked(&[AttnQ, AttnK, AttnV])?,
         o: stacked(&[AttnOutput])?,
         gate_up: stacked(&[FfnGate, FfnUp])?,
         down: stacked(&[FfnDown])?,
-    }))
+    })
 }
 
 /// The projections the tiled layout stacks into one weight where they are all MXFP4 of one

@@ -44,7 +44,7 @@ pub use decode_graph::{DecodeGraph, DecodeWorkspace};
 pub use embedding::{OUTPUT_HEAD, TOKEN_EMBEDDING};
 pub use error::{ModelError, Result};
 pub use forward::Model;
-pub use options::{LoadOptions, Mxfp4Layout, Q4kLayout};
+pub use options::{LoadOptions, Mxfp4Layout, Q4kLayout, Q8Layout};
 pub use reference::{ReferenceModel, ReferenceSequence, Rounding};
 pub use rope_scaling::{ROPE_FREQS, RopeScaling, llama3_freq_factors};
 pub use sampling::{Sampler, Sampling};

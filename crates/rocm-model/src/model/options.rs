@@ -8,6 +8,23 @@ pub struct LoadOptions {
     pub mxfp4: Mxfp4Layout,
     /// Whether q4_K layers also keep a tiled copy for one-token passes.
     pub q4k: Q4kLayout,
+    /// Whether q8_0 layers also keep a tiled copy for one-token passes.
+    pub q8_0: Q8Layout,
+}
+
+/// Where a layer's q8_0 projections are kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Q8Layout {
+    /// As the file stores them (GGUF `block_q8_0` rows), for every pass.
+    #[default]
+    Rows,
+    /// The rows, and beside them a copy re-laid out at load for the tiled kernel
+    /// (`rocm_kernels::quant::TiledQ8`, stacked as [`Q4kLayout::TiledCopy`]'s) where the device
+    /// runs it (NVIDIA matrix cores, f16 or bf16): one-token passes fold the layer's norms, SwiGLU
+    /// and residual adds into its products on the copy, every other pass reads the rows. Twice
+    /// the projections' device bytes: a measurement of the tiled q8_0 layer
+    /// (docs/kernels/q8_0_tiled.md), not a way to hold a model.
+    TiledCopy,
 }
 
 /// Where a layer's q4_K projections are kept.

@@ -430,3 +430,17 @@ fn decode_graph_equals_eager_tiled_q4k_copy() {
         crate::model::Q4K_COPY,
     );
 }
+
+/// One sequence of the q8_0 model with its tiled copy, as the q4_K copy above.
+#[test]
+fn decode_graph_equals_eager_tiled_q8_copy() {
+    let gpu = gpu_test!();
+    graph_equals_eager_of::<bf16>(
+        &gpu,
+        crate::model::q8_file(),
+        "q8_0 tiled copy, one sequence",
+        &[29],
+        8,
+        crate::model::Q8_COPY,
+    );
+}

@@ -15,7 +15,7 @@ use rocm_model::kv_cache::{KvCacheError, KvCacheTensors, PagedCache, SeqId};
 use rocm_model::model::synthetic::{SplitMix, SyntheticSpec, SyntheticVocab, parity_tolerance};
 use rocm_model::model::{
     Architecture, LayerTensor, LoadOptions, Model, ModelConfig, ModelError, Mxfp4Layout, OUTPUT_NORM,
-    Q4kLayout, ROPE_FREQS, ReferenceModel, ReferenceSequence, Rounding, Sampler, Sampling,
+    Q4kLayout, Q8Layout, ROPE_FREQS, ReferenceModel, ReferenceSequence, Rounding, Sampler, Sampling,
     llama3_freq_factors, tensor_name,
 };
 use rocm_model::{GgmlType, GgufFile, GgufWriter};
@@ -241,25 +241,44 @@ fn tiled_mxfp4_weights_take_the_files_bytes() {
     assert_eq!(tiled.weight_bytes(), rows.weight_bytes());
 }
 
-const TILED: LoadOptions = LoadOptions { mxfp4: Mxfp4Layout::Tiled, q4k: Q4kLayout::Rows };
+const TILED: LoadOptions =
+    LoadOptions { mxfp4: Mxfp4Layout::Tiled, q4k: Q4kLayout::Rows, q8_0: Q8Layout::Rows };
 
 /// Every projection q4_K (hidden 512, FFN 1024, 8 query and 2 KV heads of 64).
 fn q4k_types(_: usize, t: LayerTensor) -> GgmlType {
     if t.is_matrix() { GgmlType::Q4_K } else { GgmlType::F32 }
 }
 
-/// The model of [`q4k_types`].
-pub(crate) fn q4k_file() -> Arc<GgufFile> {
+/// Every projection q8_0, as [`q4k_types`].
+fn q8_types(_: usize, t: LayerTensor) -> GgmlType {
+    if t.is_matrix() { GgmlType::Q8_0 } else { GgmlType::F32 }
+}
+
+/// A model of hidden 512, FFN 1024, 8 query and 2 KV heads of 64, tensors of `types`.
+fn whole_tiles_file(types: fn(usize, LayerTensor) -> GgmlType) -> Arc<GgufFile> {
     let base = SyntheticSpec::small(Architecture::Llama);
     let spec = SyntheticSpec {
         config: ModelConfig { hidden: 512, ffn: 1024, q_heads: 8, kv_heads: 2, ..base.config },
-        types: q4k_types,
+        types,
         ..base
     };
     Arc::new(GgufFile::from_bytes(spec.to_bytes().unwrap()).unwrap())
 }
 
-pub(crate) const Q4K_COPY: LoadOptions = LoadOptions { mxfp4: Mxfp4Layout::Rows, q4k: Q4kLayout::TiledCopy };
+/// The model of [`q4k_types`].
+pub(crate) fn q4k_file() -> Arc<GgufFile> {
+    whole_tiles_file(q4k_types)
+}
+
+/// The model of [`q8_types`].
+pub(crate) fn q8_file() -> Arc<GgufFile> {
+    whole_tiles_file(q8_types)
+}
+
+pub(crate) const Q4K_COPY: LoadOptions =
+    LoadOptions { mxfp4: Mxfp4Layout::Rows, q4k: Q4kLayout::TiledCopy, q8_0: Q8Layout::Rows };
+pub(crate) const Q8_COPY: LoadOptions =
+    LoadOptions { mxfp4: Mxfp4Layout::Rows, q4k: Q4kLayout::Rows, q8_0: Q8Layout::TiledCopy };
 
 /// q4_K with the tiled copy: where the device runs the tiled q4_K kernel, every decode step of
 /// one sequence folds the layer's norms and residual adds into its products on the copy (the
@@ -285,22 +304,51 @@ fn tiled_q4k_copy_model_batches_match_the_reference_bf16() {
 
 /// The copy takes the projections' bytes a second time where it is made (and nothing else), and
 /// a pass still reads them once.
-#[test]
-fn tiled_q4k_copy_takes_the_projections_bytes_again() {
-    let gpu = gpu_test!();
-    let rows = Model::<bf16>::load(q4k_file(), gpu.stream()).unwrap();
-    let copy = Model::<bf16>::load_with(q4k_file(), gpu.stream(), Q4K_COPY).unwrap();
-    let file = q4k_file();
+fn copy_takes_the_projections_bytes_again(
+    gpu: &GpuTest,
+    file: Arc<GgufFile>,
+    options: LoadOptions,
+    runs: bool,
+) {
+    let rows = Model::<bf16>::load(file.clone(), gpu.stream()).unwrap();
+    let copy = Model::<bf16>::load_with(file.clone(), gpu.stream(), options).unwrap();
     let projections: u64 = (0..rows.config().layers)
         .flat_map(|l| Architecture::Llama.layer_tensors().iter().map(move |&t| (l, t)))
         .filter(|(_, t)| t.is_matrix())
         .map(|(l, t)| file.tensor(&tensor_name(l, t)).unwrap().n_bytes())
         .sum();
-    let runs = rocm_kernels::quant::q4k_tiled_on_matrix_cores::<bf16>(gpu.stream());
     let extra = if runs { projections } else { 0 };
     assert_eq!(copy.weight_bytes(), rows.weight_bytes() + extra);
     assert_eq!(copy.read_weight_bytes(), rows.weight_bytes());
     assert_eq!(rows.read_weight_bytes(), rows.weight_bytes());
+}
+
+#[test]
+fn tiled_q4k_copy_takes_the_projections_bytes_again() {
+    let gpu = gpu_test!();
+    let runs = rocm_kernels::quant::q4k_tiled_on_matrix_cores::<bf16>(gpu.stream());
+    copy_takes_the_projections_bytes_again(&gpu, q4k_file(), Q4K_COPY, runs);
+}
+
+/// q8_0 with the tiled copy, as the q4_K copy above: decode steps of one sequence on the copy
+/// where the device runs the tiled q8_0 kernel.
+#[test]
+fn tiled_q8_copy_model_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    parity_one_sequence_of::<bf16>(&gpu, q8_file(), "q8_0 tiled copy", Q8_COPY);
+}
+
+#[test]
+fn tiled_q8_copy_model_matches_the_reference_f16() {
+    let gpu = gpu_test!();
+    parity_one_sequence_of::<f16>(&gpu, q8_file(), "q8_0 tiled copy", Q8_COPY);
+}
+
+#[test]
+fn tiled_q8_copy_takes_the_projections_bytes_again() {
+    let gpu = gpu_test!();
+    let runs = rocm_kernels::quant::q8_0_tiled_on_matrix_cores::<bf16>(gpu.stream());
+    copy_takes_the_projections_bytes_again(&gpu, q8_file(), Q8_COPY, runs);
 }
 
 /// Block-format projections stay as their blocks on the device: the weights take the file's
