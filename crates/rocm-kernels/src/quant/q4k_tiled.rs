@@ -34,11 +34,11 @@
 //!
 //! So a tiled weight is the GGUF bytes (144 a super-block) plus the last tile's padding rows.
 
-use rocm_runtime::{DeviceBuffer, MatrixCores, Stream};
+use rocm_runtime::{DeviceBuffer, Stream};
 
 use super::kquant::{Q4_K_BLOCK_BYTES, QK_K};
 use super::tiled::{
-    self, BATCH_PASS, BATCH32_RESIDENT_BLOCKS, MAX_TILED_BATCH, MAX_WARPS, Mode, RESIDENT_BLOCKS, STAGES,
+    self, BATCH_PASS, BATCH32_RESIDENT_BLOCKS, ColumnsLayout, Loop, MAX_TILED_BATCH, Mode, RESIDENT_BLOCKS,
     TILE_ROWS, TiledNorm, TiledOutput,
 };
 use crate::KernelModule;
@@ -58,8 +58,6 @@ const CODE_BYTES: usize = Q4_K_BLOCK_BYTES - HEADER_BYTES;
 const NIBBLE: [u32; 8] = [0, 4, 2, 6, 1, 5, 3, 7];
 /// A stage's bytes in a warp's ring.
 const STAGE_BYTES: usize = abi::RF_T4K_STAGE as usize;
-/// The row of zeros the kernel's lanes that give no x read (`rf_t4k_one_vector::ZEROS`).
-const ZERO_BYTES: usize = 512;
 
 /// Code `i` (< 256) of a GGUF `block_q4_K`'s 128 code bytes: sub-block `j = i / 32` is the low
 /// nibbles (`j` even) or the high ones (`j` odd) of bytes `32 (j / 2) ..`.
@@ -237,20 +235,17 @@ impl DeviceTiledQ4k {
 /// runs (any device, f32 / f16 / bf16, any batch; a lane's codes times x in f32, far slower past
 /// one vector).
 pub fn q4k_tiled_on_matrix_cores<T: Dtype>(stream: &Stream) -> bool {
-    stream.backend().info().matrix_cores == MatrixCores::MmaSync && matches!(T::NAME, "f16" | "bf16")
+    tiled::columns_on_matrix_cores::<T>(stream)
 }
 
-/// The loop a launch runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Loop {
-    /// Any device, any batch (`rf_q4k_tiled_{matvec,normed}_<dt>`).
-    Portable,
-    /// One vector on the matrix cores, x staged once a block (`rf_q4k_tiled_{matvec,normed}_mma`).
-    One,
-    /// Up to `8 * passes` vectors on the matrix cores, x read from global memory
-    /// (`rf_q4k_tiled_batch{8,32}_mma`).
-    Batch { passes: usize },
-}
+/// The layout as the tiled launchers describe it ([`tiled::ColumnsLayout`]).
+const LAYOUT: ColumnsLayout = ColumnsLayout {
+    kernel: KERNEL,
+    module: MODULE,
+    name: "q4k",
+    stage: STAGE_BYTES,
+    resident: [RESIDENT_BLOCKS, RESIDENT_BLOCKS, BATCH32_RESIDENT_BLOCKS],
+};
 
 /// The loop for `batch` vectors (at most [`MAX_TILED_BATCH`] on the matrix cores; one when normed).
 fn choose_loop(matrix_cores: bool, batch: usize) -> Loop {
@@ -260,44 +255,6 @@ fn choose_loop(matrix_cores: bool, batch: usize) -> Loop {
         b if b <= BATCH_PASS => Loop::Batch { passes: 1 },
         _ => Loop::Batch { passes: MAX_TILED_BATCH / BATCH_PASS },
     }
-}
-
-/// Dynamic shared memory of a matrix-core launch with `warps` warps a block over rows of `k`
-/// elements: each warp's ring and the tiles' totals (two buffers of `warps * 16` floats a
-/// column), a gate-and-up launch's 16 gates a column; and for one vector x staged as f16 with its
-/// blocks' factors and sums, and the row of zeros.
-fn shared_bytes(lp: Loop, warps: usize, k: usize, swiglu: bool) -> usize {
-    let columns = match lp {
-        Loop::Batch { passes } => passes * BATCH_PASS,
-        _ => 1,
-    };
-    let x_once = if lp == Loop::One { (k / 32) * (64 + 4 + 4) + ZERO_BYTES } else { 0 };
-    let gates = if swiglu { TILE_ROWS * 4 * columns } else { 0 };
-    warps * (STAGES * STAGE_BYTES + 2 * TILE_ROWS * 4 * columns) + x_once + gates
-}
-
-/// Launch shape: (blocks, warps a block, dynamic shared bytes), a warp a super-block at most,
-/// over tiles (or gate-and-up pairs of tiles). The matrix-core loops keep their blocks resident
-/// ([`tiled::resident_shape`]); the portable one takes a tile a block.
-fn launch_shape(
-    info: &rocm_runtime::DeviceInfo,
-    lp: Loop,
-    n: usize,
-    k: usize,
-    swiglu: bool,
-) -> Result<(usize, usize, usize)> {
-    let units = if swiglu { n / (2 * TILE_ROWS) } else { n.div_ceil(TILE_ROWS) };
-    let resident = match lp {
-        Loop::Portable => {
-            return Ok((units.clamp(1, info.max_grid[0].max(1) as usize), (k / QK_K).clamp(1, MAX_WARPS), 0));
-        }
-        Loop::One => RESIDENT_BLOCKS,
-        Loop::Batch { passes } if passes > 1 => BATCH32_RESIDENT_BLOCKS,
-        Loop::Batch { .. } => RESIDENT_BLOCKS,
-    };
-    let why = if lp == Loop::One { " (x is staged whole)" } else { "" };
-    let shared = |warps| shared_bytes(lp, warps, k, swiglu);
-    tiled::resident_shape(KERNEL, info, units, k / QK_K, resident, shared, (k, why))
 }
 
 /// `y = W x` for a tiled q4_K weight and one vector: `x` holds `k` and `y` `n` elements.
@@ -343,16 +300,6 @@ pub fn q4k_matvec_tiled_split<T: Dtype>(
     launch(w, x, batch, None, ys, Mode::Store, portable)
 }
 
-/// The entry a loop launches (`normed`: through an RMSNorm) with activations `dtype`.
-fn entry(lp: Loop, normed: bool, dtype: &str) -> String {
-    let form = if normed { "normed" } else { "matvec" };
-    match lp {
-        Loop::Portable => format!("rf_q4k_tiled_{form}_{dtype}"),
-        Loop::One => format!("rf_q4k_tiled_{form}_mma_{dtype}"),
-        Loop::Batch { passes } => format!("rf_q4k_tiled_batch{}_mma_{dtype}", passes * BATCH_PASS),
-    }
-}
-
 /// `w` times `batch` vectors `x` (through `norm` first where given: one vector) into `ys` as
 /// `mode` says; `portable` runs the portable kernel whatever the device has.
 #[allow(clippy::too_many_arguments)] // the launcher every public form funnels into
@@ -385,8 +332,8 @@ fn launch<T: Dtype>(
     for first in (0..batch).step_by(chunk) {
         let count = chunk.min(batch - first);
         let lp = choose_loop(matrix_cores, count);
-        let kernel = loader::kernel(&stream, MODULE, &entry(lp, norm.is_some(), T::NAME))?;
-        let config = tiled::launch_config(KERNEL, &kernel, launch_shape(info, lp, n, k, swiglu)?)?;
+        let kernel = loader::kernel(&stream, MODULE, &LAYOUT.entry(lp, norm.is_some(), T::NAME))?;
+        let config = tiled::launch_config(KERNEL, &kernel, LAYOUT.launch_shape(info, lp, n, k, swiglu)?)?;
         // Vectors first.. of this launch: x's rows and each output's rows from there.
         let chunk_params = tiled::outputs_from(&params, ys.len(), first, elem);
         let x_first = x.device_ptr() + (first * k) as u64 * elem;
@@ -485,21 +432,16 @@ pub fn dequantize_tiled_q4k<T: Dtype>(
     Ok(())
 }
 
-/// The entries this module launches ([`crate::launchable`]).
+/// The entries this module launches ([`crate::launchable`]): the one-vector ones, the 8- and
+/// 32-vector ones and the dequantisation.
 pub(crate) fn launchable() -> Vec<Launchable> {
-    let mut out = Vec::new();
+    let mut out = LAYOUT.one_vector_launchable();
     for dtype in DTYPES {
-        for normed in [false, true] {
-            out.push(Launchable::new(MODULE, entry(Loop::Portable, normed, dtype), Needs::Nothing));
-            if dtype != "f32" {
-                out.push(Launchable::new(MODULE, entry(Loop::One, normed, dtype), Needs::MmaSync));
-            }
-        }
         if dtype != "f32" {
             for passes in [1, MAX_TILED_BATCH / BATCH_PASS] {
                 out.push(Launchable::new(
                     MODULE,
-                    entry(Loop::Batch { passes }, false, dtype),
+                    LAYOUT.entry(Loop::Batch { passes }, false, dtype),
                     Needs::MmaSync,
                 ));
             }
@@ -628,6 +570,14 @@ mod tests {
             message(TiledQ4k::from_gguf(&[], usize::MAX, 512)),
             format!("[{}, 512] overflows usize", usize::MAX)
         );
+    }
+
+    fn shared_bytes(lp: Loop, warps: usize, k: usize, swiglu: bool) -> usize {
+        LAYOUT.shared_bytes(lp, warps, k, swiglu)
+    }
+
+    fn entry(lp: Loop, normed: bool, dtype: &str) -> String {
+        LAYOUT.entry(lp, normed, dtype)
     }
 
     #[test]

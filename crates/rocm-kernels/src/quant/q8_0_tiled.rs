@@ -29,15 +29,15 @@
 //!
 //! So a tiled weight is the GGUF bytes (34 a block) plus the last tile's padding rows.
 
-use rocm_runtime::{DeviceBuffer, MatrixCores, Stream};
+use rocm_runtime::{DeviceBuffer, Stream};
 
-use super::tiled::{self, MAX_WARPS, Mode, STAGES, TILE_ROWS, TiledNorm, TiledOutput};
+use super::tiled::{self, ColumnsLayout, Loop, Mode, TILE_ROWS, TiledNorm, TiledOutput};
 use super::{Q8_0_BLOCK_BYTES, QK};
 use crate::KernelModule;
 use crate::abi::mxfp4_tiled as abi;
 use crate::dtype::Dtype;
 use crate::error::{KernelError, Result, ensure};
-use crate::launchable::{DTYPES, Launchable, Needs};
+use crate::launchable::Launchable;
 use crate::loader;
 
 const KERNEL: &str = "q8_0_tiled";
@@ -52,8 +52,6 @@ const SCALE_BYTES: usize = abi::RF_T8_SCALE_BYTES as usize;
 const STAGE_BYTES: usize = abi::RF_T8_STAGE as usize;
 /// Blocks of 8 warps an SM the one-vector loop keeps resident at most (its launch bounds).
 const RESIDENT_BLOCKS: usize = abi::RF_T8_RESIDENT_BLOCKS as usize;
-/// The row of zeros the kernel's lanes that give no x read (`rf_t4_block_columns::ZEROS`).
-const ZERO_BYTES: usize = 512;
 /// What a code byte holds over its code.
 const CODE_OFFSET: i32 = 128;
 
@@ -229,42 +227,18 @@ impl DeviceTiledQ8 {
 /// `mma.sync`, sm_80+, f16 or bf16); elsewhere, and for several vectors, the portable kernel runs
 /// (any device, f32 / f16 / bf16, any batch; a lane's codes times x in f32, far slower).
 pub fn q8_0_tiled_on_matrix_cores<T: Dtype>(stream: &Stream) -> bool {
-    stream.backend().info().matrix_cores == MatrixCores::MmaSync && matches!(T::NAME, "f16" | "bf16")
+    tiled::columns_on_matrix_cores::<T>(stream)
 }
 
-/// Dynamic shared memory of a matrix-core launch with `warps` warps a block over rows of `k`
-/// elements: each warp's ring, the tiles' totals (two buffers of `warps * 16` floats), x staged as
-/// f16 with its blocks' factors and sums, the row of zeros, and a gate-and-up launch's 16 gates.
-fn shared_bytes(warps: usize, k: usize, swiglu: bool) -> usize {
-    let gates = if swiglu { TILE_ROWS * 4 } else { 0 };
-    warps * (STAGES * STAGE_BYTES + 2 * TILE_ROWS * 4) + (k / QK) * (64 + 4 + 4) + ZERO_BYTES + gates
-}
-
-/// Launch shape: (blocks, warps a block, dynamic shared bytes), a warp a group at most, over
-/// tiles (or gate-and-up pairs of tiles). The matrix-core loop keeps its blocks resident
-/// ([`tiled::resident_shape`]); the portable one takes a tile a block.
-fn launch_shape(
-    info: &rocm_runtime::DeviceInfo,
-    matrix_cores: bool,
-    n: usize,
-    k: usize,
-    swiglu: bool,
-) -> Result<(usize, usize, usize)> {
-    let units = if swiglu { n / (2 * TILE_ROWS) } else { n.div_ceil(TILE_ROWS) };
-    if !matrix_cores {
-        return Ok((units.clamp(1, info.max_grid[0].max(1) as usize), (k / GROUP).clamp(1, MAX_WARPS), 0));
-    }
-    let shared = |warps| shared_bytes(warps, k, swiglu);
-    tiled::resident_shape(
-        KERNEL,
-        info,
-        units,
-        k / GROUP,
-        RESIDENT_BLOCKS,
-        shared,
-        (k, " (x is staged whole)"),
-    )
-}
+/// The layout as the tiled launchers describe it ([`tiled::ColumnsLayout`]): two one-vector blocks
+/// of 8 warps an SM (the entries' launch bounds); no several-vector loops.
+const LAYOUT: ColumnsLayout = ColumnsLayout {
+    kernel: KERNEL,
+    module: MODULE,
+    name: "q8_0",
+    stage: STAGE_BYTES,
+    resident: [RESIDENT_BLOCKS, 0, 0],
+};
 
 /// `y = W x` for a tiled q8_0 weight and one vector: `x` holds `k` and `y` `n` elements.
 pub fn q8_0_matvec_tiled<T: Dtype>(
@@ -309,13 +283,6 @@ pub fn q8_0_matvec_tiled_split<T: Dtype>(
     launch(w, x, batch, None, ys, Mode::Store, portable)
 }
 
-/// The entry a launch runs (`normed`: through an RMSNorm) with activations `dtype`.
-fn entry(matrix_cores: bool, normed: bool, dtype: &str) -> String {
-    let form = if normed { "normed" } else { "matvec" };
-    let mma = if matrix_cores { "_mma" } else { "" };
-    format!("rf_q8_0_tiled_{form}{mma}_{dtype}")
-}
-
 /// `w` times `batch` vectors `x` (through `norm` first where given: one vector) into `ys` as
 /// `mode` says; `portable` runs the portable kernel whatever the device has.
 #[allow(clippy::too_many_arguments)] // the launcher every public form funnels into
@@ -339,8 +306,9 @@ fn launch<T: Dtype>(
     })?;
     let stream = ys[0].stream().clone();
     let matrix_cores = !portable && batch == 1 && q8_0_tiled_on_matrix_cores::<T>(&stream);
-    let kernel = loader::kernel(&stream, MODULE, &entry(matrix_cores, norm.is_some(), T::NAME))?;
-    let shape = launch_shape(stream.backend().info(), matrix_cores, n, k, mode == Mode::Swiglu)?;
+    let lp = if matrix_cores { Loop::One } else { Loop::Portable };
+    let kernel = loader::kernel(&stream, MODULE, &LAYOUT.entry(lp, norm.is_some(), T::NAME))?;
+    let shape = LAYOUT.launch_shape(stream.backend().info(), lp, n, k, mode == Mode::Swiglu)?;
     let config = tiled::launch_config(KERNEL, &kernel, shape)?;
     // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, rf_t4_outputs
     // y, rf_t4_norm norm, u32 nb, u32 batch). For tile t < ceil(n / 16) they read payload bytes
@@ -391,16 +359,7 @@ fn launch<T: Dtype>(
 
 /// The entries this module launches ([`crate::launchable`]).
 pub(crate) fn launchable() -> Vec<Launchable> {
-    let mut out = Vec::new();
-    for dtype in DTYPES {
-        for normed in [false, true] {
-            out.push(Launchable::new(MODULE, entry(false, normed, dtype), Needs::Nothing));
-            if dtype != "f32" {
-                out.push(Launchable::new(MODULE, entry(true, normed, dtype), Needs::MmaSync));
-            }
-        }
-    }
-    out
+    LAYOUT.one_vector_launchable()
 }
 
 #[cfg(test)]
@@ -504,10 +463,11 @@ mod tests {
     fn shared_memory_fits_the_model_shapes() {
         // An H100's opt-in limit (227 KB) holds 8 warps at the model's k with x staged whole, two
         // blocks an SM at k = 4096.
+        let shared_bytes = |warps, k, swiglu| LAYOUT.shared_bytes(Loop::One, warps, k, swiglu);
         assert!(2 * (shared_bytes(8, 4096, true) + 1024) <= 228 * 1024);
         assert!(shared_bytes(8, 14336, true) <= 227 * 1024);
         assert_eq!(shared_bytes(8, 4096, false), 8 * (3 * 4352 + 2 * 16 * 4) + 128 * 72 + 512);
-        assert_eq!(entry(true, true, "bf16"), "rf_q8_0_tiled_normed_mma_bf16");
-        assert_eq!(entry(false, false, "f32"), "rf_q8_0_tiled_matvec_f32");
+        assert_eq!(LAYOUT.entry(Loop::One, true, "bf16"), "rf_q8_0_tiled_normed_mma_bf16");
+        assert_eq!(LAYOUT.entry(Loop::Portable, false, "f32"), "rf_q8_0_tiled_matvec_f32");
     }
 }

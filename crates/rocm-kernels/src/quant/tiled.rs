@@ -338,3 +338,117 @@ pub(crate) fn outputs_from(
     }
     moved
 }
+
+/// The loop a launch of the q4_K and q8_0 tiled kernels runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Loop {
+    /// Any device, any batch (`rf_<layout>_tiled_{matvec,normed}_<dt>`).
+    Portable,
+    /// One vector on the matrix cores, x staged once a block
+    /// (`rf_<layout>_tiled_{matvec,normed}_mma_<dt>`).
+    One,
+    /// Up to `8 * passes` vectors on the matrix cores, x read from global memory
+    /// (`rf_<layout>_tiled_batch{8,32}_mma_<dt>`).
+    Batch { passes: usize },
+}
+
+/// Whether `T` takes the matrix-core kernels of the q4_K and q8_0 tiled layouts on `stream`'s
+/// device: NVIDIA `mma.sync` (sm_80+), f16 or bf16.
+pub(crate) fn columns_on_matrix_cores<T: Dtype>(stream: &rocm_runtime::Stream) -> bool {
+    stream.backend().info().matrix_cores == rocm_runtime::MatrixCores::MmaSync
+        && matches!(T::NAME, "f16" | "bf16")
+}
+
+/// The row of zeros the one-vector loop's lanes that give no x read (`rf_t4_block_columns::ZEROS`).
+const ZERO_BYTES: usize = 512;
+
+/// A tiled layout whose one-vector kernel takes its blocks as B's columns (`rf_t4_block_columns`:
+/// q4_K, q8_0), as its launches need it: the entries' names, a group's stage bytes in a ring, and
+/// the blocks of 8 warps each loop keeps resident on a multiprocessor (its entries' launch bounds).
+pub(crate) struct ColumnsLayout {
+    /// The launcher's name in errors.
+    pub kernel: &'static str,
+    pub module: crate::KernelModule,
+    /// The entries' prefix: `rf_<name>_tiled_...`.
+    pub name: &'static str,
+    /// A group's payload and scale bytes in a stage.
+    pub stage: usize,
+    /// Resident blocks of the one-vector loop, and of the 8- and 32-vector loops.
+    pub resident: [usize; 3],
+}
+
+impl ColumnsLayout {
+    /// The entry a loop launches (`normed`: through an RMSNorm) with activations `dtype`.
+    pub fn entry(&self, lp: Loop, normed: bool, dtype: &str) -> String {
+        let (name, form) = (self.name, if normed { "normed" } else { "matvec" });
+        match lp {
+            Loop::Portable => format!("rf_{name}_tiled_{form}_{dtype}"),
+            Loop::One => format!("rf_{name}_tiled_{form}_mma_{dtype}"),
+            Loop::Batch { passes } => format!("rf_{name}_tiled_batch{}_mma_{dtype}", passes * BATCH_PASS),
+        }
+    }
+
+    /// Dynamic shared memory of a matrix-core launch with `warps` warps a block over rows of `k`
+    /// elements: each warp's ring and the tiles' totals (two buffers of `warps * 16` floats a
+    /// column), a gate-and-up launch's 16 gates a column; and for one vector x staged as f16
+    /// with its blocks' factors and sums, and the row of zeros.
+    pub fn shared_bytes(&self, lp: Loop, warps: usize, k: usize, swiglu: bool) -> usize {
+        let columns = match lp {
+            Loop::Batch { passes } => passes * BATCH_PASS,
+            _ => 1,
+        };
+        let x_once = if lp == Loop::One { (k / 32) * (64 + 4 + 4) + ZERO_BYTES } else { 0 };
+        let gates = if swiglu { TILE_ROWS * 4 * columns } else { 0 };
+        warps * (STAGES * self.stage + 2 * TILE_ROWS * 4 * columns) + x_once + gates
+    }
+
+    /// Launch shape: (blocks, warps a block, dynamic shared bytes), a warp a group (256
+    /// elements) at most, over tiles (or gate-and-up pairs of tiles). The matrix-core loops keep
+    /// their blocks resident ([`resident_shape`]); the portable one takes a tile a block.
+    pub fn launch_shape(
+        &self,
+        info: &rocm_runtime::DeviceInfo,
+        lp: Loop,
+        n: usize,
+        k: usize,
+        swiglu: bool,
+    ) -> Result<(usize, usize, usize)> {
+        let units = if swiglu { n / (2 * TILE_ROWS) } else { n.div_ceil(TILE_ROWS) };
+        let groups = k / 256;
+        let resident = match lp {
+            Loop::Portable => {
+                return Ok((units.clamp(1, info.max_grid[0].max(1) as usize), groups.clamp(1, MAX_WARPS), 0));
+            }
+            Loop::One => self.resident[0],
+            Loop::Batch { passes } if passes > 1 => self.resident[2],
+            Loop::Batch { .. } => self.resident[1],
+        };
+        let why = if lp == Loop::One { " (x is staged whole)" } else { "" };
+        let shared = |warps| self.shared_bytes(lp, warps, k, swiglu);
+        resident_shape(self.kernel, info, units, groups, resident, shared, (k, why))
+    }
+
+    /// The one-vector entries, portable and on the matrix cores, plain and normed, for every
+    /// activation type the kernels have ([`crate::launchable`]).
+    pub fn one_vector_launchable(&self) -> Vec<crate::launchable::Launchable> {
+        use crate::launchable::{DTYPES, Launchable, Needs};
+        let mut out = Vec::new();
+        for dtype in DTYPES {
+            for normed in [false, true] {
+                out.push(Launchable::new(
+                    self.module,
+                    self.entry(Loop::Portable, normed, dtype),
+                    Needs::Nothing,
+                ));
+                if dtype != "f32" {
+                    out.push(Launchable::new(
+                        self.module,
+                        self.entry(Loop::One, normed, dtype),
+                        Needs::MmaSync,
+                    ));
+                }
+            }
+        }
+        out
+    }
+}
