@@ -33,6 +33,7 @@ mod softmax;
 mod stream_read;
 mod stream_rmw;
 mod swiglu;
+mod tiled_columns;
 
 /// The bit patterns of `values`, for comparisons that must be exact (NaNs included).
 pub(crate) fn f32_bits(values: &[f32]) -> Vec<u32> {

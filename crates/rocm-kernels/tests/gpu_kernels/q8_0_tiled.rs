@@ -17,19 +17,17 @@
 //! (`x16_rounding_unit` of each 32-element block, times `|d| (|q + 128| + 128)`).
 
 use rocm_kernels::quant::{
-    GgmlFormat, Q8_0_BLOCK_BYTES, QK, QuantMatvecReference, TiledNorm, TiledOutput, TiledQ8,
+    DeviceTiledQ8, GgmlFormat, Q8_0_BLOCK_BYTES, QK, QuantMatvecReference, TiledNorm, TiledOutput, TiledQ8,
     q8_0_matvec_tiled, q8_0_matvec_tiled_fused, q8_0_matvec_tiled_split, q8_0_tiled_on_matrix_cores,
     quant_matvec_reference, x16_rounding_unit,
 };
-use rocm_kernels::rmsnorm::RmsNorm;
-use rocm_kernels::swiglu::swiglu;
 use rocm_kernels::{Dtype, KernelError};
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test};
 
-use crate::bits;
 use crate::mxfp::{activations, floats, poisoned};
-use crate::quant_matvec::{case_weights, random_weights};
+use crate::quant_matvec::case_weights;
+use crate::tiled_columns::{self, Columns};
 
 const FORMAT: GgmlFormat = GgmlFormat::Q8_0;
 
@@ -161,207 +159,87 @@ fn q8_0_tiled_portable_matches_bf16() {
     portable_matches::<bf16>(&gpu, 0x7804);
 }
 
-/// `parts` stacked (random raw blocks each).
-fn random_stack(rng: &mut Rng, parts: &[usize], k: usize) -> (Vec<Vec<u8>>, TiledQ8) {
-    let ws: Vec<Vec<u8>> = parts.iter().map(|&n| random_weights(rng, FORMAT, n, k)).collect();
-    let tiled: Vec<TiledQ8> =
-        ws.iter().zip(parts).map(|(w, &n)| TiledQ8::from_gguf(w, n, k).unwrap()).collect();
-    let stacked = TiledQ8::stack(&tiled.iter().collect::<Vec<_>>()).unwrap();
-    (ws, stacked)
-}
+/// The q8_0 layout for the shared checks ([`Columns`]).
+struct Q8;
 
-/// A stacked weight into one output a part gives each part the bits of that part alone, and
-/// each is within the bound: Llama-3-8B's Q, K and V, and small parts with a partial last tile.
-fn split_matches_each_part_alone<T: Dtype>(gpu: &GpuTest, seed: u64) {
-    let mut rng = Rng::new(seed);
-    for &(parts, k) in &[(&[4096usize, 1024, 1024][..], 4096usize), (&[32, 16, 23][..], 768)] {
-        let (ws, stacked) = random_stack(&mut rng, parts, k);
-        let device = stacked.upload(gpu.stream()).unwrap();
-        let x = activations::<T>(&mut rng, k);
-        let dx = gpu.stream().upload(&x).unwrap();
-        let mut ys: Vec<DeviceBuffer<T>> = parts.iter().map(|&n| poisoned::<T>(gpu, n)).collect();
-        let mut refs: Vec<&mut DeviceBuffer<T>> = ys.iter_mut().collect();
-        q8_0_matvec_tiled_fused(&device, &dx, None, TiledOutput::Split(&mut refs)).unwrap();
-        for (i, (y, (w, &n))) in ys.iter().zip(ws.iter().zip(parts)).enumerate() {
-            let alone = TiledQ8::from_gguf(w, n, k).unwrap().upload(gpu.stream()).unwrap();
-            let mut a = poisoned::<T>(gpu, n);
-            q8_0_matvec_tiled(&alone, &dx, &mut a).unwrap();
-            let what = format!("{} parts {parts:?} k {k} part {i}", T::NAME);
-            let got = y.to_vec().unwrap();
-            assert_eq!(bits(&got), bits(&a.to_vec().unwrap()), "{what}");
-            assert_within(&got, w, &x, n, k, mma::<T>(gpu), &what);
-        }
+impl Columns for Q8 {
+    type Host = TiledQ8;
+    type Device = DeviceTiledQ8;
+    const FORMAT: GgmlFormat = FORMAT;
+    const KERNEL: &'static str = "q8_0_tiled";
+    fn tile(w: &[u8], n: usize, k: usize) -> TiledQ8 {
+        TiledQ8::from_gguf(w, n, k).unwrap()
+    }
+    fn stack(parts: &[&TiledQ8]) -> TiledQ8 {
+        TiledQ8::stack(parts).unwrap()
+    }
+    fn upload(w: &TiledQ8, gpu: &GpuTest) -> DeviceTiledQ8 {
+        w.upload(gpu.stream()).unwrap()
+    }
+    fn matvec<T: Dtype>(
+        w: &DeviceTiledQ8,
+        x: &DeviceBuffer<T>,
+        y: &mut DeviceBuffer<T>,
+    ) -> Result<(), KernelError> {
+        q8_0_matvec_tiled(w, x, y)
+    }
+    fn fused<T: Dtype>(
+        w: &DeviceTiledQ8,
+        x: &DeviceBuffer<T>,
+        norm: Option<TiledNorm<'_, T>>,
+        out: TiledOutput<'_, '_, T>,
+    ) -> Result<(), KernelError> {
+        q8_0_matvec_tiled_fused(w, x, norm, out)
+    }
+    fn assert_within<T: Dtype>(gpu: &GpuTest, got: &[T], w: &[u8], x: &[T], n: usize, k: usize, what: &str) {
+        assert_within(got, w, x, n, k, mma::<T>(gpu), what);
     }
 }
 
 #[test]
 fn q8_0_tiled_split_matches_each_part_alone_bf16() {
     let gpu = gpu_test!();
-    split_matches_each_part_alone::<bf16>(&gpu, 0x7811);
+    tiled_columns::split_matches_each_part_alone::<Q8, bf16>(&gpu, 0x7811);
 }
 
 #[test]
 fn q8_0_tiled_split_matches_each_part_alone_f16() {
     let gpu = gpu_test!();
-    split_matches_each_part_alone::<f16>(&gpu, 0x7812);
-}
-
-/// Gate and up stacked with their SwiGLU in one launch give the bits of the two products
-/// followed by the `swiglu` kernel; through the folded RMSNorm too, against the `rmsnorm` kernel,
-/// the two products and `swiglu`. Llama-3-8B's FFN, and gates of 3 tiles at k = 768.
-fn swiglu_and_norm_match_their_kernels<T: Dtype>(gpu: &GpuTest, seed: u64) {
-    let mut rng = Rng::new(seed);
-    for &(ffn, k) in &[(14_336usize, 4096usize), (48, 768)] {
-        let (_, stacked) = random_stack(&mut rng, &[ffn, ffn], k);
-        let device = stacked.upload(gpu.stream()).unwrap();
-        // A residual row of multiples of 2^-4 in [-1, 1): its sum of squares is exact in f32 in
-        // any order, so the folded norm's s is the rmsnorm kernel's.
-        let h: Vec<T> = (0..k).map(|_| T::from_f32((rng.below(32) as f32 - 16.0) / 16.0)).collect();
-        let h = gpu.stream().upload(&h).unwrap();
-        let weight: Vec<T> = (0..k).map(|_| T::from_f32(rng.uniform(0.5, 1.5) as f32)).collect();
-        let weight = gpu.stream().upload(&weight).unwrap();
-        let eps = 1e-5;
-        let mut xn = poisoned::<T>(gpu, k);
-        RmsNorm::new(1, k, eps).run(&h, &weight, &mut xn).unwrap();
-        for (x, norm) in [(&xn, None), (&h, Some(TiledNorm { weight: &weight, eps }))] {
-            let what = format!("{} ffn {ffn} k {k} normed {}", T::NAME, norm.is_some());
-            let (mut gate, mut up) = (poisoned::<T>(gpu, ffn), poisoned::<T>(gpu, ffn));
-            q8_0_matvec_tiled_fused(&device, &xn, None, TiledOutput::Split(&mut [&mut gate, &mut up]))
-                .unwrap();
-            let mut want = poisoned::<T>(gpu, ffn);
-            swiglu(&gate, &up, &mut want).unwrap();
-            let mut act = poisoned::<T>(gpu, ffn);
-            q8_0_matvec_tiled_fused(&device, x, norm, TiledOutput::Swiglu(&mut act)).unwrap();
-            assert_eq!(bits(&act.to_vec().unwrap()), bits(&want.to_vec().unwrap()), "{what}, swiglu");
-            if norm.is_some() {
-                let (mut g2, mut u2) = (poisoned::<T>(gpu, ffn), poisoned::<T>(gpu, ffn));
-                q8_0_matvec_tiled_fused(&device, &h, norm, TiledOutput::Split(&mut [&mut g2, &mut u2]))
-                    .unwrap();
-                assert_eq!(bits(&g2.to_vec().unwrap()), bits(&gate.to_vec().unwrap()), "{what}, gate");
-                assert_eq!(bits(&u2.to_vec().unwrap()), bits(&up.to_vec().unwrap()), "{what}, up");
-            }
-        }
-    }
+    tiled_columns::split_matches_each_part_alone::<Q8, f16>(&gpu, 0x7812);
 }
 
 #[test]
 fn q8_0_tiled_swiglu_and_norm_match_their_kernels_bf16() {
     let gpu = gpu_test!();
-    swiglu_and_norm_match_their_kernels::<bf16>(&gpu, 0x7821);
+    tiled_columns::swiglu_and_norm_match_their_kernels::<Q8, bf16>(&gpu, 0x7821);
 }
 
 #[test]
 fn q8_0_tiled_swiglu_and_norm_match_their_kernels_f16() {
     let gpu = gpu_test!();
-    swiglu_and_norm_match_their_kernels::<f16>(&gpu, 0x7822);
-}
-
-/// A residual launch leaves round(h + round(y)) in the stream, y the plain launch's output, bit
-/// for bit: Llama-3-8B's O and down shapes and a small one with a partial tile.
-fn add_matches_the_product_added_to_the_stream<T: Dtype>(gpu: &GpuTest, seed: u64) {
-    let mut rng = Rng::new(seed);
-    for &(n, k) in &[(4096usize, 4096usize), (4096, 14_336), (37, 768)] {
-        let w = random_weights(&mut rng, FORMAT, n, k);
-        let device = TiledQ8::from_gguf(&w, n, k).unwrap().upload(gpu.stream()).unwrap();
-        let x = gpu.stream().upload(&activations::<T>(&mut rng, k)).unwrap();
-        let stream: Vec<T> = activations::<T>(&mut rng, n);
-        let mut y = poisoned::<T>(gpu, n);
-        q8_0_matvec_tiled(&device, &x, &mut y).unwrap();
-        let want: Vec<T> = stream
-            .iter()
-            .zip(y.to_vec().unwrap())
-            .map(|(&h, y)| T::from_f32(y.to_f32() + h.to_f32()))
-            .collect();
-        let mut h = gpu.stream().upload(&stream).unwrap();
-        q8_0_matvec_tiled_fused(&device, &x, None, TiledOutput::Add(&mut h)).unwrap();
-        assert_eq!(bits(&h.to_vec().unwrap()), bits(&want), "{} n {n} k {k}", T::NAME);
-    }
+    tiled_columns::swiglu_and_norm_match_their_kernels::<Q8, f16>(&gpu, 0x7822);
 }
 
 #[test]
 fn q8_0_tiled_add_matches_the_product_added_to_the_stream_bf16() {
     let gpu = gpu_test!();
-    add_matches_the_product_added_to_the_stream::<bf16>(&gpu, 0x7831);
+    tiled_columns::add_matches_the_product_added_to_the_stream::<Q8, bf16>(&gpu, 0x7831);
 }
 
 #[test]
 fn q8_0_tiled_add_matches_the_product_added_to_the_stream_f16() {
     let gpu = gpu_test!();
-    add_matches_the_product_added_to_the_stream::<f16>(&gpu, 0x7832);
+    tiled_columns::add_matches_the_product_added_to_the_stream::<Q8, f16>(&gpu, 0x7832);
 }
 
-/// The product behind the kernel that writes its x, as in a decode step: an RMSNorm (a
-/// dependent launch), the product of Q, K and V stacked (dependent: its first weight copies go
-/// out before it waits), then another norm that overwrites x. Each round's outputs must be the
-/// product of that round's normalised x made alone.
 #[test]
 fn q8_0_tiled_product_follows_the_writer_of_x() {
     let gpu = gpu_test!();
-    let mut rng = Rng::new(0x7841);
-    let (parts, k) = ([4096usize, 1024, 1024], 4096);
-    let w = random_stack(&mut rng, &parts, k).1.upload(gpu.stream()).unwrap();
-    let norm = RmsNorm::new(1, k, 1e-5);
-    let weight = gpu.stream().upload(&activations::<bf16>(&mut rng, k)).unwrap();
-    let mut x = poisoned::<bf16>(&gpu, k);
-    let mut ys: Vec<_> = parts.iter().map(|&n| poisoned::<bf16>(&gpu, n)).collect();
-    for round in 0..4 {
-        let h = gpu.stream().upload(&activations::<bf16>(&mut rng, k)).unwrap();
-        let next = gpu.stream().upload(&activations::<bf16>(&mut rng, k)).unwrap();
-        for y in ys.iter_mut() {
-            y.poison().unwrap();
-        }
-        norm.run(&h, &weight, &mut x).unwrap();
-        q8_0_matvec_tiled_fused(&w, &x, None, TiledOutput::Split(&mut ys.iter_mut().collect::<Vec<_>>()))
-            .unwrap();
-        norm.run(&next, &weight, &mut x).unwrap();
-        let mut xa = poisoned::<bf16>(&gpu, k);
-        norm.run(&h, &weight, &mut xa).unwrap();
-        let xa = gpu.stream().upload(&xa.to_vec().unwrap()).unwrap();
-        let mut alone: Vec<_> = parts.iter().map(|&n| poisoned::<bf16>(&gpu, n)).collect();
-        q8_0_matvec_tiled_fused(&w, &xa, None, TiledOutput::Split(&mut alone.iter_mut().collect::<Vec<_>>()))
-            .unwrap();
-        for (i, (y, a)) in ys.iter().zip(&alone).enumerate() {
-            assert_eq!(bits(&y.to_vec().unwrap()), bits(&a.to_vec().unwrap()), "round {round} output {i}");
-        }
-    }
+    tiled_columns::product_follows_the_writer_of_x::<Q8>(&gpu, 0x7841);
 }
 
-/// k = 0 gives zeros (and a gate-and-up launch silu(0) * 0); x, outputs and norms of the wrong
-/// size are refused, saying so; all-zero blocks give zeros.
 #[test]
 fn q8_0_tiled_edges_and_refusals() {
     let gpu = gpu_test!();
-    let message = |r: Result<(), KernelError>| crate::shape_message(r, "q8_0_tiled");
-    let empty = TiledQ8::from_gguf(&[], 64, 0).unwrap().upload(gpu.stream()).unwrap();
-    let x0 = gpu.stream().alloc::<bf16>(0).unwrap();
-    let mut y = poisoned::<bf16>(&gpu, 64);
-    q8_0_matvec_tiled(&empty, &x0, &mut y).unwrap();
-    assert_eq!(y.to_vec().unwrap(), vec![bf16::from_f32(0.0); 64], "k = 0");
-    let mut act = poisoned::<bf16>(&gpu, 32);
-    q8_0_matvec_tiled_fused(&empty, &x0, None, TiledOutput::Swiglu(&mut act)).unwrap();
-    assert_eq!(act.to_vec().unwrap(), vec![bf16::from_f32(0.0); 32], "k = 0, swiglu");
-
-    let w = TiledQ8::from_gguf(&vec![0u8; 48 * 8 * 34], 48, 256).unwrap().upload(gpu.stream()).unwrap();
-    let x = gpu.stream().upload(&[bf16::from_f32(1.0); 256]).unwrap();
-    let short_x = gpu.stream().upload(&[bf16::from_f32(1.0); 255]).unwrap();
-    let mut y48 = poisoned::<bf16>(&gpu, 48);
-    assert!(
-        message(q8_0_matvec_tiled(&w, &short_x, &mut y48))
-            .contains("x has 255 elements, 1 vectors of the weight's k = 256 need 256")
-    );
-    let mut y47 = poisoned::<bf16>(&gpu, 47);
-    assert!(message(q8_0_matvec_tiled(&w, &x, &mut y47)).contains("the outputs hold [47] elements"));
-    let mut act24 = poisoned::<bf16>(&gpu, 24);
-    assert!(
-        message(q8_0_matvec_tiled_fused(&w, &x, None, TiledOutput::Swiglu(&mut act24)))
-            .contains("gate and up of 48 rows: two halves of whole tiles (16 rows) needed")
-    );
-    let short_w = gpu.stream().upload(&[bf16::from_f32(1.0); 255]).unwrap();
-    let norm = Some(TiledNorm { weight: &short_w, eps: 1e-5 });
-    assert!(
-        message(q8_0_matvec_tiled_fused(&w, &x, norm, TiledOutput::Split(&mut [&mut y48])))
-            .contains("the norm's weight has 255 elements, the weight's k = 256")
-    );
-    q8_0_matvec_tiled(&w, &x, &mut y48).unwrap();
-    assert_eq!(y48.to_vec().unwrap(), vec![bf16::from_f32(0.0); 48], "all-zero blocks");
+    tiled_columns::edges_and_refusals::<Q8>(&gpu, &vec![0u8; 48 * 8 * 34]);
 }
