@@ -41,6 +41,20 @@
 // Two codes of a word (bytes j and j + 1, j = 0 or 2) as an f16 pair of subnormals b 2^-24.
 RF_DEVICE unsigned rf_t8_pair(unsigned word, unsigned j) { return __byte_perm(word, 0u, j == 0 ? 0x4140u : 0x4342u); }
 
+// A lane's 16 bytes of a pair as A's registers of its two mmas: rows g and g + 8 at k slots 2u,
+// 2u + 1 (elements m, m + 1) and 2u + 8, 2u + 9 (m + 2, m + 3), m = 0 for the first (`lo`) and
+// 4 for the second (`hi`).
+RF_DEVICE void rf_t8_decode(uint4 w, unsigned (&lo)[4], unsigned (&hi)[4]) {
+    lo[0] = rf_t8_pair(w.x, 0);
+    lo[1] = rf_t8_pair(w.y, 0);
+    lo[2] = rf_t8_pair(w.x, 2);
+    lo[3] = rf_t8_pair(w.y, 2);
+    hi[0] = rf_t8_pair(w.z, 0);
+    hi[1] = rf_t8_pair(w.w, 0);
+    hi[2] = rf_t8_pair(w.z, 2);
+    hi[3] = rf_t8_pair(w.w, 2);
+}
+
 // Scale d_j (f16) of block j (< 8) from a row's 16 bytes of scales: half j % 2 of word j / 2.
 RF_DEVICE float rf_t8_scale(uint4 sc, unsigned j) {
     const unsigned w = j & 4u ? (j & 2u ? sc.w : sc.z) : (j & 2u ? sc.y : sc.x);
@@ -70,12 +84,10 @@ struct rf_t8_format {
         for (int p = 0; p < 8; ++p) {
             const int h = p >> 2;
             const int e = p & 3;
-            const uint4 w = *reinterpret_cast<const uint4*>(stage + 512 * p + 16 * lane);
             const uint4 xb = *reinterpret_cast<const uint4*>(xl + 256 * h + 16 * e);
-            // A's registers: rows g and g + 8 at k slots 2u, 2u + 1 (elements m, m + 1) and
-            // 2u + 8, 2u + 9 (m + 2, m + 3), m = 0 for the first mma and 4 for the second.
-            const unsigned lo[4] = {rf_t8_pair(w.x, 0), rf_t8_pair(w.y, 0), rf_t8_pair(w.x, 2), rf_t8_pair(w.y, 2)};
-            const unsigned hi[4] = {rf_t8_pair(w.z, 0), rf_t8_pair(w.w, 0), rf_t8_pair(w.z, 2), rf_t8_pair(w.w, 2)};
+            unsigned lo[4];
+            unsigned hi[4];
+            rf_t8_decode(*reinterpret_cast<const uint4*>(stage + 512 * p + 16 * lane), lo, hi);
             rf_mma<__half>::run(acc[h], lo, xb.x, xb.y);
             rf_mma<__half>::run(acc[h], hi, xb.z, xb.w);
         }
@@ -93,6 +105,161 @@ struct rf_t8_format {
     }
 };
 
+// Several vectors (rf_t4_columns' totals and outputs, up to 8 * PASSES vectors): the one-vector
+// op's columns, 2u and 2u + 1 block u + 4h of one vector twice, are here block u + 4h of two
+// vectors, 2p and 2p + 1 in pass p: lane (g, u) with u == g / 2 gives vector 2p + g % 2's x of
+// its block, so D gives lane u rows g and g + 8 of block u + 4h for both vectors, and A (the
+// group's codes, decoded once a half) serves every pass. The giving lane reads its block's 32
+// elements of x from global memory (bf16: rounded to block-scaled f16 in registers by
+// rocmforge_x16.h's rule over the block, the one-vector staging's) and forms the block's factor
+// and sum; the lanes that scale D take them from it by shuffles. Each lane's totals: pass p, rows
+// g, g + 8 of vectors 2p, 2p + 1, over its blocks u and u + 4, added over the quad at the tile's
+// end.
+template <typename T, int PASSES> struct rf_t8_vectors : rf_t4_columns<T, PASSES> {
+    typedef rf_t4_columns<T, PASSES> Columns;
+    typedef T Elem;
+    static constexpr int PAIRS = 4 * PASSES; // passes of two vectors
+    static constexpr int CHUNK = 4;          // passes whose x is loaded together
+    static constexpr unsigned PAYLOAD = RF_T8_PAYLOAD_BYTES;
+    static constexpr unsigned SCALES = RF_T8_SCALE_BYTES;
+    static constexpr bool X_IN_STAGE = false;
+    static constexpr unsigned STAGE = RF_T8_STAGE;
+    using Columns::batch;
+    using Columns::nb;
+    using Columns::totals;
+    using Columns::warps;
+    using Columns::x;
+    float tot[PAIRS][4]; // pass p: rows g, g (vectors 2p, 2p + 1), g + 8, g + 8
+
+    RF_DEVICE rf_t8_vectors(const T* x_, const rf_t4_outputs& y_, unsigned nb_, unsigned batch_)
+        : Columns(x_, y_, nb_, batch_) {
+#pragma unroll
+        for (int p = 0; p < PAIRS; ++p) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                tot[p][i] = 0.0f;
+            }
+        }
+    }
+    RF_DEVICE void group(const unsigned char* stage, unsigned q, int lane) {
+        const unsigned g = (unsigned)lane >> 2;
+        const unsigned u = (unsigned)lane & 3u;
+        const bool gives = (g >> 1) == u;
+        const rf_u64 k = (rf_u64)nb * RF_QK;
+        const uint4 sg = *reinterpret_cast<const uint4*>(stage + RF_T8_PAYLOAD_BYTES + 16 * g);
+        const uint4 sh = *reinterpret_cast<const uint4*>(stage + RF_T8_PAYLOAD_BYTES + 16 * (g + 8));
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const unsigned j = u + 4u * (unsigned)h;
+            const float dg = rf_t8_scale(sg, j);
+            const float dh = rf_t8_scale(sh, j);
+            unsigned lo[4][4]; // pair 4h + e: the first mma's registers, then the second's
+            unsigned hi[4][4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                rf_t8_decode(*reinterpret_cast<const uint4*>(stage + 512 * (4 * h + e) + 16 * lane), lo[e], hi[e]);
+            }
+            const T* xj = x + (rf_u64)q * (RF_T4_GROUP * RF_QK) + 32u * j; // block j of vector 0
+            // Passes CHUNK at a time, every load of a chunk issued before the first is used (a
+            // pass's loads waited for alone made each pass a round trip to the L2).
+#pragma unroll
+            for (int c = 0; c < PAIRS; c += CHUNK) {
+                if (2u * (unsigned)c >= batch) {
+                    break; // uniform: the batch is the launch's
+                }
+                uint4 xv[CHUNK][4];
+                bool has[CHUNK];
+#pragma unroll
+                for (int i = 0; i < CHUNK; ++i) {
+                    const unsigned vec = 2u * (unsigned)(c + i) + (g & 1u);
+                    has[i] = gives && vec < batch;
+#pragma unroll
+                    for (int w = 0; w < 4; ++w) {
+                        xv[i][w] = make_uint4(0u, 0u, 0u, 0u);
+                    }
+                    if (has[i]) {
+                        rf_t4_load_block(xj + vec * k, 0, xv[i]);
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < CHUNK; ++i) {
+                    const int p = c + i;
+                    if (2u * (unsigned)p >= batch) {
+                        break; // uniform
+                    }
+                    float f = 1.0f;
+                    float t = 0.0f;
+                    if (has[i]) {
+                        if constexpr (rf_x16<T>::SCALED) {
+                            uint4 o[4];
+                            f = rf_x16<T>::convert_block(xv[i], o);
+#pragma unroll
+                            for (int w = 0; w < 4; ++w) {
+                                xv[i][w] = o[w];
+                            }
+                        }
+                        t = rf_x16_sum(xv[i]) * f;
+                    }
+                    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        rf_mma<__half>::run(acc, lo[e], xv[i][e].x, xv[i][e].y);
+                        rf_mma<__half>::run(acc, hi[e], xv[i][e].z, xv[i][e].w);
+                    }
+                    // Vectors 2p and 2p + 1 of block j: given by lanes 4 (2u) + u and 4 (2u + 1) + u.
+                    const float f0 = __shfl_sync(0xffffffffu, f, 9 * u) * 16777216.0f;
+                    const float f1 = __shfl_sync(0xffffffffu, f, 9 * u + 4) * 16777216.0f;
+                    const float o0 = -128.0f * __shfl_sync(0xffffffffu, t, 9 * u);
+                    const float o1 = -128.0f * __shfl_sync(0xffffffffu, t, 9 * u + 4);
+                    tot[p][0] = fmaf(dg, fmaf(f0, acc[0], o0), tot[p][0]);
+                    tot[p][1] = fmaf(dg, fmaf(f1, acc[1], o1), tot[p][1]);
+                    tot[p][2] = fmaf(dh, fmaf(f0, acc[2], o0), tot[p][2]);
+                    tot[p][3] = fmaf(dh, fmaf(f1, acc[3], o1), tot[p][3]);
+                }
+            }
+        }
+    }
+    // A quad's lanes hold the parts of its two rows from its four lanes' blocks: added
+    // ((u0 + u1) + (u2 + u3), the same in every lane); lane u writes the passes p = u mod 4
+    // (sums[(warp * 16 + row) * COLUMNS + vector]), then the warps' are added and put.
+    RF_DEVICE void tile_done(unsigned done, unsigned tile, int warp, int lane) {
+        constexpr unsigned COLUMNS = Columns::COLUMNS;
+        float* sums = totals + (done & 1) * (warps * RF_T4_ROWS * COLUMNS);
+        const int g = lane >> 2;
+        const int u = lane & 3;
+#pragma unroll
+        for (int p = 0; p < PAIRS; ++p) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                tot[p][i] += rf_shfl_xor(tot[p][i], 1);
+                tot[p][i] += rf_shfl_xor(tot[p][i], 2);
+            }
+            if ((p & 3) == u) {
+                float* at = sums + (warp * RF_T4_ROWS + g) * COLUMNS + 2 * p;
+                at[0] = tot[p][0];
+                at[1] = tot[p][1];
+                at[8 * COLUMNS] = tot[p][2];
+                at[8 * COLUMNS + 1] = tot[p][3];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                tot[p][i] = 0.0f;
+            }
+        }
+        Columns::put_columns(sums, tile);
+    }
+};
+
+template <typename T, int PASSES>
+RF_DEVICE void rf_t8_matvecs_mma(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
+                                 rf_t4_norm norm, unsigned nb, unsigned batch) {
+    if (norm.weight != nullptr || nb % RF_T4_GROUP != 0) {
+        RF_T4_TRAP(); // a norm only the normed entries apply; whole groups
+    }
+    rf_t8_vectors<T, PASSES> op(x, y, nb, batch);
+    rf_t4_stream(payload, scales, x, nb, op);
+}
+
 template <typename T, bool NORM>
 RF_DEVICE void rf_t8_matvec_mma(const uint4* payload, const unsigned char* scales, const T* x, const rf_t4_outputs& y,
                                 rf_t4_norm norm, unsigned nb, unsigned batch) {
@@ -103,8 +270,10 @@ RF_DEVICE void rf_t8_matvec_mma(const uint4* payload, const unsigned char* scale
     rf_t4_stream(payload, scales, x, nb, op);
 }
 #define RF_T8_BODY(T, NORM) rf_t8_matvec_mma<T, NORM>(payload, scales, x, y, norm, nb, batch);
+#define RF_T8_BATCH_BODY(T, PASSES) rf_t8_matvecs_mma<T, PASSES>(payload, scales, x, y, norm, nb, batch);
 #else
 #define RF_T8_BODY(T, NORM) RF_MMA_UNAVAILABLE();
+#define RF_T8_BATCH_BODY(T, PASSES) RF_MMA_UNAVAILABLE();
 #endif // RF_MMA_SYNC
 
 // Portable: the same layout, one tile a block (grid-stride), the warps splitting its groups
@@ -191,6 +360,38 @@ RF_DEVICE void rf_t8_matvec(const uint4* payload, const unsigned char* scales, c
     }
 }
 
+// Dequantisation: a thread a run of 8 elements of a row (grid-stride), in the order of the
+// output, so that consecutive threads store consecutive 16 bytes (bf16, f16; 32 for f32): run i
+// is row i / (ng 32)'s elements 8 (i % (ng 32)) .., block j of group s, elements 8e .. 8e + 7,
+// the codes of lane 4 (r % 8) + j % 4's vector of pair 4 (j / 4) + e (its words R(r, 0) and
+// R(r, 4)); each element d q in f32 rounded to T once, as kernels/dequant.hip gives the GGUF rows.
+template <typename T>
+RF_DEVICE void rf_t8_dequant(const uint4* payload, const unsigned char* scales, T* out, unsigned rows, unsigned nb) {
+    const unsigned ng = nb / RF_T4_GROUP;
+    const rf_u64 runs = (rf_u64)rows * ng * 32u;
+    const unsigned char* bytes = reinterpret_cast<const unsigned char*>(payload);
+    for (rf_u64 i = (rf_u64)blockIdx.x * blockDim.x + threadIdx.x; i < runs; i += (rf_u64)gridDim.x * blockDim.x) {
+        const unsigned row = (unsigned)(i / (ng * 32u));
+        const unsigned in_row = (unsigned)(i % (ng * 32u));
+        const unsigned s = in_row >> 5;
+        const unsigned j = (in_row >> 2) & 7u;
+        const unsigned e = in_row & 3u;
+        const unsigned rt = row % RF_T4_ROWS;
+        const rf_u64 ts = (rf_u64)(row / RF_T4_ROWS) * ng + s; // tile * ng + group
+        const unsigned lane = 4u * (rt & 7u) + (j & 3u);
+        const unsigned char* v = bytes + ((ts * 8u + 4u * (j >> 2) + e) * 32u + lane) * 16u + 4u * (rt >> 3);
+        const unsigned words[2] = {*reinterpret_cast<const unsigned*>(v), *reinterpret_cast<const unsigned*>(v + 8)};
+        const unsigned char* sr = scales + (ts * RF_T4_ROWS + rt) * 16u + 2u * j;
+        const float d = rf_f16_bits_to_float(sr[0], sr[1]);
+        float f[8];
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+            f[m] = d * ((float)(int)((words[m >> 2] >> (8 * (m & 3))) & 0xffu) - 128.0f);
+        }
+        rf_store_n<T, 8, true>(out + 8u * i, f);
+    }
+}
+
 // Every entry is (payload, scales, x, rf_t4_outputs y, rf_t4_norm norm, u32 nb, u32 batch): x
 // [batch, nb * 32], nb a multiple of 8 (whole groups), output i [batch, its rows]; norm.weight (k
 // elements, 16-byte aligned) for the normed entries, null for the others. blockDim.x:
@@ -209,6 +410,12 @@ RF_DEVICE void rf_t8_matvec(const uint4* payload, const unsigned char* scales, c
     RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, RF_T8_RESIDENT_BLOCKS)                             \
         rf_q8_0_tiled_normed_mma_##suffix(RF_T8_ARGS(T)) {                                               \
         RF_T8_BODY(T, true)                                                                               \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, 1) rf_q8_0_tiled_batch8_mma_##suffix(RF_T8_ARGS(T)) { \
+        RF_T8_BATCH_BODY(T, 1)                                                                            \
+    }                                                                                                     \
+    RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS, 1) rf_q8_0_tiled_batch32_mma_##suffix(RF_T8_ARGS(T)) { \
+        RF_T8_BATCH_BODY(T, 4)                                                                            \
     }
 
 RF_T8_ENTRIES(f16, __half)
@@ -221,5 +428,9 @@ RF_T8_ENTRIES(bf16, rf_bf16)
     }                                                                                                     \
     RF_KERNEL void __launch_bounds__(32 * RF_T4_WARPS) rf_q8_0_tiled_normed_##suffix(RF_T8_ARGS(T)) {     \
         rf_t8_matvec<T, true>(payload, scales, x, y, norm, nb, batch);                                    \
+    }                                                                                                     \
+    RF_KERNEL void rf_q8_0_tiled_dequant_##suffix(const uint4* payload, const unsigned char* scales, T* out, \
+                                                  unsigned rows, unsigned nb) {                           \
+        rf_t8_dequant<T>(payload, scales, out, rows, nb);                                                 \
     }
 RF_FOR_EACH_DTYPE(RF_T8_PORTABLE)

@@ -442,6 +442,11 @@ template <typename T, int PASSES> struct rf_t4_columns {
                 acc[p][i] = 0.0f;
             }
         }
+        put_columns(sums, tile);
+    }
+    // Once every warp has written its totals of the tile to sums[(warp * 16 + row) * COLUMNS +
+    // column]: the warps' added in warp order a (row, vector) and put (rf_t4_put). Every thread.
+    RF_DEVICE void put_columns(const float* sums, unsigned tile) const {
         __syncthreads();
         for (unsigned i = threadIdx.x; i < RF_T4_ROWS * COLUMNS; i += blockDim.x) {
             const unsigned r = i / COLUMNS;

@@ -81,6 +81,18 @@ template <> struct rf_x16<rf_bf16> {
     // as staged (rf_x16_sum of its f16 values times the factor; a caller that drops it pays
     // nothing: the compiler removes it).
     static RF_DEVICE float stage_block(const uint4 (&v)[4], __half* xs, float* xf, unsigned b) {
+        uint4 o[4];
+        const float factor = convert_block(v, o);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            reinterpret_cast<uint4*>(xs)[4 * b + u] = o[u];
+        }
+        xf[b] = factor;
+        return rf_x16_sum(o) * factor;
+    }
+    // A 32-element block, v (as bf16 bits), as the scaled f16 values o in registers (a thread
+    // that holds a whole block: q8_0_tiled.hip's several-vector kernel); returns its factor.
+    static RF_DEVICE float convert_block(const uint4 (&v)[4], uint4 (&o)[4]) {
         const unsigned* w = &v[0].x;
         unsigned m = 0;
 #pragma unroll
@@ -89,19 +101,12 @@ template <> struct rf_x16<rf_bf16> {
         }
         const int sc = rf_x16_shift(m);
         const rf_x16_scaler scaler(sc);
-        uint4 o[4];
         unsigned* ow = &o[0].x;
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
             ow[i] = scaler.pack(w[i]);
         }
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            reinterpret_cast<uint4*>(xs)[4 * b + u] = o[u];
-        }
-        const float factor = rf_x16_factor(sc);
-        xf[b] = factor;
-        return rf_x16_sum(o) * factor;
+        return rf_x16_factor(sc);
     }
 };
 

@@ -43,8 +43,8 @@
 //!   matrix-vector product, the fast path for decoding.
 //! - [`q4k_tiled`] (`kernels/q4k_tiled.hip`): `q4_K` weights re-laid out the same way, for the
 //!   products of one vector and of up to 32 a launch on NVIDIA's matrix cores; [`q8_0_tiled`]
-//!   (`kernels/q8_0_tiled.hip`) `q8_0` weights for one vector; [`tiled`] holds what the
-//!   launchers share.
+//!   (`kernels/q8_0_tiled.hip`) `q8_0` weights the same way; [`tiled`] holds what the launchers
+//!   share.
 //! - [`quant_gemm`] (`kernels/quant_gemm_wgmma.hip`, Hopper): products of many tokens that
 //!   decode the blocks in a matrix-core GEMM's own tile loop, so the weight never exists in `T`.
 
@@ -99,8 +99,8 @@ pub use q4k_tiled::{
     q4k_matvec_tiled_split, q4k_tiled_on_matrix_cores,
 };
 pub use q8_0_tiled::{
-    DeviceTiledQ8, TiledQ8, q8_0_matvec_tiled, q8_0_matvec_tiled_fused, q8_0_matvec_tiled_split,
-    q8_0_tiled_on_matrix_cores,
+    DeviceTiledQ8, TiledQ8, dequantize_tiled_q8, q8_0_matvec_tiled, q8_0_matvec_tiled_fused,
+    q8_0_matvec_tiled_rows, q8_0_matvec_tiled_split, q8_0_matvec_tiled_swiglu, q8_0_tiled_on_matrix_cores,
 };
 pub use quant_gemm::{
     QUANT_GEMM_FORMATS, QUANT_GEMM_TILE_TOKENS, quant_gemm, quant_gemm_grid, quant_gemm_runs,

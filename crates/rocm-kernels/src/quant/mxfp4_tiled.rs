@@ -451,15 +451,7 @@ pub fn mx_matvec_tiled_fused<T: Dtype>(
 /// device addresses of its first tile in the payload and the scales: past the bytes of the
 /// `rows.start` rows before it.
 fn part_pointers(w: &DeviceTiledMxfp4, rows: &std::ops::Range<usize>) -> Result<(u64, u64)> {
-    ensure(rows.start <= rows.end && rows.end <= w.n, KERNEL, || {
-        format!("rows {rows:?} are not inside the weight's {}", w.n)
-    })?;
-    ensure(rows.start.is_multiple_of(TILE_ROWS), KERNEL, || {
-        format!("rows start at {}, not at a tile ({TILE_ROWS} rows)", rows.start)
-    })?;
-    // Inside the weight, whose own sizes did not overflow.
-    let (payload, scales) = tiled_bytes(rows.start, w.k).expect("a part of an allocated weight");
-    Ok((w.payload.device_ptr() + payload as u64, w.scales.device_ptr() + scales as u64))
+    tiled::part_pointers(KERNEL, rows, w.n, |start| tiled_bytes(start, w.k), (&w.payload, &w.scales))
 }
 
 /// Rows `rows` of `w` times `batch` vectors `x` (through `norm` first where given) into `ys`,
@@ -569,43 +561,19 @@ pub fn dequantize_tiled<T: Dtype>(
     rows: std::ops::Range<usize>,
     out: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    let k = w.k;
     let (payload, scales) = part_pointers(w, &rows)?;
-    let count = rows.len();
-    ensure(count.checked_mul(k).is_some_and(|need| need <= out.len()), KERNEL, || {
-        format!("out has {} elements; {count} rows of {k} need {}", out.len(), count.saturating_mul(k))
-    })?;
-    if count == 0 || k == 0 {
+    let Some(args) = tiled::dequant_args(KERNEL, rows.len(), w.k, out)? else {
         return Ok(());
-    }
-    ensure(u32::try_from(count).is_ok() && u32::try_from(k / QK).is_ok(), KERNEL, || {
-        format!("[{count}, {k}] is more than the kernel counts (32-bit rows and blocks)")
-    })?;
-    let vectors = count.div_ceil(TILE_ROWS) * padded_blocks(k) / 2 * 32;
-    let stream = out.stream().clone();
-    let kernel = loader::kernel(&stream, MODULE, &format!("rf_mxfp4_tiled_dequant_{}", T::NAME))?;
-    let config = tiled::dequant_config(stream.backend().info(), vectors);
-    // SAFETY: the entry is (const uint4* payload, const u8* scales, T* out, u32 rows, u32 nb).
-    // From the part's first tile t0 (rows.start / 16, checked to be whole), it reads the payload
-    // vectors of ceil(rows / 16) tiles, bytes [256 nbp t0, 256 nbp (t0 + tiles)), and their scale
-    // bytes [16 nbp t0, 16 nbp (t0 + tiles)), inside the weight's n rows' tiles (rows.end <= n,
-    // checked) as TiledMxfp4::upload laid them out; it writes out[row * k + c] for row < rows and
-    // c < k only (the padding is skipped), and out holds at least rows * k elements (checked), with its
-    // 16-byte stores aligned (k a multiple of 32; allocations 256-byte aligned). w is a shared
-    // borrow distinct from out; the builder checks the streams.
-    unsafe {
-        stream
-            .launch(&kernel)
-            .reads(&w.payload)
-            .arg(payload)
-            .reads(&w.scales)
-            .arg(scales)
-            .buffer_mut(out)
-            .arg(count as u32)
-            .arg((k / QK) as u32)
-            .launch(config)?;
-    }
-    Ok(())
+    };
+    let vectors = rows.len().div_ceil(TILE_ROWS) * padded_blocks(w.k) / 2 * 32;
+    let buffers = tiled::TiledBuffers { payload: (&w.payload, payload), scales: (&w.scales, scales) };
+    let entry = format!("rf_mxfp4_tiled_dequant_{}", T::NAME);
+    // SAFETY: from the part's first tile t0 (rows.start / 16, checked whole), the payload vectors
+    // of ceil(rows / 16) tiles, bytes [256 nbp t0, 256 nbp (t0 + tiles)), and their scale bytes
+    // [16 nbp t0, 16 nbp (t0 + tiles)), inside the weight's n rows' tiles (rows.end <= n,
+    // checked) as TiledMxfp4::upload laid them out (the entry skips the padding); out holds rows k
+    // elements (dequant_args).
+    unsafe { tiled::launch_dequant(MODULE, &entry, buffers, args, vectors, out) }
 }
 
 /// The most that staging a 32-element block of bf16 x as f16 scaled by 2^s

@@ -38,15 +38,14 @@ use rocm_runtime::{DeviceBuffer, Stream};
 
 use super::kquant::{Q4_K_BLOCK_BYTES, QK_K};
 use super::tiled::{
-    self, BATCH_PASS, BATCH32_RESIDENT_BLOCKS, ColumnsLayout, Loop, MAX_TILED_BATCH, Mode, RESIDENT_BLOCKS,
-    TILE_ROWS, TiledNorm, TiledOutput,
+    self, BATCH32_RESIDENT_BLOCKS, ColumnsLayout, Mode, RESIDENT_BLOCKS, TILE_ROWS, TiledBuffers, TiledNorm,
+    TiledOutput,
 };
 use crate::KernelModule;
 use crate::abi::mxfp4_tiled as abi;
 use crate::dtype::Dtype;
 use crate::error::{KernelError, Result, ensure};
-use crate::launchable::{DTYPES, Launchable, Needs};
-use crate::loader;
+use crate::launchable::Launchable;
 
 const KERNEL: &str = "q4k_tiled";
 const MODULE: KernelModule = KernelModule::Q4kTiled;
@@ -238,7 +237,7 @@ pub fn q4k_tiled_on_matrix_cores<T: Dtype>(stream: &Stream) -> bool {
     tiled::columns_on_matrix_cores::<T>(stream)
 }
 
-/// The layout as the tiled launchers describe it ([`tiled::ColumnsLayout`]).
+/// The layout as the shared launcher takes it ([`tiled::ColumnsLayout`]).
 const LAYOUT: ColumnsLayout = ColumnsLayout {
     kernel: KERNEL,
     module: MODULE,
@@ -246,16 +245,6 @@ const LAYOUT: ColumnsLayout = ColumnsLayout {
     stage: STAGE_BYTES,
     resident: [RESIDENT_BLOCKS, RESIDENT_BLOCKS, BATCH32_RESIDENT_BLOCKS],
 };
-
-/// The loop for `batch` vectors (at most [`MAX_TILED_BATCH`] on the matrix cores; one when normed).
-fn choose_loop(matrix_cores: bool, batch: usize) -> Loop {
-    match batch {
-        _ if !matrix_cores => Loop::Portable,
-        0 | 1 => Loop::One,
-        b if b <= BATCH_PASS => Loop::Batch { passes: 1 },
-        _ => Loop::Batch { passes: MAX_TILED_BATCH / BATCH_PASS },
-    }
-}
 
 /// `y = W x` for a tiled q4_K weight and one vector: `x` holds `k` and `y` `n` elements.
 pub fn q4k_matvec_tiled<T: Dtype>(
@@ -302,7 +291,6 @@ pub fn q4k_matvec_tiled_split<T: Dtype>(
 
 /// `w` times `batch` vectors `x` (through `norm` first where given: one vector) into `ys` as
 /// `mode` says; `portable` runs the portable kernel whatever the device has.
-#[allow(clippy::too_many_arguments)] // the launcher every public form funnels into
 fn launch<T: Dtype>(
     w: &DeviceTiledQ4k,
     x: &DeviceBuffer<T>,
@@ -312,80 +300,14 @@ fn launch<T: Dtype>(
     mode: Mode,
     portable: bool,
 ) -> Result<()> {
-    let (n, k) = (w.n, w.k);
-    let Some((params, norm_param)) = tiled::launch_args(KERNEL, x, batch, k, n, norm.as_ref(), ys, mode)?
-    else {
-        return Ok(());
+    let buffers = TiledBuffers {
+        payload: (&w.payload, w.payload.device_ptr()),
+        scales: (&w.headers, w.headers.device_ptr()),
     };
-    let swiglu = mode == Mode::Swiglu;
-    ensure(x.device_ptr().is_multiple_of(16), KERNEL, || "x must be 16-byte aligned".into())?;
-    ensure(u32::try_from(k / 32).is_ok() && u32::try_from(batch).is_ok(), KERNEL, || {
-        format!("[{n}, {k}] x {batch} is more than the kernel counts (32-bit blocks and vectors)")
-    })?;
-    let stream = ys[0].stream().clone();
-    let info = stream.backend().info();
-    let matrix_cores = !portable && q4k_tiled_on_matrix_cores::<T>(&stream);
-    // The portable kernel takes any batch in one launch; the matrix-core loops MAX_TILED_BATCH vectors
-    // a launch.
-    let chunk = if matrix_cores { MAX_TILED_BATCH } else { batch };
-    let elem = size_of::<T>() as u64;
-    for first in (0..batch).step_by(chunk) {
-        let count = chunk.min(batch - first);
-        let lp = choose_loop(matrix_cores, count);
-        let kernel = loader::kernel(&stream, MODULE, &LAYOUT.entry(lp, norm.is_some(), T::NAME))?;
-        let config = tiled::launch_config(KERNEL, &kernel, LAYOUT.launch_shape(info, lp, n, k, swiglu)?)?;
-        // Vectors first.. of this launch: x's rows and each output's rows from there.
-        let chunk_params = tiled::outputs_from(&params, ys.len(), first, elem);
-        let x_first = x.device_ptr() + (first * k) as u64 * elem;
-        // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x,
-        // rf_t4_outputs y, rf_t4_norm norm, u32 nb, u32 batch). For tile t < ceil(n / 16) they
-        // read payload bytes [2048 nsb t, 2048 nsb (t + 1)) and header bytes [256 nsb t, 256 nsb
-        // (t + 1)) (nsb = k / 256 = nb / 8, whole: TiledQ4k::from_gguf checks k), which the
-        // buffers hold: a DeviceTiledQ4k is only built by TiledQ4k::upload from a layout of
-        // exactly its n and k. They read `count` rows of k elements of x from x_first, rows
-        // first..first + count of x (batch k elements, checked), 16-byte aligned (x is, checked,
-        // and k is a multiple of 256) for the matrix-core kernels' 16-byte loads; device
-        // allocations are 256-byte aligned for the 16-byte copies of the weight. They write row
-        // r < n of vector v < count to y[i][v rows_i + r - end[i - 1]] for the first i with r <
-        // end[i], y[i] this launch's pointer, vector `first` of output i (tiled::outputs: each
-        // output batch x its part's rows, the ends the running sums of the parts' rows, reaching
-        // n; unused slots end at n, never chosen), so inside ys[i] for first + v < batch; with
-        // SwiGLU y[0][v n / 2 + r] for gate rows r < n / 2 only (tiled::swiglu_outputs: n a
-        // multiple of 32, ys[0] batch n / 2 elements, ends n / 2, n, n); with Add they read each
-        // element they write first (one output, the stream). With a norm (tiled::norm_arg: one
-        // vector, its weight k elements, 16-byte aligned) the entry is a normed one, which reads
-        // norm.weight[0..k) (the matrix-core one before its wait: a weight, declared so);
-        // without, it is null, which the other entries require (they trap otherwise). Blocks are
-        // 1..=8 whole warps, within the launch bounds, never more warps than super-blocks
-        // (launch_shape; the matrix-core kernels trap otherwise); the matrix-core entries run
-        // only on mma.sync devices (q4k_tiled_on_matrix_cores), with count <= 1, 8 or 32 as
-        // their names say (choose_loop), and the shared memory shared_bytes gives (checked
-        // against the device's limit); the portable ones with static shared memory alone. k = 0:
-        // no super-blocks, every row's total 0 (the kernels' empty paths). w and x are shared
-        // borrows distinct from the outputs (each a distinct &mut); the builder checks the
-        // streams. Dependent (rocmforge_dependent_launch.h): the matrix-core kernels issue their
-        // first weight copies (and the norm's weight) before waiting for the kernel ahead, x's
-        // reads and every write after it; the portable one waits first.
-        unsafe {
-            let mut launch = stream
-                .launch(&kernel)
-                .dependent()
-                .reads_before_wait(&w.payload)
-                .arg(w.payload.device_ptr())
-                .reads_before_wait(&w.headers)
-                .arg(w.headers.device_ptr())
-                .reads(x)
-                .arg(x_first);
-            if let Some(norm) = &norm {
-                launch = launch.reads_before_wait(norm.weight);
-            }
-            for y in ys.iter_mut() {
-                launch = launch.writes(&mut **y);
-            }
-            launch.arg(chunk_params).arg(norm_param).arg((k / 32) as u32).arg(count as u32).launch(config)?;
-        }
-    }
-    Ok(())
+    // SAFETY: the weight's tiles from its first, of rows of k elements (k a multiple of 256:
+    // TiledQ4k::from_gguf checks it), as TiledQ4k::upload laid them out: a DeviceTiledQ4k is only
+    // built from a layout of exactly its n and k.
+    unsafe { LAYOUT.launch(buffers, (w.n, w.k), x, batch, norm, ys, mode, portable) }
 }
 
 /// Rows `rows` of a tiled q4_K weight dequantised to `T` into the first `rows * k` elements of
@@ -398,57 +320,25 @@ pub fn dequantize_tiled_q4k<T: Dtype>(
 ) -> Result<()> {
     let k = w.k;
     ensure(rows <= w.n, KERNEL, || format!("{rows} rows of a weight of {}", w.n))?;
-    ensure(rows.checked_mul(k).is_some_and(|need| need <= out.len()), KERNEL, || {
-        format!("out has {} elements; {rows} rows of {k} need {}", out.len(), rows.saturating_mul(k))
-    })?;
-    if rows == 0 || k == 0 {
+    let Some(args) = tiled::dequant_args(KERNEL, rows, k, out)? else {
         return Ok(());
-    }
-    ensure(u32::try_from(rows).is_ok() && u32::try_from(k / 32).is_ok(), KERNEL, || {
-        format!("[{rows}, {k}] is more than the kernel counts (32-bit rows and blocks)")
-    })?;
+    };
     let vectors = rows.div_ceil(TILE_ROWS) * (k / QK_K) * 128;
-    let stream = out.stream().clone();
-    let kernel = loader::kernel(&stream, MODULE, &format!("rf_q4k_tiled_dequant_{}", T::NAME))?;
-    let config = tiled::dequant_config(stream.backend().info(), vectors);
-    // SAFETY: the entry is (const uint4* payload, const u8* headers, T* out, u32 rows, u32 nb). It
-    // reads the payload vectors of ceil(rows / 16) tiles, bytes [0, 2048 nsb tiles), and their
-    // headers, [0, 256 nsb tiles), inside the weight (rows <= n, checked) as TiledQ4k::upload laid
-    // it out; it writes out[row * k + c] for row < rows and c < k only, and out holds at least
-    // rows * k elements (checked), its 16-byte stores aligned (k a multiple of 256; allocations
-    // 256-byte aligned). w is a shared borrow distinct from out; the builder checks the streams.
-    unsafe {
-        stream
-            .launch(&kernel)
-            .reads(&w.payload)
-            .arg(w.payload.device_ptr())
-            .reads(&w.headers)
-            .arg(w.headers.device_ptr())
-            .buffer_mut(out)
-            .arg(rows as u32)
-            .arg((k / 32) as u32)
-            .launch(config)?;
-    }
-    Ok(())
+    let buffers = TiledBuffers {
+        payload: (&w.payload, w.payload.device_ptr()),
+        scales: (&w.headers, w.headers.device_ptr()),
+    };
+    let entry = format!("rf_q4k_tiled_dequant_{}", T::NAME);
+    // SAFETY: the payload vectors of ceil(rows / 16) tiles (128 a super-block) and their headers,
+    // inside the weight (rows <= n, checked) as TiledQ4k::upload laid it out; out holds rows k
+    // elements (dequant_args).
+    unsafe { tiled::launch_dequant(MODULE, &entry, buffers, args, vectors, out) }
 }
 
 /// The entries this module launches ([`crate::launchable`]): the one-vector ones, the 8- and
 /// 32-vector ones and the dequantisation.
 pub(crate) fn launchable() -> Vec<Launchable> {
-    let mut out = LAYOUT.one_vector_launchable();
-    for dtype in DTYPES {
-        if dtype != "f32" {
-            for passes in [1, MAX_TILED_BATCH / BATCH_PASS] {
-                out.push(Launchable::new(
-                    MODULE,
-                    LAYOUT.entry(Loop::Batch { passes }, false, dtype),
-                    Needs::MmaSync,
-                ));
-            }
-        }
-        out.push(Launchable::new(MODULE, format!("rf_q4k_tiled_dequant_{dtype}"), Needs::Nothing));
-    }
-    out
+    tiled::columns_launchable(&LAYOUT)
 }
 
 #[cfg(test)]
@@ -571,6 +461,8 @@ mod tests {
             format!("[{}, 512] overflows usize", usize::MAX)
         );
     }
+
+    use crate::quant::tiled::{Loop, choose_loop};
 
     fn shared_bytes(lp: Loop, warps: usize, k: usize, swiglu: bool) -> usize {
         LAYOUT.shared_bytes(lp, warps, k, swiglu)

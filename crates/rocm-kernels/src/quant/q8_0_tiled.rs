@@ -7,9 +7,11 @@
 //! apart and unaligned. [`TiledQ8::from_gguf`] rewrites them so that a warp's share of the weight
 //! is one contiguous run, each lane reads exactly its codes 16 bytes at a time, and the scales sit
 //! in runs of their own; [`q8_0_matvec_tiled_fused`] multiplies one vector (on NVIDIA's matrix
-//! cores; the portable kernel elsewhere and for several vectors), with the norm, SwiGLU and
-//! residual forms of the other tiled layouts. Decoding is exact and the sums are f32, as in
-//! [`super::quant_matvec`], which reads the GGUF rows as they are.
+//! cores; the portable kernel elsewhere), with the norm, SwiGLU and residual forms of the other
+//! tiled layouts, [`q8_0_matvec_tiled_split`] and [`q8_0_matvec_tiled_rows`] any number (on the
+//! matrix cores up to 32 a launch), and [`dequantize_tiled_q8`] gives the rows back for a
+//! prefill's GEMM. Decoding is exact and the sums are f32, as in [`super::quant_matvec`], which
+//! reads the GGUF rows as they are.
 //!
 //! # Layout
 //!
@@ -31,14 +33,13 @@
 
 use rocm_runtime::{DeviceBuffer, Stream};
 
-use super::tiled::{self, ColumnsLayout, Loop, Mode, TILE_ROWS, TiledNorm, TiledOutput};
+use super::tiled::{self, ColumnsLayout, Mode, TILE_ROWS, TiledBuffers, TiledNorm, TiledOutput};
 use super::{Q8_0_BLOCK_BYTES, QK};
 use crate::KernelModule;
 use crate::abi::mxfp4_tiled as abi;
 use crate::dtype::Dtype;
 use crate::error::{KernelError, Result, ensure};
 use crate::launchable::Launchable;
-use crate::loader;
 
 const KERNEL: &str = "q8_0_tiled";
 const MODULE: KernelModule = KernelModule::Q80Tiled;
@@ -221,23 +222,31 @@ impl DeviceTiledQ8 {
     pub fn bytes(&self) -> usize {
         self.payload.len() + self.scales.len()
     }
+
+    /// Device bytes of the first `rows` rows' tiles (a stacked weight's parts, each but the last
+    /// whole tiles, add up to [`Self::bytes`]).
+    pub fn rows_bytes(&self, rows: usize) -> usize {
+        tiled_bytes(rows, self.k).map_or(usize::MAX, |(payload, scales)| payload + scales)
+    }
 }
 
-/// Whether one vector in `T` takes the matrix-core kernel on `stream`'s device (NVIDIA
-/// `mma.sync`, sm_80+, f16 or bf16); elsewhere, and for several vectors, the portable kernel runs
-/// (any device, f32 / f16 / bf16, any batch; a lane's codes times x in f32, far slower).
+/// Whether `T` takes the matrix-core kernels on `stream`'s device (NVIDIA `mma.sync`, sm_80+, f16
+/// or bf16): one vector, or up to [`MAX_TILED_BATCH`] a launch; elsewhere the portable kernel
+/// runs (any device, f32 / f16 / bf16, any batch; a lane's codes times x in f32, far slower past
+/// one vector).
 pub fn q8_0_tiled_on_matrix_cores<T: Dtype>(stream: &Stream) -> bool {
     tiled::columns_on_matrix_cores::<T>(stream)
 }
 
-/// The layout as the tiled launchers describe it ([`tiled::ColumnsLayout`]): two one-vector blocks
-/// of 8 warps an SM (the entries' launch bounds); no several-vector loops.
+/// The layout as the shared launcher takes it ([`tiled::ColumnsLayout`]): two blocks of 8 warps
+/// an SM for one vector, one for several (their x loads take the registers; the entries' launch
+/// bounds).
 const LAYOUT: ColumnsLayout = ColumnsLayout {
     kernel: KERNEL,
     module: MODULE,
     name: "q8_0",
     stage: STAGE_BYTES,
-    resident: [RESIDENT_BLOCKS, 0, 0],
+    resident: [RESIDENT_BLOCKS, 1, 1],
 };
 
 /// `y = W x` for a tiled q8_0 weight and one vector: `x` holds `k` and `y` `n` elements.
@@ -246,7 +255,7 @@ pub fn q8_0_matvec_tiled<T: Dtype>(
     x: &DeviceBuffer<T>,
     y: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, x, 1, None, &mut [y], Mode::Store, false)
+    launch(w, 0..w.n, x, 1, None, &mut [y], Mode::Store, false)
 }
 
 /// The tiled q8_0 product of one vector `x` (`k` elements) in every form one launch takes:
@@ -263,16 +272,19 @@ pub fn q8_0_matvec_tiled_fused<T: Dtype>(
     norm: Option<TiledNorm<'_, T>>,
     out: TiledOutput<'_, '_, T>,
 ) -> Result<()> {
+    let all = 0..w.n;
     match out {
-        TiledOutput::Split(ys) => launch(w, x, 1, norm, ys, Mode::Store, false),
-        TiledOutput::Swiglu(act) => launch(w, x, 1, norm, &mut [act], Mode::Swiglu, false),
-        TiledOutput::Add(h) => launch(w, x, 1, norm, &mut [h], Mode::Add, false),
+        TiledOutput::Split(ys) => launch(w, all, x, 1, norm, ys, Mode::Store, false),
+        TiledOutput::Swiglu(act) => launch(w, all, x, 1, norm, &mut [act], Mode::Swiglu, false),
+        TiledOutput::Add(h) => launch(w, all, x, 1, norm, &mut [h], Mode::Add, false),
     }
 }
 
 /// `Y = X W^T` for `batch` vectors `x` (`[batch, k]`) and a stacked weight into one output a
-/// part (`ys[i]`: `[batch, rows_i]`): one vector on the matrix cores where
-/// [`q8_0_tiled_on_matrix_cores`] and not `portable`, anything else on the portable kernel.
+/// part (`ys[i]`: `[batch, rows_i]`): on the matrix cores where [`q8_0_tiled_on_matrix_cores`]
+/// (in launches of [`MAX_TILED_BATCH`] vectors; several vectors as B's columns, two a block's
+/// column pair), else or where `portable` on the portable kernel. Each vector's outputs are
+/// within the one-vector kernel's bound (bf16 x rounded by the same rule, block by block).
 pub fn q8_0_matvec_tiled_split<T: Dtype>(
     w: &DeviceTiledQ8,
     x: &DeviceBuffer<T>,
@@ -280,14 +292,50 @@ pub fn q8_0_matvec_tiled_split<T: Dtype>(
     ys: &mut [&mut DeviceBuffer<T>],
     portable: bool,
 ) -> Result<()> {
-    launch(w, x, batch, None, ys, Mode::Store, portable)
+    launch(w, 0..w.n, x, batch, None, ys, Mode::Store, portable)
 }
 
-/// `w` times `batch` vectors `x` (through `norm` first where given: one vector) into `ys` as
-/// `mode` says; `portable` runs the portable kernel whatever the device has.
+/// `act = silu(x Wg^T) * (x Wu^T)` for `batch` vectors `x` (`[batch, k]`), the products and the
+/// activation in one launch a [`MAX_TILED_BATCH`] vectors: `w` is a gate weight and its up weight
+/// stacked ([`TiledQ8::stack`], in that order, each `n / 2` rows, a whole number of tiles), and
+/// `act` is `[batch, n / 2]`; each element has the bits of [`q8_0_matvec_tiled_split`] into gate
+/// and up followed by `crate::swiglu::swiglu` on them.
+pub fn q8_0_matvec_tiled_swiglu<T: Dtype>(
+    w: &DeviceTiledQ8,
+    x: &DeviceBuffer<T>,
+    batch: usize,
+    act: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    launch(w, 0..w.n, x, batch, None, &mut [act], Mode::Swiglu, false)
+}
+
+/// [`q8_0_matvec_tiled_split`] of rows `rows` of a stacked weight ([`TiledQ8::stack`];
+/// `rows.start` a whole number of tiles: a part's first row) into `y` (`[batch, rows.len()]`):
+/// one part alone.
+pub fn q8_0_matvec_tiled_rows<T: Dtype>(
+    w: &DeviceTiledQ8,
+    rows: std::ops::Range<usize>,
+    x: &DeviceBuffer<T>,
+    batch: usize,
+    y: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    launch(w, rows, x, batch, None, &mut [y], Mode::Store, false)
+}
+
+/// Checks that `rows` is a part of `w` (inside it, from a tile's first row) and gives the
+/// buffers from its first tile.
+fn part<'a>(w: &'a DeviceTiledQ8, rows: &std::ops::Range<usize>) -> Result<TiledBuffers<'a>> {
+    let bytes_before = |start| tiled_bytes(start, w.k);
+    let (p, s) = tiled::part_pointers(KERNEL, rows, w.n, bytes_before, (&w.payload, &w.scales))?;
+    Ok(TiledBuffers { payload: (&w.payload, p), scales: (&w.scales, s) })
+}
+
+/// Rows `rows` of `w` times `batch` vectors `x` (through `norm` first where given: one vector)
+/// into `ys` as `mode` says; `portable` runs the portable kernel whatever the device has.
 #[allow(clippy::too_many_arguments)] // the launcher every public form funnels into
 fn launch<T: Dtype>(
     w: &DeviceTiledQ8,
+    rows: std::ops::Range<usize>,
     x: &DeviceBuffer<T>,
     batch: usize,
     norm: Option<TiledNorm<'_, T>>,
@@ -295,71 +343,38 @@ fn launch<T: Dtype>(
     mode: Mode,
     portable: bool,
 ) -> Result<()> {
-    let (n, k) = (w.n, w.k);
-    let Some((params, norm_param)) = tiled::launch_args(KERNEL, x, batch, k, n, norm.as_ref(), ys, mode)?
-    else {
+    let buffers = part(w, &rows)?;
+    // SAFETY: the part's tiles, from its first (checked whole and inside the weight), of rows of
+    // k elements (k a multiple of 256: TiledQ8::from_gguf checks it), as TiledQ8::upload laid
+    // them out: a DeviceTiledQ8 is only built from a layout of exactly its n and k.
+    unsafe { LAYOUT.launch(buffers, (rows.len(), w.k), x, batch, norm, ys, mode, portable) }
+}
+
+/// Rows `rows` of a tiled q8_0 weight (a part of a stacked one: `rows.start` a whole number of
+/// tiles) dequantised to `T` into the first `rows.len() * k` elements of `out` (row-major; `out`
+/// may be longer): the operand of a prefill's GEMM. Each element is `d q` in f32 rounded to `T`
+/// once, what `dequantize` gives from the GGUF rows.
+pub fn dequantize_tiled_q8<T: Dtype>(
+    w: &DeviceTiledQ8,
+    rows: std::ops::Range<usize>,
+    out: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    let buffers = part(w, &rows)?;
+    let Some(args) = tiled::dequant_args(KERNEL, rows.len(), w.k, out)? else {
         return Ok(());
     };
-    ensure(x.device_ptr().is_multiple_of(16), KERNEL, || "x must be 16-byte aligned".into())?;
-    ensure(u32::try_from(k / QK).is_ok() && u32::try_from(batch).is_ok(), KERNEL, || {
-        format!("[{n}, {k}] x {batch} is more than the kernel counts (32-bit blocks and vectors)")
-    })?;
-    let stream = ys[0].stream().clone();
-    let matrix_cores = !portable && batch == 1 && q8_0_tiled_on_matrix_cores::<T>(&stream);
-    let lp = if matrix_cores { Loop::One } else { Loop::Portable };
-    let kernel = loader::kernel(&stream, MODULE, &LAYOUT.entry(lp, norm.is_some(), T::NAME))?;
-    let shape = LAYOUT.launch_shape(stream.backend().info(), lp, n, k, mode == Mode::Swiglu)?;
-    let config = tiled::launch_config(KERNEL, &kernel, shape)?;
-    // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x, rf_t4_outputs
-    // y, rf_t4_norm norm, u32 nb, u32 batch). For tile t < ceil(n / 16) they read payload bytes
-    // [4096 ng t, 4096 ng (t + 1)) and scale bytes [256 ng t, 256 ng (t + 1)) (ng = k / 256 =
-    // nb / 8, whole: TiledQ8::from_gguf checks k), which the buffers hold: a DeviceTiledQ8 is
-    // only built by TiledQ8::upload from a layout of exactly its n and k. They read `batch` rows
-    // of k elements of x (batch k elements, checked), 16-byte aligned (x is, checked, and k is a
-    // multiple of 256) for the matrix-core kernel's 16-byte loads; device allocations are
-    // 256-byte aligned for the 16-byte copies of the weight. They write row r < n of vector v <
-    // batch to y[i][v rows_i + r - end[i - 1]] for the first i with r < end[i] (tiled::outputs:
-    // each output batch x its part's rows, the ends the running sums of the parts' rows, reaching
-    // n; unused slots end at n, never chosen), so inside ys[i]; with SwiGLU y[0][v n / 2 + r] for
-    // gate rows r < n / 2 only (tiled::swiglu_outputs: n a multiple of 32, ys[0] batch n / 2
-    // elements, ends n / 2, n, n); with Add they read each element they write first (one output,
-    // the stream). With a norm (tiled::norm_arg: one vector, its weight k elements, 16-byte
-    // aligned) the entry is a normed one, which reads norm.weight[0..k) (the matrix-core one
-    // before its wait: a weight, declared so); without, it is null, which the other entries
-    // require (they trap otherwise). Blocks are 1..=8 whole warps, within the launch bounds,
-    // never more warps than groups (launch_shape; the matrix-core kernel traps otherwise); the
-    // matrix-core entries run only on mma.sync devices (q8_0_tiled_on_matrix_cores) with one
-    // vector (they trap otherwise) and the shared memory shared_bytes gives (checked against the
-    // device's limit); the portable ones with static shared memory alone. k = 0: no groups, every
-    // row's total 0 (the kernels' empty paths). w and x are shared borrows distinct from the
-    // outputs (each a distinct &mut); the builder checks the streams. Dependent
-    // (rocmforge_dependent_launch.h): the matrix-core kernel issues its first weight copies (and
-    // the norm's weight) before waiting for the kernel ahead, x's reads and every write after it;
-    // the portable one waits first.
-    unsafe {
-        let mut launch = stream
-            .launch(&kernel)
-            .dependent()
-            .reads_before_wait(&w.payload)
-            .arg(w.payload.device_ptr())
-            .reads_before_wait(&w.scales)
-            .arg(w.scales.device_ptr())
-            .reads(x)
-            .arg(x.device_ptr());
-        if let Some(norm) = &norm {
-            launch = launch.reads_before_wait(norm.weight);
-        }
-        for y in ys.iter_mut() {
-            launch = launch.writes(&mut **y);
-        }
-        launch.arg(params).arg(norm_param).arg((k / QK) as u32).arg(batch as u32).launch(config)?;
-    }
-    Ok(())
+    // A thread a run of 8 elements of the output.
+    let runs = rows.len() * (w.k / 8);
+    let entry = format!("rf_q8_0_tiled_dequant_{}", T::NAME);
+    // SAFETY: the part's tiles from its first (checked whole and inside the weight), of which the
+    // entry reads the payload and scales of rows.len() rows, as TiledQ8::upload laid them out; out
+    // holds rows k elements (dequant_args), written in runs of 8 from the first.
+    unsafe { tiled::launch_dequant(MODULE, &entry, buffers, args, runs, out) }
 }
 
 /// The entries this module launches ([`crate::launchable`]).
 pub(crate) fn launchable() -> Vec<Launchable> {
-    LAYOUT.one_vector_launchable()
+    tiled::columns_launchable(&LAYOUT)
 }
 
 #[cfg(test)]
@@ -461,13 +476,18 @@ mod tests {
 
     #[test]
     fn shared_memory_fits_the_model_shapes() {
+        use crate::quant::tiled::Loop;
+        let shared = |lp, k, swiglu| LAYOUT.shared_bytes(lp, 8, k, swiglu);
         // An H100's opt-in limit (227 KB) holds 8 warps at the model's k with x staged whole, two
         // blocks an SM at k = 4096.
-        let shared_bytes = |warps, k, swiglu| LAYOUT.shared_bytes(Loop::One, warps, k, swiglu);
-        assert!(2 * (shared_bytes(8, 4096, true) + 1024) <= 228 * 1024);
-        assert!(shared_bytes(8, 14336, true) <= 227 * 1024);
-        assert_eq!(shared_bytes(8, 4096, false), 8 * (3 * 4352 + 2 * 16 * 4) + 128 * 72 + 512);
+        assert!(2 * (shared(Loop::One, 4096, true) + 1024) <= 228 * 1024);
+        assert!(shared(Loop::One, 14336, true) <= 227 * 1024);
+        assert_eq!(shared(Loop::One, 4096, false), 8 * (3 * 4352 + 2 * 16 * 4) + 128 * 72 + 512);
+        // The several-vector loops.
+        assert!(shared(Loop::Batch { passes: 1 }, 14336, true) <= 227 * 1024);
+        assert!(shared(Loop::Batch { passes: 4 }, 14336, true) <= 227 * 1024);
         assert_eq!(LAYOUT.entry(Loop::One, true, "bf16"), "rf_q8_0_tiled_normed_mma_bf16");
         assert_eq!(LAYOUT.entry(Loop::Portable, false, "f32"), "rf_q8_0_tiled_matvec_f32");
+        assert_eq!(LAYOUT.entry(Loop::Batch { passes: 4 }, false, "f16"), "rf_q8_0_tiled_batch32_mma_f16");
     }
 }

@@ -29,6 +29,40 @@ pub const MAX_TILED_BATCH: usize = abi::RF_T4_MAX_BATCH as usize;
 pub(crate) const RESIDENT_BLOCKS: usize = abi::RF_T4_RESIDENT_BLOCKS as usize;
 pub(crate) const BATCH32_RESIDENT_BLOCKS: usize = abi::RF_T4_BATCH32_RESIDENT_BLOCKS as usize;
 
+/// The loop a launch of the q4_K and q8_0 tiled kernels runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Loop {
+    /// Any device, any batch (`rf_<layout>_tiled_{matvec,normed}_<dt>`).
+    Portable,
+    /// One vector on the matrix cores, x staged once a block
+    /// (`rf_<layout>_tiled_{matvec,normed}_mma_<dt>`).
+    One,
+    /// Up to `8 * passes` vectors on the matrix cores, x read from global memory
+    /// (`rf_<layout>_tiled_batch{8,32}_mma_<dt>`).
+    Batch { passes: usize },
+}
+
+/// The loop for `batch` vectors (at most [`MAX_TILED_BATCH`] on the matrix cores; one when normed).
+pub(crate) fn choose_loop(matrix_cores: bool, batch: usize) -> Loop {
+    match batch {
+        _ if !matrix_cores => Loop::Portable,
+        0 | 1 => Loop::One,
+        b if b <= BATCH_PASS => Loop::Batch { passes: 1 },
+        _ => Loop::Batch { passes: MAX_TILED_BATCH / BATCH_PASS },
+    }
+}
+
+/// The entry of layout `layout` (`q4k`, `q8_0`) a loop launches (`normed`: through an RMSNorm)
+/// with activations `dtype`.
+pub(crate) fn entry(layout: &str, lp: Loop, normed: bool, dtype: &str) -> String {
+    let form = if normed { "normed" } else { "matvec" };
+    match lp {
+        Loop::Portable => format!("rf_{layout}_tiled_{form}_{dtype}"),
+        Loop::One => format!("rf_{layout}_tiled_{form}_mma_{dtype}"),
+        Loop::Batch { passes } => format!("rf_{layout}_tiled_batch{}_mma_{dtype}", passes * BATCH_PASS),
+    }
+}
+
 /// The RMSNorm a normed launch applies to its input first: the input is then a row `h` of the
 /// residual stream, and the product multiplies each element `h * s * weight` rounded to `T`,
 /// `s = 1 / sqrt(mean(h^2) + eps)`, as [`crate::rmsnorm::RmsNorm::run`] computes a row (its sum
@@ -339,17 +373,92 @@ pub(crate) fn outputs_from(
     moved
 }
 
-/// The loop a launch of the q4_K and q8_0 tiled kernels runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Loop {
-    /// Any device, any batch (`rf_<layout>_tiled_{matvec,normed}_<dt>`).
-    Portable,
-    /// One vector on the matrix cores, x staged once a block
-    /// (`rf_<layout>_tiled_{matvec,normed}_mma_<dt>`).
-    One,
-    /// Up to `8 * passes` vectors on the matrix cores, x read from global memory
-    /// (`rf_<layout>_tiled_batch{8,32}_mma_<dt>`).
-    Batch { passes: usize },
+/// Checks that `rows` is a part of a tiled weight of `n` rows (inside it, from a tile's first
+/// row) and returns the device addresses of its first tile in `payload` and `scales`: past the
+/// bytes of the `rows.start` rows before it, `bytes_before(rows.start)` (payload, scales).
+pub(crate) fn part_pointers(
+    kernel: &'static str,
+    rows: &std::ops::Range<usize>,
+    n: usize,
+    bytes_before: impl FnOnce(usize) -> Option<(usize, usize)>,
+    (payload, scales): (&DeviceBuffer<u8>, &DeviceBuffer<u8>),
+) -> Result<(u64, u64)> {
+    ensure(rows.start <= rows.end && rows.end <= n, kernel, || {
+        format!("rows {rows:?} are not inside the weight's {n}")
+    })?;
+    ensure(rows.start.is_multiple_of(TILE_ROWS), kernel, || {
+        format!("rows start at {}, not at a tile ({TILE_ROWS} rows)", rows.start)
+    })?;
+    // Inside the weight, whose own sizes did not overflow.
+    let (p, s) = bytes_before(rows.start).expect("a part of an allocated weight");
+    Ok((payload.device_ptr() + p as u64, scales.device_ptr() + s as u64))
+}
+
+/// A tiled weight's buffers as a launch reads them: each with the device address of the first
+/// tile it reads (a stacked weight's part may start past the first).
+#[derive(Clone, Copy)]
+pub(crate) struct TiledBuffers<'a> {
+    pub payload: (&'a DeviceBuffer<u8>, u64),
+    pub scales: (&'a DeviceBuffer<u8>, u64),
+}
+
+/// Checks a dequantisation of `count` rows of `k` into `out` and gives `None` where there is
+/// nothing to launch, else the entry's `u32` rows and blocks.
+pub(crate) fn dequant_args<T: Dtype>(
+    kernel: &'static str,
+    count: usize,
+    k: usize,
+    out: &DeviceBuffer<T>,
+) -> Result<Option<(u32, u32)>> {
+    ensure(count.checked_mul(k).is_some_and(|need| need <= out.len()), kernel, || {
+        format!("out has {} elements; {count} rows of {k} need {}", out.len(), count.saturating_mul(k))
+    })?;
+    if count == 0 || k == 0 {
+        return Ok(None);
+    }
+    match (u32::try_from(count), u32::try_from(k / 32)) {
+        (Ok(rows), Ok(blocks)) => Ok(Some((rows, blocks))),
+        _ => Err(KernelError::Shape {
+            kernel,
+            message: format!("[{count}, {k}] is more than the kernel counts (32-bit rows and blocks)"),
+        }),
+    }
+}
+
+/// Launches a tiled layout's dequantisation entry `entry` of `module`, a thread each of `items`
+/// (the entry's unit: a payload vector, or a run of the output), at most [`dequant_config`]'s
+/// grid: (payload, scales, T* out, u32 rows, u32 nb) with `args` from [`dequant_args`].
+///
+/// # Safety
+/// `w`'s addresses must start the tiles of `rows` rows of `nb` blocks of the layout `entry`
+/// reads, inside their buffers, and `out` hold `rows * 32 nb` elements (what [`dequant_args`]
+/// checks); the entry writes `out[row * 32 nb + c]` for row < rows only.
+pub(crate) unsafe fn launch_dequant<T: Dtype>(
+    module: crate::KernelModule,
+    entry: &str,
+    w: TiledBuffers<'_>,
+    (rows, nb): (u32, u32),
+    items: usize,
+    out: &mut DeviceBuffer<T>,
+) -> Result<()> {
+    let stream = out.stream().clone();
+    let kernel = crate::loader::kernel(&stream, module, entry)?;
+    let config = dequant_config(stream.backend().info(), items);
+    // SAFETY: the caller's promise; w's buffers are shared borrows distinct from out; the builder
+    // checks the streams.
+    unsafe {
+        stream
+            .launch(&kernel)
+            .reads(w.payload.0)
+            .arg(w.payload.1)
+            .reads(w.scales.0)
+            .arg(w.scales.1)
+            .buffer_mut(out)
+            .arg(rows)
+            .arg(nb)
+            .launch(config)?;
+    }
+    Ok(())
 }
 
 /// Whether `T` takes the matrix-core kernels of the q4_K and q8_0 tiled layouts on `stream`'s
@@ -359,12 +468,9 @@ pub(crate) fn columns_on_matrix_cores<T: Dtype>(stream: &rocm_runtime::Stream) -
         && matches!(T::NAME, "f16" | "bf16")
 }
 
-/// The row of zeros the one-vector loop's lanes that give no x read (`rf_t4_block_columns::ZEROS`).
-const ZERO_BYTES: usize = 512;
-
 /// A tiled layout whose one-vector kernel takes its blocks as B's columns (`rf_t4_block_columns`:
-/// q4_K, q8_0), as its launches need it: the entries' names, a group's stage bytes in a ring, and
-/// the blocks of 8 warps each loop keeps resident on a multiprocessor (its entries' launch bounds).
+/// q4_K, q8_0), as its launches need it: names, a group's stage bytes in a ring, and the blocks
+/// of 8 warps each loop keeps resident on a multiprocessor (its entries' launch bounds).
 pub(crate) struct ColumnsLayout {
     /// The launcher's name in errors.
     pub kernel: &'static str,
@@ -377,15 +483,13 @@ pub(crate) struct ColumnsLayout {
     pub resident: [usize; 3],
 }
 
+/// The row of zeros the one-vector loop's lanes that give no x read (`rf_t4_block_columns::ZEROS`).
+const ZERO_BYTES: usize = 512;
+
 impl ColumnsLayout {
     /// The entry a loop launches (`normed`: through an RMSNorm) with activations `dtype`.
     pub fn entry(&self, lp: Loop, normed: bool, dtype: &str) -> String {
-        let (name, form) = (self.name, if normed { "normed" } else { "matvec" });
-        match lp {
-            Loop::Portable => format!("rf_{name}_tiled_{form}_{dtype}"),
-            Loop::One => format!("rf_{name}_tiled_{form}_mma_{dtype}"),
-            Loop::Batch { passes } => format!("rf_{name}_tiled_batch{}_mma_{dtype}", passes * BATCH_PASS),
-        }
+        entry(self.name, lp, normed, dtype)
     }
 
     /// Dynamic shared memory of a matrix-core launch with `warps` warps a block over rows of `k`
@@ -428,27 +532,142 @@ impl ColumnsLayout {
         resident_shape(self.kernel, info, units, groups, resident, shared, (k, why))
     }
 
-    /// The one-vector entries, portable and on the matrix cores, plain and normed, for every
-    /// activation type the kernels have ([`crate::launchable`]).
-    pub fn one_vector_launchable(&self) -> Vec<crate::launchable::Launchable> {
-        use crate::launchable::{DTYPES, Launchable, Needs};
-        let mut out = Vec::new();
-        for dtype in DTYPES {
-            for normed in [false, true] {
-                out.push(Launchable::new(
-                    self.module,
-                    self.entry(Loop::Portable, normed, dtype),
-                    Needs::Nothing,
-                ));
-                if dtype != "f32" {
-                    out.push(Launchable::new(
-                        self.module,
-                        self.entry(Loop::One, normed, dtype),
-                        Needs::MmaSync,
-                    ));
+    /// `n` rows of a tiled weight of this layout (`w`: from the rows' first tile) times `batch`
+    /// vectors `x` (through `norm` first where given: one vector) into `ys` as `mode` says: on the
+    /// matrix cores where [`columns_on_matrix_cores`] and not `portable` (launches of
+    /// [`MAX_TILED_BATCH`] vectors), else on the portable kernel (one launch).
+    ///
+    /// # Safety
+    /// `w`'s addresses must start `ceil(n / 16)` tiles of this layout for rows of `k` elements
+    /// (`k` a multiple of 256; groups of `stage - 256` payload and 256 scale bytes), inside their
+    /// buffers, laid out as the layout's packer lays them out.
+    #[allow(clippy::too_many_arguments)] // the launch every public form funnels into
+    pub unsafe fn launch<T: Dtype>(
+        &self,
+        w: TiledBuffers<'_>,
+        (n, k): (usize, usize),
+        x: &DeviceBuffer<T>,
+        batch: usize,
+        norm: Option<TiledNorm<'_, T>>,
+        ys: &mut [&mut DeviceBuffer<T>],
+        mode: Mode,
+        portable: bool,
+    ) -> Result<()> {
+        let kernel_name = self.kernel;
+        let Some((params, norm_param)) = launch_args(kernel_name, x, batch, k, n, norm.as_ref(), ys, mode)?
+        else {
+            return Ok(());
+        };
+        let swiglu = mode == Mode::Swiglu;
+        ensure(x.device_ptr().is_multiple_of(16), kernel_name, || "x must be 16-byte aligned".into())?;
+        ensure(u32::try_from(k / 32).is_ok() && u32::try_from(batch).is_ok(), kernel_name, || {
+            format!("[{n}, {k}] x {batch} is more than the kernel counts (32-bit blocks and vectors)")
+        })?;
+        let stream = ys[0].stream().clone();
+        let info = stream.backend().info();
+        let matrix_cores = !portable && columns_on_matrix_cores::<T>(&stream);
+        // The portable kernel takes any batch in one launch; the matrix-core loops
+        // MAX_TILED_BATCH vectors a launch.
+        let chunk = if matrix_cores { MAX_TILED_BATCH } else { batch };
+        let elem = size_of::<T>() as u64;
+        for first in (0..batch).step_by(chunk) {
+            let count = chunk.min(batch - first);
+            let lp = choose_loop(matrix_cores, count);
+            let kernel =
+                crate::loader::kernel(&stream, self.module, &self.entry(lp, norm.is_some(), T::NAME))?;
+            let config = launch_config(kernel_name, &kernel, self.launch_shape(info, lp, n, k, swiglu)?)?;
+            // Vectors first.. of this launch: x's rows and each output's rows from there.
+            let chunk_params = outputs_from(&params, ys.len(), first, elem);
+            let x_first = x.device_ptr() + (first * k) as u64 * elem;
+            // SAFETY: every entry is (const uint4* payload, const u8* scales, const T* x,
+            // rf_t4_outputs y, rf_t4_norm norm, u32 nb, u32 batch). For tile t < ceil(n / 16)
+            // they read its groups' payload and scale bytes (k / 256 groups a tile row) from w's
+            // addresses on, which the caller promises are inside the buffers. They read `count`
+            // rows of k elements of x from x_first, rows first..first + count of x (batch k
+            // elements, checked by launch_args), 16-byte aligned (x is, checked, and k is a
+            // multiple of 256) for the matrix-core kernels' 16-byte loads; device allocations are
+            // 256-byte aligned for the 16-byte copies of the weight. They write row r < n of
+            // vector v < count to y[i][v rows_i + r - end[i - 1]] for the first i with r < end[i],
+            // y[i] this launch's pointer, vector `first` of output i (outputs: each output batch x
+            // its part's rows, the ends the running sums of the parts' rows, reaching n; unused
+            // slots end at n, never chosen), so inside ys[i] for first + v < batch; with SwiGLU
+            // y[0][v n / 2 + r] for gate rows r < n / 2 only (swiglu_outputs: n a multiple of 32,
+            // ys[0] batch n / 2 elements, ends n / 2, n, n); with Add they read each element they
+            // write first (one output, the stream). With a norm (norm_arg: one vector, its weight
+            // k elements, 16-byte aligned) the entry is a normed one, which reads
+            // norm.weight[0..k) (the matrix-core one before its wait: a weight, declared so);
+            // without, it is null, which the other entries require (they trap otherwise). Blocks
+            // are 1..=8 whole warps, within the launch bounds, never more warps than groups
+            // (launch_shape; the matrix-core kernels trap otherwise); the matrix-core entries run
+            // only on mma.sync devices (columns_on_matrix_cores), with count <= 1, 8 or 32 as
+            // their names say (choose_loop), and the shared memory shared_bytes gives (checked
+            // against the device's limit by resident_shape); the portable ones with static shared
+            // memory alone. k = 0: no groups, every row's total 0 (the kernels' empty paths). w
+            // and x are shared borrows distinct from the outputs (each a distinct &mut); the
+            // builder checks the streams. Dependent (rocmforge_dependent_launch.h): the
+            // matrix-core kernels issue their first weight copies (and the norm's weight) before
+            // waiting for the kernel ahead, x's reads and every write after it; the portable one
+            // waits first.
+            unsafe {
+                let mut launch = stream
+                    .launch(&kernel)
+                    .dependent()
+                    .reads_before_wait(w.payload.0)
+                    .arg(w.payload.1)
+                    .reads_before_wait(w.scales.0)
+                    .arg(w.scales.1)
+                    .reads(x)
+                    .arg(x_first);
+                if let Some(norm) = &norm {
+                    launch = launch.reads_before_wait(norm.weight);
                 }
+                for y in ys.iter_mut() {
+                    launch = launch.writes(&mut **y);
+                }
+                launch
+                    .arg(chunk_params)
+                    .arg(norm_param)
+                    .arg((k / 32) as u32)
+                    .arg(count as u32)
+                    .launch(config)?;
             }
         }
-        out
+        Ok(())
     }
+}
+
+/// The entries a [`ColumnsLayout`]'s launcher launches ([`crate::launchable`]): the portable
+/// kernels (plain and normed) and the dequantisation for every type; the matrix-core one-vector
+/// kernels (plain and normed) and the 8- and 32-vector ones for f16 and bf16.
+pub(crate) fn columns_launchable(layout: &ColumnsLayout) -> Vec<crate::launchable::Launchable> {
+    use crate::launchable::{DTYPES, Launchable, Needs};
+    let mut out = Vec::new();
+    for dtype in DTYPES {
+        for normed in [false, true] {
+            out.push(Launchable::new(
+                layout.module,
+                layout.entry(Loop::Portable, normed, dtype),
+                Needs::Nothing,
+            ));
+            if dtype != "f32" {
+                out.push(Launchable::new(
+                    layout.module,
+                    layout.entry(Loop::One, normed, dtype),
+                    Needs::MmaSync,
+                ));
+            }
+        }
+        if dtype != "f32" {
+            for passes in [1, MAX_TILED_BATCH / BATCH_PASS] {
+                let entry = layout.entry(Loop::Batch { passes }, false, dtype);
+                out.push(Launchable::new(layout.module, entry, Needs::MmaSync));
+            }
+        }
+        out.push(Launchable::new(
+            layout.module,
+            format!("rf_{}_tiled_dequant_{dtype}", layout.name),
+            Needs::Nothing,
+        ));
+    }
+    out
 }

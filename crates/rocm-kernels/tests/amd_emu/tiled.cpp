@@ -1,5 +1,5 @@
 // CPU emulation of the matrix-vector kernels over the tiled layouts (kernels/mxfp4_tiled.hip, and on
-// sm80 kernels/q4k_tiled.hip's matrix-core entries, one vector and several, and kernels/q8_0_tiled.hip's, one vector, with the same checks as the MXFP4 ones': columns_case; their portable
+// sm80 kernels/q4k_tiled.hip's and kernels/q8_0_tiled.hip's matrix-core entries, one vector and several, with the same checks as the MXFP4 ones': columns_case; their portable
 // kernels on the AMD targets: columns_portable_case).
 // MXFP4 (kernels/mxfp4_tiled.hip):
 // on the AMD targets the portable rf_mxfp4_tiled_matvec_<dt> (what an AMD GPU runs for a tiled
@@ -324,7 +324,8 @@ static Tiled tile_q4k(EmuBuffers& mem, const unsigned char* gguf, int n, int nsb
     return {reinterpret_cast<const uint4*>(payload), headers};
 }
 
-// q8_0 in the tiled layout (kernels/q8_0_tiled.hip): the GGUF rows of block_q8_0 (34 bytes: d,
+// q8_0 in the tiled layout (kernels/q8_0_tiled.hip; its dequantisation gives the rows back as
+// the reference decodes them, bit for bit): the GGUF rows of block_q8_0 (34 bytes: d,
 // 32 int8 codes) re-laid out from the layout's description (crates/rocm-kernels/src/quant/
 // q8_0_tiled.rs, module docs), not from its packer: group s of a row is its blocks 8s .. 8s + 7.
 static Tiled tile_q8(EmuBuffers& mem, const unsigned char* gguf, int n, int ng) {
@@ -384,14 +385,13 @@ static bool q8_offset_check(const unsigned char* w, int k, const T* x, const T* 
 }
 
 // The layouts whose blocks are B's columns (rf_t4_block_columns), as the cases below take them:
-// the GGUF bytes and blocks of a group (8 blocks of 32), the tiling, the stage, the reference
-// format, and whether the layout has several-vector entries and a dequantisation.
+// the GGUF bytes and blocks of a group (8 blocks of 32), the tiling, the stage and the reference
+// format.
 struct Q4kLayout {
     static constexpr Fmt fmt = Q4_K;
     static constexpr const char* name = "q4k";
     static constexpr int group_bytes = 144, group_blocks = 1;
     static constexpr size_t stage = RF_T4K_STAGE;
-    static constexpr bool batches = true, dequant = true;
     static Tiled tile(EmuBuffers& mem, const unsigned char* gguf, int n, int groups) { return tile_q4k(mem, gguf, n, groups); }
 };
 struct Q8Layout {
@@ -399,7 +399,6 @@ struct Q8Layout {
     static constexpr const char* name = "q8_0";
     static constexpr int group_bytes = 8 * 34, group_blocks = 8;
     static constexpr size_t stage = RF_T8_STAGE;
-    static constexpr bool batches = false, dequant = false;
     static Tiled tile(EmuBuffers& mem, const unsigned char* gguf, int n, int groups) { return tile_q8(mem, gguf, n, groups); }
 };
 
@@ -507,8 +506,8 @@ template <class L, typename T> struct ColumnsEntries;
     template <> struct ColumnsEntries<Q8Layout, T> {                                                         \
         static constexpr TiledEntry<T> plain = rf_q8_0_tiled_matvec_mma_##suffix;                            \
         static constexpr TiledEntry<T> normed = rf_q8_0_tiled_normed_mma_##suffix;                           \
-        static constexpr TiledEntry<T> batch8 = nullptr;                                                     \
-        static constexpr TiledEntry<T> batch32 = nullptr;                                                    \
+        static constexpr TiledEntry<T> batch8 = rf_q8_0_tiled_batch8_mma_##suffix;                           \
+        static constexpr TiledEntry<T> batch32 = rf_q8_0_tiled_batch32_mma_##suffix;                         \
     };
 EMU_T4K(f16, __half)
 EMU_T4K(bf16, rf_bf16)
@@ -692,13 +691,14 @@ template <class L, typename T> struct ColumnsPortable;
     template <> struct ColumnsPortable<Q8Layout, T> {                                                        \
         static constexpr TiledEntry<T> plain = rf_q8_0_tiled_matvec_##suffix;                                \
         static constexpr TiledEntry<T> normed = rf_q8_0_tiled_normed_##suffix;                               \
-        static constexpr void (*dequant)(const uint4*, const unsigned char*, T*, unsigned, unsigned) = nullptr; \
+        static constexpr void (*dequant)(const uint4*, const unsigned char*, T*, unsigned, unsigned) =        \
+            rf_q8_0_tiled_dequant_##suffix;                                                                  \
     };
 RF_FOR_EACH_DTYPE(EMU_T4K_PORTABLE)
 
 // The portable q4_K and q8_0 entries (a tile a block, warps one a group up to RF_T4_WARPS): the
 // rows against the f64 reference, SwiGLU and the residual add bit for bit against the rows,
-// the normed entry through an exact sum of squares; then q4_K's dequantisation (2 blocks of 64
+// the normed entry through an exact sum of squares; then the dequantisation (2 blocks of 64
 // threads striding) against the GGUF rows decoded and rounded to T once, bit for bit.
 template <class L, typename T> static void columns_portable_case(const TiledCase& c, int width, std::mt19937_64& rng) {
     typedef ColumnsPortable<L, T> Entries;
@@ -734,13 +734,17 @@ template <class L, typename T> static void columns_portable_case(const TiledCase
         ok &= ref_check_rows(L::fmt, gguf, k, nc.normed.data(), normed_rows.data(), n, 1, worst, "portable normed");
     }
     int bad = 0;
-    if constexpr (L::dequant) {
+    {
         T* out = poisoned_y<T>(mem, n * k);
         emu_launch(emu_dim3{2, 1, 1}, 64, width, [&] { Entries::dequant(w.payload, w.scales, out, (unsigned)n, (unsigned)nb); });
         for (int r = 0; r < n; ++r) {
             for (int s = 0; s < groups; ++s) {
                 double v[256], mag[256];
-                ref_decode_block(L::fmt, gguf + ((size_t)r * groups + s) * L::group_bytes, v, mag);
+                const unsigned char* group = gguf + ((size_t)r * groups + s) * L::group_bytes;
+                for (int b = 0; b < L::group_blocks; ++b) {
+                    const int elems = 256 / L::group_blocks;
+                    ref_decode_block(L::fmt, group + b * (L::group_bytes / L::group_blocks), v + b * elems, mag + b * elems);
+                }
                 for (int e = 0; e < 256; ++e) {
                     const T want = Io<T>::store((float)v[e]);
                     const T got = out[(size_t)r * k + 256 * s + e];
@@ -752,7 +756,7 @@ template <class L, typename T> static void columns_portable_case(const TiledCase
     ok &= bad == 0;
     emu_record(ok ? 0 : 1, worst);
     char dequant[32] = "";
-    if (L::dequant) std::snprintf(dequant, sizeof dequant, ", dequant %d differ", bad);
+    std::snprintf(dequant, sizeof dequant, ", dequant %d differ", bad);
     std::printf("%-4s rf_%s_tiled_matvec_%-4s w%d warps %d grid %-3u rows %-3d k %-6d batch %-2d split %-2d%s%s -> %s (worst %.3f of tol)\n",
                 ok ? "ok" : "FAIL", L::name, Io<T>::name, width, warps, grid, n, k, c.batch, c.split, c.swiglu ? " swiglu" : "", dequant,
                 ok ? "match" : "MISMATCH", worst);
@@ -829,7 +833,7 @@ int main(int argc, char** argv) {
         {96, 16, 2, true, FAST, UNIFORM, 0, 13, true}, // 13 vectors (the 32-vector loop) with SwiGLU
         {21, 448, 1, false, FAST, UNIFORM, 0, 32},     // 32 vectors at k = 14336, one block
     };
-    // q8_0: the same shapes with one vector (several take the portable kernel); 8 blocks a group.
+    // q8_0: q4_K's shapes; 8 blocks a group.
     const std::vector<TiledCase> q8_cases = {
         {37, 128, 0, true},                          // k = 4096: 16 groups, 8 warps of 2 a tile; a ragged last tile
         {37, 128, 1, true},                          // one block walks the 3 tiles, its rings across their ends
@@ -840,7 +844,11 @@ int main(int argc, char** argv) {
         {53, 16, 2, true, FAST, UNIFORM, 16},        // three outputs of 16, 16 and 21 rows
         {96, 128, 1, true, FAST, UNIFORM, 0, 1, true}, // gate and up with SwiGLU, one block over 3 pairs
         {96, 16, 2, true, FAST, UNIFORM, 0, 1, true},  // two blocks, k = 512
-        {21, 16, 2, true, FAST, UNIFORM, 0, 3},        // 3 vectors (the portable kernel only)
+        {21, 16, 2, true, FAST, UNIFORM, 0, 3},        // 3 vectors (batch8 here; the portable kernel on AMD)
+        {37, 128, 2, true, FAST, WIDE, 0, 8},          // 8 vectors of bf16 x of a wide range, one pass
+        {53, 24, 2, true, FAST, UNIFORM, 16, 5},       // 5 vectors into three outputs
+        {96, 16, 2, true, FAST, UNIFORM, 0, 13, true}, // 13 vectors (the 32-vector loop) with SwiGLU
+        {21, 448, 1, false, FAST, UNIFORM, 0, 32},     // 32 vectors at k = 14336, one block
     };
 #ifdef RF_EMU_MMA_SYNC
     for (const TiledCase& c : q4k_cases) {
@@ -849,7 +857,7 @@ int main(int argc, char** argv) {
         columns_case<Q4kLayout, rf_bf16>(c, rng);
     }
     for (const TiledCase& c : q8_cases) {
-        if ((quick && !c.quick) || c.batch > 1) continue;
+        if (quick && !c.quick) continue;
         if (c.xv == UNIFORM) columns_case<Q8Layout, __half>(c, rng);
         columns_case<Q8Layout, rf_bf16>(c, rng);
     }
@@ -872,6 +880,6 @@ int main(int argc, char** argv) {
             columns_portable_case<Q8Layout, rf_bf16>(c, width, rng);
         }
     }
-    return emu_finish("tiled", "rf_mxfp4_tiled_*, rf_q4k_tiled_{matvec,normed,dequant}_* and rf_q8_0_tiled_{matvec,normed}_*, wave32 and wave64");
+    return emu_finish("tiled", "rf_mxfp4_tiled_*, rf_q4k_tiled_{matvec,normed,dequant}_* and rf_q8_0_tiled_{matvec,normed,dequant}_*, wave32 and wave64");
 #endif
 }
