@@ -18,7 +18,9 @@ use rocm_runtime::{DeviceBuffer, Stream};
 
 use super::config::ModelConfig;
 use super::error::Result;
-use super::linear::{Linear, Products, add_bias, apply_glu, apply_shared, stacked_gate_up, stacked_tiled};
+use super::linear::{
+    Linear, Products, TiledStack, add_bias, apply_glu, apply_shared, stacked_gate_up, stacked_tiled,
+};
 use super::options::{LoadOptions, Mxfp4Layout, Q4kLayout, Q8Layout};
 use super::weights::{Block, LayerTensor, load_device, load_linear, tensor_name};
 use crate::gguf::GgmlType;
@@ -39,8 +41,8 @@ pub(super) struct LayerWeights<T: GemmElement> {
 type Projections<T> = Vec<(LayerTensor, Linear<T>)>;
 
 impl<T: GemmElement> LayerWeights<T> {
-    /// Uploads `present`, the checked tensors of layer `layer`, MXFP4 projections in the layout
-    /// `options` asks for.
+    /// Uploads `present`, the checked tensors of layer `layer`, MXFP4 and q8_0 projections in the
+    /// layouts `options` asks for.
     pub fn load(
         tensors: &DeviceTensors,
         config: &ModelConfig,
@@ -50,7 +52,7 @@ impl<T: GemmElement> LayerWeights<T> {
     ) -> Result<Self> {
         let (mut vectors, mut matrices) = (Vec::new(), Vec::new());
         let mut tiled = Vec::new();
-        if options.mxfp4 == Mxfp4Layout::Tiled {
+        if options.mxfp4 == Mxfp4Layout::Tiled || options.q8_0 == Q8Layout::Tiled {
             // Q, K and V stacked, gate and up stacked (one launch each), every other projection
             // alone.
             let mut groups: Vec<Vec<LayerTensor>> = STACKED.iter().map(|g| g.to_vec()).collect();
@@ -59,7 +61,7 @@ impl<T: GemmElement> LayerWeights<T> {
                 if group.iter().any(|t| !present.contains(t) || tiled.contains(t)) {
                     continue;
                 }
-                if let Some(parts) = load_tiled(tensors, config, layer, &group)? {
+                if let Some(parts) = load_tiled(tensors, config, layer, &group, options)? {
                     matrices.extend(parts);
                     tiled.extend(group);
                 }
@@ -125,14 +127,14 @@ impl<T: GemmElement> LayerWeights<T> {
         let (q, k, v) =
             (linear(LayerTensor::AttnQ)?, linear(LayerTensor::AttnK)?, linear(LayerTensor::AttnV)?);
         Some(Folded {
-            qkv: TiledWeight::Mxfp4(stacked_tiled(&[q, k, v], tokens)?),
-            o: TiledWeight::Mxfp4(stacked_tiled(&[linear(LayerTensor::AttnOutput)?], tokens)?),
-            gate_up: TiledWeight::Mxfp4(stacked_gate_up(
+            qkv: TiledWeight::of(stacked_tiled(&[q, k, v], tokens)?),
+            o: TiledWeight::of(stacked_tiled(&[linear(LayerTensor::AttnOutput)?], tokens)?),
+            gate_up: TiledWeight::of(stacked_gate_up(
                 linear(LayerTensor::FfnGate)?,
                 linear(LayerTensor::FfnUp)?,
                 tokens,
             )?),
-            down: TiledWeight::Mxfp4(stacked_tiled(&[linear(LayerTensor::FfnDown)?], tokens)?),
+            down: TiledWeight::of(stacked_tiled(&[linear(LayerTensor::FfnDown)?], tokens)?),
         })
     }
 
@@ -325,7 +327,15 @@ enum TiledWeight<'a> {
     Q8(&'a DeviceTiledQ8),
 }
 
-impl TiledWeight<'_> {
+impl<'a> TiledWeight<'a> {
+    /// A layer's own tiled weight (MXFP4 or q8_0).
+    fn of(stack: &'a TiledStack) -> Self {
+        match stack {
+            TiledStack::Mxfp4(w) => TiledWeight::Mxfp4(w),
+            TiledStack::Q8(w) => TiledWeight::Q8(w),
+        }
+    }
+
     /// One token `x` through `norm` first where given, into `out`.
     fn fused<T: GemmElement>(
         self,
@@ -440,51 +450,80 @@ fn load_copy<H, W>(
     })
 }
 
-/// The projections the tiled layout stacks into one weight where they are all MXFP4 of one
-/// input width: their products share their input, so one launch runs them.
+/// The projections the tiled layouts stack into one weight where they are all MXFP4 (or all
+/// q8_0) of one input width: their products share their input, so one launch runs them.
 const STACKED: [&[LayerTensor]; 2] = [
     &[LayerTensor::AttnQ, LayerTensor::AttnK, LayerTensor::AttnV],
     &[LayerTensor::FfnGate, LayerTensor::FfnUp],
 ];
 
-/// `group`'s projections of layer `layer` re-laid out from the file's MXFP4 rows into one
-/// stacked tiled weight on the device, one [`Linear::Tiled`] a part; `None` (nothing uploaded)
-/// unless every one is MXFP4 of the same input width and every part but the last whole tiles.
+/// `group`'s projections of layer `layer` re-laid out from the file's MXFP4 (or q8_0) rows into
+/// one stacked tiled weight on the device, one [`Linear::Tiled`] a part, where `options` asks for
+/// that layout; `None` (nothing uploaded) unless every one is of that type and the same input
+/// width (q8_0's a multiple of 256) and every part but the last whole tiles.
 fn load_tiled<T: GemmElement>(
     tensors: &DeviceTensors,
     config: &ModelConfig,
     layer: usize,
     group: &[LayerTensor],
+    options: LoadOptions,
 ) -> Result<Option<Projections<T>>> {
     let file = tensors.file();
     let shapes: Vec<(usize, usize)> = group.iter().map(|t| t.out_in(config)).collect();
     let inp = shapes[0].1;
+    let ty = |t: LayerTensor| file.tensor(&tensor_name(layer, t)).ok().map(|info| info.ggml_type());
+    let layout = match ty(group[0]) {
+        Some(GgmlType::MXFP4) if options.mxfp4 == Mxfp4Layout::Tiled => GgmlType::MXFP4,
+        Some(GgmlType::Q8_0) if options.q8_0 == Q8Layout::Tiled && inp.is_multiple_of(Q8_TILED_K) => {
+            GgmlType::Q8_0
+        }
+        _ => return Ok(None),
+    };
     let fits = group.iter().zip(&shapes).enumerate().all(|(i, (&t, &(out, width)))| {
-        let mxfp4 = file.tensor(&tensor_name(layer, t)).is_ok_and(|info| info.ggml_type() == GgmlType::MXFP4);
-        mxfp4 && width == inp && (i + 1 == group.len() || out.is_multiple_of(MXFP4_TILE_ROWS))
+        ty(t) == Some(layout) && width == inp && (i + 1 == group.len() || out.is_multiple_of(MXFP4_TILE_ROWS))
     });
     if !fits {
         return Ok(None);
     }
-    let parts = group
-        .iter()
-        .zip(&shapes)
-        .map(|(&t, &(out, inp))| Ok(TiledMxfp4::from_gguf(file.bytes(&tensor_name(layer, t))?, out, inp)?))
-        .collect::<Result<Vec<_>>>()?;
-    let stacked = Arc::new(TiledMxfp4::stack(&parts.iter().collect::<Vec<_>>())?.upload(tensors.stream())?);
+    let bytes = |t: LayerTensor| file.bytes(&tensor_name(layer, t));
+    let stacked = match layout {
+        GgmlType::MXFP4 => {
+            let parts = group
+                .iter()
+                .zip(&shapes)
+                .map(|(&t, &(out, inp))| Ok(TiledMxfp4::from_gguf(bytes(t)?, out, inp)?))
+                .collect::<Result<Vec<_>>>()?;
+            TiledStack::Mxfp4(Arc::new(
+                TiledMxfp4::stack(&parts.iter().collect::<Vec<_>>())?.upload(tensors.stream())?,
+            ))
+        }
+        _ => {
+            let parts = group
+                .iter()
+                .zip(&shapes)
+                .map(|(&t, &(out, inp))| Ok(TiledQ8::from_gguf(bytes(t)?, out, inp)?))
+                .collect::<Result<Vec<_>>>()?;
+            TiledStack::Q8(Arc::new(
+                TiledQ8::stack(&parts.iter().collect::<Vec<_>>())?.upload(tensors.stream())?,
+            ))
+        }
+    };
     let mut first = 0;
     Ok(Some(
         group
             .iter()
             .zip(shapes)
             .map(|(&t, (out, inp))| {
-                let linear = Linear::Tiled { w: Arc::clone(&stacked), first, out, inp };
+                let linear = Linear::Tiled { w: stacked.clone(), first, out, inp };
                 first += out;
                 (t, linear)
             })
             .collect(),
     ))
 }
+
+/// The input widths the tiled q8_0 layout takes: whole groups of 8 blocks.
+const Q8_TILED_K: usize = 256;
 
 /// The MLP's activations of one step.
 pub(super) struct Mlp<T: GemmElement> {

@@ -16,8 +16,9 @@
 //!   graph can record). Overlapping the two on a second stream measured slower on an H100
 //!   (docs/kernels/quant_gemm.md, v2).
 //!
-//! MXFP4 weights loaded in the tiled layout ([`crate::Mxfp4Layout::Tiled`]) are [`Linear::Tiled`]:
-//! up to 32 tokens run the tiled kernel (a layer's Q, K and V, or its gate and up, stacked into
+//! MXFP4 and q8_0 weights loaded in their tiled layouts ([`crate::Mxfp4Layout::Tiled`],
+//! [`crate::Q8Layout::Tiled`]) are [`Linear::Tiled`] ([`TiledStack`]): up to 32 tokens run the
+//! tiled kernel (a layer's Q, K and V, or its gate and up, stacked into
 //! one weight and multiplied in one launch: [`apply_shared`]; several tokens are B's columns on
 //! the matrix cores); more tokens dequantise the part's rows from the tiles (`dequantize_tiled`)
 //! and run the GEMM.
@@ -29,10 +30,11 @@ use std::sync::Arc;
 
 use rocm_kernels::gemm::{GemmDesc, GemmElement, GemmPath, gemm_with};
 use rocm_kernels::quant::{
-    BlockFormat, DeviceTiledMxfp4, GgmlFormat, MAX_PRODUCTS, MAX_TILED_BATCH, MAX_TILED_OUTPUTS,
-    MXFP4_TILE_ROWS, MxFormat, QUANT_GEMM_TILE_TOKENS, QuantProduct, SplitScratch, dequant_gemm,
-    dequantize_into, dequantize_tiled, mx_matvec_group_in, mx_matvec_group_on_matrix_cores,
-    mx_matvec_tiled_rows, mx_matvec_tiled_split, mx_matvec_tiled_swiglu, quant_gemm, quant_gemm_grid,
+    BlockFormat, DeviceTiledMxfp4, DeviceTiledQ8, GgmlFormat, MAX_PRODUCTS, MAX_TILED_BATCH,
+    MAX_TILED_OUTPUTS, MXFP4_TILE_ROWS, MxFormat, QUANT_GEMM_TILE_TOKENS, QuantProduct, SplitScratch,
+    dequant_gemm, dequantize_into, dequantize_tiled, dequantize_tiled_q8, mx_matvec_group_in,
+    mx_matvec_group_on_matrix_cores, mx_matvec_tiled_rows, mx_matvec_tiled_split, mx_matvec_tiled_swiglu,
+    q8_0_matvec_tiled_rows, q8_0_matvec_tiled_split, q8_0_matvec_tiled_swiglu, quant_gemm, quant_gemm_grid,
     quant_gemm_runs, quant_matvec_glu, quant_matvec_glu_fuses, quant_matvec_group_in,
     quant_matvec_on_matrix_cores,
 };
@@ -64,9 +66,100 @@ pub(crate) enum Linear<T: GemmElement> {
     Dense { w: DeviceBuffer<T>, out: usize, inp: usize },
     /// The file's blocks: `out` rows of `inp / block elements` blocks each.
     Blocks { format: BlockFormat, blocks: Arc<DeviceBuffer<u8>>, out: usize, inp: usize },
-    /// MXFP4 in the tiled layout: rows `first..first + out` of `w`, which stacks this projection
-    /// with the layer's others of the same input (Q, K and V; gate and up), or holds it alone.
-    Tiled { w: Arc<DeviceTiledMxfp4>, first: usize, out: usize, inp: usize },
+    /// MXFP4 or q8_0 in its tiled layout: rows `first..first + out` of `w`, which stacks this
+    /// projection with the layer's others of the same input (Q, K and V; gate and up), or holds
+    /// it alone.
+    Tiled { w: TiledStack, first: usize, out: usize, inp: usize },
+}
+
+/// A stacked tiled weight ([`Linear::Tiled`]): tiled MXFP4 or tiled q8_0, shared by its parts.
+#[derive(Clone)]
+pub(crate) enum TiledStack {
+    Mxfp4(Arc<DeviceTiledMxfp4>),
+    Q8(Arc<DeviceTiledQ8>),
+}
+
+impl TiledStack {
+    /// The stacked rows.
+    pub fn n(&self) -> usize {
+        match self {
+            TiledStack::Mxfp4(w) => w.n(),
+            TiledStack::Q8(w) => w.n(),
+        }
+    }
+
+    /// Whether both are the same weight.
+    fn same(&self, other: &TiledStack) -> bool {
+        match (self, other) {
+            (TiledStack::Mxfp4(a), TiledStack::Mxfp4(b)) => Arc::ptr_eq(a, b),
+            (TiledStack::Q8(a), TiledStack::Q8(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// Device bytes of the first `rows` rows' tiles.
+    fn rows_bytes(&self, rows: usize) -> usize {
+        match self {
+            TiledStack::Mxfp4(w) => w.rows_bytes(rows),
+            TiledStack::Q8(w) => w.rows_bytes(rows),
+        }
+    }
+
+    /// Rows `rows` times `tokens` rows of `x` into `y` (one part alone).
+    fn rows_product<T: GemmElement>(
+        &self,
+        rows: std::ops::Range<usize>,
+        x: &DeviceBuffer<T>,
+        tokens: usize,
+        y: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        match self {
+            TiledStack::Mxfp4(w) => mx_matvec_tiled_rows(w, rows, x, tokens, y)?,
+            TiledStack::Q8(w) => q8_0_matvec_tiled_rows(w, rows, x, tokens, y)?,
+        }
+        Ok(())
+    }
+
+    /// Every part times `tokens` rows of `x`, each into its output, in one launch.
+    fn split<T: GemmElement>(
+        &self,
+        x: &DeviceBuffer<T>,
+        tokens: usize,
+        ys: &mut [&mut DeviceBuffer<T>],
+    ) -> Result<()> {
+        match self {
+            TiledStack::Mxfp4(w) => mx_matvec_tiled_split(w, x, tokens, ys)?,
+            TiledStack::Q8(w) => q8_0_matvec_tiled_split(w, x, tokens, ys, false)?,
+        }
+        Ok(())
+    }
+
+    /// Gate and up (the two halves) with their SwiGLU into `act`, in one launch.
+    fn swiglu<T: GemmElement>(
+        &self,
+        x: &DeviceBuffer<T>,
+        tokens: usize,
+        act: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        match self {
+            TiledStack::Mxfp4(w) => mx_matvec_tiled_swiglu(w, x, tokens, act)?,
+            TiledStack::Q8(w) => q8_0_matvec_tiled_swiglu(w, x, tokens, act)?,
+        }
+        Ok(())
+    }
+
+    /// Rows `rows` dequantised into `out` (a prefill's GEMM operand).
+    fn dequantize<T: GemmElement>(
+        &self,
+        rows: std::ops::Range<usize>,
+        out: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        match self {
+            TiledStack::Mxfp4(w) => dequantize_tiled(w, rows, out)?,
+            TiledStack::Q8(w) => dequantize_tiled_q8(w, rows, out)?,
+        }
+        Ok(())
+    }
 }
 
 impl<T: GemmElement> Linear<T> {
@@ -143,7 +236,7 @@ impl<T: GemmElement> Linear<T> {
             Linear::Tiled { ref w, first, out, inp } => {
                 let rows = first..first + out;
                 if tokens <= TILED_MAX_TOKENS {
-                    mx_matvec_tiled_rows(w, rows, x, tokens, y)?;
+                    w.rows_product(rows, x, tokens, y)?;
                     return Ok(());
                 }
                 // The pass's scratch, or a temporary freed in stream order.
@@ -152,7 +245,7 @@ impl<T: GemmElement> Linear<T> {
                     Some(scratch) => scratch,
                     None => temporary.insert(y.stream().alloc::<T>(out * inp)?),
                 };
-                dequantize_tiled(w, rows, dense)?;
+                w.dequantize(rows, dense)?;
                 gemm_with(path, &GemmDesc::linear(tokens, out, inp), x, dense, y)?;
             }
         }
@@ -169,20 +262,20 @@ const TILED_MAX_TOKENS: usize = MAX_TILED_BATCH;
 pub(crate) fn stacked_tiled<'a, T: GemmElement>(
     linears: &[&'a Linear<T>],
     tokens: usize,
-) -> Option<&'a DeviceTiledMxfp4> {
+) -> Option<&'a TiledStack> {
     let Some(Linear::Tiled { w: stack, .. }) = linears.first() else { return None };
     let mut next = 0;
     let whole = tokens <= TILED_MAX_TOKENS
         && linears.len() <= MAX_TILED_OUTPUTS
         && linears.iter().all(|l| match l {
-            Linear::Tiled { w, first, out, .. } if Arc::ptr_eq(w, stack) && *first == next => {
+            Linear::Tiled { w, first, out, .. } if w.same(stack) && *first == next => {
                 next += out;
                 true
             }
             _ => false,
         })
         && next == stack.n();
-    whole.then_some(&**stack)
+    whole.then_some(stack)
 }
 
 /// `ys[i] = x W_i^T` for projections sharing their input `x` (`tokens` rows; a layer's Q, K
@@ -202,7 +295,7 @@ pub(crate) fn apply_shared<T: GemmElement>(
     // One launch into outputs of exactly the parts' rows.
     let fits = linears.iter().zip(ys.iter()).all(|(l, y)| y.len() == l.rows() * tokens);
     if let Some(stack) = stacked_tiled(linears, tokens).filter(|_| fits) {
-        mx_matvec_tiled_split(stack, x, tokens, ys)?;
+        stack.split(x, tokens, ys)?;
         return Ok(());
     }
     match shared_blocks(linears, tokens) {
@@ -241,7 +334,7 @@ pub(crate) fn apply_glu<T: GemmElement>(
     act: &mut DeviceBuffer<T>,
 ) -> Result<bool> {
     if let Some(stack) = stacked_gate_up(gate, up, tokens) {
-        mx_matvec_tiled_swiglu(stack, x, tokens, act)?;
+        stack.swiglu(x, tokens, act)?;
         return Ok(true);
     }
     let (
@@ -267,7 +360,7 @@ pub(crate) fn stacked_gate_up<'a, T: GemmElement>(
     gate: &'a Linear<T>,
     up: &'a Linear<T>,
     tokens: usize,
-) -> Option<&'a DeviceTiledMxfp4> {
+) -> Option<&'a TiledStack> {
     let halves = gate.rows() == up.rows() && gate.rows().is_multiple_of(MXFP4_TILE_ROWS);
     stacked_tiled(&[gate, up], tokens).filter(|_| halves)
 }

@@ -444,3 +444,14 @@ fn decode_graph_equals_eager_tiled_q8_copy() {
         crate::model::Q8_COPY,
     );
 }
+
+/// The q8_0 model in the tiled layout: one sequence (the folded launches) and three (the
+/// several-vector loops); the graph's steps equal the eager ones bit for bit.
+#[test]
+fn decode_graph_equals_eager_tiled_q8() {
+    let gpu = gpu_test!();
+    let file = crate::model::q8_file();
+    let tiled = crate::model::Q8_TILED;
+    graph_equals_eager_of::<bf16>(&gpu, file.clone(), "q8_0 tiled, one sequence", &[29], 8, tiled);
+    graph_equals_eager_of::<bf16>(&gpu, file, "q8_0 tiled, three sequences", &PROMPTS, 16, tiled);
+}

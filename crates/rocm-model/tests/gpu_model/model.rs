@@ -279,6 +279,8 @@ pub(crate) const Q4K_COPY: LoadOptions =
     LoadOptions { mxfp4: Mxfp4Layout::Rows, q4k: Q4kLayout::TiledCopy, q8_0: Q8Layout::Rows };
 pub(crate) const Q8_COPY: LoadOptions =
     LoadOptions { mxfp4: Mxfp4Layout::Rows, q4k: Q4kLayout::Rows, q8_0: Q8Layout::TiledCopy };
+pub(crate) const Q8_TILED: LoadOptions =
+    LoadOptions { mxfp4: Mxfp4Layout::Rows, q4k: Q4kLayout::Rows, q8_0: Q8Layout::Tiled };
 
 /// q4_K with the tiled copy: where the device runs the tiled q4_K kernel, every decode step of
 /// one sequence folds the layer's norms and residual adds into its products on the copy (the
@@ -342,6 +344,44 @@ fn tiled_q8_copy_model_matches_the_reference_bf16() {
 fn tiled_q8_copy_model_matches_the_reference_f16() {
     let gpu = gpu_test!();
     parity_one_sequence_of::<f16>(&gpu, q8_file(), "q8_0 tiled copy", Q8_COPY);
+}
+
+/// q8_0 in the tiled layout alone (the file's bytes): one sequence's decode steps fold the norms
+/// into the tiled products; several sequences run the several-vector loops; the prefill
+/// dequantises the tiles.
+#[test]
+fn tiled_q8_model_matches_the_reference_bf16() {
+    let gpu = gpu_test!();
+    parity_one_sequence_of::<bf16>(&gpu, q8_file(), "q8_0 tiled", Q8_TILED);
+}
+
+#[test]
+fn tiled_q8_model_matches_the_reference_f16() {
+    let gpu = gpu_test!();
+    parity_one_sequence_of::<f16>(&gpu, q8_file(), "q8_0 tiled", Q8_TILED);
+}
+
+#[test]
+fn tiled_q8_model_batches_match_the_reference_bf16() {
+    let gpu = gpu_test!();
+    parity_of::<bf16>(&gpu, q8_file(), "q8_0 tiled, batches", Q8_TILED);
+}
+
+#[test]
+fn tiled_q8_model_batches_match_the_reference_f32() {
+    let gpu = gpu_test!();
+    parity_of::<f32>(&gpu, q8_file(), "q8_0 tiled, batches (portable kernel)", Q8_TILED);
+}
+
+/// The tiled q8_0 layout holds the file's bytes, as the rows do (Llama's widths are whole
+/// groups and tiles: no padding).
+#[test]
+fn tiled_q8_weights_take_the_files_bytes() {
+    let gpu = gpu_test!();
+    let rows = Model::<bf16>::load(q8_file(), gpu.stream()).unwrap();
+    let tiled = Model::<bf16>::load_with(q8_file(), gpu.stream(), Q8_TILED).unwrap();
+    assert_eq!(tiled.weight_bytes(), rows.weight_bytes());
+    assert_eq!(tiled.read_weight_bytes(), rows.weight_bytes());
 }
 
 #[test]
