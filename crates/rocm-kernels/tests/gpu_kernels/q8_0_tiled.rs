@@ -29,6 +29,7 @@ use rocm_kernels::{Dtype, KernelError};
 use rocm_runtime::{DeviceBuffer, bf16, f16};
 use rocm_testkit::{GpuTest, Rng, gpu_test};
 
+use crate::bits;
 use crate::mxfp::{activations, floats, poisoned};
 use crate::quant_matvec::case_weights;
 use crate::tiled_columns::{self, Columns};
