@@ -55,8 +55,8 @@
 //! more tokens dequantised from the tiles), and Q4_K with a tiled copy beside its rows
 //! (`Q4_K-tiled`: `Q4kLayout::TiledCopy`, one-token passes folded into the tiled q4_K kernel,
 //! twice the projections' bytes on the device: a measurement), and Q8_0 in its tiled layout
-//! (`Q8_0-tiled`: `Q8Layout::Tiled`, the file's bytes, every token count up to 32 on the tiled
-//! kernel). `ROCMFORGE_BENCH_MODEL_TYPES` (a comma-separated
+//! (`Q8_0-tiled`: `Q8Layout::Tiled`, the file's bytes) and with a tiled copy beside its rows
+//! (`Q8_0-tiled-copy`: `Q8Layout::TiledCopy`). `ROCMFORGE_BENCH_MODEL_TYPES` (a comma-separated
 //! list of their names, `Q4_K,MXFP4-tiled`) limits the rows to those: a profiler attached to one
 //! type's steps need not wade through the others'.
 //!
@@ -96,7 +96,7 @@ const TYPES: [GgmlType; 4] = [GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, Gg
 
 /// A model's weights as the bench loads them: the file's type, and how they are kept
 /// (`MXFP4-tiled`: [`Mxfp4Layout::Tiled`]; `Q4_K-tiled`: [`Q4kLayout::TiledCopy`]; `Q8_0-tiled`:
-/// [`Q8Layout::Tiled`]).
+/// [`Q8Layout::Tiled`]; `Q8_0-tiled-copy`: [`Q8Layout::TiledCopy`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Weights {
     ty: GgmlType,
@@ -104,17 +104,20 @@ struct Weights {
 }
 
 impl Weights {
-    /// [`TYPES`] as the files store them, then MXFP4 tiled, q4_K with its tiled copy, q8_0 tiled.
+    /// [`TYPES`] as the files store them, then MXFP4 tiled, q4_K with its tiled copy, q8_0 tiled
+    /// and with its tiled copy.
     fn all() -> Vec<Weights> {
         let rows = TYPES.map(|ty| Weights { ty, options: LoadOptions::default() });
         let tiled = LoadOptions { mxfp4: Mxfp4Layout::Tiled, ..LoadOptions::default() };
         let q4k_copy = LoadOptions { q4k: Q4kLayout::TiledCopy, ..LoadOptions::default() };
         let q8_tiled = LoadOptions { q8_0: Q8Layout::Tiled, ..LoadOptions::default() };
+        let q8_copy = LoadOptions { q8_0: Q8Layout::TiledCopy, ..LoadOptions::default() };
         rows.into_iter()
             .chain([
                 Weights { ty: GgmlType::MXFP4, options: tiled },
                 Weights { ty: GgmlType::Q4_K, options: q4k_copy },
                 Weights { ty: GgmlType::Q8_0, options: q8_tiled },
+                Weights { ty: GgmlType::Q8_0, options: q8_copy },
             ])
             .collect()
     }
@@ -125,6 +128,7 @@ impl Weights {
             GgmlType::MXFP4 if self.options.mxfp4 == Mxfp4Layout::Tiled => "MXFP4-tiled",
             GgmlType::Q4_K if self.options.q4k == Q4kLayout::TiledCopy => "Q4_K-tiled",
             GgmlType::Q8_0 if self.options.q8_0 == Q8Layout::Tiled => "Q8_0-tiled",
+            GgmlType::Q8_0 if self.options.q8_0 == Q8Layout::TiledCopy => "Q8_0-tiled-copy",
             _ => self.ty.name(),
         }
     }
