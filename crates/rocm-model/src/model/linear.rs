@@ -17,8 +17,8 @@
 //!   (docs/kernels/quant_gemm.md, v2).
 //!
 //! MXFP4 and q8_0 weights loaded in their tiled layouts ([`crate::Mxfp4Layout::Tiled`],
-//! [`crate::Q8Layout::Tiled`]) are [`Linear::Tiled`] ([`TiledStack`]): up to 32 tokens run the
-//! tiled kernel (a layer's Q, K and V, or its gate and up, stacked into
+//! [`crate::Q8Layout::Tiled`]) are [`Linear::Tiled`] ([`TiledStack`]): up to
+//! [`TiledStack::max_tokens`] tokens (MXFP4 32, q8_0 8) run the tiled kernel (a layer's Q, K and V, or its gate and up, stacked into
 //! one weight and multiplied in one launch: [`apply_shared`]; several tokens are B's columns on
 //! the matrix cores); more tokens dequantise the part's rows from the tiles (`dequantize_tiled`)
 //! and run the GEMM.
@@ -80,6 +80,14 @@ pub(crate) enum TiledStack {
 }
 
 impl TiledStack {
+    /// Most tokens a product runs on the tiled kernel; more dequantise and run the GEMM.
+    pub fn max_tokens(&self) -> usize {
+        match self {
+            TiledStack::Mxfp4(_) => TILED_MAX_TOKENS,
+            TiledStack::Q8(_) => Q8_TILED_MAX_TOKENS,
+        }
+    }
+
     /// The stacked rows.
     pub fn n(&self) -> usize {
         match self {
@@ -189,7 +197,7 @@ impl<T: GemmElement> Linear<T> {
             {
                 out * inp
             }
-            Linear::Tiled { out, inp, .. } if tokens > TILED_MAX_TOKENS => out * inp,
+            Linear::Tiled { ref w, out, inp, .. } if tokens > w.max_tokens() => out * inp,
             _ => 0,
         }
     }
@@ -202,7 +210,7 @@ impl<T: GemmElement> Linear<T> {
             Linear::Blocks { format, ref blocks, inp, .. } => {
                 !has_fused_product::<T>(format, blocks, inp, tokens)
             }
-            Linear::Tiled { .. } => tokens > TILED_MAX_TOKENS,
+            Linear::Tiled { ref w, .. } => tokens > w.max_tokens(),
         }
     }
 
@@ -235,7 +243,7 @@ impl<T: GemmElement> Linear<T> {
             }
             Linear::Tiled { ref w, first, out, inp } => {
                 let rows = first..first + out;
-                if tokens <= TILED_MAX_TOKENS {
+                if tokens <= w.max_tokens() {
                     w.rows_product(rows, x, tokens, y)?;
                     return Ok(());
                 }
@@ -253,9 +261,20 @@ impl<T: GemmElement> Linear<T> {
     }
 }
 
-/// Most tokens the tiled kernel takes (one launch on the matrix cores; the rows' fused kernels
-/// stop at the same count); more dequantise from the tiles and run the GEMM.
+/// Most tokens the tiled MXFP4 kernel takes (one launch on the matrix cores; the rows' fused
+/// kernels stop at the same count); more dequantise from the tiles and run the GEMM.
 const TILED_MAX_TOKENS: usize = MAX_TILED_BATCH;
+
+/// Most tokens the tiled q8_0 kernel takes. Its several-vector loop (two vectors a pass of the
+/// one-vector op's mmas, docs/kernels/q8_0_tiled.md, version 2) grows with the batch, while
+/// dequantise + GEMM costs about the same at any count: H100, `bench model --iters 20`, a
+/// Llama-3-8B layer, us (the tiled MXFP4 loop in the same call for comparison):
+///
+/// | tokens | q8_0 loop | q8_0 dequantise + GEMM | MXFP4 loop | MXFP4 dequantise + GEMM |
+/// |---|---|---|---|---|
+/// | 8 | 376.5 | 496.6-538.7 | 136.8 | 519.4-622.8 |
+/// | 32 | 2363.8 | 490.4-543.9 | 449.2 | 543.5-611.1 |
+const Q8_TILED_MAX_TOKENS: usize = 8;
 
 /// The stacked tiled weight whose parts `linears` are, in order and all of it, where one launch
 /// can run them at `tokens` (one projection: a tiled weight that holds it alone).
@@ -265,7 +284,7 @@ pub(crate) fn stacked_tiled<'a, T: GemmElement>(
 ) -> Option<&'a TiledStack> {
     let Some(Linear::Tiled { w: stack, .. }) = linears.first() else { return None };
     let mut next = 0;
-    let whole = tokens <= TILED_MAX_TOKENS
+    let whole = tokens <= stack.max_tokens()
         && linears.len() <= MAX_TILED_OUTPUTS
         && linears.iter().all(|l| match l {
             Linear::Tiled { w, first, out, .. } if w.same(stack) && *first == next => {

@@ -29,12 +29,12 @@ pub enum Q8Layout {
     /// Re-laid out once at load for the tiled kernel (`rocm_kernels::quant::TiledQ8`: the file's
     /// bytes; Q, K and V stacked into one weight, gate and up into another) where a projection's
     /// input width is a multiple of 256, as [`Mxfp4Layout::Tiled`] does for MXFP4: products of
-    /// up to 32 tokens run on it (one token with the layer's norms, SwiGLU and residual adds
+    /// up to 8 tokens run on it (one token with the layer's norms, SwiGLU and residual adds
     /// folded in; several as the matrix cores' columns on NVIDIA, the portable kernel elsewhere),
-    /// prefills dequantise the part's rows from the tiles and run the GEMM. For decoding one
-    /// sequence: a Llama-3-8B layer at batch 1 in 93.7-94.3 us on an H100 against the rows'
-    /// 105-106, but 8 and 32 sequences and prefills several times slower than the rows'
-    /// (docs/kernels/q8_0_tiled.md, version 2).
+    /// more dequantise the part's rows from the tiles and run the GEMM. For decoding one
+    /// sequence: a Llama-3-8B layer at batch 1 in 93.5-94.3 us on an H100 against the rows'
+    /// 105-106, but 8 sequences take 3 times the rows' time, 32 about 2.5 times, a 512-token
+    /// prefill 1.2 times (docs/kernels/q8_0_tiled.md, version 2).
     Tiled,
 }
 
