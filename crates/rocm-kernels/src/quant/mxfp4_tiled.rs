@@ -31,7 +31,10 @@
 
 use rocm_runtime::{DeviceBuffer, MatrixCores, Stream};
 
-use super::tiled::{self, BATCH_PASS, BATCH32_RESIDENT_BLOCKS, MAX_WARPS, Mode, RESIDENT_BLOCKS, STAGES};
+use super::tiled::{
+    self, BATCH_PASS, BATCH32_RESIDENT_BLOCKS, DeviceTiledBytes, MAX_WARPS, Mode, RESIDENT_BLOCKS, STAGES,
+    TiledBytes,
+};
 pub use super::tiled::{MAX_TILED_BATCH, MAX_TILED_OUTPUTS, TILE_ROWS, TiledNorm, TiledOutput};
 use super::{MXFP4_GGUF_BLOCK_BYTES, QK};
 use crate::KernelModule;
@@ -94,10 +97,7 @@ fn tiled_bytes(n: usize, k: usize) -> Option<(usize, usize)> {
 /// An `[n, k]` MXFP4 weight in the tiled layout (module docs), on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TiledMxfp4 {
-    n: usize,
-    k: usize,
-    payload: Vec<u8>,
-    scales: Vec<u8>,
+    tiles: TiledBytes,
     max_scale: u8,
 }
 
@@ -129,22 +129,22 @@ impl TiledMxfp4 {
                 }
             }
         }
-        Ok(TiledMxfp4 { n, k, payload, scales, max_scale })
+        Ok(TiledMxfp4 { tiles: TiledBytes { n, k, payload, scales }, max_scale })
     }
 
     /// The GGUF `block_mxfp4` rows this weight was made from (the inverse of [`Self::from_gguf`]).
     pub fn to_gguf(&self) -> Vec<u8> {
-        let nb = self.k / QK;
+        let nb = self.tiles.k / QK;
         let nbp = self.padded_blocks();
-        let mut out = vec![0u8; self.n * nb * MXFP4_GGUF_BLOCK_BYTES];
-        for r in 0..self.n {
+        let mut out = vec![0u8; self.tiles.n * nb * MXFP4_GGUF_BLOCK_BYTES];
+        for r in 0..self.tiles.n {
             let (tile, rt) = (r / TILE_ROWS, r % TILE_ROWS);
             for b in 0..nb {
                 let block = &mut out[(r * nb + b) * MXFP4_GGUF_BLOCK_BYTES..][..MXFP4_GGUF_BLOCK_BYTES];
-                block[0] = self.scales[scale_offset(tile, nbp, b, rt)];
+                block[0] = self.tiles.scales[scale_offset(tile, nbp, b, rt)];
                 for u in 0..4 {
                     let at = word_offset(tile, nbp, b, rt, u);
-                    let word = u32::from_le_bytes(self.payload[at..at + 4].try_into().unwrap());
+                    let word = u32::from_le_bytes(self.tiles.payload[at..at + 4].try_into().unwrap());
                     for (e, c) in decode_word(word).into_iter().enumerate() {
                         let j = 8 * u + e;
                         block[1 + j % 16] |= c << (4 * (j / 16));
@@ -156,26 +156,26 @@ impl TiledMxfp4 {
     }
 
     pub fn n(&self) -> usize {
-        self.n
+        self.tiles.n
     }
 
     pub fn k(&self) -> usize {
-        self.k
+        self.tiles.k
     }
 
     /// Blocks a row holds in the layout: `k / 32` rounded up to [`GROUP_BLOCKS`].
     pub fn padded_blocks(&self) -> usize {
-        padded_blocks(self.k)
+        padded_blocks(self.tiles.k)
     }
 
     /// The codes, in the layout's order.
     pub fn payload(&self) -> &[u8] {
-        &self.payload
+        &self.tiles.payload
     }
 
     /// The E8M0 scale bytes, in the layout's order.
     pub fn scales(&self) -> &[u8] {
-        &self.scales
+        &self.tiles.scales
     }
 
     /// The largest scale byte (0 for an empty matrix): above 240 the kernels convert every scale
@@ -189,27 +189,14 @@ impl TiledMxfp4 {
     /// layout is tile by tile, so this is the parts' bytes one after another; every part but
     /// the last must have whole tiles ([`TILE_ROWS`] rows), so that no tile holds two parts.
     pub fn stack(parts: &[&TiledMxfp4]) -> Result<Self> {
-        let n = tiled::stacked_rows(KERNEL, &parts.iter().map(|p| (p.n, p.k)).collect::<Vec<_>>())?;
-        let (first, rest) = parts.split_first().expect("stacked_rows refuses no parts");
-        let mut stacked = (*first).clone();
-        for part in rest {
-            stacked.payload.extend_from_slice(&part.payload);
-            stacked.scales.extend_from_slice(&part.scales);
-            stacked.max_scale = stacked.max_scale.max(part.max_scale);
-        }
-        stacked.n = n;
-        Ok(stacked)
+        let tiles = TiledBytes::stack(KERNEL, &parts.iter().map(|p| &p.tiles).collect::<Vec<_>>())?;
+        let max_scale = parts.iter().map(|p| p.max_scale).max().unwrap_or(0);
+        Ok(TiledMxfp4 { tiles, max_scale })
     }
 
     /// Copies the weight to `stream`'s device.
     pub fn upload(&self, stream: &Stream) -> Result<DeviceTiledMxfp4> {
-        Ok(DeviceTiledMxfp4 {
-            n: self.n,
-            k: self.k,
-            max_scale: self.max_scale,
-            payload: stream.upload(&self.payload)?,
-            scales: stream.upload(&self.scales)?,
-        })
+        Ok(DeviceTiledMxfp4 { tiles: self.tiles.upload(stream)?, max_scale: self.max_scale })
     }
 }
 
@@ -228,31 +215,28 @@ fn word_offset(tile: usize, nbp: usize, b: usize, rt: usize, u: usize) -> usize 
 /// A [`TiledMxfp4`] on a device ([`TiledMxfp4::upload`]).
 #[derive(Debug)]
 pub struct DeviceTiledMxfp4 {
-    n: usize,
-    k: usize,
+    tiles: DeviceTiledBytes,
     max_scale: u8,
-    payload: DeviceBuffer<u8>,
-    scales: DeviceBuffer<u8>,
 }
 
 impl DeviceTiledMxfp4 {
     pub fn n(&self) -> usize {
-        self.n
+        self.tiles.n
     }
 
     pub fn k(&self) -> usize {
-        self.k
+        self.tiles.k
     }
 
     /// Device bytes the weight occupies (codes and scales, padding included).
     pub fn bytes(&self) -> usize {
-        self.payload.len() + self.scales.len()
+        self.tiles.bytes()
     }
 
     /// Device bytes of the tiles that hold `rows` (at most `n`) rows (a stacked weight's part:
     /// the parts' figures add up to [`Self::bytes`], every part but the last being whole tiles).
     pub fn rows_bytes(&self, rows: usize) -> usize {
-        tiled_bytes(rows, self.k).map_or(usize::MAX, |(payload, scales)| payload + scales)
+        tiled_bytes(rows, self.tiles.k).map_or(usize::MAX, |(payload, scales)| payload + scales)
     }
 }
 
@@ -371,7 +355,7 @@ pub fn mx_matvec_tiled<T: Dtype>(
     x: &DeviceBuffer<T>,
     y: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, 0..w.n, x, 1, None, &mut [y], Mode::Store, false)
+    launch(w, 0..w.tiles.n, x, 1, None, &mut [y], Mode::Store, false)
 }
 
 /// [`mx_matvec_tiled_split`] of rows `rows` of a stacked weight ([`TiledMxfp4::stack`];
@@ -399,7 +383,7 @@ pub fn mx_matvec_tiled_split<T: Dtype>(
     batch: usize,
     ys: &mut [&mut DeviceBuffer<T>],
 ) -> Result<()> {
-    launch(w, 0..w.n, x, batch, None, ys, Mode::Store, false)
+    launch(w, 0..w.tiles.n, x, batch, None, ys, Mode::Store, false)
 }
 
 /// [`mx_matvec_tiled_split`] on the portable kernel, whatever the device has (tests compare the
@@ -410,7 +394,7 @@ pub fn mx_matvec_tiled_portable<T: Dtype>(
     batch: usize,
     ys: &mut [&mut DeviceBuffer<T>],
 ) -> Result<()> {
-    launch(w, 0..w.n, x, batch, None, ys, Mode::Store, true)
+    launch(w, 0..w.tiles.n, x, batch, None, ys, Mode::Store, true)
 }
 
 /// `act = silu(x Wg^T) * (x Wu^T)` for `batch` vectors `x` (`[batch, k]`), the products and the
@@ -425,7 +409,7 @@ pub fn mx_matvec_tiled_swiglu<T: Dtype>(
     batch: usize,
     act: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, 0..w.n, x, batch, None, &mut [act], Mode::Swiglu, false)
+    launch(w, 0..w.tiles.n, x, batch, None, &mut [act], Mode::Swiglu, false)
 }
 
 /// The tiled product in every form one launch takes: `batch` vectors `x` (`[batch, k]`), through
@@ -441,17 +425,18 @@ pub fn mx_matvec_tiled_fused<T: Dtype>(
     portable: bool,
 ) -> Result<()> {
     match out {
-        TiledOutput::Split(ys) => launch(w, 0..w.n, x, batch, norm, ys, Mode::Store, portable),
-        TiledOutput::Swiglu(act) => launch(w, 0..w.n, x, batch, norm, &mut [act], Mode::Swiglu, portable),
-        TiledOutput::Add(h) => launch(w, 0..w.n, x, batch, norm, &mut [h], Mode::Add, portable),
+        TiledOutput::Split(ys) => launch(w, 0..w.tiles.n, x, batch, norm, ys, Mode::Store, portable),
+        TiledOutput::Swiglu(act) => {
+            launch(w, 0..w.tiles.n, x, batch, norm, &mut [act], Mode::Swiglu, portable)
+        }
+        TiledOutput::Add(h) => launch(w, 0..w.tiles.n, x, batch, norm, &mut [h], Mode::Add, portable),
     }
 }
 
-/// Checks that `rows` is a part of `w` (inside it, from a tile's first row) and returns the
-/// device addresses of its first tile in the payload and the scales: past the bytes of the
-/// `rows.start` rows before it.
-fn part_pointers(w: &DeviceTiledMxfp4, rows: &std::ops::Range<usize>) -> Result<(u64, u64)> {
-    tiled::part_pointers(KERNEL, rows, w.n, |start| tiled_bytes(start, w.k), (&w.payload, &w.scales))
+/// Checks that `rows` is a part of `w` (inside it, from a tile's first row) and gives the
+/// buffers from its first tile.
+fn part<'a>(w: &'a DeviceTiledMxfp4, rows: &std::ops::Range<usize>) -> Result<tiled::TiledBuffers<'a>> {
+    w.tiles.part(KERNEL, rows, |start| tiled_bytes(start, w.tiles.k))
 }
 
 /// Rows `rows` of `w` times `batch` vectors `x` (through `norm` first where given) into `ys`,
@@ -469,8 +454,8 @@ fn launch<T: Dtype>(
     portable: bool,
 ) -> Result<()> {
     let swiglu = mode == Mode::Swiglu;
-    let k = w.k;
-    let (payload, scales) = part_pointers(w, &rows)?;
+    let k = w.tiles.k;
+    let part = part(w, &rows)?;
     let n = rows.len();
     let Some((params, norm_param)) = tiled::launch_args(KERNEL, x, batch, k, n, norm.as_ref(), ys, mode)?
     else {
@@ -502,7 +487,7 @@ fn launch<T: Dtype>(
         // y, rf_t4_norm norm, u32 nb, u32 batch). Given the part's first tile t0 (rows.start / 16,
         // checked whole), for tile t < ceil(n / 16), n = y.end[2] = rows.len(), they read payload
         // bytes [256 (t0 + t) nbp, 256 (t0 + t + 1) nbp) and scale bytes [16 (t0 + t) nbp, 16 (t0 +
-        // t + 1) nbp) (nbp = nb rounded up to 8), inside the weight's tiles (rows.end <= w.n,
+        // t + 1) nbp) (nbp = nb rounded up to 8), inside the weight's tiles (rows.end <= w.tiles.n,
         // checked), which the buffers hold: a DeviceTiledMxfp4 is only built by TiledMxfp4::upload
         // from a layout of exactly its n and k. They read x rows [0, count) of k elements from
         // x_first, rows first..first + count of x (batch * k elements, checked), never past a row's
@@ -533,10 +518,10 @@ fn launch<T: Dtype>(
             let mut launch = stream
                 .launch(&kernel)
                 .dependent()
-                .reads_before_wait(&w.payload)
-                .arg(payload)
-                .reads_before_wait(&w.scales)
-                .arg(scales)
+                .reads_before_wait(part.payload.0)
+                .arg(part.payload.1)
+                .reads_before_wait(part.scales.0)
+                .arg(part.scales.1)
                 .reads(x)
                 .arg(x_first);
             if let Some(norm) = &norm {
@@ -561,12 +546,11 @@ pub fn dequantize_tiled<T: Dtype>(
     rows: std::ops::Range<usize>,
     out: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    let (payload, scales) = part_pointers(w, &rows)?;
-    let Some(args) = tiled::dequant_args(KERNEL, rows.len(), w.k, out)? else {
+    let buffers = part(w, &rows)?;
+    let Some(args) = tiled::dequant_args(KERNEL, rows.len(), w.tiles.k, out)? else {
         return Ok(());
     };
-    let vectors = rows.len().div_ceil(TILE_ROWS) * padded_blocks(w.k) / 2 * 32;
-    let buffers = tiled::TiledBuffers { payload: (&w.payload, payload), scales: (&w.scales, scales) };
+    let vectors = rows.len().div_ceil(TILE_ROWS) * padded_blocks(w.tiles.k) / 2 * 32;
     let entry = format!("rf_mxfp4_tiled_dequant_{}", T::NAME);
     // SAFETY: from the part's first tile t0 (rows.start / 16, checked whole), the payload vectors
     // of ceil(rows / 16) tiles, bytes [256 nbp t0, 256 nbp (t0 + tiles)), and their scale bytes

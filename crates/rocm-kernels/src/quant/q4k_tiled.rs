@@ -38,8 +38,8 @@ use rocm_runtime::{DeviceBuffer, Stream};
 
 use super::kquant::{Q4_K_BLOCK_BYTES, QK_K};
 use super::tiled::{
-    self, BATCH32_RESIDENT_BLOCKS, ColumnsLayout, Mode, RESIDENT_BLOCKS, TILE_ROWS, TiledBuffers, TiledNorm,
-    TiledOutput,
+    self, BATCH32_RESIDENT_BLOCKS, ColumnsLayout, DeviceTiledBytes, Mode, RESIDENT_BLOCKS, TILE_ROWS,
+    TiledBytes, TiledNorm, TiledOutput,
 };
 use crate::KernelModule;
 use crate::abi::mxfp4_tiled as abi;
@@ -96,10 +96,8 @@ fn tiled_bytes(n: usize, k: usize) -> Option<(usize, usize)> {
 /// An `[n, k]` q4_K weight in the tiled layout (module docs), on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TiledQ4k {
-    n: usize,
-    k: usize,
-    payload: Vec<u8>,
-    headers: Vec<u8>,
+    /// The codes as the payload, the super-blocks' headers as the scales.
+    tiles: TiledBytes,
 }
 
 impl TiledQ4k {
@@ -131,24 +129,24 @@ impl TiledQ4k {
                 }
             }
         }
-        Ok(TiledQ4k { n, k, payload, headers })
+        Ok(TiledQ4k { tiles: TiledBytes { n, k, payload, scales: headers } })
     }
 
     /// The GGUF `block_q4_K` rows this weight was made from (the inverse of [`Self::from_gguf`]).
     pub fn to_gguf(&self) -> Vec<u8> {
-        let nsb = self.k / QK_K;
-        let mut out = vec![0u8; self.n * nsb * Q4_K_BLOCK_BYTES];
-        for r in 0..self.n {
+        let nsb = self.tiles.k / QK_K;
+        let mut out = vec![0u8; self.tiles.n * nsb * Q4_K_BLOCK_BYTES];
+        for r in 0..self.tiles.n {
             let (tile, rt) = (r / TILE_ROWS, r % TILE_ROWS);
             for s in 0..nsb {
                 let block = &mut out[(r * nsb + s) * Q4_K_BLOCK_BYTES..][..Q4_K_BLOCK_BYTES];
                 let at = header_offset(tile, nsb, s, rt);
-                block[..HEADER_BYTES].copy_from_slice(&self.headers[at..at + HEADER_BYTES]);
+                block[..HEADER_BYTES].copy_from_slice(&self.tiles.scales[at..at + HEADER_BYTES]);
                 let codes = &mut block[HEADER_BYTES..];
                 for p in 0..8 {
                     for u in 0..4 {
                         let at = word_offset(tile, nsb, s, p, rt, u);
-                        let word = u32::from_le_bytes(self.payload[at..at + 4].try_into().unwrap());
+                        let word = u32::from_le_bytes(self.tiles.payload[at..at + 4].try_into().unwrap());
                         for (m, nibble) in NIBBLE.iter().enumerate() {
                             let (byte, shift) = gguf_code_place(word_element(p, u, m));
                             codes[byte] |= (((word >> (4 * nibble)) & 15) as u8) << shift;
@@ -161,21 +159,21 @@ impl TiledQ4k {
     }
 
     pub fn n(&self) -> usize {
-        self.n
+        self.tiles.n
     }
 
     pub fn k(&self) -> usize {
-        self.k
+        self.tiles.k
     }
 
     /// The codes, in the layout's order.
     pub fn payload(&self) -> &[u8] {
-        &self.payload
+        &self.tiles.payload
     }
 
     /// The super-blocks' headers, in the layout's order.
     pub fn headers(&self) -> &[u8] {
-        &self.headers
+        &self.tiles.scales
     }
 
     /// Weights of the same `k` stacked along their rows into one, `[sum of n, k]`: a layer's Q,
@@ -183,49 +181,34 @@ impl TiledQ4k {
     /// is the parts' bytes one after another; every part but the last must have whole tiles
     /// ([`TILE_ROWS`] rows), so that no tile holds two parts.
     pub fn stack(parts: &[&TiledQ4k]) -> Result<Self> {
-        let n = tiled::stacked_rows(KERNEL, &parts.iter().map(|p| (p.n, p.k)).collect::<Vec<_>>())?;
-        let (first, rest) = parts.split_first().expect("stacked_rows refuses no parts");
-        let mut stacked = (*first).clone();
-        for part in rest {
-            stacked.payload.extend_from_slice(&part.payload);
-            stacked.headers.extend_from_slice(&part.headers);
-        }
-        stacked.n = n;
-        Ok(stacked)
+        let parts: Vec<_> = parts.iter().map(|p| &p.tiles).collect();
+        Ok(TiledQ4k { tiles: TiledBytes::stack(KERNEL, &parts)? })
     }
 
     /// Copies the weight to `stream`'s device.
     pub fn upload(&self, stream: &Stream) -> Result<DeviceTiledQ4k> {
-        Ok(DeviceTiledQ4k {
-            n: self.n,
-            k: self.k,
-            payload: stream.upload(&self.payload)?,
-            headers: stream.upload(&self.headers)?,
-        })
+        Ok(DeviceTiledQ4k { tiles: self.tiles.upload(stream)? })
     }
 }
 
 /// A [`TiledQ4k`] on a device ([`TiledQ4k::upload`]).
 #[derive(Debug)]
 pub struct DeviceTiledQ4k {
-    n: usize,
-    k: usize,
-    payload: DeviceBuffer<u8>,
-    headers: DeviceBuffer<u8>,
+    tiles: DeviceTiledBytes,
 }
 
 impl DeviceTiledQ4k {
     pub fn n(&self) -> usize {
-        self.n
+        self.tiles.n
     }
 
     pub fn k(&self) -> usize {
-        self.k
+        self.tiles.k
     }
 
     /// Device bytes the weight occupies (codes and headers, the last tile's padding included).
     pub fn bytes(&self) -> usize {
-        self.payload.len() + self.headers.len()
+        self.tiles.bytes()
     }
 }
 
@@ -300,14 +283,11 @@ fn launch<T: Dtype>(
     mode: Mode,
     portable: bool,
 ) -> Result<()> {
-    let buffers = TiledBuffers {
-        payload: (&w.payload, w.payload.device_ptr()),
-        scales: (&w.headers, w.headers.device_ptr()),
-    };
+    let buffers = w.tiles.buffers();
     // SAFETY: the weight's tiles from its first, of rows of k elements (k a multiple of 256:
     // TiledQ4k::from_gguf checks it), as TiledQ4k::upload laid them out: a DeviceTiledQ4k is only
     // built from a layout of exactly its n and k.
-    unsafe { LAYOUT.launch(buffers, (w.n, w.k), x, batch, norm, ys, mode, portable) }
+    unsafe { LAYOUT.launch(buffers, (w.tiles.n, w.tiles.k), x, batch, norm, ys, mode, portable) }
 }
 
 /// Rows `rows` of a tiled q4_K weight dequantised to `T` into the first `rows * k` elements of
@@ -318,16 +298,13 @@ pub fn dequantize_tiled_q4k<T: Dtype>(
     rows: usize,
     out: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    let k = w.k;
-    ensure(rows <= w.n, KERNEL, || format!("{rows} rows of a weight of {}", w.n))?;
+    let k = w.tiles.k;
+    ensure(rows <= w.tiles.n, KERNEL, || format!("{rows} rows of a weight of {}", w.tiles.n))?;
     let Some(args) = tiled::dequant_args(KERNEL, rows, k, out)? else {
         return Ok(());
     };
     let vectors = rows.div_ceil(TILE_ROWS) * (k / QK_K) * 128;
-    let buffers = TiledBuffers {
-        payload: (&w.payload, w.payload.device_ptr()),
-        scales: (&w.headers, w.headers.device_ptr()),
-    };
+    let buffers = w.tiles.buffers();
     let entry = format!("rf_q4k_tiled_dequant_{}", T::NAME);
     // SAFETY: the payload vectors of ceil(rows / 16) tiles (128 a super-block) and their headers,
     // inside the weight (rows <= n, checked) as TiledQ4k::upload laid it out; out holds rows k
@@ -365,12 +342,12 @@ mod tests {
     /// Row `r` of a tiled weight decoded from the layout's description alone (not the packer's
     /// helpers): each element from its word and nibble, and its super-block's header.
     fn decode_row(t: &TiledQ4k, r: usize) -> Vec<f32> {
-        let nsb = t.k / QK_K;
+        let nsb = t.k() / QK_K;
         let (tile, rt) = (r / 16, r % 16);
-        let mut out = vec![0f32; t.k];
+        let mut out = vec![0f32; t.k()];
         let nibble_of = [0u32, 4, 2, 6, 1, 5, 3, 7];
         for s in 0..nsb {
-            let h = &t.headers[((tile * nsb + s) * 16 + rt) * 16..][..16];
+            let h = &t.headers()[((tile * nsb + s) * 16 + rt) * 16..][..16];
             let d = f16::from_bits(u16::from_le_bytes([h[0], h[1]])).to_f32();
             let dmin = f16::from_bits(u16::from_le_bytes([h[2], h[3]])).to_f32();
             let q = &h[4..16];
@@ -388,7 +365,7 @@ mod tests {
                 for u in 0..4 {
                     let lane = 4 * (rt % 8) + u;
                     let at = (((tile * nsb + s) * 4 + p / 2) * 32 + lane) * 16 + 8 * (p % 2) + 4 * (rt / 8);
-                    let word = u32::from_le_bytes(t.payload[at..at + 4].try_into().unwrap());
+                    let word = u32::from_le_bytes(t.payload()[at..at + 4].try_into().unwrap());
                     for (m, nib) in nibble_of.iter().enumerate() {
                         let j = u + 4 * (p / 4);
                         let e = 32 * j + 8 * (p % 4) + m;

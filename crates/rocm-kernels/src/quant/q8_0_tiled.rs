@@ -33,7 +33,9 @@
 
 use rocm_runtime::{DeviceBuffer, Stream};
 
-use super::tiled::{self, ColumnsLayout, Mode, TILE_ROWS, TiledBuffers, TiledNorm, TiledOutput};
+use super::tiled::{
+    self, ColumnsLayout, DeviceTiledBytes, Mode, TILE_ROWS, TiledBuffers, TiledBytes, TiledNorm, TiledOutput,
+};
 use super::{Q8_0_BLOCK_BYTES, QK};
 use crate::KernelModule;
 use crate::abi::mxfp4_tiled as abi;
@@ -82,10 +84,7 @@ fn tiled_bytes(n: usize, k: usize) -> Option<(usize, usize)> {
 /// An `[n, k]` q8_0 weight in the tiled layout (module docs), on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TiledQ8 {
-    n: usize,
-    k: usize,
-    payload: Vec<u8>,
-    scales: Vec<u8>,
+    tiles: TiledBytes,
 }
 
 impl TiledQ8 {
@@ -125,20 +124,20 @@ impl TiledQ8 {
                 }
             }
         }
-        Ok(TiledQ8 { n, k, payload, scales })
+        Ok(TiledQ8 { tiles: TiledBytes { n, k, payload, scales } })
     }
 
     /// The GGUF `block_q8_0` rows this weight was made from (the inverse of [`Self::from_gguf`]).
     pub fn to_gguf(&self) -> Vec<u8> {
-        let ng = self.k / GROUP;
-        let mut out = vec![0u8; self.n * self.k / QK * Q8_0_BLOCK_BYTES];
-        for r in 0..self.n {
+        let ng = self.tiles.k / GROUP;
+        let mut out = vec![0u8; self.tiles.n * self.tiles.k / QK * Q8_0_BLOCK_BYTES];
+        for r in 0..self.tiles.n {
             let (tile, rt) = (r / TILE_ROWS, r % TILE_ROWS);
             for s in 0..ng {
                 let group = &mut out[(r * ng + s) * 8 * Q8_0_BLOCK_BYTES..][..8 * Q8_0_BLOCK_BYTES];
                 for j in 0..8 {
                     let at = scale_offset(tile, ng, s, rt, j);
-                    group[j * Q8_0_BLOCK_BYTES..][..2].copy_from_slice(&self.scales[at..at + 2]);
+                    group[j * Q8_0_BLOCK_BYTES..][..2].copy_from_slice(&self.tiles.scales[at..at + 2]);
                 }
                 for p in 0..8 {
                     for u in 0..4 {
@@ -146,7 +145,8 @@ impl TiledQ8 {
                             let at = word_offset(tile, ng, s, p, rt, u, m);
                             for i in 0..4 {
                                 let e = word_element(p, u, m, i);
-                                group[e / QK * Q8_0_BLOCK_BYTES + 2 + e % QK] = self.payload[at + i] ^ 0x80;
+                                group[e / QK * Q8_0_BLOCK_BYTES + 2 + e % QK] =
+                                    self.tiles.payload[at + i] ^ 0x80;
                             }
                         }
                     }
@@ -157,76 +157,61 @@ impl TiledQ8 {
     }
 
     pub fn n(&self) -> usize {
-        self.n
+        self.tiles.n
     }
 
     pub fn k(&self) -> usize {
-        self.k
+        self.tiles.k
     }
 
     /// The codes (`q + 128`), in the layout's order.
     pub fn payload(&self) -> &[u8] {
-        &self.payload
+        &self.tiles.payload
     }
 
     /// The blocks' scales, in the layout's order.
     pub fn scales(&self) -> &[u8] {
-        &self.scales
+        &self.tiles.scales
     }
 
     /// Weights of the same `k` stacked along their rows into one, `[sum of n, k]`, as
     /// [`super::TiledQ4k::stack`] does: the parts' bytes one after another, every part but the
     /// last whole tiles.
     pub fn stack(parts: &[&TiledQ8]) -> Result<Self> {
-        let n = tiled::stacked_rows(KERNEL, &parts.iter().map(|p| (p.n, p.k)).collect::<Vec<_>>())?;
-        let (first, rest) = parts.split_first().expect("stacked_rows refuses no parts");
-        let mut stacked = (*first).clone();
-        for part in rest {
-            stacked.payload.extend_from_slice(&part.payload);
-            stacked.scales.extend_from_slice(&part.scales);
-        }
-        stacked.n = n;
-        Ok(stacked)
+        let parts: Vec<_> = parts.iter().map(|p| &p.tiles).collect();
+        Ok(TiledQ8 { tiles: TiledBytes::stack(KERNEL, &parts)? })
     }
 
     /// Copies the weight to `stream`'s device.
     pub fn upload(&self, stream: &Stream) -> Result<DeviceTiledQ8> {
-        Ok(DeviceTiledQ8 {
-            n: self.n,
-            k: self.k,
-            payload: stream.upload(&self.payload)?,
-            scales: stream.upload(&self.scales)?,
-        })
+        Ok(DeviceTiledQ8 { tiles: self.tiles.upload(stream)? })
     }
 }
 
 /// A [`TiledQ8`] on a device ([`TiledQ8::upload`]).
 #[derive(Debug)]
 pub struct DeviceTiledQ8 {
-    n: usize,
-    k: usize,
-    payload: DeviceBuffer<u8>,
-    scales: DeviceBuffer<u8>,
+    tiles: DeviceTiledBytes,
 }
 
 impl DeviceTiledQ8 {
     pub fn n(&self) -> usize {
-        self.n
+        self.tiles.n
     }
 
     pub fn k(&self) -> usize {
-        self.k
+        self.tiles.k
     }
 
     /// Device bytes the weight occupies (codes and scales, the last tile's padding included).
     pub fn bytes(&self) -> usize {
-        self.payload.len() + self.scales.len()
+        self.tiles.bytes()
     }
 
     /// Device bytes of the first `rows` rows' tiles (a stacked weight's parts, each but the last
     /// whole tiles, add up to [`Self::bytes`]).
     pub fn rows_bytes(&self, rows: usize) -> usize {
-        tiled_bytes(rows, self.k).map_or(usize::MAX, |(payload, scales)| payload + scales)
+        tiled_bytes(rows, self.tiles.k).map_or(usize::MAX, |(payload, scales)| payload + scales)
     }
 }
 
@@ -255,7 +240,7 @@ pub fn q8_0_matvec_tiled<T: Dtype>(
     x: &DeviceBuffer<T>,
     y: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, 0..w.n, x, 1, None, &mut [y], Mode::Store, false)
+    launch(w, 0..w.tiles.n, x, 1, None, &mut [y], Mode::Store, false)
 }
 
 /// The tiled q8_0 product of one vector `x` (`k` elements) in every form one launch takes:
@@ -272,7 +257,7 @@ pub fn q8_0_matvec_tiled_fused<T: Dtype>(
     norm: Option<TiledNorm<'_, T>>,
     out: TiledOutput<'_, '_, T>,
 ) -> Result<()> {
-    let all = 0..w.n;
+    let all = 0..w.tiles.n;
     match out {
         TiledOutput::Split(ys) => launch(w, all, x, 1, norm, ys, Mode::Store, false),
         TiledOutput::Swiglu(act) => launch(w, all, x, 1, norm, &mut [act], Mode::Swiglu, false),
@@ -292,7 +277,7 @@ pub fn q8_0_matvec_tiled_split<T: Dtype>(
     ys: &mut [&mut DeviceBuffer<T>],
     portable: bool,
 ) -> Result<()> {
-    launch(w, 0..w.n, x, batch, None, ys, Mode::Store, portable)
+    launch(w, 0..w.tiles.n, x, batch, None, ys, Mode::Store, portable)
 }
 
 /// `act = silu(x Wg^T) * (x Wu^T)` for `batch` vectors `x` (`[batch, k]`), the products and the
@@ -306,7 +291,7 @@ pub fn q8_0_matvec_tiled_swiglu<T: Dtype>(
     batch: usize,
     act: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    launch(w, 0..w.n, x, batch, None, &mut [act], Mode::Swiglu, false)
+    launch(w, 0..w.tiles.n, x, batch, None, &mut [act], Mode::Swiglu, false)
 }
 
 /// [`q8_0_matvec_tiled_split`] of rows `rows` of a stacked weight ([`TiledQ8::stack`];
@@ -325,9 +310,7 @@ pub fn q8_0_matvec_tiled_rows<T: Dtype>(
 /// Checks that `rows` is a part of `w` (inside it, from a tile's first row) and gives the
 /// buffers from its first tile.
 fn part<'a>(w: &'a DeviceTiledQ8, rows: &std::ops::Range<usize>) -> Result<TiledBuffers<'a>> {
-    let bytes_before = |start| tiled_bytes(start, w.k);
-    let (p, s) = tiled::part_pointers(KERNEL, rows, w.n, bytes_before, (&w.payload, &w.scales))?;
-    Ok(TiledBuffers { payload: (&w.payload, p), scales: (&w.scales, s) })
+    w.tiles.part(KERNEL, rows, |start| tiled_bytes(start, w.tiles.k))
 }
 
 /// Rows `rows` of `w` times `batch` vectors `x` (through `norm` first where given: one vector)
@@ -347,7 +330,7 @@ fn launch<T: Dtype>(
     // SAFETY: the part's tiles, from its first (checked whole and inside the weight), of rows of
     // k elements (k a multiple of 256: TiledQ8::from_gguf checks it), as TiledQ8::upload laid
     // them out: a DeviceTiledQ8 is only built from a layout of exactly its n and k.
-    unsafe { LAYOUT.launch(buffers, (rows.len(), w.k), x, batch, norm, ys, mode, portable) }
+    unsafe { LAYOUT.launch(buffers, (rows.len(), w.tiles.k), x, batch, norm, ys, mode, portable) }
 }
 
 /// Rows `rows` of a tiled q8_0 weight (a part of a stacked one: `rows.start` a whole number of
@@ -360,11 +343,11 @@ pub fn dequantize_tiled_q8<T: Dtype>(
     out: &mut DeviceBuffer<T>,
 ) -> Result<()> {
     let buffers = part(w, &rows)?;
-    let Some(args) = tiled::dequant_args(KERNEL, rows.len(), w.k, out)? else {
+    let Some(args) = tiled::dequant_args(KERNEL, rows.len(), w.tiles.k, out)? else {
         return Ok(());
     };
     // A thread a run of 8 elements of the output.
-    let runs = rows.len() * (w.k / 8);
+    let runs = rows.len() * (w.tiles.k / 8);
     let entry = format!("rf_q8_0_tiled_dequant_{}", T::NAME);
     // SAFETY: the part's tiles from its first (checked whole and inside the weight), of which the
     // entry reads the payload and scales of rows.len() rows, as TiledQ8::upload laid them out; out
@@ -401,20 +384,20 @@ mod tests {
     /// Row `r` of a tiled weight decoded from the layout's description alone (not the packer's
     /// helpers): each element from its byte, and its block's scale.
     fn decode_row(t: &TiledQ8, r: usize) -> Vec<f32> {
-        let ng = t.k / 256;
+        let ng = t.k() / 256;
         let (tile, rt) = (r / 16, r % 16);
-        let mut out = vec![0f32; t.k];
+        let mut out = vec![0f32; t.k()];
         for s in 0..ng {
             for p in 0..8 {
                 for u in 0..4 {
                     let lane = 4 * (rt % 8) + u;
                     let at = (((tile * ng + s) * 8 + p) * 32 + lane) * 16 + 4 * (rt / 8);
                     let j = u + 4 * (p / 4);
-                    let sc = &t.scales[((tile * ng + s) * 16 + rt) * 16 + 2 * j..][..2];
+                    let sc = &t.scales()[((tile * ng + s) * 16 + rt) * 16 + 2 * j..][..2];
                     let d = f16::from_bits(u16::from_le_bytes([sc[0], sc[1]])).to_f32();
                     for (half, m) in [(0, 0), (1, 4)] {
                         for i in 0..4 {
-                            let byte = t.payload[at + 8 * half + i];
+                            let byte = t.payload()[at + 8 * half + i];
                             let e = 32 * j + 8 * (p % 4) + m + i;
                             out[s * 256 + e] = d * (i32::from(byte) - 128) as f32;
                         }

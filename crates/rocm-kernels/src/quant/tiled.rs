@@ -3,7 +3,7 @@
 //! launch's output and its norm, and the checked kernel arguments they become. Every function
 //! takes the launcher's kernel name for its errors.
 
-use rocm_runtime::DeviceBuffer;
+use rocm_runtime::{DeviceBuffer, Stream};
 
 use crate::abi::mxfp4_tiled as abi;
 use crate::dtype::Dtype;
@@ -373,25 +373,89 @@ pub(crate) fn outputs_from(
     moved
 }
 
-/// Checks that `rows` is a part of a tiled weight of `n` rows (inside it, from a tile's first
-/// row) and returns the device addresses of its first tile in `payload` and `scales`: past the
-/// bytes of the `rows.start` rows before it, `bytes_before(rows.start)` (payload, scales).
-pub(crate) fn part_pointers(
-    kernel: &'static str,
-    rows: &std::ops::Range<usize>,
-    n: usize,
-    bytes_before: impl FnOnce(usize) -> Option<(usize, usize)>,
-    (payload, scales): (&DeviceBuffer<u8>, &DeviceBuffer<u8>),
-) -> Result<(u64, u64)> {
-    ensure(rows.start <= rows.end && rows.end <= n, kernel, || {
-        format!("rows {rows:?} are not inside the weight's {n}")
-    })?;
-    ensure(rows.start.is_multiple_of(TILE_ROWS), kernel, || {
-        format!("rows start at {}, not at a tile ({TILE_ROWS} rows)", rows.start)
-    })?;
-    // Inside the weight, whose own sizes did not overflow.
-    let (p, s) = bytes_before(rows.start).expect("a part of an allocated weight");
-    Ok((payload.device_ptr() + p as u64, scales.device_ptr() + s as u64))
+/// A tiled weight's bytes, whatever its format (MXFP4, q4_K, q8_0): `[n, k]` as the layout's
+/// payload and its second run, `scales` (q4_K's super-block headers), each tile after tile. The
+/// formats' types ([`super::TiledMxfp4`], [`super::TiledQ4k`], [`super::TiledQ8`]) make it and
+/// say what its bytes mean.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TiledBytes {
+    pub n: usize,
+    pub k: usize,
+    pub payload: Vec<u8>,
+    pub scales: Vec<u8>,
+}
+
+impl TiledBytes {
+    /// Weights of the same `k` stacked along their rows into one, `[sum of n, k]`: the layout is
+    /// tile by tile, so this is the parts' bytes one after another ([`stacked_rows`] checks that
+    /// no tile would hold two parts).
+    pub fn stack(kernel: &'static str, parts: &[&TiledBytes]) -> Result<Self> {
+        let n = stacked_rows(kernel, &parts.iter().map(|p| (p.n, p.k)).collect::<Vec<_>>())?;
+        Ok(TiledBytes {
+            n,
+            k: parts[0].k, // stacked_rows refuses no parts
+            payload: parts.iter().map(|p| p.payload.as_slice()).collect::<Vec<_>>().concat(),
+            scales: parts.iter().map(|p| p.scales.as_slice()).collect::<Vec<_>>().concat(),
+        })
+    }
+
+    /// Copies the bytes to `stream`'s device.
+    pub fn upload(&self, stream: &Stream) -> Result<DeviceTiledBytes> {
+        Ok(DeviceTiledBytes {
+            n: self.n,
+            k: self.k,
+            payload: stream.upload(&self.payload)?,
+            scales: stream.upload(&self.scales)?,
+        })
+    }
+}
+
+/// [`TiledBytes`] on a device.
+#[derive(Debug)]
+pub(crate) struct DeviceTiledBytes {
+    pub n: usize,
+    pub k: usize,
+    pub payload: DeviceBuffer<u8>,
+    pub scales: DeviceBuffer<u8>,
+}
+
+impl DeviceTiledBytes {
+    /// Device bytes the weight occupies (the last tile's padding included).
+    pub fn bytes(&self) -> usize {
+        self.payload.len() + self.scales.len()
+    }
+
+    /// The whole weight's buffers, from its first tile.
+    pub fn buffers(&self) -> TiledBuffers<'_> {
+        TiledBuffers {
+            payload: (&self.payload, self.payload.device_ptr()),
+            scales: (&self.scales, self.scales.device_ptr()),
+        }
+    }
+
+    /// Checks that `rows` is a part of the weight (inside it, from a tile's first row) and gives
+    /// the buffers from its first tile: past the bytes of the `rows.start` rows before it,
+    /// `bytes_before(rows.start)` (payload, scales; the layout's).
+    pub fn part(
+        &self,
+        kernel: &'static str,
+        rows: &std::ops::Range<usize>,
+        bytes_before: impl FnOnce(usize) -> Option<(usize, usize)>,
+    ) -> Result<TiledBuffers<'_>> {
+        let n = self.n;
+        ensure(rows.start <= rows.end && rows.end <= n, kernel, || {
+            format!("rows {rows:?} are not inside the weight's {n}")
+        })?;
+        ensure(rows.start.is_multiple_of(TILE_ROWS), kernel, || {
+            format!("rows start at {}, not at a tile ({TILE_ROWS} rows)", rows.start)
+        })?;
+        // Inside the weight, whose own sizes did not overflow.
+        let (p, s) = bytes_before(rows.start).expect("a part of an allocated weight");
+        Ok(TiledBuffers {
+            payload: (&self.payload, self.payload.device_ptr() + p as u64),
+            scales: (&self.scales, self.scales.device_ptr() + s as u64),
+        })
+    }
 }
 
 /// A tiled weight's buffers as a launch reads them: each with the device address of the first
